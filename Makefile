@@ -1,0 +1,48 @@
+# mocker — make run | make test | make bench | make lint
+GO            ?= go
+BIN           := $(CURDIR)/bin
+GOLANGCI_VER  := v2.15.0
+GOLANGCI      := $(BIN)/golangci-lint
+SCRIPT        ?= scripts/quickstart.js
+RUN_FLAGS     ?=
+BENCH         ?= .
+BENCHTIME     ?= 1s
+
+.PHONY: run test test-short vet bench lint build fuzz clean
+
+## run: build mocker and run the main job (the quickstart scenario on the embedded cluster)
+run: build
+	$(BIN)/mocker run $(RUN_FLAGS) $(SCRIPT)
+
+## build: build the mocker binary into ./bin
+build:
+	$(GO) build -o $(BIN)/mocker ./cmd/mocker
+
+## test: vet, then every test with the race detector (container tests need Docker)
+test: vet
+	$(GO) test -race -count=1 -timeout 45m ./...
+
+## test-short: the tests without the race detector, for a quick loop
+test-short:
+	$(GO) test -count=1 ./...
+
+vet:
+	$(GO) vet ./...
+
+## bench: the speed targets, measured (not asserted)
+bench:
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime $(BENCHTIME) -benchmem ./...
+
+## lint: golangci-lint v2, installed into ./bin on first use
+lint: $(GOLANGCI)
+	$(GOLANGCI) run ./...
+
+$(GOLANGCI):
+	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VER)
+
+## fuzz: a short run of the transfer-header fuzzer
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s ./bootstrap
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,62 @@
+package kv
+
+import (
+	"encoding/binary"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Seed is the XXH3 seed Dynamo uses for block hashes.
+const Seed = 1337
+
+// LocalHash identifies a block by its tokens alone (Dynamo's LocalBlockHash).
+type LocalHash uint64
+
+// SeqHash identifies a block by its tokens and its whole prefix
+// (Dynamo's sequence / external block hash).
+type SeqHash uint64
+
+// HashTokens returns the local hash of one block of tokens.
+func HashTokens(tokens []uint32) LocalHash {
+	var stack [256]byte
+	var buf []byte
+	if n := 4 * len(tokens); n <= len(stack) {
+		buf = stack[:n]
+	} else {
+		buf = make([]byte, n)
+	}
+	for i, t := range tokens {
+		binary.LittleEndian.PutUint32(buf[4*i:], t)
+	}
+	return LocalHash(xxh3.HashSeed(buf, Seed))
+}
+
+// ChainHash returns the sequence hash of a block whose local hash is local and
+// whose predecessor has sequence hash parent.
+func ChainHash(parent SeqHash, local LocalHash) SeqHash {
+	var buf [16]byte
+	binary.LittleEndian.PutUint64(buf[0:], uint64(parent))
+	binary.LittleEndian.PutUint64(buf[8:], uint64(local))
+	return SeqHash(xxh3.HashSeed(buf[:], Seed))
+}
+
+// BlockHashes returns the local and sequence hashes of every complete block of
+// tokens (a partial tail block is ignored). The slices are appended to locals
+// and seqs, which may be nil, so callers on hot paths can reuse storage.
+func BlockHashes(tokens []uint32, blockSize int, locals []LocalHash, seqs []SeqHash) ([]LocalHash, []SeqHash) {
+	if blockSize <= 0 {
+		return locals, seqs
+	}
+	var parent SeqHash
+	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+		l := HashTokens(tokens[i : i+blockSize])
+		s := SeqHash(l)
+		if i > 0 {
+			s = ChainHash(parent, l)
+		}
+		locals = append(locals, l)
+		seqs = append(seqs, s)
+		parent = s
+	}
+	return locals, seqs
+}
