@@ -2,6 +2,36 @@
 // modeled duration in milliseconds. Models return modeled time: the engine
 // applies decode_speedup_ratio, and only the live driver divides by
 // speedup_ratio to get wall time.
+//
+// Two models ship. Polynomial is Dynamo's fitted default and needs no data.
+// Interpolated reads profile measurements of a real engine; FromProfile picks
+// between them from an engine's planner_profile_data path.
+//
+// # Profile tables
+//
+// A profile table is a JSON object with the five arrays of Dynamo's planner
+// NPZ profiles, under the same names:
+//
+//	{
+//	  "prefill_isl":             [128, 512, 1024, 2048],
+//	  "prefill_ttft_ms":         [20, 40, 70, 130],
+//	  "decode_active_kv_tokens": [1000, 5000, 9000],
+//	  "decode_context_length":   [100, 1100],
+//	  "decode_itl":              [[5, 6], [9, 11], [13, 16]]
+//	}
+//
+// prefill_ttft_ms[i] is the time of a prefill pass that computes
+// prefill_isl[i] new tokens in total (summed over the batch). decode_itl[i][j]
+// is the time of a decode step with decode_active_kv_tokens[i] KV tokens in
+// use and a mean context length of decode_context_length[j]. Axes are
+// strictly increasing and non-negative; latencies are non-negative ms. An
+// axis with one point makes the model constant along it. Between points the
+// model interpolates linearly (bilinearly for decode); beyond the ends it
+// extends the end segments.
+//
+// LoadInterpolated also reads Dynamo's .npz profiles directly (the same five
+// arrays, little-endian numbers), so a Dynamo planner_profile_data path
+// works unchanged.
 package perf
 
 import "math"
@@ -23,8 +53,15 @@ type Model interface {
 // never share a timestamp.
 const MinDecodeMs = 1.0
 
-// Polynomial is Dynamo's default fitted model: prefill is quadratic in the
-// batch's uncached tokens, decode quadratic in KV utilisation.
+// Polynomial is Dynamo's default fitted model, usable with no profile data.
+// With T = batch × (meanISL − meanPrefix) uncached tokens and
+// u = min(1, activeKVTokens / totalKVTokens) the KV utilisation (1 when the
+// pool size is unknown):
+//
+//	prefill(T) = 4.209989e-7·T² + 1.518344e-2·T + 16.50142   (0 when T ≤ 0)
+//	decode(u)  = max(MinDecodeMs, −25.74·u² + 54.01·u + 5.74)
+//
+// It ignores context length: decode cost follows pool pressure only.
 type Polynomial struct{}
 
 // PrefillMs implements Model.
