@@ -1,0 +1,316 @@
+package bootstrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"strconv"
+)
+
+// VLLMParams are the disaggregated params a vLLM-style prefill returns with
+// its first token: where the decode finds the held KV.
+type VLLMParams struct {
+	TransferID  uint64 `json:"transfer_id"`
+	PrefillHost string `json:"prefill_host"`
+	PrefillPort int    `json:"prefill_port"`
+}
+
+// Addr is the transfer server address to pass to Await.
+func (p VLLMParams) Addr() string {
+	return net.JoinHostPort(p.PrefillHost, strconv.Itoa(p.PrefillPort))
+}
+
+// Validate reports the first invalid field as a *ParamsError.
+func (p VLLMParams) Validate() error {
+	if p.TransferID == 0 {
+		return paramsErr(kindVLLM, "transfer_id", "must be a non-zero integer")
+	}
+	if err := checkHost(kindVLLM, "prefill_host", p.PrefillHost); err != nil {
+		return err
+	}
+	return checkPort(kindVLLM, "prefill_port", int64(p.PrefillPort))
+}
+
+// SGLangParams are SGLang's bootstrap coordinates for a disaggregated
+// request.
+type SGLangParams struct {
+	BootstrapHost string `json:"bootstrap_host"`
+	BootstrapPort int    `json:"bootstrap_port"`
+	BootstrapRoom uint64 `json:"bootstrap_room"`
+}
+
+// Addr is the transfer server address to pass to Await.
+func (p SGLangParams) Addr() string {
+	return net.JoinHostPort(p.BootstrapHost, strconv.Itoa(p.BootstrapPort))
+}
+
+// Validate reports the first invalid field as a *ParamsError.
+func (p SGLangParams) Validate() error {
+	if err := checkHost(kindSGLang, "bootstrap_host", p.BootstrapHost); err != nil {
+		return err
+	}
+	if err := checkPort(kindSGLang, "bootstrap_port", int64(p.BootstrapPort)); err != nil {
+		return err
+	}
+	if p.BootstrapRoom == 0 {
+		return paramsErr(kindSGLang, "bootstrap_room", "must be a non-zero integer")
+	}
+	return nil
+}
+
+const (
+	kindVLLM   = "vllm"
+	kindSGLang = "sglang"
+)
+
+// ErrBadParams matches (errors.Is) every *ParamsError.
+var ErrBadParams = errors.New("malformed handoff params")
+
+// ParamsError says which field of present handoff params is wrong. Callers
+// must fail the request on it, never fall back to aggregated serving.
+type ParamsError struct {
+	Engine  string // "vllm" or "sglang"
+	Field   string // JSON key; "" when the params are not an object at all
+	Problem string
+}
+
+// Error reads "<engine> handoff params: <field>: <problem>".
+func (e *ParamsError) Error() string {
+	if e.Field == "" {
+		return fmt.Sprintf("%s handoff params: %s", e.Engine, e.Problem)
+	}
+	return fmt.Sprintf("%s handoff params: %s: %s", e.Engine, e.Field, e.Problem)
+}
+
+// Is makes errors.Is(err, ErrBadParams) true.
+func (e *ParamsError) Is(target error) bool { return target == ErrBadParams }
+
+func paramsErr(engine, field, problem string) error {
+	return &ParamsError{Engine: engine, Field: field, Problem: problem}
+}
+
+// ParseVLLMParams reads vLLM handoff params from a request. raw may be
+// json.RawMessage or []byte (JSON text), map[string]any (already decoded
+// JSON, numbers as float64 or json.Number, or Go integers from a script
+// runtime), VLLMParams or *VLLMParams. present is false only for nil, empty
+// or JSON null: the request is aggregated. Anything else must be a complete,
+// valid object, or the error (a *ParamsError) names the field. Unknown keys
+// are ignored so newer senders stay readable.
+func ParseVLLMParams(raw any) (p VLLMParams, present bool, err error) {
+	switch v := raw.(type) {
+	case VLLMParams:
+		return v, true, v.Validate()
+	case *VLLMParams:
+		if v == nil {
+			return VLLMParams{}, false, nil
+		}
+		return *v, true, v.Validate()
+	}
+	m, present, err := paramsObject(kindVLLM, raw)
+	if !present || err != nil {
+		return VLLMParams{}, present, err
+	}
+	if p.TransferID, err = uintField(kindVLLM, m, "transfer_id"); err != nil {
+		return VLLMParams{}, true, err
+	}
+	if p.PrefillHost, err = stringField(kindVLLM, m, "prefill_host"); err != nil {
+		return VLLMParams{}, true, err
+	}
+	port, err := uintField(kindVLLM, m, "prefill_port")
+	if err != nil {
+		return VLLMParams{}, true, err
+	}
+	if err := checkWirePort(kindVLLM, "prefill_port", port); err != nil {
+		return VLLMParams{}, true, err
+	}
+	p.PrefillPort = int(port)
+	if err := p.Validate(); err != nil {
+		return VLLMParams{}, true, err
+	}
+	return p, true, nil
+}
+
+// ParseSGLangParams is ParseVLLMParams for SGLang's
+// {bootstrap_host, bootstrap_port, bootstrap_room}, with the same rules.
+func ParseSGLangParams(raw any) (p SGLangParams, present bool, err error) {
+	switch v := raw.(type) {
+	case SGLangParams:
+		return v, true, v.Validate()
+	case *SGLangParams:
+		if v == nil {
+			return SGLangParams{}, false, nil
+		}
+		return *v, true, v.Validate()
+	}
+	m, present, err := paramsObject(kindSGLang, raw)
+	if !present || err != nil {
+		return SGLangParams{}, present, err
+	}
+	if p.BootstrapHost, err = stringField(kindSGLang, m, "bootstrap_host"); err != nil {
+		return SGLangParams{}, true, err
+	}
+	port, err := uintField(kindSGLang, m, "bootstrap_port")
+	if err != nil {
+		return SGLangParams{}, true, err
+	}
+	if err := checkWirePort(kindSGLang, "bootstrap_port", port); err != nil {
+		return SGLangParams{}, true, err
+	}
+	p.BootstrapPort = int(port)
+	if p.BootstrapRoom, err = uintField(kindSGLang, m, "bootstrap_room"); err != nil {
+		return SGLangParams{}, true, err
+	}
+	if err := p.Validate(); err != nil {
+		return SGLangParams{}, true, err
+	}
+	return p, true, nil
+}
+
+func paramsObject(engine string, raw any) (map[string]any, bool, error) {
+	var text []byte
+	switch v := raw.(type) {
+	case nil:
+		return nil, false, nil
+	case map[string]any:
+		if v == nil {
+			return nil, false, nil
+		}
+		return v, true, nil
+	case json.RawMessage:
+		text = v
+	case []byte:
+		text = v
+	default:
+		return nil, true, paramsErr(engine, "", fmt.Sprintf("must be a JSON object, got %T", raw))
+	}
+	text = bytes.TrimSpace(text)
+	if len(text) == 0 || string(text) == "null" {
+		return nil, false, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(text))
+	dec.UseNumber()
+	var decoded any
+	if err := dec.Decode(&decoded); err != nil {
+		return nil, true, paramsErr(engine, "", "invalid JSON: "+err.Error())
+	}
+	if dec.More() {
+		return nil, true, paramsErr(engine, "", "trailing data after the JSON object")
+	}
+	m, ok := decoded.(map[string]any)
+	if !ok {
+		return nil, true, paramsErr(engine, "", fmt.Sprintf("must be a JSON object, got %s", jsonKind(decoded)))
+	}
+	return m, true, nil
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case json.Number, float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	case []any:
+		return "an array"
+	case map[string]any:
+		return "an object"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// maxExactFloat is the largest integer a float64 holds exactly; beyond it a
+// decoded id may already have been rounded, so it is refused rather than
+// silently pointed at another transfer.
+const maxExactFloat = 1 << 53
+
+func uintField(engine string, m map[string]any, field string) (uint64, error) {
+	v, ok := m[field]
+	if !ok {
+		return 0, paramsErr(engine, field, "missing")
+	}
+	bad := func(got string) error {
+		return paramsErr(engine, field, "must be a non-negative integer, got "+got)
+	}
+	switch n := v.(type) {
+	case json.Number:
+		if u, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
+			return u, nil
+		}
+		f, err := n.Float64()
+		if err != nil || f < 0 || f != math.Trunc(f) || f > maxExactFloat {
+			return 0, bad(n.String())
+		}
+		return uint64(f), nil
+	case float64:
+		if n < 0 || n != math.Trunc(n) || n > maxExactFloat {
+			return 0, bad(strconv.FormatFloat(n, 'g', -1, 64))
+		}
+		return uint64(n), nil
+	case float32:
+		return uintField(engine, map[string]any{field: float64(n)}, field)
+	case int:
+		return signed(int64(n), bad)
+	case int64:
+		return signed(n, bad)
+	case int32:
+		return signed(int64(n), bad)
+	case uint:
+		return uint64(n), nil
+	case uint64:
+		return n, nil
+	case uint32:
+		return uint64(n), nil
+	default:
+		return 0, bad(jsonKind(v))
+	}
+}
+
+func signed(n int64, bad func(string) error) (uint64, error) {
+	if n < 0 {
+		return 0, bad(strconv.FormatInt(n, 10))
+	}
+	return uint64(n), nil
+}
+
+func stringField(engine string, m map[string]any, field string) (string, error) {
+	v, ok := m[field]
+	if !ok {
+		return "", paramsErr(engine, field, "missing")
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", paramsErr(engine, field, "must be a string, got "+jsonKind(v))
+	}
+	return s, checkHost(engine, field, s)
+}
+
+func checkHost(engine, field, host string) error {
+	if host == "" {
+		return paramsErr(engine, field, "must be a non-empty host name or IP")
+	}
+	if isUnspecifiedHost(host) {
+		return paramsErr(engine, field, fmt.Sprintf("%q is an unspecified address; the prefill worker must advertise a host decode workers can reach", host))
+	}
+	return nil
+}
+
+func checkPort(engine, field string, port int64) error {
+	if port < 1 || port > 65535 {
+		return paramsErr(engine, field, fmt.Sprintf("must be an integer in 1..65535, got %d", port))
+	}
+	return nil
+}
+
+func checkWirePort(engine, field string, port uint64) error {
+	if port < 1 || port > 65535 {
+		return paramsErr(engine, field, fmt.Sprintf("must be an integer in 1..65535, got %d", port))
+	}
+	return nil
+}
