@@ -1,0 +1,220 @@
+package engine
+
+import "math"
+
+// EngineType picks the scheduler model.
+type EngineType string
+
+// Engine types.
+const (
+	EngineVLLM   EngineType = "vllm"
+	EngineSGLang EngineType = "sglang"
+)
+
+// WorkerType says which part of serving a worker plays.
+type WorkerType string
+
+// Worker types.
+const (
+	WorkerAggregated WorkerType = "aggregated"
+	WorkerPrefill    WorkerType = "prefill"
+	WorkerDecode     WorkerType = "decode"
+)
+
+// PreemptionMode picks the running request a vLLM worker evicts when its pool
+// is exhausted.
+type PreemptionMode string
+
+// Preemption modes.
+const (
+	PreemptLIFO PreemptionMode = "lifo"
+	PreemptFIFO PreemptionMode = "fifo"
+)
+
+// TransferTimingMode says which tokens a KV transfer is charged for.
+type TransferTimingMode string
+
+// Transfer timing modes.
+const (
+	TransferFullPrompt         TransferTimingMode = "full_prompt"
+	TransferDestinationMissing TransferTimingMode = "destination_missing"
+)
+
+// SGLang schedule policies. Dynamo's "fcfs" is read as SGLangPolicyFIFO.
+const (
+	SGLangPolicyFIFO = "fifo"
+	SGLangPolicyLPM  = "lpm"
+)
+
+// SGLangArgs are the SGLang-only knobs (Dynamo's `sglang` sub-object) plus
+// optimistic_prefill. They take effect only when engine_type is sglang.
+type SGLangArgs struct {
+	// SchedulePolicy orders the waiting queue: SGLangPolicyFIFO keeps arrival
+	// order, SGLangPolicyLPM prefers the longest radix prefix match.
+	SchedulePolicy string `json:"schedule_policy"`
+	// PageSize is the radix cache page in tokens; it always equals the
+	// worker's block_size once parsed.
+	PageSize int `json:"page_size"`
+	// MaxPrefillTokens caps the prompt tokens admitted in one extend pass.
+	MaxPrefillTokens int `json:"max_prefill_tokens"`
+	// ChunkedPrefillSize is the largest prompt chunk computed in one pass, a
+	// multiple of PageSize.
+	ChunkedPrefillSize int `json:"chunked_prefill_size"`
+	// ClipMaxNewTokens caps how many future output tokens admission reserves
+	// for each running request.
+	ClipMaxNewTokens int `json:"clip_max_new_tokens"`
+	// ScheduleConservativeness, in [0, 1], scales the initial new-token ratio
+	// admission uses to reserve room for running requests' growth.
+	ScheduleConservativeness float64 `json:"schedule_conservativeness"`
+	// MaxRunningRequests caps the running set; nil leaves max_num_seqs in
+	// charge.
+	MaxRunningRequests *int `json:"max_running_requests,omitempty"`
+	// OptimisticPrefill makes a disaggregated SGLang prefill compute before
+	// the decode side has reserved, so it can strand KV like vLLM does.
+	OptimisticPrefill bool `json:"optimistic_prefill"`
+}
+
+// Args configures one mock worker. JSON keys and defaults follow Dynamo's
+// MockEngineArgs; durations are modeled time. Build one with DefaultArgs or
+// ParseArgs (which resolve engine-dependent defaults and validate), never as
+// a zero value; check a hand-built one with Validate.
+type Args struct {
+	// EngineType picks the scheduler model: EngineVLLM or EngineSGLang.
+	EngineType EngineType `json:"engine_type"`
+	// NumGPUBlocks is the KV pool size in blocks.
+	NumGPUBlocks int `json:"num_gpu_blocks"`
+	// BlockSize is the number of tokens per KV block (vLLM 64, SGLang the
+	// page size, 1 by default).
+	BlockSize int `json:"block_size"`
+	// MaxModelLen (vLLM only) rejects prompts at or above it and stops
+	// generation there. Nil: no limit.
+	MaxModelLen *int `json:"max_model_len,omitempty"`
+	// MaxNumSeqs caps the running set. Nil: unbounded.
+	MaxNumSeqs *int `json:"max_num_seqs"`
+	// MaxNumBatchedTokens is the token budget of one pass. Nil: unbounded.
+	MaxNumBatchedTokens *int `json:"max_num_batched_tokens"`
+	// EnablePrefixCaching off gives every block a random hash: no sharing and
+	// no KV events.
+	EnablePrefixCaching bool `json:"enable_prefix_caching"`
+	// EnableChunkedPrefill off makes a prompt wait until it fits the
+	// remaining budget of one pass.
+	EnableChunkedPrefill bool `json:"enable_chunked_prefill"`
+	// SpeedupRatio divides modeled time to get wall time in the live driver;
+	// 0 means no scaling. Reported times stay modeled.
+	SpeedupRatio float64 `json:"speedup_ratio"`
+	// DecodeSpeedupRatio divides decode time only (speculative decoding).
+	DecodeSpeedupRatio float64 `json:"decode_speedup_ratio"`
+	// DPSize is the number of data-parallel ranks; only 1 is modeled.
+	DPSize int `json:"dp_size"`
+	// WorkerType is the part of serving this worker plays.
+	WorkerType WorkerType `json:"worker_type"`
+	// PreemptionMode picks the vLLM preemption victim.
+	PreemptionMode PreemptionMode `json:"preemption_mode"`
+
+	// KVBytesPerToken is the KV footprint of one token, for transfer timing.
+	// Nil: transfers take no modeled time.
+	KVBytesPerToken *int `json:"kv_bytes_per_token,omitempty"`
+	// KVTransferBandwidth in GB/s (1e9 bytes/s). Nil or 0: transfers take no
+	// modeled time.
+	KVTransferBandwidth *float64 `json:"kv_transfer_bandwidth,omitempty"`
+	// KVTransferTimingMode says which prompt tokens a transfer is charged for.
+	KVTransferTimingMode TransferTimingMode `json:"kv_transfer_timing_mode"`
+	// KVTransferAbortTimeoutMs ends a source hold that no decode claimed
+	// within this many modeled ms of the hold starting. Nil (or 0, which
+	// ParseArgs stores as nil): no abort timeout. Read it with AbortTimeoutMs.
+	KVTransferAbortTimeoutMs *int64 `json:"kv_transfer_abort_timeout_ms,omitempty"`
+	// HandoffSessionTimeoutMs bounds every handoff session (modeled ms), so a
+	// hold is reclaimed even without an abort timeout. At least 1.
+	HandoffSessionTimeoutMs int64 `json:"handoff_session_timeout_ms"`
+	// RouterLoadIncludesHeld makes the router-facing load count held blocks.
+	RouterLoadIncludesHeld bool `json:"router_load_includes_held"`
+
+	// PlannerProfileData is the path of a profile table for
+	// perf.FromProfile. Empty: the polynomial model.
+	PlannerProfileData string `json:"planner_profile_data,omitempty"`
+
+	// SGLang holds the SGLang knobs. ParseArgs always fills it for an sglang
+	// engine; it is ignored for vLLM.
+	SGLang *SGLangArgs `json:"sglang,omitempty"`
+}
+
+// MaxNumSeqsOrInf returns the running-set cap, math.MaxInt when unbounded.
+func (a Args) MaxNumSeqsOrInf() int {
+	if a.MaxNumSeqs == nil {
+		return math.MaxInt
+	}
+	return *a.MaxNumSeqs
+}
+
+// MaxNumBatchedTokensOrInf returns the per-pass token budget, math.MaxInt
+// when unbounded.
+func (a Args) MaxNumBatchedTokensOrInf() int {
+	if a.MaxNumBatchedTokens == nil {
+		return math.MaxInt
+	}
+	return *a.MaxNumBatchedTokens
+}
+
+// AbortTimeoutMs returns the source-hold abort timeout and whether one is
+// set. A zero value counts as unset, so a hand-built Args with 0 does not
+// abort every hold on the spot.
+func (a Args) AbortTimeoutMs() (ms int64, ok bool) {
+	if a.KVTransferAbortTimeoutMs == nil || *a.KVTransferAbortTimeoutMs <= 0 {
+		return 0, false
+	}
+	return *a.KVTransferAbortTimeoutMs, true
+}
+
+// TransferDelayMs is the modeled time to move the KV of tokens tokens:
+// tokens × kv_bytes_per_token / (kv_transfer_bandwidth × 1e9) s, in ms.
+// It is 0 when either knob is unset or the bandwidth is 0.
+func (a Args) TransferDelayMs(tokens int) float64 {
+	if tokens <= 0 || a.KVBytesPerToken == nil || a.KVTransferBandwidth == nil || *a.KVTransferBandwidth <= 0 {
+		return 0
+	}
+	bytes := float64(tokens) * float64(*a.KVBytesPerToken)
+	return bytes / (*a.KVTransferBandwidth * 1e9) * 1000
+}
+
+// Defaults, in one place.
+const (
+	DefaultNumGPUBlocks            = 16384
+	DefaultMaxNumSeqs              = 256
+	DefaultMaxNumBatchedTokens     = 8192
+	DefaultHandoffSessionTimeoutMs = 300000
+	DefaultBlockSizeVLLM           = 64
+	DefaultBlockSizeSGLang         = 1
+)
+
+// DefaultSGLangArgs returns Dynamo's SGLang defaults.
+func DefaultSGLangArgs() SGLangArgs {
+	return SGLangArgs{
+		SchedulePolicy:           "fifo",
+		PageSize:                 1,
+		MaxPrefillTokens:         16384,
+		ChunkedPrefillSize:       8192,
+		ClipMaxNewTokens:         4096,
+		ScheduleConservativeness: 1.0,
+	}
+}
+
+// DefaultArgs returns a vLLM aggregated worker with Dynamo's defaults.
+func DefaultArgs() Args {
+	seqs, batched := DefaultMaxNumSeqs, DefaultMaxNumBatchedTokens
+	return Args{
+		EngineType:              EngineVLLM,
+		NumGPUBlocks:            DefaultNumGPUBlocks,
+		BlockSize:               DefaultBlockSizeVLLM,
+		MaxNumSeqs:              &seqs,
+		MaxNumBatchedTokens:     &batched,
+		EnablePrefixCaching:     true,
+		EnableChunkedPrefill:    true,
+		SpeedupRatio:            1.0,
+		DecodeSpeedupRatio:      1.0,
+		DPSize:                  1,
+		WorkerType:              WorkerAggregated,
+		PreemptionMode:          PreemptLIFO,
+		KVTransferTimingMode:    TransferFullPrompt,
+		HandoffSessionTimeoutMs: DefaultHandoffSessionTimeoutMs,
+	}
+}

@@ -1,0 +1,1102 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ArgError says which engine argument is wrong and why. Every error from
+// Validate is one, and so is every error from the parsers except malformed
+// JSON; reach it with errors.As. Field is the JSON key, dotted for nested
+// keys ("sglang.page_size").
+type ArgError struct {
+	Field   string
+	Message string
+}
+
+// Error implements error as "field: message".
+func (e *ArgError) Error() string {
+	return e.Field + ": " + e.Message
+}
+
+func argErr(field, format string, a ...any) *ArgError {
+	return &ArgError{Field: field, Message: fmt.Sprintf(format, a...)}
+}
+
+// ParseArgs decodes one worker's engine arguments from a JSON object with
+// Dynamo's MockEngineArgs keys and defaults, resolves engine-dependent
+// defaults and validates the result. Empty input gives the defaults of a vLLM
+// aggregated worker (DefaultArgs).
+//
+// Keys mocker models (times are modeled ms):
+//
+//	KEY                           ACCEPTS                                DEFAULT
+//	engine_type                   "vllm" | "sglang"                      "vllm"
+//	num_gpu_blocks                integer ≥ 1                            16384
+//	block_size                    integer ≥ 0, 0 = by engine             vllm 64, sglang page_size or 1
+//	max_model_len                 integer ≥ 1, vllm only                 none
+//	max_num_seqs                  integer ≥ 1, null = unbounded          256
+//	max_num_batched_tokens        integer ≥ 1, null = unbounded          8192
+//	enable_prefix_caching         boolean                                true
+//	enable_chunked_prefill        boolean                                true
+//	speedup_ratio                 number ≥ 0, 0 = no scaling             1
+//	decode_speedup_ratio          number > 0                             1
+//	dp_size                       1 (more ranks are not modeled)         1
+//	worker_type                   "aggregated" | "prefill" | "decode"    "aggregated"
+//	preemption_mode               "lifo" | "fifo"                        "lifo"
+//	kv_bytes_per_token            integer ≥ 0                            none
+//	kv_transfer_bandwidth         number ≥ 0 GB/s, 0 = no delay          none
+//	kv_transfer_timing_mode       "full_prompt" | "destination_missing"  "full_prompt"
+//	kv_transfer_abort_timeout_ms  integer ≥ 0 ms, 0 = none               none
+//	handoff_session_timeout_ms    integer ≥ 1 ms                         300000
+//	router_load_includes_held     boolean                                false
+//	planner_profile_data          path of a perf.FromProfile table       none: polynomial
+//	sglang                        object, see below                      SGLang defaults
+//
+// The sglang object (read only when engine_type is sglang, and filled with
+// defaults for it when absent): schedule_policy "fifo" | "fcfs" | "lpm"
+// ("fifo"; fcfs is stored as fifo), page_size ≥ 1 (block_size), which must
+// equal block_size when both are given, max_prefill_tokens ≥ 1 (16384),
+// chunked_prefill_size ≥ 1 and a multiple of block_size (8192, rounded down
+// to a multiple of block_size when not given), clip_max_new_tokens ≥ 1
+// (4096), schedule_conservativeness in [0, 1] (1), max_running_requests ≥ 1
+// (none), and mocker's optimistic_prefill boolean (false: a disaggregated
+// SGLang prefill waits for the decode side's reservation; true: it computes
+// first and can strand KV like vLLM).
+//
+// Decoding is strict:
+//   - An unknown key is an error that names it and lists the valid keys
+//     (inside sglang the error names "sglang.key"). Dynamo's removed
+//     watermark is unknown here as it is there.
+//   - A value of the wrong type is an error that names the field and the
+//     type wanted, e.g. `num_gpu_blocks: want a positive integer, got string
+//     "x"`. An integer field takes any number with an integral value (64,
+//     64.0, 6.4e1).
+//   - An out-of-range value is an error that names the field and what is
+//     allowed (see Validate).
+//   - null means "not given": the default applies. For max_num_seqs and
+//     max_num_batched_tokens that default is "unbounded", as in Dynamo, since
+//     null is the only way to ask for it.
+//   - Enum strings are case-insensitive and stored lowercase.
+//   - engine_type "trtllm" is rejected: only vllm and sglang are modeled.
+//   - kv_transfer_abort_timeout_ms 0 means no abort timeout and is stored as
+//     nil. handoff_session_timeout_ms cannot be 0: it is what guarantees a
+//     held source is reclaimed, so use a large value instead.
+//   - dp_size above 1 is rejected: run more workers instead of DP ranks.
+//
+// Dynamo keys that describe deployment rather than the modeled engine are
+// accepted with their types checked and then ignored, so a config copied
+// from Dynamo loads: has_perf_model (any value), startup_time,
+// enable_local_indexer, bootstrap_port (the cluster assigns transfer
+// addresses), zmq_kv_events_port, zmq_replay_port, router_queue_policy,
+// response_replay_trace_path and reasoning (output token ids are random),
+// gpu_memory_utilization, mem_fraction_static and free_gpu_memory_fraction
+// (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
+// aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
+// aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
+// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
+// bandwidth_g*_to_g*_gbps, g1_backend, and the trtllm object. The legacy
+// booleans is_prefill and is_decode select worker_type; both true is an
+// error, and a true one that contradicts an explicit worker_type is too.
+//
+// Dynamo keys whose effect mocker does not model, and which would silently
+// change what its numbers mean, are rejected when set to anything but their
+// "off" value: aic_backend (AIConfigurator timing; use planner_profile_data),
+// aic_nextn (MTP bursts; use decode_speedup_ratio), num_g2_blocks and
+// num_g3_blocks above 0 and enable_g4_storage true (KVBM offload tiers).
+//
+// Errors about a field are *ArgError; malformed JSON is a plain error
+// carrying the byte offset. To overlay a pool's arguments on global ones,
+// use ParseArgsLayers.
+func ParseArgs(data []byte) (Args, error) {
+	return ParseArgsLayers(data)
+}
+
+// ParseArgsLayers parses several JSON objects as one, later layers
+// overriding earlier ones key by key, and then applies the rules of
+// ParseArgs to the result. Nested objects (sglang) merge key by key too, so
+// a pool can change sglang.page_size alone. A null in a later layer resets
+// that key to its default (for max_num_seqs: unbounded). A typical call is
+// ParseArgsLayers(clusterArgs, poolArgs).
+func ParseArgsLayers(layers ...[]byte) (Args, error) {
+	maps := make([]map[string]any, 0, len(layers))
+	for i, data := range layers {
+		m, err := decodeArgsObject(data)
+		if err != nil {
+			if len(layers) > 1 {
+				return Args{}, fmt.Errorf("engine args layer %d of %d: %w", i+1, len(layers), err)
+			}
+			return Args{}, fmt.Errorf("engine args: %w", err)
+		}
+		maps = append(maps, m)
+	}
+	return ArgsFromMapLayers(maps...)
+}
+
+// ArgsFromMap is ParseArgs for a value already decoded into a map, as a
+// JavaScript object exported to Go is: numbers may be int64, float64 (an
+// integral float64 is accepted for an integer field), any Go integer type or
+// json.Number; nested objects are map[string]any. The map is not modified.
+func ArgsFromMap(m map[string]any) (Args, error) {
+	return ArgsFromMapLayers(m)
+}
+
+// ArgsFromMapLayers is ParseArgsLayers for decoded maps: later maps override
+// earlier ones key by key, nested objects merging too. Nil maps are skipped.
+func ArgsFromMapLayers(layers ...map[string]any) (Args, error) {
+	merged := map[string]any{}
+	for _, m := range layers {
+		mergeArgMaps(merged, m)
+	}
+	return buildArgs(merged)
+}
+
+// decodeArgsObject reads one JSON object, keeping numbers exact.
+func decodeArgsObject(data []byte) (map[string]any, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("invalid JSON at byte %d: %w", se.Offset, err)
+		}
+		return nil, fmt.Errorf("invalid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("invalid JSON: unexpected data after the object at byte %d", dec.InputOffset())
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, fmt.Errorf("want a JSON object, got %s", argDescribe(v))
+	}
+	return m, nil
+}
+
+// mergeArgMaps overlays src on dst, merging nested objects and copying them
+// so the caller's maps are never aliased or modified.
+func mergeArgMaps(dst, src map[string]any) {
+	for k, v := range src {
+		sub, isMap := v.(map[string]any)
+		if !isMap {
+			dst[k] = v
+			continue
+		}
+		prev, prevIsMap := dst[k].(map[string]any)
+		if !prevIsMap {
+			prev = map[string]any{}
+		}
+		mergeArgMaps(prev, sub)
+		dst[k] = prev
+	}
+}
+
+// argParser carries what parsing learns beyond the Args values: which keys
+// were given, for the rules that depend on it.
+type argParser struct {
+	a            Args
+	blockSizeSet bool
+	pageSizeSet  bool
+	chunkSet     bool
+	isPrefill    bool
+	isDecode     bool
+	workerSet    bool
+	sglangRaw    map[string]any
+}
+
+type argKeySpec struct {
+	key   string
+	apply func(p *argParser, field string, v any) error
+}
+
+// argNullUnbounded lists the keys where an explicit null means "no limit"
+// rather than the default, as in Dynamo; for every other key null keeps the
+// default.
+var argNullUnbounded = map[string]func(p *argParser){
+	"max_num_seqs":           func(p *argParser) { p.a.MaxNumSeqs = nil },
+	"max_num_batched_tokens": func(p *argParser) { p.a.MaxNumBatchedTokens = nil },
+}
+
+// argKeys lists every top-level key ParseArgs accepts, in the order they are
+// applied.
+var argKeys = append(slices.Clip(modeledArgKeys), dynamoArgKeys...)
+
+// modeledArgKeys are the keys mocker acts on.
+var modeledArgKeys = []argKeySpec{
+	{"engine_type", func(p *argParser, _ string, v any) error {
+		s, err := argEnumValue("engine_type", v, "vllm", "sglang")
+		if err != nil {
+			return err
+		}
+		p.a.EngineType = EngineType(s)
+		return nil
+	}},
+	{"num_gpu_blocks", argIntInto(func(p *argParser) *int { return &p.a.NumGPUBlocks }, argWantPositive)},
+	{"block_size", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("block_size", v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		p.a.BlockSize = n
+		p.blockSizeSet = n != 0
+		return nil
+	}},
+	{"max_model_len", argOptIntInto(func(p *argParser) **int { return &p.a.MaxModelLen }, argWantPositive)},
+	{"max_num_seqs", argOptIntInto(func(p *argParser) **int { return &p.a.MaxNumSeqs }, argWantPositive)},
+	{"max_num_batched_tokens", argOptIntInto(func(p *argParser) **int { return &p.a.MaxNumBatchedTokens }, argWantPositive)},
+	{"enable_prefix_caching", argBoolInto(func(p *argParser) *bool { return &p.a.EnablePrefixCaching })},
+	{"enable_chunked_prefill", argBoolInto(func(p *argParser) *bool { return &p.a.EnableChunkedPrefill })},
+	{"speedup_ratio", argFloatInto(func(p *argParser) *float64 { return &p.a.SpeedupRatio }, argWantNonNegativeNumber)},
+	{"decode_speedup_ratio", argFloatInto(func(p *argParser) *float64 { return &p.a.DecodeSpeedupRatio }, argWantPositiveNumber)},
+	{"dp_size", argIntInto(func(p *argParser) *int { return &p.a.DPSize }, argWantPositive)},
+	{"worker_type", func(p *argParser, _ string, v any) error {
+		s, err := argEnumValue("worker_type", v, "aggregated", "prefill", "decode")
+		if err != nil {
+			return err
+		}
+		p.a.WorkerType = WorkerType(s)
+		p.workerSet = true
+		return nil
+	}},
+	{"is_prefill", argBoolInto(func(p *argParser) *bool { return &p.isPrefill })},
+	{"is_decode", argBoolInto(func(p *argParser) *bool { return &p.isDecode })},
+	{"preemption_mode", func(p *argParser, _ string, v any) error {
+		s, err := argEnumValue("preemption_mode", v, "lifo", "fifo")
+		if err != nil {
+			return err
+		}
+		p.a.PreemptionMode = PreemptionMode(s)
+		return nil
+	}},
+	{"kv_bytes_per_token", argOptIntInto(func(p *argParser) **int { return &p.a.KVBytesPerToken }, argWantNonNegative)},
+	{"kv_transfer_bandwidth", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("kv_transfer_bandwidth", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.KVTransferBandwidth = &f
+		return nil
+	}},
+	{"kv_transfer_timing_mode", func(p *argParser, _ string, v any) error {
+		s, err := argEnumValue("kv_transfer_timing_mode", v, "full_prompt", "destination_missing")
+		if err != nil {
+			return err
+		}
+		p.a.KVTransferTimingMode = TransferTimingMode(s)
+		return nil
+	}},
+	{"kv_transfer_abort_timeout_ms", func(p *argParser, _ string, v any) error {
+		n, err := argInt64Value("kv_transfer_abort_timeout_ms", v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		if n != 0 {
+			p.a.KVTransferAbortTimeoutMs = &n
+		}
+		return nil
+	}},
+	{"handoff_session_timeout_ms", func(p *argParser, _ string, v any) error {
+		n, err := argInt64Value("handoff_session_timeout_ms", v, argWantPositive)
+		if err != nil {
+			return err
+		}
+		p.a.HandoffSessionTimeoutMs = n
+		return nil
+	}},
+	{"router_load_includes_held", argBoolInto(func(p *argParser) *bool { return &p.a.RouterLoadIncludesHeld })},
+	{"planner_profile_data", func(p *argParser, _ string, v any) error {
+		s, err := argStringValue("planner_profile_data", v, "a file path")
+		if err != nil {
+			return err
+		}
+		p.a.PlannerProfileData = s
+		return nil
+	}},
+	{"sglang", func(p *argParser, _ string, v any) error {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return argErr("sglang", "want an object, got %s", argDescribe(v))
+		}
+		p.sglangRaw = m
+		return nil
+	}},
+}
+
+// dynamoArgKeys are Dynamo's keys mocker does not model: checked, then
+// ignored, or rejected when turned on.
+var dynamoArgKeys = []argKeySpec{
+	{"has_perf_model", func(*argParser, string, any) error { return nil }},
+	argIgnoreNumber("startup_time", 0, math.Inf(1)),
+	argIgnoreBool("enable_local_indexer"),
+	argIgnoreInt("bootstrap_port", 0, math.MaxUint16),
+	argIgnoreInt("zmq_kv_events_port", 0, math.MaxUint16),
+	argIgnoreInt("zmq_replay_port", 0, math.MaxUint16),
+	argIgnoreString("router_queue_policy"),
+	argIgnoreString("response_replay_trace_path"),
+	argIgnoreObject("reasoning"),
+	argIgnoreObject("trtllm"),
+	argIgnoreNumber("gpu_memory_utilization", 0, 1),
+	argIgnoreNumber("mem_fraction_static", 0, 1),
+	argIgnoreNumber("free_gpu_memory_fraction", 0, 1),
+	argIgnoreString("aic_system"),
+	argIgnoreString("aic_systems_path"),
+	argIgnoreString("aic_backend_version"),
+	argIgnoreString("aic_model_path"),
+	argIgnoreInt("aic_tp_size", 1, math.MaxInt),
+	argIgnoreInt("aic_moe_tp_size", 1, math.MaxInt),
+	argIgnoreInt("aic_moe_ep_size", 1, math.MaxInt),
+	argIgnoreInt("aic_attention_dp_size", 1, math.MaxInt),
+	argIgnoreString("aic_gemm_dtype"),
+	argIgnoreString("aic_moe_dtype"),
+	argIgnoreString("aic_fmha_dtype"),
+	argIgnoreString("aic_kv_cache_dtype"),
+	argIgnoreString("aic_comm_dtype"),
+	argIgnoreString("aic_nextn_accept_rates"),
+	argIgnoreInt("aic_mtp_seed", 0, math.MaxInt),
+	argIgnoreInt("offload_batch_size", 0, math.MaxInt),
+	argIgnoreNumber("bandwidth_g1_to_g2_gbps", 0, math.Inf(1)),
+	argIgnoreNumber("bandwidth_g2_to_g1_gbps", 0, math.Inf(1)),
+	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
+	argIgnoreNumber("bandwidth_g3_to_g2_gbps", 0, math.Inf(1)),
+	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
+	argIgnoreNumber("bandwidth_g4_to_g2_gbps", 0, math.Inf(1)),
+	{"g1_backend", func(_ *argParser, _ string, v any) error {
+		_, err := argEnumValue("g1_backend", v, "kvbm", "native")
+		return err
+	}},
+
+	// Dynamo knobs rejected unless off: ignoring them would misstate results.
+	{"aic_backend", func(_ *argParser, _ string, v any) error {
+		if _, err := argStringValue("aic_backend", v, "a string"); err != nil {
+			return err
+		}
+		return argErr("aic_backend", "AIConfigurator timing is not modeled; remove it and give a profile table in planner_profile_data, or keep the default polynomial model")
+	}},
+	{"aic_nextn", func(_ *argParser, _ string, v any) error {
+		if _, err := argIntValue("aic_nextn", v, argWantPositive); err != nil {
+			return err
+		}
+		return argErr("aic_nextn", "MTP draft bursts are not modeled; remove it and use decode_speedup_ratio for faster decode")
+	}},
+	argRejectPositive("num_g2_blocks", "KVBM offload tiers are not modeled; remove it or set it to 0"),
+	argRejectPositive("num_g3_blocks", "KVBM offload tiers are not modeled; remove it or set it to 0"),
+	{"enable_g4_storage", func(_ *argParser, _ string, v any) error {
+		b, err := argBoolValue("enable_g4_storage", v)
+		if err != nil || !b {
+			return err
+		}
+		return argErr("enable_g4_storage", "KVBM offload tiers are not modeled; remove it or set it to false")
+	}},
+}
+
+var argSGLangKeys = []argKeySpec{
+	{"schedule_policy", func(p *argParser, _ string, v any) error {
+		s, err := argEnumValue("sglang.schedule_policy", v, "fifo", "fcfs", "lpm")
+		if err != nil {
+			return err
+		}
+		if s == "fcfs" {
+			s = SGLangPolicyFIFO
+		}
+		p.a.SGLang.SchedulePolicy = s
+		return nil
+	}},
+	{"page_size", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("sglang.page_size", v, argWantPositive)
+		if err != nil {
+			return err
+		}
+		p.a.SGLang.PageSize = n
+		p.pageSizeSet = true
+		return nil
+	}},
+	{"max_prefill_tokens", argIntInto(func(p *argParser) *int { return &p.a.SGLang.MaxPrefillTokens }, argWantPositive)},
+	{"chunked_prefill_size", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("sglang.chunked_prefill_size", v, argWantPositive)
+		if err != nil {
+			return err
+		}
+		p.a.SGLang.ChunkedPrefillSize = n
+		p.chunkSet = true
+		return nil
+	}},
+	{"clip_max_new_tokens", argIntInto(func(p *argParser) *int { return &p.a.SGLang.ClipMaxNewTokens }, argWantPositive)},
+	{"schedule_conservativeness", argFloatInto(func(p *argParser) *float64 { return &p.a.SGLang.ScheduleConservativeness }, "a number in [0, 1]")},
+	{"max_running_requests", argOptIntInto(func(p *argParser) **int { return &p.a.SGLang.MaxRunningRequests }, argWantPositive)},
+	{"optimistic_prefill", argBoolInto(func(p *argParser) *bool { return &p.a.SGLang.OptimisticPrefill })},
+}
+
+// Type descriptions used in "want ..." messages.
+const (
+	argWantPositive          = "a positive integer"
+	argWantNonNegative       = "a non-negative integer"
+	argWantPositiveNumber    = "a positive number"
+	argWantNonNegativeNumber = "a non-negative number"
+)
+
+// buildArgs applies a merged map over DefaultArgs, resolves what depends
+// on the engine and validates.
+func buildArgs(m map[string]any) (Args, error) {
+	if err := argCheckKeys("", m, modeledArgKeys, dynamoArgKeys); err != nil {
+		return Args{}, err
+	}
+	p := &argParser{a: DefaultArgs()}
+	for _, ks := range argKeys {
+		v, ok := m[ks.key]
+		if !ok {
+			continue
+		}
+		if v == nil {
+			if reset, ok := argNullUnbounded[ks.key]; ok {
+				reset(p)
+			}
+			continue
+		}
+		if err := ks.apply(p, ks.key, v); err != nil {
+			return Args{}, err
+		}
+	}
+	if err := p.resolveWorkerType(); err != nil {
+		return Args{}, err
+	}
+	if err := p.resolveSGLang(); err != nil {
+		return Args{}, err
+	}
+	if p.a.BlockSize == 0 && p.a.EngineType == EngineVLLM {
+		p.a.BlockSize = DefaultBlockSizeVLLM
+	}
+	if err := p.a.Validate(); err != nil {
+		return Args{}, err
+	}
+	return p.a, nil
+}
+
+func (p *argParser) resolveWorkerType() error {
+	if p.isPrefill && p.isDecode {
+		return argErr("is_prefill", "is_prefill and is_decode cannot both be true; set worker_type instead")
+	}
+	legacy := WorkerAggregated
+	field := ""
+	switch {
+	case p.isPrefill:
+		legacy, field = WorkerPrefill, "is_prefill"
+	case p.isDecode:
+		legacy, field = WorkerDecode, "is_decode"
+	}
+	if field == "" {
+		return nil
+	}
+	if p.workerSet && p.a.WorkerType != legacy {
+		return argErr(field, "true contradicts worker_type %q; drop the legacy flag", p.a.WorkerType)
+	}
+	p.a.WorkerType = legacy
+	return nil
+}
+
+func (p *argParser) resolveSGLang() error {
+	if p.a.EngineType != EngineSGLang {
+		if p.sglangRaw == nil {
+			return nil
+		}
+		// Checked so a typo surfaces now, kept as given but unused.
+		sg := DefaultSGLangArgs()
+		p.a.SGLang = &sg
+		return p.applySGLang()
+	}
+	defaults := DefaultSGLangArgs()
+	p.a.SGLang = &defaults
+	if p.sglangRaw != nil {
+		if err := p.applySGLang(); err != nil {
+			return err
+		}
+	}
+	sg := p.a.SGLang
+	switch {
+	case !p.blockSizeSet && p.pageSizeSet && sg.PageSize >= 1:
+		p.a.BlockSize = sg.PageSize
+	case !p.blockSizeSet:
+		p.a.BlockSize = DefaultBlockSizeSGLang
+	}
+	if !p.pageSizeSet {
+		sg.PageSize = p.a.BlockSize
+	}
+	if !p.chunkSet && p.a.BlockSize > 0 {
+		// SGLang cuts chunks at page boundaries anyway, so the rounded
+		// default computes the same chunks as the unrounded one.
+		sg.ChunkedPrefillSize = max(p.a.BlockSize, sg.ChunkedPrefillSize/p.a.BlockSize*p.a.BlockSize)
+	}
+	return nil
+}
+
+func (p *argParser) applySGLang() error {
+	if err := argCheckKeys("sglang.", p.sglangRaw, argSGLangKeys, nil); err != nil {
+		return err
+	}
+	for _, ks := range argSGLangKeys {
+		v, ok := p.sglangRaw[ks.key]
+		if !ok || v == nil {
+			continue
+		}
+		if err := ks.apply(p, "sglang."+ks.key, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// argCheckKeys reports the first unknown key in sorted order, so the error is
+// the same on every run.
+func argCheckKeys(prefix string, m map[string]any, specs, compat []argKeySpec) error {
+	known := make(map[string]bool, len(specs)+len(compat))
+	names := make([]string, 0, len(specs))
+	compatNames := make([]string, 0, len(compat))
+	for _, s := range specs {
+		known[s.key] = true
+		names = append(names, s.key)
+	}
+	for _, s := range compat {
+		known[s.key] = true
+		compatNames = append(compatNames, s.key)
+	}
+	unknown := make([]string, 0)
+	for k := range m {
+		if !known[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	sort.Strings(names)
+	sort.Strings(compatNames)
+	key := unknown[0]
+	msg := "unknown key"
+	if near := argClosestKey(key, append(slices.Clip(names), compatNames...)); near != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", near)
+	}
+	where := "engine args"
+	if prefix != "" {
+		where = strings.TrimSuffix(prefix, ".")
+	}
+	msg = fmt.Sprintf("%s; valid keys in %s: %s", msg, where, strings.Join(names, ", "))
+	if len(compatNames) > 0 {
+		msg += "; also accepted from Dynamo (not modeled): " + strings.Join(compatNames, ", ")
+	}
+	return argErr(prefix+key, "%s", msg)
+}
+
+// argClosestKey returns the valid key within a small edit distance of key, to
+// catch typos such as num_gpu_block.
+func argClosestKey(key string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := argEditDistance(key, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+func argEditDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
+// Value readers. Each names the field and the wanted type when v does not
+// fit; range checks beyond the type live in Validate, so hand-built Args get
+// the same messages.
+
+func argDescribe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		if len(x) > 40 {
+			x = x[:40] + "…"
+		}
+		return fmt.Sprintf("string %q", x)
+	case bool:
+		return fmt.Sprintf("boolean %t", x)
+	case json.Number:
+		return "number " + x.String()
+	case float64:
+		return "number " + strconv.FormatFloat(x, 'g', -1, 64)
+	case float32:
+		return "number " + strconv.FormatFloat(float64(x), 'g', -1, 32)
+	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
+		return fmt.Sprintf("number %d", x)
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	default:
+		return fmt.Sprintf("%T", v)
+	}
+}
+
+// argToFloat reads any numeric representation a decoder or a JavaScript
+// runtime produces.
+func argToFloat(v any) (float64, bool) {
+	switch x := v.(type) {
+	case json.Number:
+		f, err := x.Float64()
+		return f, err == nil
+	case float64:
+		return x, true
+	case float32:
+		return float64(x), true
+	case int:
+		return float64(x), true
+	case int8:
+		return float64(x), true
+	case int16:
+		return float64(x), true
+	case int32:
+		return float64(x), true
+	case int64:
+		return float64(x), true
+	case uint:
+		return float64(x), true
+	case uint8:
+		return float64(x), true
+	case uint16:
+		return float64(x), true
+	case uint32:
+		return float64(x), true
+	case uint64:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+// argToInt64 reads an integral number exactly where it can, so large integers
+// do not pass through float64.
+func argToInt64(v any) (n int64, isNumber, ok bool) {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := strconv.ParseInt(x.String(), 10, 64); err == nil {
+			return i, true, true
+		}
+	case int:
+		return int64(x), true, true
+	case int8:
+		return int64(x), true, true
+	case int16:
+		return int64(x), true, true
+	case int32:
+		return int64(x), true, true
+	case int64:
+		return x, true, true
+	case uint:
+		return int64(x), true, uint64(x) <= math.MaxInt64
+	case uint8:
+		return int64(x), true, true
+	case uint16:
+		return int64(x), true, true
+	case uint32:
+		return int64(x), true, true
+	case uint64:
+		return int64(x), true, x <= math.MaxInt64
+	}
+	f, isNum := argToFloat(v)
+	if !isNum {
+		return 0, false, false
+	}
+	// 2^63 is the first float64 beyond int64; integral floats below it
+	// convert exactly.
+	if f != math.Trunc(f) || math.IsInf(f, 0) || f >= 1<<63 || f < -(1<<63) {
+		return 0, true, false
+	}
+	return int64(f), true, true
+}
+
+func argInt64Value(field string, v any, want string) (int64, error) {
+	n, _, ok := argToInt64(v)
+	if !ok {
+		return 0, argErr(field, "want %s, got %s", want, argDescribe(v))
+	}
+	return n, nil
+}
+
+func argIntValue(field string, v any, want string) (int, error) {
+	n, err := argInt64Value(field, v, want)
+	if err != nil {
+		return 0, err
+	}
+	if n > math.MaxInt || n < math.MinInt {
+		return 0, argErr(field, "want %s, got %s, which is too large", want, argDescribe(v))
+	}
+	return int(n), nil
+}
+
+func argFloatValue(field string, v any, want string) (float64, error) {
+	f, ok := argToFloat(v)
+	if !ok {
+		return 0, argErr(field, "want %s, got %s", want, argDescribe(v))
+	}
+	return f, nil
+}
+
+func argBoolValue(field string, v any) (bool, error) {
+	b, ok := v.(bool)
+	if !ok {
+		return false, argErr(field, "want a boolean, got %s", argDescribe(v))
+	}
+	return b, nil
+}
+
+func argStringValue(field string, v any, want string) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", argErr(field, "want %s, got %s", want, argDescribe(v))
+	}
+	return s, nil
+}
+
+// argEnumValue reads a case-insensitive enum and returns it lowercase.
+func argEnumValue(field string, v any, allowed ...string) (string, error) {
+	quoted := make([]string, len(allowed))
+	for i, s := range allowed {
+		quoted[i] = strconv.Quote(s)
+	}
+	want := "one of " + strings.Join(quoted, ", ")
+	s, err := argStringValue(field, v, want)
+	if err != nil {
+		return "", err
+	}
+	low := strings.ToLower(s)
+	for _, a := range allowed {
+		if low == a {
+			return low, nil
+		}
+	}
+	if field == "engine_type" && low == "trtllm" {
+		return "", argErr(field, `"trtllm" is not modeled: only "vllm" and "sglang" are (Dynamo's trtllm mocker reuses the vLLM core with a no-evict admission policy; "vllm" is the nearest)`)
+	}
+	return "", argErr(field, "want %s, got %s", want, argDescribe(v))
+}
+
+func argIntInto(dst func(*argParser) *int, want string) func(*argParser, string, any) error {
+	return func(p *argParser, field string, v any) error {
+		n, err := argIntValue(field, v, want)
+		if err != nil {
+			return err
+		}
+		*dst(p) = n
+		return nil
+	}
+}
+
+func argOptIntInto(dst func(*argParser) **int, want string) func(*argParser, string, any) error {
+	return func(p *argParser, field string, v any) error {
+		n, err := argIntValue(field, v, want)
+		if err != nil {
+			return err
+		}
+		*dst(p) = &n
+		return nil
+	}
+}
+
+func argBoolInto(dst func(*argParser) *bool) func(*argParser, string, any) error {
+	return func(p *argParser, field string, v any) error {
+		b, err := argBoolValue(field, v)
+		if err != nil {
+			return err
+		}
+		*dst(p) = b
+		return nil
+	}
+}
+
+func argFloatInto(dst func(*argParser) *float64, want string) func(*argParser, string, any) error {
+	return func(p *argParser, field string, v any) error {
+		f, err := argFloatValue(field, v, want)
+		if err != nil {
+			return err
+		}
+		*dst(p) = f
+		return nil
+	}
+}
+
+func argIgnoreBool(key string) argKeySpec {
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		_, err := argBoolValue(key, v)
+		return err
+	}}
+}
+
+func argIgnoreString(key string) argKeySpec {
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		_, err := argStringValue(key, v, "a string")
+		return err
+	}}
+}
+
+func argIgnoreObject(key string) argKeySpec {
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		if _, ok := v.(map[string]any); !ok {
+			return argErr(key, "want an object, got %s", argDescribe(v))
+		}
+		return nil
+	}}
+}
+
+func argIgnoreInt(key string, lo, hi int64) argKeySpec {
+	want := fmt.Sprintf("an integer in [%d, %d]", lo, hi)
+	if hi == math.MaxInt {
+		want = fmt.Sprintf("an integer ≥ %d", lo)
+	}
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		n, err := argInt64Value(key, v, want)
+		if err != nil {
+			return err
+		}
+		if n < lo || n > hi {
+			return argErr(key, "want %s, got %d", want, n)
+		}
+		return nil
+	}}
+}
+
+func argIgnoreNumber(key string, lo, hi float64) argKeySpec {
+	want := fmt.Sprintf("a number in [%g, %g]", lo, hi)
+	if math.IsInf(hi, 1) {
+		want = fmt.Sprintf("a number ≥ %g", lo)
+	}
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		f, err := argFloatValue(key, v, want)
+		if err != nil {
+			return err
+		}
+		if !(f >= lo && f <= hi) {
+			return argErr(key, "want %s, got %g", want, f)
+		}
+		return nil
+	}}
+}
+
+func argRejectPositive(key, why string) argKeySpec {
+	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
+		n, err := argInt64Value(key, v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		if n < 0 {
+			return argErr(key, "want %s, got %d", argWantNonNegative, n)
+		}
+		if n > 0 {
+			return argErr(key, "%s", why)
+		}
+		return nil
+	}}
+}
+
+// Validate checks every field of a (parsed or hand-built) Args and returns
+// an *ArgError for the first one that is wrong, in field order:
+//
+//   - engine_type is "vllm" or "sglang"; worker_type, preemption_mode and
+//     kv_transfer_timing_mode are one of their lowercase values;
+//   - num_gpu_blocks, block_size, max_model_len, max_num_seqs and
+//     max_num_batched_tokens (when set) are at least 1; max_model_len is set
+//     only for vllm;
+//   - speedup_ratio is a finite number ≥ 0, decode_speedup_ratio a finite
+//     number > 0;
+//   - dp_size is 1;
+//   - kv_bytes_per_token, kv_transfer_bandwidth and
+//     kv_transfer_abort_timeout_ms are ≥ 0 when set (the bandwidth finite);
+//     handoff_session_timeout_ms is at least 1;
+//   - sglang, when set: schedule_policy "fifo" or "lpm"; page_size,
+//     max_prefill_tokens, chunked_prefill_size, clip_max_new_tokens and
+//     max_running_requests at least 1; schedule_conservativeness in [0, 1];
+//     and for an sglang engine page_size equals block_size and
+//     chunked_prefill_size is a multiple of it.
+func (a Args) Validate() error {
+	checks := []func() *ArgError{
+		func() *ArgError {
+			switch a.EngineType {
+			case EngineVLLM, EngineSGLang:
+				return nil
+			case "trtllm":
+				return argErr("engine_type", `"trtllm" is not modeled: only "vllm" and "sglang" are`)
+			}
+			return argErr("engine_type", `want "vllm" or "sglang", got %q`, a.EngineType)
+		},
+		func() *ArgError { return argAtLeast("num_gpu_blocks", a.NumGPUBlocks, 1, "") },
+		func() *ArgError {
+			return argAtLeast("block_size", a.BlockSize, 1, " (ParseArgs resolves 0 by engine: vllm 64, sglang page_size)")
+		},
+		func() *ArgError {
+			if a.MaxModelLen == nil {
+				return nil
+			}
+			if a.EngineType != EngineVLLM {
+				return argErr("max_model_len", "is supported only with engine_type \"vllm\", not %q; remove it", a.EngineType)
+			}
+			return argAtLeast("max_model_len", *a.MaxModelLen, 1, "")
+		},
+		func() *ArgError { return argOptAtLeast("max_num_seqs", a.MaxNumSeqs, " (null means unbounded)") },
+		func() *ArgError {
+			return argOptAtLeast("max_num_batched_tokens", a.MaxNumBatchedTokens, " (null means unbounded)")
+		},
+		func() *ArgError {
+			if math.IsNaN(a.SpeedupRatio) || math.IsInf(a.SpeedupRatio, 0) || a.SpeedupRatio < 0 {
+				return argErr("speedup_ratio", "must be a finite number ≥ 0 (0 means no scaling), got %g", a.SpeedupRatio)
+			}
+			return nil
+		},
+		func() *ArgError {
+			if math.IsNaN(a.DecodeSpeedupRatio) || math.IsInf(a.DecodeSpeedupRatio, 0) || a.DecodeSpeedupRatio <= 0 {
+				return argErr("decode_speedup_ratio", "must be a finite number > 0 (1 means no extra decode speedup), got %g", a.DecodeSpeedupRatio)
+			}
+			return nil
+		},
+		func() *ArgError {
+			if a.DPSize < 1 {
+				return argErr("dp_size", "must be at least 1, got %d", a.DPSize)
+			}
+			if a.DPSize > 1 {
+				return argErr("dp_size", "only 1 is modeled, got %d; run %d workers instead of data-parallel ranks", a.DPSize, a.DPSize)
+			}
+			return nil
+		},
+		func() *ArgError {
+			switch a.WorkerType {
+			case WorkerAggregated, WorkerPrefill, WorkerDecode:
+				return nil
+			}
+			return argErr("worker_type", `want "aggregated", "prefill" or "decode", got %q`, a.WorkerType)
+		},
+		func() *ArgError {
+			switch a.PreemptionMode {
+			case PreemptLIFO, PreemptFIFO:
+				return nil
+			}
+			return argErr("preemption_mode", `want "lifo" or "fifo", got %q`, a.PreemptionMode)
+		},
+		func() *ArgError {
+			if a.KVBytesPerToken != nil && *a.KVBytesPerToken < 0 {
+				return argErr("kv_bytes_per_token", "must be ≥ 0, got %d", *a.KVBytesPerToken)
+			}
+			return nil
+		},
+		func() *ArgError {
+			if b := a.KVTransferBandwidth; b != nil && (math.IsNaN(*b) || math.IsInf(*b, 0) || *b < 0) {
+				return argErr("kv_transfer_bandwidth", "must be a finite number of GB/s ≥ 0 (0 disables the transfer delay), got %g", *b)
+			}
+			return nil
+		},
+		func() *ArgError {
+			switch a.KVTransferTimingMode {
+			case TransferFullPrompt, TransferDestinationMissing:
+				return nil
+			}
+			return argErr("kv_transfer_timing_mode", `want "full_prompt" or "destination_missing", got %q`, a.KVTransferTimingMode)
+		},
+		func() *ArgError {
+			if t := a.KVTransferAbortTimeoutMs; t != nil && *t < 0 {
+				return argErr("kv_transfer_abort_timeout_ms", "must be ≥ 0 modeled ms (0 or null: no abort timeout), got %d", *t)
+			}
+			return nil
+		},
+		func() *ArgError {
+			if a.HandoffSessionTimeoutMs < 1 {
+				return argErr("handoff_session_timeout_ms", "must be at least 1 modeled ms, got %d; it is what reclaims held KV, so use a large value rather than 0", a.HandoffSessionTimeoutMs)
+			}
+			return nil
+		},
+		a.validateSGLang,
+	}
+	for _, c := range checks {
+		if err := c(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (a Args) validateSGLang() *ArgError {
+	sg := a.SGLang
+	if sg == nil {
+		if a.EngineType == EngineSGLang {
+			return argErr("sglang", "must be set for engine_type \"sglang\" (start from DefaultSGLangArgs with page_size = block_size)")
+		}
+		return nil
+	}
+	switch sg.SchedulePolicy {
+	case SGLangPolicyFIFO, SGLangPolicyLPM:
+	default:
+		return argErr("sglang.schedule_policy", `want "fifo" or "lpm", got %q`, sg.SchedulePolicy)
+	}
+	for _, c := range []struct {
+		field string
+		n     int
+	}{
+		{"sglang.page_size", sg.PageSize},
+		{"sglang.max_prefill_tokens", sg.MaxPrefillTokens},
+		{"sglang.chunked_prefill_size", sg.ChunkedPrefillSize},
+		{"sglang.clip_max_new_tokens", sg.ClipMaxNewTokens},
+	} {
+		if err := argAtLeast(c.field, c.n, 1, ""); err != nil {
+			return err
+		}
+	}
+	if c := sg.ScheduleConservativeness; !(c >= 0 && c <= 1) {
+		return argErr("sglang.schedule_conservativeness", "must be in [0, 1], got %g", c)
+	}
+	if err := argOptAtLeast("sglang.max_running_requests", sg.MaxRunningRequests, ""); err != nil {
+		return err
+	}
+	if a.EngineType != EngineSGLang {
+		return nil
+	}
+	if sg.PageSize != a.BlockSize {
+		return argErr("sglang.page_size", "must equal block_size (%d) for engine_type \"sglang\", got %d; set one of them or both to the same value", a.BlockSize, sg.PageSize)
+	}
+	if sg.ChunkedPrefillSize%a.BlockSize != 0 {
+		return argErr("sglang.chunked_prefill_size", "must be a multiple of block_size (%d), got %d", a.BlockSize, sg.ChunkedPrefillSize)
+	}
+	return nil
+}
+
+func argAtLeast(field string, n, lo int, hint string) *ArgError {
+	if n < lo {
+		return argErr(field, "must be at least %d%s, got %d", lo, hint, n)
+	}
+	return nil
+}
+
+func argOptAtLeast(field string, n *int, hint string) *ArgError {
+	if n == nil {
+		return nil
+	}
+	return argAtLeast(field, *n, 1, hint)
+}

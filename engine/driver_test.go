@@ -1,0 +1,154 @@
+package engine
+
+import (
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runVirtual simulates a two-pool cluster in miniature: two aggregated
+// workers and one prefill worker whose holds are released a random delay
+// after they start. It returns the serialized log of every output.
+func runVirtual(t *testing.T, seed uint64, n int) (string, []Completion) {
+	t.Helper()
+	var ws []*Worker
+	for i, wt := range []WorkerType{WorkerAggregated, WorkerAggregated, WorkerPrefill} {
+		w, err := New(smallArgs(48, func(a *Args) { a.WorkerType = wt }), nil, seed+uint64(i))
+		require.NoError(t, err)
+		ws = append(ws, w)
+	}
+	v := NewVirtual(ws...)
+	rng := rand.New(rand.NewPCG(seed, 99))
+	var sb strings.Builder
+	var done []Completion
+	v.OnOutput = func(w int, out *Output) {
+		require.Equal(t, out.End, v.Now(), "outputs are delivered at their pass end")
+		serialize(&sb, w, out)
+		done = append(done, out.Completions...)
+		for _, e := range out.Events {
+			if e.Kind == EventHoldStarted {
+				v.ReleaseHeld(v.Now()+rng.Float64()*50, w, e.RequestID, Transferred)
+			}
+		}
+		checkWorker(t, v.Worker(w))
+	}
+	at := 0.0
+	for i := range n {
+		at += rng.ExpFloat64() * 5
+		w := rng.IntN(3)
+		pol := Release
+		if w == 2 {
+			pol = Hold
+		}
+		prefix := seqTokens(uint32(1000*rng.IntN(3)), 8)
+		tokens := append(prefix, seqTokens(rng.Uint32(), 1+rng.IntN(30))...)
+		v.Submit(at, w, Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, pol)
+	}
+	require.NoError(t, v.Run())
+	for i := range ws {
+		m := ws[i].Metrics()
+		assert.Zero(t, m.ActiveBlocks, "worker %d drained", i)
+		assert.Zero(t, m.HeldRequests)
+	}
+	return sb.String(), done
+}
+
+func TestVirtual_Determinism(t *testing.T) {
+	a, _ := runVirtual(t, 42, 200)
+	b, _ := runVirtual(t, 42, 200)
+	require.NotEmpty(t, a)
+	assert.Equal(t, a, b, "same seed and inputs give byte-identical logs")
+	c, _ := runVirtual(t, 43, 200)
+	assert.NotEqual(t, a, c, "the log depends on the seed")
+}
+
+func TestVirtual_Causality(t *testing.T) {
+	_, done := runVirtual(t, 7, 300)
+	require.Len(t, done, 300)
+	for _, c := range done {
+		assert.LessOrEqual(t, c.Arrival, c.FirstTokenAt, "request %d", c.RequestID)
+		assert.LessOrEqual(t, c.FirstTokenAt, c.At, "request %d", c.RequestID)
+		assert.Less(t, c.Arrival, c.FirstTokenAt, "a token takes modeled time")
+	}
+}
+
+// liveOutputs copies the parts of outputs a live test looks at and hands
+// them to the test goroutine.
+func liveOutputs() (func(*Output), <-chan Output) {
+	ch := make(chan Output, 1024)
+	return func(out *Output) {
+		c := Output{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
+		c.Tokens = append([]Token(nil), out.Tokens...)
+		c.Completions = append([]Completion(nil), out.Completions...)
+		c.Events = append([]Event(nil), out.Events...)
+		ch <- c
+	}, ch
+}
+
+func waitFor(t *testing.T, ch <-chan Output, what string, pred func(Output) bool) Output {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for {
+		select {
+		case o := <-ch:
+			if pred(o) {
+				return o
+			}
+		case <-deadline:
+			t.Fatalf("no output with %s", what)
+			return Output{}
+		}
+	}
+}
+
+func TestLive_NoSpinWhenOnlyHeld(t *testing.T) {
+	w := newWorker(t, prefillArgs(32))
+	on, ch := liveOutputs()
+	l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
+	defer l.Stop()
+
+	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 1}, Hold))
+	o := waitFor(t, ch, "hold start", func(o Output) bool { return len(o.Completions) > 0 })
+	assert.True(t, o.Completions[0].Held)
+	held := l.Passes()
+	require.Positive(t, held)
+
+	// Only held KV remains: the worker parks, so its pass count stays put
+	// however long we look.
+	for range 5 {
+		time.Sleep(10 * time.Millisecond)
+		assert.Equal(t, held, l.Passes())
+	}
+	m := l.Metrics()
+	assert.Equal(t, 5, m.HeldBlocks)
+	assert.Zero(t, m.Running)
+
+	assert.True(t, l.ReleaseHeld(1, Transferred))
+	assert.False(t, l.ReleaseHeld(1, Transferred), "release is idempotent")
+	rel := waitFor(t, ch, "hold release", func(o Output) bool { return len(o.Events) > 0 })
+	assert.Equal(t, EventHoldReleased, rel.Events[0].Kind)
+	assert.Equal(t, held, l.Passes(), "flushing the release event is not a pass")
+	assert.Zero(t, l.Metrics().ActiveBlocks)
+}
+
+func TestLive_ModeledTimeAndStop(t *testing.T) {
+	w := newWorker(t, smallArgs(64))
+	on, ch := liveOutputs()
+	l := StartLive(w, LiveOptions{SpeedupRatio: 100, OnOutput: on})
+	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 4}, Release))
+	o := waitFor(t, ch, "completion", func(o Output) bool { return len(o.Completions) > 0 })
+	c := o.Completions[0]
+	assert.Equal(t, 4, c.OutputTokens)
+	assert.LessOrEqual(t, c.Arrival, c.FirstTokenAt)
+	assert.LessOrEqual(t, c.FirstTokenAt, c.At)
+	assert.GreaterOrEqual(t, l.Now(), c.At, "outputs are delivered no earlier than their modeled end")
+	require.Error(t, l.Submit(Request{ID: 1, Tokens: nil}, Release))
+	l.Stop()
+	l.Stop()
+	assert.ErrorIs(t, l.Submit(Request{ID: 2, Tokens: []uint32{1}}, Release), ErrStopped)
+	assert.False(t, l.Cancel(2))
+}

@@ -1,0 +1,151 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// tb is what the helpers need from *testing.T and *rapid.T alike.
+type tb interface {
+	Helper()
+	Errorf(format string, args ...any)
+	FailNow()
+}
+
+// smallArgs is a vLLM worker with 4-token blocks and a pool of n blocks,
+// small enough that tests can reason about every block.
+func smallArgs(n int, mod ...func(*Args)) Args {
+	a := DefaultArgs()
+	a.BlockSize = 4
+	a.NumGPUBlocks = n
+	for _, f := range mod {
+		f(&a)
+	}
+	return a
+}
+
+func intp(v int) *int { return &v }
+
+func newWorker(t testing.TB, a Args) *Worker {
+	t.Helper()
+	w, err := New(a, nil, 7)
+	require.NoError(t, err)
+	return w
+}
+
+// seqTokens returns n distinct-looking tokens starting at base.
+func seqTokens(base uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = base + uint32(i)
+	}
+	return out
+}
+
+// record keeps deep copies of every Output a test saw.
+type record struct {
+	outs        []Output
+	tokens      []Token
+	completions []Completion
+	rejections  []Rejection
+	events      []Event
+	kvEvents    []kv.Event
+}
+
+func (r *record) add(out *Output) {
+	c := *out
+	c.Tokens = append([]Token(nil), out.Tokens...)
+	c.Completions = append([]Completion(nil), out.Completions...)
+	c.Rejections = append([]Rejection(nil), out.Rejections...)
+	c.Events = append([]Event(nil), out.Events...)
+	c.KVEvents = nil
+	for _, e := range out.KVEvents {
+		e.Blocks = append([]kv.Block(nil), e.Blocks...)
+		e.RemovedHashes = append([]kv.SeqHash(nil), e.RemovedHashes...)
+		c.KVEvents = append(c.KVEvents, e)
+	}
+	r.outs = append(r.outs, c)
+	r.tokens = append(r.tokens, c.Tokens...)
+	r.completions = append(r.completions, c.Completions...)
+	r.rejections = append(r.rejections, c.Rejections...)
+	r.events = append(r.events, c.Events...)
+	r.kvEvents = append(r.kvEvents, c.KVEvents...)
+}
+
+func (r *record) eventsOf(k EventKind) []Event {
+	var out []Event
+	for _, e := range r.events {
+		if e.Kind == k {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (r *record) completion(id uint64) (Completion, bool) {
+	for _, c := range r.completions {
+		if c.RequestID == id {
+			return c, true
+		}
+	}
+	return Completion{}, false
+}
+
+// checkWorker asserts the block invariants of w: the incremental counters
+// agree with a recount, and active + inactive + free == total.
+func checkWorker(t tb, w *Worker) {
+	t.Helper()
+	if v, ok := w.Scheduler().(*VLLM); ok {
+		require.NoError(t, v.audit())
+	}
+	m := w.Metrics()
+	require.Equal(t, m.TotalBlocks, m.ActiveBlocks+m.InactiveBlocks+m.FreeBlocks, "block conservation: %+v", m)
+	require.LessOrEqual(t, m.HeldBlocks, m.ActiveBlocks)
+}
+
+// drive steps w synchronously from now until it parks, recording outputs
+// and checking invariants after every pass. It returns the clock.
+func drive(t tb, w *Worker, r *record, now float64) float64 {
+	t.Helper()
+	for i := 0; ; i++ {
+		require.Less(t, i, 100000, "worker never parked")
+		at, ok := w.NextWake()
+		if !ok {
+			return now
+		}
+		now = max(now, at)
+		if out := w.Step(now); out != nil {
+			r.add(out)
+			now = out.End
+		}
+		checkWorker(t, w)
+	}
+}
+
+// serialize writes outputs in a fixed textual form for byte comparison.
+func serialize(sb *strings.Builder, worker int, out *Output) {
+	fmt.Fprintf(sb, "w%d pass %.6f-%.6f ran=%v p=%.6f d=%.6f\n", worker, out.Start, out.End, out.Ran, out.PrefillMs, out.DecodeMs)
+	for _, tk := range out.Tokens {
+		fmt.Fprintf(sb, " tok %d #%d %d @%.6f\n", tk.RequestID, tk.Index, tk.Token, tk.At)
+	}
+	for _, c := range out.Completions {
+		fmt.Fprintf(sb, " done %+v\n", c)
+	}
+	for _, rj := range out.Rejections {
+		fmt.Fprintf(sb, " rej %+v\n", rj)
+	}
+	for _, e := range out.Events {
+		fmt.Fprintf(sb, " ev %s %+v\n", e.Kind, e)
+	}
+	for _, e := range out.KVEvents {
+		fmt.Fprintf(sb, " kv %d %s parent=%v/%x blocks=%v removed=%v\n", e.ID, e.Kind, e.HasParent, uint64(e.Parent), e.Blocks, e.RemovedHashes)
+	}
+	fmt.Fprintf(sb, " m %+v\n", out.Metrics)
+}

@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// storedBlock allocates a block and stores it under hash h (no parent).
+func storedBlock(t *testing.T, p *blockPool, h kv.SeqHash) int32 {
+	t.Helper()
+	s, ok := p.alloc()
+	require.True(t, ok)
+	p.store(s, h, kv.LocalHash(h), 0, false)
+	return s
+}
+
+func TestPool_EvictionOrderLRU(t *testing.T) {
+	p := newBlockPool(3, true)
+	a := storedBlock(t, p, 0xa)
+	b := storedBlock(t, p, 0xb)
+	c := storedBlock(t, p, 0xc)
+	// Released in the order a, b, c: a is the least recently used.
+	p.release(a)
+	p.release(b)
+	p.release(c)
+	require.Equal(t, 3, p.inactive)
+	// A prefix hit on a refreshes it: b becomes the oldest.
+	p.acquire(a)
+	p.release(a)
+	p.resetEvents()
+
+	_, ok := p.alloc()
+	require.True(t, ok)
+	_, ok = p.alloc()
+	require.True(t, ok)
+	evs := p.flushEvents(nil)
+	require.Len(t, evs, 1, "consecutive evictions share one Removed event")
+	assert.Equal(t, kv.Removed, evs[0].Kind)
+	assert.Equal(t, []kv.SeqHash{0xb, 0xc}, evs[0].RemovedHashes)
+	_, hit := p.lookup(0xb)
+	assert.False(t, hit, "an evicted block no longer serves prefix hits")
+	_, hit = p.lookup(0xa)
+	assert.True(t, hit)
+
+	// Everything active now: allocation fails instead of evicting.
+	_, ok = p.alloc()
+	require.True(t, ok)
+	_, ok = p.alloc()
+	assert.False(t, ok)
+	require.NoError(t, p.audit())
+}
+
+func TestPool_HeldOnlyCounting(t *testing.T) {
+	p := newBlockPool(2, false)
+	s := storedBlock(t, p, 1)
+	p.hold(s)
+	assert.Equal(t, 1, p.heldOnly, "a block referenced only by a hold is held")
+	p.acquire(s) // a running request hits the held prefix
+	assert.Equal(t, 0, p.heldOnly, "shared with running work, it is load again")
+	p.release(s)
+	assert.Equal(t, 1, p.heldOnly)
+	p.releaseHold(s)
+	assert.Equal(t, 0, p.heldOnly)
+	assert.Equal(t, 1, p.inactive)
+	require.NoError(t, p.audit())
+}
+
+// TestPool_Conservation drives a bare pool with random operations and checks
+// the counters and active + inactive + free == total after each.
+func TestPool_Conservation(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 12).Draw(rt, "blocks")
+		p := newBlockPool(n, true)
+		type ref struct {
+			slot int32
+			held bool
+		}
+		var refs []ref
+		for i := range rapid.IntRange(1, 200).Draw(rt, "ops") {
+			_ = i
+			switch rapid.IntRange(0, 4).Draw(rt, "op") {
+			case 0: // allocate and maybe store under a small hash space
+				s, ok := p.alloc()
+				if !ok {
+					continue
+				}
+				if h := rapid.IntRange(0, 8).Draw(rt, "hash"); h > 0 {
+					p.store(s, kv.SeqHash(h), kv.LocalHash(h), 0, false)
+				}
+				refs = append(refs, ref{slot: s})
+			case 1: // prefix hit
+				h := kv.SeqHash(rapid.IntRange(1, 8).Draw(rt, "hit"))
+				if s, ok := p.lookup(h); ok {
+					p.acquire(s)
+					refs = append(refs, ref{slot: s})
+				}
+			case 2, 3: // drop a reference
+				if len(refs) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(refs)-1).Draw(rt, "drop")
+				if refs[i].held {
+					p.releaseHold(refs[i].slot)
+				} else {
+					p.release(refs[i].slot)
+				}
+				refs = append(refs[:i], refs[i+1:]...)
+			case 4: // turn a reference into a hold
+				if len(refs) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(refs)-1).Draw(rt, "hold")
+				if !refs[i].held {
+					p.hold(refs[i].slot)
+					refs[i].held = true
+				}
+			}
+			if err := p.audit(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+	})
+}

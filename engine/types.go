@@ -1,0 +1,246 @@
+package engine
+
+import "github.com/kvstrand/mocker/kv"
+
+// Request is one generation request as a worker sees it. The worker copies
+// Tokens at Submit, so callers may reuse the slice afterwards.
+type Request struct {
+	// ID names the request in every output; it must be unique among the
+	// requests a worker currently knows (waiting, running or held).
+	ID uint64
+	// Tokens is the prompt. It must not be empty.
+	Tokens []uint32
+	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
+	// and prefill workers always produce exactly one token.
+	MaxTokens int
+}
+
+// CompletionPolicy says what happens to a request's KV blocks when it
+// finishes.
+type CompletionPolicy uint8
+
+const (
+	// Release frees the blocks at completion (aggregated serving, decode side).
+	Release CompletionPolicy = iota
+	// Hold keeps the blocks after completion for a disaggregated handoff: the
+	// running slot is freed, but the blocks stay allocated, count in the
+	// capacity view and fill the pool until ReleaseHeld.
+	Hold
+)
+
+// String returns "release" or "hold".
+func (p CompletionPolicy) String() string {
+	if p == Hold {
+		return "hold"
+	}
+	return "release"
+}
+
+// Outcome says how a hold ended.
+type Outcome uint8
+
+const (
+	// Transferred: the decode side received the KV.
+	Transferred Outcome = iota + 1
+	// Aborted: the handoff was given up (timeout, cancellation, failure).
+	Aborted
+)
+
+// String returns the outcome label used in metrics tags.
+func (o Outcome) String() string {
+	switch o {
+	case Transferred:
+		return "transferred"
+	case Aborted:
+		return "aborted"
+	}
+	return "unknown"
+}
+
+// Token is one generated token, stamped with the modeled end of the pass that
+// produced it.
+type Token struct {
+	RequestID uint64
+	Token     uint32
+	// Index is the token's position in the output, from 0.
+	Index int
+	At    float64
+}
+
+// Completion reports a request that produced its last token.
+type Completion struct {
+	RequestID uint64
+	// At is the modeled end of the pass that produced the last token.
+	At float64
+	// Arrival is the modeled time of Submit.
+	Arrival float64
+	// FirstTokenAt is the modeled end of the pass that produced token 0.
+	FirstTokenAt float64
+	PromptTokens int
+	OutputTokens int
+	// CachedTokens is the prefix credited at the request's first admission
+	// (what an OpenAI response reports as cached_tokens).
+	CachedTokens int
+	Preemptions  int
+	// Held is true when the request's blocks stay allocated (Hold policy);
+	// an EventHoldStarted accompanies it.
+	Held bool
+}
+
+// RejectCode says why a request was refused, so callers can branch on it.
+type RejectCode uint8
+
+const (
+	// RejectTooLong: the prompt is at least max_model_len tokens.
+	RejectTooLong RejectCode = iota + 1
+	// RejectNeverFits: the sequence needs more blocks than the pool has.
+	RejectNeverFits
+	// RejectBudget: with chunked prefill off, the uncached prompt exceeds
+	// max_num_batched_tokens, so no pass could ever schedule it.
+	RejectBudget
+)
+
+// String returns a short label for the code.
+func (c RejectCode) String() string {
+	switch c {
+	case RejectTooLong:
+		return "too_long"
+	case RejectNeverFits:
+		return "never_fits"
+	case RejectBudget:
+		return "budget"
+	}
+	return "unknown"
+}
+
+// Rejection reports a request the worker refused. No token was or will be
+// produced for it after the rejection.
+type Rejection struct {
+	RequestID uint64
+	At        float64
+	Code      RejectCode
+	// Reason explains the refusal with the numbers involved.
+	Reason string
+}
+
+// EventKind names a lifecycle transition.
+type EventKind uint8
+
+const (
+	// EventHoldStarted: a finished request kept its blocks (Hold policy).
+	EventHoldStarted EventKind = iota + 1
+	// EventHoldReleased: a hold ended; Outcome and DurationMs say how and
+	// after how long.
+	EventHoldReleased
+	// EventPreempted: a running request lost its KV and went back to waiting.
+	EventPreempted
+	// EventCancelled: the caller withdrew a waiting or running request.
+	EventCancelled
+)
+
+// String returns the event name used in the forensic log.
+func (k EventKind) String() string {
+	switch k {
+	case EventHoldStarted:
+		return "prefill_kv_pin_start"
+	case EventHoldReleased:
+		return "prefill_kv_pin_end"
+	case EventPreempted:
+		return "preempted"
+	case EventCancelled:
+		return "cancelled"
+	}
+	return "unknown"
+}
+
+// Event is one lifecycle transition, stamped with modeled time.
+type Event struct {
+	Kind      EventKind
+	At        float64
+	RequestID uint64
+	// Blocks is the number of blocks the request held (hold events) or lost
+	// (preemption).
+	Blocks int
+	// Outcome and DurationMs are set on EventHoldReleased.
+	Outcome    Outcome
+	DurationMs float64
+}
+
+// Metrics is a worker's occupancy and counters at one instant.
+//
+// Two views of occupancy are kept apart on purpose. The capacity view
+// (ActiveBlocks, InactiveBlocks, FreeBlocks) counts every allocated block,
+// held ones included: it is what admission and preemption see. The
+// router-facing view (RouterActiveBlocks) leaves out blocks referenced only by
+// holds, unless Args.RouterLoadIncludesHeld, because a held block is not load
+// a new request competes with for compute.
+type Metrics struct {
+	TotalBlocks    int
+	ActiveBlocks   int
+	InactiveBlocks int
+	FreeBlocks     int
+	// HeldBlocks counts blocks whose every reference is a hold: the blocks
+	// that releasing all holds would return to the inactive pool.
+	HeldBlocks         int
+	RouterActiveBlocks int
+	Running            int
+	Waiting            int
+	HeldRequests       int
+	Preemptions        uint64
+	// Passes counts forward passes that did work.
+	Passes uint64
+}
+
+// CacheUsage is the router-facing usage fraction (gpu_cache_usage_perc).
+func (m Metrics) CacheUsage() float64 {
+	if m.TotalBlocks == 0 {
+		return 0
+	}
+	return float64(m.RouterActiveBlocks) / float64(m.TotalBlocks)
+}
+
+// Output is what one Step produced. It is owned by the Worker and valid until
+// the next Step; copy what must outlive it (KVEvents' Blocks and
+// RemovedHashes included).
+type Output struct {
+	// Start and End bound the pass in modeled ms; End == Start when no
+	// forward pass ran (only events were flushed).
+	Start, End float64
+	// Ran is true when a forward pass computed or emitted tokens.
+	Ran       bool
+	PrefillMs float64
+	DecodeMs  float64
+	// PrefillTokens and DecodeTokens are the tokens scheduled this pass.
+	PrefillTokens int
+	DecodeTokens  int
+
+	Tokens      []Token
+	Completions []Completion
+	Rejections  []Rejection
+	// Events are lifecycle transitions in the order they happened; those
+	// caused by inputs since the previous Step come first.
+	Events   []Event
+	KVEvents []kv.Event
+	// Metrics is the worker's state after the pass.
+	Metrics Metrics
+}
+
+// Duration is the modeled length of the pass in ms.
+func (o *Output) Duration() float64 { return o.End - o.Start }
+
+func (o *Output) empty() bool {
+	return !o.Ran && len(o.Tokens) == 0 && len(o.Completions) == 0 && len(o.Rejections) == 0 &&
+		len(o.Events) == 0 && len(o.KVEvents) == 0
+}
+
+func (o *Output) reset(now float64) {
+	o.Start, o.End = now, now
+	o.Ran = false
+	o.PrefillMs, o.DecodeMs = 0, 0
+	o.PrefillTokens, o.DecodeTokens = 0, 0
+	o.Tokens = o.Tokens[:0]
+	o.Completions = o.Completions[:0]
+	o.Rejections = o.Rejections[:0]
+	o.Events = o.Events[:0]
+	o.KVEvents = o.KVEvents[:0]
+}

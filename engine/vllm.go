@@ -1,0 +1,674 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/perf"
+)
+
+type seqState uint8
+
+const (
+	stWaiting seqState = iota
+	stRunning
+	stHeld
+	stDone
+)
+
+// seq is a request inside the vLLM model. Seqs are recycled, slices and all,
+// so a steady stream of requests does not allocate.
+type seq struct {
+	id       uint64
+	tokens   []uint32 // prompt, then generated tokens
+	prompt   int
+	maxOut   int
+	out      int // tokens generated
+	computed int // tokens whose KV is computed (num_computed_tokens)
+	blocks   []int32
+	stored   int // leading blocks that carry their sequence hash
+	hashes   []kv.SeqHash
+	locals   []kv.LocalHash
+	cached   int
+	admitted bool
+	policy   CompletionPolicy
+	state    seqState
+	preempts int
+
+	arrival, firstAt, holdAt float64
+
+	// Contributions to the current pass, refunded if the seq is preempted
+	// later in the same pass.
+	passID      uint64
+	passTokens  int
+	passPrefill bool
+	passISL     float64
+	passPrefix  float64
+}
+
+// VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
+// waiting ones) under a token budget and a sequence cap, chunked prefill,
+// prefix-hit admission credited only for active blocks, and recompute
+// preemption. See reference/dynamo-mocker.md §2.
+type VLLM struct {
+	bs, total     int
+	maxSeqs       int
+	maxBatched    int
+	maxModelLen   int
+	chunked       bool
+	caching       bool
+	prefillWorker bool
+	decodeWorker  bool
+	fifo          bool
+	includeHeld   bool
+	decodeSpeedup float64
+	model         perf.Model
+
+	pool    *blockPool
+	rng     *rand.Rand
+	waiting seqDeque
+	running []*seq
+	byID    map[uint64]*seq
+	spare   []*seq
+	ready   []*seq
+
+	held        int
+	preemptions uint64
+
+	// Pass accumulators.
+	passID      uint64
+	budget      int
+	preempted   bool
+	batch       int
+	sumISL      float64
+	sumPrefix   float64
+	prefillToks int
+	decodeToks  int
+}
+
+// NewVLLM builds the vLLM model for args. model nil means perf.Polynomial;
+// seed drives the generated token ids.
+func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
+	if args.BlockSize <= 0 {
+		return nil, fmt.Errorf("block_size %d: must be positive", args.BlockSize)
+	}
+	if args.NumGPUBlocks <= 0 || args.NumGPUBlocks > math.MaxInt32 {
+		return nil, fmt.Errorf("num_gpu_blocks %d: must be between 1 and %d", args.NumGPUBlocks, math.MaxInt32)
+	}
+	if model == nil {
+		model = perf.Polynomial{}
+	}
+	v := &VLLM{
+		bs:            args.BlockSize,
+		total:         args.NumGPUBlocks,
+		maxSeqs:       math.MaxInt,
+		maxBatched:    math.MaxInt,
+		maxModelLen:   math.MaxInt,
+		chunked:       args.EnableChunkedPrefill,
+		caching:       args.EnablePrefixCaching,
+		prefillWorker: args.WorkerType == WorkerPrefill,
+		decodeWorker:  args.WorkerType == WorkerDecode,
+		fifo:          args.PreemptionMode == PreemptFIFO,
+		includeHeld:   args.RouterLoadIncludesHeld,
+		decodeSpeedup: args.DecodeSpeedupRatio,
+		model:         model,
+		rng:           rand.New(rand.NewPCG(seed, 0x6d6f636b6572)),
+		byID:          make(map[uint64]*seq),
+	}
+	if v.decodeSpeedup <= 0 {
+		v.decodeSpeedup = 1
+	}
+	if args.MaxNumSeqs != nil {
+		if *args.MaxNumSeqs <= 0 {
+			return nil, fmt.Errorf("max_num_seqs %d: must be positive (null for unbounded)", *args.MaxNumSeqs)
+		}
+		v.maxSeqs = *args.MaxNumSeqs
+	}
+	if args.MaxNumBatchedTokens != nil {
+		if *args.MaxNumBatchedTokens <= 0 {
+			return nil, fmt.Errorf("max_num_batched_tokens %d: must be positive (null for unbounded)", *args.MaxNumBatchedTokens)
+		}
+		v.maxBatched = *args.MaxNumBatchedTokens
+	}
+	if args.MaxModelLen != nil {
+		if *args.MaxModelLen <= 0 {
+			return nil, fmt.Errorf("max_model_len %d: must be positive", *args.MaxModelLen)
+		}
+		v.maxModelLen = *args.MaxModelLen
+	}
+	// Prefix caching off: blocks are never indexed, so nothing is shared and
+	// nothing is announced. Decode workers never announce either.
+	v.pool = newBlockPool(v.total, v.caching && !v.decodeWorker)
+	return v, nil
+}
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+func (v *VLLM) newSeq() *seq {
+	if n := len(v.spare); n > 0 {
+		s := v.spare[n-1]
+		v.spare = v.spare[:n-1]
+		return s
+	}
+	return &seq{}
+}
+
+func (v *VLLM) recycle(s *seq) {
+	delete(v.byID, s.id)
+	*s = seq{tokens: s.tokens[:0], blocks: s.blocks[:0], hashes: s.hashes[:0], locals: s.locals[:0], state: stDone}
+	v.spare = append(v.spare, s)
+}
+
+// Submit implements Scheduler.
+func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
+	if len(req.Tokens) == 0 {
+		return fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
+	}
+	if _, dup := v.byID[req.ID]; dup {
+		return fmt.Errorf("request %d: id already in use on this worker", req.ID)
+	}
+	s := v.newSeq()
+	s.id = req.ID
+	s.prompt = len(req.Tokens)
+	s.maxOut = max(1, req.MaxTokens)
+	if v.prefillWorker {
+		s.maxOut = 1
+	}
+	if cap(s.tokens) < s.prompt+s.maxOut {
+		s.tokens = make([]uint32, 0, s.prompt+s.maxOut)
+	}
+	s.tokens = append(s.tokens[:0], req.Tokens...)
+	s.policy = policy
+	s.arrival = now
+	s.state = stWaiting
+	if v.caching {
+		s.locals, s.hashes = kv.BlockHashes(s.tokens, v.bs, s.locals[:0], s.hashes[:0])
+	}
+	v.byID[s.id] = s
+	v.waiting.pushBack(s)
+	return nil
+}
+
+// ReleaseHeld implements Scheduler.
+func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool {
+	s, ok := v.byID[id]
+	if !ok || s.state != stHeld {
+		return false
+	}
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		v.pool.releaseHold(s.blocks[i])
+	}
+	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: len(s.blocks),
+		Outcome: outcome, DurationMs: max(0, now-s.holdAt)})
+	v.held--
+	v.recycle(s)
+	return true
+}
+
+// Cancel implements Scheduler.
+func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
+	s, ok := v.byID[id]
+	if !ok {
+		return false
+	}
+	switch s.state {
+	case stHeld:
+		return v.ReleaseHeld(now, id, Aborted, events)
+	case stWaiting:
+		v.waiting.remove(s)
+	case stRunning:
+		for i, r := range v.running {
+			if r == s {
+				v.running = append(v.running[:i], v.running[i+1:]...)
+				break
+			}
+		}
+	}
+	n := len(s.blocks)
+	v.freeBlocks(s)
+	*events = append(*events, Event{Kind: EventCancelled, At: now, RequestID: id, Blocks: n})
+	v.recycle(s)
+	return true
+}
+
+// HasWork implements Scheduler.
+func (v *VLLM) HasWork() bool { return len(v.running) > 0 || v.waiting.len() > 0 }
+
+// Metrics implements Scheduler.
+func (v *VLLM) Metrics() Metrics {
+	p := v.pool
+	m := Metrics{
+		TotalBlocks:        v.total,
+		ActiveBlocks:       p.active,
+		InactiveBlocks:     p.inactive,
+		FreeBlocks:         len(p.free),
+		HeldBlocks:         p.heldOnly,
+		RouterActiveBlocks: p.active - p.heldOnly,
+		Running:            len(v.running),
+		Waiting:            v.waiting.len(),
+		HeldRequests:       v.held,
+		Preemptions:        v.preemptions,
+	}
+	if v.includeHeld {
+		m.RouterActiveBlocks = p.active
+	}
+	return m
+}
+
+// audit checks the pool's counters against a recount.
+func (v *VLLM) audit() error { return v.pool.audit() }
+
+// freeBlocks drops s's KV. Blocks are released tail first, as vLLM does, so
+// the LRU evicts a sequence's tail before the prefix others may share.
+func (v *VLLM) freeBlocks(s *seq) {
+	for i := len(s.blocks) - 1; i >= 0; i-- {
+		v.pool.release(s.blocks[i])
+	}
+	s.blocks = s.blocks[:0]
+	s.stored = 0
+	s.computed = 0
+}
+
+// ensureHashes extends s's block hashes to cover its first n blocks, which
+// must be full. Prompt blocks are hashed at Submit; blocks of generated
+// tokens are hashed when they fill.
+func (v *VLLM) ensureHashes(s *seq, n int) {
+	for i := len(s.hashes); i < n; i++ {
+		l := kv.HashTokens(s.tokens[i*v.bs : (i+1)*v.bs])
+		h := kv.SeqHash(l)
+		if i > 0 {
+			h = kv.ChainHash(s.hashes[i-1], l)
+		}
+		s.locals = append(s.locals, l)
+		s.hashes = append(s.hashes, h)
+	}
+}
+
+// prefixHits walks s's block hashes from the start until the first miss.
+// The hit is capped so the last prompt token is always recomputed (its
+// logits produce the next token). active counts hits on referenced blocks,
+// the only ones admission credits.
+func (v *VLLM) prefixHits(s *seq) (hits, active int) {
+	if !v.caching {
+		return 0, 0
+	}
+	limit := (len(s.tokens) - 1) / v.bs
+	v.ensureHashes(s, limit)
+	for hits < limit {
+		slot, ok := v.pool.lookup(s.hashes[hits])
+		if !ok {
+			break
+		}
+		if v.pool.isActive(slot) {
+			active++
+		}
+		hits++
+	}
+	return hits, active
+}
+
+// promote hashes the blocks that became full and stores them in the pool.
+func (v *VLLM) promote(s *seq) {
+	if !v.caching {
+		return
+	}
+	full := s.computed / v.bs
+	if full <= s.stored {
+		return
+	}
+	v.ensureHashes(s, full)
+	for i := s.stored; i < full; i++ {
+		var parent kv.SeqHash
+		if i > 0 {
+			parent = s.hashes[i-1]
+		}
+		v.pool.store(s.blocks[i], s.hashes[i], s.locals[i], parent, i > 0)
+	}
+	s.stored = full
+}
+
+type schedStatus uint8
+
+const (
+	schedOK schedStatus = iota
+	schedNothing
+	schedBlocked
+	schedNoMemory
+	schedPreemptedSelf
+)
+
+// schedule gives s up to the remaining budget of tokens, allocating blocks
+// and preempting when allowed.
+func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) schedStatus {
+	length := len(s.tokens)
+	effective, hits := s.computed, 0
+	if s.computed == 0 && len(s.blocks) == 0 {
+		hits, _ = v.prefixHits(s)
+		effective = hits * v.bs
+	}
+	remaining := length - effective
+	if remaining <= 0 {
+		return schedNothing
+	}
+	if !v.chunked && remaining > v.budget {
+		return schedBlocked
+	}
+	desired := min(remaining, v.budget)
+	for i := 0; i < hits; i++ {
+		slot, _ := v.pool.lookup(s.hashes[i])
+		v.pool.acquire(slot)
+		s.blocks = append(s.blocks, slot)
+	}
+	s.stored = max(s.stored, hits)
+	need := ceilDiv(effective+desired, v.bs)
+	for len(s.blocks) < need {
+		slot, ok := v.pool.alloc()
+		if ok {
+			s.blocks = append(s.blocks, slot)
+			continue
+		}
+		if !canPreempt {
+			v.freeBlocks(s)
+			return schedNoMemory
+		}
+		victim := v.victim()
+		v.preempt(victim, now, out)
+		if victim == s {
+			return schedPreemptedSelf
+		}
+	}
+	s.computed = effective + desired
+	if !s.admitted {
+		s.admitted = true
+		s.cached = effective
+	}
+	v.promote(s)
+
+	v.budget -= desired
+	if s.passID != v.passID {
+		s.passID = v.passID
+		s.passTokens, s.passPrefill, s.passISL, s.passPrefix = 0, false, 0, 0
+	}
+	s.passTokens += desired
+	if remaining > 1 || s.out == 0 {
+		s.passPrefill = true
+		v.prefillToks += desired
+		if !v.decodeWorker {
+			s.passISL = float64(effective + desired)
+			s.passPrefix = float64(effective)
+			v.batch++
+			v.sumISL += s.passISL
+			v.sumPrefix += s.passPrefix
+		}
+	} else {
+		v.decodeToks += desired
+	}
+	return schedOK
+}
+
+// victim picks the running request to preempt: the newest (LIFO) or the
+// oldest (FIFO) still running.
+func (v *VLLM) victim() *seq {
+	if v.fifo {
+		for _, s := range v.running {
+			if s.state == stRunning {
+				return s
+			}
+		}
+		return nil
+	}
+	for i := len(v.running) - 1; i >= 0; i-- {
+		if s := v.running[i]; s.state == stRunning {
+			return s
+		}
+	}
+	return nil
+}
+
+// preempt frees s's KV and sends it to the front of the waiting queue. It
+// keeps its generated tokens and recomputes them on readmission; whatever it
+// was given earlier in this pass goes back to the budget.
+func (v *VLLM) preempt(s *seq, now float64, out *Output) {
+	n := len(s.blocks)
+	v.freeBlocks(s)
+	if s.passID == v.passID && s.passTokens > 0 {
+		v.budget += s.passTokens
+		if s.passPrefill {
+			v.prefillToks -= s.passTokens
+			if !v.decodeWorker {
+				v.batch--
+				v.sumISL -= s.passISL
+				v.sumPrefix -= s.passPrefix
+			}
+		} else {
+			v.decodeToks -= s.passTokens
+		}
+		s.passTokens = 0
+	}
+	s.state = stWaiting
+	s.preempts++
+	v.waiting.pushFront(s)
+	v.preemptions++
+	v.preempted = true
+	out.Events = append(out.Events, Event{Kind: EventPreempted, At: now, RequestID: s.id, Blocks: n})
+}
+
+func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *Output) {
+	v.waiting.popFront()
+	out.Rejections = append(out.Rejections, Rejection{RequestID: s.id, At: now, Code: code, Reason: reason})
+	v.recycle(s)
+}
+
+// Pass implements Scheduler.
+func (v *VLLM) Pass(now float64, out *Output) PassResult {
+	v.pool.resetEvents()
+	v.passID++
+	v.budget = v.maxBatched
+	v.preempted = false
+	v.batch, v.sumISL, v.sumPrefix = 0, 0, 0
+	v.prefillToks, v.decodeToks = 0, 0
+
+	// Running phase, in order. Preempted entries stay in place as
+	// non-running until compaction.
+	for i := 0; i < len(v.running) && v.budget > 0; i++ {
+		if s := v.running[i]; s.state == stRunning {
+			v.schedule(s, now, true, out)
+		}
+	}
+	v.compactRunning()
+
+	// Waiting phase, FIFO, only when nobody was preempted: a preemption
+	// means the pool is short, and the victim must not be overtaken.
+	if !v.preempted {
+		v.admit(now, out)
+	}
+
+	// Emission: every running request whose KV covers its whole sequence
+	// produces one token, including prompts that finished prefill just now.
+	v.ready = v.ready[:0]
+	ctx := 0
+	for _, s := range v.running {
+		if s.computed >= len(s.tokens) {
+			v.ready = append(v.ready, s)
+			ctx += len(s.tokens)
+		}
+	}
+	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
+		out.KVEvents = v.pool.flushEvents(out.KVEvents)
+		if v.preempted {
+			return PassChanged
+		}
+		return PassIdle
+	}
+
+	var prefillMs, decodeMs float64
+	if v.batch > 0 && !v.decodeWorker {
+		b := float64(v.batch)
+		prefillMs = v.model.PrefillMs(v.batch, v.sumISL/b, v.sumPrefix/b)
+	}
+	if len(v.ready) > 0 && !v.prefillWorker {
+		d := v.model.DecodeMs(len(v.ready), float64(v.pool.active*v.bs), float64(v.total*v.bs),
+			float64(ctx)/float64(len(v.ready)))
+		decodeMs = max(perf.MinDecodeMs, d/v.decodeSpeedup)
+	}
+	end := now + prefillMs + decodeMs
+	out.Ran = true
+	out.End = end
+	out.PrefillMs, out.DecodeMs = prefillMs, decodeMs
+	out.PrefillTokens, out.DecodeTokens = v.prefillToks, v.decodeToks
+
+	finished := false
+	for _, s := range v.ready {
+		tok := 1000 + v.rng.Uint32N(1000)
+		s.tokens = append(s.tokens, tok)
+		idx := s.out
+		s.out++
+		if idx == 0 {
+			s.firstAt = end
+		}
+		out.Tokens = append(out.Tokens, Token{RequestID: s.id, Token: tok, Index: idx, At: end})
+		if s.out >= s.maxOut || len(s.tokens) >= v.maxModelLen {
+			v.finish(s, end, out)
+			finished = true
+		}
+	}
+	if finished {
+		v.compactRunning()
+	}
+	out.KVEvents = v.pool.flushEvents(out.KVEvents)
+	return PassRan
+}
+
+// admit runs the waiting phase.
+func (v *VLLM) admit(now float64, out *Output) {
+	for v.waiting.len() > 0 && len(v.running) < v.maxSeqs && v.budget > 0 {
+		s := v.waiting.front()
+		length := len(s.tokens)
+		if s.prompt >= v.maxModelLen {
+			v.reject(s, now, RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen), out)
+			continue
+		}
+		blocks := ceilDiv(length, v.bs)
+		if blocks > v.total {
+			v.reject(s, now, RejectNeverFits, fmt.Sprintf("sequence of %d tokens needs %d blocks of %d but num_gpu_blocks is %d",
+				length, blocks, v.bs, v.total), out)
+			continue
+		}
+		hits, activeHits := v.prefixHits(s)
+		if !v.chunked && length-hits*v.bs > v.maxBatched {
+			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached tokens exceed max_num_batched_tokens %d with chunked prefill off",
+				length-hits*v.bs, v.maxBatched), out)
+			continue
+		}
+		// Only hits on active blocks are credited: inactive ones may be
+		// evicted by the very allocation that admits the request.
+		if blocks-activeHits > v.total-v.pool.active {
+			return
+		}
+		if v.schedule(s, now, false, out) != schedOK {
+			return
+		}
+		v.waiting.popFront()
+		s.state = stRunning
+		v.running = append(v.running, s)
+	}
+}
+
+// finish ends s after its last token: its blocks are released, or held for a
+// handoff under the Hold policy.
+func (v *VLLM) finish(s *seq, end float64, out *Output) {
+	out.Completions = append(out.Completions, Completion{
+		RequestID: s.id, At: end, Arrival: s.arrival, FirstTokenAt: s.firstAt,
+		PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached,
+		Preemptions: s.preempts, Held: s.policy == Hold,
+	})
+	if s.policy == Hold {
+		for _, b := range s.blocks {
+			v.pool.hold(b)
+		}
+		s.state = stHeld
+		s.holdAt = end
+		v.held++
+		out.Events = append(out.Events, Event{Kind: EventHoldStarted, At: end, RequestID: s.id, Blocks: len(s.blocks)})
+		return
+	}
+	v.freeBlocks(s)
+	v.recycle(s)
+}
+
+// compactRunning drops requests that left the running set, keeping order.
+func (v *VLLM) compactRunning() {
+	j := 0
+	for _, s := range v.running {
+		if s.state == stRunning {
+			v.running[j] = s
+			j++
+		}
+	}
+	clear(v.running[j:])
+	v.running = v.running[:j]
+}
+
+// seqDeque is a ring buffer of seqs: preempted requests go to the front,
+// arrivals to the back.
+type seqDeque struct {
+	buf  []*seq
+	head int
+	n    int
+}
+
+func (d *seqDeque) len() int { return d.n }
+
+func (d *seqDeque) grow() {
+	nb := make([]*seq, max(16, 2*len(d.buf)))
+	for i := 0; i < d.n; i++ {
+		nb[i] = d.buf[(d.head+i)%len(d.buf)]
+	}
+	d.buf, d.head = nb, 0
+}
+
+func (d *seqDeque) pushBack(s *seq) {
+	if d.n == len(d.buf) {
+		d.grow()
+	}
+	d.buf[(d.head+d.n)%len(d.buf)] = s
+	d.n++
+}
+
+func (d *seqDeque) pushFront(s *seq) {
+	if d.n == len(d.buf) {
+		d.grow()
+	}
+	d.head = (d.head - 1 + len(d.buf)) % len(d.buf)
+	d.buf[d.head] = s
+	d.n++
+}
+
+func (d *seqDeque) front() *seq { return d.buf[d.head] }
+
+func (d *seqDeque) popFront() *seq {
+	s := d.buf[d.head]
+	d.buf[d.head] = nil
+	d.head = (d.head + 1) % len(d.buf)
+	d.n--
+	return s
+}
+
+func (d *seqDeque) at(i int) *seq { return d.buf[(d.head+i)%len(d.buf)] }
+
+// remove deletes s, keeping the order of the rest.
+func (d *seqDeque) remove(s *seq) {
+	for i := 0; i < d.n; i++ {
+		if d.at(i) != s {
+			continue
+		}
+		for j := i; j < d.n-1; j++ {
+			d.buf[(d.head+j)%len(d.buf)] = d.at(j + 1)
+		}
+		d.buf[(d.head+d.n-1)%len(d.buf)] = nil
+		d.n--
+		return
+	}
+}

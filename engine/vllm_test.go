@@ -1,0 +1,297 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/perf"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestVLLM_PrefixReuse(t *testing.T) {
+	w := newWorker(t, smallArgs(64))
+	var r record
+	prompt := seqTokens(100, 10) // 2 full blocks + 2 tokens
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 2}, Release))
+	now := drive(t, w, &r, 0)
+	first, ok := r.completion(1)
+	require.True(t, ok)
+	assert.Equal(t, 0, first.CachedTokens)
+
+	// The finished request's blocks sit inactive and serve the next one.
+	require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: prompt, MaxTokens: 2}, Release))
+	drive(t, w, &r, now)
+	second, ok := r.completion(2)
+	require.True(t, ok)
+	assert.Equal(t, 8, second.CachedTokens)
+
+	// A prompt of exactly two full blocks must recompute its last token, so
+	// only one block is credited.
+	exact := seqTokens(500, 8)
+	require.NoError(t, w.Submit(now, Request{ID: 3, Tokens: exact, MaxTokens: 1}, Release))
+	now = drive(t, w, &r, now)
+	require.NoError(t, w.Submit(now, Request{ID: 4, Tokens: exact, MaxTokens: 1}, Release))
+	drive(t, w, &r, now)
+	fourth, ok := r.completion(4)
+	require.True(t, ok)
+	assert.Equal(t, 4, fourth.CachedTokens)
+}
+
+func TestVLLM_PrefixCachingOffSharesNothing(t *testing.T) {
+	w := newWorker(t, smallArgs(64, func(a *Args) { a.EnablePrefixCaching = false }))
+	var r record
+	prompt := seqTokens(100, 12)
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 2}, Release))
+	now := drive(t, w, &r, 0)
+	require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: prompt, MaxTokens: 2}, Release))
+	drive(t, w, &r, now)
+	c, ok := r.completion(2)
+	require.True(t, ok)
+	assert.Equal(t, 0, c.CachedTokens)
+	assert.Empty(t, r.kvEvents, "no KV events without prefix caching")
+	assert.Equal(t, 0, w.Metrics().InactiveBlocks)
+}
+
+func TestVLLM_Preemption(t *testing.T) {
+	for _, tc := range []struct {
+		mode   PreemptionMode
+		victim uint64
+	}{
+		{PreemptLIFO, 2}, // the newest running request goes
+		{PreemptFIFO, 1}, // the oldest goes
+	} {
+		t.Run(string(tc.mode), func(t *testing.T) {
+			// 6 blocks of 4: two 8-token prompts fit, and each grows a block
+			// every 4 tokens until the pool runs out on the second new block.
+			w := newWorker(t, smallArgs(6, func(a *Args) { a.PreemptionMode = tc.mode }))
+			var r record
+			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(10, 8), MaxTokens: 10}, Release))
+			require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(90, 8), MaxTokens: 10}, Release))
+			drive(t, w, &r, 0)
+			pre := r.eventsOf(EventPreempted)
+			require.NotEmpty(t, pre)
+			assert.Equal(t, tc.victim, pre[0].RequestID)
+			assert.Positive(t, w.Metrics().Preemptions)
+			// The victim keeps its generated tokens and still finishes.
+			c, ok := r.completion(tc.victim)
+			require.True(t, ok)
+			assert.Equal(t, 10, c.OutputTokens)
+			assert.GreaterOrEqual(t, c.Preemptions, 1)
+			var idx []int
+			for _, tk := range r.tokens {
+				if tk.RequestID == tc.victim {
+					idx = append(idx, tk.Index)
+				}
+			}
+			assert.Equal(t, []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9}, idx, "no token is emitted twice after recompute")
+			assert.Len(t, r.completions, 2)
+		})
+	}
+}
+
+func TestVLLM_ChunkedPrefill(t *testing.T) {
+	budget := func(a *Args) { a.MaxNumBatchedTokens = intp(8) }
+	t.Run("on", func(t *testing.T) {
+		w := newWorker(t, smallArgs(64, budget))
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 1}, Release))
+		drive(t, w, &r, 0)
+		var chunks []int
+		for _, o := range r.outs {
+			chunks = append(chunks, o.PrefillTokens)
+		}
+		assert.Equal(t, []int{8, 8, 4}, chunks)
+		require.Len(t, r.tokens, 1)
+		assert.Equal(t, r.outs[2].End, r.tokens[0].At, "the first token comes out of the pass that finishes the prompt")
+	})
+	t.Run("off", func(t *testing.T) {
+		w := newWorker(t, smallArgs(64, budget, func(a *Args) { a.EnableChunkedPrefill = false }))
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 2}, Release))
+		require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(50, 6), MaxTokens: 1}, Release))
+		require.NoError(t, w.Submit(0, Request{ID: 3, Tokens: seqTokens(90, 20), MaxTokens: 1}, Release))
+		drive(t, w, &r, 0)
+		// Request 1 takes the whole budget; request 2 cannot be split, so it
+		// waits for the next pass instead of taking a chunk.
+		assert.Equal(t, 8, r.outs[0].PrefillTokens)
+		require.Len(t, r.outs[0].Tokens, 1)
+		assert.Equal(t, uint64(1), r.outs[0].Tokens[0].RequestID)
+		c2, ok := r.completion(2)
+		require.True(t, ok)
+		assert.Greater(t, c2.FirstTokenAt, r.outs[0].End)
+		require.Len(t, r.rejections, 1)
+		assert.Equal(t, uint64(3), r.rejections[0].RequestID)
+		assert.Equal(t, RejectBudget, r.rejections[0].Code)
+	})
+}
+
+func TestVLLM_Rejections(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   Args
+		prompt int
+		code   RejectCode
+	}{
+		{"max_model_len reached", smallArgs(64, func(a *Args) { a.MaxModelLen = intp(16) }), 16, RejectTooLong},
+		{"never fits the pool", smallArgs(4), 17, RejectNeverFits},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorker(t, tc.args)
+			var r record
+			require.NoError(t, w.Submit(0, Request{ID: 9, Tokens: seqTokens(1, tc.prompt), MaxTokens: 4}, Release))
+			// One token less is accepted.
+			require.NoError(t, w.Submit(0, Request{ID: 10, Tokens: seqTokens(500, tc.prompt-1), MaxTokens: 1}, Release))
+			drive(t, w, &r, 0)
+			require.Len(t, r.rejections, 1)
+			assert.Equal(t, uint64(9), r.rejections[0].RequestID)
+			assert.Equal(t, tc.code, r.rejections[0].Code)
+			assert.NotEmpty(t, r.rejections[0].Reason)
+			_, ok := r.completion(10)
+			assert.True(t, ok)
+			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+		})
+	}
+}
+
+func TestVLLM_MaxModelLenStopsGeneration(t *testing.T) {
+	w := newWorker(t, smallArgs(64, func(a *Args) { a.MaxModelLen = intp(12) }))
+	var r record
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 100}, Release))
+	drive(t, w, &r, 0)
+	c, ok := r.completion(1)
+	require.True(t, ok)
+	assert.Equal(t, 2, c.OutputTokens)
+}
+
+func TestVLLM_TokensStampedAtPassEnd(t *testing.T) {
+	a := smallArgs(64, func(a *Args) { a.DecodeSpeedupRatio = 4 })
+	w := newWorker(t, a)
+	var r record
+	require.NoError(t, w.Submit(5, Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 3}, Release))
+	drive(t, w, &r, 5)
+	require.Len(t, r.outs, 3)
+	model := perf.Polynomial{}
+	total := float64(a.NumGPUBlocks * a.BlockSize)
+	// Pass 1 prefills 20 tokens and emits the first token.
+	assert.Equal(t, 5.0, r.outs[0].Start)
+	assert.InDelta(t, model.PrefillMs(1, 20, 0), r.outs[0].PrefillMs, 1e-9)
+	for i, o := range r.outs {
+		assert.InDelta(t, o.Start+o.PrefillMs+o.DecodeMs, o.End, 1e-9)
+		require.Len(t, o.Tokens, 1)
+		assert.Equal(t, o.End, o.Tokens[0].At, "pass %d", i)
+		assert.GreaterOrEqual(t, o.DecodeMs, perf.MinDecodeMs)
+	}
+	// Decode time is the model's divided by decode_speedup_ratio, floored at
+	// 1 ms: 6 blocks active in pass 2 (21 tokens, one block per 4).
+	want := max(perf.MinDecodeMs, model.DecodeMs(1, 6*4, total, 21)/4)
+	assert.InDelta(t, want, r.outs[1].DecodeMs, 1e-9)
+	assert.Equal(t, r.outs[0].End, r.outs[1].Start, "the next pass starts when the previous ends")
+}
+
+func TestVLLM_PrefillWorkerOneTokenNoDecodeTime(t *testing.T) {
+	w := newWorker(t, smallArgs(64, func(a *Args) { a.WorkerType = WorkerPrefill }))
+	var r record
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 50}, Release))
+	drive(t, w, &r, 0)
+	require.Len(t, r.outs, 1)
+	assert.Zero(t, r.outs[0].DecodeMs)
+	assert.Positive(t, r.outs[0].PrefillMs)
+	c, ok := r.completion(1)
+	require.True(t, ok)
+	assert.Equal(t, 1, c.OutputTokens)
+}
+
+func TestVLLM_DecodeWorkerNoPrefillTimeNoEvents(t *testing.T) {
+	w := newWorker(t, smallArgs(64, func(a *Args) { a.WorkerType = WorkerDecode }))
+	var r record
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 3}, Release))
+	drive(t, w, &r, 0)
+	for _, o := range r.outs {
+		assert.Zero(t, o.PrefillMs)
+	}
+	assert.Empty(t, r.kvEvents)
+	c, ok := r.completion(1)
+	require.True(t, ok)
+	assert.Equal(t, 3, c.OutputTokens)
+}
+
+// TestVLLM_InactiveHitsWaitBehindHeldKV: hits on inactive blocks do not
+// make room. A 12-token prompt p finishes and leaves 3 inactive blocks, tail
+// first in the LRU. A held 12-token request then takes the 2 free blocks and
+// evicts p's tail. A repeat of p hits 2 inactive blocks but still needs a
+// third block nobody can give, so it waits (no partial admission, nothing
+// leaked) until the hold is released, and is then credited its 2 blocks.
+func TestVLLM_InactiveHitsWaitBehindHeldKV(t *testing.T) {
+	w := newWorker(t, smallArgs(5, func(a *Args) { a.WorkerType = WorkerPrefill }))
+	var r record
+	p := seqTokens(1, 12)
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: p, MaxTokens: 1}, Release))
+	now := drive(t, w, &r, 0)
+	require.Equal(t, 3, w.Metrics().InactiveBlocks)
+	require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: seqTokens(100, 12), MaxTokens: 1}, Hold))
+	now = drive(t, w, &r, now)
+	m := w.Metrics()
+	require.Equal(t, 3, m.ActiveBlocks)
+	require.Equal(t, 2, m.InactiveBlocks)
+	require.NoError(t, w.Submit(now, Request{ID: 3, Tokens: p, MaxTokens: 1}, Release))
+	drive(t, w, &r, now)
+	_, done := r.completion(3)
+	assert.False(t, done)
+	assert.Equal(t, 1, w.Metrics().Waiting)
+	require.True(t, w.ReleaseHeld(now+1, 2, Transferred))
+	drive(t, w, &r, now+1)
+	c, done := r.completion(3)
+	require.True(t, done)
+	assert.Equal(t, 8, c.CachedTokens)
+}
+
+func TestKVEvents_StoredRemovedMonotonic(t *testing.T) {
+	w := newWorker(t, smallArgs(6))
+	var r record
+	prompt := seqTokens(1000, 14) // 3 full blocks and a 2-token tail
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 1}, Release))
+	now := drive(t, w, &r, 0)
+
+	_, seqs := kv.BlockHashes(prompt, 4, nil, nil)
+	locals, _ := kv.BlockHashes(prompt, 4, nil, nil)
+	require.Len(t, r.kvEvents, 1, "one contiguous run, one Stored event")
+	st := r.kvEvents[0]
+	assert.Equal(t, kv.Stored, st.Kind)
+	assert.False(t, st.HasParent)
+	require.Len(t, st.Blocks, 3, "the partial tail is not stored")
+	for i, b := range st.Blocks {
+		assert.Equal(t, seqs[i], b.Hash)
+		assert.Equal(t, locals[i], b.TokensHash)
+	}
+
+	// A request extending the prompt hits its 3 blocks and stores two more
+	// with the 3rd as parent, without evicting (6 blocks, 3 inactive, 3 free).
+	longer := append(append([]uint32(nil), prompt...), seqTokens(7000, 6)...)
+	require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: longer, MaxTokens: 1}, Release))
+	now = drive(t, w, &r, now)
+	require.Len(t, r.kvEvents, 2)
+	_, lseqs := kv.BlockHashes(longer, 4, nil, nil)
+	ext := r.kvEvents[1]
+	assert.Equal(t, kv.Stored, ext.Kind)
+	assert.True(t, ext.HasParent)
+	assert.Equal(t, lseqs[2], ext.Parent)
+	require.Len(t, ext.Blocks, 2)
+	assert.Equal(t, lseqs[3], ext.Blocks[0].Hash)
+	assert.Equal(t, lseqs[4], ext.Blocks[1].Hash)
+
+	// An unrelated 12-token prompt needs 3 blocks with 1 free: two inactive
+	// blocks are evicted, least recently used first, and a sequence is
+	// released tail first, so the extension goes and the prefix stays.
+	require.NoError(t, w.Submit(now, Request{ID: 3, Tokens: seqTokens(90000, 12), MaxTokens: 1}, Release))
+	drive(t, w, &r, now)
+	require.Len(t, r.kvEvents, 4)
+	rm := r.kvEvents[2]
+	assert.Equal(t, kv.Removed, rm.Kind)
+	assert.Equal(t, []kv.SeqHash{lseqs[4], lseqs[3]}, rm.RemovedHashes)
+	assert.Equal(t, kv.Stored, r.kvEvents[3].Kind)
+	for i, e := range r.kvEvents {
+		assert.Equal(t, uint64(i), e.ID, "event ids are monotonic from 0")
+	}
+	checkWorker(t, w)
+}
