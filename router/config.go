@@ -1,0 +1,148 @@
+package router
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Mode picks how the router chooses a worker.
+type Mode string
+
+// Router modes; the strings match Dynamo's --router-mode values.
+const (
+	ModeRoundRobin  Mode = "round-robin"
+	ModeRandom      Mode = "random"
+	ModeLeastLoaded Mode = "least-loaded"
+	ModeKV          Mode = "kv"
+	ModePowerOfTwo  Mode = "power-of-two"
+)
+
+// Modes lists every valid mode, in the order help text shows them.
+var Modes = []Mode{ModeRoundRobin, ModeRandom, ModeLeastLoaded, ModeKV, ModePowerOfTwo}
+
+func modeList() string {
+	s := make([]string, len(Modes))
+	for i, m := range Modes {
+		s[i] = string(m)
+	}
+	return strings.Join(s, ", ")
+}
+
+// ParseMode returns the mode named s (case-insensitive, surrounding space
+// ignored).
+func ParseMode(s string) (Mode, error) {
+	m := Mode(strings.ToLower(strings.TrimSpace(s)))
+	for _, v := range Modes {
+		if m == v {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("router mode %q is not valid; valid modes: %s", s, modeList())
+}
+
+// Config configures a Router. JSON keys follow Dynamo's router settings.
+// Start from DefaultConfig (or ParseConfig) rather than a zero value: the
+// zero value has no mode and disables KV events.
+type Config struct {
+	// Mode is the selection policy.
+	Mode Mode `json:"router_mode"`
+	// OverlapScoreWeight scales the prefill term of the kv cost: higher
+	// values favour cache hits over balancing active blocks. 0 makes kv mode
+	// balance decode blocks only.
+	OverlapScoreWeight float64 `json:"overlap_score_weight"`
+	// RouterTemperature above 0 samples workers with a softmax over their
+	// normalised costs instead of taking the cheapest.
+	RouterTemperature float64 `json:"router_temperature"`
+	// UseKVEvents feeds the kv index from the workers' KV events. When false,
+	// the router records each routed request's blocks for the chosen worker
+	// with a TTL instead (approximate mode) and ignores KV events.
+	UseKVEvents bool `json:"use_kv_events"`
+	// RouterTTLSecs is how long approximate mode trusts a routed block to
+	// stay cached.
+	RouterTTLSecs float64 `json:"router_ttl_secs"`
+	// RouterMaxTreeSize bounds approximate mode's index, in blocks; past it
+	// the oldest are evicted down to 80%.
+	RouterMaxTreeSize int `json:"router_max_tree_size"`
+	// ActiveDecodeBlocksThreshold, when set, marks a worker busy while its
+	// active blocks (reported or predicted) exceed this fraction of its
+	// total blocks. Nil disables the check.
+	ActiveDecodeBlocksThreshold *float64 `json:"active_decode_blocks_threshold,omitempty"`
+	// ActivePrefillTokensThreshold, when set, marks a worker busy while the
+	// prompt tokens routed to it and not yet prefilled exceed it. Nil
+	// disables the check.
+	ActivePrefillTokensThreshold *int64 `json:"active_prefill_tokens_threshold,omitempty"`
+	// Seed makes random choices repeat run to run.
+	Seed uint64 `json:"seed"`
+	// BlockSize is the tokens per KV block; it must equal every worker's.
+	BlockSize int `json:"block_size"`
+}
+
+// Defaults, in one place.
+const (
+	DefaultOverlapScoreWeight = 1.0
+	DefaultRouterTTLSecs      = 120.0
+	DefaultRouterMaxTreeSize  = 1 << 20
+	DefaultBlockSize          = 64
+)
+
+// DefaultConfig returns a round-robin router (Dynamo's default mode) with
+// Dynamo's kv settings, KV events on and no busy thresholds.
+func DefaultConfig() Config {
+	return Config{
+		Mode:               ModeRoundRobin,
+		OverlapScoreWeight: DefaultOverlapScoreWeight,
+		UseKVEvents:        true,
+		RouterTTLSecs:      DefaultRouterTTLSecs,
+		RouterMaxTreeSize:  DefaultRouterMaxTreeSize,
+		BlockSize:          DefaultBlockSize,
+	}
+}
+
+// ParseConfig reads a JSON config over DefaultConfig, so absent keys keep
+// their defaults. Unknown keys are an error, and the result is validated.
+func ParseConfig(data []byte) (Config, error) {
+	cfg := DefaultConfig()
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return Config{}, fmt.Errorf("router config: %w", err)
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
+
+// Validate reports the first field that is out of range, by its JSON name.
+func (c Config) Validate() error {
+	if _, err := ParseMode(string(c.Mode)); err != nil {
+		return fmt.Errorf("router config: router_mode: %w", err)
+	}
+	if !finite(c.OverlapScoreWeight) || c.OverlapScoreWeight < 0 {
+		return fmt.Errorf("router config: overlap_score_weight %v must be a finite number >= 0", c.OverlapScoreWeight)
+	}
+	if !finite(c.RouterTemperature) || c.RouterTemperature < 0 {
+		return fmt.Errorf("router config: router_temperature %v must be a finite number >= 0 (0 picks the cheapest worker)", c.RouterTemperature)
+	}
+	if !finite(c.RouterTTLSecs) || c.RouterTTLSecs <= 0 {
+		return fmt.Errorf("router config: router_ttl_secs %v must be > 0", c.RouterTTLSecs)
+	}
+	if c.RouterMaxTreeSize <= 0 {
+		return fmt.Errorf("router config: router_max_tree_size %d must be > 0", c.RouterMaxTreeSize)
+	}
+	if t := c.ActiveDecodeBlocksThreshold; t != nil && (!finite(*t) || *t <= 0 || *t > 1) {
+		return fmt.Errorf("router config: active_decode_blocks_threshold %v must be a fraction in (0, 1], or absent to disable", *t)
+	}
+	if t := c.ActivePrefillTokensThreshold; t != nil && *t < 0 {
+		return fmt.Errorf("router config: active_prefill_tokens_threshold %d must be >= 0, or absent to disable", *t)
+	}
+	if c.BlockSize <= 0 {
+		return fmt.Errorf("router config: block_size %d must be > 0 and equal to the workers' block size", c.BlockSize)
+	}
+	return nil
+}

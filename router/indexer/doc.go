@@ -1,0 +1,16 @@
+// Package indexer keeps, for a KV-aware router, a radix tree of which
+// workers hold which prompt blocks, so a request's cached prefix on every
+// worker is found in one walk.
+//
+// The tree is keyed by local block hash (a block's tokens alone); a path from
+// the root is a prefix. Each node records the set of workers holding that
+// block at that position, and each worker has a map from its own block keys
+// (sequence hashes, as its KV events name them) to nodes, so removals need no
+// walk. Stored events hang blocks under their parent (an unknown parent drops
+// the event), Removed events take blocks away (unknown ones are skipped and
+// reported), Cleared empties a worker. Nodes that no worker holds and that
+// have no children are pruned.
+//
+// Approx wraps an Indexer for workers that publish no events: the router
+// inserts each routed prompt for the chosen worker with a TTL.
+package indexer

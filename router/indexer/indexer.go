@@ -1,0 +1,402 @@
+package indexer
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/kvstrand/mocker/kv"
+)
+
+// Errors Apply returns. Both are reported per event and are not fatal: the
+// index stays consistent and later events still apply.
+var (
+	// ErrUnknownParent means a Stored event named a parent block the index
+	// does not hold for that worker (it was evicted, or an earlier event was
+	// lost), so the whole event was dropped.
+	ErrUnknownParent = errors.New("stored event's parent block is unknown")
+	// ErrBlockNotFound means a Removed event named blocks the index does not
+	// hold for that worker; the blocks it did hold were still removed.
+	ErrBlockNotFound = errors.New("removed event names unknown blocks")
+)
+
+// kidsInline is how many children a node keeps in a slice before switching
+// to a map. Most nodes in a prompt tree have one child; a scan of a few
+// pointers beats a map lookup and costs far less memory.
+const kidsInline = 8
+
+type node struct {
+	parent  *node
+	hash    kv.LocalHash
+	workers bitset
+	kids    []*node
+	kidMap  map[kv.LocalHash]*node
+	// kid0 backs kids while the node has at most one child, the common
+	// case, so a new node costs no allocation of its own.
+	kid0 [1]*node
+}
+
+// slabSize is how many nodes are allocated at once; maxSpare bounds the
+// pruned nodes kept for reuse, so a shrinking tree returns memory.
+const (
+	slabSize = 128
+	maxSpare = 1 << 14
+)
+
+func (n *node) child(h kv.LocalHash) *node {
+	if n.kidMap != nil {
+		return n.kidMap[h]
+	}
+	for _, k := range n.kids {
+		if k.hash == h {
+			return k
+		}
+	}
+	return nil
+}
+
+func (n *node) addChild(c *node) {
+	if n.kidMap != nil {
+		n.kidMap[c.hash] = c
+		return
+	}
+	if len(n.kids) < kidsInline {
+		n.kids = append(n.kids, c)
+		return
+	}
+	n.kidMap = make(map[kv.LocalHash]*node, 2*kidsInline)
+	for _, k := range n.kids {
+		n.kidMap[k.hash] = k
+	}
+	n.kids = nil
+	n.kidMap[c.hash] = c
+}
+
+func (n *node) removeChild(h kv.LocalHash) {
+	if n.kidMap != nil {
+		delete(n.kidMap, h)
+		return
+	}
+	for i, k := range n.kids {
+		if k.hash == h {
+			last := len(n.kids) - 1
+			n.kids[i] = n.kids[last]
+			n.kids[last] = nil
+			n.kids = n.kids[:last]
+			return
+		}
+	}
+}
+
+func (n *node) childless() bool { return len(n.kids) == 0 && len(n.kidMap) == 0 }
+
+type workerState struct {
+	id   uint64
+	slot int
+	// blocks maps the worker's own block keys (sequence hashes) to the tree
+	// node holding that block, so Removed events need no tree walk.
+	blocks map[kv.SeqHash]*node
+	// lastID is the last event id seen per dp rank, for gap detection.
+	lastID []uint64
+	seen   []bool
+}
+
+// Score is one worker's result from FindMatches.
+type Score struct {
+	Worker uint64
+	// Depth is how many leading blocks of the query the worker holds.
+	Depth int
+	// TreeSize is how many blocks the index holds for the worker.
+	TreeSize int
+}
+
+// Stats counts what the index has applied and what it had to drop.
+type Stats struct {
+	Events         uint64 // events applied (fully or partly)
+	UnknownParent  uint64 // Stored events dropped for an unknown parent
+	MissingBlocks  uint64 // block hashes in Removed events that were not held
+	EventGaps      uint64 // events whose id skipped ahead of the last one seen
+	Nodes          int    // tree nodes, root excluded
+	Workers        int    // workers with state in the index
+	IndexedBlocks  int    // (worker, block) pairs held
+	DroppedEvents  uint64 // events dropped entirely
+	UnknownEvents  uint64 // events of an unknown kind
+	RemovedWorkers uint64 // RemoveWorker calls that found the worker
+}
+
+// Indexer is a radix tree of the blocks each worker holds, keyed by local
+// block hash, fed by the workers' KV events. It is not safe for concurrent
+// use: the owner serialises calls.
+type Indexer struct {
+	root    node
+	workers map[uint64]*workerState
+	slots   []*workerState // by slot; nil entries are free
+	free    []int
+	stats   Stats
+	active  bitset // FindMatches scratch
+	// spare holds pruned nodes for reuse; slab is the unused rest of the
+	// last batch allocated. Both cut allocations on the event path.
+	spare []*node
+	slab  []node
+}
+
+func (x *Indexer) newNode(parent *node, h kv.LocalHash) *node {
+	var n *node
+	if k := len(x.spare); k > 0 {
+		n = x.spare[k-1]
+		x.spare = x.spare[:k-1]
+	} else {
+		if len(x.slab) == 0 {
+			x.slab = make([]node, slabSize)
+		}
+		n = &x.slab[0]
+		x.slab = x.slab[1:]
+	}
+	n.parent, n.hash = parent, h
+	n.kids = n.kid0[:0]
+	return n
+}
+
+// New returns an empty index.
+func New() *Indexer {
+	return &Indexer{workers: make(map[uint64]*workerState)}
+}
+
+func (x *Indexer) worker(id uint64) *workerState {
+	if ws := x.workers[id]; ws != nil {
+		return ws
+	}
+	ws := &workerState{id: id, blocks: make(map[kv.SeqHash]*node)}
+	if n := len(x.free); n > 0 {
+		ws.slot = x.free[n-1]
+		x.free = x.free[:n-1]
+		x.slots[ws.slot] = ws
+	} else {
+		ws.slot = len(x.slots)
+		x.slots = append(x.slots, ws)
+	}
+	x.workers[id] = ws
+	return ws
+}
+
+// Apply applies one event from worker id. A worker the index has not seen
+// is added. The returned error (ErrUnknownParent or ErrBlockNotFound, with
+// context) reports a partial or dropped event; the index is consistent
+// either way.
+func (x *Indexer) Apply(id uint64, ev kv.Event) error {
+	ws := x.worker(id)
+	x.checkGap(ws, ev)
+	switch ev.Kind {
+	case kv.Stored:
+		return x.store(ws, ev)
+	case kv.Removed:
+		return x.remove(ws, ev.RemovedHashes)
+	case kv.Cleared:
+		x.clearWorker(ws)
+		x.stats.Events++
+		return nil
+	default:
+		x.stats.UnknownEvents++
+		return fmt.Errorf("worker %d event %d: unknown kind %d", id, ev.ID, ev.Kind)
+	}
+}
+
+func (x *Indexer) checkGap(ws *workerState, ev kv.Event) {
+	r := int(ev.DPRank)
+	if r >= len(ws.lastID) {
+		ws.lastID = append(ws.lastID, make([]uint64, r+1-len(ws.lastID))...)
+		ws.seen = append(ws.seen, make([]bool, r+1-len(ws.seen))...)
+	}
+	if ws.seen[r] && ev.ID > ws.lastID[r]+1 {
+		x.stats.EventGaps++
+	}
+	ws.lastID[r], ws.seen[r] = ev.ID, true
+}
+
+func (x *Indexer) store(ws *workerState, ev kv.Event) error {
+	cur := &x.root
+	if ev.HasParent {
+		p := ws.blocks[ev.Parent]
+		if p == nil {
+			x.stats.UnknownParent++
+			x.stats.DroppedEvents++
+			return fmt.Errorf("worker %d event %d: parent %#x: %w", ws.id, ev.ID, uint64(ev.Parent), ErrUnknownParent)
+		}
+		cur = p
+	}
+	for _, b := range ev.Blocks {
+		c := cur.child(b.TokensHash)
+		if c == nil {
+			c = x.newNode(cur, b.TokensHash)
+			cur.addChild(c)
+			x.stats.Nodes++
+		}
+		c.workers.set(ws.slot)
+		if old := ws.blocks[b.Hash]; old != c {
+			if old != nil {
+				// The worker reused a block key at another position; the
+				// old position no longer holds it.
+				old.workers.clear(ws.slot)
+				x.prune(old)
+			} else {
+				x.stats.IndexedBlocks++
+			}
+			ws.blocks[b.Hash] = c
+		}
+		cur = c
+	}
+	x.stats.Events++
+	return nil
+}
+
+func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
+	missing := 0
+	for _, h := range hashes {
+		n := ws.blocks[h]
+		if n == nil {
+			missing++
+			continue
+		}
+		delete(ws.blocks, h)
+		x.stats.IndexedBlocks--
+		n.workers.clear(ws.slot)
+		x.prune(n)
+	}
+	x.stats.Events++
+	if missing > 0 {
+		x.stats.MissingBlocks += uint64(missing)
+		return fmt.Errorf("worker %d: %d of %d blocks: %w", ws.id, missing, len(hashes), ErrBlockNotFound)
+	}
+	return nil
+}
+
+// prune detaches n and then its ancestors while they hold no worker and no
+// child. A node with no worker but with children stays, so descendants that
+// other events still refer to keep their place in the tree.
+func (x *Indexer) prune(n *node) {
+	for n != &x.root && n.workers.empty() && n.childless() {
+		p := n.parent
+		p.removeChild(n.hash)
+		if len(x.spare) < maxSpare {
+			rest := n.workers.rest[:0]
+			*n = node{}
+			n.workers.rest = rest
+			x.spare = append(x.spare, n)
+		}
+		x.stats.Nodes--
+		n = p
+	}
+}
+
+func (x *Indexer) clearWorker(ws *workerState) {
+	for h, n := range ws.blocks {
+		delete(ws.blocks, h)
+		n.workers.clear(ws.slot)
+		x.prune(n)
+		x.stats.IndexedBlocks--
+	}
+}
+
+// RemoveWorker drops every block of worker id and forgets the worker. It
+// reports whether the worker was known.
+func (x *Indexer) RemoveWorker(id uint64) bool {
+	ws := x.workers[id]
+	if ws == nil {
+		return false
+	}
+	x.clearWorker(ws)
+	delete(x.workers, id)
+	x.slots[ws.slot] = nil
+	x.free = append(x.free, ws.slot)
+	x.stats.RemovedWorkers++
+	return true
+}
+
+// TreeSize returns how many blocks the index holds for worker id.
+func (x *Indexer) TreeSize(id uint64) int {
+	if ws := x.workers[id]; ws != nil {
+		return len(ws.blocks)
+	}
+	return 0
+}
+
+// Stats returns the counters.
+func (x *Indexer) Stats() Stats {
+	s := x.stats
+	s.Workers = len(x.workers)
+	return s
+}
+
+// FindMatches walks the tree along locals (a request's local block hashes,
+// in order) and appends to dst one Score per worker holding at least the
+// first block: how many leading blocks it holds, and its tree size. Scores
+// come by increasing depth, then by worker slot: stable for a given
+// sequence of events, so results repeat run to run.
+//
+// With earlyExit the walk stops as soon as a single worker remains, so that
+// worker's Depth is a lower bound; use it when only the set of matching
+// workers matters. A router comparing depths passes false.
+func (x *Indexer) FindMatches(locals []kv.LocalHash, earlyExit bool, dst []Score) []Score {
+	cur := &x.root
+	act := &x.active
+	depth := 0
+	for i, h := range locals {
+		c := cur.child(h)
+		if c == nil {
+			break
+		}
+		if i == 0 {
+			act.copyFrom(&c.workers)
+		} else {
+			dst = x.dropOut(act, &c.workers, depth, dst)
+		}
+		if act.empty() {
+			return dst
+		}
+		depth = i + 1
+		cur = c
+		if earlyExit && act.count() == 1 {
+			break
+		}
+	}
+	if depth == 0 {
+		return dst
+	}
+	dst = x.emit(act.lo, 0, depth, dst)
+	for i, w := range act.rest {
+		dst = x.emit(w, 64*(i+1), depth, dst)
+	}
+	return dst
+}
+
+// dropOut emits at depth the workers of act missing from next, then narrows
+// act to next. Workers only ever leave the active set: one that holds a
+// block but not its predecessor has no usable prefix.
+func (x *Indexer) dropOut(act, next *bitset, depth int, dst []Score) []Score {
+	if d := act.lo &^ next.lo; d != 0 {
+		dst = x.emit(d, 0, depth, dst)
+	}
+	act.lo &= next.lo
+	for i := range act.rest {
+		var nw uint64
+		if i < len(next.rest) {
+			nw = next.rest[i]
+		}
+		if d := act.rest[i] &^ nw; d != 0 {
+			dst = x.emit(d, 64*(i+1), depth, dst)
+		}
+		act.rest[i] &= nw
+	}
+	return dst
+}
+
+func (x *Indexer) emit(w uint64, base, depth int, dst []Score) []Score {
+	for w != 0 {
+		slot := base + bits.TrailingZeros64(w)
+		w &= w - 1
+		if ws := x.slots[slot]; ws != nil {
+			dst = append(dst, Score{Worker: ws.id, Depth: depth, TreeSize: len(ws.blocks)})
+		}
+	}
+	return dst
+}

@@ -1,0 +1,320 @@
+package indexer
+
+import (
+	"maps"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/kvstrand/mocker/kv"
+)
+
+// chain returns the blocks of a sequence whose local hashes are locals, as a
+// worker would name them.
+func chain(locals ...kv.LocalHash) []kv.Block {
+	out := make([]kv.Block, len(locals))
+	var parent kv.SeqHash
+	for i, l := range locals {
+		s := kv.SeqHash(l)
+		if i > 0 {
+			s = kv.ChainHash(parent, l)
+		}
+		out[i] = kv.Block{Hash: s, TokensHash: l}
+		parent = s
+	}
+	return out
+}
+
+func stored(blocks []kv.Block) kv.Event { return kv.Event{Kind: kv.Stored, Blocks: blocks} }
+
+func storedAfter(parent kv.Block, blocks []kv.Block) kv.Event {
+	return kv.Event{Kind: kv.Stored, Parent: parent.Hash, HasParent: true, Blocks: blocks}
+}
+
+func removed(blocks ...kv.Block) kv.Event {
+	ev := kv.Event{Kind: kv.Removed}
+	for _, b := range blocks {
+		ev.RemovedHashes = append(ev.RemovedHashes, b.Hash)
+	}
+	return ev
+}
+
+// depths maps worker to depth for a query.
+func depths(x *Indexer, q ...kv.LocalHash) map[uint64]int {
+	out := map[uint64]int{}
+	for _, s := range x.FindMatches(q, false, nil) {
+		out[s.Worker] = s.Depth
+	}
+	return out
+}
+
+const (
+	A kv.LocalHash = iota + 101
+	B
+	C
+	D
+	E
+)
+
+func TestIndexer_FindMatchesLongestPrefixPerWorker(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.NoError(t, x.Apply(1, stored(chain(A, B, C))))
+	require.NoError(t, x.Apply(2, stored(chain(A, B))))
+	require.NoError(t, x.Apply(3, stored(chain(B, C))))
+
+	tests := []struct {
+		name  string
+		query []kv.LocalHash
+		want  map[uint64]int
+	}{
+		{"full prefix", []kv.LocalHash{A, B, C, D}, map[uint64]int{1: 3, 2: 2}},
+		{"diverges after one", []kv.LocalHash{A, C}, map[uint64]int{1: 1, 2: 1}},
+		{"other root", []kv.LocalHash{B, C, A}, map[uint64]int{3: 2}},
+		{"no match", []kv.LocalHash{D}, map[uint64]int{}},
+		{"empty query", nil, map[uint64]int{}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, depths(x, tc.query...))
+		})
+	}
+	scores := x.FindMatches([]kv.LocalHash{A, B}, false, nil)
+	sizes := map[uint64]int{}
+	for _, s := range scores {
+		sizes[s.Worker] = s.TreeSize
+	}
+	assert.Equal(t, map[uint64]int{1: 3, 2: 2}, sizes)
+}
+
+func TestIndexer_StoredUnderParentExtendsPrefix(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C)
+	require.NoError(t, x.Apply(1, stored(full[:1])))
+	require.NoError(t, x.Apply(1, storedAfter(full[0], full[1:])))
+	assert.Equal(t, map[uint64]int{1: 3}, depths(x, A, B, C))
+	assert.Equal(t, 3, x.TreeSize(1))
+}
+
+func TestIndexer_StoredWithUnknownParentIsDropped(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C)
+	require.NoError(t, x.Apply(2, stored(full[:1]))) // parent known to worker 2 only
+	err := x.Apply(1, storedAfter(full[0], full[1:]))
+	require.ErrorIs(t, err, ErrUnknownParent)
+	assert.Equal(t, 0, x.TreeSize(1))
+	assert.Equal(t, map[uint64]int{2: 1}, depths(x, A, B, C))
+	assert.Equal(t, uint64(1), x.Stats().UnknownParent)
+}
+
+func TestIndexer_RemovedWithMissingHashesAppliesTheRest(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C)
+	require.NoError(t, x.Apply(1, stored(full)))
+	bogus := kv.Block{Hash: 999}
+	err := x.Apply(1, removed(full[2], bogus))
+	require.ErrorIs(t, err, ErrBlockNotFound)
+	assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, B, C))
+	assert.Equal(t, 2, x.TreeSize(1))
+	assert.Equal(t, uint64(1), x.Stats().MissingBlocks)
+}
+
+func TestIndexer_RemovedMiddleBlockCutsThePrefix(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C)
+	require.NoError(t, x.Apply(1, stored(full)))
+	require.NoError(t, x.Apply(1, removed(full[1])))
+	assert.Equal(t, map[uint64]int{1: 1}, depths(x, A, B, C))
+	// B stays as an empty node because C hangs below it.
+	assert.Equal(t, 3, x.Stats().Nodes)
+	// Storing B again under A restores the whole prefix.
+	require.NoError(t, x.Apply(1, storedAfter(full[0], full[1:2])))
+	assert.Equal(t, map[uint64]int{1: 3}, depths(x, A, B, C))
+}
+
+func TestIndexer_RemovingEverythingPrunesTheTree(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C)
+	require.NoError(t, x.Apply(1, stored(full)))
+	require.NoError(t, x.Apply(2, stored(full[:2])))
+	require.NoError(t, x.Apply(1, removed(full[0], full[1], full[2])))
+	assert.Equal(t, 2, x.Stats().Nodes, "worker 2's blocks remain")
+	require.NoError(t, x.Apply(2, removed(full[1], full[0])))
+	s := x.Stats()
+	assert.Equal(t, 0, s.Nodes)
+	assert.Equal(t, 0, s.IndexedBlocks)
+}
+
+func TestIndexer_ClearedEmptiesOneWorker(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.NoError(t, x.Apply(1, stored(chain(A, B))))
+	require.NoError(t, x.Apply(2, stored(chain(A))))
+	require.NoError(t, x.Apply(1, kv.Event{Kind: kv.Cleared}))
+	assert.Equal(t, map[uint64]int{2: 1}, depths(x, A, B))
+	assert.Equal(t, 0, x.TreeSize(1))
+	assert.Equal(t, 2, x.Stats().Workers, "a cleared worker stays known")
+	require.NoError(t, x.Apply(1, stored(chain(A, B))))
+	assert.Equal(t, map[uint64]int{1: 2, 2: 1}, depths(x, A, B))
+}
+
+func TestIndexer_RemoveWorkerForgetsItAndFreesItsSlot(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.NoError(t, x.Apply(1, stored(chain(A, B))))
+	require.NoError(t, x.Apply(2, stored(chain(A))))
+	assert.True(t, x.RemoveWorker(1))
+	assert.False(t, x.RemoveWorker(1))
+	assert.Equal(t, map[uint64]int{2: 1}, depths(x, A, B))
+	assert.Equal(t, 1, x.Stats().Nodes)
+	// A new worker takes the freed slot and must not inherit anything.
+	require.NoError(t, x.Apply(3, stored(chain(C))))
+	assert.Equal(t, map[uint64]int{2: 1}, depths(x, A, B))
+	assert.Equal(t, map[uint64]int{3: 1}, depths(x, C))
+}
+
+func TestIndexer_EarlyExitStopsAtOneWorker(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.NoError(t, x.Apply(1, stored(chain(A, B, C, D))))
+	require.NoError(t, x.Apply(2, stored(chain(A))))
+	got := map[uint64]int{}
+	for _, s := range x.FindMatches([]kv.LocalHash{A, B, C, D}, true, nil) {
+		got[s.Worker] = s.Depth
+	}
+	assert.Equal(t, map[uint64]int{1: 2, 2: 1}, got, "the walk stops once worker 1 is alone")
+	assert.Equal(t, map[uint64]int{1: 4, 2: 1}, depths(x, A, B, C, D))
+}
+
+func TestIndexer_MoreThan64Workers(t *testing.T) {
+	t.Parallel()
+	x := New()
+	full := chain(A, B, C, D, E)
+	want := map[uint64]int{}
+	for id := uint64(0); id < 200; id++ {
+		n := int(id%5) + 1
+		require.NoError(t, x.Apply(id, stored(full[:n])))
+		want[id] = n
+	}
+	assert.Equal(t, want, depths(x, A, B, C, D, E))
+	for id := uint64(0); id < 200; id += 2 {
+		require.NoError(t, x.Apply(id, removed(full[0])))
+		delete(want, id)
+	}
+	assert.Equal(t, want, depths(x, A, B, C, D, E))
+}
+
+func TestIndexer_EventGapsCounted(t *testing.T) {
+	t.Parallel()
+	x := New()
+	for _, id := range []uint64{0, 1, 2, 5, 6} {
+		ev := stored(chain(kv.LocalHash(id + 1)))
+		ev.ID = id
+		require.NoError(t, x.Apply(1, ev))
+	}
+	ev := stored(chain(A))
+	ev.DPRank = 1 // another rank's ids start over
+	require.NoError(t, x.Apply(1, ev))
+	assert.Equal(t, uint64(1), x.Stats().EventGaps)
+}
+
+// TestIndexer_MatchesModel checks FindMatches against a plain model over
+// random Stored / Removed / Cleared / RemoveWorker sequences: a worker's
+// depth is the longest query prefix whose every block it holds.
+func TestIndexer_MatchesModel(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		x := New()
+		model := map[uint64]map[kv.SeqHash][]kv.LocalHash{} // worker -> held block -> its path
+		worker := rapid.Uint64Range(1, 4)
+		local := rapid.SampledFrom([]kv.LocalHash{A, B, C, D})
+		for range rapid.IntRange(1, 60).Draw(t, "steps") {
+			w := worker.Draw(t, "worker")
+			held := model[w]
+			switch rapid.IntRange(0, 9).Draw(t, "op") {
+			case 0, 1, 2, 3, 4: // store, under a held block or at the root
+				var path []kv.LocalHash
+				ev := kv.Event{Kind: kv.Stored}
+				if len(held) > 0 && rapid.Bool().Draw(t, "withParent") {
+					keys := sortedKeys(held)
+					p := rapid.SampledFrom(keys).Draw(t, "parent")
+					path = append(path, held[p]...)
+					ev.Parent, ev.HasParent = p, true
+				}
+				for range rapid.IntRange(1, 3).Draw(t, "n") {
+					path = append(path, local.Draw(t, "local"))
+					b := chain(path...)[len(path)-1]
+					ev.Blocks = append(ev.Blocks, b)
+				}
+				require.NoError(t, x.Apply(w, ev))
+				if held == nil {
+					held = map[kv.SeqHash][]kv.LocalHash{}
+					model[w] = held
+				}
+				for i, b := range ev.Blocks {
+					held[b.Hash] = path[:len(path)-len(ev.Blocks)+i+1]
+				}
+			case 5, 6: // remove some held blocks, maybe with a bogus one
+				ev := kv.Event{Kind: kv.Removed}
+				for _, k := range sortedKeys(held) {
+					if rapid.Bool().Draw(t, "drop") {
+						ev.RemovedHashes = append(ev.RemovedHashes, k)
+						delete(held, k)
+					}
+				}
+				bogus := rapid.Bool().Draw(t, "bogus")
+				if bogus {
+					ev.RemovedHashes = append(ev.RemovedHashes, 7)
+				}
+				err := x.Apply(w, ev)
+				if bogus {
+					require.ErrorIs(t, err, ErrBlockNotFound)
+				} else {
+					require.NoError(t, err)
+				}
+			case 7:
+				require.NoError(t, x.Apply(w, kv.Event{Kind: kv.Cleared}))
+				if held != nil {
+					model[w] = map[kv.SeqHash][]kv.LocalHash{}
+				}
+			case 8:
+				x.RemoveWorker(w)
+				delete(model, w)
+			case 9: // a parent the worker does not hold
+				ev := storedAfter(kv.Block{Hash: 12345}, chain(A))
+				require.ErrorIs(t, x.Apply(w, ev), ErrUnknownParent)
+			}
+			q := rapid.SliceOfN(local, 0, 5).Draw(t, "query")
+			want := map[uint64]int{}
+			qb := chain(q...)
+			for id, held := range model {
+				d := 0
+				for d < len(qb) {
+					if _, ok := held[qb[d].Hash]; !ok {
+						break
+					}
+					d++
+				}
+				if d > 0 {
+					want[id] = d
+				}
+			}
+			require.Equal(t, want, depths(x, q...), "query %v", q)
+			for id, held := range model {
+				require.Equal(t, len(held), x.TreeSize(id))
+			}
+		}
+	})
+}
+
+func sortedKeys(m map[kv.SeqHash][]kv.LocalHash) []kv.SeqHash {
+	return slices.Sorted(maps.Keys(m))
+}

@@ -1,0 +1,511 @@
+package router
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/router/indexer"
+)
+
+// Errors a caller branches on (with errors.Is).
+var (
+	// ErrAllBusy rejects a request because every worker of the needed role
+	// is over a busy threshold. Dynamo answers it with HTTP 503; retry later.
+	ErrAllBusy = errors.New("all workers busy")
+	// ErrNoWorkers rejects a request because no worker of the needed role is
+	// registered.
+	ErrNoWorkers = errors.New("no workers registered")
+	// ErrDuplicateRequest rejects a request whose id is already in flight.
+	ErrDuplicateRequest = errors.New("request id already in flight")
+)
+
+// Request is what the router needs to place one request. Give Tokens, or
+// the block hashes if the caller already has them (LocalHashes is enough;
+// SeqHashes is then derived).
+type Request struct {
+	// ID names the request in PrefillDone and Free; unique while in flight.
+	ID     string
+	Tokens []uint32
+	// LocalHashes and SeqHashes are the prompt's complete blocks. Route fills
+	// them in from Tokens when they are empty, so a caller that routes the
+	// same request again does not hash twice.
+	LocalHashes []kv.LocalHash
+	SeqHashes   []kv.SeqHash
+	// PromptTokens is the prompt length; 0 means len(Tokens), or the blocks'
+	// token count when only hashes are given.
+	PromptTokens int
+}
+
+// Option customises a Router.
+type Option func(*Router)
+
+// WithClock sets the time source for approximate mode's TTLs. Tests and
+// virtual-time runs pass their own; the default is time.Now.
+func WithClock(now func() time.Time) Option { return func(r *Router) { r.now = now } }
+
+// WithLogger sets where the router logs dropped events and other
+// diagnostics; the default is slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(r *Router) { r.log = l } }
+
+// Stats counts router activity.
+type Stats struct {
+	Index indexer.Stats
+	// Routed counts requests placed (a disaggregated request counts once).
+	Routed uint64
+	// RejectedBusy counts requests refused with ErrAllBusy.
+	RejectedBusy uint64
+	// EventsIgnored counts KV events not applied: from unknown workers, or
+	// any event in approximate mode.
+	EventsIgnored uint64
+	// EventErrors counts events applied partly or dropped by the index.
+	EventErrors uint64
+	// LoadsIgnored counts load reports from unknown workers.
+	LoadsIgnored uint64
+}
+
+type leg struct {
+	w       *worker
+	tokens  int          // pending prefill tokens charged to w
+	seqs    []kv.SeqHash // shared blocks charged to w
+	blocks  int          // unshared blocks charged to w
+	release bool         // the leg ends at PrefillDone (a disaggregated prefill)
+}
+
+type reqState struct {
+	legs [2]leg
+}
+
+// Router places requests on workers. It is safe for concurrent use: routing
+// decisions, KV events and load reports are serialised by one mutex.
+type Router struct {
+	mu      sync.Mutex
+	cfg     Config
+	now     func() time.Time
+	log     *slog.Logger
+	rng     *rand.Rand
+	index   *indexer.Indexer
+	approx  *indexer.Approx // non-nil in approximate mode; shares index
+	workers map[uint64]*worker
+	order   []*worker // registration order, for round-robin and repeatability
+	rr      [3]uint64 // round-robin counters by role
+	blocks  map[kv.SeqHash]blockRefs
+	reqs    map[string]reqState
+	stats   Stats
+
+	cands  []*worker
+	ties   []*worker
+	scores []indexer.Score
+}
+
+// New returns a router for cfg, which must be valid.
+func New(cfg Config, opts ...Option) (*Router, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Router{
+		cfg:     cfg,
+		now:     time.Now,
+		log:     slog.Default(),
+		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
+		workers: make(map[uint64]*worker),
+		blocks:  make(map[kv.SeqHash]blockRefs),
+		reqs:    make(map[string]reqState),
+	}
+	if cfg.UseKVEvents {
+		r.index = indexer.New()
+	} else {
+		ttl := time.Duration(cfg.RouterTTLSecs * float64(time.Second))
+		a, err := indexer.NewApprox(ttl, cfg.RouterMaxTreeSize)
+		if err != nil {
+			return nil, fmt.Errorf("router config: %w", err)
+		}
+		r.approx, r.index = a, a.Indexer
+	}
+	for _, o := range opts {
+		o(r)
+	}
+	return r, nil
+}
+
+// Config returns the router's configuration.
+func (r *Router) Config() Config { return r.cfg }
+
+// AddWorker registers a worker, or updates its info if already registered
+// (discovery announcements are upserts). A new worker starts idle.
+func (r *Router) AddWorker(info WorkerInfo) error {
+	role, err := info.Role.index()
+	if err != nil {
+		return fmt.Errorf("add worker %d: %w", info.ID, err)
+	}
+	if info.BlockSize != 0 && info.BlockSize != r.cfg.BlockSize {
+		return fmt.Errorf("add worker %d: block size %d differs from the router's block_size %d; configure both alike",
+			info.ID, info.BlockSize, r.cfg.BlockSize)
+	}
+	if info.TotalBlocks < 0 {
+		return fmt.Errorf("add worker %d: total blocks %d must not be negative", info.ID, info.TotalBlocks)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := r.workers[info.ID]; w != nil {
+		w.info, w.role = info, role
+		return nil
+	}
+	w := &worker{info: info, role: role}
+	r.workers[info.ID] = w
+	r.order = append(r.order, w)
+	return nil
+}
+
+// RemoveWorker forgets a worker: it leaves rotation, the kv index and load
+// tracking at once; requests still in flight on it no longer count anywhere.
+// It reports whether the worker was registered.
+func (r *Router) RemoveWorker(id uint64) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[id]
+	if w == nil {
+		return false
+	}
+	for rid, st := range r.reqs {
+		changed := false
+		for i := range st.legs {
+			if st.legs[i].w == w {
+				r.release(&st.legs[i])
+				changed = true
+			}
+		}
+		switch {
+		case st.legs[0].w == nil && st.legs[1].w == nil:
+			delete(r.reqs, rid)
+		case changed:
+			r.reqs[rid] = st
+		}
+	}
+	delete(r.workers, id)
+	r.order = slices.DeleteFunc(r.order, func(x *worker) bool { return x == w })
+	if r.approx != nil {
+		r.approx.RemoveWorker(id)
+	} else {
+		r.index.RemoveWorker(id)
+	}
+	return true
+}
+
+// KVEvent applies a worker's KV event to the index. Events from workers not
+// registered, and every event in approximate mode, are counted and ignored.
+// It implements kv.Sink.
+func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.approx != nil || r.workers[workerID] == nil {
+		r.stats.EventsIgnored++
+		return
+	}
+	if err := r.index.Apply(workerID, ev); err != nil {
+		r.stats.EventErrors++
+		r.log.Debug("kv event not fully applied", "worker", workerID, "event_id", ev.ID, "kind", ev.Kind.String(), "err", err)
+	}
+}
+
+// UpdateLoad records a worker's load report. It implements LoadSink.
+func (r *Router) UpdateLoad(workerID uint64, l Load) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[workerID]
+	if w == nil {
+		r.stats.LoadsIgnored++
+		return
+	}
+	w.load = l
+}
+
+var _ kv.Sink = (*Router)(nil)
+var _ LoadSink = (*Router)(nil)
+
+// prepare fills in the request's hashes and prompt length, outside the lock.
+func (r *Router) prepare(req *Request) error {
+	bs := r.cfg.BlockSize
+	switch {
+	case len(req.LocalHashes) == 0 && len(req.Tokens) > 0:
+		req.LocalHashes, req.SeqHashes = kv.BlockHashes(req.Tokens, bs, req.LocalHashes[:0], req.SeqHashes[:0])
+	case len(req.SeqHashes) == 0 && len(req.LocalHashes) > 0:
+		var parent kv.SeqHash
+		for i, l := range req.LocalHashes {
+			s := kv.SeqHash(l)
+			if i > 0 {
+				s = kv.ChainHash(parent, l)
+			}
+			req.SeqHashes = append(req.SeqHashes, s)
+			parent = s
+		}
+	case len(req.SeqHashes) != len(req.LocalHashes):
+		return fmt.Errorf("route request %q: %d local hashes but %d sequence hashes; give both for every block, or tokens",
+			req.ID, len(req.LocalHashes), len(req.SeqHashes))
+	}
+	if req.PromptTokens == 0 {
+		req.PromptTokens = len(req.Tokens)
+		if req.PromptTokens == 0 {
+			req.PromptTokens = len(req.LocalHashes) * bs
+		}
+	}
+	return nil
+}
+
+// Route places an aggregated request on an aggregated worker and starts
+// tracking its load there until PrefillDone and Free. It returns ErrAllBusy
+// when every such worker is busy and ErrNoWorkers when there is none.
+func (r *Router) Route(req *Request) (uint64, error) {
+	if err := r.prepare(req); err != nil {
+		return 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.reqs[req.ID]; dup {
+		return 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
+	}
+	r.expire()
+	cands, err := r.candidates(RoleAggregated, req)
+	if err != nil {
+		return 0, err
+	}
+	w := r.pick(cands, req, r.cfg.OverlapScoreWeight, true)
+	st := reqState{}
+	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: slices.Clone(req.SeqHashes)}
+	r.charge(&st.legs[0])
+	r.reqs[req.ID] = st
+	r.learn(w, req)
+	r.stats.Routed++
+	return w.info.ID, nil
+}
+
+// RouteDisagg places a disaggregated request: first a prefill worker (in kv
+// mode by prefix overlap and pending prefill), then a decode worker by the
+// same mode with the overlap weight at 0 and no block sharing, so kv mode
+// balances decode workers by active blocks, as Dynamo does. The prefill
+// worker carries the prompt's uncached tokens until PrefillDone; the decode
+// worker carries the prompt's blocks until Free. If either role has no free
+// worker nothing is tracked and ErrAllBusy (or ErrNoWorkers) names the role.
+func (r *Router) RouteDisagg(req *Request) (prefill, decode uint64, err error) {
+	if err := r.prepare(req); err != nil {
+		return 0, 0, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.reqs[req.ID]; dup {
+		return 0, 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
+	}
+	r.expire()
+	pc, err := r.candidates(RolePrefill, req)
+	if err != nil {
+		return 0, 0, err
+	}
+	p := r.pick(pc, req, r.cfg.OverlapScoreWeight, true)
+	pOverlap := p.overlap
+	// Decode candidates are checked before anything is charged, so a
+	// rejected request leaves no trace on the prefill side.
+	dc, err := r.candidates(RoleDecode, req)
+	if err != nil {
+		return 0, 0, err
+	}
+	d := r.pick(dc, req, 0, false)
+	st := reqState{}
+	st.legs[0] = leg{w: p, tokens: uncached(req, pOverlap, r.cfg.BlockSize), release: true}
+	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
+	r.charge(&st.legs[0])
+	r.charge(&st.legs[1])
+	r.reqs[req.ID] = st
+	r.learn(p, req)
+	r.stats.Routed++
+	return p.info.ID, d.info.ID, nil
+}
+
+// PrefillDone marks a request's first token: its prompt tokens no longer
+// count as pending prefill, and a disaggregated request's prefill worker is
+// done with it. Unknown ids and repeats are ignored.
+func (r *Router) PrefillDone(reqID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.reqs[reqID]
+	if !ok {
+		return
+	}
+	for i := range st.legs {
+		l := &st.legs[i]
+		if l.w == nil {
+			continue
+		}
+		if l.release {
+			r.release(l)
+			continue
+		}
+		l.w.prefill -= l.tokens
+		l.tokens = 0
+	}
+	if st.legs[0].w == nil && st.legs[1].w == nil {
+		delete(r.reqs, reqID)
+		return
+	}
+	r.reqs[reqID] = st
+}
+
+// Free ends a request: everything it charged to its workers is released.
+// Unknown ids and repeats are ignored, so a caller may Free on every exit
+// path.
+func (r *Router) Free(reqID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st, ok := r.reqs[reqID]
+	if !ok {
+		return
+	}
+	for i := range st.legs {
+		if st.legs[i].w != nil {
+			r.release(&st.legs[i])
+		}
+	}
+	delete(r.reqs, reqID)
+}
+
+func (r *Router) charge(l *leg) {
+	w := l.w
+	w.inflight++
+	w.prefill += l.tokens
+	w.active += l.blocks
+	for _, h := range l.seqs {
+		r.ref(h, w)
+	}
+}
+
+func (r *Router) release(l *leg) {
+	w := l.w
+	w.inflight--
+	w.prefill -= l.tokens
+	w.active -= l.blocks
+	for _, h := range l.seqs {
+		r.unref(h, w)
+	}
+	*l = leg{}
+}
+
+func uncached(req *Request, overlap, blockSize int) int {
+	return max(req.PromptTokens-overlap*blockSize, 0)
+}
+
+// learn records, in approximate mode, that w now caches the request's
+// prompt.
+func (r *Router) learn(w *worker, req *Request) {
+	if r.approx != nil {
+		r.approx.Insert(w.info.ID, req.LocalHashes, req.SeqHashes, r.now())
+	}
+}
+
+func (r *Router) expire() {
+	if r.approx != nil {
+		r.approx.Expire(r.now())
+	}
+}
+
+// busy reports whether w is over a configured threshold. Blocks follow
+// Dynamo's decode latch: busy while either the reported router-facing count
+// or the router's own prediction is over the limit.
+func (r *Router) busy(w *worker) bool {
+	if t := r.cfg.ActiveDecodeBlocksThreshold; t != nil {
+		total := w.load.TotalBlocks
+		if total == 0 {
+			total = w.info.TotalBlocks
+		}
+		if total > 0 {
+			limit := *t * float64(total)
+			if float64(w.load.RouterActiveBlocks) > limit || float64(w.active) > limit {
+				return true
+			}
+		}
+	}
+	if t := r.cfg.ActivePrefillTokensThreshold; t != nil && int64(w.prefill) > *t {
+		return true
+	}
+	return false
+}
+
+// candidates lists the free workers of role, in registration order.
+func (r *Router) candidates(role Role, req *Request) ([]*worker, error) {
+	ri, _ := role.index()
+	r.cands = r.cands[:0]
+	total := 0
+	for _, w := range r.order {
+		if w.role != ri {
+			continue
+		}
+		total++
+		if !r.busy(w) {
+			r.cands = append(r.cands, w)
+		}
+	}
+	switch {
+	case total == 0:
+		return nil, fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
+	case len(r.cands) == 0:
+		r.stats.RejectedBusy++
+		return nil, fmt.Errorf("route request %q: %w: all %d %s workers are over their busy thresholds; retry later",
+			req.ID, ErrAllBusy, total, role)
+	}
+	return r.cands, nil
+}
+
+// Worker returns a snapshot of one registered worker.
+func (r *Router) Worker(id uint64) (WorkerState, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	w := r.workers[id]
+	if w == nil {
+		return WorkerState{}, false
+	}
+	return r.snapshot(w), true
+}
+
+// Workers returns a snapshot of every registered worker, sorted by id.
+func (r *Router) Workers() []WorkerState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]WorkerState, 0, len(r.order))
+	for _, w := range r.order {
+		out = append(out, r.snapshot(w))
+	}
+	slices.SortFunc(out, func(a, b WorkerState) int { return cmp.Compare(a.Info.ID, b.Info.ID) })
+	return out
+}
+
+func (r *Router) snapshot(w *worker) WorkerState {
+	return WorkerState{
+		Info:          w.info,
+		InFlight:      w.inflight,
+		PrefillTokens: w.prefill,
+		ActiveBlocks:  w.active,
+		Load:          w.load,
+		TreeSize:      r.index.TreeSize(w.info.ID),
+		Busy:          r.busy(w),
+	}
+}
+
+// InFlight returns how many requests the router is tracking.
+func (r *Router) InFlight() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reqs)
+}
+
+// Stats returns the router's counters.
+func (r *Router) Stats() Stats {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.stats
+	s.Index = r.index.Stats()
+	return s
+}

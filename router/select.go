@@ -1,0 +1,161 @@
+package router
+
+import "math"
+
+// pick chooses one of cands (non-empty) by the configured mode. weight is
+// the overlap score weight for kv mode; reuse says whether the request's
+// blocks may be shared with blocks already active on a worker. It leaves
+// each candidate's overlap depth in w.overlap for the caller to charge.
+func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
+	r.overlaps(cands, req)
+	switch r.cfg.Mode {
+	case ModeRoundRobin:
+		ri := cands[0].role
+		w := cands[r.rr[ri]%uint64(len(cands))]
+		r.rr[ri]++
+		return w
+	case ModeRandom:
+		return cands[r.rng.IntN(len(cands))]
+	case ModeLeastLoaded:
+		return r.leastLoaded(cands)
+	case ModePowerOfTwo:
+		if len(cands) == 1 {
+			return cands[0]
+		}
+		i := r.rng.IntN(len(cands))
+		j := r.rng.IntN(len(cands) - 1)
+		if j >= i {
+			j++
+		}
+		a, b := cands[i], cands[j]
+		if b.inflight < a.inflight {
+			return b
+		}
+		return a
+	default:
+		return r.kvPick(cands, req, weight, reuse)
+	}
+}
+
+// overlaps sets each candidate's prefix overlap with the request, in blocks.
+// Every mode needs it: the uncached part of the prompt is what a worker
+// charges as pending prefill.
+func (r *Router) overlaps(cands []*worker, req *Request) {
+	for _, w := range cands {
+		w.overlap = 0
+	}
+	if len(req.LocalHashes) == 0 {
+		return
+	}
+	r.scores = r.index.FindMatches(req.LocalHashes, false, r.scores[:0])
+	for _, s := range r.scores {
+		if w := r.workers[s.Worker]; w != nil {
+			w.overlap = s.Depth
+		}
+	}
+}
+
+// leastLoaded takes the fewest in-flight requests, then the fewest reported
+// router-facing active blocks, then a uniform choice among the tied.
+func (r *Router) leastLoaded(cands []*worker) *worker {
+	best, n := cands[0], 1
+	for _, w := range cands[1:] {
+		switch c := compareLoad(w, best); {
+		case c < 0:
+			best, n = w, 1
+		case c == 0:
+			n++
+			if r.rng.IntN(n) == 0 {
+				best = w
+			}
+		}
+	}
+	return best
+}
+
+func compareLoad(a, b *worker) int {
+	if a.inflight != b.inflight {
+		return a.inflight - b.inflight
+	}
+	return a.load.RouterActiveBlocks - b.load.RouterActiveBlocks
+}
+
+// kvPick applies Dynamo's classic cost, lower is better:
+//
+//	prefill_blocks = (pending prefill tokens + prompt tokens not cached) / block size
+//	decode_blocks  = predicted active blocks + request blocks not already active
+//	cost           = weight × prefill_blocks + decode_blocks
+func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
+	for _, w := range cands {
+		w.shared = 0
+	}
+	if reuse {
+		for _, h := range req.SeqHashes {
+			e, ok := r.blocks[h]
+			if !ok {
+				continue
+			}
+			e.first.w.shared++
+			for _, o := range e.more {
+				o.w.shared++
+			}
+		}
+	}
+	bs := float64(r.cfg.BlockSize)
+	n := len(req.SeqHashes)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, w := range cands {
+		prefill := float64(w.prefill+uncached(req, w.overlap, r.cfg.BlockSize)) / bs
+		decode := float64(w.active + n - w.shared)
+		w.cost = weight*prefill + decode
+		lo, hi = min(lo, w.cost), max(hi, w.cost)
+	}
+	if t := r.cfg.RouterTemperature; t > 0 {
+		return r.softmax(cands, lo, hi, t)
+	}
+	// Ties go to the worker with the fewest indexed blocks (the one whose
+	// cache is least loaded), then uniformly at random.
+	r.ties = r.ties[:0]
+	bestTree := math.MaxInt
+	for _, w := range cands {
+		if w.cost != lo {
+			continue
+		}
+		ts := r.index.TreeSize(w.info.ID)
+		if ts < bestTree {
+			bestTree = ts
+			r.ties = r.ties[:0]
+		}
+		if ts == bestTree {
+			r.ties = append(r.ties, w)
+		}
+	}
+	if len(r.ties) == 1 {
+		return r.ties[0]
+	}
+	return r.ties[r.rng.IntN(len(r.ties))]
+}
+
+// softmax samples a worker with probability proportional to
+// exp(−(cost − lo) / ((hi − lo) × t)): costs are range-normalised so the
+// temperature means the same whatever the load, and equal costs are a
+// uniform draw.
+func (r *Router) softmax(cands []*worker, lo, hi, t float64) *worker {
+	if hi == lo {
+		return cands[r.rng.IntN(len(cands))]
+	}
+	span := (hi - lo) * t
+	sum := 0.0
+	for _, w := range cands {
+		w.cost = math.Exp(-(w.cost - lo) / span)
+		sum += w.cost
+	}
+	u := r.rng.Float64() * sum
+	for _, w := range cands {
+		if u < w.cost {
+			return w
+		}
+		u -= w.cost
+	}
+	return cands[len(cands)-1]
+}
