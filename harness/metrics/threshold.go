@@ -231,10 +231,10 @@ func parsePercentileStrict(s string) (n float64, isP bool, err error) {
 	inner := strings.TrimSpace(s[2 : len(s)-1])
 	v, err := parseDecimal(inner)
 	if err != nil {
-		return 0, true, fmt.Errorf("N must be a number between 0 and 100")
+		return 0, true, errors.New("the percentile in p(N) must be a number between 0 and 100")
 	}
 	if v < 0 || v > 100 {
-		return 0, true, fmt.Errorf("N must be between 0 and 100, got %v", v)
+		return 0, true, fmt.Errorf("the percentile in p(N) must be between 0 and 100, got %v", v)
 	}
 	return v, true, nil
 }
