@@ -1,0 +1,66 @@
+// Command mocker reproduces the failure modes of disaggregated LLM serving —
+// prefill KV stranded while decode is saturated, the cascade that follows and
+// the abort timeouts that end it — on mock workers, without GPUs.
+//
+// Usage:
+//
+//	mocker run [flags] script.js   run a k6-style load script (see `mocker run -h`)
+//	mocker version                 print the version
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+)
+
+// version is set at link time (-ldflags "-X main.version=..."); otherwise the
+// module version recorded in the binary is used.
+var version = ""
+
+func main() {
+	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func dispatch(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(args[1:])
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, "mocker", versionString())
+		return 0
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "mocker: unknown command %q\n\n", args[0])
+		usage(stderr)
+		return 2
+	}
+}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `mocker: mock disaggregated LLM serving — KV stranding, transfers and aborts, without GPUs
+
+Usage:
+  mocker run [flags] script.js   run a k6-style load script against mock workers
+  mocker version                 print the version
+
+Run 'mocker run -h' for the run flags.
+`)
+}
+
+func versionString() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		return bi.Main.Version
+	}
+	return "(devel)"
+}

@@ -1,0 +1,97 @@
+package harness
+
+import (
+	"context"
+	"sync"
+)
+
+// eventLoop lets Go code finish JS work from other goroutines: a slot is
+// reserved on the VU goroutine (RegisterCallback), filled from anywhere,
+// and the VU goroutine runs the queued functions until no slot is open.
+// sobek runs promise jobs itself whenever the outermost call returns, so a
+// callback that resolves a promise also runs the awaiting async code.
+type eventLoop struct {
+	mu      sync.Mutex
+	queue   []func() error
+	spare   []func() error
+	pending int
+	gen     uint64 // bumped by reset; stale slots are ignored
+	wake    chan struct{}
+}
+
+func newEventLoop() *eventLoop {
+	return &eventLoop{wake: make(chan struct{}, 1)}
+}
+
+func (l *eventLoop) registerCallback() func(func() error) {
+	l.mu.Lock()
+	l.pending++
+	gen := l.gen
+	l.mu.Unlock()
+	var once sync.Once
+	return func(f func() error) {
+		once.Do(func() {
+			l.mu.Lock()
+			if l.gen != gen {
+				l.mu.Unlock()
+				return
+			}
+			l.pending--
+			l.queue = append(l.queue, f)
+			l.mu.Unlock()
+			select {
+			case l.wake <- struct{}{}:
+			default:
+			}
+		})
+	}
+}
+
+// drain runs queued callbacks until none are queued or reserved. It
+// returns the first callback error, or ctx's error when ctx ends first.
+func (l *eventLoop) drain(ctx context.Context) error {
+	for {
+		l.mu.Lock()
+		if len(l.queue) == 0 {
+			pending := l.pending
+			l.mu.Unlock()
+			if pending == 0 {
+				return nil
+			}
+			select {
+			case <-l.wake:
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		batch := l.queue
+		l.queue = l.spare[:0]
+		l.mu.Unlock()
+		for i, f := range batch {
+			if err := f(); err != nil {
+				clear(batch[i+1:]) // the iteration is over; the rest must not run
+				return err
+			}
+		}
+		clear(batch)
+		l.spare = batch[:0]
+	}
+}
+
+// reset forgets every queued callback and reserved slot; called when an
+// iteration ends abnormally, so the next one starts clean.
+func (l *eventLoop) reset() {
+	l.mu.Lock()
+	if l.pending != 0 || len(l.queue) != 0 {
+		l.gen++
+		l.pending = 0
+		clear(l.queue)
+		l.queue = l.queue[:0]
+	}
+	l.mu.Unlock()
+	select {
+	case <-l.wake:
+	default:
+	}
+}

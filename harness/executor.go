@@ -1,0 +1,431 @@
+package harness
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvstrand/mocker/harness/metrics"
+)
+
+// scenarioRun is one scenario's execution: its VUs and counters.
+type scenarioRun struct {
+	t    *testRun
+	cfg  *Scenario
+	tags metrics.Tags // options.tags + scenario tags + scenario name
+
+	vus []*vu // initialised before the test starts
+
+	startedAt  time.Time
+	started    atomic.Bool
+	finished   atomic.Bool
+	iterInTest atomic.Int64
+	completed  atomic.Int64
+	active     atomic.Int64
+	dropped    atomic.Int64
+}
+
+func (s *scenarioRun) elapsed() time.Duration {
+	if !s.started.Load() {
+		return 0
+	}
+	return time.Since(s.startedAt)
+}
+
+// progress is exec.scenario.progress: the share of the planned work done,
+// in [0, 1].
+func (s *scenarioRun) progress() float64 {
+	if s.finished.Load() {
+		return 1
+	}
+	var p float64
+	switch s.cfg.Executor {
+	case ExecSharedIterations:
+		p = float64(s.completed.Load()) / float64(s.cfg.Iterations)
+	case ExecPerVUIterations:
+		p = float64(s.completed.Load()) / float64(s.cfg.Iterations*s.cfg.VUs)
+	default:
+		p = float64(s.elapsed()) / float64(s.cfg.totalDuration())
+	}
+	return math.Min(1, math.Max(0, p))
+}
+
+// run waits for the scenario's startTime, then runs its executor until the
+// regular duration ends, giving in-flight iterations gracefulStop more.
+func (s *scenarioRun) run(ctx context.Context) {
+	defer s.finished.Store(true)
+	if s.cfg.StartTime > 0 {
+		timer := time.NewTimer(s.cfg.StartTime)
+		select {
+		case <-timer.C:
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		}
+	}
+	s.startedAt = time.Now()
+	s.started.Store(true)
+	total := s.cfg.totalDuration()
+	regular, cancelRegular := context.WithDeadline(ctx, s.startedAt.Add(total))
+	defer cancelRegular()
+	hard, cancelHard := context.WithDeadline(ctx, s.startedAt.Add(total+s.cfg.GracefulStop))
+	defer cancelHard()
+
+	switch s.cfg.Executor {
+	case ExecSharedIterations:
+		s.runSharedIterations(regular, hard)
+	case ExecPerVUIterations:
+		s.runPerVUIterations(regular, hard)
+	case ExecConstantVUs:
+		s.runLooping(regular, hard)
+	case ExecRampingVUs:
+		s.runRampingVUs(regular, hard)
+	case ExecConstantArrival, ExecRampingArrivalRate:
+		s.runArrivalRate(ctx, regular, hard)
+	}
+}
+
+// loop runs iterations on v while the regular deadline holds and next
+// allows one more; it stops at the first interrupted iteration.
+func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() bool) {
+	release := v.activate(hard)
+	defer release()
+	v.enterScenario(s)
+	fn := v.fns[s.cfg.Exec]
+	s.active.Add(1)
+	s.t.vusActive.Add(1)
+	defer s.t.vusActive.Add(-1)
+	defer s.active.Add(-1)
+	for regular.Err() == nil && next() {
+		if v.runIteration(fn) == iterInterrupted {
+			return
+		}
+		s.completed.Add(1)
+	}
+}
+
+func (s *scenarioRun) eachVU(f func(v *vu)) {
+	var wg sync.WaitGroup
+	for _, v := range s.vus {
+		wg.Go(func() { f(v) })
+	}
+	wg.Wait()
+}
+
+func (s *scenarioRun) runSharedIterations(regular, hard context.Context) {
+	var taken atomic.Int64
+	total := s.cfg.Iterations
+	s.eachVU(func(v *vu) {
+		s.loop(v, regular, hard, func() bool { return taken.Add(1) <= total })
+	})
+	if left := total - min(taken.Load(), total); left > 0 {
+		s.drop(left)
+	}
+}
+
+func (s *scenarioRun) runPerVUIterations(regular, hard context.Context) {
+	s.eachVU(func(v *vu) {
+		var done int64
+		s.loop(v, regular, hard, func() bool {
+			if done >= s.cfg.Iterations {
+				return false
+			}
+			done++
+			return true
+		})
+		if left := s.cfg.Iterations - done; left > 0 {
+			s.drop(left)
+		}
+	})
+}
+
+func (s *scenarioRun) runLooping(regular, hard context.Context) {
+	s.eachVU(func(v *vu) {
+		s.loop(v, regular, hard, func() bool { return true })
+	})
+}
+
+// drop counts iterations that were planned but never started.
+func (s *scenarioRun) drop(n int64) {
+	s.dropped.Add(n)
+	s.t.push(metrics.Sample{Metric: s.t.bm.droppedIterations, Tags: s.tags, Time: time.Now(), Value: float64(n)})
+}
+
+// rampingTarget is the VU count (or rate) the stages ask for at elapsed,
+// interpolated linearly and truncated towards the previous value.
+func rampingTarget(start int64, stages []Stage, elapsed time.Duration) int64 {
+	from := start
+	for _, st := range stages {
+		if elapsed < st.Duration {
+			frac := float64(elapsed) / float64(st.Duration)
+			return from + int64(float64(st.Target-from)*frac)
+		}
+		elapsed -= st.Duration
+		from = st.Target
+	}
+	return from
+}
+
+// rampSlot is one VU of a ramping-vus scenario, active while the target VU
+// count is above its index.
+type rampSlot struct {
+	v      *vu
+	active atomic.Bool
+	wake   chan struct{}
+	mu     sync.Mutex
+	cancel context.CancelFunc
+}
+
+func (sl *rampSlot) signal() {
+	select {
+	case sl.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
+	slots := make([]*rampSlot, len(s.vus))
+	for i, v := range s.vus {
+		slots[i] = &rampSlot{v: v, wake: make(chan struct{}, 1)}
+	}
+	var (
+		timersMu sync.Mutex
+		timers   []*time.Timer
+	)
+	apply := func(target int64) {
+		for i, sl := range slots {
+			want := int64(i) < target
+			if sl.active.Load() == want {
+				continue
+			}
+			sl.active.Store(want)
+			if want {
+				sl.signal()
+				continue
+			}
+			// A VU leaving during ramp-down finishes its iteration, but only
+			// for gracefulRampDown.
+			sl.mu.Lock()
+			cancel := sl.cancel
+			sl.mu.Unlock()
+			if cancel != nil {
+				timersMu.Lock()
+				timers = append(timers, time.AfterFunc(s.cfg.GracefulRampDown, cancel))
+				timersMu.Unlock()
+			}
+		}
+	}
+	apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0))
+
+	var wg sync.WaitGroup
+	for _, sl := range slots {
+		wg.Go(func() { s.rampVU(sl, regular, hard) })
+	}
+	ticker := time.NewTicker(10 * time.Millisecond)
+loop:
+	for {
+		select {
+		case <-regular.Done():
+			break loop
+		case <-ticker.C:
+			apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, time.Since(s.startedAt)))
+		}
+	}
+	ticker.Stop()
+	wg.Wait()
+	timersMu.Lock()
+	for _, tm := range timers {
+		tm.Stop()
+	}
+	timersMu.Unlock()
+}
+
+func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
+	v := sl.v
+	v.enterScenario(s)
+	fn := v.fns[s.cfg.Exec]
+	for regular.Err() == nil {
+		if !sl.active.Load() {
+			select {
+			case <-sl.wake:
+				continue
+			case <-regular.Done():
+				return
+			}
+		}
+		iterCtx, cancel := context.WithCancel(hard)
+		sl.mu.Lock()
+		sl.cancel = cancel
+		sl.mu.Unlock()
+		release := v.activate(iterCtx)
+		s.active.Add(1)
+		s.t.vusActive.Add(1)
+		res := v.runIteration(fn)
+		s.t.vusActive.Add(-1)
+		s.active.Add(-1)
+		release()
+		sl.mu.Lock()
+		sl.cancel = nil
+		sl.mu.Unlock()
+		cancel()
+		if res == iterCompleted {
+			s.completed.Add(1)
+		} else if hard.Err() != nil {
+			return
+		}
+	}
+}
+
+// arrivalSchedule yields iteration start offsets for the arrival-rate
+// executors: iteration k starts when the integral of the rate reaches k.
+type arrivalSchedule struct {
+	unit   time.Duration
+	start  int64
+	stages []Stage
+	// constant rate
+	period time.Duration
+	total  time.Duration
+
+	k          int64
+	stageIdx   int
+	stageFrom  float64 // rate per second at the stage start
+	stageT0    float64 // seconds
+	stageN0    float64 // iterations started before the stage
+	exhausted  bool
+}
+
+func newArrivalSchedule(sc *Scenario) *arrivalSchedule {
+	a := &arrivalSchedule{unit: sc.TimeUnit, total: sc.totalDuration()}
+	if sc.Executor == ExecConstantArrival {
+		a.period = time.Duration(float64(sc.TimeUnit) / float64(sc.Rate))
+		return a
+	}
+	a.stages = sc.Stages
+	a.start = sc.StartRate
+	a.stageFrom = a.perSecond(sc.StartRate)
+	return a
+}
+
+func (a *arrivalSchedule) perSecond(r int64) float64 { return float64(r) / a.unit.Seconds() }
+
+// next returns the start offset of the next iteration, or false when the
+// schedule has no more starts before its end.
+func (a *arrivalSchedule) next() (time.Duration, bool) {
+	if a.period > 0 {
+		off := time.Duration(a.k) * a.period
+		if off >= a.total {
+			return 0, false
+		}
+		a.k++
+		return off, true
+	}
+	target := float64(a.k)
+	for !a.exhausted && a.stageIdx < len(a.stages) {
+		st := a.stages[a.stageIdx]
+		d := st.Duration.Seconds()
+		r0, r1 := a.stageFrom, a.perSecond(st.Target)
+		x := target - a.stageN0
+		if d > 0 {
+			acc := (r1 - r0) / (2 * d)
+			disc := r0*r0 + 4*acc*x
+			if disc >= 0 {
+				den := r0 + math.Sqrt(disc)
+				tau := 0.0
+				if den > 0 {
+					tau = 2 * x / den
+				} else if x > 0 {
+					tau = math.Inf(1)
+				}
+				// a start exactly on the boundary belongs to the next stage
+				if tau < d-1e-9 {
+					tau = max(tau, 0)
+					a.k++
+					return time.Duration((a.stageT0 + tau) * float64(time.Second)), true
+				}
+			}
+			a.stageN0 += (r0 + r1) / 2 * d
+		}
+		a.stageT0 += d
+		a.stageFrom = r1
+		a.stageIdx++
+	}
+	a.exhausted = true
+	return 0, false
+}
+
+func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
+	t := s.t
+	pool := make(chan *vu, s.cfg.MaxVUs)
+	for _, v := range s.vus {
+		pool <- v
+	}
+	var (
+		initialized = int64(len(s.vus))
+		initing     atomic.Bool
+		warned      bool
+		wg          sync.WaitGroup
+	)
+	sched := newArrivalSchedule(s.cfg)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		off, ok := sched.next()
+		if !ok {
+			break
+		}
+		if wait := time.Until(s.startedAt.Add(off)); wait > 0 {
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-regular.Done():
+			}
+		}
+		if regular.Err() != nil {
+			break
+		}
+		select {
+		case v := <-pool:
+			wg.Go(func() {
+				s.arrivalIteration(v, hard)
+				pool <- v
+			})
+		default:
+			s.drop(1)
+			switch {
+			case initialized < s.cfg.MaxVUs && !initing.Load():
+				initialized++
+				initing.Store(true)
+				wg.Go(func() {
+					defer initing.Store(false)
+					v, err := t.initVU(testCtx)
+					if err != nil {
+						t.logger.Error("initialising an extra VU failed", "scenario", s.cfg.Name, "error", exceptionText(err))
+						return
+					}
+					pool <- v
+				})
+			case initialized >= s.cfg.MaxVUs && !warned:
+				warned = true
+				t.logger.Warn("Insufficient VUs, reached "+itoa(s.cfg.MaxVUs)+" active VUs and cannot initialize more", "scenario", s.cfg.Name)
+			}
+		}
+	}
+	wg.Wait()
+}
+
+func (s *scenarioRun) arrivalIteration(v *vu, hard context.Context) {
+	release := v.activate(hard)
+	defer release()
+	if v.sc != s {
+		v.enterScenario(s)
+	}
+	s.active.Add(1)
+	s.t.vusActive.Add(1)
+	if v.runIteration(v.fns[s.cfg.Exec]) == iterCompleted {
+		s.completed.Add(1)
+	}
+	s.t.vusActive.Add(-1)
+	s.active.Add(-1)
+}

@@ -1,0 +1,2 @@
+export const options = { iterations: 2 };
+export default function () { throw new Error('boom in default'); }

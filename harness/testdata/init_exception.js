@@ -1,0 +1,3 @@
+function explode() { throw new Error('boom in init'); }
+explode();
+export default function () {}

@@ -1,0 +1,1 @@
+export function double(x) { return 2 * x; }

@@ -1,0 +1,2 @@
+export function setup() { throw new Error('boom in setup'); }
+export default function () {}
