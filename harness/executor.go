@@ -288,12 +288,12 @@ type arrivalSchedule struct {
 	period time.Duration
 	total  time.Duration
 
-	k          int64
-	stageIdx   int
-	stageFrom  float64 // rate per second at the stage start
-	stageT0    float64 // seconds
-	stageN0    float64 // iterations started before the stage
-	exhausted  bool
+	k         int64
+	stageIdx  int
+	stageFrom float64 // rate per second at the stage start
+	stageT0   float64 // seconds
+	stageN0   float64 // iterations started before the stage
+	exhausted bool
 }
 
 func newArrivalSchedule(sc *Scenario) *arrivalSchedule {

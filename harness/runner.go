@@ -84,8 +84,8 @@ type testRun struct {
 	start  time.Time
 	begun  atomic.Bool
 
-	scenarios  []*scenarioRun
-	nextVUID   atomic.Uint64
+	scenarios []*scenarioRun
+	nextVUID  atomic.Uint64
 
 	iterationsCompleted   atomic.Int64
 	iterationsInterrupted atomic.Int64
