@@ -66,3 +66,100 @@ func BenchmarkVirtualCluster(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim_req/s")
 	b.ReportMetric(v.Now()/float64(b.N), "modeled_ms/req")
 }
+
+// BenchmarkVirtualDisagg simulates b.N requests (100 prompt tokens, 50
+// output tokens, one arrival every 10 modeled ms) through the whole handoff
+// lifecycle on one prefill and one decode worker on the virtual clock:
+// prefill and hold, reservation on the decode side, transfer
+// (destination_missing, 0.2 ms for a 100-token prompt), release, activation
+// and decode.
+func BenchmarkVirtualDisagg(b *testing.B) {
+	const (
+		isl      = 100
+		osl      = 50
+		interval = 10
+		ring     = 1 << 13 // prompts kept until their reservation fires
+	)
+	const P, D = 0, 1
+	pa, da := benchArgs(), benchArgs()
+	pa.WorkerType, da.WorkerType = WorkerPrefill, WorkerDecode
+	pa.KVBytesPerToken = intp(100_000)
+	pa.KVTransferBandwidth = float64p(50)
+	pa.KVTransferTimingMode = TransferDestinationMissing
+	pa.KVTransferAbortTimeoutMs = int64p(60_000)
+	pre, err := New(pa, nil, 1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	dec, err := New(da, nil, 2)
+	if err != nil {
+		b.Fatal(err)
+	}
+	v := NewVirtual(pre, dec)
+	prompts := make([][]uint32, ring)
+	for i := range prompts {
+		prompts[i] = make([]uint32, isl)
+	}
+	inFlight, completed, aborted := 0, 0, 0
+	v.OnOutput = func(w int, out *Output) {
+		for i := range out.Events {
+			e := &out.Events[i]
+			switch e.Kind {
+			case EventHoldStarted:
+				v.Reserve(v.Now(), D, Request{ID: e.RequestID, Tokens: prompts[e.RequestID%ring], MaxTokens: osl})
+			case EventDecodeReserved:
+				v.StartTransfer(v.Now(), P, e.RequestID, TransferTokens(pa.KVTransferTimingMode, isl, e.MissingTokens))
+			case EventHoldReleased:
+				if e.Outcome == Aborted {
+					aborted++
+				}
+			}
+		}
+		if w == D {
+			completed += len(out.Completions)
+			inFlight -= len(out.Completions)
+		}
+	}
+	v.OnInput = func(r InputResult) {
+		if r.Kind == InputStartTransfer && r.OK {
+			v.Activate(r.At+r.DelayMs, D, r.RequestID)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 0
+	v.Feed(func() (Arrival, bool) {
+		if n == b.N {
+			return Arrival{}, false
+		}
+		if inFlight >= ring {
+			panic("BenchmarkVirtualDisagg: more requests in flight than the prompt ring holds")
+		}
+		prompt := prompts[n%ring]
+		for i := range prompt {
+			prompt[i] = rng.Uint32N(50000)
+		}
+		a := Arrival{At: float64(n) * interval, Worker: P, Policy: Hold,
+			Request: Request{ID: uint64(n), Tokens: prompt, MaxTokens: osl}}
+		n++
+		inFlight++
+		return a, true
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	start := time.Now()
+	if err := v.Run(); err != nil {
+		b.Fatal(err)
+	}
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if completed != b.N || aborted != 0 {
+		b.Fatalf("completed %d of %d requests, %d aborted", completed, b.N, aborted)
+	}
+	for i, w := range []*Worker{pre, dec} {
+		if m := w.Metrics(); m.HeldRequests+m.ReservedRequests+m.ActiveBlocks != 0 {
+			b.Fatalf("worker %d did not drain: %+v", i, m)
+		}
+	}
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim_req/s")
+	b.ReportMetric(v.Now()/float64(b.N), "modeled_ms/req")
+}

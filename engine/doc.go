@@ -4,9 +4,11 @@
 // # A driven core
 //
 // A Worker never starts a goroutine, reads a clock or does I/O. The caller
-// hands it inputs (Submit, ReleaseHeld, Cancel), each with the modeled time
-// `now`, calls Step(now) to run a forward pass, and asks NextWake when the
-// worker next needs attention. Step returns an Output: the tokens, the
+// hands it inputs (Submit, ReleaseHeld, Cancel, and the handoff steps
+// StartTransfer, Reserve, Activate, CancelDestination), each with the
+// modeled time `now`, calls Step(now) to run a forward pass, and asks
+// NextWake when the worker next needs attention: the end of a pass, or a
+// handoff deadline. Step returns an Output: the tokens, the
 // completions, rejections, lifecycle events and KV events of the pass, its
 // modeled duration and the worker's metrics after it. Everything in it is
 // stamped in modeled time; tokens carry the end of the pass that produced
@@ -48,4 +50,53 @@
 // duration, and returns the blocks to the inactive pool where they still
 // serve prefix hits. ReleaseHeld is idempotent. Requests submitted with
 // Release never hold.
+//
+// # The handoff lifecycle
+//
+// A disaggregated request crosses two workers. vLLM is source-first: the
+// prefill runs and holds before the decode side is involved.
+//
+//	prefill (source)
+//	  Submit(Hold) ─▶ waiting ─▶ running ─prefill done─▶ SourceHeld ──StartTransfer──▶ Transferring
+//	                                                         │                             │ transfer delay
+//	                                                         │ abort / session deadline    ▼
+//	                                                         └──────────▶ Aborted      Transferred
+//	                                                                     (pin_end)     (pin_end)
+//	decode (destination)
+//	  Reserve ─▶ WaitingForRemoteKV ─admission─▶ DestinationReserved ─Activate─▶ running ─▶ completed
+//	                      │                              │
+//	                      └──────── CancelDestination ───┴─▶ cancelled (blocks freed)
+//
+// Every arrow is an Event, stamped in modeled time with the request id:
+// prefill_kv_pin_start (EventHoldStarted), transfer_start,
+// prefill_kv_pin_end with its outcome, reason and duration
+// (EventHoldReleased), decode_kv_wait_start, decode_kv_reserved (with
+// MissingTokens and the wait), decode_kv_activated and decode_kv_cancelled.
+//
+// The abort clock starts at the SourceHeld moment, never at submit: the
+// hold's deadline is the earlier of kv_transfer_abort_timeout_ms (when set)
+// and handoff_session_timeout_ms after it, so without an abort timeout the
+// session timeout still reclaims the KV. StartTransfer drops that deadline
+// and schedules the release for when the modeled transfer completes
+// (tokens × kv_bytes_per_token / kv_transfer_bandwidth); only then is the
+// source's KV freed. Which tokens are charged is the caller's choice, made
+// with TransferTokens: the whole prompt, or the MissingTokens the
+// reservation reported.
+//
+// The destination is admitted by its own scheduler, like any request:
+// blocks for the whole prompt (resident prefix blocks reused) and a
+// max_num_seqs slot, which it keeps while reserved. There is no
+// destination timer; a reservation waits until Activate or
+// CancelDestination, because the source's deadlines are authoritative.
+// Activate makes it a running request whose prompt is computed and whose
+// token 0 came from the prefill, so it decodes tokens 1 to MaxTokens-1.
+//
+// Deadlines are modeled time. A Worker applies every deadline due by `now`
+// before any input or pass, so an input at `now` sees them all (a
+// StartTransfer after the abort deadline gets ok=false), and the events of
+// inputs and deadlines leave Step in time order with their own times. The
+// Virtual driver steps a worker exactly at each deadline, even inside a
+// pass; the Live driver sleeps until deadline / speedup_ratio of wall time,
+// so a worker holding only KV costs one wake-up per deadline and parks
+// when it has none.
 package engine

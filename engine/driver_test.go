@@ -116,12 +116,15 @@ func TestLive_NoSpinWhenOnlyHeld(t *testing.T) {
 	assert.True(t, o.Completions[0].Held)
 	held := l.Passes()
 	require.Positive(t, held)
+	wakes := l.Wakeups()
 
-	// Only held KV remains: the worker parks, so its pass count stays put
-	// however long we look.
+	// Only held KV remains, whose session deadline is minutes of wall time
+	// away: the worker sleeps, so neither its pass count nor its wake-ups
+	// move however long we look.
 	for range 5 {
 		time.Sleep(10 * time.Millisecond)
 		assert.Equal(t, held, l.Passes())
+		assert.Equal(t, wakes, l.Wakeups())
 	}
 	m := l.Metrics()
 	assert.Equal(t, 5, m.HeldBlocks)

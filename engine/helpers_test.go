@@ -110,13 +110,26 @@ func checkWorker(t tb, w *Worker) {
 	require.LessOrEqual(t, m.HeldBlocks, m.ActiveBlocks)
 }
 
-// drive steps w synchronously from now until it parks, recording outputs
-// and checking invariants after every pass. It returns the clock.
+// drive steps w synchronously from now until it has no pass to run and no
+// event to flush, recording outputs and checking invariants after every
+// step. Handoff deadlines still pending are left alone (so a hold stays
+// held); driveAll fires them. It returns the clock.
 func drive(t tb, w *Worker, r *record, now float64) float64 {
+	t.Helper()
+	return driveWith(t, w, r, now, w.workWake)
+}
+
+// driveAll is drive with deadlines: it runs until the worker parks.
+func driveAll(t tb, w *Worker, r *record, now float64) float64 {
+	t.Helper()
+	return driveWith(t, w, r, now, w.NextWake)
+}
+
+func driveWith(t tb, w *Worker, r *record, now float64, next func() (float64, bool)) float64 {
 	t.Helper()
 	for i := 0; ; i++ {
 		require.Less(t, i, 100000, "worker never parked")
-		at, ok := w.NextWake()
+		at, ok := next()
 		if !ok {
 			return now
 		}

@@ -28,12 +28,15 @@ func TestHold_StrandingFillsPool(t *testing.T) {
 	assert.Equal(t, 2, m.HeldRequests)
 	assert.Equal(t, 0, m.Running)
 
-	// The next prefill waits: nothing is runnable and the worker parks.
+	// The next prefill waits: nothing is runnable, and the worker sleeps
+	// until the earliest hold's session deadline, not a moment sooner.
 	require.NoError(t, w.Submit(now, Request{ID: 3, Tokens: seqTokens(300, 8), MaxTokens: 1}, Hold))
 	passes := w.Passes()
 	now = drive(t, w, &r, now)
-	_, ok := w.NextWake()
-	assert.False(t, ok, "a worker stuck behind held KV parks")
+	wake, ok := w.NextWake()
+	require.True(t, ok)
+	holdAt := r.eventsOf(EventHoldStarted)[0].At
+	assert.Equal(t, holdAt+float64(DefaultHandoffSessionTimeoutMs), wake, "a worker stuck behind held KV sleeps until a deadline")
 	assert.Equal(t, passes, w.Passes())
 	assert.Equal(t, 1, w.Metrics().Waiting)
 	// One that could never fit queues behind it: the head blocks the line.

@@ -31,6 +31,10 @@ const (
 	liveRelease
 	liveCancel
 	liveMetrics
+	liveTransfer
+	liveReserve
+	liveActivate
+	liveCancelDest
 )
 
 type liveInput struct {
@@ -38,6 +42,7 @@ type liveInput struct {
 	req     Request
 	policy  CompletionPolicy
 	id      uint64
+	tokens  int
 	outcome Outcome
 	reply   chan liveReply
 }
@@ -45,14 +50,18 @@ type liveInput struct {
 type liveReply struct {
 	ok      bool
 	err     error
+	delayMs float64
 	metrics Metrics
 }
 
 // Live runs one Worker on its own goroutine against the wall clock. It
 // sleeps until the modeled end of each pass divided by the speedup ratio and
 // parks on its input channel when nothing is runnable, so a worker that only
-// holds KV costs nothing. Modeled time is wall time since Start multiplied by
-// the speedup ratio.
+// holds KV costs nothing. A handoff deadline wakes it at deadline /
+// speedup of wall time (since Start), so a worker holding only KV with an
+// abort timeout sleeps until the abort, and with no deadline at all it
+// parks. Modeled time is wall time since Start multiplied by the speedup
+// ratio.
 type Live struct {
 	w        *Worker
 	speedup  float64
@@ -63,6 +72,8 @@ type Live struct {
 	done     chan struct{}
 	stopOnce sync.Once
 	passes   atomic.Uint64
+	wakes    atomic.Uint64
+	last     float64 // latest modeled time handed to the worker
 }
 
 // StartLive starts the goroutine that owns w. From then on w must only be
@@ -95,6 +106,11 @@ func (l *Live) Now() float64 {
 // Passes counts the forward passes the worker has run.
 func (l *Live) Passes() uint64 { return l.passes.Load() }
 
+// Wakeups counts the times the goroutine woke to step the worker (for a
+// pass, a pass's delivery, a deadline or a flush of input events). A parked
+// worker's count stays still.
+func (l *Live) Wakeups() uint64 { return l.wakes.Load() }
+
 // Submit hands req to the worker at the current modeled time.
 func (l *Live) Submit(req Request, policy CompletionPolicy) error {
 	r := l.call(liveInput{kind: liveSubmit, req: req, policy: policy})
@@ -110,6 +126,29 @@ func (l *Live) ReleaseHeld(id uint64, outcome Outcome) bool {
 // Cancel withdraws request id; false when the worker does not know it.
 func (l *Live) Cancel(id uint64) bool {
 	return l.call(liveInput{kind: liveCancel, id: id}).ok
+}
+
+// StartTransfer claims request id's held KV for a transfer of tokens tokens
+// (Worker.StartTransfer); ok is false when the hold is gone or the driver is
+// stopped.
+func (l *Live) StartTransfer(id uint64, tokens int) (delayMs float64, ok bool) {
+	r := l.call(liveInput{kind: liveTransfer, id: id, tokens: tokens})
+	return r.delayMs, r.ok
+}
+
+// Reserve makes req a destination waiting for remote KV (Worker.Reserve).
+func (l *Live) Reserve(req Request) error {
+	return l.call(liveInput{kind: liveReserve, req: req}).err
+}
+
+// Activate turns reservation id into a running request (Worker.Activate).
+func (l *Live) Activate(id uint64) bool {
+	return l.call(liveInput{kind: liveActivate, id: id}).ok
+}
+
+// CancelDestination drops destination id (Worker.CancelDestination).
+func (l *Live) CancelDestination(id uint64) bool {
+	return l.call(liveInput{kind: liveCancelDest, id: id}).ok
 }
 
 // Metrics reads the worker's occupancy now; zero after Stop.
@@ -144,14 +183,11 @@ func (l *Live) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	var pending *Output // produced, waiting for its End
+	var pending *Output // a pass in flight, delivered at its End
 	for {
-		var at float64
-		var ok bool
-		if pending != nil {
+		at, ok := l.w.NextWake()
+		if pending != nil && (!ok || pending.End < at) {
 			at, ok = pending.End, true
-		} else {
-			at, ok = l.w.NextWake()
 		}
 		var tick <-chan time.Time
 		if ok {
@@ -179,22 +215,34 @@ func (l *Live) wallAt(modeled float64) time.Duration {
 	return time.Duration(modeled / l.speedup * float64(time.Millisecond))
 }
 
-// wake delivers the pending output, if any, and runs the next pass.
+// clock is the modeled time to hand the worker: never before at, and never
+// before a time it was already given, whatever the wall clock's rounding.
+func (l *Live) clock(at float64) float64 {
+	l.last = max(l.Now(), at, l.last)
+	return l.last
+}
+
+// wake delivers the pass in flight if its End has come, then steps the
+// worker, which fires due deadlines and runs the next pass. It returns the
+// pass in flight afterwards.
 func (l *Live) wake(pending *Output, at float64) *Output {
-	now := max(l.Now(), at)
-	if pending != nil {
+	l.wakes.Add(1)
+	now := l.clock(at)
+	if pending != nil && pending.End <= now {
 		l.deliver(pending)
+		pending = nil
 	}
 	out := l.w.Step(now)
 	l.passes.Store(l.w.Passes())
-	if out == nil {
-		return nil
-	}
-	if out.End <= now {
+	switch {
+	case out == nil:
+		return pending
+	case out.End > now:
+		return out // only a new pass ends later, and none starts while one is in flight
+	default:
 		l.deliver(out)
-		return nil
+		return pending
 	}
-	return out
 }
 
 func (l *Live) deliver(out *Output) {
@@ -204,8 +252,17 @@ func (l *Live) deliver(out *Output) {
 }
 
 func (l *Live) apply(in liveInput) liveReply {
-	now := l.Now()
+	now := l.clock(0)
 	switch in.kind {
+	case liveTransfer:
+		d, ok := l.w.StartTransfer(now, in.id, in.tokens)
+		return liveReply{ok: ok, delayMs: d}
+	case liveReserve:
+		return liveReply{err: l.w.Reserve(now, in.req)}
+	case liveActivate:
+		return liveReply{ok: l.w.Activate(now, in.id)}
+	case liveCancelDest:
+		return liveReply{ok: l.w.CancelDestination(now, in.id)}
 	case liveSubmit:
 		return liveReply{err: l.w.Submit(now, in.req, in.policy)}
 	case liveRelease:

@@ -136,6 +136,27 @@ const (
 	EventPreempted
 	// EventCancelled: the caller withdrew a waiting or running request.
 	EventCancelled
+	// EventTransferStart: the decode side claimed a held source, which moves
+	// from SourceHeld to Transferring. TransferTokens and DelayMs give the
+	// charge and the modeled transfer time; DurationMs is how long the
+	// source had been held until then.
+	EventTransferStart
+	// EventDecodeWaitStart: a destination request began waiting for remote
+	// KV (Reserve).
+	EventDecodeWaitStart
+	// EventDecodeReserved: the destination's scheduler admitted the request
+	// as a reservation of Blocks blocks and a sequence slot. MissingTokens
+	// are the prompt tokens not already resident; DurationMs is the wait.
+	EventDecodeReserved
+	// EventDestinationActivated: the transfer was acknowledged and the
+	// reservation became a running request. DurationMs is the time since
+	// the reservation.
+	EventDestinationActivated
+	// EventDestinationCancelled: a waiting or reserved destination was
+	// dropped (transfer abort or caller cancel) and its blocks freed.
+	// DurationMs is the time since the reservation, or since the wait began
+	// when it never got one.
+	EventDestinationCancelled
 )
 
 // String returns the event name used in the forensic log.
@@ -149,6 +170,52 @@ func (k EventKind) String() string {
 		return "preempted"
 	case EventCancelled:
 		return "cancelled"
+	case EventTransferStart:
+		return "transfer_start"
+	case EventDecodeWaitStart:
+		return "decode_kv_wait_start"
+	case EventDecodeReserved:
+		return "decode_kv_reserved"
+	case EventDestinationActivated:
+		return "decode_kv_activated"
+	case EventDestinationCancelled:
+		return "decode_kv_cancelled"
+	}
+	return "unknown"
+}
+
+// EndReason says what ended a hold, finer than its Outcome, for the
+// forensic log.
+type EndReason uint8
+
+const (
+	// EndReleased: the caller called ReleaseHeld.
+	EndReleased EndReason = iota + 1
+	// EndTransferComplete: the modeled transfer finished (Transferred).
+	EndTransferComplete
+	// EndAbortTimeout: kv_transfer_abort_timeout_ms passed since the hold
+	// began with no transfer started (Aborted).
+	EndAbortTimeout
+	// EndSessionTimeout: handoff_session_timeout_ms passed since the hold
+	// began with no transfer started (Aborted).
+	EndSessionTimeout
+	// EndCancelled: the caller cancelled the held request (Aborted).
+	EndCancelled
+)
+
+// String returns the reason label used in the forensic log.
+func (r EndReason) String() string {
+	switch r {
+	case EndReleased:
+		return "released"
+	case EndTransferComplete:
+		return "transfer_complete"
+	case EndAbortTimeout:
+		return "abort_timeout"
+	case EndSessionTimeout:
+		return "session_timeout"
+	case EndCancelled:
+		return "cancelled"
 	}
 	return "unknown"
 }
@@ -158,12 +225,22 @@ type Event struct {
 	Kind      EventKind
 	At        float64
 	RequestID uint64
-	// Blocks is the number of blocks the request held (hold events) or lost
-	// (preemption).
+	// Blocks is the number of blocks the request held (hold and transfer
+	// events), reserved (destination events) or lost (preemption).
 	Blocks int
-	// Outcome and DurationMs are set on EventHoldReleased.
-	Outcome    Outcome
+	// Outcome and Reason are set on EventHoldReleased.
+	Outcome Outcome
+	Reason  EndReason
+	// DurationMs is the hold's length on EventHoldReleased (the
+	// prefill_kv_pin_end duration_ms) and an elapsed time on the handoff
+	// events, as each kind documents.
 	DurationMs float64
+	// TransferTokens and DelayMs are set on EventTransferStart.
+	TransferTokens int
+	DelayMs        float64
+	// MissingTokens is set on EventDecodeReserved: what a
+	// destination_missing transfer is charged for.
+	MissingTokens int
 }
 
 // Metrics is a worker's occupancy and counters at one instant.
@@ -185,8 +262,18 @@ type Metrics struct {
 	RouterActiveBlocks int
 	Running            int
 	Waiting            int
-	HeldRequests       int
-	Preemptions        uint64
+	// HeldRequests counts source holds, transferring ones included.
+	HeldRequests int
+	// TransferringRequests counts holds whose transfer has started.
+	TransferringRequests int
+	// ReservedRequests counts destination reservations not yet activated;
+	// each occupies a max_num_seqs slot alongside Running.
+	ReservedRequests int
+	// ReservedBlocks counts the blocks those reservations reference, per
+	// reservation. They are active blocks, so they count in the capacity
+	// view and in the router-facing view (decode load) alike.
+	ReservedBlocks int
+	Preemptions    uint64
 	// Passes counts forward passes that did work.
 	Passes uint64
 }
@@ -199,9 +286,11 @@ func (m Metrics) CacheUsage() float64 {
 	return float64(m.RouterActiveBlocks) / float64(m.TotalBlocks)
 }
 
-// Output is what one Step produced. It is owned by the Worker and valid until
-// the next Step; copy what must outlive it (KVEvents' Blocks and
-// RemovedHashes included).
+// Output is what one Step produced. It is owned by the Worker: a pass's
+// Output stays intact until the first Step at or after its End (Steps in
+// between, for deadlines or input events, use another buffer), and any other
+// Output is valid until the next Step. Copy what must outlive it (KVEvents'
+// Blocks and RemovedHashes included).
 type Output struct {
 	// Start and End bound the pass in modeled ms; End == Start when no
 	// forward pass ran (only events were flushed).
@@ -217,8 +306,9 @@ type Output struct {
 	Tokens      []Token
 	Completions []Completion
 	Rejections  []Rejection
-	// Events are lifecycle transitions in the order they happened; those
-	// caused by inputs since the previous Step come first.
+	// Events are lifecycle transitions in time order, each with its own
+	// time: those caused by inputs and handoff deadlines since the previous
+	// Step come first (they may precede Start), then the pass's.
 	Events   []Event
 	KVEvents []kv.Event
 	// Metrics is the worker's state after the pass.

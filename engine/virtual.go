@@ -23,6 +23,10 @@ const (
 	vSourced
 	vRelease
 	vCancel
+	vTransfer
+	vReserve
+	vActivate
+	vCancelDest
 )
 
 type vevent struct {
@@ -32,9 +36,53 @@ type vevent struct {
 	outcome Outcome
 	policy  CompletionPolicy
 	worker  int32
+	tokens  int32
 	gen     uint64
 	id      uint64
 	req     Request
+}
+
+// InputKind names a scheduled input whose answer Virtual reports.
+type InputKind uint8
+
+// Inputs reported through Virtual.OnInput.
+const (
+	InputReleaseHeld InputKind = iota + 1
+	InputCancel
+	InputStartTransfer
+	InputActivate
+	InputCancelDestination
+)
+
+// String returns the input's method name.
+func (k InputKind) String() string {
+	switch k {
+	case InputReleaseHeld:
+		return "ReleaseHeld"
+	case InputCancel:
+		return "Cancel"
+	case InputStartTransfer:
+		return "StartTransfer"
+	case InputActivate:
+		return "Activate"
+	case InputCancelDestination:
+		return "CancelDestination"
+	}
+	return "unknown"
+}
+
+// InputResult is the answer a scheduled input got when it reached its
+// worker: what the Worker method of the same name returned.
+type InputResult struct {
+	Kind      InputKind
+	At        float64
+	Worker    int
+	RequestID uint64
+	// OK is the method's boolean result; false for StartTransfer means the
+	// hold is gone and the decode side must be told to abort.
+	OK bool
+	// DelayMs is StartTransfer's modeled transfer time.
+	DelayMs float64
 }
 
 type vslot struct {
@@ -61,6 +109,10 @@ type Virtual struct {
 	// clock reads End during the call). It may schedule more inputs; it must
 	// not keep out past the call.
 	OnOutput func(worker int, out *Output)
+	// OnInput, when set, receives the result of every scheduled
+	// ReleaseHeld, Cancel, StartTransfer, Activate and CancelDestination as
+	// it is applied. It may schedule more inputs.
+	OnInput func(r InputResult)
 }
 
 // NewVirtual builds a driver over workers, with the clock at 0.
@@ -89,6 +141,30 @@ func (v *Virtual) ReleaseHeld(at float64, worker int, id uint64, outcome Outcome
 // Cancel schedules the withdrawal of request id on worker.
 func (v *Virtual) Cancel(at float64, worker int, id uint64) {
 	v.push(vevent{at: max(at, v.now), kind: vCancel, worker: int32(worker), id: id})
+}
+
+// StartTransfer schedules Worker.StartTransfer on worker (the source) at
+// modeled time at; OnInput reports its delay, or ok false when the hold was
+// gone by then.
+func (v *Virtual) StartTransfer(at float64, worker int, id uint64, tokens int) {
+	v.push(vevent{at: max(at, v.now), kind: vTransfer, worker: int32(worker), id: id, tokens: int32(min(tokens, 1<<31-1))})
+}
+
+// Reserve schedules Worker.Reserve of req on worker (the destination). The
+// token slice is read when the input fires. A bad request stops the run
+// with an error, as for Submit.
+func (v *Virtual) Reserve(at float64, worker int, req Request) {
+	v.push(vevent{at: max(at, v.now), kind: vReserve, worker: int32(worker), req: req})
+}
+
+// Activate schedules Worker.Activate of reservation id on worker.
+func (v *Virtual) Activate(at float64, worker int, id uint64) {
+	v.push(vevent{at: max(at, v.now), kind: vActivate, worker: int32(worker), id: id})
+}
+
+// CancelDestination schedules Worker.CancelDestination of id on worker.
+func (v *Virtual) CancelDestination(at float64, worker int, id uint64) {
+	v.push(vevent{at: max(at, v.now), kind: vCancelDest, worker: int32(worker), id: id})
 }
 
 // Feed adds a stream of arrivals, pulled one at a time so a long run keeps a
@@ -150,17 +226,41 @@ func (v *Virtual) handle(e *vevent) {
 		if e.kind == vSourced {
 			v.pull()
 		}
-	case vRelease:
-		wk.ReleaseHeld(v.now, e.id, e.outcome)
-	case vCancel:
-		wk.Cancel(v.now, e.id)
+	case vReserve:
+		if err := wk.Reserve(v.now, e.req); err != nil {
+			v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, err)
+			return
+		}
+	default:
+		r := InputResult{At: v.now, Worker: w, RequestID: e.id}
+		switch e.kind {
+		case vRelease:
+			r.Kind, r.OK = InputReleaseHeld, wk.ReleaseHeld(v.now, e.id, e.outcome)
+		case vCancel:
+			r.Kind, r.OK = InputCancel, wk.Cancel(v.now, e.id)
+		case vTransfer:
+			r.Kind = InputStartTransfer
+			r.DelayMs, r.OK = wk.StartTransfer(v.now, e.id, int(e.tokens))
+		case vActivate:
+			r.Kind, r.OK = InputActivate, wk.Activate(v.now, e.id)
+		case vCancelDest:
+			r.Kind, r.OK = InputCancelDestination, wk.CancelDestination(v.now, e.id)
+		}
+		if v.OnInput != nil {
+			v.OnInput(r)
+		}
 	}
 	v.poke(w)
 }
 
-// poke schedules worker w's next wake-up if it needs an earlier one.
+// poke schedules worker w's next wake-up if it needs an earlier one: the
+// delivery of the pass in flight, or whatever the worker asks for (a
+// deadline may fall inside the pass).
 func (v *Virtual) poke(w int) {
 	t, ok := v.workers[w].NextWake()
+	if out := v.slots[w].out; out != nil && (!ok || out.End < t) {
+		t, ok = out.End, true
+	}
 	if !ok {
 		return
 	}
@@ -183,18 +283,26 @@ func (v *Virtual) wake(w int, gen uint64) {
 		return // superseded by an earlier wake-up
 	}
 	sl.scheduled = false
-	if out := sl.out; out != nil {
+	if out := sl.out; out != nil && out.End <= v.now {
 		sl.out = nil
-		if v.OnOutput != nil {
-			v.OnOutput(w, out)
+		v.deliver(w, out)
+	}
+	// A Step before the End of the pass in flight only flushes events (with
+	// End == now) and leaves that pass's Output intact.
+	if out := v.workers[w].Step(v.now); out != nil {
+		if out.End > v.now {
+			sl.out = out
+		} else {
+			v.deliver(w, out)
 		}
 	}
-	if out := v.workers[w].Step(v.now); out != nil {
-		sl.out = out
-		v.schedule(w, out.End)
-		return
-	}
 	v.poke(w)
+}
+
+func (v *Virtual) deliver(w int, out *Output) {
+	if v.OnOutput != nil {
+		v.OnOutput(w, out)
+	}
 }
 
 func (v *Virtual) push(e vevent) {

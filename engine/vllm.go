@@ -12,11 +12,18 @@ import (
 type seqState uint8
 
 const (
-	stWaiting seqState = iota
+	stWaiting  seqState = iota
+	stAwaitKV           // a destination queued for admission as a reservation
+	stReserved          // a destination holding blocks and a slot, awaiting Activate
 	stRunning
 	stHeld
 	stDone
 )
+
+// placeholderToken stands for the first output token of an activated
+// destination: the prefill side produced it, so its id is not known here,
+// but its KV must still be computed by the first decode pass.
+const placeholderToken = 0
 
 // seq is a request inside the vLLM model. Seqs are recycled, slices and all,
 // so a steady stream of requests does not allocate.
@@ -37,7 +44,7 @@ type seq struct {
 	state    seqState
 	preempts int
 
-	arrival, firstAt, holdAt float64
+	arrival, firstAt float64
 
 	// Contributions to the current pass, refunded if the seq is preempted
 	// later in the same pass.
@@ -66,6 +73,8 @@ type VLLM struct {
 	decodeSpeedup float64
 	model         perf.Model
 
+	handoffBook
+
 	pool    *blockPool
 	rng     *rand.Rand
 	waiting seqDeque
@@ -73,8 +82,10 @@ type VLLM struct {
 	byID    map[uint64]*seq
 	spare   []*seq
 	ready   []*seq
+	// done holds completions decided outside a pass (an activated
+	// destination with nothing left to decode); the next pass reports them.
+	done []Completion
 
-	held        int
 	preemptions uint64
 
 	// Pass accumulators.
@@ -141,6 +152,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	// Prefix caching off: blocks are never indexed, so nothing is shared and
 	// nothing is announced. Decode workers never announce either.
 	v.pool = newBlockPool(v.total, v.caching && !v.decodeWorker)
+	v.setup(args, v)
 	return v, nil
 }
 
@@ -163,11 +175,17 @@ func (v *VLLM) recycle(s *seq) {
 
 // Submit implements Scheduler.
 func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
+	_, err := v.enqueue(now, req, policy, stWaiting)
+	return err
+}
+
+// enqueue validates req and appends it to the waiting queue in state st.
+func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seqState) (*seq, error) {
 	if len(req.Tokens) == 0 {
-		return fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
+		return nil, fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
 	}
 	if _, dup := v.byID[req.ID]; dup {
-		return fmt.Errorf("request %d: id already in use on this worker", req.ID)
+		return nil, fmt.Errorf("request %d: id already in use on this worker", req.ID)
 	}
 	s := v.newSeq()
 	s.id = req.ID
@@ -182,27 +200,88 @@ func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
 	s.tokens = append(s.tokens[:0], req.Tokens...)
 	s.policy = policy
 	s.arrival = now
-	s.state = stWaiting
+	s.state = st
 	if v.caching {
 		s.locals, s.hashes = kv.BlockHashes(s.tokens, v.bs, s.locals[:0], s.hashes[:0])
 	}
 	v.byID[s.id] = s
 	v.waiting.pushBack(s)
-	return nil
+	return s, nil
 }
 
 // ReleaseHeld implements Scheduler.
 func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool {
-	s, ok := v.byID[id]
-	if !ok || s.state != stHeld {
-		return false
-	}
+	return v.endHold(now, id, outcome, EndReleased, events)
+}
+
+// freeHold is the handoffBook hook: the hold on id ended, so its blocks go
+// back to the pool (tail first) and the request is forgotten.
+func (v *VLLM) freeHold(id uint64) {
+	s := v.byID[id]
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		v.pool.releaseHold(s.blocks[i])
 	}
-	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: len(s.blocks),
-		Outcome: outcome, DurationMs: max(0, now-s.holdAt)})
-	v.held--
+	v.recycle(s)
+}
+
+// Reserve implements Handoffs: req waits in the normal queue until
+// admission can give it blocks for its whole prompt (with prefix reuse) and
+// a sequence slot. It never times out here; the source's deadlines are
+// authoritative and end it through CancelDestination.
+func (v *VLLM) Reserve(now float64, req Request, events *[]Event) error {
+	if v.prefillWorker {
+		return fmt.Errorf("request %d: worker_type %q cannot be a handoff destination; reserve on a decode or aggregated worker",
+			req.ID, WorkerPrefill)
+	}
+	if _, err := v.enqueue(now, req, Release, stAwaitKV); err != nil {
+		return err
+	}
+	v.waitStart(now, req.ID, events)
+	return nil
+}
+
+// Activate implements Handoffs.
+func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
+	s, ok := v.byID[id]
+	if !ok || s.state != stReserved {
+		return false
+	}
+	v.endDest(now, id, EventDestinationActivated, events)
+	s.out = 1 // produced by the prefill side
+	s.firstAt = now
+	s.admitted = true
+	s.computed = s.prompt
+	if s.out >= s.maxOut {
+		// Nothing left to decode: the request is complete on arrival.
+		v.done = append(v.done, Completion{RequestID: s.id, At: now, Arrival: s.arrival, FirstTokenAt: now,
+			PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached})
+		v.freeBlocks(s)
+		v.recycle(s)
+		return true
+	}
+	// The first token's KV is computed by the next pass, which then emits
+	// token 1; blocks are indexed there too, so KV events stay in passes.
+	s.tokens = append(s.tokens, placeholderToken)
+	s.state = stRunning
+	v.running = append(v.running, s)
+	return true
+}
+
+// CancelDestination implements Handoffs.
+func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
+	s, ok := v.byID[id]
+	if !ok {
+		return false
+	}
+	switch s.state {
+	case stAwaitKV:
+		v.waiting.remove(s)
+	case stReserved:
+		v.freeBlocks(s)
+	default:
+		return false
+	}
+	v.endDest(now, id, EventDestinationCancelled, events)
 	v.recycle(s)
 	return true
 }
@@ -215,7 +294,9 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	}
 	switch s.state {
 	case stHeld:
-		return v.ReleaseHeld(now, id, Aborted, events)
+		return v.endHold(now, id, Aborted, EndCancelled, events)
+	case stAwaitKV, stReserved:
+		return v.CancelDestination(now, id, events)
 	case stWaiting:
 		v.waiting.remove(s)
 	case stRunning:
@@ -234,7 +315,7 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 }
 
 // HasWork implements Scheduler.
-func (v *VLLM) HasWork() bool { return len(v.running) > 0 || v.waiting.len() > 0 }
+func (v *VLLM) HasWork() bool { return len(v.running) > 0 || v.waiting.len() > 0 || len(v.done) > 0 }
 
 // Metrics implements Scheduler.
 func (v *VLLM) Metrics() Metrics {
@@ -248,9 +329,9 @@ func (v *VLLM) Metrics() Metrics {
 		RouterActiveBlocks: p.active - p.heldOnly,
 		Running:            len(v.running),
 		Waiting:            v.waiting.len(),
-		HeldRequests:       v.held,
 		Preemptions:        v.preemptions,
 	}
+	v.fillMetrics(&m)
 	if v.includeHeld {
 		m.RouterActiveBlocks = p.active
 	}
@@ -457,6 +538,9 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 
 func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *Output) {
 	v.waiting.popFront()
+	if s.state == stAwaitKV {
+		v.endDest(now, s.id, 0, nil)
+	}
 	out.Rejections = append(out.Rejections, Rejection{RequestID: s.id, At: now, Code: code, Reason: reason})
 	v.recycle(s)
 }
@@ -469,6 +553,10 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	v.preempted = false
 	v.batch, v.sumISL, v.sumPrefix = 0, 0, 0
 	v.prefillToks, v.decodeToks = 0, 0
+	if len(v.done) > 0 {
+		out.Completions = append(out.Completions, v.done...)
+		v.done = v.done[:0]
+	}
 
 	// Running phase, in order. Preempted entries stay in place as
 	// non-running until compaction.
@@ -543,7 +631,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 // admit runs the waiting phase.
 func (v *VLLM) admit(now float64, out *Output) {
-	for v.waiting.len() > 0 && len(v.running) < v.maxSeqs && v.budget > 0 {
+	for v.waiting.len() > 0 && len(v.running)+v.reservedReqs < v.maxSeqs && v.budget > 0 {
 		s := v.waiting.front()
 		length := len(s.tokens)
 		if s.prompt >= v.maxModelLen {
@@ -557,6 +645,12 @@ func (v *VLLM) admit(now float64, out *Output) {
 			continue
 		}
 		hits, activeHits := v.prefixHits(s)
+		if s.state == stAwaitKV {
+			if !v.reserve(s, now, blocks, hits, activeHits, out) {
+				return
+			}
+			continue
+		}
 		if !v.chunked && length-hits*v.bs > v.maxBatched {
 			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached tokens exceed max_num_batched_tokens %d with chunked prefill off",
 				length-hits*v.bs, v.maxBatched), out)
@@ -576,6 +670,38 @@ func (v *VLLM) admit(now float64, out *Output) {
 	}
 }
 
+// reserve admits the destination at the head of the queue as a reservation:
+// blocks for its whole prompt, reusing resident prefix blocks, and a slot.
+// Nothing is computed, so the token budget is untouched. It reports false,
+// leaving the head in place, when the blocks are not available.
+func (v *VLLM) reserve(s *seq, now float64, blocks, hits, activeHits int, out *Output) bool {
+	// As for any admission, only active prefix hits are credited: the
+	// allocation below may evict inactive ones.
+	if blocks-activeHits > v.total-v.pool.active {
+		return false
+	}
+	for i := 0; i < hits; i++ {
+		slot, _ := v.pool.lookup(s.hashes[i])
+		v.pool.acquire(slot)
+		s.blocks = append(s.blocks, slot)
+	}
+	for len(s.blocks) < blocks {
+		slot, ok := v.pool.alloc()
+		if !ok {
+			// Unreachable given the check above; undo rather than corrupt.
+			v.freeBlocks(s)
+			return false
+		}
+		s.blocks = append(s.blocks, slot)
+	}
+	s.stored = hits
+	s.cached = hits * v.bs
+	v.waiting.popFront()
+	s.state = stReserved
+	v.noteReserved(now, s.id, len(s.blocks), s.prompt-s.cached, &out.Events)
+	return true
+}
+
 // finish ends s after its last token: its blocks are released, or held for a
 // handoff under the Hold policy.
 func (v *VLLM) finish(s *seq, end float64, out *Output) {
@@ -589,9 +715,7 @@ func (v *VLLM) finish(s *seq, end float64, out *Output) {
 			v.pool.hold(b)
 		}
 		s.state = stHeld
-		s.holdAt = end
-		v.held++
-		out.Events = append(out.Events, Event{Kind: EventHoldStarted, At: end, RequestID: s.id, Blocks: len(s.blocks)})
+		v.startHold(end, s.id, len(s.blocks), &out.Events)
 		return
 	}
 	v.freeBlocks(s)

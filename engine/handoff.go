@@ -1,0 +1,331 @@
+package engine
+
+// Handoffs is implemented by schedulers that take part in disaggregated
+// handoffs, on either side. A Worker finds it by type assertion; a scheduler
+// without it serves aggregated and Hold-policy requests only, and the
+// Worker's handoff methods report that they are unsupported.
+//
+// A scheduler gets StartTransfer, NextDeadline and FireDue by embedding
+// handoffBook, which keeps the scheduler-independent state: source holds,
+// their deadlines, destinations waiting or reserved, and the lifecycle
+// events. The scheduler itself supplies only what touches its KV and queues:
+// Reserve, Activate, CancelDestination and the book's freeHold hook.
+//
+// Input methods append the events they cause to events, stamped at now.
+// A Worker fires due deadlines (FireDue) before applying any input and
+// before any pass, so an input at now always sees every deadline up to now
+// already applied.
+type Handoffs interface {
+	// StartTransfer moves the SourceHeld request id to Transferring: its
+	// abort and session deadlines are dropped and its release, with Outcome
+	// Transferred, is due at now + the modeled transfer time of tokens
+	// tokens. ok is false when id holds nothing or is already transferring.
+	StartTransfer(now float64, id uint64, tokens int, events *[]Event) (delayMs float64, ok bool)
+	// NextDeadline reports the earliest pending handoff deadline.
+	NextDeadline() (at float64, ok bool)
+	// FireDue applies every deadline at or before now, in deadline order,
+	// each stamped at its own deadline; it reports whether any fired.
+	FireDue(now float64, events *[]Event) bool
+	// Reserve queues req as a destination waiting for remote KV; the
+	// scheduler's admission later reserves its blocks and a sequence slot.
+	Reserve(now float64, req Request, events *[]Event) error
+	// Activate turns the reservation id into a running request whose prompt
+	// is computed and whose first token came from the prefill side; false
+	// when id is not reserved.
+	Activate(now float64, id uint64, events *[]Event) bool
+	// CancelDestination drops destination id, waiting or reserved, and frees
+	// what it reserved; false when id is neither.
+	CancelDestination(now float64, id uint64, events *[]Event) bool
+}
+
+// TransferTokens is the token count a transfer is charged for, to pass to
+// StartTransfer: the whole prompt in TransferFullPrompt mode, and only the
+// tokens the destination lacked (EventDecodeReserved.MissingTokens) in
+// TransferDestinationMissing mode. The mode is the source worker's
+// Args.KVTransferTimingMode.
+func TransferTokens(mode TransferTimingMode, promptTokens, missingTokens int) int {
+	if mode == TransferDestinationMissing {
+		return missingTokens
+	}
+	return promptTokens
+}
+
+// holdReleaser is the hook a scheduler gives its handoffBook: free the KV
+// of request id, whose hold the book has just ended, and forget the request.
+type holdReleaser interface {
+	freeHold(id uint64)
+}
+
+type holdPhase uint8
+
+const (
+	phaseHeld holdPhase = iota + 1
+	phaseTransferring
+)
+
+// holdRec is one source hold. It sits in the deadline heap while it has a
+// deadline (idx ≥ 0): the earlier of its abort and session deadlines while
+// SourceHeld, its transfer completion while Transferring.
+type holdRec struct {
+	id       uint64
+	at       float64 // the SourceHeld moment
+	blocks   int
+	phase    holdPhase
+	deadline float64
+	reason   EndReason // what the deadline ends the hold with
+	seq      uint64    // ties on deadline fire in scheduling order
+	idx      int
+}
+
+type destRec struct {
+	waitAt     float64
+	reservedAt float64
+	reserved   bool
+	blocks     int
+}
+
+// handoffBook is the handoff bookkeeping both schedulers embed: source holds
+// with their deadlines, and destinations from Reserve to activation. It
+// emits the lifecycle events; the owning scheduler moves the KV.
+type handoffBook struct {
+	args      Args
+	owner     holdReleaser
+	abortMs   float64
+	hasAbort  bool
+	sessionMs float64 // ≤ 0: no session deadline
+
+	holds  map[uint64]*holdRec
+	timers []*holdRec // min-heap on (deadline, seq)
+	spare  []*holdRec
+	seq    uint64
+
+	transferring int
+
+	dests          map[uint64]destRec
+	reservedReqs   int
+	reservedBlocks int
+}
+
+// setup readies the book for a scheduler built from args.
+func (b *handoffBook) setup(args Args, owner holdReleaser) {
+	b.args = args
+	b.owner = owner
+	if ms, ok := args.AbortTimeoutMs(); ok {
+		b.abortMs, b.hasAbort = float64(ms), true
+	}
+	b.sessionMs = float64(args.HandoffSessionTimeoutMs)
+	b.holds = make(map[uint64]*holdRec)
+	b.dests = make(map[uint64]destRec)
+}
+
+// fillMetrics copies the book's counters into m.
+func (b *handoffBook) fillMetrics(m *Metrics) {
+	m.HeldRequests = len(b.holds)
+	m.TransferringRequests = b.transferring
+	m.ReservedRequests = b.reservedReqs
+	m.ReservedBlocks = b.reservedBlocks
+}
+
+// startHold records that request id became SourceHeld at `at` with blocks
+// blocks, and starts its abort clock: the deadlines count from this moment,
+// never from the request's arrival.
+func (b *handoffBook) startHold(at float64, id uint64, blocks int, events *[]Event) {
+	var h *holdRec
+	if n := len(b.spare); n > 0 {
+		h = b.spare[n-1]
+		b.spare = b.spare[:n-1]
+	} else {
+		h = &holdRec{}
+	}
+	*h = holdRec{id: id, at: at, blocks: blocks, phase: phaseHeld, idx: -1}
+	b.holds[id] = h
+	*events = append(*events, Event{Kind: EventHoldStarted, At: at, RequestID: id, Blocks: blocks})
+
+	deadline, reason, ok := 0.0, EndReason(0), false
+	if b.hasAbort {
+		deadline, reason, ok = at+b.abortMs, EndAbortTimeout, true
+	}
+	if b.sessionMs > 0 && (!ok || at+b.sessionMs < deadline) {
+		deadline, reason, ok = at+b.sessionMs, EndSessionTimeout, true
+	}
+	if ok {
+		b.setDeadline(h, deadline, reason)
+	}
+}
+
+// StartTransfer implements Handoffs for every scheduler that embeds the book.
+func (b *handoffBook) StartTransfer(now float64, id uint64, tokens int, events *[]Event) (float64, bool) {
+	h, ok := b.holds[id]
+	if !ok || h.phase != phaseHeld {
+		return 0, false
+	}
+	delay := b.args.TransferDelayMs(tokens)
+	h.phase = phaseTransferring
+	b.transferring++
+	b.setDeadline(h, now+delay, EndTransferComplete)
+	*events = append(*events, Event{Kind: EventTransferStart, At: now, RequestID: id, Blocks: h.blocks,
+		TransferTokens: max(0, tokens), DelayMs: delay, DurationMs: max(0, now-h.at)})
+	return delay, true
+}
+
+// NextDeadline implements Handoffs.
+func (b *handoffBook) NextDeadline() (float64, bool) {
+	if len(b.timers) == 0 {
+		return 0, false
+	}
+	return b.timers[0].deadline, true
+}
+
+// FireDue implements Handoffs.
+func (b *handoffBook) FireDue(now float64, events *[]Event) bool {
+	fired := false
+	for len(b.timers) > 0 && b.timers[0].deadline <= now {
+		h := b.timers[0]
+		outcome := Aborted
+		if h.phase == phaseTransferring {
+			outcome = Transferred
+		}
+		b.endHold(h.deadline, h.id, outcome, h.reason, events)
+		fired = true
+	}
+	return fired
+}
+
+// endHold ends request id's hold at now, emits EventHoldReleased and has
+// the owner free the KV. False when id holds nothing: ending a hold twice
+// is a no-op.
+func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason EndReason, events *[]Event) bool {
+	h, ok := b.holds[id]
+	if !ok {
+		return false
+	}
+	if h.idx >= 0 {
+		b.heapRemove(h.idx)
+	}
+	if h.phase == phaseTransferring {
+		b.transferring--
+	}
+	delete(b.holds, id)
+	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: h.blocks,
+		Outcome: outcome, Reason: reason, DurationMs: max(0, now-h.at)})
+	b.spare = append(b.spare, h)
+	b.owner.freeHold(id)
+	return true
+}
+
+// waitStart records a destination waiting for remote KV.
+func (b *handoffBook) waitStart(now float64, id uint64, events *[]Event) {
+	b.dests[id] = destRec{waitAt: now}
+	*events = append(*events, Event{Kind: EventDecodeWaitStart, At: now, RequestID: id})
+}
+
+// noteReserved records that the scheduler admitted destination id with
+// blocks blocks, missing of its prompt tokens not already resident.
+func (b *handoffBook) noteReserved(now float64, id uint64, blocks, missing int, events *[]Event) {
+	d := b.dests[id]
+	d.reserved, d.reservedAt, d.blocks = true, now, blocks
+	b.dests[id] = d
+	b.reservedReqs++
+	b.reservedBlocks += blocks
+	*events = append(*events, Event{Kind: EventDecodeReserved, At: now, RequestID: id, Blocks: blocks,
+		MissingTokens: missing, DurationMs: max(0, now-d.waitAt)})
+}
+
+// endDest forgets destination id. kind 0 records no event (the scheduler
+// reports the end some other way, e.g. a Rejection).
+func (b *handoffBook) endDest(now float64, id uint64, kind EventKind, events *[]Event) {
+	d, ok := b.dests[id]
+	if !ok {
+		return
+	}
+	delete(b.dests, id)
+	var since float64
+	if d.reserved {
+		b.reservedReqs--
+		b.reservedBlocks -= d.blocks
+		since = d.reservedAt
+	} else {
+		since = d.waitAt
+	}
+	if kind != 0 {
+		*events = append(*events, Event{Kind: kind, At: now, RequestID: id, Blocks: d.blocks, DurationMs: max(0, now-since)})
+	}
+}
+
+func (b *handoffBook) setDeadline(h *holdRec, deadline float64, reason EndReason) {
+	h.deadline, h.reason = deadline, reason
+	h.seq = b.seq
+	b.seq++
+	if h.idx >= 0 {
+		b.heapFix(h.idx)
+		return
+	}
+	h.idx = len(b.timers)
+	b.timers = append(b.timers, h)
+	b.heapUp(h.idx)
+}
+
+func (b *handoffBook) heapLess(i, j int) bool {
+	x, y := b.timers[i], b.timers[j]
+	if x.deadline != y.deadline {
+		return x.deadline < y.deadline
+	}
+	return x.seq < y.seq
+}
+
+func (b *handoffBook) heapSwap(i, j int) {
+	b.timers[i], b.timers[j] = b.timers[j], b.timers[i]
+	b.timers[i].idx = i
+	b.timers[j].idx = j
+}
+
+func (b *handoffBook) heapUp(i int) {
+	for i > 0 {
+		p := (i - 1) / 2
+		if !b.heapLess(i, p) {
+			return
+		}
+		b.heapSwap(i, p)
+		i = p
+	}
+}
+
+func (b *handoffBook) heapDown(i int) bool {
+	moved := false
+	n := len(b.timers)
+	for {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && b.heapLess(l, m) {
+			m = l
+		}
+		if r < n && b.heapLess(r, m) {
+			m = r
+		}
+		if m == i {
+			return moved
+		}
+		b.heapSwap(i, m)
+		i = m
+		moved = true
+	}
+}
+
+func (b *handoffBook) heapFix(i int) {
+	if !b.heapDown(i) {
+		b.heapUp(i)
+	}
+}
+
+func (b *handoffBook) heapRemove(i int) {
+	n := len(b.timers) - 1
+	h := b.timers[i]
+	if i != n {
+		b.heapSwap(i, n)
+	}
+	b.timers[n] = nil
+	b.timers = b.timers[:n]
+	h.idx = -1
+	if i != n {
+		b.heapFix(i)
+	}
+}
