@@ -1,0 +1,132 @@
+package containers
+
+import (
+	"context"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// etcd's client port inside the container.
+const etcdClientPort = "2379/tcp"
+
+const (
+	etcdModule          = "go.etcd.io/etcd/server/v3"
+	etcdFallbackVersion = "v3.7.3" // used only when go list cannot answer
+	etcdLocalRepo       = "mocker-local/etcd"
+	etcdOfficialRepo    = "gcr.io/etcd-development/etcd"
+	etcdBinary          = "/usr/local/bin/etcd" // where the official image keeps it
+)
+
+// Etcd is a single-member etcd server in a container.
+type Etcd struct {
+	s       *server
+	network []string
+}
+
+// StartEtcd starts etcd and waits until its /health endpoint reports healthy.
+// The client port is bound to a fixed loopback port, so [Etcd.Endpoints] stay
+// valid across [Etcd.Restart] and clients can reconnect. Data lives in the
+// container's own filesystem: it survives Restart, not Terminate.
+func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer(ctx, etcdSpec(ctx), o)
+	if err != nil {
+		return nil, err
+	}
+	e := &Etcd{s: s}
+	for _, a := range o.aliases {
+		e.network = append(e.network, "http://"+a+":2379")
+	}
+	return e, nil
+}
+
+func etcdSpec(ctx context.Context) serverSpec {
+	version := lookupVersion(ctx, etcdModule, etcdFallbackVersion)
+	official := etcdOfficialRepo + ":" + version
+	if v := envOr(EnvEtcdImage, ""); v != "" {
+		official = v
+	}
+	return serverSpec{
+		kind: "etcd",
+		image: serverImage{
+			official: official,
+			local: ImageSpec{
+				Tag:          etcdLocalRepo + ":" + version,
+				Package:      "github.com/kvstrand/mocker/containers/images/etcd",
+				BinaryPath:   etcdBinary,
+				ExposedPorts: []string{"2379/tcp", "2380/tcp"},
+				Labels:       map[string]string{LabelOwner + ".module": etcdModule + "@" + version},
+				Reuse:        true,
+			},
+		},
+		entrypoint: []string{etcdBinary},
+		cmd: func(hostPorts map[string]string) []string {
+			advertise := "http://127.0.0.1:2379"
+			if hp := hostPorts[etcdClientPort]; hp != "" {
+				advertise = "http://127.0.0.1:" + hp
+			}
+			return []string{
+				"--name=mocker",
+				"--data-dir=/var/lib/etcd/mocker",
+				"--listen-client-urls=http://0.0.0.0:2379",
+				"--advertise-client-urls=" + advertise,
+				"--listen-peer-urls=http://127.0.0.1:2380",
+				"--initial-advertise-peer-urls=http://127.0.0.1:2380",
+				"--initial-cluster=mocker=http://127.0.0.1:2380",
+				// A test store: losing the last writes on a host crash is
+				// fine, and skipping fsync keeps writes fast on overlay disks.
+				"--unsafe-no-fsync",
+			}
+		},
+		ports: []string{etcdClientPort},
+		wait: func(timeout time.Duration) wait.Strategy {
+			return wait.ForHTTP("/health").
+				WithPort(etcdClientPort).
+				WithForcedIPv4LocalHost().
+				WithPollInterval(100 * time.Millisecond).
+				WithStartupTimeout(timeout).
+				WithResponseMatcher(func(body io.Reader) bool {
+					b, _ := io.ReadAll(body)
+					return strings.Contains(string(b), `"health":"true"`)
+				})
+		},
+	}
+}
+
+// Endpoints are the client URLs reachable from this machine, e.g.
+// http://127.0.0.1:32771. On a local engine they do not change on Restart;
+// on a remote engine, read them again after Restart.
+func (e *Etcd) Endpoints() []string {
+	return []string{"http://" + e.s.addr(etcdClientPort)}
+}
+
+// NetworkEndpoints are the client URLs other containers on the network given
+// to [WithNetwork] use; nil without one.
+func (e *Etcd) NetworkEndpoints() []string { return e.network }
+
+// Image is the image reference the container runs.
+func (e *Etcd) Image() string { return e.s.image }
+
+// ContainerID identifies the container to the Docker engine.
+func (e *Etcd) ContainerID() string { return e.s.ctr.GetContainerID() }
+
+// Stop stops the container, keeping it (and its data) for [Etcd.Start].
+func (e *Etcd) Stop(ctx context.Context) error { return e.s.stop(ctx) }
+
+// Start starts a stopped container again and waits until etcd is healthy.
+func (e *Etcd) Start(ctx context.Context) error { return e.s.start(ctx) }
+
+// Restart stops then starts the same container, waiting until it is healthy.
+func (e *Etcd) Restart(ctx context.Context) error { return e.s.restart(ctx) }
+
+// Terminate stops and removes the container. Calling it again is a no-op.
+func (e *Etcd) Terminate(ctx context.Context) error { return e.s.terminate(ctx) }
+
+// Logs returns everything the server has printed so far.
+func (e *Etcd) Logs(ctx context.Context) (string, error) { return e.s.logs(ctx) }

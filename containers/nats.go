@@ -1,0 +1,116 @@
+package containers
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/testcontainers/testcontainers-go/wait"
+)
+
+// NATS ports inside the container: clients and HTTP monitoring.
+const (
+	natsClientPort  = "4222/tcp"
+	natsMonitorPort = "8222/tcp"
+)
+
+const (
+	natsModule          = "github.com/nats-io/nats-server/v2"
+	natsFallbackVersion = "v2.15.2" // used only when go list cannot answer
+	natsLocalRepo       = "mocker-local/nats"
+	natsOfficialRepo    = "nats"
+	natsBinary          = "/nats-server" // where the official image keeps it
+)
+
+// NATS is a single NATS server in a container.
+type NATS struct {
+	s       *server
+	network string
+}
+
+// StartNATS starts nats-server with monitoring on and waits until /healthz
+// answers. Its client port is bound to a fixed loopback port, so [NATS.URL]
+// stays valid across [NATS.Restart] and nats.go reconnects on its own.
+func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := startServer(ctx, natsSpec(ctx), o)
+	if err != nil {
+		return nil, err
+	}
+	n := &NATS{s: s}
+	if len(o.aliases) > 0 {
+		n.network = "nats://" + o.aliases[0] + ":4222"
+	}
+	return n, nil
+}
+
+func natsSpec(ctx context.Context) serverSpec {
+	version := lookupVersion(ctx, natsModule, natsFallbackVersion)
+	official := natsOfficialRepo + ":" + strings.TrimPrefix(version, "v")
+	if v := envOr(EnvNATSImage, ""); v != "" {
+		official = v
+	}
+	return serverSpec{
+		kind: "nats",
+		image: serverImage{
+			official: official,
+			local: ImageSpec{
+				Tag:          natsLocalRepo + ":" + version,
+				Package:      natsModule,
+				BinaryPath:   natsBinary,
+				ExposedPorts: []string{"4222/tcp", "8222/tcp"},
+				Labels:       map[string]string{LabelOwner + ".module": natsModule + "@" + version},
+				Reuse:        true,
+			},
+		},
+		entrypoint: []string{natsBinary},
+		cmd: func(map[string]string) []string {
+			return []string{"--addr=0.0.0.0", "--port=4222", "--http_port=8222"}
+		},
+		ports: []string{natsClientPort, natsMonitorPort},
+		wait: func(timeout time.Duration) wait.Strategy {
+			return wait.ForHTTP("/healthz").
+				WithPort(natsMonitorPort).
+				WithForcedIPv4LocalHost().
+				WithPollInterval(100 * time.Millisecond).
+				WithStartupTimeout(timeout)
+		},
+	}
+}
+
+// URL is the client URL reachable from this machine, e.g.
+// nats://127.0.0.1:32772. On a local engine it does not change on Restart; on
+// a remote engine, read it again after Restart.
+func (n *NATS) URL() string { return "nats://" + n.s.addr(natsClientPort) }
+
+// MonitorURL is the base URL of the HTTP monitoring endpoints (/varz, /connz,
+// /healthz).
+func (n *NATS) MonitorURL() string { return "http://" + n.s.addr(natsMonitorPort) }
+
+// NetworkURL is the client URL for other containers on the network given to
+// [WithNetwork]; empty without one.
+func (n *NATS) NetworkURL() string { return n.network }
+
+// Image is the image reference the container runs.
+func (n *NATS) Image() string { return n.s.image }
+
+// ContainerID identifies the container to the Docker engine.
+func (n *NATS) ContainerID() string { return n.s.ctr.GetContainerID() }
+
+// Stop stops the container, keeping it for [NATS.Start].
+func (n *NATS) Stop(ctx context.Context) error { return n.s.stop(ctx) }
+
+// Start starts a stopped container again and waits until it is healthy.
+func (n *NATS) Start(ctx context.Context) error { return n.s.start(ctx) }
+
+// Restart stops then starts the same container, waiting until it is healthy.
+func (n *NATS) Restart(ctx context.Context) error { return n.s.restart(ctx) }
+
+// Terminate stops and removes the container. Calling it again is a no-op.
+func (n *NATS) Terminate(ctx context.Context) error { return n.s.terminate(ctx) }
+
+// Logs returns everything the server has printed so far.
+func (n *NATS) Logs(ctx context.Context) (string, error) { return n.s.logs(ctx) }
