@@ -3,7 +3,7 @@ package engine
 import "math"
 
 // EngineType picks the scheduler model.
-type EngineType string
+type EngineType string //nolint:revive // named after the engine_type key of MockEngineArgs
 
 // Engine types.
 const (

@@ -16,6 +16,17 @@
 // nothing runnable the driver parks until the next input: a worker whose
 // only state is held KV does no work at all.
 //
+// A pass decides everything it produces when it starts: which requests get
+// a token, which complete, which begin to hold. An input that targets a
+// request (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination)
+// while a pass is in flight therefore takes effect at the pass's End
+// (Worker.InputAt), with its events stamped then and its result describing
+// the state then: a request the pass completes is unknown to a Cancel, one
+// it runs still gets its token, stamped at the same instant as the
+// cancellation, and a hold the pass starts can be ended, but only after it
+// started. Every request's history is in time order. Submit and Reserve
+// take effect at once; a new request waits for the next pass either way.
+//
 // Two drivers wrap the core. Virtual runs any number of workers on a
 // discrete-event queue with a virtual clock: the same inputs and seeds give
 // byte-identical outputs, and a run costs only the computation. Live runs
@@ -24,11 +35,15 @@
 // # Modeled time and wall time
 //
 // All times are modeled milliseconds on the engine's timeline: pass lengths
-// come from a perf.Model (decode divided by decode_speedup_ratio and floored
-// at 1 ms), and nothing the core reports is scaled by speedup_ratio. Only
-// the Live driver uses speedup_ratio, to turn a modeled instant into a wall
-// instant (modeled / speedup) and back (wall elapsed × speedup). Latency
-// thresholds therefore hold whatever the speedup.
+// come from a perf.Model, and nothing the core reports is scaled by
+// speedup_ratio. A decode step is floored at 1 ms by the model first and
+// then divided by decode_speedup_ratio, as in Dynamo, so speculative
+// decoding can step in under 1 ms. Only the Live driver uses speedup_ratio,
+// to turn a modeled instant into a wall instant (modeled / speedup) and back
+// (wall elapsed × speedup). It chains a busy worker's passes in modeled time
+// (each starts at the previous End, however late the timer fired), so
+// modeled latencies and thresholds hold whatever the speedup; wall time only
+// stamps inputs.
 //
 // # Two views of occupancy
 //
@@ -89,14 +104,34 @@
 // destination timer; a reservation waits until Activate or
 // CancelDestination, because the source's deadlines are authoritative.
 // Activate makes it a running request whose prompt is computed and whose
-// token 0 came from the prefill, so it decodes tokens 1 to MaxTokens-1.
+// token 0 came from the prefill, so it decodes tokens 1 to MaxTokens-1,
+// stopping at max_model_len exactly where the same request served
+// aggregated would. The destination keeps a placeholder id (0) for that
+// first token, whose real id only the prefill side knows; the placeholder
+// never reaches a router, because decode workers publish no KV events. A
+// destination refused by admission gets a Rejection and an
+// EventDestinationCancelled, so every decode_kv_wait_start is closed.
 //
-// Deadlines are modeled time. A Worker applies every deadline due by `now`
-// before any input or pass, so an input at `now` sees them all (a
-// StartTransfer after the abort deadline gets ok=false), and the events of
-// inputs and deadlines leave Step in time order with their own times. The
-// Virtual driver steps a worker exactly at each deadline, even inside a
-// pass; the Live driver sleeps until deadline / speedup_ratio of wall time,
-// so a worker holding only KV costs one wake-up per deadline and parks
-// when it has none.
+// Deadlines are modeled time. A Worker applies every deadline due by the
+// time an input takes effect before the input, and every deadline due by
+// `now` before a pass, so an input sees them all (a StartTransfer after the
+// abort deadline gets ok=false), and the events of inputs and deadlines
+// leave Step in time order with their own times. The Virtual driver steps a
+// worker exactly at each deadline, even inside a pass; the Live driver
+// sleeps until deadline / speedup_ratio of wall time, so a worker holding
+// only KV costs one wake-up per deadline and parks when it has none. Both
+// deliver the events that precede a pass at once and the pass's Output at
+// its End.
+//
+// # Length limits
+//
+// A fresh request is refused (a Rejection, no token) when its prompt
+// reaches max_model_len, needs more blocks than the pool has, or, with
+// chunked prefill off, has more uncached prompt tokens than one pass's
+// budget. A request that has already streamed tokens is never refused: if a
+// preemption leaves it longer than the whole pool can hold, it completes
+// with what it streamed and Completion.Truncated set, as it does when it
+// reaches max_model_len. With chunked prefill off only the prompt must fit
+// one pass; the generated tokens a preempted request recomputes are
+// chunked, and they are not prompt work for the prefill timing model.
 package engine

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func runVirtual(t *testing.T, seed uint64, n int) (string, []Completion) {
 			pol = Hold
 		}
 		prefix := seqTokens(uint32(1000*rng.IntN(3)), 8)
-		tokens := append(prefix, seqTokens(rng.Uint32(), 1+rng.IntN(30))...)
+		tokens := slices.Concat(prefix, seqTokens(rng.Uint32(), 1+rng.IntN(30)))
 		v.Submit(at, w, Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, pol)
 	}
 	require.NoError(t, v.Run())
@@ -154,4 +155,37 @@ func TestLive_ModeledTimeAndStop(t *testing.T) {
 	l.Stop()
 	assert.ErrorIs(t, l.Submit(Request{ID: 2, Tokens: []uint32{1}}, Release), ErrStopped)
 	assert.False(t, l.Cancel(2))
+}
+
+// TestLive_BusyWorkerChainsPasses: a worker with work keeps passes
+// back to back in modeled time, however late the wall-clock timer fires, so
+// modeled latencies do not grow with the speedup. An input reaching an idle
+// worker still takes the modeled time of its wall-clock arrival.
+func TestLive_BusyWorkerChainsPasses(t *testing.T) {
+	const n = 40
+	w := newWorker(t, smallArgs(1024))
+	on, ch := liveOutputs()
+	l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
+	defer l.Stop()
+
+	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: n}, Release))
+	var passes []Output
+	for len(passes) < n {
+		o := waitFor(t, ch, "a pass", func(o Output) bool { return o.Ran })
+		passes = append(passes, o)
+	}
+	for i := 1; i < n; i++ {
+		assert.Equal(t, passes[i-1].End, passes[i].Start, "pass %d starts when pass %d ends", i, i-1)
+	}
+	require.Len(t, passes[n-1].Completions, 1)
+	c := passes[n-1].Completions[0]
+	assert.Equal(t, n, c.OutputTokens)
+
+	// Idle now: a later arrival is stamped with the wall clock's modeled
+	// time, not chained to the last pass.
+	time.Sleep(5 * time.Millisecond) // at least 250 modeled ms at speedup 50
+	require.NoError(t, l.Submit(Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}, Release))
+	o := waitFor(t, ch, "completion", func(o Output) bool { return len(o.Completions) > 0 })
+	assert.GreaterOrEqual(t, o.Completions[0].Arrival, c.At+250)
+	assert.Equal(t, o.Completions[0].Arrival, o.Start, "an idle worker starts the pass at the arrival")
 }

@@ -11,10 +11,12 @@ package engine
 // events. The scheduler itself supplies only what touches its KV and queues:
 // Reserve, Activate, CancelDestination and the book's freeHold hook.
 //
-// Input methods append the events they cause to events, stamped at now.
-// A Worker fires due deadlines (FireDue) before applying any input and
-// before any pass, so an input at now always sees every deadline up to now
-// already applied.
+// Input methods append the events they cause to events, stamped at now,
+// which the Worker sets to the time the input takes effect (Worker.InputAt:
+// the End of a pass in flight, if any). A Worker fires due deadlines
+// (FireDue) up to that time before applying any input, and up to now before
+// any pass, so an input always sees every deadline up to its time already
+// applied.
 type Handoffs interface {
 	// StartTransfer moves the SourceHeld request id to Transferring: its
 	// abort and session deadlines are dropped and its release, with Outcome

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -442,4 +443,71 @@ func TestHandoff_EventsInTimeOrder(t *testing.T) {
 		}()
 		assert.Greater(t, s2.At, delivered[0].At+20, "the deadline fell inside request 2's pass")
 	})
+}
+
+// TestHandoff_ActivationStopsAtMaxModelLen: a disaggregated request
+// generates exactly as many tokens as the same request served aggregated
+// when max_model_len is what stops it, counting the prefill's first token.
+func TestHandoff_ActivationStopsAtMaxModelLen(t *testing.T) {
+	const prompt = 10
+	for _, limit := range []int{prompt + 1, prompt + 2, prompt + 3} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			lim := func(a *Args) { a.MaxModelLen = intp(limit) }
+			req := Request{ID: 1, Tokens: seqTokens(1, prompt), MaxTokens: 8}
+
+			agg := newWorker(t, smallArgs(64, lim))
+			var ar record
+			require.NoError(t, agg.Submit(0, req, Release))
+			drive(t, agg, &ar, 0)
+			ac, ok := ar.completion(1)
+			require.True(t, ok)
+
+			dec := newWorker(t, decodeArgs(64, lim))
+			var dr record
+			require.NoError(t, dec.Reserve(0, req))
+			now := drive(t, dec, &dr, 0)
+			require.True(t, dec.Activate(now+1, 1))
+			drive(t, dec, &dr, now+1)
+			dc, ok := dr.completion(1)
+			require.True(t, ok)
+
+			assert.Equal(t, ac.OutputTokens, dc.OutputTokens)
+			assert.Len(t, dr.tokens, dc.OutputTokens-1, "the decode side streams all but the prefill's token")
+			assert.Equal(t, limit-prompt, dc.OutputTokens)
+			assert.True(t, dc.Truncated)
+			assert.Zero(t, dec.Metrics().ActiveBlocks)
+		})
+	}
+}
+
+// TestHandoff_RejectedDestinationClosesWait: a destination refused by
+// admission gets its Rejection and an EventDestinationCancelled, so every
+// decode_kv_wait_start has a closing event.
+func TestHandoff_RejectedDestinationClosesWait(t *testing.T) {
+	w := newWorker(t, decodeArgs(64, func(a *Args) { a.MaxModelLen = intp(8) }))
+	var r record
+	require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 2}))
+	drive(t, w, &r, 0)
+	require.Len(t, r.rejections, 1)
+	assert.Equal(t, RejectTooLong, r.rejections[0].Code)
+	end := r.eventsFor(EventDestinationCancelled, 1)
+	require.Len(t, end, 1)
+	assert.Equal(t, r.rejections[0].At, end[0].At)
+	assert.Zero(t, w.Metrics().ReservedRequests)
+}
+
+// TestHandoff_ReleaseHeldNeedsAnOutcome: a release must say how the hold
+// ended; anything but Transferred or Aborted is refused and the hold stays.
+func TestHandoff_ReleaseHeldNeedsAnOutcome(t *testing.T) {
+	w := newWorker(t, prefillArgs(16))
+	var r record
+	held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
+	assert.False(t, w.ReleaseHeld(held+1, 1, 0))
+	assert.False(t, w.ReleaseHeld(held+1, 1, Outcome(99)))
+	assert.Equal(t, 1, w.Metrics().HeldRequests)
+	assert.True(t, w.ReleaseHeld(held+2, 1, Transferred))
+	drive(t, w, &r, held+2)
+	end := r.eventsFor(EventHoldReleased, 1)
+	require.Len(t, end, 1)
+	assert.Equal(t, Transferred, end[0].Outcome)
 }

@@ -19,8 +19,13 @@ type LiveOptions struct {
 	// share it so their modeled clocks agree. Zero means StartLive's instant.
 	Start time.Time
 	// OnOutput receives each Output at its modeled End (in wall time), on the
-	// worker's goroutine. It must not call the Live's own methods (that
-	// would deadlock) and must not keep out past the call.
+	// worker's goroutine, which waits for it to return: while it runs the
+	// worker takes no input and runs no pass. It must not call the Live's
+	// own methods, nor block on anything that may be waiting for one of
+	// them (a channel another goroutine drains between calls to this Live,
+	// a lock held around such a call): either deadlocks. Hand slow work to
+	// another goroutine through a buffer instead. It must not keep out past
+	// the call.
 	OnOutput func(out *Output)
 }
 
@@ -62,6 +67,17 @@ type liveReply struct {
 // abort timeout sleeps until the abort, and with no deadline at all it
 // parks. Modeled time is wall time since Start multiplied by the speedup
 // ratio.
+//
+// A busy worker chains its passes in modeled time: the next pass starts at
+// the previous one's End, however late the wall-clock timer fired, so
+// modeled latencies do not depend on timer slack or on the speedup. Wall
+// time only decides when a pass is delivered and what modeled time an input
+// gets: an input is stamped with the wall clock's modeled time, after every
+// wake-up already due has run, so it never precedes a pass that was due
+// before it arrived. An input that targets a request during a pass takes
+// effect at the pass's End (Worker.InputAt). The events that precede a pass
+// are delivered when it starts, in an Output of their own; the pass's
+// Output at its End.
 type Live struct {
 	w        *Worker
 	speedup  float64
@@ -73,7 +89,9 @@ type Live struct {
 	stopOnce sync.Once
 	passes   atomic.Uint64
 	wakes    atomic.Uint64
-	last     float64 // latest modeled time handed to the worker
+	last     float64 // latest modeled time handed to the worker (never decreases)
+	lead     Output  // a pass's Output split for delivery (splitLead)
+	rest     Output
 }
 
 // StartLive starts the goroutine that owns w. From then on w must only be
@@ -185,10 +203,7 @@ func (l *Live) run() {
 	defer timer.Stop()
 	var pending *Output // a pass in flight, delivered at its End
 	for {
-		at, ok := l.w.NextWake()
-		if pending != nil && (!ok || pending.End < at) {
-			at, ok = pending.End, true
-		}
+		at, ok := l.nextAt(pending)
 		var tick <-chan time.Time
 		if ok {
 			d := l.wallAt(at) - time.Since(l.start)
@@ -204,6 +219,7 @@ func (l *Live) run() {
 			return
 		case in := <-l.inputs:
 			timer.Stop()
+			pending = l.settle(pending)
 			in.reply <- l.apply(in)
 		case <-tick:
 			pending = l.wake(pending, at)
@@ -211,23 +227,48 @@ func (l *Live) run() {
 	}
 }
 
+// nextAt is when the goroutine must next wake: the worker's NextWake or the
+// delivery of the pass in flight, whichever is earlier.
+func (l *Live) nextAt(pending *Output) (float64, bool) {
+	at, ok := l.w.NextWake()
+	if pending != nil && (!ok || pending.End < at) {
+		at, ok = pending.End, true
+	}
+	return at, ok
+}
+
+// settle runs every wake-up whose wall time has come, so an input that
+// arrives while the timer is late is stamped after them, not before.
+func (l *Live) settle(pending *Output) *Output {
+	for {
+		at, ok := l.nextAt(pending)
+		if !ok || l.wallAt(at) > time.Since(l.start) {
+			return pending
+		}
+		pending = l.wake(pending, at)
+	}
+}
+
 func (l *Live) wallAt(modeled float64) time.Duration {
 	return time.Duration(modeled / l.speedup * float64(time.Millisecond))
 }
 
-// clock is the modeled time to hand the worker: never before at, and never
-// before a time it was already given, whatever the wall clock's rounding.
-func (l *Live) clock(at float64) float64 {
-	l.last = max(l.Now(), at, l.last)
+// inputClock is the modeled time to stamp an input with: the wall clock's,
+// but never before a time the worker was already given.
+func (l *Live) inputClock() float64 {
+	l.last = max(l.Now(), l.last)
 	return l.last
 }
 
 // wake delivers the pass in flight if its End has come, then steps the
-// worker, which fires due deadlines and runs the next pass. It returns the
-// pass in flight afterwards.
+// worker, which fires due deadlines and runs the next pass. The worker is
+// stepped at the modeled time the wake-up was due (at), not at the wall
+// clock's, so a pass starts exactly when the previous one ended. It returns
+// the pass in flight afterwards.
 func (l *Live) wake(pending *Output, at float64) *Output {
 	l.wakes.Add(1)
-	now := l.clock(at)
+	l.last = max(at, l.last)
+	now := l.last
 	if pending != nil && pending.End <= now {
 		l.deliver(pending)
 		pending = nil
@@ -238,7 +279,13 @@ func (l *Live) wake(pending *Output, at float64) *Output {
 	case out == nil:
 		return pending
 	case out.End > now:
-		return out // only a new pass ends later, and none starts while one is in flight
+		// Only a new pass ends later, and none starts while one is in
+		// flight. The events that precede it go out now.
+		if out.splitLead(&l.lead, &l.rest) {
+			l.deliver(&l.lead)
+			out = &l.rest
+		}
+		return out
 	default:
 		l.deliver(out)
 		return pending
@@ -252,7 +299,7 @@ func (l *Live) deliver(out *Output) {
 }
 
 func (l *Live) apply(in liveInput) liveReply {
-	now := l.clock(0)
+	now := l.inputClock()
 	switch in.kind {
 	case liveTransfer:
 		d, ok := l.w.StartTransfer(now, in.id, in.tokens)

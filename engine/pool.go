@@ -69,8 +69,6 @@ func newBlockPool(total int, emit bool) *blockPool {
 	return p
 }
 
-func (p *blockPool) total() int { return len(p.blocks) }
-
 // lookup returns the indexed block for h.
 func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
 	s, ok := p.index[h]

@@ -70,7 +70,9 @@ type Token struct {
 // Completion reports a request that produced its last token.
 type Completion struct {
 	RequestID uint64
-	// At is the modeled end of the pass that produced the last token.
+	// At is the modeled end of the pass that produced the last token, or
+	// for a Truncated request that outgrew the pool, of the pass that found
+	// it could not continue.
 	At float64
 	// Arrival is the modeled time of Submit.
 	Arrival float64
@@ -85,6 +87,11 @@ type Completion struct {
 	// Held is true when the request's blocks stay allocated (Hold policy);
 	// an EventHoldStarted accompanies it.
 	Held bool
+	// Truncated is true when the request stopped before MaxTokens because
+	// its sequence hit a length limit: max_model_len, or a pool too small
+	// to hold it once a preemption made it recompute (a request that has
+	// streamed tokens is finished short rather than rejected).
+	Truncated bool
 }
 
 // RejectCode says why a request was refused, so callers can branch on it.
@@ -93,10 +100,13 @@ type RejectCode uint8
 const (
 	// RejectTooLong: the prompt is at least max_model_len tokens.
 	RejectTooLong RejectCode = iota + 1
-	// RejectNeverFits: the sequence needs more blocks than the pool has.
+	// RejectNeverFits: the prompt needs more blocks than the pool has. Only
+	// a request that has produced no token is refused this way; one that
+	// outgrows the pool later completes Truncated.
 	RejectNeverFits
-	// RejectBudget: with chunked prefill off, the uncached prompt exceeds
-	// max_num_batched_tokens, so no pass could ever schedule it.
+	// RejectBudget: with chunked prefill off, the uncached prompt of a fresh
+	// request exceeds max_num_batched_tokens, so no pass could ever schedule
+	// it.
 	RejectBudget
 )
 
@@ -153,9 +163,9 @@ const (
 	// the reservation.
 	EventDestinationActivated
 	// EventDestinationCancelled: a waiting or reserved destination was
-	// dropped (transfer abort or caller cancel) and its blocks freed.
-	// DurationMs is the time since the reservation, or since the wait began
-	// when it never got one.
+	// dropped (transfer abort, caller cancel, or refusal by admission, which
+	// also emits a Rejection) and its blocks freed. DurationMs is the time
+	// since the reservation, or since the wait began when it never got one.
 	EventDestinationCancelled
 )
 
@@ -308,11 +318,16 @@ type Output struct {
 	Rejections  []Rejection
 	// Events are lifecycle transitions in time order, each with its own
 	// time: those caused by inputs and handoff deadlines since the previous
-	// Step come first (they may precede Start), then the pass's.
+	// Step come first (they may precede Start), then the pass's. The Virtual
+	// and Live drivers deliver the first group at once in an Output of its
+	// own (Ran false, End == Start), and the pass's Output at its End with
+	// the pass's events only.
 	Events   []Event
 	KVEvents []kv.Event
 	// Metrics is the worker's state after the pass.
 	Metrics Metrics
+
+	lead int // leading Events that precede the pass
 }
 
 // Duration is the modeled length of the pass in ms.
@@ -333,4 +348,20 @@ func (o *Output) reset(now float64) {
 	o.Rejections = o.Rejections[:0]
 	o.Events = o.Events[:0]
 	o.KVEvents = o.KVEvents[:0]
+	o.lead = 0
+}
+
+// splitLead prepares a driver's delivery of o, a pass in flight: lead gets
+// the events that precede the pass (false when there are none), to deliver
+// at once, and rest gets the pass with its own events only, to deliver at
+// its End. Both share o's buffers and stay valid as long as o.
+func (o *Output) splitLead(lead, rest *Output) bool {
+	if o.lead == 0 {
+		return false
+	}
+	*lead = Output{Start: o.Start, End: o.Start, Events: o.Events[:o.lead], Metrics: o.Metrics}
+	*rest = *o
+	rest.Events = o.Events[o.lead:]
+	rest.lead = 0
+	return true
 }

@@ -72,7 +72,9 @@ func (k InputKind) String() string {
 }
 
 // InputResult is the answer a scheduled input got when it reached its
-// worker: what the Worker method of the same name returned.
+// worker: what the Worker method of the same name returned. At is when it
+// reached the worker; during a pass the input takes effect at the pass's
+// End (Worker.InputAt), and its events carry that time.
 type InputResult struct {
 	Kind      InputKind
 	At        float64
@@ -86,10 +88,11 @@ type InputResult struct {
 }
 
 type vslot struct {
-	out       *Output // produced by the last Step, delivered at its End
-	scheduled bool
-	wakeAt    float64
-	gen       uint64
+	out        *Output // produced by the last Step, delivered at its End
+	lead, rest Output  // a pass's Output split for delivery (splitLead)
+	scheduled  bool
+	wakeAt     float64
+	gen        uint64
 }
 
 // Virtual drives workers on a virtual clock with a discrete-event queue.
@@ -106,8 +109,10 @@ type Virtual struct {
 	err     error
 
 	// OnOutput, when set, receives every worker Output at its End (the
-	// clock reads End during the call). It may schedule more inputs; it must
-	// not keep out past the call.
+	// clock reads End during the call). The events that precede a pass
+	// (caused by inputs and deadlines) come at once in an Output of their
+	// own, and the pass's Output at its End carries the pass's events only.
+	// It may schedule more inputs; it must not keep out past the call.
 	OnOutput func(worker int, out *Output)
 	// OnInput, when set, receives the result of every scheduled
 	// ReleaseHeld, Cancel, StartTransfer, Activate and CancelDestination as
@@ -288,9 +293,15 @@ func (v *Virtual) wake(w int, gen uint64) {
 		v.deliver(w, out)
 	}
 	// A Step before the End of the pass in flight only flushes events (with
-	// End == now) and leaves that pass's Output intact.
+	// End == now) and leaves that pass's Output intact. The events a new
+	// pass's Output starts with precede it: they go out now, the pass at
+	// its End.
 	if out := v.workers[w].Step(v.now); out != nil {
 		if out.End > v.now {
+			if out.splitLead(&sl.lead, &sl.rest) {
+				v.deliver(w, &sl.lead)
+				out = &sl.rest
+			}
 			sl.out = out
 		} else {
 			v.deliver(w, out)

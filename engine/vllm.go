@@ -51,6 +51,7 @@ type seq struct {
 	passID      uint64
 	passTokens  int
 	passPrefill bool
+	passBatch   bool // counted in the prefill batch (prompt tokens scheduled)
 	passISL     float64
 	passPrefix  float64
 }
@@ -85,6 +86,9 @@ type VLLM struct {
 	// done holds completions decided outside a pass (an activated
 	// destination with nothing left to decode); the next pass reports them.
 	done []Completion
+	// truncated are requests the waiting phase found too long for the pool
+	// after they streamed tokens; the pass finishes them at its end.
+	truncated []*seq
 
 	preemptions uint64
 
@@ -99,9 +103,16 @@ type VLLM struct {
 	decodeToks  int
 }
 
-// NewVLLM builds the vLLM model for args. model nil means perf.Polynomial;
-// seed drives the generated token ids.
+// NewVLLM builds the vLLM model for args, which must pass Args.Validate (an
+// unset engine_type counts as vllm). model nil means perf.Polynomial; seed
+// drives the generated token ids.
 func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
+	if args.EngineType == "" {
+		args.EngineType = EngineVLLM
+	}
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
 	if args.BlockSize <= 0 {
 		return nil, fmt.Errorf("block_size %d: must be positive", args.BlockSize)
 	}
@@ -211,6 +222,9 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 
 // ReleaseHeld implements Scheduler.
 func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool {
+	if outcome != Transferred && outcome != Aborted {
+		return false
+	}
 	return v.endHold(now, id, outcome, EndReleased, events)
 }
 
@@ -251,10 +265,13 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 	s.firstAt = now
 	s.admitted = true
 	s.computed = s.prompt
-	if s.out >= s.maxOut {
+	// The placeholder for the prefill's token makes the sequence prompt+1
+	// long, so the length limit applies as it would have to an aggregated
+	// request right after its first token.
+	if s.out >= s.maxOut || s.prompt+1 >= v.maxModelLen {
 		// Nothing left to decode: the request is complete on arrival.
 		v.done = append(v.done, Completion{RequestID: s.id, At: now, Arrival: s.arrival, FirstTokenAt: now,
-			PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached})
+			PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached, Truncated: s.out < s.maxOut})
 		v.freeBlocks(s)
 		v.recycle(s)
 		return true
@@ -433,7 +450,13 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	if remaining <= 0 {
 		return schedNothing
 	}
-	if !v.chunked && remaining > v.budget {
+	// With chunked prefill off only the prompt must go in one pass; the
+	// generated tokens a preempted request recomputes are chunked like
+	// decode work. A prompt that can never fit one pass (a recompute that
+	// lost the prefix hits it was admitted with) is chunked rather than
+	// left to block the queue for ever.
+	promptLeft := s.prompt - min(effective, s.prompt)
+	if !v.chunked && promptLeft > v.budget && promptLeft <= v.maxBatched {
 		return schedBlocked
 	}
 	desired := min(remaining, v.budget)
@@ -470,14 +493,19 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	v.budget -= desired
 	if s.passID != v.passID {
 		s.passID = v.passID
-		s.passTokens, s.passPrefill, s.passISL, s.passPrefix = 0, false, 0, 0
+		s.passTokens, s.passPrefill, s.passBatch, s.passISL, s.passPrefix = 0, false, false, 0, 0
 	}
 	s.passTokens += desired
 	if remaining > 1 || s.out == 0 {
 		s.passPrefill = true
 		v.prefillToks += desired
-		if !v.decodeWorker {
-			s.passISL = float64(effective + desired)
+		// Only prompt tokens are prefill work for the timing model: the
+		// generated tokens a preempted request recomputes are not, and a
+		// pass that schedules none of the prompt adds nothing to the batch.
+		promptTokens := min(effective+desired, s.prompt) - min(effective, s.prompt)
+		if !v.decodeWorker && promptTokens > 0 {
+			s.passBatch = true
+			s.passISL = float64(effective + promptTokens)
 			s.passPrefix = float64(effective)
 			v.batch++
 			v.sumISL += s.passISL
@@ -518,7 +546,7 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 		v.budget += s.passTokens
 		if s.passPrefill {
 			v.prefillToks -= s.passTokens
-			if !v.decodeWorker {
+			if s.passBatch {
 				v.batch--
 				v.sumISL -= s.passISL
 				v.sumPrefix -= s.passPrefix
@@ -539,7 +567,8 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *Output) {
 	v.waiting.popFront()
 	if s.state == stAwaitKV {
-		v.endDest(now, s.id, 0, nil)
+		// The wait that decode_kv_wait_start opened closes here too.
+		v.endDest(now, s.id, EventDestinationCancelled, &out.Events)
 	}
 	out.Rejections = append(out.Rejections, Rejection{RequestID: s.id, At: now, Code: code, Reason: reason})
 	v.recycle(s)
@@ -584,6 +613,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 		}
 	}
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
+		v.finishTruncated(now, out)
 		out.KVEvents = v.pool.flushEvents(out.KVEvents)
 		if v.preempted {
 			return PassChanged
@@ -599,7 +629,9 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	if len(v.ready) > 0 && !v.prefillWorker {
 		d := v.model.DecodeMs(len(v.ready), float64(v.pool.active*v.bs), float64(v.total*v.bs),
 			float64(ctx)/float64(len(v.ready)))
-		decodeMs = max(perf.MinDecodeMs, d/v.decodeSpeedup)
+		// Floor first, then divide, as Dynamo does: decode_speedup_ratio
+		// may take a step under 1 ms.
+		decodeMs = max(perf.MinDecodeMs, d) / v.decodeSpeedup
 	}
 	end := now + prefillMs + decodeMs
 	out.Ran = true
@@ -625,14 +657,34 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	if finished {
 		v.compactRunning()
 	}
+	v.finishTruncated(end, out)
 	out.KVEvents = v.pool.flushEvents(out.KVEvents)
 	return PassRan
 }
 
-// admit runs the waiting phase.
+// finishTruncated completes, at the pass end, the requests the waiting
+// phase found too long for the pool, with the tokens they already streamed.
+// They hold no blocks (a preemption freed them), so under the Hold policy
+// the hold is empty.
+func (v *VLLM) finishTruncated(end float64, out *Output) {
+	for i, s := range v.truncated {
+		v.finish(s, end, out)
+		v.truncated[i] = nil
+	}
+	v.truncated = v.truncated[:0]
+}
+
+// admit runs the waiting phase. Refusals and reservations cost no tokens,
+// so they go on when the budget is spent; only scheduling needs budget.
+//
+// Only a fresh request (no output yet, never preempted) is refused. A
+// request that has streamed tokens and, after a preemption, no longer fits
+// the pool at all is finished as a Truncated completion instead: its
+// client already holds part of an answer.
 func (v *VLLM) admit(now float64, out *Output) {
-	for v.waiting.len() > 0 && len(v.running)+v.reservedReqs < v.maxSeqs && v.budget > 0 {
+	for v.waiting.len() > 0 && len(v.running)+v.reservedReqs < v.maxSeqs {
 		s := v.waiting.front()
+		fresh := s.out == 0 && s.preempts == 0
 		length := len(s.tokens)
 		if s.prompt >= v.maxModelLen {
 			v.reject(s, now, RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen), out)
@@ -640,6 +692,11 @@ func (v *VLLM) admit(now float64, out *Output) {
 		}
 		blocks := ceilDiv(length, v.bs)
 		if blocks > v.total {
+			if s.out > 0 {
+				v.waiting.popFront()
+				v.truncated = append(v.truncated, s)
+				continue
+			}
 			v.reject(s, now, RejectNeverFits, fmt.Sprintf("sequence of %d tokens needs %d blocks of %d but num_gpu_blocks is %d",
 				length, blocks, v.bs, v.total), out)
 			continue
@@ -651,10 +708,13 @@ func (v *VLLM) admit(now float64, out *Output) {
 			}
 			continue
 		}
-		if !v.chunked && length-hits*v.bs > v.maxBatched {
-			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached tokens exceed max_num_batched_tokens %d with chunked prefill off",
-				length-hits*v.bs, v.maxBatched), out)
+		if uncached := s.prompt - min(hits*v.bs, s.prompt); fresh && !v.chunked && uncached > v.maxBatched {
+			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached prompt tokens exceed max_num_batched_tokens %d with chunked prefill off",
+				uncached, v.maxBatched), out)
 			continue
+		}
+		if v.budget <= 0 {
+			return
 		}
 		// Only hits on active blocks are credited: inactive ones may be
 		// evicted by the very allocation that admits the request.
@@ -703,12 +763,13 @@ func (v *VLLM) reserve(s *seq, now float64, blocks, hits, activeHits int, out *O
 }
 
 // finish ends s after its last token: its blocks are released, or held for a
-// handoff under the Hold policy.
+// handoff under the Hold policy. It is Truncated when a length limit, not
+// MaxTokens, ended it.
 func (v *VLLM) finish(s *seq, end float64, out *Output) {
 	out.Completions = append(out.Completions, Completion{
 		RequestID: s.id, At: end, Arrival: s.arrival, FirstTokenAt: s.firstAt,
 		PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached,
-		Preemptions: s.preempts, Held: s.policy == Hold,
+		Preemptions: s.preempts, Held: s.policy == Hold, Truncated: s.out < s.maxOut,
 	})
 	if s.policy == Hold {
 		for _, b := range s.blocks {

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/kvstrand/mocker/perf"
@@ -25,14 +26,15 @@ const (
 	PassChanged
 )
 
-// Scheduler is a batching model over a KV pool: the vLLM model implements it,
-// the SGLang model will. It is driven by a Worker and never sees wall time.
+// Scheduler is a batching model over a KV pool: the vLLM and SGLang models
+// implement it. It is driven by a Worker and never sees wall time.
 // Input methods append the lifecycle events they cause to events; Pass
 // appends everything else to out, which the Worker has reset.
 type Scheduler interface {
 	// Submit queues a request at modeled time now.
 	Submit(now float64, req Request, policy CompletionPolicy) error
-	// ReleaseHeld ends a hold; false (and no effect) when id holds nothing.
+	// ReleaseHeld ends a hold; false (and no effect) when id holds nothing
+	// or outcome is neither Transferred nor Aborted.
 	ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool
 	// Cancel withdraws a waiting, running or held request; false when id is
 	// unknown.
@@ -69,8 +71,16 @@ func NewWorker(s Scheduler) *Worker {
 }
 
 // New builds the worker args describe, timing passes with model (nil means
-// perf.Polynomial) and drawing output tokens from seed.
+// perf.Polynomial) and drawing output tokens from seed. args must pass
+// Args.Validate, which New calls (an unset engine_type counts as vllm); the
+// error is then its *ArgError.
 func New(args Args, model perf.Model, seed uint64) (*Worker, error) {
+	if args.EngineType == "" {
+		args.EngineType = EngineVLLM
+	}
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
 	switch args.EngineType {
 	case EngineVLLM, "":
 		s, err := NewVLLM(args, model, seed)
@@ -78,8 +88,14 @@ func New(args Args, model perf.Model, seed uint64) (*Worker, error) {
 			return nil, err
 		}
 		return NewWorker(s), nil
+	case EngineSGLang:
+		s, err := NewSGLang(args, model, seed)
+		if err != nil {
+			return nil, err
+		}
+		return NewWorker(s), nil
 	default:
-		return nil, fmt.Errorf("engine_type %q: only %q is implemented", args.EngineType, EngineVLLM)
+		return nil, fmt.Errorf("engine_type %q: want %q or %q", args.EngineType, EngineVLLM, EngineSGLang)
 	}
 }
 
@@ -99,9 +115,14 @@ func (w *Worker) Submit(now float64, req Request, policy CompletionPolicy) error
 
 // ReleaseHeld ends the hold of request id with outcome, freeing its blocks to
 // the inactive pool. It is idempotent: a second call (or a call for a request
-// that never held) does nothing and returns false.
+// that never held) does nothing and returns false, and so does an outcome
+// other than Transferred or Aborted. During a pass it takes effect at the
+// pass's End (see InputAt).
 func (w *Worker) ReleaseHeld(now float64, id uint64, outcome Outcome) bool {
-	w.fire(now)
+	if outcome != Transferred && outcome != Aborted {
+		return false
+	}
+	now = w.settle(now)
 	ok := w.sched.ReleaseHeld(now, id, outcome, &w.pending)
 	if ok {
 		w.dirty = true
@@ -110,9 +131,12 @@ func (w *Worker) ReleaseHeld(now float64, id uint64, outcome Outcome) bool {
 }
 
 // Cancel withdraws request id wherever it is; a held request is released as
-// Aborted. It returns false when the worker does not know id.
+// Aborted. It returns false when the worker does not know id. During a pass
+// it takes effect at the pass's End (see InputAt): a request the pass
+// completes is then unknown, and one it runs still gets the pass's token,
+// stamped at the same instant as the cancellation.
 func (w *Worker) Cancel(now float64, id uint64) bool {
-	w.fire(now)
+	now = w.settle(now)
 	ok := w.sched.Cancel(now, id, &w.pending)
 	if ok {
 		w.dirty = true
@@ -127,22 +151,28 @@ var ErrNoHandoff = errors.New("engine: scheduler does not support disaggregated 
 // StartTransfer is the decode side claiming request id's held KV: the hold
 // moves from SourceHeld to Transferring, its abort and session deadlines
 // stop applying, and it is released with Outcome Transferred once the
-// modeled transfer of tokens tokens completes, delayMs from now
-// (Args.TransferDelayMs). Pass TransferTokens(mode, prompt, missing): the
-// whole prompt for full_prompt, or the destination's
-// EventDecodeReserved.MissingTokens for destination_missing. ok is false
-// when id holds nothing (already aborted, released, transferring or never
-// held): the caller must then answer the decode side with an abort.
+// modeled transfer of tokens tokens completes (Args.TransferDelayMs). Pass
+// TransferTokens(mode, prompt, missing): the whole prompt for full_prompt,
+// or the destination's EventDecodeReserved.MissingTokens for
+// destination_missing. ok is false when id holds nothing (already aborted,
+// released, transferring or never held): the caller must then answer the
+// decode side with an abort.
+//
+// delayMs counts from now: the release is due at now + delayMs. During a
+// pass the transfer starts at the pass's End (see InputAt), so delayMs then
+// includes the wait for it, while EventTransferStart.DelayMs is the
+// transfer time alone.
 func (w *Worker) StartTransfer(now float64, id uint64, tokens int) (delayMs float64, ok bool) {
 	if w.hs == nil {
 		return 0, false
 	}
-	w.fire(now)
-	delayMs, ok = w.hs.StartTransfer(now, id, tokens, &w.pending)
-	if ok {
-		w.dirty = true
+	at := w.settle(now)
+	delayMs, ok = w.hs.StartTransfer(at, id, tokens, &w.pending)
+	if !ok {
+		return 0, false
 	}
-	return delayMs, ok
+	w.dirty = true
+	return delayMs + (at - now), true
 }
 
 // Reserve makes req a handoff destination waiting for remote KV
@@ -168,12 +198,13 @@ func (w *Worker) Reserve(now float64, req Request) error {
 // running request with its prompt computed and its first token already
 // produced by the prefill side, so it decodes the remaining MaxTokens-1
 // tokens (indexes 1 onwards) and completes with the Release policy. False
-// when id is not reserved.
+// when id is not reserved. During a pass it takes effect at the pass's End
+// (see InputAt).
 func (w *Worker) Activate(now float64, id uint64) bool {
 	if w.hs == nil {
 		return false
 	}
-	w.fire(now)
+	now = w.settle(now)
 	ok := w.hs.Activate(now, id, &w.pending)
 	if ok {
 		w.dirty = true
@@ -184,16 +215,41 @@ func (w *Worker) Activate(now float64, id uint64) bool {
 // CancelDestination is the transfer's abort (or a caller's cancel) on the
 // decode side: destination id, waiting or reserved, is dropped and its
 // blocks freed (EventDestinationCancelled). False when id is neither.
+// During a pass it takes effect at the pass's End (see InputAt).
 func (w *Worker) CancelDestination(now float64, id uint64) bool {
 	if w.hs == nil {
 		return false
 	}
-	w.fire(now)
+	now = w.settle(now)
 	ok := w.hs.CancelDestination(now, id, &w.pending)
 	if ok {
 		w.dirty = true
 	}
 	return ok
+}
+
+// DestinationReady tells a destination-first source (an SGLang prefill
+// worker without sglang.optimistic_prefill) that the decode side reserved
+// for request id: the prefill leaves the bootstrap queue and runs, and its
+// transfer of tokens tokens (TransferTokens of the reservation) starts the
+// moment its KV is held, so EventTransferStart follows EventHoldStarted in
+// the same Output and the caller must not call StartTransfer for it. False
+// when id is not waiting in a bootstrap queue (unknown, timed out,
+// cancelled, already ready) or the scheduler has no such queue. During a
+// pass it takes effect at the pass's End (see InputAt).
+func (w *Worker) DestinationReady(now float64, id uint64, tokens int) bool {
+	d, ok := w.sched.(interface {
+		DestinationReady(now float64, id uint64, tokens int, events *[]Event) bool
+	})
+	if !ok {
+		return false
+	}
+	now = w.settle(now)
+	if !d.DestinationReady(now, id, tokens, &w.pending) {
+		return false
+	}
+	w.dirty = true
+	return true
 }
 
 // NextDeadline reports the earliest handoff deadline (abort, session or
@@ -213,6 +269,27 @@ func (w *Worker) fire(now float64) {
 	}
 }
 
+// InputAt is the modeled time at which an input that targets a request
+// (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination) given
+// at now takes effect: now, or the End of the pass in flight. A pass
+// decides its tokens, completions and holds when it starts, so the state an
+// input would act on during the pass is the state at its End; acting then,
+// with the events stamped then, keeps every request's history in time
+// order (no pin ends before it starts, no token follows a cancellation).
+// The deadlines due by that time fire first, each still stamped and
+// delivered at its own time, and the method's result describes the state
+// at that time. Submit and Reserve take effect at now: a new request
+// waits for the next pass either way.
+func (w *Worker) InputAt(now float64) float64 { return max(now, w.busyUntil) }
+
+// settle fires the deadlines due by the time an input at now takes effect
+// and returns that time.
+func (w *Worker) settle(now float64) float64 {
+	at := w.InputAt(now)
+	w.fire(at)
+	return at
+}
+
 // NextWake reports the modeled time at which Step should next be called: the
 // end of the current pass when a pass is runnable, a handoff deadline (which
 // may fall inside a pass), or at once when events wait to be flushed. ok is
@@ -220,7 +297,7 @@ func (w *Worker) fire(now float64) {
 // arrives. The time may be earlier than the driver's clock; call Step then.
 func (w *Worker) NextWake() (t float64, ok bool) {
 	t, ok = w.workWake()
-	if len(w.pending) == 0 && w.hs != nil {
+	if w.hs != nil {
 		if d, dok := w.hs.NextDeadline(); dok && (!ok || d < t) {
 			t, ok = d, true
 		}
@@ -229,10 +306,15 @@ func (w *Worker) NextWake() (t float64, ok bool) {
 }
 
 // workWake is NextWake leaving deadlines out: when pending events or a
-// runnable pass next need a Step.
+// runnable pass next need a Step. Pending events are due at their own
+// times, which may lie ahead (an input during a pass is stamped at its End).
 func (w *Worker) workWake() (float64, bool) {
-	if n := len(w.pending); n > 0 {
-		return min(w.pending[n-1].At, w.busyUntil), true
+	if len(w.pending) > 0 {
+		t := w.busyUntil
+		for i := range w.pending {
+			t = min(t, w.pending[i].At)
+		}
+		return t, true
 	}
 	if w.dirty && w.sched.HasWork() {
 		return w.busyUntil, true
@@ -243,9 +325,12 @@ func (w *Worker) workWake() (float64, bool) {
 // Step brings the worker to modeled time now and returns what happened, or
 // nil when nothing did. It first applies the handoff deadlines due by now;
 // then, if a pass is in flight (now is before its End) it only flushes the
-// pending events, with their own times, in an Output with Ran false; else it
-// flushes them and runs a pass. Events come out in time order: pending ones
-// first, then the pass's.
+// pending events stamped at or before now, with their own times, in an
+// Output with Ran false; else it flushes them all and runs a pass. Events
+// come out in time order: pending ones first, then the pass's. The Virtual
+// and Live drivers deliver those pending events at once, in an Output of
+// their own, and the rest of a pass's Output at its End, so no event waits
+// for a pass and each request's events reach the consumer in time order.
 //
 // A pass's tokens and completions are stamped at Output.End, which a driver
 // should deliver no earlier than that. Step never overwrites the Output of a
@@ -254,11 +339,11 @@ func (w *Worker) workWake() (float64, bool) {
 func (w *Worker) Step(now float64) *Output {
 	w.fire(now)
 	if now < w.busyUntil {
-		if len(w.pending) == 0 {
+		w.tout.reset(now)
+		w.tout.Events = w.flush(w.tout.Events, now)
+		if len(w.tout.Events) == 0 {
 			return nil
 		}
-		w.tout.reset(now)
-		w.tout.Events = w.flush(w.tout.Events)
 		w.tout.Metrics = w.Metrics()
 		return &w.tout
 	}
@@ -266,7 +351,8 @@ func (w *Worker) Step(now float64) *Output {
 		return nil
 	}
 	w.out.reset(now)
-	w.out.Events = w.flush(w.out.Events)
+	w.out.Events = w.flush(w.out.Events, math.Inf(1))
+	w.out.lead = len(w.out.Events)
 	res := PassIdle
 	if w.sched.HasWork() {
 		res = w.sched.Pass(now, &w.out)
@@ -288,15 +374,20 @@ func (w *Worker) Step(now float64) *Output {
 	return &w.out
 }
 
-// flush moves the pending events to dst in time order. Inputs arrive with
-// non-decreasing times and fire earlier deadlines first, so the sort is a
-// safeguard against a caller whose clock stepped back.
-func (w *Worker) flush(dst []Event) []Event {
+// flush moves the pending events stamped at or before upTo to dst in time
+// order, keeping later ones (inputs given during a pass, stamped at its
+// End) for a later Step. The sort matters only then, or for a caller whose
+// clock stepped back.
+func (w *Worker) flush(dst []Event, upTo float64) []Event {
 	if !slices.IsSortedFunc(w.pending, cmpEventAt) {
 		slices.SortStableFunc(w.pending, cmpEventAt)
 	}
-	dst = append(dst, w.pending...)
-	w.pending = w.pending[:0]
+	n := len(w.pending)
+	for n > 0 && w.pending[n-1].At > upTo {
+		n--
+	}
+	dst = append(dst, w.pending[:n]...)
+	w.pending = w.pending[:copy(w.pending, w.pending[n:])]
 	return dst
 }
 

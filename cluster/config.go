@@ -1,0 +1,625 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"sort"
+	"strings"
+
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/router"
+)
+
+// Defaults of a cluster built from an empty Config, in one place. The engine
+// arguments below replace Dynamo's datacenter-sized defaults (64-token
+// blocks, 16384 blocks, real time) with a pool a laptop simulates in a blink;
+// any key given in args or a pool's args wins over them.
+const (
+	DefaultName           = "default"
+	DefaultEngine         = "vllm"
+	DefaultRouter         = "round-robin"
+	DefaultWorkers        = 2 // aggregated pool size
+	DefaultPoolWorkers    = 1 // prefill and decode pool sizes
+	DefaultMaxTokens      = 16
+	DefaultBlockSize      = 16
+	DefaultNumGPUBlocks   = 1024
+	DefaultSpeedupRatio   = 10.0
+	DefaultTransferHost   = "127.0.0.1"
+	vocabSize             = 32000
+	maxForensicHolds      = 64   // longest holds kept by Holds
+	maxRecentHolds        = 256  // most recent ended holds kept by Holds
+	maxRecentEvents       = 1024 // forensic events kept by Events
+	errDistributedMissing = "distributed transport is not available yet; remove transport to run the in-process cluster"
+)
+
+// Config describes one cluster: what mocker.cluster({...}) receives in a
+// script (DESIGN §8). JSON keys are the script's. The zero value is a valid
+// config: two aggregated vLLM workers behind a round-robin router, with the
+// laptop-sized engine defaults (block_size 16, num_gpu_blocks 1024,
+// speedup_ratio 10).
+type Config struct {
+	// Name keys the cluster in the Shared registry. Default "default".
+	Name string `json:"name"`
+	// Engine is the scheduler model of every worker: "vllm" (default,
+	// source-first handoff) or "sglang" (destination-first handoff unless
+	// args.sglang.optimistic_prefill).
+	Engine string `json:"engine"`
+	// Disagg runs separate prefill and decode pools with a KV handoff
+	// between them. False runs one aggregated pool of Workers workers.
+	// ConfigFromMap sets it when a script gives prefill or decode without
+	// saying disagg.
+	Disagg bool `json:"disagg"`
+	// Router is the routing mode: "round-robin" (default), "random", "kv",
+	// "least-loaded" or "power-of-two".
+	Router string `json:"router"`
+	// Workers sizes the aggregated pool (default 2). Ignored when Disagg.
+	Workers int `json:"workers"`
+	// Prefill and Decode size and configure the disaggregated pools
+	// (default one worker each).
+	Prefill PoolConfig `json:"prefill"`
+	Decode  PoolConfig `json:"decode"`
+	// Args are engine arguments (Dynamo's MockEngineArgs keys) for every
+	// worker; a pool's Args override them key by key. engine_type and
+	// worker_type are set by the cluster from Engine and the pool.
+	Args map[string]any `json:"args"`
+	// RouterOptions are the router's settings by their Dynamo keys
+	// (overlap_score_weight, router_temperature, use_kv_events,
+	// router_ttl_secs, router_max_tree_size, active_decode_blocks_threshold,
+	// active_prefill_tokens_threshold, seed) plus busy_threshold, see
+	// RouterOptionsHelp.
+	RouterOptions map[string]any `json:"router_options"`
+	// Seed drives prompt tokens, output tokens and routing draws.
+	Seed uint64 `json:"seed"`
+	// TransferHost is the host every prefill worker's transfer server binds
+	// (on a free port). Default 127.0.0.1.
+	TransferHost string `json:"transfer_host"`
+	// AdvertisedHost is the host put into handoff params, what decode
+	// workers dial. Default: the bound host. Required when TransferHost
+	// binds every interface (0.0.0.0, ::).
+	AdvertisedHost string `json:"advertised_host"`
+	// Transport selects the distributed transport (etcd + NATS); nil runs
+	// everything in process.
+	Transport *TransportConfig `json:"transport,omitempty"`
+	// Logger receives the forensic log (one record per handoff transition)
+	// and diagnostics. Default: discard.
+	Logger *slog.Logger `json:"-"`
+}
+
+// PoolConfig sizes and configures one disaggregated pool.
+type PoolConfig struct {
+	// Workers is the pool size; 0 means 1.
+	Workers int `json:"workers"`
+	// Args override the cluster's Args for this pool's workers.
+	Args map[string]any `json:"args"`
+}
+
+// TransportConfig locates the services of the distributed transport.
+type TransportConfig struct {
+	Etcd      []string `json:"etcd"`
+	NATS      string   `json:"nats"`
+	Namespace string   `json:"namespace"`
+}
+
+// RouterOptionsHelp explains the busy thresholds a script sets in
+// router_options, which is how the cascade shows up as refusals:
+//
+//	router_options: { busy_threshold: 0.9 }
+//
+// marks a worker busy while its capacity view (every allocated block, held
+// KV included) exceeds 90% of its pool; when every prefill worker is busy a
+// request ends "rejected" with PrefillRejected and "all prefill workers busy".
+// Dynamo's active_decode_blocks_threshold applies the same fraction to the
+// router-facing view instead, which leaves held blocks out unless the
+// engine args say router_load_includes_held; the two are exclusive.
+// active_prefill_tokens_threshold marks a worker busy while the prompt
+// tokens routed to it and not yet prefilled exceed the number given.
+// Thresholds apply to every role (prefill, decode, aggregated) alike; the
+// router's own prediction of active blocks also counts, so a decode pool
+// sized close to its load goes busy before its prefill pool does.
+const RouterOptionsHelp = "router_options: busy_threshold (fraction of blocks, held included), active_decode_blocks_threshold (fraction, router-facing view), active_prefill_tokens_threshold (tokens)"
+
+// configKeys are the keys ConfigFromMap accepts, for its error messages.
+var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine", "name", "prefill", "router", "router_options", "seed", "transfer_host", "transport", "workers"}
+
+// ConfigFromMap reads a Config from a decoded JSON object or an object
+// exported from a script runtime: numbers may be any Go integer, an integral
+// float64 or json.Number; nested objects are map[string]any. Unknown keys and
+// values of the wrong type or range are errors naming the field, e.g.
+// "prefill.workers: want an integer ≥ 1, got -1". When disagg is absent it is
+// true if prefill or decode is given, false otherwise. Engine args are
+// checked by New, which names them by path ("decode.args.max_num_seqs").
+func ConfigFromMap(m map[string]any) (Config, error) {
+	var c Config
+	for _, k := range sortedKeys(m) {
+		v := m[k]
+		var err error
+		switch k {
+		case "name":
+			c.Name, err = stringValue(k, v)
+		case "engine":
+			c.Engine, err = stringValue(k, v)
+		case "router":
+			c.Router, err = stringValue(k, v)
+		case "transfer_host":
+			c.TransferHost, err = stringValue(k, v)
+		case "advertised_host":
+			c.AdvertisedHost, err = stringValue(k, v)
+		case "disagg":
+			c.Disagg, err = boolValue(k, v)
+		case "workers":
+			c.Workers, err = positiveInt(k, v)
+		case "seed":
+			var n int64
+			n, err = intValue(k, v, "an integer ≥ 0")
+			if err == nil && n < 0 {
+				err = fmt.Errorf("%s: want an integer ≥ 0, got %d", k, n)
+			}
+			c.Seed = uint64(n)
+		case "args":
+			c.Args, err = objectValue(k, v)
+		case "router_options":
+			c.RouterOptions, err = objectValue(k, v)
+		case "prefill":
+			c.Prefill, err = poolFromMap(k, v)
+		case "decode":
+			c.Decode, err = poolFromMap(k, v)
+		case "transport":
+			c.Transport, err = transportFromMap(k, v)
+		default:
+			err = fmt.Errorf("%s: unknown key; valid keys: %s", k, strings.Join(configKeys, ", "))
+		}
+		if err != nil {
+			return Config{}, err
+		}
+	}
+	if _, given := m["disagg"]; !given {
+		_, p := m["prefill"]
+		_, d := m["decode"]
+		c.Disagg = p || d
+	}
+	return c, nil
+}
+
+func poolFromMap(path string, v any) (PoolConfig, error) {
+	obj, err := objectValue(path, v)
+	if err != nil || obj == nil {
+		return PoolConfig{}, err
+	}
+	var p PoolConfig
+	for _, k := range sortedKeys(obj) {
+		field := path + "." + k
+		switch k {
+		case "workers":
+			p.Workers, err = positiveInt(field, obj[k])
+		case "args":
+			p.Args, err = objectValue(field, obj[k])
+		default:
+			err = fmt.Errorf("%s: unknown key; valid keys: args, workers", field)
+		}
+		if err != nil {
+			return PoolConfig{}, err
+		}
+	}
+	return p, nil
+}
+
+func transportFromMap(path string, v any) (*TransportConfig, error) {
+	obj, err := objectValue(path, v)
+	if err != nil || obj == nil {
+		return nil, err
+	}
+	t := &TransportConfig{}
+	for _, k := range sortedKeys(obj) {
+		field := path + "." + k
+		switch k {
+		case "etcd":
+			switch e := obj[k].(type) {
+			case string:
+				t.Etcd = []string{e}
+			case []string:
+				t.Etcd = append([]string(nil), e...)
+			case []any:
+				for i, x := range e {
+					s, err := stringValue(fmt.Sprintf("%s[%d]", field, i), x)
+					if err != nil {
+						return nil, err
+					}
+					t.Etcd = append(t.Etcd, s)
+				}
+			default:
+				return nil, fmt.Errorf("%s: want a list of endpoint URLs, got %s", field, describe(obj[k]))
+			}
+		case "nats":
+			t.NATS, err = stringValue(field, obj[k])
+		case "namespace":
+			t.Namespace, err = stringValue(field, obj[k])
+		default:
+			err = fmt.Errorf("%s: unknown key; valid keys: etcd, namespace, nats", field)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// pool is one resolved pool: its role, size and engine arguments.
+type pool struct {
+	role    engine.WorkerType
+	path    string // config path of the pool's args, for error messages
+	workers int
+	args    engine.Args
+	own     map[string]any // the pool's own args, to blame the right layer
+}
+
+// resolved is a Config with defaults applied and every part checked.
+type resolved struct {
+	cfg    Config
+	pools  []pool
+	router router.Config
+	busy   bool // busy_threshold: report the capacity view as load
+}
+
+// resolve applies defaults and validates cfg, naming the field at fault.
+func resolve(cfg Config) (resolved, error) {
+	var r resolved
+	if cfg.Transport != nil {
+		return r, errors.New("transport: " + errDistributedMissing)
+	}
+	if cfg.Name == "" {
+		cfg.Name = DefaultName
+	}
+	if cfg.Engine == "" {
+		cfg.Engine = DefaultEngine
+	}
+	cfg.Engine = strings.ToLower(strings.TrimSpace(cfg.Engine))
+	if cfg.Engine != string(engine.EngineVLLM) && cfg.Engine != string(engine.EngineSGLang) {
+		return r, fmt.Errorf("engine: %q is not modeled; want \"vllm\" or \"sglang\"", cfg.Engine)
+	}
+	if cfg.Router == "" {
+		cfg.Router = DefaultRouter
+	}
+	mode, err := router.ParseMode(cfg.Router)
+	if err != nil {
+		return r, fmt.Errorf("router: %w", err)
+	}
+	cfg.Router = string(mode)
+	if cfg.TransferHost == "" {
+		cfg.TransferHost = DefaultTransferHost
+	}
+	if cfg.Workers < 0 {
+		return r, fmt.Errorf("workers: want an integer ≥ 1, got %d", cfg.Workers)
+	}
+	if cfg.Prefill.Workers < 0 {
+		return r, fmt.Errorf("prefill.workers: want an integer ≥ 1, got %d", cfg.Prefill.Workers)
+	}
+	if cfg.Decode.Workers < 0 {
+		return r, fmt.Errorf("decode.workers: want an integer ≥ 1, got %d", cfg.Decode.Workers)
+	}
+	if et, ok := cfg.Args["engine_type"]; ok {
+		if s, isStr := et.(string); !isStr || !strings.EqualFold(s, cfg.Engine) {
+			return r, fmt.Errorf("args.engine_type: %v contradicts engine %q; set engine only", et, cfg.Engine)
+		}
+	}
+	if cfg.Disagg {
+		if cfg.Prefill.Workers == 0 {
+			cfg.Prefill.Workers = DefaultPoolWorkers
+		}
+		if cfg.Decode.Workers == 0 {
+			cfg.Decode.Workers = DefaultPoolWorkers
+		}
+		for _, p := range []struct {
+			role engine.WorkerType
+			name string
+			pc   PoolConfig
+		}{{engine.WorkerPrefill, "prefill", cfg.Prefill}, {engine.WorkerDecode, "decode", cfg.Decode}} {
+			args, err := poolArgs(cfg, p.role, p.name, p.pc.Args)
+			if err != nil {
+				return r, err
+			}
+			r.pools = append(r.pools, pool{role: p.role, path: p.name + ".args", workers: p.pc.Workers, args: args, own: p.pc.Args})
+		}
+	} else {
+		if cfg.Prefill.Workers != 0 || cfg.Prefill.Args != nil || cfg.Decode.Workers != 0 || cfg.Decode.Args != nil {
+			return r, errors.New("disagg: prefill/decode pools are given but disagg is false; set disagg: true, or size the aggregated pool with workers")
+		}
+		if cfg.Workers == 0 {
+			cfg.Workers = DefaultWorkers
+		}
+		args, err := poolArgs(cfg, engine.WorkerAggregated, "", nil)
+		if err != nil {
+			return r, err
+		}
+		r.pools = append(r.pools, pool{role: engine.WorkerAggregated, path: "args", workers: cfg.Workers, args: args})
+	}
+	first := r.pools[0]
+	for _, p := range r.pools[1:] {
+		// Blame the pool that set the key itself.
+		a, b := p, first
+		if _, ok := first.own["block_size"]; ok {
+			a, b = first, p
+		}
+		if p.args.BlockSize != first.args.BlockSize {
+			return r, fmt.Errorf("%s.block_size: %d differs from %s.block_size %d; one router compares block hashes, so every pool needs one block size",
+				a.path, a.args.BlockSize, b.path, b.args.BlockSize)
+		}
+		a, b = p, first
+		if _, ok := first.own["speedup_ratio"]; ok {
+			a, b = first, p
+		}
+		if speedup(p.args) != speedup(first.args) {
+			return r, fmt.Errorf("%s.speedup_ratio: %v differs from %s.speedup_ratio %v; the workers of one cluster share one modeled clock",
+				a.path, a.args.SpeedupRatio, b.path, b.args.SpeedupRatio)
+		}
+	}
+	r.router, r.busy, err = routerConfig(cfg, mode, first.args.BlockSize)
+	if err != nil {
+		return r, err
+	}
+	r.cfg = cfg
+	return r, nil
+}
+
+func speedup(a engine.Args) float64 {
+	if a.SpeedupRatio <= 0 {
+		return 1
+	}
+	return a.SpeedupRatio
+}
+
+// poolArgs layers the laptop defaults, the cluster's args, the pool's args
+// and the role, and names any error by the layer that set the field.
+func poolArgs(cfg Config, role engine.WorkerType, name string, own map[string]any) (engine.Args, error) {
+	defaults := map[string]any{
+		"num_gpu_blocks": DefaultNumGPUBlocks,
+		"speedup_ratio":  DefaultSpeedupRatio,
+		"block_size":     DefaultBlockSize,
+	}
+	if pageSizeGiven(cfg.Args) || pageSizeGiven(own) {
+		// A page size without a block size sets the block size (SGLang).
+		delete(defaults, "block_size")
+	}
+	if et, ok := own["engine_type"]; ok {
+		if s, isStr := et.(string); !isStr || !strings.EqualFold(s, cfg.Engine) {
+			return engine.Args{}, fmt.Errorf("%s.engine_type: %v contradicts engine %q; set engine only", argsPath(name, own), et, cfg.Engine)
+		}
+	}
+	forced := map[string]any{"engine_type": cfg.Engine, "worker_type": string(role)}
+	args, err := engine.ArgsFromMapLayers(defaults, cfg.Args, own, forced)
+	if err == nil {
+		return args, nil
+	}
+	var ae *engine.ArgError
+	if !errors.As(err, &ae) {
+		return engine.Args{}, fmt.Errorf("%s: %w", argsPath(name, own), err)
+	}
+	top, _, _ := strings.Cut(ae.Field, ".")
+	path := argsPath(name, own)
+	if _, inOwn := own[top]; !inOwn {
+		if _, inCluster := cfg.Args[top]; inCluster {
+			path = "args"
+		}
+	}
+	return engine.Args{}, fmt.Errorf("%s.%s: %s", path, ae.Field, ae.Message)
+}
+
+func argsPath(name string, own map[string]any) string {
+	if name == "" {
+		return "args"
+	}
+	return name + ".args"
+}
+
+func pageSizeGiven(m map[string]any) bool {
+	sg, ok := m["sglang"].(map[string]any)
+	if !ok {
+		return false
+	}
+	_, ok = sg["page_size"]
+	_, bs := m["block_size"]
+	return ok && !bs
+}
+
+// routerConfig builds the router's settings from router_options.
+func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, bool, error) {
+	rc := router.DefaultConfig()
+	rc.Mode = mode
+	rc.Seed = cfg.Seed
+	rc.BlockSize = blockSize
+	var busy *float64
+	for _, k := range sortedKeys(cfg.RouterOptions) {
+		v := cfg.RouterOptions[k]
+		field := "router_options." + k
+		var err error
+		switch k {
+		case "overlap_score_weight":
+			rc.OverlapScoreWeight, err = floatValue(field, v)
+		case "router_temperature":
+			rc.RouterTemperature, err = floatValue(field, v)
+		case "use_kv_events":
+			rc.UseKVEvents, err = boolValue(field, v)
+		case "router_ttl_secs":
+			rc.RouterTTLSecs, err = floatValue(field, v)
+		case "router_max_tree_size":
+			rc.RouterMaxTreeSize, err = positiveInt(field, v)
+		case "active_decode_blocks_threshold", "busy_threshold":
+			var f float64
+			f, err = floatValue(field, v)
+			if err == nil && (f <= 0 || f > 1) {
+				err = fmt.Errorf("%s: want a fraction in (0, 1], got %v", field, f)
+			}
+			if k == "busy_threshold" {
+				busy = &f
+			} else {
+				rc.ActiveDecodeBlocksThreshold = &f
+			}
+		case "active_prefill_tokens_threshold":
+			var n int64
+			n, err = intValue(field, v, "an integer ≥ 0")
+			if err == nil && n < 0 {
+				err = fmt.Errorf("%s: want an integer ≥ 0, got %d", field, n)
+			}
+			rc.ActivePrefillTokensThreshold = &n
+		case "seed":
+			var n int64
+			n, err = intValue(field, v, "an integer ≥ 0")
+			rc.Seed = uint64(n)
+		case "router_mode":
+			err = fmt.Errorf("%s: set the mode with the cluster's router key", field)
+		case "block_size":
+			err = fmt.Errorf("%s: the router takes the workers' block_size; set it in args", field)
+		default:
+			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, busy_threshold, overlap_score_weight, router_max_tree_size, router_temperature, router_ttl_secs, seed, use_kv_events", field)
+		}
+		if err != nil {
+			return rc, false, err
+		}
+	}
+	if busy != nil {
+		if rc.ActiveDecodeBlocksThreshold != nil {
+			return rc, false, errors.New("router_options.busy_threshold: give busy_threshold (held blocks count) or active_decode_blocks_threshold (held blocks do not), not both")
+		}
+		rc.ActiveDecodeBlocksThreshold = busy
+	}
+	if err := rc.Validate(); err != nil {
+		return rc, false, fmt.Errorf("router_options: %w", err)
+	}
+	return rc, busy != nil, nil
+}
+
+// fingerprint is the config's identity in the Shared registry: its JSON
+// form, in which map keys are sorted and 5 and 5.0 read alike.
+func (c Config) fingerprint() string {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return fmt.Sprintf("%#v", c)
+	}
+	return string(b)
+}
+
+func sortedKeys(m map[string]any) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("string %q", x)
+	case bool:
+		return fmt.Sprintf("boolean %v", x)
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprintf("%T %v", v, v)
+}
+
+func stringValue(field string, v any) (string, error) {
+	s, ok := v.(string)
+	if !ok {
+		return "", fmt.Errorf("%s: want a string, got %s", field, describe(v))
+	}
+	return s, nil
+}
+
+func boolValue(field string, v any) (bool, error) {
+	b, ok := v.(bool)
+	if !ok {
+		return false, fmt.Errorf("%s: want a boolean, got %s", field, describe(v))
+	}
+	return b, nil
+}
+
+func objectValue(field string, v any) (map[string]any, error) {
+	switch o := v.(type) {
+	case nil:
+		return nil, nil
+	case map[string]any:
+		return o, nil
+	}
+	return nil, fmt.Errorf("%s: want an object, got %s", field, describe(v))
+}
+
+func floatValue(field string, v any) (float64, error) {
+	var f float64
+	switch x := v.(type) {
+	case float64:
+		f = x
+	case float32:
+		f = float64(x)
+	case json.Number:
+		var err error
+		if f, err = x.Float64(); err != nil {
+			return 0, fmt.Errorf("%s: want a number, got %q", field, x.String())
+		}
+	default:
+		n, err := intValue(field, v, "a number")
+		if err != nil {
+			return 0, err
+		}
+		f = float64(n)
+	}
+	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
+		return 0, fmt.Errorf("%s: want a finite number ≥ 0, got %v", field, f)
+	}
+	return f, nil
+}
+
+func intValue(field string, v any, want string) (int64, error) {
+	switch x := v.(type) {
+	case int:
+		return int64(x), nil
+	case int8:
+		return int64(x), nil
+	case int16:
+		return int64(x), nil
+	case int32:
+		return int64(x), nil
+	case int64:
+		return x, nil
+	case uint:
+		return int64(x), nil
+	case uint8:
+		return int64(x), nil
+	case uint16:
+		return int64(x), nil
+	case uint32:
+		return int64(x), nil
+	case uint64:
+		if x > math.MaxInt64 {
+			break
+		}
+		return int64(x), nil
+	case float64:
+		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
+			return int64(x), nil
+		}
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%s: want %s, got %s", field, want, describe(v))
+}
+
+func positiveInt(field string, v any) (int, error) {
+	n, err := intValue(field, v, "an integer ≥ 1")
+	if err != nil {
+		return 0, err
+	}
+	if n < 1 || n > math.MaxInt32 {
+		return 0, fmt.Errorf("%s: want an integer ≥ 1, got %d", field, n)
+	}
+	return int(n), nil
+}

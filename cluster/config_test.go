@@ -1,0 +1,109 @@
+package cluster
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestConfigFromMap_ScriptValues(t *testing.T) {
+	cfg, err := ConfigFromMap(map[string]any{
+		"name":           "x",
+		"engine":         "vllm",
+		"router":         "kv",
+		"prefill":        map[string]any{"workers": int64(2), "args": map[string]any{"num_gpu_blocks": int64(512)}},
+		"decode":         map[string]any{"workers": float64(3)},
+		"args":           map[string]any{"speedup_ratio": float64(20)},
+		"router_options": map[string]any{"busy_threshold": 0.9},
+		"seed":           int64(7),
+	})
+	require.NoError(t, err)
+	assert.True(t, cfg.Disagg, "prefill/decode given without disagg means disaggregated")
+	assert.Equal(t, 2, cfg.Prefill.Workers)
+	assert.Equal(t, 3, cfg.Decode.Workers)
+	assert.Equal(t, uint64(7), cfg.Seed)
+	assert.Equal(t, "kv", cfg.Router)
+
+	agg, err := ConfigFromMap(map[string]any{"workers": int64(4)})
+	require.NoError(t, err)
+	assert.False(t, agg.Disagg)
+	assert.Equal(t, 4, agg.Workers)
+
+	explicit, err := ConfigFromMap(map[string]any{"disagg": false, "workers": 1})
+	require.NoError(t, err)
+	assert.False(t, explicit.Disagg)
+}
+
+func TestConfig_ErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name string
+		m    map[string]any
+		want string
+	}{
+		{"negative pool", map[string]any{"prefill": map[string]any{"workers": -1}}, "prefill.workers: want an integer ≥ 1, got -1"},
+		{"fractional workers", map[string]any{"workers": 1.5}, "workers: want an integer ≥ 1"},
+		{"unknown key", map[string]any{"wokers": 2}, "wokers: unknown key"},
+		{"unknown pool key", map[string]any{"decode": map[string]any{"size": 2}}, "decode.size: unknown key"},
+		{"wrong type", map[string]any{"disagg": "yes"}, "disagg: want a boolean"},
+		{"args not object", map[string]any{"args": 3}, "args: want an object"},
+		{"engine arg type", map[string]any{"args": map[string]any{"num_gpu_blocks": "x"}}, "args.num_gpu_blocks:"},
+		{"pool arg range", map[string]any{"decode": map[string]any{"args": map[string]any{"max_num_seqs": 0}}}, "decode.args.max_num_seqs:"},
+		{"pool arg unknown", map[string]any{"prefill": map[string]any{"args": map[string]any{"num_gpu_block": 4}}}, "prefill.args.num_gpu_block:"},
+		{"cluster arg seen from pool", map[string]any{"disagg": true, "args": map[string]any{"block_size": -4}}, "args.block_size:"},
+		{"block sizes differ", map[string]any{"prefill": map[string]any{"args": map[string]any{"block_size": 32}}}, "prefill.args.block_size: 32 differs from decode.args.block_size 16"},
+		{"speedups differ", map[string]any{"decode": map[string]any{"args": map[string]any{"speedup_ratio": 5}}}, "decode.args.speedup_ratio"},
+		{"engine", map[string]any{"engine": "trtllm"}, "engine: \"trtllm\" is not modeled"},
+		{"engine type contradiction", map[string]any{"args": map[string]any{"engine_type": "sglang"}}, "args.engine_type"},
+		{"pool engine type contradiction", map[string]any{"decode": map[string]any{"args": map[string]any{"engine_type": "sglang"}}}, "decode.args.engine_type"},
+		{"router mode", map[string]any{"router": "fastest"}, "router: router mode \"fastest\" is not valid"},
+		{"busy threshold range", map[string]any{"router_options": map[string]any{"busy_threshold": 1.5}}, "router_options.busy_threshold: want a fraction in (0, 1]"},
+		{"both thresholds", map[string]any{"router_options": map[string]any{"busy_threshold": 0.5, "active_decode_blocks_threshold": 0.5}}, "router_options.busy_threshold: give busy_threshold"},
+		{"router option unknown", map[string]any{"router_options": map[string]any{"temperature": 1}}, "router_options.temperature: unknown key"},
+		{"router option range", map[string]any{"router_options": map[string]any{"router_ttl_secs": 0}}, "router_options: router config: router_ttl_secs"},
+		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
+		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
+		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ConfigFromMap(tc.m)
+			if err == nil {
+				var c *Cluster
+				c, err = New(cfg)
+				if c != nil {
+					require.NoError(t, c.Close())
+				}
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+func TestNew_GoConfigErrors(t *testing.T) {
+	_, err := New(Config{Prefill: PoolConfig{Workers: 2}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "disagg:")
+	_, err = New(Config{Disagg: true, Decode: PoolConfig{Workers: -2}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "decode.workers: want an integer ≥ 1, got -2")
+	_, err = New(Config{Transport: &TransportConfig{NATS: "nats://x"}})
+	require.ErrorContains(t, err, "distributed transport is not available yet")
+}
+
+func TestNew_DisaggDefaultsAndArgLayers(t *testing.T) {
+	c := start(t, Config{
+		Disagg:  true,
+		Args:    map[string]any{"num_gpu_blocks": 300},
+		Decode:  PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 200}},
+		Prefill: PoolConfig{},
+	})
+	s := drainAndCheck(t, c)
+	require.Len(t, s.Workers, 3)
+	assert.Equal(t, []string{"prefill-0", "decode-0", "decode-1"}, []string{s.Workers[0].Name, s.Workers[1].Name, s.Workers[2].Name})
+	assert.Equal(t, 300, s.Workers[0].TotalBlocks, "cluster args over the defaults")
+	assert.Equal(t, 200, s.Workers[1].TotalBlocks, "pool args over cluster args")
+	assert.NotEmpty(t, s.Workers[0].TransferAddr)
+	assert.Empty(t, s.Workers[1].TransferAddr)
+}

@@ -1,0 +1,240 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// roomyDisagg is one prefill and one decode worker with room for the load
+// and a modeled transfer: 64 KiB per token at 10 GB/s.
+func roomyDisagg() Config {
+	return Config{
+		Disagg: true,
+		Args: map[string]any{
+			"speedup_ratio":                100,
+			"kv_bytes_per_token":           65536,
+			"kv_transfer_bandwidth":        10.0,
+			"kv_transfer_abort_timeout_ms": 60000,
+		},
+	}
+}
+
+func TestDisagg_RoomyDecodeEveryRequestCompletes(t *testing.T) {
+	c := start(t, roomyDisagg())
+	const n, prompt = 12, 256
+	results := runAll(c, repeat(Request{PromptTokens: prompt, MaxTokens: 10}, n))
+	// tokens × bytes per token / (GB/s × 1e9) s, in ms.
+	wantTransfer := float64(prompt) * 65536 / 10e9 * 1000
+	ids := map[uint64]bool{}
+	for _, r := range results {
+		require.Equal(t, OutcomeCompleted, r.Outcome, r.Error)
+		assert.Equal(t, 10, r.OutputTokens)
+		assert.Equal(t, "prefill-0", r.PrefillWorker)
+		assert.Equal(t, "decode-0", r.DecodeWorker)
+		assert.NotZero(t, r.TransferID)
+		ids[r.TransferID] = true
+		assert.True(t, r.Pinned)
+		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.InDelta(t, wantTransfer, r.TransferMs, 1e-6)
+		assert.GreaterOrEqual(t, r.PinMs, r.TransferMs)
+		assert.Greater(t, r.TTFTMs, 0.0)
+		assert.GreaterOrEqual(t, r.E2EMs, r.TTFTMs+r.TransferMs, "decode starts after the transfer")
+		assert.GreaterOrEqual(t, r.DecodeWaitMs, 0.0)
+	}
+	assert.Len(t, ids, n, "transfer ids are unique")
+	s := drainAndCheck(t, c)
+	assert.Equal(t, uint64(n), s.Completed)
+	assert.Equal(t, uint64(n), s.Pins)
+	assert.Equal(t, uint64(n), s.PinsReleased)
+	assert.Zero(t, s.PinsAborted)
+	assert.Equal(t, uint64(n), s.TransfersStarted)
+	assert.Equal(t, uint64(n), s.TransfersCompleted)
+	assert.Positive(t, s.PeakHeldBlocks)
+	for _, h := range c.Holds() {
+		assert.Equal(t, "transferred", h.Outcome)
+		assert.True(t, h.Claimed)
+	}
+}
+
+// strandingDisagg saturates the decode side: one sequence slot, a small
+// pool and long generations, while the prefill side holds KV with an abort
+// timeout of abortMs.
+func strandingDisagg(abortMs int) Config {
+	return Config{
+		Disagg: true,
+		Args:   map[string]any{"speedup_ratio": 50, "kv_transfer_abort_timeout_ms": abortMs},
+		Decode: PoolConfig{Args: map[string]any{"num_gpu_blocks": 48, "max_num_seqs": 1}},
+	}
+}
+
+func TestDisagg_StrandedHoldsAbortAfterTimeout(t *testing.T) {
+	// The abort timeout is long against the cluster's own wall-clock
+	// overhead times the speedup (a handoff takes a few modeled ms per wall
+	// ms), and short against the first request's 200-token generation
+	// (well over 1 ms of modeled time per token), which the others wait for.
+	const abortMs = 1000
+	c := start(t, strandingDisagg(abortMs))
+	const n = 6
+	results := runAll(c, repeat(Request{PromptTokens: 64, MaxTokens: 200}, n))
+
+	var completed, aborted int
+	for _, r := range results {
+		assert.True(t, r.Pinned)
+		switch r.Outcome {
+		case OutcomeCompleted:
+			completed++
+			assert.Equal(t, "transferred", r.PinOutcome)
+			assert.Less(t, r.PinMs, float64(abortMs))
+		case OutcomeAborted:
+			aborted++
+			assert.Equal(t, fmt.Sprintf("transfer %d aborted by source", r.TransferID), r.Error)
+			assert.Equal(t, "aborted", r.PinOutcome)
+			// The hold lasts the timeout, within a pass or two of modeled
+			// time.
+			assert.InDelta(t, float64(abortMs), r.PinMs, 50)
+			assert.Zero(t, r.TransferMs, "an aborted hold was never transferred")
+		default:
+			t.Fatalf("unexpected outcome %q: %s", r.Outcome, r.Error)
+		}
+	}
+	assert.GreaterOrEqual(t, completed, 1)
+	assert.GreaterOrEqual(t, aborted, n-2, "every decode that waited behind a 200-token generation was too late")
+
+	s := drainAndCheck(t, c)
+	assert.Equal(t, uint64(aborted), s.PinsAborted)
+	assert.Equal(t, uint64(aborted), s.Aborted)
+	assert.Equal(t, uint64(completed), s.PinsReleased)
+	assert.GreaterOrEqual(t, s.PeakHeldBlocks, 4*(n-1), "holds piled up on the prefill worker")
+	assert.InDelta(t, float64(abortMs), s.PinMsMax, 50)
+
+	graph := c.HoldGraph()
+	require.Len(t, graph, 1)
+	assert.Equal(t, HoldEdge{PrefillWorker: "prefill-0", DecodeWorker: "decode-0", Holds: n,
+		Transferred: uint64(completed), Aborted: uint64(aborted), TotalMs: graph[0].TotalMs, MaxMs: graph[0].MaxMs}, graph[0])
+	holds := c.Holds()
+	require.Len(t, holds, n)
+	for i := 1; i < len(holds); i++ {
+		assert.LessOrEqual(t, holds[i-1].StartMs, holds[i].StartMs, "sorted by start")
+	}
+	for _, h := range holds {
+		if h.Outcome == "aborted" {
+			assert.False(t, h.Claimed, "an aborted hold was never claimed")
+		}
+	}
+}
+
+func TestDisagg_CascadeRefusesPrefills(t *testing.T) {
+	cfg := Config{
+		Disagg:        true,
+		Args:          map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 3000},
+		Prefill:       PoolConfig{Args: map[string]any{"num_gpu_blocks": 32}},
+		Decode:        PoolConfig{Args: map[string]any{"max_num_seqs": 1}},
+		RouterOptions: map[string]any{"busy_threshold": 0.5},
+	}
+	c := start(t, cfg)
+	// A long generation occupies the decode's one slot; the holds behind it
+	// fill the prefill pool until it is busy.
+	const n = 10
+	results := make([]Result, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			results[i] = c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 400})
+		}()
+		// Pace on the cluster's state: the next request arrives once this
+		// one has held KV or been refused.
+		waitFor(t, "request to hold or be refused", func() bool {
+			s := c.Stats()
+			return s.Pins+s.Rejected >= uint64(i+1)
+		})
+	}
+	wg.Wait()
+	var refused int
+	for _, r := range results {
+		if r.Outcome == OutcomeRejected {
+			refused++
+			assert.True(t, r.PrefillRejected)
+			assert.Equal(t, "all prefill workers busy", r.Error)
+			assert.False(t, r.Pinned)
+		}
+	}
+	assert.Positive(t, refused, "a full prefill pool refuses new prefills")
+	s := drainAndCheck(t, c)
+	assert.Equal(t, uint64(refused), s.PrefillRejections)
+	assert.Equal(t, uint64(refused), s.Rejected)
+}
+
+func TestDisagg_ForensicLogRecordsEveryTransition(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	cfg := roomyDisagg()
+	cfg.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: &buf, mu: &mu}, nil))
+	c := start(t, cfg)
+	res := c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 3})
+	require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
+	drainAndCheck(t, c)
+
+	want := []string{EventPinStart, EventDecodeWait, EventDecodeReserved, EventTransferStart, EventPinEnd}
+	var got []string
+	for _, ev := range c.Events() {
+		got = append(got, ev.Name)
+		assert.Equal(t, res.TransferID, ev.TransferID)
+		assert.Equal(t, "prefill-0", ev.PrefillWorker)
+		assert.Equal(t, "decode-0", ev.DecodeWorker)
+	}
+	assert.Equal(t, want, got)
+
+	mu.Lock()
+	defer mu.Unlock()
+	dec := json.NewDecoder(&buf)
+	var logged []string
+	for dec.More() {
+		var rec map[string]any
+		require.NoError(t, dec.Decode(&rec))
+		logged = append(logged, rec["msg"].(string))
+		assert.Equal(t, float64(res.TransferID), rec["transfer_id"])
+		assert.Contains(t, rec, "t_ms")
+		assert.Contains(t, rec, "request_id")
+		if rec["msg"] == EventPinEnd {
+			assert.Equal(t, "transferred", rec["outcome"])
+			assert.InDelta(t, res.PinMs, rec["duration_ms"], 1e-9)
+		}
+	}
+	assert.Equal(t, want, logged)
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func TestDisagg_DecodeRejectionReleasesTheHold(t *testing.T) {
+	cfg := roomyDisagg()
+	cfg.Decode = PoolConfig{Args: map[string]any{"num_gpu_blocks": 2}}
+	c := start(t, cfg)
+	res := c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 4})
+	assert.Equal(t, OutcomeRejected, res.Outcome)
+	assert.Contains(t, res.Error, "num_gpu_blocks is 2")
+	assert.False(t, res.PrefillRejected)
+	assert.True(t, res.Pinned)
+	assert.Equal(t, "decode-0", res.DecodeWorker)
+	s := drainAndCheck(t, c)
+	assert.Equal(t, uint64(1), s.PinsAborted, "the source gave the hold up")
+	assert.Zero(t, s.TransfersStarted)
+}

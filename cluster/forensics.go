@@ -1,0 +1,272 @@
+package cluster
+
+import (
+	"cmp"
+	"container/heap"
+	"context"
+	"log/slog"
+	"slices"
+)
+
+// Forensic event names, one per handoff transition (DESIGN §3).
+const (
+	EventPinStart       = "prefill_kv_pin_start"
+	EventDecodeWait     = "decode_kv_wait_start"
+	EventDecodeReserved = "decode_kv_reserved"
+	EventTransferStart  = "transfer_start"
+	EventPinEnd         = "prefill_kv_pin_end"
+)
+
+// Event is one handoff transition as the forensic log records it. Every
+// record is also written to the cluster's logger, with the same fields.
+type Event struct {
+	// Name is one of the Event* constants.
+	Name string `json:"event"`
+	// AtMs is the modeled time of the transition.
+	AtMs          float64 `json:"t_ms"`
+	RequestID     uint64  `json:"request_id"`
+	TransferID    uint64  `json:"transfer_id,omitempty"`
+	PrefillWorker string  `json:"prefill_worker,omitempty"`
+	DecodeWorker  string  `json:"decode_worker,omitempty"`
+	// Blocks is the KV held (pin events).
+	Blocks int `json:"blocks,omitempty"`
+	// Outcome and DurationMs are set on prefill_kv_pin_end.
+	Outcome    string  `json:"outcome,omitempty"`
+	DurationMs float64 `json:"duration_ms,omitempty"`
+	// MissingTokens and WaitMs are set on decode_kv_reserved.
+	MissingTokens int     `json:"missing_tokens,omitempty"`
+	WaitMs        float64 `json:"wait_ms,omitempty"`
+}
+
+// Hold is one prefill KV hold, an edge of the stranding graph: which
+// prefill worker held KV for which decode worker, from when, for how long
+// and how it ended.
+type Hold struct {
+	TransferID    uint64 `json:"transfer_id"`
+	RequestID     uint64 `json:"request_id"`
+	PrefillWorker string `json:"prefill_worker"`
+	DecodeWorker  string `json:"decode_worker"`
+	Blocks        int    `json:"blocks"`
+	// StartMs is the modeled time the hold began (the prefill's first
+	// token); EndMs when it ended, 0 while it lasts.
+	StartMs float64 `json:"start_ms"`
+	EndMs   float64 `json:"end_ms"`
+	// DurationMs is EndMs − StartMs once ended.
+	DurationMs float64 `json:"duration_ms"`
+	// Claimed says the decode connected and the transfer started, at
+	// TransferStartMs.
+	Claimed         bool    `json:"claimed"`
+	TransferStartMs float64 `json:"transfer_start_ms,omitempty"`
+	// Outcome is "transferred", "aborted", or "" while the hold lasts.
+	Outcome string `json:"outcome"`
+}
+
+// HoldEdge aggregates every hold between one prefill and one decode worker.
+type HoldEdge struct {
+	PrefillWorker string  `json:"prefill_worker"`
+	DecodeWorker  string  `json:"decode_worker"`
+	Holds         uint64  `json:"holds"`
+	Transferred   uint64  `json:"transferred"`
+	Aborted       uint64  `json:"aborted"`
+	TotalMs       float64 `json:"total_ms"`
+	MaxMs         float64 `json:"max_ms"`
+}
+
+// forensics keeps the stranding graph in bounded memory: aggregates per
+// edge, the holds still open, the longest ended holds and a ring of the
+// most recent ones, plus a ring of recent events. Guarded by Cluster.mu.
+type forensics struct {
+	log     *slog.Logger
+	open    map[uint64]*Hold // by request id
+	longest holdHeap
+	recent  []Hold
+	next    int // ring cursor in recent
+	events  []Event
+	nextEv  int
+	edges   map[[2]string]*HoldEdge
+}
+
+func newForensics(log *slog.Logger) *forensics {
+	return &forensics{log: log, open: make(map[uint64]*Hold), edges: make(map[[2]string]*HoldEdge)}
+}
+
+// record keeps ev and writes it to the log.
+func (f *forensics) record(ev Event) {
+	if len(f.events) < maxRecentEvents {
+		f.events = append(f.events, ev)
+	} else {
+		f.events[f.nextEv] = ev
+		f.nextEv = (f.nextEv + 1) % maxRecentEvents
+	}
+	if !f.log.Enabled(context.Background(), slog.LevelInfo) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.Float64("t_ms", ev.AtMs),
+		slog.Uint64("request_id", ev.RequestID),
+		slog.Uint64("transfer_id", ev.TransferID),
+		slog.String("prefill_worker", ev.PrefillWorker),
+		slog.String("decode_worker", ev.DecodeWorker),
+	}
+	switch ev.Name {
+	case EventPinStart:
+		attrs = append(attrs, slog.Int("blocks", ev.Blocks))
+	case EventPinEnd:
+		attrs = append(attrs, slog.String("outcome", ev.Outcome), slog.Float64("duration_ms", ev.DurationMs), slog.Int("blocks", ev.Blocks))
+	case EventDecodeReserved:
+		attrs = append(attrs, slog.Int("missing_tokens", ev.MissingTokens), slog.Float64("wait_ms", ev.WaitMs))
+	}
+	f.log.LogAttrs(context.Background(), slog.LevelInfo, ev.Name, attrs...)
+}
+
+func (f *forensics) holdStarted(h Hold) {
+	f.open[h.RequestID] = &h
+	f.record(Event{Name: EventPinStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker, Blocks: h.Blocks})
+}
+
+// transferStarted marks the hold of reqID claimed. It reports false when
+// the hold had already ended (its end was delivered first); the kept
+// records of it are then completed.
+func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
+	h := f.open[reqID]
+	open := h != nil
+	if !open {
+		h = f.ended(reqID)
+		if h == nil {
+			f.record(Event{Name: EventTransferStart, AtMs: at, RequestID: reqID})
+			return Hold{}, false
+		}
+	}
+	h.Claimed, h.TransferStartMs = true, at
+	f.record(Event{Name: EventTransferStart, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker})
+	if !open {
+		// Both copies, if the hold is in the longest ones too.
+		for i := range f.longest {
+			if f.longest[i].RequestID == reqID {
+				f.longest[i].Claimed, f.longest[i].TransferStartMs = true, at
+			}
+		}
+	}
+	return *h, open
+}
+
+// ended finds reqID among the most recent ended holds.
+func (f *forensics) ended(reqID uint64) *Hold {
+	for i := range f.recent {
+		if f.recent[i].RequestID == reqID {
+			return &f.recent[i]
+		}
+	}
+	return nil
+}
+
+// holdEnded closes the open hold of reqID and returns it.
+func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string, transferred bool) (Hold, bool) {
+	h := f.open[reqID]
+	if h == nil {
+		return Hold{}, false
+	}
+	delete(f.open, reqID)
+	if transferred {
+		h.Claimed = true
+	}
+	h.EndMs, h.DurationMs, h.Outcome = at, duration, outcome
+	f.record(Event{Name: EventPinEnd, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
+
+	key := [2]string{h.PrefillWorker, h.DecodeWorker}
+	e := f.edges[key]
+	if e == nil {
+		e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
+		f.edges[key] = e
+	}
+	e.Holds++
+	if outcome == OutcomeAborted {
+		e.Aborted++
+	} else {
+		e.Transferred++
+	}
+	e.TotalMs += duration
+	e.MaxMs = max(e.MaxMs, duration)
+
+	if len(f.recent) < maxRecentHolds {
+		f.recent = append(f.recent, *h)
+	} else {
+		f.recent[f.next] = *h
+		f.next = (f.next + 1) % maxRecentHolds
+	}
+	switch {
+	case len(f.longest) < maxForensicHolds:
+		heap.Push(&f.longest, *h)
+	case duration > f.longest[0].DurationMs:
+		f.longest[0] = *h
+		heap.Fix(&f.longest, 0)
+	}
+	return *h, true
+}
+
+// holds returns the open holds, the longest and the most recent ended ones,
+// each once, sorted by start.
+func (f *forensics) holds() []Hold {
+	seen := make(map[uint64]bool)
+	var out []Hold
+	add := func(h Hold) {
+		if !seen[h.RequestID] {
+			seen[h.RequestID] = true
+			out = append(out, h)
+		}
+	}
+	for _, h := range f.open {
+		add(*h)
+	}
+	for _, h := range f.longest {
+		add(h)
+	}
+	for _, h := range f.recent {
+		add(h)
+	}
+	slices.SortFunc(out, func(a, b Hold) int {
+		if c := cmp.Compare(a.StartMs, b.StartMs); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.RequestID, b.RequestID)
+	})
+	return out
+}
+
+func (f *forensics) recentEvents() []Event {
+	out := make([]Event, 0, len(f.events))
+	out = append(out, f.events[f.nextEv:]...)
+	return append(out, f.events[:f.nextEv]...)
+}
+
+func (f *forensics) graph() []HoldEdge {
+	out := make([]HoldEdge, 0, len(f.edges))
+	for _, e := range f.edges {
+		out = append(out, *e)
+	}
+	slices.SortFunc(out, func(a, b HoldEdge) int {
+		if c := cmp.Compare(a.PrefillWorker, b.PrefillWorker); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.DecodeWorker, b.DecodeWorker)
+	})
+	return out
+}
+
+// holdHeap is a min-heap by duration: its root is the shortest of the
+// longest holds, the one a longer hold replaces.
+type holdHeap []Hold
+
+func (h holdHeap) Len() int           { return len(h) }
+func (h holdHeap) Less(i, j int) bool { return h[i].DurationMs < h[j].DurationMs }
+func (h holdHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *holdHeap) Push(x any)        { *h = append(*h, x.(Hold)) }
+func (h *holdHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

@@ -1,0 +1,67 @@
+package cluster
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// start builds a cluster that the test closes, and checks the invariants
+// after draining it when the test ends.
+func start(t *testing.T, cfg Config) *Cluster {
+	t.Helper()
+	c, err := New(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	return c
+}
+
+// drainAndCheck drains c and checks DESIGN §9.
+func drainAndCheck(t *testing.T, c *Cluster) Stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := c.Drain(ctx)
+	require.NoError(t, err)
+	require.NoError(t, c.CheckInvariants())
+	return s
+}
+
+// runAll sends reqs concurrently and returns their results in order.
+func runAll(c *Cluster, reqs []Request) []Result {
+	out := make([]Result, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out[i] = c.Generate(context.Background(), r)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// waitFor polls cond (a condition on the cluster's state, not on time)
+// until it holds, failing the test after a generous deadline.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+}
+
+func repeat(r Request, n int) []Request {
+	out := make([]Request, n)
+	for i := range out {
+		out[i] = r
+	}
+	return out
+}

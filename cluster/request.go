@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/zeebo/xxh3"
+)
+
+// Request is one generation request, as a script's cluster.generate({...})
+// gives it.
+type Request struct {
+	// PromptTokens is the prompt length; required (≥ 1) unless Tokens is
+	// given.
+	PromptTokens int `json:"prompt_tokens"`
+	// MaxTokens is the number of tokens to generate; 0 means 16.
+	MaxTokens int `json:"max_tokens"`
+	// Prefix names a shared prompt prefix: requests with the same Prefix
+	// start with the same PrefixTokens tokens, derived from the string
+	// alone, so they hit each other's cached KV.
+	Prefix       string `json:"prefix"`
+	PrefixTokens int    `json:"prefix_tokens"`
+	// Tokens gives the prompt's token ids explicitly, instead of
+	// PromptTokens, Prefix and PrefixTokens.
+	Tokens []uint32 `json:"tokens"`
+}
+
+// Outcomes of a request, Result.Outcome.
+const (
+	OutcomeCompleted = "completed"
+	OutcomeAborted   = "aborted"
+	OutcomeRejected  = "rejected"
+	OutcomeError     = "error"
+)
+
+// Result is how one request ended. Times are modeled milliseconds (the
+// engine timeline), so they do not depend on the speedup ratio.
+type Result struct {
+	// Outcome is "completed", "aborted" (the source gave the handoff up),
+	// "rejected" (refused for capacity or by an engine) or "error" (bad
+	// input, cancellation, shutdown).
+	Outcome string `json:"outcome"`
+	// Error says why when Outcome is not "completed".
+	Error string `json:"error,omitempty"`
+	// TTFTMs is arrival to first token, E2EMs arrival to last token, ITLMs
+	// the mean gap between output tokens after the first.
+	TTFTMs float64 `json:"ttft_ms"`
+	ITLMs  float64 `json:"itl_ms"`
+	E2EMs  float64 `json:"e2e_ms"`
+	// PinMs is how long the prefill worker held the KV (first token to
+	// release); TransferMs the modeled transfer; DecodeWaitMs the decode's
+	// wait from arrival to its reservation. 0 when not applicable.
+	PinMs        float64 `json:"pin_ms"`
+	TransferMs   float64 `json:"transfer_ms"`
+	DecodeWaitMs float64 `json:"decode_wait_ms"`
+	// Pinned says a prefill KV hold started; PinOutcome how it ended:
+	// "transferred", "aborted" or "" without a hold.
+	Pinned     bool   `json:"pinned"`
+	PinOutcome string `json:"pin_outcome,omitempty"`
+	// OutputTokens counts generated tokens (the prefill's first one
+	// included); CachedTokens the prompt tokens found in the prefill
+	// worker's cache.
+	OutputTokens int `json:"output_tokens"`
+	CachedTokens int `json:"cached_tokens"`
+	// PrefillWorker and DecodeWorker name the workers ("prefill-0",
+	// "decode-1"); an aggregated request names its one worker in both.
+	PrefillWorker string `json:"prefill_worker,omitempty"`
+	DecodeWorker  string `json:"decode_worker,omitempty"`
+	// TransferID is the handoff's transfer id; 0 for aggregated requests
+	// and requests that never held KV.
+	TransferID uint64 `json:"transfer_id"`
+	// PrefillRejected says the router refused the request because every
+	// prefill worker (every worker, when aggregated) was over its busy
+	// threshold: the cascade's refusals.
+	PrefillRejected bool `json:"prefill_rejected"`
+}
+
+// validate checks r and fills its defaults, naming the field at fault.
+func (r *Request) validate() error {
+	if r.MaxTokens == 0 {
+		r.MaxTokens = DefaultMaxTokens
+	}
+	if r.MaxTokens < 1 {
+		return fmt.Errorf("max_tokens: want an integer ≥ 1, got %d", r.MaxTokens)
+	}
+	if len(r.Tokens) > 0 {
+		return nil
+	}
+	if r.PromptTokens < 1 {
+		return fmt.Errorf("prompt_tokens: want an integer ≥ 1 (or give tokens), got %d", r.PromptTokens)
+	}
+	if r.PrefixTokens < 0 || r.PrefixTokens > r.PromptTokens {
+		return fmt.Errorf("prefix_tokens: want an integer in [0, prompt_tokens=%d], got %d", r.PromptTokens, r.PrefixTokens)
+	}
+	return nil
+}
+
+// promptTokens builds the prompt: the prefix's tokens come from a generator
+// seeded by the prefix string alone (so every request with that prefix
+// shares them, in any cluster), the rest from one seeded by the cluster seed
+// and the request's sequence number.
+func promptTokens(r Request, seed, seq uint64) []uint32 {
+	if len(r.Tokens) > 0 {
+		return append([]uint32(nil), r.Tokens...)
+	}
+	out := make([]uint32, r.PromptTokens)
+	n := 0
+	if r.Prefix != "" && r.PrefixTokens > 0 {
+		h := xxh3.HashString(r.Prefix)
+		g := rand.New(rand.NewPCG(h, h^0x6a09e667f3bcc909))
+		for ; n < r.PrefixTokens; n++ {
+			out[n] = uint32(g.IntN(vocabSize))
+		}
+	}
+	g := rand.New(rand.NewPCG(seed, seq^0xbb67ae8584caa73b))
+	for ; n < len(out); n++ {
+		out[n] = uint32(g.IntN(vocabSize))
+	}
+	return out
+}

@@ -1,0 +1,836 @@
+package engine
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/perf"
+)
+
+// SGLang scheduling constants (reference/dynamo-mocker.md §4).
+const (
+	// sglangInitRatio is the new-token ratio at conservativeness 1: the
+	// fraction of each running request's remaining output that admission
+	// reserves room for.
+	sglangInitRatio = 0.7
+	// sglangMinRatioFactor puts the ratio's floor at this fraction of its
+	// initial value.
+	sglangMinRatioFactor = 0.14
+	// sglangDecaySteps is the number of decode passes over which the ratio
+	// decays from its initial value to its floor.
+	sglangDecaySteps = 600
+	// sglangLPMMaxQueue is the longest waiting queue lpm still sorts; a
+	// longer one is served FIFO, as matching every entry gets too costly.
+	sglangLPMMaxQueue = 128
+)
+
+type sgState uint8
+
+const (
+	sgWaiting  sgState = iota
+	sgBoot             // a destination-first prefill waiting for its decode side
+	sgAwaitKV          // a destination queued for admission as a reservation
+	sgReserved         // a destination holding pages and a slot, awaiting Activate
+	sgRunning
+	sgHeld
+	sgDone
+)
+
+// sgReq is a request inside the SGLang model. Its KV is a locked path in
+// the radix tree (the pages shared with the cache) followed by private
+// pages not yet inserted. Requests are recycled, slices and all.
+type sgReq struct {
+	id     uint64
+	tokens []uint32 // prompt, then generated tokens
+	prompt int
+	maxOut int
+	out    int
+	// kvLen counts the tokens whose KV is computed: after a prefill, every
+	// token but the last generated one.
+	kvLen  int
+	last   int32   // deepest node of the locked path, noSlot when none
+	depth  int     // pages on the locked path
+	pages  []int32 // private pages after the path
+	hashes []kv.SeqHash
+	locals []kv.LocalHash
+
+	cached   int
+	admitted bool
+	policy   CompletionPolicy
+	state    sgState
+	retracts int
+	match    int // prefix match in pages, for lpm ordering
+
+	// Destination-first handoff: the decode side reserved, so the transfer
+	// of transferTokens starts as soon as the prefill holds its KV.
+	destReady      bool
+	transferTokens int
+	growth         int // a reservation's clipped output, reserved in admission
+
+	arrival, firstAt float64
+}
+
+// SGLang is the SGLang scheduler model (reference/dynamo-mocker.md §4): a
+// token pool of num_gpu_blocks pages of block_size tokens under a radix
+// cache with lock refs and LRU eviction of unlocked leaves; admission
+// against the free and evictable room left after reserving each running
+// request's expected growth (the new-token ratio); extend passes that
+// prefill newly admitted requests while running ones wait, and decode passes
+// over the whole running set; retraction of the request with the fewest
+// output tokens when the pool cannot grow.
+//
+// Occupancy is reported in pages so a cluster treats both engines alike:
+// ActiveBlocks are pages some request uses (locked tree pages and private
+// pages), InactiveBlocks are evictable tree pages, FreeBlocks the rest.
+//
+// Of the common args, max_num_seqs caps the running set (unless
+// sglang.max_running_requests is set) and enable_chunked_prefill false
+// lifts sglang.chunked_prefill_size; max_num_batched_tokens plays no part,
+// sglang.max_prefill_tokens being SGLang's per-pass prompt budget. A Hold
+// request on a prefill worker is a handoff source, destination-first unless
+// sglang.optimistic_prefill (see DestinationReady); elsewhere Hold behaves
+// as for vLLM.
+type SGLang struct {
+	page, total   int // tokens per page, pages in the pool
+	maxRunning    int
+	maxPrefill    int
+	chunkSize     int
+	clip          int
+	lpm           bool
+	caching       bool
+	prefillWorker bool
+	decodeWorker  bool
+	includeHeld   bool
+	decodeSpeedup float64
+	optimistic    bool
+	model         perf.Model
+
+	handoffBook
+
+	initRatio, minRatio, ratioDecay, ratio float64
+
+	cache   *radixCache
+	rng     *rand.Rand
+	waiting []*sgReq // a request mid chunked prefill, if any, is first
+	running []*sgReq
+	byID    map[uint64]*sgReq
+	spare   []*sgReq
+	batch   []*sgReq // this pass's extend or decode batch
+
+	heldPrivate int // private pages of held requests
+	retractions uint64
+	oom         bool // the last admission failed to allocate
+
+	// boot is the bootstrap queue of destination-first prefills, in
+	// arrival order (so in deadline order); they hold nothing.
+	boot []*sgReq
+	// done and expired are outcomes decided outside a pass (an activated
+	// destination with nothing to decode, a bootstrap timeout), reported by
+	// the next pass.
+	done    []Completion
+	expired []Rejection
+	// reservedGrowth sums the reservations' clipped outputs, which
+	// admission sets aside like the running requests' growth.
+	reservedGrowth int
+
+	// Extend-pass accumulators.
+	sumISL, sumPrefix float64
+	prefillToks       int
+}
+
+// NewSGLang builds the SGLang model for args, which must be valid
+// (Args.Validate; the error is an *ArgError naming the field) with
+// engine_type sglang and SGLang knobs whose page_size equals block_size
+// (ParseArgs fills them). model nil means perf.Polynomial; seed drives the
+// generated token ids.
+func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
+	if err := args.Validate(); err != nil {
+		return nil, err
+	}
+	if args.EngineType != EngineSGLang {
+		return nil, &ArgError{Field: "engine_type", Message: fmt.Sprintf("%q given to the SGLang model; set it to %q or build with New", args.EngineType, EngineSGLang)}
+	}
+	if args.NumGPUBlocks > math.MaxInt32 {
+		return nil, &ArgError{Field: "num_gpu_blocks", Message: fmt.Sprintf("%d exceeds the model's limit of %d", args.NumGPUBlocks, math.MaxInt32)}
+	}
+	sg := args.SGLang
+	if model == nil {
+		model = perf.Polynomial{}
+	}
+	g := &SGLang{
+		page:          args.BlockSize,
+		total:         args.NumGPUBlocks,
+		maxRunning:    args.MaxNumSeqsOrInf(),
+		maxPrefill:    sg.MaxPrefillTokens,
+		chunkSize:     sg.ChunkedPrefillSize,
+		clip:          sg.ClipMaxNewTokens,
+		lpm:           sg.SchedulePolicy == SGLangPolicyLPM,
+		caching:       args.EnablePrefixCaching,
+		prefillWorker: args.WorkerType == WorkerPrefill,
+		decodeWorker:  args.WorkerType == WorkerDecode,
+		includeHeld:   args.RouterLoadIncludesHeld,
+		decodeSpeedup: args.DecodeSpeedupRatio,
+		optimistic:    sg.OptimisticPrefill,
+		model:         model,
+		rng:           rand.New(rand.NewPCG(seed, 0x73676c616e67)),
+		byID:          make(map[uint64]*sgReq),
+	}
+	if sg.MaxRunningRequests != nil {
+		g.maxRunning = *sg.MaxRunningRequests
+	}
+	if g.decodeSpeedup <= 0 {
+		g.decodeSpeedup = 1
+	}
+	if !args.EnableChunkedPrefill {
+		// SGLang with chunking disabled prefills a prompt whole; only
+		// max_prefill_tokens still limits what joins it in the batch.
+		g.chunkSize = math.MaxInt
+	}
+	g.initRatio = sglangInitRatio * sg.ScheduleConservativeness
+	g.minRatio = min(1, g.initRatio*sglangMinRatioFactor)
+	g.ratioDecay = (g.initRatio - g.minRatio) / sglangDecaySteps
+	g.ratio = g.initRatio
+	// Decode workers never announce their cache; without prefix caching
+	// nothing is ever inserted, so there is nothing to announce either.
+	g.cache = newRadixCache(g.total, g.caching && !g.decodeWorker)
+	g.setup(args, g)
+	return g, nil
+}
+
+func (g *SGLang) newReq() *sgReq {
+	if n := len(g.spare); n > 0 {
+		r := g.spare[n-1]
+		g.spare = g.spare[:n-1]
+		return r
+	}
+	return &sgReq{last: noSlot}
+}
+
+func (g *SGLang) recycle(r *sgReq) {
+	delete(g.byID, r.id)
+	*r = sgReq{tokens: r.tokens[:0], pages: r.pages[:0], hashes: r.hashes[:0], locals: r.locals[:0],
+		last: noSlot, state: sgDone}
+	g.spare = append(g.spare, r)
+}
+
+// Submit implements Scheduler. On a prefill worker a Hold request is the
+// source of a handoff: destination-first (the default) parks it in the
+// bootstrap queue, holding nothing, until DestinationReady; with
+// sglang.optimistic_prefill it is queued for prefill at once.
+func (g *SGLang) Submit(now float64, req Request, policy CompletionPolicy) error {
+	r, err := g.enqueue(now, req, policy)
+	if err != nil {
+		return err
+	}
+	if policy == Hold && g.prefillWorker && !g.optimistic {
+		r.state = sgBoot
+		g.boot = append(g.boot, r)
+		return nil
+	}
+	g.waiting = append(g.waiting, r)
+	return nil
+}
+
+// enqueue validates req and builds its request, not yet queued.
+func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sgReq, error) {
+	if len(req.Tokens) == 0 {
+		return nil, fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
+	}
+	if _, dup := g.byID[req.ID]; dup {
+		return nil, fmt.Errorf("request %d: id already in use on this worker", req.ID)
+	}
+	r := g.newReq()
+	r.id = req.ID
+	r.prompt = len(req.Tokens)
+	r.maxOut = max(1, req.MaxTokens)
+	if g.prefillWorker {
+		r.maxOut = 1
+	}
+	if cap(r.tokens) < r.prompt+r.maxOut {
+		r.tokens = make([]uint32, 0, r.prompt+r.maxOut)
+	}
+	r.tokens = append(r.tokens[:0], req.Tokens...)
+	r.policy = policy
+	r.arrival = now
+	r.state = sgWaiting
+	if g.caching {
+		r.locals, r.hashes = kv.BlockHashes(r.tokens, g.page, r.locals[:0], r.hashes[:0])
+	}
+	g.byID[r.id] = r
+	return r, nil
+}
+
+// ReleaseHeld implements Scheduler.
+func (g *SGLang) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool {
+	return g.endHold(now, id, outcome, EndReleased, events)
+}
+
+// freeHold is the handoffBook hook: the hold on id ended, so its path is
+// unlocked (the pages stay cached, evictable) and its private pages freed.
+func (g *SGLang) freeHold(id uint64) {
+	r := g.byID[id]
+	g.cache.unhold(r.last)
+	for _, p := range r.pages {
+		g.cache.release(p)
+	}
+	g.heldPrivate -= len(r.pages)
+	g.recycle(r)
+}
+
+// Cancel implements Scheduler.
+func (g *SGLang) Cancel(now float64, id uint64, events *[]Event) bool {
+	r, ok := g.byID[id]
+	if !ok {
+		return false
+	}
+	switch r.state {
+	case sgHeld:
+		return g.endHold(now, id, Aborted, EndCancelled, events)
+	case sgAwaitKV, sgReserved:
+		return g.CancelDestination(now, id, events)
+	case sgBoot:
+		g.boot = removeReq(g.boot, r)
+	case sgWaiting:
+		g.waiting = removeReq(g.waiting, r)
+	case sgRunning:
+		g.running = removeReq(g.running, r)
+	}
+	n := r.depth + len(r.pages)
+	g.freeKV(r)
+	*events = append(*events, Event{Kind: EventCancelled, At: now, RequestID: id, Blocks: n})
+	g.recycle(r)
+	return true
+}
+
+// removeReq deletes r from list, keeping the order of the rest.
+func removeReq(list []*sgReq, r *sgReq) []*sgReq {
+	if i := slices.Index(list, r); i >= 0 {
+		list = slices.Delete(list, i, i+1)
+	}
+	return list
+}
+
+// HasWork implements Scheduler.
+// Requests in the bootstrap queue are not work: they wait for an input.
+func (g *SGLang) HasWork() bool {
+	return len(g.running) > 0 || len(g.waiting) > 0 || len(g.done) > 0 || len(g.expired) > 0
+}
+
+// Metrics implements Scheduler.
+func (g *SGLang) Metrics() Metrics {
+	c := g.cache
+	held := c.heldOnly + g.heldPrivate
+	m := Metrics{
+		TotalBlocks:        g.total,
+		ActiveBlocks:       c.active(),
+		InactiveBlocks:     c.evictable,
+		FreeBlocks:         len(c.free),
+		HeldBlocks:         held,
+		RouterActiveBlocks: c.active() - held,
+		Running:            len(g.running),
+		Waiting:            len(g.waiting) + len(g.boot),
+		Preemptions:        g.retractions,
+	}
+	g.fillMetrics(&m)
+	if g.includeHeld {
+		m.RouterActiveBlocks = c.active()
+	}
+	return m
+}
+
+// NewTokenRatio is the fraction of running requests' remaining output that
+// admission currently reserves room for. It decays each decode pass from
+// 0.7 × schedule_conservativeness to 14% of that, and snaps back on an
+// allocation failure or a retraction.
+func (g *SGLang) NewTokenRatio() float64 { return g.ratio }
+
+// audit checks the cache's counters against a recount, and the requests'
+// page ownership against the cache's.
+func (g *SGLang) audit() error {
+	if err := g.cache.audit(); err != nil {
+		return err
+	}
+	private, heldPrivate := 0, 0
+	for _, r := range g.byID {
+		private += len(r.pages)
+		if r.state == sgHeld {
+			heldPrivate += len(r.pages)
+		}
+		if want := ceilDiv(r.kvLen, g.page); r.kvLen > 0 && r.depth+len(r.pages) != want && r.depth+len(r.pages) != want+1 {
+			return fmt.Errorf("request %d: %d KV tokens on %d path + %d private pages", r.id, r.kvLen, r.depth, len(r.pages))
+		}
+	}
+	switch {
+	case private != g.cache.private:
+		return fmt.Errorf("requests own %d private pages, cache counts %d", private, g.cache.private)
+	case heldPrivate != g.heldPrivate:
+		return fmt.Errorf("held requests own %d private pages, counter %d", heldPrivate, g.heldPrivate)
+	}
+	return nil
+}
+
+// ensureHashes extends r's page hashes to cover its first n pages, which
+// must be full. Prompt pages are hashed at Submit; pages of generated tokens
+// when they are inserted.
+func (g *SGLang) ensureHashes(r *sgReq, n int) {
+	for i := len(r.hashes); i < n; i++ {
+		l := kv.HashTokens(r.tokens[i*g.page : (i+1)*g.page])
+		h := kv.SeqHash(l)
+		if i > 0 {
+			h = kv.ChainHash(r.hashes[i-1], l)
+		}
+		r.locals = append(r.locals, l)
+		r.hashes = append(r.hashes, h)
+	}
+}
+
+// prefix matches r's pages against the tree. The match stops short of the
+// last token, whose logits produce the next one and so must be computed.
+func (g *SGLang) prefix(r *sgReq) (pages int, last int32) {
+	if !g.caching {
+		return 0, noSlot
+	}
+	limit := (len(r.tokens) - 1) / g.page
+	g.ensureHashes(r, limit)
+	return g.cache.match(r.hashes[:limit])
+}
+
+// freeKV drops r's KV: its path is unlocked (the pages stay cached and
+// become evictable) and its private pages are freed.
+func (g *SGLang) freeKV(r *sgReq) {
+	g.cache.unlock(r.last)
+	for _, p := range r.pages {
+		g.cache.release(p)
+	}
+	r.pages = r.pages[:0]
+	r.last, r.depth, r.kvLen = noSlot, 0, 0
+}
+
+// insert moves r's page-aligned computed KV into the tree: each full
+// private page becomes a node (or, if the tree already has it, is freed in
+// favour of the cached copy) and r's lock follows the path down.
+func (g *SGLang) insert(r *sgReq) {
+	if !g.caching {
+		return
+	}
+	full := r.kvLen / g.page
+	if full <= r.depth {
+		return
+	}
+	g.ensureHashes(r, full)
+	used := 0
+	for i := r.depth; i < full; i++ {
+		r.last = g.cache.extend(r.last, r.pages[used], r.hashes[i], r.locals[i])
+		used++
+	}
+	r.depth = full
+	n := copy(r.pages, r.pages[used:])
+	r.pages = r.pages[:n]
+}
+
+// neverFits explains why r could not complete even alone on an empty pool,
+// or returns "".
+func (g *SGLang) neverFits(r *sgReq) string {
+	need := len(r.tokens) + r.maxOut - r.out - 1
+	if pages := ceilDiv(need, g.page); pages > g.total {
+		return fmt.Sprintf("prompt of %d tokens plus %d more output tokens needs %d pages of %d tokens but num_gpu_blocks is %d",
+			r.prompt, r.maxOut-r.out, pages, g.page, g.total)
+	}
+	return ""
+}
+
+// sortLPM orders the waiting requests after any mid-prefill one by longest
+// cached prefix, keeping arrival order among equals.
+func (g *SGLang) sortLPM(from int) {
+	q := g.waiting[from:]
+	if !g.lpm || !g.caching || len(q) < 2 || len(q) > sglangLPMMaxQueue {
+		return
+	}
+	for _, r := range q {
+		r.match, _ = g.prefix(r)
+	}
+	slices.SortStableFunc(q, func(a, b *sgReq) int { return b.match - a.match })
+}
+
+// admit builds the pass's extend batch from the waiting queue, as SGLang's
+// get_new_batch_prefill does. The remaining total budget is the free and
+// evictable room minus a page per running request and the running requests'
+// expected growth (their remaining output, clipped, times the new-token
+// ratio). Each candidate is charged its page-rounded chunk plus, when the
+// chunk completes its prompt, its own clipped output. The queue stops at the
+// first request that does not fit; a request cut into a chunk ends the batch
+// and stays first in the queue.
+func (g *SGLang) admit(now float64, out *Output) {
+	g.batch = g.batch[:0]
+	if len(g.waiting) == 0 {
+		return
+	}
+	from := 0
+	if g.waiting[0].kvLen > 0 {
+		from = 1
+	}
+	g.sortLPM(from)
+
+	remTotal := float64((g.cache.available() - len(g.running)) * g.page)
+	for _, r := range g.running {
+		remTotal -= float64(min(r.maxOut-r.out, g.clip)) * g.ratio
+	}
+	remTotal -= float64(g.reservedGrowth) * g.ratio
+	remInput, remChunk := g.maxPrefill, g.chunkSize
+	g.oom = false
+	i := 0
+	for ; i < len(g.waiting); i++ {
+		r := g.waiting[i]
+		if len(g.running)+len(g.batch)+g.reservedReqs >= g.maxRunning {
+			break
+		}
+		idle := len(g.running) == 0 && len(g.batch) == 0 && g.reservedReqs == 0
+		if r.state == sgAwaitKV {
+			ok, cost := g.reserve(r, now, idle, remTotal, out)
+			if !ok {
+				break
+			}
+			remTotal -= float64(cost)
+			continue
+		}
+		continuing := r.kvLen > 0
+		hits, last := 0, int32(noSlot)
+		if !continuing {
+			if why := g.neverFits(r); why != "" {
+				out.Rejections = append(out.Rejections, Rejection{RequestID: r.id, At: now, Code: RejectNeverFits, Reason: why})
+				r.state = sgDone
+				continue
+			}
+			hits, last = g.prefix(r)
+		}
+		done := r.kvLen
+		if !continuing {
+			done = hits * g.page
+		}
+		extend := len(r.tokens) - done
+		limit := remChunk
+		if continuing && !idle {
+			limit = min(limit, int(remTotal))
+		}
+		chunk := extend
+		if chunk > limit {
+			chunk = limit / g.page * g.page
+		}
+		if chunk <= 0 || (len(g.batch) > 0 && chunk > remInput) {
+			break
+		}
+		complete := chunk == extend
+		cost := ceilDiv(chunk, g.page) * g.page
+		if complete {
+			cost += min(r.maxOut-r.out, g.clip)
+		}
+		// An idle worker admits its head whenever the pages exist: the
+		// request can then finish alone (neverFits), so it cannot wait
+		// forever on a reservation for output nobody else competes for.
+		if !continuing && !idle && float64(cost) >= remTotal {
+			break
+		}
+		if !g.materialize(r, hits, last, chunk) {
+			g.oom = true
+			g.ratio = g.initRatio
+			break
+		}
+		if !r.admitted {
+			r.admitted = true
+			r.cached = done
+		}
+		remTotal -= float64(cost)
+		remInput -= chunk
+		remChunk -= chunk
+		g.batch = append(g.batch, r)
+		g.prefillToks += chunk
+		g.sumISL += float64(done + chunk)
+		g.sumPrefix += float64(done)
+		if !complete {
+			g.insert(r)
+			i++
+			break
+		}
+		r.state = sgRunning
+	}
+	// Drop what was admitted whole, reserved or rejected; a chunked
+	// request stays first.
+	keep := 0
+	for _, r := range g.waiting[:i] {
+		switch r.state {
+		case sgWaiting:
+			g.waiting[keep] = r
+			keep++
+		case sgDone:
+			g.recycle(r)
+		}
+	}
+	if keep != i {
+		n := copy(g.waiting[keep:], g.waiting[i:])
+		clear(g.waiting[keep+n:])
+		g.waiting = g.waiting[:keep+n]
+	}
+}
+
+// materialize gives r the pages for chunk more tokens: a fresh request
+// first locks its cached prefix of hits pages ending at last. On failure
+// everything taken here is given back.
+func (g *SGLang) materialize(r *sgReq, hits int, last int32, chunk int) bool {
+	fresh := r.kvLen == 0
+	if fresh {
+		if last != noSlot {
+			g.cache.lock(last)
+		}
+		r.last, r.depth, r.kvLen = last, hits, hits*g.page
+	}
+	had := len(r.pages)
+	for n := ceilDiv(r.kvLen+chunk, g.page) - r.depth - had; n > 0; n-- {
+		s, ok := g.cache.alloc()
+		if !ok {
+			for _, p := range r.pages[had:] {
+				g.cache.release(p)
+			}
+			r.pages = r.pages[:had]
+			if fresh {
+				g.cache.unlock(r.last)
+				r.last, r.depth, r.kvLen = noSlot, 0, 0
+			}
+			return false
+		}
+		r.pages = append(r.pages, s)
+	}
+	r.kvLen += chunk
+	return true
+}
+
+// Pass implements Scheduler. A pass is an extend pass when admission took
+// anyone (only they advance; a prompt finishing its prefill yields its
+// first token), otherwise a decode pass over the running set.
+func (g *SGLang) Pass(now float64, out *Output) PassResult {
+	g.cache.ev.reset()
+	g.sumISL, g.sumPrefix, g.prefillToks = 0, 0, 0
+	out.Completions = append(out.Completions, g.done...)
+	out.Rejections = append(out.Rejections, g.expired...)
+	g.done, g.expired = g.done[:0], g.expired[:0]
+	reserved := g.reservedReqs
+	g.admit(now, out)
+	var res PassResult
+	switch {
+	case len(g.batch) > 0:
+		res = g.extendPass(now, out)
+	case len(g.running) > 0:
+		res = g.decodePass(now, out)
+	case g.reservedReqs != reserved:
+		res = PassChanged
+	default:
+		res = PassIdle
+	}
+	out.KVEvents = g.cache.ev.flush(out.KVEvents)
+	return res
+}
+
+func (g *SGLang) extendPass(now float64, out *Output) PassResult {
+	var prefillMs, decodeMs float64
+	b := float64(len(g.batch))
+	if g.decodeWorker {
+		// A decode worker's prompt KV comes from elsewhere; its extend pass
+		// costs a decode step.
+		decodeMs = g.decodeMs(len(g.batch), g.sumISL)
+	} else {
+		prefillMs = g.model.PrefillMs(len(g.batch), g.sumISL/b, g.sumPrefix/b)
+	}
+	end := now + prefillMs + decodeMs
+	out.Ran = true
+	out.End = end
+	out.PrefillMs, out.DecodeMs = prefillMs, decodeMs
+	out.PrefillTokens = g.prefillToks
+	for _, r := range g.batch {
+		if r.kvLen < len(r.tokens) {
+			continue // a chunk: no token yet
+		}
+		g.running = append(g.running, r)
+		g.emit(r, end, out)
+	}
+	g.compactRunning()
+	return PassRan
+}
+
+// decodeMs is the decode step time for batch sequences totalling ctx
+// context tokens; the active KV is the logical context, capped at the pool.
+func (g *SGLang) decodeMs(batch int, ctx float64) float64 {
+	pool := float64(g.total * g.page)
+	d := g.model.DecodeMs(batch, min(ctx, pool), pool, ctx/float64(batch))
+	return max(perf.MinDecodeMs, d) / g.decodeSpeedup
+}
+
+// needsPage reports whether r's next decode step opens a new page.
+func (g *SGLang) needsPage(r *sgReq) bool {
+	return ceilDiv(r.kvLen+1, g.page) > r.depth+len(r.pages)
+}
+
+func (g *SGLang) decodePass(now float64, out *Output) PassResult {
+	retracted := false
+	for {
+		need := 0
+		for _, r := range g.running {
+			if g.needsPage(r) {
+				need++
+			}
+		}
+		if need <= g.cache.available() {
+			break
+		}
+		v := g.victim()
+		if v == nil {
+			break
+		}
+		g.retract(v, now, out)
+		retracted = true
+	}
+	g.batch = g.batch[:0]
+	ctx := 0
+	for _, r := range g.running {
+		if g.needsPage(r) {
+			s, ok := g.cache.alloc()
+			if !ok {
+				continue // stalls until memory comes back
+			}
+			r.pages = append(r.pages, s)
+		}
+		g.batch = append(g.batch, r)
+		ctx += r.kvLen + 1
+	}
+	if len(g.batch) == 0 {
+		if retracted {
+			return PassChanged
+		}
+		return PassIdle
+	}
+	if !retracted {
+		g.ratio = max(g.minRatio, g.ratio-g.ratioDecay)
+	}
+	var decodeMs float64
+	if !g.prefillWorker {
+		decodeMs = g.decodeMs(len(g.batch), float64(ctx))
+	}
+	end := now + decodeMs
+	out.Ran = true
+	out.End = end
+	out.DecodeMs = decodeMs
+	out.DecodeTokens = len(g.batch)
+	for _, r := range g.batch {
+		r.kvLen++
+		g.emit(r, end, out)
+	}
+	g.compactRunning()
+	return PassRan
+}
+
+// emit gives running request r its next token at end, finishing it when
+// it reaches its output cap.
+func (g *SGLang) emit(r *sgReq, end float64, out *Output) {
+	tok := 1000 + g.rng.Uint32N(1000)
+	r.tokens = append(r.tokens, tok)
+	idx := r.out
+	r.out++
+	if idx == 0 {
+		r.firstAt = end
+	}
+	out.Tokens = append(out.Tokens, Token{RequestID: r.id, Token: tok, Index: idx, At: end})
+	if r.out >= r.maxOut {
+		g.finish(r, end, out)
+	}
+}
+
+// victim picks the request to retract: the one with the fewest output
+// tokens (the least work lost), the longer prompt among equals, as SGLang
+// does. The last running request is never retracted; a request mid
+// chunked prefill is always a candidate.
+func (g *SGLang) victim() *sgReq {
+	var v *sgReq
+	better := func(r *sgReq) bool {
+		return v == nil || r.out < v.out || (r.out == v.out && len(r.tokens) >= len(v.tokens))
+	}
+	if len(g.running) > 1 {
+		for _, r := range g.running {
+			if better(r) {
+				v = r
+			}
+		}
+	}
+	if len(g.waiting) > 0 {
+		if r := g.waiting[0]; r.kvLen > 0 && better(r) {
+			v = r
+		}
+	}
+	return v
+}
+
+// retract frees r's KV (its cached prefix stays in the tree, unlocked) and
+// sends it to the front of the waiting queue, behind a request mid chunked
+// prefill. It keeps its output tokens and recomputes them on readmission.
+func (g *SGLang) retract(r *sgReq, now float64, out *Output) {
+	n := r.depth + len(r.pages)
+	g.freeKV(r)
+	r.retracts++
+	g.retractions++
+	g.ratio = g.initRatio
+	out.Events = append(out.Events, Event{Kind: EventPreempted, At: now, RequestID: r.id, Blocks: n})
+	if r.state != sgRunning {
+		return // the chunked request: already first in the queue
+	}
+	g.running = removeReq(g.running, r)
+	r.state = sgWaiting
+	at := 0
+	if len(g.waiting) > 0 && g.waiting[0].kvLen > 0 {
+		at = 1
+	}
+	g.waiting = slices.Insert(g.waiting, at, r)
+}
+
+// finish ends r after its last token: its page-aligned KV is inserted into
+// the radix tree, then unlocked (Release) or kept locked as a hold.
+func (g *SGLang) finish(r *sgReq, end float64, out *Output) {
+	out.Completions = append(out.Completions, Completion{
+		RequestID: r.id, At: end, Arrival: r.arrival, FirstTokenAt: r.firstAt,
+		PromptTokens: r.prompt, OutputTokens: r.out, CachedTokens: r.cached,
+		Preemptions: r.retracts, Held: r.policy == Hold,
+	})
+	g.insert(r)
+	r.state = sgDone
+	if r.policy == Hold {
+		if r.last != noSlot {
+			g.cache.hold(r.last)
+		}
+		g.heldPrivate += len(r.pages)
+		r.state = sgHeld
+		g.startHold(end, r.id, r.depth+len(r.pages), &out.Events)
+		if r.destReady {
+			// The decode side reserved before this prefill ran, so the
+			// transfer starts the moment the KV exists.
+			g.StartTransfer(end, r.id, r.transferTokens, &out.Events)
+		}
+		return
+	}
+	g.freeKV(r)
+}
+
+// compactRunning drops finished requests from the running set, keeping
+// order, and recycles those that hold nothing.
+func (g *SGLang) compactRunning() {
+	j := 0
+	for _, r := range g.running {
+		switch r.state {
+		case sgRunning:
+			g.running[j] = r
+			j++
+		case sgDone:
+			g.recycle(r)
+		}
+	}
+	clear(g.running[j:])
+	g.running = g.running[:j]
+}
