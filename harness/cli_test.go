@@ -64,8 +64,10 @@ func TestCLI_ExitCodes(t *testing.T) {
 			stderrHas: []string{"enough"}},
 		{name: "exec.test.fail", args: []string{"run", "-q", "fail.js"}, code: ExitTestFailed,
 			stderrHas: []string{"marked"}, stdoutHas: []string{"after_fail"}},
-		{name: "flags after the script", args: []string{"run", "ok.js", "-u", "2"}, code: 2,
-			stderrHas: []string{"put flags before it"}},
+		{name: "flags after the script are accepted", args: []string{"run", "ok.js", "-q", "-i", "7", "-u", "1"}, code: ExitThresholdsFailed,
+			stderrHas: []string{"iterations"}, stderrLack: []string{"running ("}},
+		{name: "flags on both sides of the script", args: []string{"run", "-q", "ok.js", "--iterations", "4"}, code: ExitOK},
+		{name: "two scripts", args: []string{"run", "-q", "ok.js", "fail.js"}, code: 2, stderrHas: []string{"one script expected"}},
 		{name: "missing script", args: []string{"run", "-q"}, code: 2, stderrHas: []string{"missing the script path"}},
 		{name: "bad duration flag", args: []string{"run", "-d", "soon", "ok.js"}, code: ExitInvalidConfig,
 			stderrHas: []string{`invalid duration "soon"`}},
@@ -83,30 +85,34 @@ func TestCLI_ExitCodes(t *testing.T) {
 			for _, s := range tc.stdoutHas {
 				assert.Contains(t, stdout, s)
 			}
+			for _, s := range tc.stderrLack {
+				assert.NotContains(t, stderr, s)
+			}
 		})
 	}
 }
 
-func TestCLI_EnvFlagsFillENVWithoutTheProcessEnvironment(t *testing.T) {
+func TestCLI_ENVHoldsTheProcessEnvironmentUnderTheEnvFlags(t *testing.T) {
 	t.Parallel()
-	code, stdout, stderr := runBinary(t, nil, "run", "-q", "-e", "FOO=bar", "--env", "OTHER=1", "env.js")
+	procEnv := []string{"FOO=from-process", "MOCKER_TEST_SYSTEM=sys"}
+	code, stdout, stderr := runBinary(t, procEnv, "run", "-q", "-e", "FOO=bar", "--env", "OTHER=1", "env.js")
 	assert.Equal(t, ExitOK, code, stderr)
-	assert.Equal(t, "env ok\n", stdout)
+	assert.Equal(t, "env ok: system=sys\n", stdout, "-e wins over the process environment, which is present by default")
 	assert.NotContains(t, stderr, "scenario env missing")
 
-	code, _, stderr = runBinary(t, nil, "run", "-q", "env.js")
+	code, _, stderr = runBinary(t, procEnv, "run", "-q", "env.js")
 	assert.Equal(t, ExitScriptException, code)
-	assert.Contains(t, stderr, "__ENV.FOO is undefined")
+	assert.Contains(t, stderr, "__ENV.FOO is from-process")
 
-	code, _, stderr = runBinary(t, nil, "run", "-q", "-e", "FOO=bar", "--include-system-env-vars", "env.js")
-	assert.Equal(t, ExitScriptException, code)
-	assert.Contains(t, stderr, "process environment leaked")
+	code, stdout, stderr = runBinary(t, procEnv, "run", "-q", "-e", "FOO=bar", "--include-system-env-vars=false", "env.js")
+	assert.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, "env ok: system=undefined\n", stdout, "the k6 form --include-system-env-vars=false leaves the process out")
 }
 
 func TestCLI_HandleSummaryWritesStdoutAndFiles(t *testing.T) {
 	t.Parallel()
 	file := filepath.Join(t.TempDir(), "out.json")
-	code, stdout, stderr := runBinary(t, []string{"SUMMARY_FILE=" + file}, "run", "-q", "--include-system-env-vars", "summary.js")
+	code, stdout, stderr := runBinary(t, []string{"SUMMARY_FILE=" + file}, "run", "-q", "summary.js")
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Equal(t, "custom summary: iterations=2\n", stdout, "handleSummary replaces the text summary")
 	b, err := os.ReadFile(file)

@@ -15,17 +15,36 @@
 // (runtime, context, id, metric registry, Push for samples carrying the
 // VU's tags, InInit, and RegisterCallback to settle Promises from other
 // goroutines). Its Exports become the module's default and named exports.
-// RegisterSummaryHook appends sections to the text summary.
+// VU 0's instance is created while the script links, before any init code
+// runs, so that `import * as m` and named imports see the same export names
+// in every VU; importing a name the module does not export is a
+// SyntaxError (exit 107).
+//
+// State that lives as long as a test run belongs to the run, not the
+// process: VU.Run returns the RunContext shared by the run's VUs, with an
+// ID to key plugin state by, OnEnd to release what the run created (called
+// once after teardown and the summary, also after an abort, a signal or a
+// failed init) and AddSummarySection for text-summary sections about this
+// run only. RegisterSummaryHook adds process-wide sections.
+//
+// Cancelling the context given to Run is an external abort (the CLI does it
+// on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
+// teardown still runs with its own timeout, the summary is written, and the
+// exit code is 105.
 //
 // Differences from k6, on purpose:
 //   - durations below one second are accepted for constant-vus and
 //     maxDuration, so that smoke tests can be short;
-//   - __ENV holds only -e variables (k6's default); the CLI adds the
-//     process environment with --include-system-env-vars;
+//   - Config.Env is exactly __ENV: Run does not add the process environment
+//     itself (the CLI does, by default, as `k6 run` does);
 //   - an exception thrown by an iteration is logged with its stack and the
 //     test goes on with exit code 0 (as in k6); exceptions in init, setup,
 //     teardown exit with 107;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)
 //     and script errors (107) take precedence over both.
+//
+// Thresholds with abortOnFail are evaluated every 2 s while the test runs,
+// skipping metrics that have no sample yet; at the end an empty Counter
+// counts as 0 and thresholds on other empty metrics pass.
 package harness

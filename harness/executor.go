@@ -21,13 +21,19 @@ type scenarioRun struct {
 	startedAt  time.Time
 	started    atomic.Bool
 	finished   atomic.Bool
+	ranFor     atomic.Int64 // nanoseconds from start to finish, once finished
 	iterInTest atomic.Int64
 	completed  atomic.Int64
 	active     atomic.Int64
 	dropped    atomic.Int64
 }
 
+// elapsed is how long the scenario has been running; it stops growing when
+// the scenario finishes.
 func (s *scenarioRun) elapsed() time.Duration {
+	if s.finished.Load() {
+		return time.Duration(s.ranFor.Load())
+	}
 	if !s.started.Load() {
 		return 0
 	}
@@ -55,7 +61,12 @@ func (s *scenarioRun) progress() float64 {
 // run waits for the scenario's startTime, then runs its executor until the
 // regular duration ends, giving in-flight iterations gracefulStop more.
 func (s *scenarioRun) run(ctx context.Context) {
-	defer s.finished.Store(true)
+	defer func() {
+		if s.started.Load() {
+			s.ranFor.Store(int64(time.Since(s.startedAt)))
+		}
+		s.finished.Store(true)
+	}()
 	if s.cfg.StartTime > 0 {
 		timer := time.NewTimer(s.cfg.StartTime)
 		select {
@@ -88,14 +99,16 @@ func (s *scenarioRun) run(ctx context.Context) {
 }
 
 // loop runs iterations on v while the regular deadline holds and next
-// allows one more; it stops at the first interrupted iteration.
-func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() bool) {
+// allows one more; it stops at the first interrupted iteration. active is
+// called once the VU counts as active.
+func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() bool, active func()) {
 	release := v.activate(hard)
 	defer release()
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
 	s.active.Add(1)
 	s.t.vusActive.Add(1)
+	active()
 	defer s.t.vusActive.Add(-1)
 	defer s.active.Add(-1)
 	for regular.Err() == nil && next() {
@@ -106,19 +119,31 @@ func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() boo
 	}
 }
 
-func (s *scenarioRun) eachVU(f func(v *vu)) {
-	var wg sync.WaitGroup
+// eachVU runs f on every VU of the scenario at once. f calls active when
+// its VU becomes active; once all have (or returned), the test's first
+// vus sample is taken if no scenario took it yet.
+func (s *scenarioRun) eachVU(f func(v *vu, active func())) {
+	var wg, ready sync.WaitGroup
+	ready.Add(len(s.vus))
 	for _, v := range s.vus {
-		wg.Go(func() { f(v) })
+		once := sync.OnceFunc(ready.Done)
+		wg.Go(func() {
+			defer once()
+			f(v, once)
+		})
 	}
+	wg.Go(func() {
+		ready.Wait()
+		s.t.vusStarted(int64(len(s.vus)))
+	})
 	wg.Wait()
 }
 
 func (s *scenarioRun) runSharedIterations(regular, hard context.Context) {
 	var taken atomic.Int64
 	total := s.cfg.Iterations
-	s.eachVU(func(v *vu) {
-		s.loop(v, regular, hard, func() bool { return taken.Add(1) <= total })
+	s.eachVU(func(v *vu, active func()) {
+		s.loop(v, regular, hard, func() bool { return taken.Add(1) <= total }, active)
 	})
 	if left := total - min(taken.Load(), total); left > 0 {
 		s.drop(left)
@@ -126,7 +151,7 @@ func (s *scenarioRun) runSharedIterations(regular, hard context.Context) {
 }
 
 func (s *scenarioRun) runPerVUIterations(regular, hard context.Context) {
-	s.eachVU(func(v *vu) {
+	s.eachVU(func(v *vu, active func()) {
 		var done int64
 		s.loop(v, regular, hard, func() bool {
 			if done >= s.cfg.Iterations {
@@ -134,7 +159,7 @@ func (s *scenarioRun) runPerVUIterations(regular, hard context.Context) {
 			}
 			done++
 			return true
-		})
+		}, active)
 		if left := s.cfg.Iterations - done; left > 0 {
 			s.drop(left)
 		}
@@ -142,8 +167,8 @@ func (s *scenarioRun) runPerVUIterations(regular, hard context.Context) {
 }
 
 func (s *scenarioRun) runLooping(regular, hard context.Context) {
-	s.eachVU(func(v *vu) {
-		s.loop(v, regular, hard, func() bool { return true })
+	s.eachVU(func(v *vu, active func()) {
+		s.loop(v, regular, hard, func() bool { return true }, active)
 	})
 }
 
@@ -262,6 +287,7 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 		release := v.activate(iterCtx)
 		s.active.Add(1)
 		s.t.vusActive.Add(1)
+		s.t.vusStarted(1)
 		res := v.runIteration(fn)
 		s.t.vusActive.Add(-1)
 		s.active.Add(-1)
@@ -423,6 +449,7 @@ func (s *scenarioRun) arrivalIteration(v *vu, hard context.Context) {
 	}
 	s.active.Add(1)
 	s.t.vusActive.Add(1)
+	s.t.vusStarted(1)
 	if v.runIteration(v.fns[s.cfg.Exec]) == iterCompleted {
 		s.completed.Add(1)
 	}

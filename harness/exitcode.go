@@ -15,6 +15,10 @@ const (
 	ExitThresholdsFailed = 99
 	// ExitInvalidConfig means the options, scenarios or thresholds are invalid.
 	ExitInvalidConfig = 104
+	// ExitExternalAbort means the run was stopped from outside: the context
+	// given to Run was cancelled, which the CLI does on SIGINT or SIGTERM.
+	// Teardown and the summary still ran.
+	ExitExternalAbort = 105
 	// ExitScriptException means the script threw outside an iteration: while
 	// loading (init context), in setup, teardown or handleSummary.
 	ExitScriptException = 107

@@ -381,6 +381,7 @@ export default function () { sleep(3600); }
 	time.AfterFunc(100*time.Millisecond, cancel)
 	var out bytes.Buffer
 	err := Run(ctx, Config{Script: path, Stdout: &out, Stderr: io.Discard, Quiet: true})
-	require.NoError(t, err)
-	assert.Contains(t, out.String(), "vus_max")
+	require.Error(t, err)
+	assert.Equal(t, ExitExternalAbort, ExitCode(err))
+	assert.Contains(t, out.String(), "vus_max", "the summary is still written")
 }

@@ -153,14 +153,15 @@ func (v *vu) groupCall(name string, fn sobek.Callable) sobek.Value {
 	tags := v.tags
 	v.group = outer
 	v.recomputeTags()
+	// The duration counts whether or not fn threw, as in k6.
+	if v.ctx.Err() == nil {
+		v.t.push(metrics.Sample{Metric: v.t.bm.groupDuration, Tags: tags, Time: end, Value: float64(end.Sub(start)) / float64(time.Millisecond)})
+	}
 	if err != nil {
 		panic(err)
 	}
 	if p, ok := res.Export().(*sobek.Promise); ok && p != nil {
 		throwf(rt, "group %q: async functions are not supported in group()", name)
-	}
-	if v.ctx.Err() == nil {
-		v.t.push(metrics.Sample{Metric: v.t.bm.groupDuration, Tags: tags, Time: end, Value: float64(end.Sub(start)) / float64(time.Millisecond)})
 	}
 	return res
 }
@@ -220,19 +221,13 @@ func (v *vu) metricAdd(m *metrics.Metric, call sobek.FunctionCall) sobek.Value {
 		throwf(rt, "%s.add() cannot be called in the init context", m.Name)
 	}
 	arg := call.Argument(0)
-	var value float64
-	switch exp := arg.Export().(type) {
-	case bool:
-		if exp {
-			value = 1
-		}
-	case int64:
-		value = float64(exp)
-	case float64:
-		value = exp
-	default:
-		value = math.NaN()
+	if sobek.IsUndefined(arg) || sobek.IsNull(arg) {
+		v.t.logLine("warn", fmt.Sprintf("%s.add(%s): no value was given; sample dropped", m.Name, valueString(arg)))
+		return rt.ToValue(false)
 	}
+	// Number conversion as in JS (and k6): numeric strings count, booleans
+	// are 1 and 0, anything else is NaN.
+	value := arg.ToFloat()
 	if math.IsNaN(value) {
 		v.t.logLine("warn", fmt.Sprintf("%s.add(%s): value is not a number; sample dropped", m.Name, valueString(arg)))
 		return rt.ToValue(false)

@@ -21,6 +21,11 @@ type loader struct {
 	goMods  map[string]*goModuleRecord
 	vus     sync.Map // *sobek.Runtime -> *vu
 	builtin map[string]Module
+	// primary is the VU whose runtime instantiates each Go module as soon
+	// as the module is first resolved (while the script links), so that
+	// the module's export names are known before any namespace object or
+	// named import needs them.
+	primary *vu
 }
 
 type fileEntry struct {
@@ -49,11 +54,13 @@ func (l *loader) resolve(referrer any, specifier string) (sobek.ModuleRecord, er
 		return l.loadFile(resolvePath(base, specifier))
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if rec, ok := l.goMods[specifier]; ok {
+		l.mu.Unlock()
 		return rec, nil
 	}
 	mod, ok := l.builtin[specifier]
+	primary := l.primary
+	l.mu.Unlock()
 	if !ok {
 		mod, ok = lookupModule(specifier)
 	}
@@ -61,6 +68,16 @@ func (l *loader) resolve(referrer any, specifier string) (sobek.ModuleRecord, er
 		return nil, fmt.Errorf("unknown module %q: not a relative path (./, ../, /) and not a built-in or registered module", specifier)
 	}
 	rec := &goModuleRecord{path: specifier, mod: mod, l: l}
+	if primary != nil {
+		if err := rec.instantiateEarly(primary); err != nil {
+			return nil, err
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if prev, ok := l.goMods[specifier]; ok { // resolved concurrently: keep the first
+		return prev, nil
+	}
 	l.goMods[specifier] = rec
 	return rec, nil
 }
@@ -137,6 +154,14 @@ func (l *loader) pathOf(rec sobek.ModuleRecord) (string, bool) {
 	return p, ok
 }
 
+// setPrimary sets (or, with nil, clears) the VU that instantiates Go
+// modules as they are resolved.
+func (l *loader) setPrimary(v *vu) {
+	l.mu.Lock()
+	l.primary = v
+	l.mu.Unlock()
+}
+
 func (l *loader) vuFor(rt *sobek.Runtime) *vu {
 	v, ok := l.vus.Load(rt)
 	if !ok {
@@ -147,18 +172,79 @@ func (l *loader) vuFor(rt *sobek.Runtime) *vu {
 
 // goModuleRecord adapts a Module to sobek's cyclic module record so that
 // ES imports of Go modules link like any other module.
+//
+// sobek asks a module for its export names (namespace objects, named
+// imports) before it instantiates the module in a runtime, while a Go
+// module only learns its exports from an instance. So the record is
+// instantiated in the primary VU's runtime (VU 0) the moment it is first
+// resolved, and that instance is handed to VU 0 when its runtime gets to
+// it: every module gets exactly one NewModuleInstance call per VU, and the
+// names are fixed before linking, for built-in and plugin modules alike.
 type goModuleRecord struct {
-	path  string
-	mod   Module
-	l     *loader
-	mu    sync.Mutex
-	names []string
+	path string
+	mod  Module
+	l    *loader
+
+	mu        sync.Mutex
+	names     []string // sorted; nil until the first instance exists
+	known     map[string]bool
+	early     *goModuleInstance // the primary VU's instance, until it is claimed
+	earlyRT   *sobek.Runtime
+	earlyUsed bool
 }
 
 var (
 	_ sobek.CyclicModuleRecord   = (*goModuleRecord)(nil)
 	_ sobek.CyclicModuleInstance = (*goModuleInstance)(nil)
 )
+
+// instantiateEarly creates the primary VU's instance and records the export
+// names. A panicking NewModuleInstance (a plugin throwing from its
+// constructor) becomes an error naming the module.
+func (g *goModuleRecord) instantiateEarly(v *vu) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("module %q: initialising it failed: %v", g.path, panicText(r))
+		}
+	}()
+	inst, err := g.newInstance(v)
+	if err != nil {
+		return err
+	}
+	g.mu.Lock()
+	g.early, g.earlyRT = inst, v.rt
+	g.mu.Unlock()
+	return nil
+}
+
+// panicText renders a recovered value; JS errors keep their message.
+func panicText(r any) string {
+	switch e := r.(type) {
+	case *sobek.Object:
+		return e.String()
+	case error:
+		return exceptionText(e)
+	}
+	return fmt.Sprint(r)
+}
+
+func (g *goModuleRecord) newInstance(v *vu) (*goModuleInstance, error) {
+	inst := g.mod.NewModuleInstance(v)
+	if inst == nil {
+		return nil, fmt.Errorf("module %q: NewModuleInstance returned nil", g.path)
+	}
+	b := exportsToBindings(v.rt, inst.Exports())
+	g.mu.Lock()
+	if g.names == nil {
+		g.names = bindingNames(b)
+		g.known = make(map[string]bool, len(g.names))
+		for _, n := range g.names {
+			g.known[n] = true
+		}
+	}
+	g.mu.Unlock()
+	return &goModuleInstance{bindings: b}, nil
+}
 
 func (g *goModuleRecord) GetExportedNames(cb func([]string), _ ...sobek.ModuleRecord) bool {
 	g.mu.Lock()
@@ -171,9 +257,16 @@ func (g *goModuleRecord) GetExportedNames(cb func([]string), _ ...sobek.ModuleRe
 	return true
 }
 
-// ResolveExport accepts every name: a Go module's exports are only known
-// once it is instantiated for a runtime; missing names read as undefined.
+// ResolveExport resolves the names the module's first instance exported;
+// any other name is unresolvable, which sobek reports as a SyntaxError
+// naming the export and the module when the script links.
 func (g *goModuleRecord) ResolveExport(name string, _ ...sobek.ResolveSetElement) (*sobek.ResolvedBinding, bool) {
+	g.mu.Lock()
+	known := g.known
+	g.mu.Unlock()
+	if known != nil && !known[name] {
+		return nil, false
+	}
 	return &sobek.ResolvedBinding{Module: g, BindingName: name}, false
 }
 
@@ -188,21 +281,19 @@ func (g *goModuleRecord) RequestedModules() []string { return nil }
 func (g *goModuleRecord) InitializeEnvironment() error { return nil }
 
 func (g *goModuleRecord) Instantiate(rt *sobek.Runtime) (sobek.CyclicModuleInstance, error) {
+	g.mu.Lock()
+	if g.earlyRT == rt && !g.earlyUsed {
+		inst := g.early
+		g.early, g.earlyUsed = nil, true
+		g.mu.Unlock()
+		return inst, nil
+	}
+	g.mu.Unlock()
 	v := g.l.vuFor(rt)
 	if v == nil {
 		return nil, fmt.Errorf("module %q: runtime has no VU", g.path)
 	}
-	inst := g.mod.NewModuleInstance(v)
-	if inst == nil {
-		return nil, fmt.Errorf("module %q: NewModuleInstance returned nil", g.path)
-	}
-	b := exportsToBindings(rt, inst.Exports())
-	g.mu.Lock()
-	if g.names == nil {
-		g.names = bindingNames(b)
-	}
-	g.mu.Unlock()
-	return &goModuleInstance{bindings: b}, nil
+	return g.newInstance(v)
 }
 
 type goModuleInstance struct {

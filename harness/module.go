@@ -89,6 +89,30 @@ type VU interface {
 	// returned function exactly once, from any goroutine. A callback's error
 	// ends the iteration as an exception.
 	RegisterCallback() func(func() error)
+	// Run is the test run the VU belongs to, shared by all its VUs: the
+	// place for state and resources that live as long as the run.
+	Run() RunContext
+}
+
+// RunContext is one test run (one call of Run) as plugins see it. Its
+// methods are safe for concurrent use from any goroutine.
+type RunContext interface {
+	// ID tells runs apart: every run in the process has its own, never
+	// reused. Key per-run plugin state by it.
+	ID() uint64
+	// OnEnd registers f to be called once when the run ends: after
+	// teardown and the end-of-test summary, and also when the run was
+	// aborted, interrupted by a signal or failed in the init context, so
+	// that resources the run created are always released. Every VU has
+	// stopped by then. Functions run in reverse order of registration on
+	// the goroutine that called Run; a panic in one is logged and the
+	// others still run.
+	OnEnd(f func())
+	// AddSummarySection adds a section that f writes after this run's
+	// text summary (after the sections of RegisterSummaryHook), in the
+	// order added. Like the text summary, sections are not written when
+	// the script's handleSummary replaces it. Another run never sees them.
+	AddSummarySection(f func(w io.Writer))
 }
 
 var (
@@ -139,8 +163,10 @@ func lookupModule(path string) (Module, bool) {
 // (it is not called when the script's handleSummary replaces that summary).
 type SummaryHook func(w io.Writer)
 
-// RegisterSummaryHook adds h to the hooks run after every text summary, in
-// registration order.
+// RegisterSummaryHook adds h to the hooks run after the text summary of
+// every run in the process, in registration order. A section about what
+// one run did belongs in RunContext.AddSummarySection instead, which keeps
+// concurrent runs apart.
 func RegisterSummaryHook(h SummaryHook) {
 	registryMu.Lock()
 	defer registryMu.Unlock()

@@ -726,3 +726,101 @@ func (sc *Scenario) totalDuration() time.Duration {
 	}
 	return sc.Duration
 }
+
+// k6Options are the top-level option keys k6 knows. Keys outside this set
+// are most likely typos (e.g. "threshold"); they are ignored with a
+// warning, as k6 does.
+var k6Options = map[string]bool{
+	"vus": true, "duration": true, "iterations": true, "stages": true, "scenarios": true,
+	"thresholds": true, "tags": true, "systemTags": true, "summaryTrendStats": true,
+	"summaryTimeUnit": true, "setupTimeout": true, "teardownTimeout": true, "noSetup": true,
+	"noTeardown": true, "minIterationDuration": true, "throw": true, "paused": true,
+	"executionSegment": true, "executionSegmentSequence": true, "rps": true, "dns": true,
+	"maxRedirects": true, "userAgent": true, "batch": true, "batchPerHost": true,
+	"httpDebug": true, "insecureSkipTLSVerify": true, "tlsCipherSuites": true,
+	"tlsVersion": true, "tlsAuth": true, "blacklistIPs": true, "blockHostnames": true,
+	"hosts": true, "noConnectionReuse": true, "noVUConnectionReuse": true, "ext": true,
+	"cloud": true, "noCookiesReset": true, "discardResponseBodies": true,
+	"consoleOutput": true, "localIPs": true, "metricSamplesBufferSize": true,
+	"noUsageReport": true, "maxVUs": true, "linger": true,
+}
+
+// unknownOptionKeys returns the sorted top-level keys of the exported
+// options that are not k6 options.
+func unknownOptionKeys(raw []byte) []string {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(raw, &top) != nil {
+		return nil
+	}
+	var out []string
+	for k := range top {
+		if !k6Options[k] {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// consolidatedJSON renders the options as exec.test.options shows them: the
+// script's options with the consolidated scenarios (also for scripts that
+// only used the vus/duration/iterations/stages shortcuts or CLI flags) and
+// the effective summary settings.
+func (o *Options) consolidatedJSON() string {
+	out := map[string]any{}
+	for k, v := range o.Raw {
+		out[k] = v
+	}
+	scs := make(map[string]any, len(o.Scenarios))
+	for _, sc := range o.Scenarios {
+		scs[sc.Name] = sc.jsonMap()
+	}
+	out["scenarios"] = scs
+	out["summaryTrendStats"] = o.SummaryTrendStats
+	out["setupTimeout"] = o.SetupTimeout.String()
+	out["teardownTimeout"] = o.TeardownTimeout.String()
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "{}"
+	}
+	return string(b)
+}
+
+// jsonMap is the scenario in k6's options shape, durations as Go duration
+// strings (as k6 prints them).
+func (sc *Scenario) jsonMap() map[string]any {
+	m := map[string]any{
+		"executor":     sc.Executor,
+		"startTime":    sc.StartTime.String(),
+		"gracefulStop": sc.GracefulStop.String(),
+		"exec":         sc.Exec,
+	}
+	if len(sc.Env) > 0 {
+		m["env"] = sc.Env
+	}
+	if len(sc.Tags) > 0 {
+		m["tags"] = sc.Tags
+	}
+	stages := func() []map[string]any {
+		out := make([]map[string]any, len(sc.Stages))
+		for i, st := range sc.Stages {
+			out[i] = map[string]any{"duration": st.Duration.String(), "target": st.Target}
+		}
+		return out
+	}
+	switch sc.Executor {
+	case ExecSharedIterations, ExecPerVUIterations:
+		m["vus"], m["iterations"], m["maxDuration"] = sc.VUs, sc.Iterations, sc.MaxDuration.String()
+	case ExecConstantVUs:
+		m["vus"], m["duration"] = sc.VUs, sc.Duration.String()
+	case ExecRampingVUs:
+		m["startVUs"], m["stages"], m["gracefulRampDown"] = sc.StartVUs, stages(), sc.GracefulRampDown.String()
+	case ExecConstantArrival:
+		m["rate"], m["timeUnit"], m["duration"] = sc.Rate, sc.TimeUnit.String(), sc.Duration.String()
+		m["preAllocatedVUs"], m["maxVUs"] = sc.PreAllocatedVUs, sc.MaxVUs
+	case ExecRampingArrivalRate:
+		m["startRate"], m["timeUnit"], m["stages"] = sc.StartRate, sc.TimeUnit.String(), stages()
+		m["preAllocatedVUs"], m["maxVUs"] = sc.PreAllocatedVUs, sc.MaxVUs
+	}
+	return m
+}

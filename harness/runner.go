@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -24,9 +26,10 @@ import (
 type Config struct {
 	// Script is the path of the ES module to run.
 	Script string
-	// Env holds the -e KEY=VALUE variables exposed as __ENV. As in k6, the
-	// process environment is not included unless the caller copies it in
-	// (the CLI does so for --include-system-env-vars).
+	// Env is exactly what scripts see as __ENV (scenario env merged over
+	// it). Run never adds the process environment by itself; the CLI, like
+	// `k6 run`, puts the process environment in first and the -e variables
+	// over it, unless --include-system-env-vars=false.
 	Env map[string]string
 	// Overrides are the CLI flags that take precedence over options.
 	Overrides Overrides
@@ -47,6 +50,9 @@ type Config struct {
 	// ProgressInterval overrides how often progress is shown (0: 250 ms on
 	// a terminal, every 10 s otherwise, shortened for short tests).
 	ProgressInterval time.Duration
+	// TermWidth is the width of the stderr terminal in columns; progress
+	// lines are cut to fit it. 0 means unknown (no cutting).
+	TermWidth int
 
 	// observeRun, when set, gets the wall time the scenarios took (the
 	// benchmark measures per-iteration cost without init and summary).
@@ -74,15 +80,25 @@ type testRun struct {
 	files       fileCache
 	groups      *groupTree
 	logger      *slog.Logger
-	stderrMu    sync.Mutex
+	stderr      *stderrWriter
+	id          uint64
 
 	optionsJSON string
 	setupJSON   string
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	start  time.Time
+	start  time.Time // before setup, as k6 counts the test run duration
 	begun  atomic.Bool
+
+	// vus and vus_max are sampled only while scenarios run
+	gaugeMu    sync.Mutex
+	running    bool
+	vusSampled atomic.Bool
+
+	endMu    sync.Mutex
+	endFns   []func()
+	sections []func(io.Writer)
 
 	scenarios []*scenarioRun
 	nextVUID  atomic.Uint64
@@ -109,26 +125,88 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env}
-	t.logger = slog.New(slog.NewTextHandler(&lockedWriter{mu: &t.stderrMu, w: cfg.Stderr}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1)}
+	t.stderr = newStderrWriter(cfg.Stderr, cfg.StderrTTY)
+	t.logger = slog.New(slog.NewTextHandler(t.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	if t.env == nil {
 		t.env = map[string]string{}
 	}
+	defer t.end()
 	if err := t.registerBuiltins(); err != nil {
 		return err
 	}
-	return t.run(ctx)
+	err := t.run(ctx)
+	if ctx.Err() != nil {
+		// An interrupted run ends with k6's external-abort code even when
+		// teardown or the thresholds would have said otherwise.
+		return &ExitError{Code: ExitExternalAbort, Err: externalAbortError(ctx)}
+	}
+	return err
 }
 
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
+// runIDs numbers the runs of the process.
+var runIDs atomic.Uint64
+
+// ID is the run's number in the process (RunContext).
+func (t *testRun) ID() uint64 { return t.id }
+
+// OnEnd registers f to run when the run ends (RunContext).
+func (t *testRun) OnEnd(f func()) {
+	if f == nil {
+		return
+	}
+	t.endMu.Lock()
+	t.endFns = append(t.endFns, f)
+	t.endMu.Unlock()
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+// AddSummarySection adds a run-scoped section to the text summary
+// (RunContext).
+func (t *testRun) AddSummarySection(f func(io.Writer)) {
+	if f == nil {
+		return
+	}
+	t.endMu.Lock()
+	t.sections = append(t.sections, f)
+	t.endMu.Unlock()
+}
+
+func (t *testRun) summarySections() []func(io.Writer) {
+	t.endMu.Lock()
+	defer t.endMu.Unlock()
+	return slices.Clone(t.sections)
+}
+
+// end runs the OnEnd functions, last registered first, each exactly once.
+func (t *testRun) end() {
+	t.endMu.Lock()
+	fns := t.endFns
+	t.endFns = nil
+	t.endMu.Unlock()
+	for i := len(fns) - 1; i >= 0; i-- {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.logger.Error("a plugin's end-of-run function panicked", "panic", fmt.Sprint(r))
+				}
+			}()
+			fns[i]()
+		}()
+	}
+}
+
+// externalAbortError says why the caller's context ended the run: the
+// cause it was cancelled with (the CLI names the signal), or a generic
+// message.
+func externalAbortError(ctx context.Context) error {
+	cause := context.Cause(ctx)
+	switch {
+	case cause == nil || errors.Is(cause, context.Canceled):
+		return errors.New("test run was aborted: its context was cancelled")
+	case errors.Is(cause, context.DeadlineExceeded):
+		return errors.New("test run was aborted: its context's deadline passed")
+	}
+	return cause
 }
 
 func (t *testRun) registerBuiltins() error {
@@ -244,15 +322,13 @@ func scriptError(phase string, err error) *ExitError {
 	return &ExitError{Code: ExitScriptException, Err: fmt.Errorf("%s: %s", phase, exceptionText(err))}
 }
 
-// load parses and links the script and its static imports.
-func (t *testRun) load() error {
-	abs, err := filepath.Abs(t.cfg.Script)
-	if err != nil {
-		return exitErrorf(ExitScriptException, "script %q: %v", t.cfg.Script, err)
-	}
-	t.scriptPath = abs
-	t.loader = newLoader(builtinModules())
-	rec, err := t.loader.loadFile(abs)
+// load parses and links the script and its static imports. v0 is the
+// primary VU: Go modules are instantiated in its runtime while linking, so
+// their export names are known (see goModuleRecord).
+func (t *testRun) load(v0 *vu) error {
+	t.loader.setPrimary(v0)
+	defer t.loader.setPrimary(nil) // later VUs instantiate on their own goroutines
+	rec, err := t.loader.loadFile(t.scriptPath)
 	if err != nil {
 		return exitErrorf(ExitScriptException, "%v", err)
 	}
@@ -272,16 +348,44 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	t.ctx, t.cancel = ctx, cancel
-	if err := t.load(); err != nil {
+	stopWatch := context.AfterFunc(parent, func() {
+		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + "); teardown and the summary still run")
+	})
+	defer stopWatch()
+
+	// Output files are checked before anything runs: a typo in a path
+	// must not cost a whole test.
+	outs, err := t.openOutputs()
+	if err != nil {
 		return err
 	}
+	ownOuts := true
+	defer func() {
+		if ownOuts {
+			for _, o := range outs {
+				_ = o.Close()
+			}
+		}
+	}()
 
+	abs, err := filepath.Abs(t.cfg.Script)
+	if err != nil {
+		return exitErrorf(ExitScriptException, "script %q: %v", t.cfg.Script, err)
+	}
+	t.scriptPath = abs
+	t.loader = newLoader(builtinModules())
 	// VU 0 reads options and later runs setup, teardown and handleSummary.
-	v0, err := t.newVU(ctx, 0)
+	v0, err := t.makeVU(ctx, 0)
 	if err != nil {
 		return scriptError("init", err)
 	}
 	defer t.loader.vus.Delete(v0.rt)
+	if err := t.load(v0); err != nil {
+		return err
+	}
+	if err := v0.init(ctx); err != nil {
+		return scriptError("init", err)
+	}
 	rawOpts := []byte("null")
 	if o, ok := v0.exports["options"]; ok && !sobek.IsUndefined(o) {
 		s, err := jsonStringify(v0.rt, o)
@@ -293,7 +397,10 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	if t.opts, err = ParseOptions(rawOpts, t.cfg.Overrides); err != nil {
 		return err
 	}
-	t.optionsJSON = string(rawOpts)
+	for _, k := range unknownOptionKeys(rawOpts) {
+		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
+	}
+	t.optionsJSON = t.opts.consolidatedJSON()
 	for _, sc := range t.opts.Scenarios {
 		if _, ok := v0.fns[sc.Exec]; !ok {
 			return exitErrorf(ExitInvalidConfig, "scenarios.%s.exec: the script exports no function %q", sc.Name, sc.Exec)
@@ -305,11 +412,8 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	if err != nil {
 		return &ExitError{Code: ExitInvalidConfig, Err: fmt.Errorf("thresholds: %w", err)}
 	}
-	outs, err := t.openOutputs()
-	if err != nil {
-		return err
-	}
 	t.coll = metrics.NewCollector(t.reg, ths, outs...)
+	ownOuts = false
 	defer func() {
 		if err := t.coll.Close(); err != nil && retErr == nil {
 			retErr = fmt.Errorf("closing outputs: %w", err)
@@ -321,19 +425,30 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}
 	defer t.releaseVUs()
 
-	// setup
-	setupFailed := false
+	// As in k6 the test run's clock (testRunDurationMs, Counter rates)
+	// includes setup and teardown.
+	t.start = time.Now()
+	t.begun.Store(true)
+	ticks, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
+	var tickWG sync.WaitGroup
+	tickWG.Go(func() { t.everySecond(ticks) })
+	defer func() {
+		stopTicks()
+		tickWG.Wait()
+	}()
+
 	if fn, ok := v0.fns["setup"]; ok && !t.opts.NoSetup {
 		if err := t.runSetup(v0, fn); err != nil {
 			return err
 		}
 	}
 
-	t.start = time.Now()
-	t.begun.Store(true)
+	t.gaugeMu.Lock()
+	t.running = true
+	t.gaugeMu.Unlock()
+	scenariosStart := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
 	var bgWG sync.WaitGroup
-	bgWG.Go(func() { t.sampleVUs(bg) })
 	bgWG.Go(func() { t.evaluateThresholds(bg) })
 	if !t.cfg.Quiet {
 		p := newProgress(t)
@@ -344,20 +459,24 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		wg.Go(func() { s.run(ctx) })
 	}
 	wg.Wait()
+	t.gaugeMu.Lock()
+	t.running = false
+	t.gaugeMu.Unlock()
 	stopBG()
 	bgWG.Wait()
-	runDuration := time.Since(t.start)
 	if t.cfg.observeRun != nil {
-		t.cfg.observeRun(runDuration)
+		t.cfg.observeRun(time.Since(scenariosStart))
 	}
-	t.pushVUGauges()
 
+	// Teardown runs even when the test was aborted (exec.test.abort, an
+	// abortOnFail threshold, a signal), on a context those do not cancel.
 	var phaseErr error
-	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown && !setupFailed && !t.thAborted.Load() {
+	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown {
 		if err := t.runTeardown(v0, fn); err != nil {
 			phaseErr = err
 		}
 	}
+	runDuration := time.Since(t.start)
 
 	failed, _ := t.coll.Evaluate(runDuration)
 	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {
@@ -420,7 +539,32 @@ func (t *testRun) openOutputs() ([]metrics.Output, error) {
 			return nil, exitErrorf(ExitInvalidConfig, "--out %s: unknown output %q (supported: json=FILE)", o, kind)
 		}
 	}
+	if p := t.cfg.SummaryExport; p != "" {
+		if err := checkWritable(p); err != nil {
+			closeAll()
+			return nil, exitErrorf(ExitInvalidConfig, "--summary-export %s: the file cannot be written: %v", p, err)
+		}
+	}
 	return outs, nil
+}
+
+// checkWritable makes sure path can be created or written, without
+// changing an existing file and without leaving a new one behind.
+func checkWritable(path string) error {
+	_, statErr := os.Stat(path)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		var pe *fs.PathError
+		if errors.As(err, &pe) {
+			return pe.Err
+		}
+		return err
+	}
+	err = f.Close()
+	if errors.Is(statErr, fs.ErrNotExist) {
+		_ = os.Remove(path)
+	}
+	return err
 }
 
 // initVU creates and initialises one more VU with the next id.
@@ -524,11 +668,7 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 }
 
 func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
-	ctx, cancel := context.WithTimeout(t.ctx, t.opts.TeardownTimeout)
-	if t.aborted.Load() {
-		// the test context is cancelled; teardown still gets its own time
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(t.ctx), t.opts.TeardownTimeout)
-	}
+	ctx, cancel := contextWithTimeout(t, t.opts.TeardownTimeout)
 	defer cancel()
 	release := v0.activate(ctx)
 	defer release()
@@ -544,18 +684,40 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 	return nil
 }
 
-func (t *testRun) pushVUGauges() {
+// pushVUGauges emits vus (at least atLeast: a starting batch of VUs that
+// already ran through short work still counts) and vus_max.
+func (t *testRun) pushVUGauges(atLeast int64) {
 	now := time.Now()
 	tags := metrics.NewTags(t.opts.Tags)
 	t.push(
-		metrics.Sample{Metric: t.bm.vus, Tags: tags, Time: now, Value: float64(t.vusActive.Load())},
+		metrics.Sample{Metric: t.bm.vus, Tags: tags, Time: now, Value: float64(max(t.vusActive.Load(), atLeast))},
 		metrics.Sample{Metric: t.bm.vusMax, Tags: tags, Time: now, Value: float64(t.vusInitialized.Load())},
 	)
 }
 
-// sampleVUs emits the vus and vus_max gauges every second, as k6 does.
-func (t *testRun) sampleVUs(ctx context.Context) {
-	t.pushVUGauges()
+// sampleVUs emits the vus and vus_max gauges, but only while scenarios run:
+// before the first VU starts and after the last one stops the count says
+// nothing about the load, and a 0 there would spoil min and thresholds.
+func (t *testRun) sampleVUs(atLeast int64) {
+	t.gaugeMu.Lock()
+	defer t.gaugeMu.Unlock()
+	if t.running {
+		t.pushVUGauges(atLeast)
+	}
+}
+
+// vusStarted takes the first vus sample once the first scenario's starting
+// n VUs have become active, so that a short test still gets one.
+func (t *testRun) vusStarted(n int64) {
+	if !t.vusSampled.Load() && t.vusSampled.CompareAndSwap(false, true) {
+		t.sampleVUs(n)
+	}
+}
+
+// everySecond samples the VU gauges, as k6 does, and hands buffered
+// samples to the outputs so that an NDJSON file can be followed live and
+// keeps what was measured if the process dies.
+func (t *testRun) everySecond(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
@@ -563,7 +725,8 @@ func (t *testRun) sampleVUs(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			t.pushVUGauges()
+			t.sampleVUs(0)
+			t.coll.Flush()
 		}
 	}
 }
@@ -578,7 +741,7 @@ func (t *testRun) evaluateThresholds(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			if _, abort := t.coll.Evaluate(t.elapsed()); abort {
+			if _, abort := t.coll.EvaluateRunning(t.elapsed()); abort {
 				t.thAborted.Store(true)
 				t.logger.Error("thresholds with abortOnFail were crossed; stopping the test")
 				t.cancel(errors.New("thresholds crossed"))

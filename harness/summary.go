@@ -4,7 +4,9 @@ import (
 	"crypto/md5"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -142,9 +144,17 @@ func (t *testRun) writeSummary(v0 *vu, d time.Duration) error {
 	for _, h := range summaryHooks() {
 		h(t.cfg.Stdout)
 	}
+	for _, f := range t.summarySections() {
+		f(t.cfg.Stdout)
+	}
 	return nil
 }
 
+// handleSummary calls the script's handleSummary and writes what it
+// returned. Only an exception (or a result that is not an object) is an
+// error, which makes the caller print the default summary; a key that
+// cannot be written is logged and the other keys are still written, as k6
+// does, without changing the exit code.
 func (t *testRun) handleSummary(v0 *vu, fn sobek.Callable, data map[string]any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
@@ -165,7 +175,10 @@ func (t *testRun) handleSummary(v0 *vu, fn sobek.Callable, data map[string]any) 
 	if ret == nil || sobek.IsUndefined(ret) || sobek.IsNull(ret) {
 		return nil
 	}
-	obj := ret.ToObject(v0.rt)
+	obj, ok := ret.(*sobek.Object)
+	if !ok {
+		return fmt.Errorf("handleSummary must return an object mapping stdout, stderr or file paths to contents, got %s", ret.String())
+	}
 	keys := obj.Keys()
 	sort.Strings(keys)
 	for _, k := range keys {
@@ -176,16 +189,21 @@ func (t *testRun) handleSummary(v0 *vu, fn sobek.Callable, data map[string]any) 
 		} else {
 			b = []byte(val.String())
 		}
+		var err error
 		switch k {
 		case "stdout":
 			_, err = t.cfg.Stdout.Write(b)
 		case "stderr":
-			_, err = t.cfg.Stderr.Write(b)
+			_, err = t.stderr.Write(b)
 		default:
 			err = os.WriteFile(k, b, 0o644)
 		}
 		if err != nil {
-			return fmt.Errorf("handleSummary output %q: %w", k, err)
+			var pe *fs.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err // the path is already in the message
+			}
+			t.logger.Error(fmt.Sprintf("could not save some summary information: %s: %v", k, err))
 		}
 	}
 	return nil

@@ -67,6 +67,7 @@ func (v *vu) ID() uint64                  { return v.id }
 func (v *vu) InInit() bool                { return v.inInit }
 func (v *vu) Registry() *metrics.Registry { return v.t.reg }
 func (v *vu) Tags() metrics.Tags          { return v.tags }
+func (v *vu) Run() RunContext             { return v.t }
 
 func (v *vu) RegisterCallback() func(func() error) { return v.loop.registerCallback() }
 
@@ -90,6 +91,19 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 
 // newVU creates a runtime and evaluates the script's init context in it.
 func (t *testRun) newVU(ctx context.Context, id uint64) (*vu, error) {
+	v, err := t.makeVU(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := v.init(ctx); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// makeVU creates a VU's runtime with the globals set, ready to evaluate the
+// script.
+func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 	rt := sobek.New()
 	rt.SetFieldNameMapper(sobek.TagFieldNameMapper("js", true))
 	v := &vu{
@@ -104,14 +118,20 @@ func (t *testRun) newVU(ctx context.Context, id uint64) (*vu, error) {
 	rt.SetRandSource(src.Float64)
 	t.loader.vus.Store(rt, v)
 	if err := v.setGlobals(); err != nil {
-		return nil, err
-	}
-	if err := v.evaluate(ctx); err != nil {
 		t.loader.vus.Delete(rt)
 		return nil, err
 	}
-	v.inInit = false
 	return v, nil
+}
+
+// init evaluates the script's init context in the VU.
+func (v *vu) init(ctx context.Context) error {
+	if err := v.evaluate(ctx); err != nil {
+		v.t.loader.vus.Delete(v.rt)
+		return err
+	}
+	v.inInit = false
+	return nil
 }
 
 func (v *vu) setGlobals() error {

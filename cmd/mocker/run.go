@@ -26,16 +26,19 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-const runUsage = `Usage: mocker run [flags] script.js
+const runUsage = `Usage: mocker run [flags] script.js [flags]
 
-Runs a k6-style ES module script. Flags go before the script path.
+Runs a k6-style ES module script. Flags may come before or after the
+script path.
 
 Flags:
   -u, --vus N                   number of VUs (overrides options.vus)
   -d, --duration D              test duration, e.g. 30s (replaces the script's scenarios)
   -i, --iterations N            total iterations (replaces the script's scenarios)
-  -e, --env KEY=VALUE           variable for __ENV (repeatable)
-      --include-system-env-vars also put the process environment in __ENV
+  -e, --env KEY=VALUE           variable for __ENV, over the process
+                                environment (repeatable)
+      --include-system-env-vars=false
+                                leave the process environment out of __ENV
   -o, --out json=FILE           write every sample to FILE as NDJSON (.gz: gzipped)
       --summary-export FILE     write k6's legacy summary JSON to FILE
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
@@ -44,19 +47,76 @@ Flags:
       --no-setup                skip setup()
       --no-teardown             skip teardown()
 
-Exit codes: 0 ok, 99 thresholds crossed, 104 invalid options, 107 script
-exception, 108 exec.test.abort(), 110 exec.test.fail(), 2 usage error.
+SIGINT or SIGTERM stops the scenarios, then teardown and the summary run
+and the exit code is 105; a second signal exits at once.
+
+Exit codes: 0 ok, 99 thresholds crossed, 104 invalid options or output
+path, 105 interrupted by a signal, 107 script exception, 108
+exec.test.abort(), 110 exec.test.fail(), 2 usage error.
 `
 
 // runCmd implements `mocker run`; args are the arguments after "run".
 func runCmd(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	return runWith(ctx, args, os.Stdout, os.Stderr,
-		term.IsTerminal(int(os.Stdout.Fd())), term.IsTerminal(int(os.Stderr.Fd())))
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	defer close(done)
+	go handleSignals(sigs, done, cancel, os.Stderr)
+
+	stderrTTY := term.IsTerminal(int(os.Stderr.Fd()))
+	width := 0
+	if stderrTTY {
+		if w, _, err := term.GetSize(int(os.Stderr.Fd())); err == nil {
+			width = w
+		}
+	}
+	return runWith(ctx, args, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stdout.Fd())), stderrTTY, width)
 }
 
-func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdoutTTY, stderrTTY bool) int {
+// handleSignals turns the first SIGINT/SIGTERM into a cancellation of the
+// run, which stops the scenarios and still runs teardown and the summary
+// (exit 105), as k6 does. A second signal exits at once, for a teardown or
+// handleSummary that does not end.
+func handleSignals(sigs <-chan os.Signal, done <-chan struct{}, cancel context.CancelCauseFunc, stderr io.Writer) {
+	select {
+	case sig := <-sigs:
+		cancel(fmt.Errorf("test run was aborted because mocker received a '%s' signal", sig))
+	case <-done:
+		return
+	}
+	select {
+	case sig := <-sigs:
+		fmt.Fprintf(stderr, "mocker run: received a second '%s' signal; exiting at once\n", sig)
+		os.Exit(harness.ExitExternalAbort)
+	case <-done:
+	}
+}
+
+// parseInterspersed parses flags wherever they appear among the positional
+// arguments (`mocker run script.js -u 5`), as k6's command line does; "--"
+// ends the flags.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		if len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdoutTTY, stderrTTY bool, termWidth int) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var (
@@ -88,9 +148,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 	fs.BoolVar(&noColor, "no-color", false, "")
 	fs.BoolVar(&noSetup, "no-setup", false, "")
 	fs.BoolVar(&noTeardown, "no-teardown", false, "")
-	fs.BoolVar(&systemEnvs, "include-system-env-vars", false, "")
+	fs.BoolVar(&systemEnvs, "include-system-env-vars", true, "")
 
-	if err := fs.Parse(args); err != nil {
+	rest, err := parseInterspersed(fs, args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
 			return 0
@@ -98,17 +159,12 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		fmt.Fprintf(stderr, "mocker run: %v\n\n%s", err, runUsage)
 		return exitUsage
 	}
-	rest := fs.Args()
 	if len(rest) == 0 {
 		fmt.Fprintf(stderr, "mocker run: missing the script path\n\n%s", runUsage)
 		return exitUsage
 	}
 	if len(rest) > 1 {
-		if strings.HasPrefix(rest[1], "-") {
-			fmt.Fprintf(stderr, "mocker run: flag %s comes after the script path; put flags before it: mocker run [flags] %s\n", rest[1], rest[0])
-		} else {
-			fmt.Fprintf(stderr, "mocker run: one script expected, got %q\n", rest)
-		}
+		fmt.Fprintf(stderr, "mocker run: one script expected, got %q\n", rest)
 		return exitUsage
 	}
 
@@ -123,8 +179,10 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		Stderr:        stderr,
 		StdoutTTY:     stdoutTTY,
 		StderrTTY:     stderrTTY,
+		TermWidth:     termWidth,
 		Overrides:     harness.Overrides{NoSetup: noSetup, NoTeardown: noTeardown},
 	}
+	// As in `k6 run`, __ENV starts from the process environment; -e wins.
 	if systemEnvs {
 		for _, kv := range os.Environ() {
 			if k, v, ok := strings.Cut(kv, "="); ok {
@@ -169,7 +227,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		return harness.ExitInvalidConfig
 	}
 
-	err := harness.Run(ctx, cfg)
+	err = harness.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "mocker run: %v\n", err)
 	}

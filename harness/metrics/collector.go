@@ -41,9 +41,10 @@ type Collector struct {
 	closed    bool
 	deliverMu sync.Mutex // keeps batches in order across goroutines
 
-	closeOnce sync.Once
-	closeErr  error
-	warnedNaN atomic.Bool
+	closeOnce   sync.Once
+	closeErr    error
+	warnedNaN   atomic.Bool
+	warnedFlush atomic.Bool
 }
 
 type metricState struct {
@@ -226,11 +227,23 @@ func (c *Collector) deliverLocked() {
 	c.batchMu.Unlock()
 }
 
-// Flush hands buffered samples to the outputs now. The runner may call it
-// periodically so a live NDJSON file stays current.
+// Flush hands buffered samples to the outputs now and flushes the outputs
+// that buffer (Flusher). The runner calls it every second so that a live
+// NDJSON file stays current and a killed run keeps what was flushed.
 func (c *Collector) Flush() {
 	c.batchMu.Lock()
+	if c.closed {
+		c.batchMu.Unlock()
+		return
+	}
 	c.deliverLocked()
+	for _, o := range c.outs {
+		if f, ok := o.(Flusher); ok {
+			if err := f.Flush(); err != nil && c.warnedFlush.CompareAndSwap(false, true) {
+				slog.Warn("flushing an output failed (further failures are not logged)", "error", err)
+			}
+		}
+	}
 }
 
 // Close flushes buffered samples and closes every output, joining their
@@ -238,7 +251,8 @@ func (c *Collector) Flush() {
 // still aggregated but no longer reach outputs.
 func (c *Collector) Close() error {
 	c.closeOnce.Do(func() {
-		c.Flush()
+		c.batchMu.Lock()
+		c.deliverLocked()
 		c.batchMu.Lock()
 		c.closed = true
 		c.batchMu.Unlock()
@@ -251,12 +265,27 @@ func (c *Collector) Close() error {
 	return c.closeErr
 }
 
-// Evaluate checks every threshold as of elapsed (the time since the test
-// started, used for Counter rates and delayAbortEval). failed is true when
-// any threshold does not hold; abort is true when one of those has
-// abortOnFail and elapsed ≥ its delayAbortEval. Results keeps the outcome.
+// Evaluate is the end-of-test evaluation of every threshold as of elapsed
+// (the time since the test started, used for Counter rates and
+// delayAbortEval). failed is true when any threshold does not hold; abort is
+// true when one of those has abortOnFail and elapsed ≥ its delayAbortEval.
+// Results keeps the outcome. A Counter without samples counts as 0 (so
+// count>0 fails); thresholds on other empty metrics pass with NoSamples.
 func (c *Collector) Evaluate(elapsed time.Duration) (failed bool, abort bool) {
-	rs := c.evaluate(elapsed)
+	return c.evaluateAndKeep(elapsed, false)
+}
+
+// EvaluateRunning is Evaluate for the checks made while the test runs: a
+// threshold on a metric or submetric that has no samples yet is skipped
+// (reported as passing with NoSamples), whatever the metric type, so that
+// an abortOnFail threshold cannot abort a test before its metric had a
+// chance to be measured.
+func (c *Collector) EvaluateRunning(elapsed time.Duration) (failed bool, abort bool) {
+	return c.evaluateAndKeep(elapsed, true)
+}
+
+func (c *Collector) evaluateAndKeep(elapsed time.Duration, running bool) (failed bool, abort bool) {
+	rs := c.evaluate(elapsed, running)
 	for _, r := range rs {
 		if r.OK {
 			continue
@@ -299,11 +328,15 @@ func FailedKeys(rs []ThresholdResult, abortOnly bool) []string {
 	return out
 }
 
-func (c *Collector) evaluate(elapsed time.Duration) []ThresholdResult {
+func (c *Collector) evaluate(elapsed time.Duration, running bool) []ThresholdResult {
 	var rs []ThresholdResult
 	for _, b := range c.bound {
+		empty := running && b.sink.empty()
 		for _, it := range b.entry.items {
-			v, ok := b.sink.aggregate(it.expr, elapsed)
+			v, ok := 0.0, false
+			if !empty {
+				v, ok = b.sink.aggregate(it.expr, elapsed)
+			}
 			r := ThresholdResult{
 				Key: b.entry.key, Source: it.Source, Aggregation: it.expr.Aggregation(),
 				AbortOnFail: it.AbortOnFail, DelayAbortEval: it.DelayAbortEval,

@@ -373,3 +373,61 @@ func BenchmarkCollectorAdd(b *testing.B) {
 		_ = c.Close()
 	})
 }
+
+func TestCollector_EvaluateRunningSkipsMetricsWithoutSamples(t *testing.T) {
+	t.Parallel()
+	reg := testRegistry(t)
+	iters, _ := reg.Get("iterations")
+	raw := map[string][]Threshold{
+		"iterations":        {{Source: "count>0", AbortOnFail: true}},
+		"checks":            {{Source: "rate>=0.9", AbortOnFail: true}},
+		"http_req_duration": {{Source: "avg>1", AbortOnFail: true}},
+		"vus":               {{Source: "value>0", AbortOnFail: true}},
+	}
+	c := NewCollector(reg, mustThresholds(t, reg, raw))
+	failed, abort := c.EvaluateRunning(time.Second)
+	assert.False(t, failed, "no metric has a sample yet")
+	assert.False(t, abort)
+	for _, r := range c.Results() {
+		assert.True(t, r.NoSamples, r.Key)
+	}
+
+	// At the end, the Counter that never moved measured 0 and fails.
+	failed, _ = c.Evaluate(time.Second)
+	assert.True(t, failed)
+	assert.Equal(t, []string{"iterations"}, FailedKeys(c.Results(), false))
+
+	// Once it has samples, the running evaluation judges it.
+	c.Add(Sample{Metric: iters, Value: 0})
+	failed, abort = c.EvaluateRunning(time.Second)
+	assert.True(t, failed)
+	assert.True(t, abort)
+}
+
+// flushCounter is an output that counts Flush calls.
+type flushCounter struct {
+	mu      sync.Mutex
+	samples int
+	flushes int
+}
+
+func (f *flushCounter) AddSamples(s []Sample) { f.mu.Lock(); f.samples += len(s); f.mu.Unlock() }
+func (f *flushCounter) Close() error          { return nil }
+func (f *flushCounter) Flush() error          { f.mu.Lock(); f.flushes++; f.mu.Unlock(); return nil }
+
+func TestCollector_FlushDeliversAndFlushesOutputs(t *testing.T) {
+	t.Parallel()
+	reg := testRegistry(t)
+	iters, _ := reg.Get("iterations")
+	out := &flushCounter{}
+	c := NewCollector(reg, nil, out)
+	c.Add(Sample{Metric: iters, Value: 1}, Sample{Metric: iters, Value: 1})
+	c.Flush()
+	out.mu.Lock()
+	assert.Equal(t, 2, out.samples)
+	assert.Equal(t, 1, out.flushes)
+	out.mu.Unlock()
+	require.NoError(t, c.Close())
+	c.Flush() // after Close: nothing, no panic
+	assert.Equal(t, 1, out.flushes)
+}

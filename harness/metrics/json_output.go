@@ -17,12 +17,14 @@ import (
 
 // JSONOutput writes samples as k6's --out json NDJSON: a
 // {"type":"Metric",...} line the first time a metric appears, then one
-// {"type":"Point",...} line per sample. Writes are buffered; Close flushes.
+// {"type":"Point",...} line per sample. Writes are buffered; Flush and
+// Close write them through.
 // It is safe for concurrent use.
 type JSONOutput struct {
 	mu      sync.Mutex
 	w       *bufio.Writer
-	closers []io.Closer // owned writers, closed innermost first
+	gz      *gzip.Writer // set for .gz files, flushed by Flush
+	closers []io.Closer  // owned writers, closed innermost first
 	seen    map[*Metric]bool
 	th      *ThresholdSet
 	buf     []byte
@@ -50,6 +52,7 @@ func NewJSONFileOutput(path string) (Output, error) {
 	if strings.HasSuffix(path, ".gz") {
 		gz := gzip.NewWriter(f)
 		o := newJSONOutput(gz)
+		o.gz = gz
 		o.closers = []io.Closer{gz, f}
 		return o, nil
 	}
@@ -94,6 +97,21 @@ func (o *JSONOutput) AddSamples(samples []Sample) {
 	}
 	_, o.err = o.w.Write(b)
 	o.buf = b[:0]
+}
+
+// Flush writes the buffered lines through to the underlying writer (for
+// gzip files, up to a complete deflate block), so that the file can be read
+// while the test runs.
+func (o *JSONOutput) Flush() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.err != nil || o.closed {
+		return o.err
+	}
+	if o.err = o.w.Flush(); o.err == nil && o.gz != nil {
+		o.err = o.gz.Flush()
+	}
+	return o.err
 }
 
 // Close flushes buffered lines and closes what NewJSONFileOutput opened.

@@ -211,3 +211,28 @@ func TestAppendJSONString_MatchesEncodingJSON(t *testing.T) {
 		assert.Equal(t, f, back)
 	}
 }
+
+func TestJSONFileOutput_FlushMakesLinesReadableBeforeClose(t *testing.T) {
+	t.Parallel()
+	reg := testRegistry(t)
+	iters, _ := reg.Get("iterations")
+	dir := t.TempDir()
+	for _, name := range []string{"live.json", "live.json.gz"} {
+		path := filepath.Join(dir, name)
+		out, err := NewJSONFileOutput(path)
+		require.NoError(t, err)
+		out.AddSamples([]Sample{{Metric: iters, Time: time.Unix(1, 0), Value: 1}})
+		require.NoError(t, out.(Flusher).Flush())
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if filepath.Ext(name) == ".gz" {
+			zr, err := gzip.NewReader(bytes.NewReader(raw))
+			require.NoError(t, err)
+			var plain bytes.Buffer
+			_, _ = plain.ReadFrom(zr) // the stream has no end yet: unexpected EOF
+			raw = plain.Bytes()
+		}
+		assert.Len(t, decodeLines(t, raw), 2, name)
+		require.NoError(t, out.Close())
+	}
+}

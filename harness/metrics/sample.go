@@ -25,3 +25,10 @@ type Output interface {
 type ThresholdAware interface {
 	SetThresholds(*ThresholdSet)
 }
+
+// Flusher is implemented by outputs that buffer what AddSamples gets:
+// Flush pushes it to the underlying writer (file) now. The Collector calls
+// it from Flush, which the runner calls every second.
+type Flusher interface {
+	Flush() error
+}

@@ -53,6 +53,13 @@ func (s *sink) add(v float64) {
 	s.mu.Unlock()
 }
 
+// empty reports whether the sink has no samples yet.
+func (s *sink) empty() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n == 0
+}
+
 // aggregate returns the value of one threshold aggregation. elapsed is the
 // test duration so far, for a Counter's per-second rate. The second result
 // is false when the sink has no samples and the aggregation is undefined

@@ -71,7 +71,7 @@ func (c *Collector) SummaryData(opts SummaryOptions) map[string]any {
 		stats = DefaultTrendStats
 	}
 	dur := opts.TestRunDuration
-	results := c.evaluate(dur)
+	results := c.evaluate(dur, false)
 	byKey := map[string][]ThresholdResult{}
 	for _, r := range results {
 		byKey[r.Key] = append(byKey[r.Key], r)

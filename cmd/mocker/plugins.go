@@ -1,0 +1,7 @@
+package main
+
+// The JS modules a mocker script can import beyond k6's own: each package
+// registers itself with the harness from its init function.
+import (
+	_ "github.com/kvstrand/mocker/xk6mocker" // k6/x/mocker
+)

@@ -1,0 +1,192 @@
+package harness
+
+import (
+	"bytes"
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// screen replays what a terminal would show for out: printable text,
+// "\r", "\n" and the escape sequences the progress display uses (cursor up
+// ESC[nA, erase line ESC[2K, erase to the end of the screen ESC[J). Any
+// other escape sequence fails the test, so the emulation cannot silently
+// drift from what the display emits.
+func screen(t *testing.T, out string) []string {
+	t.Helper()
+	var rows [][]rune
+	row, col := 0, 0
+	grow := func() {
+		for len(rows) <= row {
+			rows = append(rows, nil)
+		}
+	}
+	grow()
+	for i := 0; i < len(out); {
+		if out[i] == 0x1b {
+			j := i + 2
+			for j < len(out) && out[j] >= '0' && out[j] <= '9' {
+				j++
+			}
+			require.Less(t, j, len(out), "truncated escape sequence")
+			require.Equal(t, byte('['), out[i+1])
+			n := 1
+			if j > i+2 {
+				n, _ = strconv.Atoi(out[i+2 : j])
+			}
+			switch out[j] {
+			case 'A':
+				row = max(0, row-n)
+			case 'K':
+				rows[row] = nil
+			case 'J':
+				rows[row] = rows[row][:min(col, len(rows[row]))]
+				rows = rows[:row+1]
+			default:
+				t.Fatalf("unexpected escape sequence %q", out[i:j+1])
+			}
+			i = j + 1
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(out[i:])
+		i += size
+		switch r {
+		case '\r':
+			col = 0
+		case '\n':
+			row, col = row+1, 0
+			grow()
+		default:
+			for len(rows[row]) <= col {
+				rows[row] = append(rows[row], ' ')
+			}
+			rows[row][col] = r
+			col++
+		}
+	}
+	lines := make([]string, len(rows))
+	for i, r := range rows {
+		lines[i] = string(r)
+	}
+	return lines
+}
+
+func TestStderrWriter_LogLinesScrollAboveTheProgressBlock(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	w := newStderrWriter(&out, true)
+	w.showBlock([]string{"running 1", "scenario a 10%"})
+	_, err := w.Write([]byte("first log line\n"))
+	require.NoError(t, err)
+	w.showBlock([]string{"running 2", "scenario a 50%"})
+	_, err = w.Write([]byte("second log line without newline"))
+	require.NoError(t, err)
+	w.showBlock([]string{"running 3", "scenario a 100%"})
+	w.release()
+	_, err = w.Write([]byte("after the display\n"))
+	require.NoError(t, err)
+
+	got := screen(t, out.String())
+	assert.Equal(t, []string{
+		"first log line",
+		"second log line without newline",
+		"running 3",
+		"scenario a 100%",
+		"after the display",
+		"",
+	}, got)
+}
+
+func TestRun_ConsoleOutputSurvivesTheTerminalProgressDisplay(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	res := runScript(t, `
+import { sleep } from 'k6';
+export const options = { vus: 1, duration: '300ms' };
+export default function () { if (__ITER == 3) console.log('IMPORTANT LOG LINE'); sleep(0.02); }
+`, func(c *Config) {
+		c.Quiet, c.StderrTTY, c.ProgressInterval, c.Stderr = false, true, 5*time.Millisecond, &stderr
+	})
+	require.NoError(t, res.err)
+	lines := screen(t, stderr.String())
+	var logAt, headerAt = -1, -1
+	for i, l := range lines {
+		if strings.Contains(l, "IMPORTANT LOG LINE") {
+			logAt = i
+		}
+		if strings.HasPrefix(l, "running (") {
+			headerAt = i
+		}
+	}
+	require.GreaterOrEqual(t, logAt, 0, "the log line was drawn over:\n%s", strings.Join(lines, "\n"))
+	assert.Greater(t, headerAt, logAt, "the final progress block sits below the log line")
+	assert.Equal(t, 1, strings.Count(strings.Join(lines, "\n"), "running ("), "one progress block on screen")
+}
+
+// finishedRun is a testRun with one scenario that has already finished.
+func finishedRun(width int) *testRun {
+	t := &testRun{cfg: Config{StderrTTY: width > 0, TermWidth: width}}
+	sc := &scenarioRun{t: t, cfg: &Scenario{Name: "a-scenario-with-a-rather-long-name", Executor: ExecPerVUIterations, VUs: 1, Iterations: 1, MaxDuration: time.Minute}}
+	sc.startedAt = time.Now().Add(-2 * time.Second)
+	sc.started.Store(true)
+	sc.ranFor.Store(int64(1500 * time.Millisecond))
+	sc.finished.Store(true)
+	t.scenarios = []*scenarioRun{sc}
+	return t
+}
+
+func TestProgress_FinishedScenarioStopsItsClock(t *testing.T) {
+	t.Parallel()
+	tr := finishedRun(0)
+	assert.Equal(t, 1500*time.Millisecond, tr.scenarios[0].elapsed())
+}
+
+func TestProgress_LinesAreCutToTheTerminalWidth(t *testing.T) {
+	t.Parallel()
+	tr := finishedRun(30)
+	var out bytes.Buffer
+	tr.stderr = newStderrWriter(&out, true)
+	for _, l := range newProgress(tr).lines() {
+		assert.LessOrEqual(t, utf8.RuneCountInString(l), 29, l)
+	}
+}
+
+func TestProgress_WithoutATerminalTheFinalBlockPrintsOnce(t *testing.T) {
+	t.Parallel()
+	tr := finishedRun(0)
+	var out syncBuffer
+	tr.stderr = newStderrWriter(&out, false)
+	tr.cfg.ProgressInterval = time.Millisecond
+	p := newProgress(tr)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { p.run(ctx); close(done) }()
+	time.Sleep(30 * time.Millisecond) // many ticks, all with the work done
+	cancel()
+	<-done
+	assert.Equal(t, 1, strings.Count(out.String(), "running ("), out.String())
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}

@@ -1,0 +1,78 @@
+// cascade.js — reproduces a KV stranding cascade, and proves it ends cleanly.
+//
+// One decode worker with two sequence slots serves two prefill workers.
+// Decode saturates at once; every finished prefill then pins its KV while it
+// waits for a decode slot, held blocks fill the prefill pools, the router
+// marks full prefill workers busy and refuses new prefills, and the abort
+// timeout finally gives up the holds that waited too long, which frees the
+// pools for the next wave. The thresholds assert that the cascade happened
+// (holds, aborts) and that nothing leaked: teardown drains the cluster and
+// counts a leak for every block still held, reserved or active and for every
+// hold that did not end.
+//
+// Run:  bin/mocker run scripts/cascade.js
+//   -e DURATION=10s   how long the VUs push
+//   -e VUS=24         concurrent users
+//   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms)
+import mocker from 'k6/x/mocker';
+import { Counter } from 'k6/metrics';
+import exec from 'k6/execution';
+import { sleep } from 'k6';
+
+const leaks = new Counter('mocker_leaks');
+
+const cluster = mocker.cluster({
+  name: 'cascade',
+  engine: 'vllm',
+  router: 'round-robin',
+  prefill: { workers: 2, args: { num_gpu_blocks: 320 } },
+  decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2 } },
+  args: {
+    block_size: 16,
+    speedup_ratio: 10,
+    kv_bytes_per_token: 131072,
+    kv_transfer_bandwidth: 25,
+    kv_transfer_abort_timeout_ms: parseInt(__ENV.ABORT_MS || '1000', 10),
+  },
+  // a worker whose pool (held KV included) is over 85% full is busy: when
+  // every prefill worker is, new requests are refused — the cascade's edge
+  router_options: { busy_threshold: 0.85 },
+});
+
+export const options = {
+  scenarios: {
+    cascade: {
+      executor: 'constant-vus',
+      vus: parseInt(__ENV.VUS || '24', 10),
+      duration: __ENV.DURATION || '10s',
+      gracefulStop: '10s',
+    },
+  },
+  thresholds: {
+    mocker_kv_pins: ['count>0'], // KV was pinned waiting for decode
+    mocker_kv_aborts: ['count>0'], // and some pins ran into the abort timeout
+    'mocker_kv_pin_duration{outcome:aborted}': ['min>0'],
+    mocker_prefill_rejections: ['count>0'], // full prefill pools refused work
+    mocker_leaks: ['count==0'], // nothing stays held after drain
+  },
+};
+
+export default function () {
+  const r = cluster.generate({ prompt_tokens: 1024, max_tokens: 32 });
+  if (r.outcome === 'rejected') {
+    // refused while the prefill pools were full of held KV: back off as a
+    // client would, rather than spin on refusals
+    sleep(0.05);
+  }
+}
+
+export function teardown() {
+  const s = cluster.drain(30000);
+  const open = s.pins - s.pins_released - s.pins_aborted;
+  const stuck = s.held_blocks + s.reserved_blocks + s.active_blocks + open + s.in_flight;
+  console.log(`cascade: ${s.pins} holds, ${s.pins_aborted} aborted, ${s.prefill_rejections} prefills refused, peak ${s.peak_held_blocks} held blocks; after drain: held ${s.held_blocks}, reserved ${s.reserved_blocks}, active ${s.active_blocks}, open holds ${open}`);
+  leaks.add(stuck);
+  if (!s.drained || stuck > 0) {
+    exec.test.fail(`cluster did not drain cleanly: ${JSON.stringify({ drained: s.drained, held: s.held_blocks, reserved: s.reserved_blocks, active: s.active_blocks, open_holds: open })}`);
+  }
+}

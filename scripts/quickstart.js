@@ -1,0 +1,91 @@
+// quickstart.js — a first look at the KV handoff of disaggregated serving.
+//
+// Two vLLM prefill workers hand their prompts' KV to two small decode
+// workers, behind the kv router, while a short ramp of VUs (ramping-vus)
+// comes and goes. Every request pins KV on a prefill worker until a decode
+// worker has room for it; when decode is full, pins last longer, and the
+// ones that wait past the abort timeout are given up. The end-of-test
+// summary shows the latencies, the pins, transfers and aborts, and a
+// "KV handoff" section with the longest holds (prefill → decode).
+//
+// Run:  bin/mocker run scripts/quickstart.js      (what `make run` runs)
+//   -e DURATION=16s   length of the ramp (up, steady, down)
+//   -e VUS=16         peak number of VUs
+//   -e ABORT_MS=1500  kv_transfer_abort_timeout_ms (modeled ms)
+import mocker from 'k6/x/mocker';
+import { check } from 'k6';
+
+const DURATION_MS = millis(__ENV.DURATION || '16s');
+const VUS = parseInt(__ENV.VUS || '16', 10);
+
+const cluster = mocker.cluster({
+  engine: 'vllm',
+  router: 'kv',
+  prefill: { workers: 2, args: { num_gpu_blocks: 1024 } },
+  decode: { workers: 2, args: { num_gpu_blocks: 384, max_num_seqs: 6 } },
+  args: {
+    block_size: 16,
+    speedup_ratio: 10,
+    kv_bytes_per_token: 131072, // 128 KiB per token
+    kv_transfer_bandwidth: 25, // GB/s
+    kv_transfer_abort_timeout_ms: parseInt(__ENV.ABORT_MS || '1500', 10),
+  },
+});
+
+export const options = {
+  scenarios: {
+    ramp: {
+      executor: 'ramping-vus',
+      startVUs: 1,
+      stages: [
+        { duration: `${Math.round(DURATION_MS * 0.35)}ms`, target: VUS },
+        { duration: `${Math.round(DURATION_MS * 0.45)}ms`, target: VUS },
+        { duration: `${Math.round(DURATION_MS * 0.2)}ms`, target: 0 },
+      ],
+      gracefulRampDown: '5s',
+    },
+  },
+  thresholds: {
+    // most requests complete even though decode is the bottleneck
+    mocker_request_failed: ['rate<0.25'],
+    // the handoff happened: KV was pinned and transferred
+    mocker_kv_pins: ['count>0'],
+    'mocker_kv_pin_duration{outcome:transferred}': ['p(50)<1500'],
+    // modeled latencies of the requests that completed
+    'mocker_ttft{outcome:completed}': ['p(95)<1000'],
+    checks: ['rate>0.75'],
+  },
+};
+
+export default function () {
+  const r = cluster.generate({
+    prompt_tokens: 1024,
+    max_tokens: 48,
+    prefix: `user-${__VU % 6}`, // six conversations share their first 512 tokens
+    prefix_tokens: 512,
+  });
+  check(r, {
+    completed: (x) => x.outcome === 'completed',
+    'handed off between two workers': (x) => x.outcome !== 'completed' || x.prefill_worker !== x.decode_worker,
+  });
+}
+
+export function teardown() {
+  const s = cluster.drain(30000);
+  console.log(`drained: ${s.requests} requests, ${s.pins} holds (${s.pins_released} transferred, ${s.pins_aborted} aborted), ${s.held_blocks} blocks still held`);
+}
+
+// millis reads a Go-style duration ("500ms", "15s", "1m30s") as milliseconds.
+function millis(s) {
+  let total = 0;
+  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
+  const unit = { ms: 1, s: 1000, m: 60000, h: 3600000 };
+  let m;
+  let seen = '';
+  while ((m = re.exec(s)) !== null) {
+    total += parseFloat(m[1]) * unit[m[2]];
+    seen += m[0];
+  }
+  if (seen !== s || total <= 0) throw new Error(`duration ${JSON.stringify(s)}: want e.g. 15s or 1m30s`);
+  return total;
+}

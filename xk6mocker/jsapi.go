@@ -1,0 +1,445 @@
+package xk6mocker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/grafana/sobek"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// heldSampleEvery is how often, in wall time, a VU waiting in generate
+// samples mocker_kv_held_blocks.
+const heldSampleEvery = 250 * time.Millisecond
+
+// defaultDrainTimeout is drain()'s wait when the script gives none.
+const defaultDrainTimeout = 30 * time.Second
+
+// jsCluster implements mocker.cluster(config).
+func (inst *instance) jsCluster(call sobek.FunctionCall) sobek.Value {
+	rt := inst.rt
+	if inst.regErr != nil {
+		throw(rt, fmt.Errorf("mocker.cluster: %w", inst.regErr))
+	}
+	raw := map[string]any{}
+	if arg := call.Argument(0); !sobek.IsUndefined(arg) && !sobek.IsNull(arg) {
+		m, ok := arg.Export().(map[string]any)
+		if !ok {
+			throw(rt, fmt.Errorf("mocker.cluster: want a config object such as {engine: 'vllm', disagg: true}, got %s", arg.String()))
+		}
+		raw = m
+	}
+	cfg, err := cluster.ConfigFromMap(raw)
+	if err != nil {
+		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
+	}
+	e, err := inst.run.cluster(cfg)
+	if err != nil {
+		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
+	}
+	return inst.handle(e)
+}
+
+// handle builds the VU's JS object for cluster e.
+func (inst *instance) handle(e *entry) *sobek.Object {
+	rt := inst.rt
+	o := rt.NewObject()
+	must(o.Set("name", e.name))
+	must(o.Set("generate", func(call sobek.FunctionCall) sobek.Value {
+		req, err := parseRequest(call.Argument(0))
+		if err != nil {
+			throw(rt, fmt.Errorf("generate: %w", err))
+		}
+		res := inst.generateBlocking(e, req)
+		inst.emit(e, res)
+		return resultObject(rt, res)
+	}))
+	must(o.Set("generateAsync", func(call sobek.FunctionCall) sobek.Value {
+		p, resolve, reject := rt.NewPromise()
+		req, err := parseRequest(call.Argument(0))
+		if err != nil {
+			must(reject(jsError(rt, fmt.Errorf("generateAsync: %w", err))))
+			return rt.ToValue(p)
+		}
+		ctx := inst.vu.Context()
+		settle := inst.vu.RegisterCallback()
+		go func() {
+			res := e.generate(ctx, req)
+			settle(func() error {
+				inst.emit(e, res)
+				return resolve(resultObject(rt, res))
+			})
+		}()
+		return rt.ToValue(p)
+	}))
+	must(o.Set("stats", func(sobek.FunctionCall) sobek.Value {
+		return statsObject(rt, e.stats(), true, "")
+	}))
+	must(o.Set("drain", func(call sobek.FunctionCall) sobek.Value {
+		timeout := defaultDrainTimeout
+		if arg := call.Argument(0); !sobek.IsUndefined(arg) && !sobek.IsNull(arg) {
+			ms, ok := number(arg.Export())
+			if !ok || ms <= 0 || math.IsInf(ms, 0) {
+				throw(rt, fmt.Errorf("drain: timeoutMs: want a number of milliseconds > 0, got %s", arg.String()))
+			}
+			timeout = time.Duration(ms * float64(time.Millisecond))
+		}
+		ctx, cancel := context.WithTimeout(inst.vu.Context(), timeout)
+		defer cancel()
+		st, err := e.drain(ctx)
+		inst.sampleHeld(e, st.HeldBlocks)
+		msg := ""
+		if err != nil {
+			msg = fmt.Sprintf("drain: in-flight work did not end within %v: %v", timeout, err)
+		}
+		return statsObject(rt, st, err == nil, msg)
+	}))
+	must(o.Set("holds", func(sobek.FunctionCall) sobek.Value {
+		hs := e.holds()
+		out := make([]any, len(hs))
+		for i, h := range hs {
+			out[i] = structObject(rt, reflect.ValueOf(h))
+		}
+		return rt.NewArray(out...)
+	}))
+	return o
+}
+
+// generateBlocking runs req on another goroutine while the VU goroutine
+// waits, sampling the held-blocks gauge as it waits: a saturated cluster
+// is exactly when requests take long and the gauge matters.
+func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Result {
+	ctx := inst.vu.Context()
+	done := make(chan cluster.Result, 1)
+	go func() { done <- e.generate(ctx, req) }()
+	tick := time.NewTicker(heldSampleEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case res := <-done:
+			return res
+		case now := <-tick.C:
+			if e.sampleDue(now, heldSampleEvery) {
+				inst.sampleHeld(e, e.stats().HeldBlocks)
+			}
+		}
+	}
+}
+
+func (inst *instance) sampleHeld(e *entry, held int) {
+	e.lastSample.Store(time.Now().UnixNano())
+	inst.vu.Push(inst.m.held, float64(held), map[string]string{"engine": e.engine, "router": e.router})
+}
+
+// emit pushes one request's samples; it runs on the VU goroutine.
+func (inst *instance) emit(e *entry, res cluster.Result) {
+	e.observe(res)
+	tags := func(kv ...string) map[string]string {
+		m := map[string]string{"engine": e.engine, "router": e.router}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	push := inst.vu.Push
+	m := inst.m
+	outcome := res.Outcome
+	push(m.requests, 1, tags("outcome", outcome))
+	failed := 0.0
+	if outcome != cluster.OutcomeCompleted {
+		failed = 1
+	}
+	push(m.requestFailed, failed, tags())
+	if res.OutputTokens > 0 {
+		push(m.ttft, res.TTFTMs, tags("outcome", outcome))
+	}
+	if res.OutputTokens > 1 {
+		push(m.itl, res.ITLMs, tags("outcome", outcome))
+	}
+	if outcome == cluster.OutcomeCompleted {
+		push(m.e2e, res.E2EMs, tags("outcome", outcome))
+	}
+	if res.Pinned {
+		push(m.pins, 1, tags("role", "prefill"))
+	}
+	if res.PinOutcome != "" {
+		push(m.pinDuration, res.PinMs, tags("role", "prefill", "outcome", res.PinOutcome))
+	}
+	if pinAborted(res) {
+		push(m.aborts, 1, tags("role", "prefill"))
+	}
+	if res.PinOutcome == "transferred" {
+		push(m.transfer, res.TransferMs, tags())
+		push(m.decodeWait, res.DecodeWaitMs, tags("role", "decode"))
+	}
+	if res.PrefillRejected {
+		push(m.prefillRejections, 1, tags("role", "prefill"))
+	}
+	inst.sampleHeld(e, e.stats().HeldBlocks)
+}
+
+// pinAborted reports whether res's hold was given up. A request whose
+// transfer the source aborted is such a hold even when its result came back
+// before the hold's end was recorded (PinOutcome still empty): the count must
+// not depend on that race, while the duration, unknown then, is left out.
+func pinAborted(res cluster.Result) bool {
+	return res.PinOutcome == cluster.OutcomeAborted ||
+		(res.PinOutcome == "" && res.Pinned && res.Outcome == cluster.OutcomeAborted)
+}
+
+// requestKeys are the request object's keys, for error messages.
+var requestKeys = []string{"max_tokens", "prefix", "prefix_tokens", "prompt_tokens", "tokens"}
+
+// parseRequest reads a request object. It rejects what is wrong with the
+// object itself (shape, types, minimums), not what a cluster may refuse.
+func parseRequest(v sobek.Value) (cluster.Request, error) {
+	var req cluster.Request
+	if v == nil || sobek.IsUndefined(v) || sobek.IsNull(v) {
+		return req, errors.New("want a request object such as {prompt_tokens: 512, max_tokens: 32}, got " + valueString(v))
+	}
+	m, ok := v.Export().(map[string]any)
+	if !ok {
+		return req, errors.New("want a request object such as {prompt_tokens: 512, max_tokens: 32}, got " + v.String())
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var err error
+	hasPrompt, hasPrefixTokens := false, false
+	for _, k := range keys {
+		val := m[k]
+		if val == nil { // undefined or null: the default
+			continue
+		}
+		switch k {
+		case "prompt_tokens":
+			req.PromptTokens, err = intField(k, val, 1)
+			hasPrompt = true
+		case "max_tokens":
+			req.MaxTokens, err = intField(k, val, 1)
+		case "prefix_tokens":
+			req.PrefixTokens, err = intField(k, val, 0)
+			hasPrefixTokens = true
+		case "prefix":
+			s, isStr := val.(string)
+			if !isStr {
+				err = fmt.Errorf("prefix: want a string, got %s", describe(val))
+			}
+			req.Prefix = s
+		case "tokens":
+			req.Tokens, err = tokensField(val)
+		default:
+			err = fmt.Errorf("%s: unknown field; valid fields: %s", k, strings.Join(requestKeys, ", "))
+		}
+		if err != nil {
+			return cluster.Request{}, err
+		}
+	}
+	switch {
+	case len(req.Tokens) > 0 && (hasPrompt || req.Prefix != "" || hasPrefixTokens):
+		return cluster.Request{}, errors.New("tokens: give either tokens or prompt_tokens (with prefix, prefix_tokens), not both")
+	case len(req.Tokens) == 0 && !hasPrompt:
+		return cluster.Request{}, errors.New("prompt_tokens: required (an integer ≥ 1), or give tokens")
+	case req.PrefixTokens > req.PromptTokens && len(req.Tokens) == 0:
+		return cluster.Request{}, fmt.Errorf("prefix_tokens: want at most prompt_tokens (%d), got %d", req.PromptTokens, req.PrefixTokens)
+	}
+	return req, nil
+}
+
+func intField(name string, v any, minimum int) (int, error) {
+	f, ok := number(v)
+	if !ok || f != math.Trunc(f) || math.IsInf(f, 0) {
+		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %s", name, minimum, describe(v))
+	}
+	if f < float64(minimum) || f > math.MaxInt32 {
+		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %v", name, minimum, f)
+	}
+	return int(f), nil
+}
+
+func tokensField(v any) ([]uint32, error) {
+	list, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("tokens: want an array of token ids, got %s", describe(v))
+	}
+	if len(list) == 0 {
+		return nil, errors.New("tokens: want at least one token id, got an empty array")
+	}
+	out := make([]uint32, len(list))
+	for i, x := range list {
+		f, ok := number(x)
+		if !ok || f != math.Trunc(f) || f < 0 || f > math.MaxUint32 {
+			return nil, fmt.Errorf("tokens[%d]: want an integer in [0, %d], got %s", i, uint32(math.MaxUint32), describe(x))
+		}
+		out[i] = uint32(f)
+	}
+	return out, nil
+}
+
+// number reads a JS number as exported by sobek (int64 or float64).
+func number(v any) (float64, bool) {
+	switch x := v.(type) {
+	case int64:
+		return float64(x), true
+	case float64:
+		return x, !math.IsNaN(x)
+	case int:
+		return float64(x), true
+	}
+	return 0, false
+}
+
+func describe(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return fmt.Sprintf("string %q", x)
+	case bool:
+		return fmt.Sprintf("boolean %v", x)
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "an array"
+	case int64, float64, int:
+		return fmt.Sprintf("%v", x)
+	}
+	return fmt.Sprintf("%T", v)
+}
+
+func valueString(v sobek.Value) string {
+	if v == nil {
+		return "undefined"
+	}
+	return v.String()
+}
+
+// resultObject turns a Result into the script's snake_case object.
+func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
+	o := rt.NewObject()
+	var errVal any // null when completed
+	if r.Outcome != cluster.OutcomeCompleted {
+		errVal = r.Error
+	}
+	for _, kv := range []struct {
+		k string
+		v any
+	}{
+		{"outcome", r.Outcome},
+		{"error", errVal},
+		{"ttft_ms", r.TTFTMs},
+		{"itl_ms", r.ITLMs},
+		{"e2e_ms", r.E2EMs},
+		{"pin_ms", r.PinMs},
+		{"transfer_ms", r.TransferMs},
+		{"decode_wait_ms", r.DecodeWaitMs},
+		{"output_tokens", r.OutputTokens},
+		{"cached_tokens", r.CachedTokens},
+		{"prefill_worker", r.PrefillWorker},
+		{"decode_worker", r.DecodeWorker},
+		{"transfer_id", float64(r.TransferID)},
+		{"pinned", r.Pinned},
+		{"pin_outcome", r.PinOutcome},
+		{"prefill_rejected", r.PrefillRejected},
+	} {
+		must(o.Set(kv.k, kv.v))
+	}
+	return o
+}
+
+// statsObject turns Stats into the script's snake_case object: every field
+// of cluster.Stats by its JSON name, plus aborts (holds ended by abort, the
+// count mocker_kv_aborts sums) and, for drain, drained and error.
+func statsObject(rt *sobek.Runtime, st cluster.Stats, drained bool, errMsg string) *sobek.Object {
+	o := structObject(rt, reflect.ValueOf(st))
+	must(o.Set("aborts", st.PinsAborted))
+	must(o.Set("drained", drained))
+	if errMsg != "" {
+		must(o.Set("error", errMsg))
+	}
+	return o
+}
+
+// structObject converts a struct to a plain JS object keyed by the fields'
+// JSON names (snake_case when untagged), recursing into structs and slices,
+// so the script sees every field the cluster reports without a hand-kept
+// list.
+func structObject(rt *sobek.Runtime, v reflect.Value) *sobek.Object {
+	o := rt.NewObject()
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := snake(f.Name)
+		if tag, ok := f.Tag.Lookup("json"); ok {
+			n, _, _ := strings.Cut(tag, ",")
+			if n == "-" {
+				continue
+			}
+			if n != "" {
+				name = n
+			}
+		}
+		must(o.Set(name, jsValue(rt, v.Field(i))))
+	}
+	return o
+}
+
+func jsValue(rt *sobek.Runtime, v reflect.Value) any {
+	switch v.Kind() {
+	case reflect.Struct:
+		return structObject(rt, v)
+	case reflect.Slice, reflect.Array:
+		items := make([]any, v.Len())
+		for i := range items {
+			items[i] = jsValue(rt, v.Index(i))
+		}
+		return rt.NewArray(items...)
+	case reflect.Pointer, reflect.Interface:
+		if v.IsNil() {
+			return nil
+		}
+		return jsValue(rt, v.Elem())
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return float64(v.Uint())
+	case reflect.Map:
+		out := rt.NewObject()
+		for _, k := range v.MapKeys() {
+			must(out.Set(fmt.Sprint(k.Interface()), jsValue(rt, v.MapIndex(k))))
+		}
+		return out
+	}
+	return v.Interface()
+}
+
+// snake turns a Go field name into snake_case: HeldBlocks → held_blocks,
+// TTFTMs → ttft_ms.
+func snake(name string) string {
+	rs := []rune(name)
+	var b strings.Builder
+	for i, r := range rs {
+		if unicode.IsUpper(r) {
+			prevLower := i > 0 && (unicode.IsLower(rs[i-1]) || unicode.IsDigit(rs[i-1]))
+			nextLower := i > 0 && i+1 < len(rs) && unicode.IsLower(rs[i+1]) && unicode.IsUpper(rs[i-1])
+			if prevLower || nextLower {
+				b.WriteByte('_')
+			}
+			b.WriteRune(unicode.ToLower(r))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}

@@ -1,0 +1,123 @@
+package xk6mocker
+
+import (
+	"fmt"
+
+	"github.com/grafana/sobek"
+
+	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/harness/metrics"
+)
+
+// ImportPath is the path scripts import the module by.
+const ImportPath = "k6/x/mocker"
+
+func init() {
+	harness.Register(ImportPath, Module{})
+}
+
+// Module is the harness module behind "k6/x/mocker". The package's init
+// registers it; it is exported for harnesses that register modules under
+// another path.
+type Module struct{}
+
+// Metric names, as thresholds refer to them.
+const (
+	MetricRequests         = "mocker_requests"
+	MetricRequestFailed    = "mocker_request_failed"
+	MetricTTFT             = "mocker_ttft"
+	MetricITL              = "mocker_itl"
+	MetricE2E              = "mocker_e2e"
+	MetricKVPins           = "mocker_kv_pins"
+	MetricKVPinDuration    = "mocker_kv_pin_duration"
+	MetricKVAborts         = "mocker_kv_aborts"
+	MetricKVTransfer       = "mocker_kv_transfer_duration"
+	MetricDecodeWait       = "mocker_decode_wait"
+	MetricKVHeldBlocks     = "mocker_kv_held_blocks"
+	MetricPrefillRejection = "mocker_prefill_rejections"
+)
+
+// moduleMetrics are one test run's metric handles.
+type moduleMetrics struct {
+	requests, requestFailed    *metrics.Metric
+	ttft, itl, e2e             *metrics.Metric
+	pins, pinDuration, aborts  *metrics.Metric
+	transfer, decodeWait, held *metrics.Metric
+	prefillRejections          *metrics.Metric
+}
+
+func registerMetrics(reg *metrics.Registry) (moduleMetrics, error) {
+	var err error
+	add := func(name string, t metrics.MetricType, vt metrics.ValueType) *metrics.Metric {
+		if err != nil {
+			return nil
+		}
+		var m *metrics.Metric
+		if m, err = reg.Register(name, t, vt); err != nil {
+			err = fmt.Errorf("registering %s: %w", name, err)
+		}
+		return m
+	}
+	mm := moduleMetrics{
+		requests:          add(MetricRequests, metrics.Counter, metrics.Default),
+		requestFailed:     add(MetricRequestFailed, metrics.Rate, metrics.Default),
+		ttft:              add(MetricTTFT, metrics.Trend, metrics.Time),
+		itl:               add(MetricITL, metrics.Trend, metrics.Time),
+		e2e:               add(MetricE2E, metrics.Trend, metrics.Time),
+		pins:              add(MetricKVPins, metrics.Counter, metrics.Default),
+		pinDuration:       add(MetricKVPinDuration, metrics.Trend, metrics.Time),
+		aborts:            add(MetricKVAborts, metrics.Counter, metrics.Default),
+		transfer:          add(MetricKVTransfer, metrics.Trend, metrics.Time),
+		decodeWait:        add(MetricDecodeWait, metrics.Trend, metrics.Time),
+		held:              add(MetricKVHeldBlocks, metrics.Gauge, metrics.Default),
+		prefillRejections: add(MetricPrefillRejection, metrics.Counter, metrics.Default),
+	}
+	return mm, err
+}
+
+// instance is one VU's view of the module.
+type instance struct {
+	vu     harness.VU
+	rt     *sobek.Runtime
+	run    *run
+	m      moduleMetrics
+	regErr error // a script declared one of our metric names with another type
+}
+
+// NewModuleInstance registers the module's metrics in the run's registry
+// and binds the VU to the run's clusters.
+func (Module) NewModuleInstance(vu harness.VU) harness.ModuleInstance {
+	inst := &instance{vu: vu, rt: vu.Runtime(), run: runFor(vu)}
+	inst.m, inst.regErr = registerMetrics(vu.Registry())
+	return inst
+}
+
+// Exports gives the default export {cluster}; cluster is also a named
+// export.
+func (inst *instance) Exports() harness.Exports {
+	obj := inst.rt.NewObject()
+	must(obj.Set("cluster", inst.jsCluster))
+	return harness.Exports{Default: obj}
+}
+
+// throw raises a JS Error carrying msg, the way the harness's own modules
+// do, so scripts and exit messages read "Error: mocker.cluster: …".
+func throw(rt *sobek.Runtime, err error) {
+	panic(jsError(rt, err))
+}
+
+func jsError(rt *sobek.Runtime, err error) *sobek.Object {
+	obj, cerr := rt.New(rt.Get("Error"), rt.ToValue(err.Error()))
+	if cerr != nil {
+		return rt.NewGoError(err)
+	}
+	return obj
+}
+
+// must panics on errors that only a broken runtime produces (setting a
+// property on a fresh plain object).
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}

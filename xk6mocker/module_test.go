@@ -1,0 +1,353 @@
+package xk6mocker
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/harness"
+)
+
+func TestCluster_ConfigErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, config, second string
+		want                 string
+	}{
+		{name: "pool args out of range", config: `{"prefill":{"workers":1,"args":{"num_gpu_blocks":-1}},"decode":{"workers":1}}`,
+			want: "mocker.cluster: prefill.args.num_gpu_blocks"},
+		{name: "pool size of the wrong type", config: `{"prefill":{"workers":"two"}}`, want: "mocker.cluster: prefill.workers"},
+		{name: "unknown key", config: `{"routr":"kv"}`, want: "mocker.cluster: routr: unknown key"},
+		{name: "unknown engine", config: `{"engine":"trt"}`, want: "mocker.cluster: engine"},
+		{name: "unknown router", config: `{"router":"fancy"}`, want: "mocker.cluster: router"},
+		{name: "cluster-wide args", config: `{"args":{"block_size":"big"}}`, want: "mocker.cluster: args.block_size"},
+		{name: "not an object", config: `"vllm"`, want: "mocker.cluster: want a config object"},
+		{name: "same name, another config", config: `{"name":"x","workers":1}`, second: `{"name":"x","workers":2}`,
+			want: `mocker.cluster: name: a cluster called "x" already exists`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"CONFIG": tc.config}
+			if tc.second != "" {
+				env["SECOND"] = tc.second
+			}
+			res := runScript(t, "config_error.js", env)
+			require.Equal(t, harness.ExitScriptException, res.code, "stderr: %s", res.stderr)
+			assert.Contains(t, res.err.Error(), tc.want)
+			assert.NotContains(t, res.stdout, "KV HANDOFF", "a failed init writes no summary")
+		})
+	}
+}
+
+func TestGenerate_MalformedRequestsThrowNamingTheField(t *testing.T) {
+	cases := []struct{ name, req, want string }{
+		{"prompt_tokens of the wrong type", `{"prompt_tokens":"many"}`, "generate: prompt_tokens: want an integer ≥ 1"},
+		{"prompt_tokens missing", `{"max_tokens":4}`, "generate: prompt_tokens: required"},
+		{"prompt_tokens not an integer", `{"prompt_tokens":1.5}`, "generate: prompt_tokens"},
+		{"prompt_tokens zero", `{"prompt_tokens":0}`, "generate: prompt_tokens: want an integer ≥ 1, got 0"},
+		{"max_tokens negative", `{"prompt_tokens":8,"max_tokens":-2}`, "generate: max_tokens"},
+		{"misspelt field", `{"prompt_tokens":8,"max_token":2}`, "generate: max_token: unknown field"},
+		{"prefix longer than the prompt", `{"prompt_tokens":8,"prefix":"p","prefix_tokens":9}`, "generate: prefix_tokens: want at most prompt_tokens (8)"},
+		{"prefix not a string", `{"prompt_tokens":8,"prefix":3}`, "generate: prefix: want a string"},
+		{"negative token id", `{"tokens":[1,-1]}`, "generate: tokens[1]"},
+		{"tokens and prompt_tokens", `{"tokens":[1,2],"prompt_tokens":2}`, "generate: tokens: give either tokens or prompt_tokens"},
+		{"not an object", `"hello"`, "generate: want a request object"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			res := runScript(t, "request_error.js", map[string]string{"REQ": tc.req})
+			require.Equal(t, harness.ExitScriptException, res.code, "stderr: %s", res.stderr)
+			assert.Contains(t, res.err.Error(), tc.want)
+		})
+	}
+}
+
+// result mirrors the script's result object, with types checked by JSON.
+type result struct {
+	Outcome         string   `json:"outcome"`
+	Error           *string  `json:"error"`
+	TTFTMs          *float64 `json:"ttft_ms"`
+	ITLMs           *float64 `json:"itl_ms"`
+	E2EMs           *float64 `json:"e2e_ms"`
+	PinMs           *float64 `json:"pin_ms"`
+	TransferMs      *float64 `json:"transfer_ms"`
+	DecodeWaitMs    *float64 `json:"decode_wait_ms"`
+	OutputTokens    int      `json:"output_tokens"`
+	CachedTokens    int      `json:"cached_tokens"`
+	PrefillWorker   string   `json:"prefill_worker"`
+	DecodeWorker    string   `json:"decode_worker"`
+	TransferID      *float64 `json:"transfer_id"`
+	Pinned          bool     `json:"pinned"`
+	PinOutcome      string   `json:"pin_outcome"`
+	PrefillRejected bool     `json:"prefill_rejected"`
+}
+
+type statsView struct {
+	Requests       int  `json:"requests"`
+	Completed      int  `json:"completed"`
+	Pins           int  `json:"pins"`
+	PinsReleased   int  `json:"pins_released"`
+	PinsAborted    int  `json:"pins_aborted"`
+	Aborts         *int `json:"aborts"`
+	HeldBlocks     *int `json:"held_blocks"`
+	ReservedBlocks *int `json:"reserved_blocks"`
+	ActiveBlocks   *int `json:"active_blocks"`
+	Drained        bool `json:"drained"`
+	Workers        []struct {
+		Name        string `json:"name"`
+		Role        string `json:"role"`
+		TotalBlocks int    `json:"total_blocks"`
+		FreeBlocks  *int   `json:"free_blocks"`
+	} `json:"workers"`
+}
+
+func TestGenerate_ResultFields(t *testing.T) {
+	res := runScript(t, "results.js", nil)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	var out struct {
+		Disagg, Agg, AggAgain, Explicit, TooLong result
+		Stats, Drained, AggDrained               statsView
+		Holds                                    []map[string]any
+	}
+	dec := json.NewDecoder(strings.NewReader(res.stdout))
+	dec.DisallowUnknownFields()
+	raw := map[string]json.RawMessage{}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw), "stdout: %s", res.stdout)
+	for key, dst := range map[string]any{
+		"disagg": &out.Disagg, "agg": &out.Agg, "agg_again": &out.AggAgain, "explicit": &out.Explicit, "too_long": &out.TooLong,
+		"stats": &out.Stats, "drained": &out.Drained, "agg_drained": &out.AggDrained, "holds": &out.Holds,
+	} {
+		require.Containsf(t, raw, key, "setup data lacks %s", key)
+		require.NoErrorf(t, json.Unmarshal(raw[key], dst), "%s: %s", key, raw[key])
+	}
+
+	t.Run("every result has every field with its type", func(t *testing.T) {
+		for _, r := range []result{out.Disagg, out.Agg, out.AggAgain, out.Explicit, out.TooLong} {
+			for name, p := range map[string]*float64{"ttft_ms": r.TTFTMs, "itl_ms": r.ITLMs, "e2e_ms": r.E2EMs, "pin_ms": r.PinMs,
+				"transfer_ms": r.TransferMs, "decode_wait_ms": r.DecodeWaitMs, "transfer_id": r.TransferID} {
+				require.NotNilf(t, p, "%s missing from %+v", name, r)
+				assert.GreaterOrEqualf(t, *p, 0.0, "%s", name)
+			}
+		}
+	})
+	t.Run("disaggregated request hands off between two workers", func(t *testing.T) {
+		r := out.Disagg
+		require.Equal(t, "completed", r.Outcome, "error: %v", r.Error)
+		assert.Nil(t, r.Error, "a completed request has a null error")
+		assert.True(t, strings.HasPrefix(r.PrefillWorker, "prefill-"), r.PrefillWorker)
+		assert.True(t, strings.HasPrefix(r.DecodeWorker, "decode-"), r.DecodeWorker)
+		assert.NotEqual(t, r.PrefillWorker, r.DecodeWorker)
+		assert.Greater(t, *r.TransferID, 0.0)
+		assert.True(t, r.Pinned)
+		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.Greater(t, *r.TransferMs, 0.0, "kv_bytes_per_token and bandwidth give the transfer a modeled time")
+		assert.Greater(t, *r.TTFTMs, 0.0)
+		assert.LessOrEqual(t, *r.TTFTMs, *r.E2EMs)
+		assert.Equal(t, 8, r.OutputTokens)
+	})
+	t.Run("aggregated request stays on one worker without a transfer", func(t *testing.T) {
+		for _, r := range []result{out.Agg, out.AggAgain} {
+			require.Equal(t, "completed", r.Outcome, "error: %v", r.Error)
+			assert.Equal(t, r.PrefillWorker, r.DecodeWorker)
+			assert.NotEmpty(t, r.PrefillWorker)
+			assert.Zero(t, *r.TransferID)
+			assert.False(t, r.Pinned)
+			assert.Empty(t, r.PinOutcome)
+			assert.LessOrEqual(t, *r.TTFTMs, *r.E2EMs)
+			assert.Equal(t, 8, r.OutputTokens)
+		}
+		assert.Zero(t, out.Agg.CachedTokens, "the first request finds an empty cache")
+		assert.GreaterOrEqual(t, out.AggAgain.CachedTokens, 112, "the same prefix is served from the cache (whole blocks of 128 tokens)")
+		assert.LessOrEqual(t, out.AggAgain.CachedTokens, 128, "only the shared prefix can be cached")
+	})
+	t.Run("explicit tokens", func(t *testing.T) {
+		assert.Equal(t, "completed", out.Explicit.Outcome)
+		assert.Equal(t, 2, out.Explicit.OutputTokens)
+	})
+	t.Run("a request the cluster cannot serve is rejected, not thrown", func(t *testing.T) {
+		assert.Equal(t, "rejected", out.TooLong.Outcome)
+		require.NotNil(t, out.TooLong.Error)
+		assert.NotEmpty(t, *out.TooLong.Error)
+	})
+	t.Run("stats and drain", func(t *testing.T) {
+		assert.Equal(t, 1, out.Stats.Requests)
+		assert.Equal(t, 1, out.Stats.Pins)
+		require.NotNil(t, out.Stats.Aborts)
+		require.Len(t, out.Stats.Workers, 4)
+		for _, w := range out.Stats.Workers {
+			assert.Contains(t, []string{"prefill", "decode"}, w.Role, w.Name)
+			assert.Positive(t, w.TotalBlocks)
+			require.NotNil(t, w.FreeBlocks)
+		}
+		for _, s := range []statsView{out.Drained, out.AggDrained} {
+			assert.True(t, s.Drained)
+			require.NotNil(t, s.HeldBlocks)
+			require.NotNil(t, s.ReservedBlocks)
+			require.NotNil(t, s.ActiveBlocks)
+			assert.Zero(t, *s.HeldBlocks)
+			assert.Zero(t, *s.ReservedBlocks)
+			assert.Zero(t, *s.ActiveBlocks)
+		}
+		assert.Equal(t, out.Drained.Pins, out.Drained.PinsReleased+out.Drained.PinsAborted)
+		assert.Equal(t, 4, out.AggDrained.Requests)
+	})
+	t.Run("holds name both ends", func(t *testing.T) {
+		require.Len(t, out.Holds, 1)
+		h := out.Holds[0]
+		assert.Equal(t, out.Disagg.PrefillWorker, h["prefill_worker"])
+		assert.Equal(t, out.Disagg.DecodeWorker, h["decode_worker"])
+		assert.Equal(t, *out.Disagg.TransferID, h["transfer_id"])
+		assert.Equal(t, "transferred", h["outcome"])
+	})
+}
+
+// point is one NDJSON sample.
+type point struct {
+	Type   string `json:"type"`
+	Metric string `json:"metric"`
+	Data   struct {
+		Value float64           `json:"value"`
+		Tags  map[string]string `json:"tags"`
+	} `json:"data"`
+}
+
+func readPoints(t *testing.T, path string) map[string][]point {
+	t.Helper()
+	f, err := os.Open(path)
+	require.NoError(t, err)
+	defer f.Close()
+	out := map[string][]point{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var p point
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &p), sc.Text())
+		if p.Type == "Point" {
+			out[p.Metric] = append(out[p.Metric], p)
+		}
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+func TestMetrics_EmittedWithTags(t *testing.T) {
+	const iterations = 30
+	path := filepath.Join(t.TempDir(), "out.ndjson")
+	res := runScript(t, "metrics.js", map[string]string{"ITERATIONS": "30"}, "json="+path)
+	require.Equal(t, 0, res.code, "its thresholds need aborts; stderr: %s\n%s", res.stderr, res.stdout)
+	pts := readPoints(t, path)
+
+	for _, name := range []string{MetricRequests, MetricRequestFailed, MetricTTFT, MetricITL, MetricE2E, MetricKVPins,
+		MetricKVPinDuration, MetricKVAborts, MetricKVTransfer, MetricDecodeWait, MetricKVHeldBlocks} {
+		require.NotEmptyf(t, pts[name], "no samples of %s", name)
+		for _, p := range pts[name] {
+			assert.Equalf(t, "vllm", p.Data.Tags["engine"], "%s tags %v", name, p.Data.Tags)
+			assert.Equalf(t, "round-robin", p.Data.Tags["router"], "%s tags %v", name, p.Data.Tags)
+		}
+	}
+	total, failed := 0.0, 0.0
+	for _, p := range pts[MetricRequests] {
+		assert.Contains(t, []string{"completed", "aborted", "rejected", "error"}, p.Data.Tags["outcome"])
+		total += p.Data.Value
+	}
+	assert.Equal(t, float64(iterations), total, "one mocker_requests sample per request")
+	for _, p := range pts[MetricRequestFailed] {
+		failed += p.Data.Value
+	}
+	require.Len(t, pts[MetricRequestFailed], iterations)
+	outcomes := map[string]float64{}
+	for _, p := range pts[MetricKVPinDuration] {
+		assert.Equal(t, "prefill", p.Data.Tags["role"])
+		outcomes[p.Data.Tags["outcome"]]++
+	}
+	assert.Positive(t, outcomes["transferred"], "some holds transferred")
+	assert.Positive(t, outcomes["aborted"], "some holds aborted")
+	assert.Len(t, outcomes, 2, "hold outcomes are transferred or aborted: %v", outcomes)
+	aborts := 0.0
+	for _, p := range pts[MetricKVAborts] {
+		assert.Equal(t, "prefill", p.Data.Tags["role"])
+		aborts += p.Data.Value
+	}
+	assert.GreaterOrEqual(t, aborts, outcomes["aborted"], "every aborted hold with a duration is counted")
+	assert.Equal(t, aborts, failed, "in this cluster only aborts fail requests")
+	for _, p := range pts[MetricKVPins] {
+		assert.Equal(t, "prefill", p.Data.Tags["role"])
+	}
+	for _, p := range pts[MetricDecodeWait] {
+		assert.Equal(t, "decode", p.Data.Tags["role"])
+	}
+	for _, p := range pts[MetricTTFT] {
+		assert.NotEqual(t, "rejected", p.Data.Tags["outcome"], "no TTFT without a first token")
+	}
+	for _, p := range pts[MetricE2E] {
+		assert.Equal(t, "completed", p.Data.Tags["outcome"])
+	}
+	maxHeld := 0.0
+	for _, p := range pts[MetricKVHeldBlocks] {
+		assert.GreaterOrEqual(t, p.Data.Value, 0.0)
+		maxHeld = max(maxHeld, p.Data.Value)
+	}
+	assert.Positive(t, maxHeld, "held blocks were sampled while holds lasted")
+	require.Len(t, res.clusters, 1)
+	assert.Equal(t, uint64(iterations), res.clusters[0].stats.Requests)
+	assert.Equal(t, res.clusters[0].stats.PinsAborted, uint64(aborts), "metric and cluster agree on aborts")
+}
+
+func TestMetrics_ThresholdsWithoutSamples(t *testing.T) {
+	res := runScript(t, "unsampled.js", nil)
+	require.Equal(t, 0, res.code, "thresholds on unsampled mocker metrics parse and pass; stderr: %s\n%s", res.stderr, res.stdout)
+	assert.Contains(t, res.stdout, "mocker_kv_aborts")
+}
+
+func TestGenerateAsync_Resolves(t *testing.T) {
+	res := runScript(t, "async.js", nil)
+	require.Equal(t, 0, res.code, "stderr: %s\n%s", res.stderr, res.stdout)
+	require.Len(t, res.clusters, 1)
+	assert.Equal(t, uint64(16), res.clusters[0].stats.Completed)
+}
+
+func TestDrain_LeavesNothingHeld(t *testing.T) {
+	res := runScript(t, "drain.js", nil)
+	require.Equal(t, 0, res.code, "teardown's drain left work behind; stderr: %s\n%s", res.stderr, res.stdout)
+	require.Len(t, res.clusters, 1)
+	st := res.clusters[0].stats
+	assert.Zero(t, st.HeldBlocks)
+	assert.Zero(t, st.ReservedBlocks)
+	assert.Zero(t, st.ActiveBlocks)
+	assert.Equal(t, st.Pins, st.PinsReleased+st.PinsAborted)
+	assert.Equal(t, uint64(12), st.Requests)
+}
+
+func TestSummary_KVHandoffSection(t *testing.T) {
+	t.Run("after a run that used a cluster", func(t *testing.T) {
+		res := runScript(t, "metrics.js", map[string]string{"ITERATIONS": "18"})
+		require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+		out := res.stdout
+		require.Contains(t, out, `█ KV HANDOFF  cluster "metrics": vllm, router round-robin, 2 prefill / 1 decode`)
+		for _, want := range []string{"holds started", "released", "aborted", "hold duration", "peak held blocks", "prefill refusals", "longest holds (prefill → decode)"} {
+			assert.Contains(t, out, want)
+		}
+		st := res.clusters[0].stats
+		assert.Regexp(t, `holds started\.+: `+itoa(st.Pins)+`\n`, out)
+		assert.Regexp(t, `aborted\.+: `+itoa(st.PinsAborted)+`\n`, out)
+		assert.Regexp(t, `prefill-\d +→ decode-0 +\S+ +(aborted|transferred) +transfer \d+`, out)
+		assert.Less(t, strings.Index(out, "█ METRICS"), strings.Index(out, "█ KV HANDOFF"), "the section follows the metrics")
+	})
+	t.Run("not after a run without a cluster", func(t *testing.T) {
+		res := runScript(t, "no_cluster.js", nil)
+		require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+		assert.Contains(t, res.stdout, "█ METRICS")
+		assert.NotContains(t, res.stdout, "KV HANDOFF")
+		assert.Empty(t, res.clusters)
+	})
+}
+
+func itoa(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

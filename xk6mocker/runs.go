@@ -1,0 +1,241 @@
+package xk6mocker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/harness/metrics"
+)
+
+// Clusters live as long as their test run: "process-wide" for a script
+// means shared by every VU of the run, while two runs in one process (tests)
+// never see each other's clusters, counters or summary sections.
+var (
+	runsMu sync.Mutex
+	runs   = map[uint64]*run{} // by harness run ID
+	// closing counts runs whose clusters are not closed yet.
+	closing sync.WaitGroup
+	// beforeClose, when set (tests), sees every cluster right before it is
+	// closed at the end of its run.
+	beforeClose func(name string, c *cluster.Cluster)
+)
+
+// run holds the clusters of one test run.
+type run struct {
+	mu       sync.Mutex
+	clusters map[string]*entry
+	done     bool
+}
+
+// runFor returns the run vu belongs to, creating it for the run's first VU.
+// The harness calls the run's end hook after teardown and the summary (also
+// when the run was aborted or interrupted), which is when its clusters are
+// closed; the run's "KV handoff" summary section lists only its clusters.
+func runFor(vu harness.VU) *run {
+	rc := vu.Run()
+	id := rc.ID()
+	runsMu.Lock()
+	defer runsMu.Unlock()
+	if r, ok := runs[id]; ok {
+		return r
+	}
+	r := &run{clusters: map[string]*entry{}}
+	runs[id] = r
+	closing.Add(1)
+	rc.AddSummarySection(r.writeSummary)
+	rc.OnEnd(func() {
+		defer closing.Done()
+		runsMu.Lock()
+		delete(runs, id)
+		runsMu.Unlock()
+		r.finish()
+	})
+	return r
+}
+
+// finish closes the run's clusters.
+func (r *run) finish() {
+	r.mu.Lock()
+	r.done = true
+	list := r.sortedEntries()
+	r.mu.Unlock()
+	for _, e := range list {
+		e.close()
+	}
+}
+
+func (r *run) sortedEntries() []*entry {
+	out := make([]*entry, 0, len(r.clusters))
+	for _, e := range r.clusters {
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// cluster returns the run's cluster called cfg.Name, building it on first
+// use.
+func (r *run) cluster(cfg cluster.Config) (*entry, error) {
+	name := cfg.Name
+	if name == "" {
+		name = cluster.DefaultName
+		cfg.Name = name
+	}
+	fp, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("encoding the config: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done {
+		return nil, errors.New("the test run has ended")
+	}
+	if e, ok := r.clusters[name]; ok {
+		if e.fingerprint != string(fp) {
+			return nil, fmt.Errorf("name: a cluster called %q already exists with another config; give this one another name, or the same config", name)
+		}
+		return e, nil
+	}
+	c, err := cluster.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	e := newEntry(name, c, cfg, string(fp))
+	r.clusters[name] = e
+	return e, nil
+}
+
+// entry is one cluster of a run, with what the plugin learns about it from
+// the requests it sees.
+type entry struct {
+	name, engine, router, topology string
+	fingerprint                    string
+	c                              *cluster.Cluster
+
+	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
+
+	mu       sync.Mutex
+	closed   bool
+	pinHist  metrics.Histogram // hold durations seen in results
+	final    cluster.Stats     // at close
+	finalHld []cluster.Hold
+}
+
+func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, fp string) *entry {
+	e := &entry{name: name, c: c, fingerprint: fp, engine: cfg.Engine, router: cfg.Router}
+	if e.engine == "" {
+		e.engine = cluster.DefaultEngine
+	}
+	if e.router == "" {
+		e.router = cluster.DefaultRouter
+	}
+	e.topology = topology(cfg)
+	return e
+}
+
+func topology(cfg cluster.Config) string {
+	if cfg.Disagg {
+		p, d := max(cfg.Prefill.Workers, 1), max(cfg.Decode.Workers, 1)
+		return fmt.Sprintf("%d prefill / %d decode", p, d)
+	}
+	w := cfg.Workers
+	if w == 0 {
+		w = cluster.DefaultWorkers
+	}
+	return fmt.Sprintf("%d aggregated", w)
+}
+
+// generate runs one request; after the run ended it fails cleanly.
+func (e *entry) generate(ctx context.Context, req cluster.Request) cluster.Result {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return cluster.Result{Outcome: cluster.OutcomeError, Error: "cluster " + e.name + " is closed: the test run has ended"}
+	}
+	return e.c.Generate(ctx, req)
+}
+
+// observe keeps what the summary needs from one result.
+func (e *entry) observe(res cluster.Result) {
+	if res.PinOutcome == "" {
+		return
+	}
+	e.mu.Lock()
+	e.pinHist.Add(res.PinMs)
+	e.mu.Unlock()
+}
+
+func (e *entry) stats() cluster.Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return e.final
+	}
+	return e.c.Stats()
+}
+
+func (e *entry) holds() []cluster.Hold {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return e.finalHld
+	}
+	return e.c.Holds()
+}
+
+// drain waits for the cluster's in-flight work to end.
+func (e *entry) drain(ctx context.Context) (cluster.Stats, error) {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return e.stats(), nil
+	}
+	return e.c.Drain(ctx)
+}
+
+// sampleDue reports whether a periodic held-blocks sample is due, claiming
+// it; every VU waiting on the cluster shares one period.
+func (e *entry) sampleDue(now time.Time, every time.Duration) bool {
+	last := e.lastSample.Load()
+	if now.UnixNano()-last < int64(every) {
+		return false
+	}
+	return e.lastSample.CompareAndSwap(last, now.UnixNano())
+}
+
+// close snapshots the cluster for the summary and stops it.
+func (e *entry) close() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return
+	}
+	if beforeClose != nil {
+		beforeClose(e.name, e.c)
+	}
+	e.final = e.c.Stats()
+	e.finalHld = e.c.Holds()
+	_ = e.c.Close() // the run is over: nobody is left to tell
+	e.closed = true
+}
+
+// pinPercentiles returns the hold-duration statistics seen so far.
+func (e *entry) pinSummary() (count uint64, avg, p50, p90, p99, maxMs float64) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	h := &e.pinHist
+	if h.Count() == 0 {
+		return 0, 0, 0, 0, 0, 0
+	}
+	return h.Count(), h.Avg(), h.Percentile(50), h.Percentile(90), h.Percentile(99), h.Max()
+}

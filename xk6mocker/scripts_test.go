@@ -1,0 +1,142 @@
+package xk6mocker
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scriptRuns are the short settings each scenario in scripts/ runs with
+// here, one entry per run; a script missing from the map still runs, with
+// its defaults, so a new script cannot go untested.
+var scriptRuns = map[string][]map[string]string{
+	"quickstart.js": {{"DURATION": "4s", "VUS": "8"}},
+	"pressure.js":   {{"DURATION": "4s", "START_RATE": "5", "PEAK_RATE": "30"}},
+	"cascade.js":    {{"DURATION": "3s", "VUS": "16"}},
+	"router-matrix.js": {
+		{"DURATION": "2s", "RATE": "15", "ROUTER": "round-robin", "ENGINE": "vllm"},
+		{"DURATION": "2s", "RATE": "15", "ROUTER": "kv", "ENGINE": "vllm"},
+		{"DURATION": "2s", "RATE": "15", "ROUTER": "least-loaded", "ENGINE": "vllm"},
+		{"DURATION": "2s", "RATE": "15", "ROUTER": "random", "ENGINE": "vllm"},
+		{"DURATION": "2s", "RATE": "15", "ROUTER": "kv", "ENGINE": "sglang"},
+	},
+}
+
+// sglangMissing is how the cluster refuses the sglang engine until its
+// scheduler model exists.
+const sglangMissing = `only "vllm" is implemented`
+
+// TestScripts_PassTheirThresholds runs every script in scripts/ through the
+// mocker binary with short settings and expects exit code 0: each one's
+// thresholds hold (cascade.js's assert that holds and aborts happen and that
+// nothing leaks after drain).
+func TestScripts_PassTheirThresholds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the mocker binary and runs every scenario script")
+	}
+	root, err := filepath.Abs("..")
+	require.NoError(t, err)
+	scripts, err := filepath.Glob(filepath.Join(root, "scripts", "*.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, scripts, "no scripts in %s/scripts", root)
+	sort.Strings(scripts)
+
+	bin := filepath.Join(t.TempDir(), "mocker")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/mocker")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "building the mocker binary: %s", out)
+
+	for _, script := range scripts {
+		base := filepath.Base(script)
+		runs := scriptRuns[base]
+		if runs == nil {
+			runs = []map[string]string{nil}
+		}
+		for _, env := range runs {
+			name := base
+			if env["ROUTER"] != "" {
+				name += "/" + env["ENGINE"] + "-" + env["ROUTER"]
+			}
+			t.Run(name, func(t *testing.T) {
+				args := []string{"run", "-q", "--no-color"}
+				keys := make([]string, 0, len(env))
+				for k := range env {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					args = append(args, "-e", k+"="+env[k])
+				}
+				cmd := exec.Command(bin, append(args, script)...)
+				cmd.Dir = root
+				var stdout, stderr bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &stdout, &stderr
+				err := cmd.Run()
+				code := 0
+				var ee *exec.ExitError
+				if errors.As(err, &ee) {
+					code = ee.ExitCode()
+				} else {
+					require.NoError(t, err)
+				}
+				if env["ENGINE"] == "sglang" && code == 107 && strings.Contains(stderr.String(), sglangMissing) {
+					t.Skipf("the cluster does not accept engine sglang yet: %s", strings.TrimSpace(stderr.String()))
+				}
+				require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+				assert.Contains(t, stdout.String(), "█ KV HANDOFF")
+				assert.NotContains(t, stdout.String(), "✗ '", "a threshold was crossed")
+			})
+		}
+	}
+}
+
+// TestScripts_StartWithUsage keeps every script's opening comment honest:
+// it says how to run the script and names each -e variable it reads.
+func TestScripts_StartWithUsage(t *testing.T) {
+	scripts, err := filepath.Glob(filepath.Join("..", "scripts", "*.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, scripts)
+	for _, script := range scripts {
+		src, err := os.ReadFile(script)
+		require.NoError(t, err)
+		text := string(src)
+		require.Truef(t, strings.HasPrefix(text, "// "+filepath.Base(script)), "%s starts with a comment naming it", script)
+		header, _, _ := strings.Cut(text, "\nimport ")
+		assert.Containsf(t, header, "bin/mocker run", "%s says how to run it", script)
+		for _, v := range envVars(text) {
+			assert.Containsf(t, header, "-e "+v+"=", "%s documents -e %s in its header", script, v)
+		}
+	}
+}
+
+// envVars lists the __ENV.NAME references of a script.
+func envVars(src string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for rest := src; ; {
+		i := strings.Index(rest, "__ENV.")
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len("__ENV."):]
+		j := 0
+		for j < len(rest) && (rest[j] == '_' || rest[j] >= 'A' && rest[j] <= 'Z' || rest[j] >= '0' && rest[j] <= '9') {
+			j++
+		}
+		if name := rest[:j]; name != "" && !seen[name] {
+			seen[name] = true
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
