@@ -191,3 +191,38 @@ func TestCLI_ProgressGoesToStderrUnlessQuiet(t *testing.T) {
 	_, _, stderr = runBinary(t, nil, "run", "-q", "ok.js")
 	assert.False(t, strings.Contains(stderr, "running ("))
 }
+
+func TestCLI_BannerGoesToStderrBeforeTheProgressUnlessQuiet(t *testing.T) {
+	t.Parallel()
+	samples := filepath.Join(t.TempDir(), "samples.json")
+	code, stdout, stderr := runBinary(t, nil, "run", "-o", "json="+samples, "ok.js")
+	require.Equal(t, ExitOK, code, stderr)
+	for _, want := range []string{
+		"script: ok.js\n",
+		"output: json (" + samples + ")\n",
+		"scenarios: 1 scenario, 2 max VUs, 10m30s max duration (incl. graceful stop):\n",
+		"* default: 4 iterations shared among 2 VUs (maxDuration: 10m, gracefulStop: 30s)\n",
+	} {
+		assert.Contains(t, stderr, want)
+	}
+	assert.Less(t, strings.Index(stderr, "scenarios:"), strings.Index(stderr, "running ("), "the banner comes before the test starts")
+	assert.Equal(t, 1, strings.Count(stderr, "scenarios:"), "one banner")
+	assert.NotContains(t, stdout, "scenarios:", "stdout holds the summary only")
+	assert.NotContains(t, stdout, "script:")
+
+	for _, quiet := range []string{"-q", "--quiet"} {
+		code, stdout, stderr = runBinary(t, nil, "run", quiet, "ok.js")
+		require.Equal(t, ExitOK, code, stderr)
+		assert.NotContains(t, stderr, "scenarios:", quiet)
+		assert.NotContains(t, stderr, "script:", quiet)
+		assert.NotContains(t, stdout, "scenarios:", quiet)
+	}
+}
+
+func TestCLI_NonTerminalStderrHasNoEscapeCodes(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runBinary(t, nil, "run", "default_exception.js")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.NotContains(t, stderr, "\x1b[", "stderr is a pipe here")
+	assert.NotContains(t, stdout, "\x1b[", "stdout is a pipe here")
+}

@@ -27,6 +27,14 @@
 // failed init) and AddSummarySection for text-summary sections about this
 // run only. RegisterSummaryHook adds process-wide sections.
 //
+// On Config.Stderr, unless Config.Quiet, Run prints a start banner (the
+// script, the outputs and one line per scenario, worded as k6 words them)
+// before the VUs are initialised, then a progress display: redrawn in place
+// on a terminal, periodic plain lines without escape codes otherwise. Logs
+// (console.*, iteration exceptions, warnings) go to the same writer as
+// k6-style lines, `INFO[0003] message  key=value`, above the progress
+// display; stdout holds only the summary.
+//
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
 // teardown still runs with its own timeout, the summary is written, and the

@@ -21,6 +21,7 @@ type scenarioRun struct {
 	startedAt  time.Time
 	started    atomic.Bool
 	finished   atomic.Bool
+	stopped    atomic.Bool  // finished because the test was cancelled
 	ranFor     atomic.Int64 // nanoseconds from start to finish, once finished
 	iterInTest atomic.Int64
 	completed  atomic.Int64
@@ -46,13 +47,17 @@ func (s *scenarioRun) progress() float64 {
 	if s.finished.Load() {
 		return 1
 	}
+	return s.share()
+}
+
+// share is the part of the planned work done: iterations for the
+// iteration executors, time for the others. Unlike progress it stays below
+// 1 for a scenario the test stopped early.
+func (s *scenarioRun) share() float64 {
 	var p float64
-	switch s.cfg.Executor {
-	case ExecSharedIterations:
-		p = float64(s.completed.Load()) / float64(s.cfg.Iterations)
-	case ExecPerVUIterations:
-		p = float64(s.completed.Load()) / float64(s.cfg.Iterations*s.cfg.VUs)
-	default:
+	if planned := s.cfg.plannedIterations(); planned > 0 {
+		p = float64(s.completed.Load()) / float64(planned)
+	} else {
 		p = float64(s.elapsed()) / float64(s.cfg.totalDuration())
 	}
 	return math.Min(1, math.Max(0, p))
@@ -65,6 +70,7 @@ func (s *scenarioRun) run(ctx context.Context) {
 		if s.started.Load() {
 			s.ranFor.Store(int64(time.Since(s.startedAt)))
 		}
+		s.stopped.Store(ctx.Err() != nil)
 		s.finished.Store(true)
 	}()
 	if s.cfg.StartTime > 0 {
@@ -399,6 +405,9 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 	for {
 		off, ok := sched.next()
 		if !ok {
+			// No start is left in the plan (the rate ramps down to 0): the
+			// scenario still lasts its planned duration, as in k6.
+			<-regular.Done()
 			break
 		}
 		if wait := time.Until(s.startedAt.Add(off)); wait > 0 {

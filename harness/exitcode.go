@@ -13,6 +13,11 @@ const (
 	// ExitThresholdsFailed means at least one threshold was crossed, either at
 	// the end of the test or earlier by an abortOnFail threshold.
 	ExitThresholdsFailed = 99
+	// ExitSetupTimeout means setup() did not return within setupTimeout.
+	ExitSetupTimeout = 100
+	// ExitTeardownTimeout means teardown() did not return within
+	// teardownTimeout.
+	ExitTeardownTimeout = 101
 	// ExitInvalidConfig means the options, scenarios or thresholds are invalid.
 	ExitInvalidConfig = 104
 	// ExitExternalAbort means the run was stopped from outside: the context
@@ -20,7 +25,8 @@ const (
 	// Teardown and the summary still ran.
 	ExitExternalAbort = 105
 	// ExitScriptException means the script threw outside an iteration: while
-	// loading (init context), in setup, teardown or handleSummary.
+	// loading (init context), in setup or in teardown. (A handleSummary that
+	// throws is logged and the default summary printed instead, as in k6.)
 	ExitScriptException = 107
 	// ExitScriptAborted means the script called exec.test.abort().
 	ExitScriptAborted = 108

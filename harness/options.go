@@ -712,6 +712,18 @@ func (sc *Scenario) initialVUs() int64 {
 	return sc.maxVUs()
 }
 
+// plannedIterations is the number of iterations an iteration executor
+// is to run; 0 for the executors that run for a duration.
+func (sc *Scenario) plannedIterations() int64 {
+	switch sc.Executor {
+	case ExecSharedIterations:
+		return sc.Iterations
+	case ExecPerVUIterations:
+		return sc.Iterations * sc.VUs
+	}
+	return 0
+}
+
 // totalDuration is the scenario's regular duration (without gracefulStop).
 func (sc *Scenario) totalDuration() time.Duration {
 	switch sc.Executor {

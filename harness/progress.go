@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"strings"
 	"sync"
 	"time"
@@ -166,38 +167,90 @@ func (p *progress) allDone() bool {
 func (p *progress) lines() []string {
 	t := p.t
 	out := []string{fmt.Sprintf("running (%s), %d/%d VUs, %d complete and %d interrupted iterations",
-		fmtDur(t.elapsed()), t.vusActive.Load(), t.vusInitialized.Load(),
+		clock(t.elapsed()), t.vusActive.Load(), t.vusInitialized.Load(),
 		t.iterationsCompleted.Load(), t.iterationsInterrupted.Load())}
-	width := 0
+	rows := make([][]string, 0, len(t.scenarios))
 	for _, s := range t.scenarios {
-		width = max(width, len(s.cfg.Name))
+		rows = append(rows, s.progressCells())
 	}
-	for _, s := range t.scenarios {
-		el := s.elapsed()
-		state := "waiting"
-		switch {
-		case s.finished.Load():
-			state = "done"
-		case s.started.Load():
-			state = "running"
-		}
-		rate := 0.0
-		if el > 0 {
-			rate = float64(s.completed.Load()) / el.Seconds()
-		}
-		line := fmt.Sprintf("%-*s [%3.0f%%] %-7s %s/%s  %d/%d VUs  %d iters  %.1f it/s",
-			width, s.cfg.Name, s.progress()*100, state,
-			fmtDur(min(el, s.cfg.totalDuration())), fmtDur(s.cfg.totalDuration()),
-			s.active.Load(), s.cfg.maxVUs(), s.completed.Load(), rate)
-		if d := s.dropped.Load(); d > 0 {
-			line += fmt.Sprintf("  %d dropped", d)
-		}
-		out = append(out, line)
-	}
+	out = append(out, alignColumns(rows)...)
 	if p.width > 0 {
 		for i, l := range out {
 			out[i] = cut(l, p.width-1)
 		}
+	}
+	return out
+}
+
+// progressCells is one scenario's row of the progress display: name, share
+// done, state, time, VUs, iterations, then the rate and drops once there is
+// something to say.
+func (s *scenarioRun) progressCells() []string {
+	el := s.elapsed()
+	state := "waiting"
+	switch {
+	case s.stopped.Load():
+		state = "stopped"
+	case s.finished.Load():
+		state = "done"
+	case s.started.Load():
+		state = "running"
+	}
+	var when, iters string
+	if planned := s.cfg.plannedIterations(); planned > 0 {
+		// the iteration count is the plan; maxDuration is only a cap
+		when = clock(el)
+		iters = fmt.Sprintf("%d/%d iters", s.completed.Load(), planned)
+	} else {
+		total := clock(s.cfg.totalDuration())
+		when = fmt.Sprintf("%*s/%s", len(total), clock(min(el, s.cfg.totalDuration())), total)
+		iters = fmt.Sprintf("%d iters", s.completed.Load())
+	}
+	// The share is floored so that 100% means all is done; the state is
+	// padded to the longest state so that a lone row does not shift.
+	cells := []string{
+		s.cfg.Name,
+		fmt.Sprintf("[%3.0f%%]", math.Floor(s.share()*100)),
+		fmt.Sprintf("%-7s", state),
+		when,
+		fmt.Sprintf("%d/%d VUs", s.active.Load(), s.cfg.maxVUs()),
+		iters,
+	}
+	// a rate over less than a second of work says little and jumps about
+	if el >= time.Second {
+		cells = append(cells, fmt.Sprintf("%.1f it/s", float64(s.completed.Load())/el.Seconds()))
+	}
+	if d := s.dropped.Load(); d > 0 {
+		cells = append(cells, fmt.Sprintf("%d dropped", d))
+	}
+	return cells
+}
+
+// alignColumns pads every cell to the widest cell of its column, so that
+// the rows of several scenarios read as a table.
+func alignColumns(rows [][]string) []string {
+	var widths []int
+	for _, r := range rows {
+		for i, c := range r {
+			if i == len(widths) {
+				widths = append(widths, 0)
+			}
+			widths[i] = max(widths[i], utf8.RuneCountInString(c))
+		}
+	}
+	out := make([]string, len(rows))
+	for i, r := range rows {
+		var b strings.Builder
+		for j, c := range r {
+			if j > 0 {
+				b.WriteString("  ")
+			}
+			b.WriteString(c)
+			if j < len(r)-1 {
+				b.WriteString(strings.Repeat(" ", widths[j]-utf8.RuneCountInString(c)))
+			}
+		}
+		out[i] = b.String()
 	}
 	return out
 }
@@ -218,9 +271,18 @@ func cut(s string, n int) string {
 	return s
 }
 
-func fmtDur(d time.Duration) string {
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
+// clock writes d to a tenth of a second with a fixed number of digits
+// after the largest unit ("4.2s", "1m05.0s", "1h02m03.0s"), so that a
+// running clock does not make the line jitter.
+func clock(d time.Duration) string {
+	d = max(0, d).Round(100 * time.Millisecond)
+	h, m := d/time.Hour, d%time.Hour/time.Minute
+	sec := float64(d%time.Minute) / float64(time.Second)
+	switch {
+	case h > 0:
+		return fmt.Sprintf("%dh%02dm%04.1fs", h, m, sec)
+	case m > 0:
+		return fmt.Sprintf("%dm%04.1fs", m, sec)
 	}
-	return d.Round(100 * time.Millisecond).String()
+	return fmt.Sprintf("%.1fs", sec)
 }

@@ -190,3 +190,93 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+func TestClock_KeepsItsDigitsAsTimeGoesBy(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		d    time.Duration
+		want string
+	}{
+		{0, "0.0s"},
+		{-time.Second, "0.0s"},
+		{21 * time.Millisecond, "0.0s"},
+		{1250 * time.Millisecond, "1.3s"},
+		{59960 * time.Millisecond, "1m00.0s"},
+		{65 * time.Second, "1m05.0s"},
+		{10 * time.Minute, "10m00.0s"},
+		{time.Hour + 2*time.Minute + 3400*time.Millisecond, "1h02m03.4s"},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.want, clock(tc.d), "%v", tc.d)
+	}
+}
+
+func TestAlignColumns_PadsToTheWidestCellOfEachColumn(t *testing.T) {
+	t.Parallel()
+	got := alignColumns([][]string{
+		{"a", "[ 10%]", "running", "1 iters"},
+		{"longer", "[100%]", "done", "123 iters", "4 dropped"},
+	})
+	assert.Equal(t, []string{
+		"a       [ 10%]  running  1 iters",
+		"longer  [100%]  done     123 iters  4 dropped",
+	}, got)
+}
+
+func TestProgress_IterationScenariosCountIterationsNotTime(t *testing.T) {
+	t.Parallel()
+	tr := finishedRun(0)
+	tr.scenarios[0].completed.Store(1)
+	lines := newProgress(tr).lines()
+	require.Len(t, lines, 2)
+	assert.Contains(t, lines[1], "1/1 iters")
+	assert.Contains(t, lines[1], "[100%]")
+	assert.Contains(t, lines[1], " 1.5s ", "the time it took")
+	assert.NotContains(t, lines[1], "1m", "maxDuration is a cap, not the plan")
+}
+
+// finalBlock runs src with the progress display drawn only once, at the
+// end, and returns that block's lines.
+func finalBlock(t *testing.T, src string) []string {
+	t.Helper()
+	var stderr syncBuffer
+	runScript(t, src, func(c *Config) {
+		c.Quiet, c.Stderr, c.ProgressInterval = false, &stderr, time.Hour
+	})
+	out := stderr.String()
+	i := strings.LastIndex(out, "running (")
+	require.GreaterOrEqual(t, i, 0, "no progress block in:\n%s", out)
+	return strings.Split(strings.TrimSpace(out[i:]), "\n")
+}
+
+func TestProgress_FinalBlockShowsScenariosStoppedByAnAbort(t *testing.T) {
+	t.Parallel()
+	block := finalBlock(t, `
+import exec from 'k6/execution';
+import { sleep } from 'k6';
+export const options = { scenarios: { s: { executor: 'constant-vus', vus: 2, duration: '1m' } } };
+export default function () {
+  if (exec.vu.idInTest === 1 && exec.vu.iterationInScenario === 2) exec.test.abort('enough');
+  sleep(0.01);
+}
+`)
+	require.Len(t, block, 2, strings.Join(block, "\n"))
+	assert.Contains(t, block[0], ", 0/2 VUs,", "the picture is taken after the VUs stopped")
+	assert.Contains(t, block[1], "stopped")
+	assert.NotContains(t, block[1], "[100%]", "an aborted scenario did not do all its work")
+	assert.Contains(t, block[1], "0/2 VUs")
+}
+
+func TestProgress_RampingArrivalRateLastsItsStages(t *testing.T) {
+	t.Parallel()
+	// one start a minute ramping down to none: the plan has one start at
+	// most, yet the scenario lasts its 300 ms as in k6
+	block := finalBlock(t, `
+export const options = { scenarios: { r: { executor: 'ramping-arrival-rate', startRate: 1, timeUnit: '1m',
+  preAllocatedVUs: 1, stages: [{ duration: '300ms', target: 0 }] } } };
+export default function () {}
+`)
+	require.Len(t, block, 2, strings.Join(block, "\n"))
+	assert.Contains(t, block[1], "[100%]  done")
+	assert.Contains(t, block[1], "0.3s/0.3s")
+}

@@ -127,7 +127,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1)}
 	t.stderr = newStderrWriter(cfg.Stderr, cfg.StderrTTY)
-	t.logger = slog.New(slog.NewTextHandler(t.stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t.logger = slog.New(newLogHandler(t.stderr, slog.LevelInfo, t.elapsed))
 	if t.env == nil {
 		t.env = map[string]string{}
 	}
@@ -420,6 +420,9 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		}
 	}()
 
+	if !t.cfg.Quiet {
+		t.writeBanner(t.stderr)
+	}
 	if err := t.initScenarios(ctx); err != nil {
 		return err
 	}
@@ -448,11 +451,14 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	t.gaugeMu.Unlock()
 	scenariosStart := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
+	// The display stops once the scenarios have stopped, not as soon as
+	// the test is cancelled: its last picture shows how they ended.
+	shown, stopShown := context.WithCancel(context.WithoutCancel(ctx))
 	var bgWG sync.WaitGroup
 	bgWG.Go(func() { t.evaluateThresholds(bg) })
 	if !t.cfg.Quiet {
 		p := newProgress(t)
-		bgWG.Go(func() { p.run(bg) })
+		bgWG.Go(func() { p.run(shown) })
 	}
 	var wg sync.WaitGroup
 	for _, s := range t.scenarios {
@@ -463,6 +469,7 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	t.running = false
 	t.gaugeMu.Unlock()
 	stopBG()
+	stopShown()
 	bgWG.Wait()
 	if t.cfg.observeRun != nil {
 		t.cfg.observeRun(time.Since(scenariosStart))
@@ -653,7 +660,7 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 			return exitErrorf(ExitScriptAborted, "test aborted in setup: %s", t.abortReason)
 		}
 		if ctx.Err() == context.DeadlineExceeded {
-			return exitErrorf(100, "setup() did not finish within setupTimeout (%s)", t.opts.SetupTimeout)
+			return exitErrorf(ExitSetupTimeout, "setup() did not finish within setupTimeout (%s)", t.opts.SetupTimeout)
 		}
 		return scriptError("setup", err)
 	}
@@ -677,7 +684,7 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 	defer func() { v0.group = ""; v0.recomputeTags() }()
 	if err := v0.call(fn, v0.callData()); err != nil {
 		if ctx.Err() == context.DeadlineExceeded {
-			return exitErrorf(101, "teardown() did not finish within teardownTimeout (%s)", t.opts.TeardownTimeout)
+			return exitErrorf(ExitTeardownTimeout, "teardown() did not finish within teardownTimeout (%s)", t.opts.TeardownTimeout)
 		}
 		return scriptError("teardown", err)
 	}

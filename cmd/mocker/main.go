@@ -6,6 +6,7 @@
 //
 //	mocker run [flags] script.js   run a k6-style load script (see `mocker run -h`)
 //	mocker version                 print the version
+//	mocker help                    print the usage
 package main
 
 import (
@@ -35,6 +36,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "mocker", versionString())
 		return 0
 	case "help", "-h", "--help":
+		if len(args) > 1 && args[1] == "run" {
+			fmt.Fprint(stdout, runUsage)
+			return 0
+		}
 		usage(stdout)
 		return 0
 	default:
@@ -50,8 +55,9 @@ func usage(w io.Writer) {
 Usage:
   mocker run [flags] script.js   run a k6-style load script against mock workers
   mocker version                 print the version
+  mocker help                    print this help
 
-Run 'mocker run -h' for the run flags.
+Run 'mocker run -h' for the run flags and exit codes.
 `)
 }
 

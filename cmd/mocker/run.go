@@ -26,10 +26,12 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
+// runUsage is `mocker run -h`. TestRunUsage_NamesEveryFlag keeps it in
+// step with the flags runFlags defines.
 const runUsage = `Usage: mocker run [flags] script.js [flags]
 
-Runs a k6-style ES module script. Flags may come before or after the
-script path.
+Runs a k6-style ES module script against mock workers. Flags may come
+before or after the script path; "--" ends the flags.
 
 Flags:
   -u, --vus N                   number of VUs (overrides options.vus)
@@ -42,18 +44,30 @@ Flags:
   -o, --out json=FILE           write every sample to FILE as NDJSON (.gz: gzipped)
       --summary-export FILE     write k6's legacy summary JSON to FILE
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
-  -q, --quiet                   no progress display
-      --no-color                no ANSI colours
+  -q, --quiet                   no start banner and no progress display
+      --no-color                no ANSI colours in the summary
       --no-setup                skip setup()
       --no-teardown             skip teardown()
+  -h, --help                    print this help
 
 SIGINT or SIGTERM stops the scenarios, then teardown and the summary run
 and the exit code is 105; a second signal exits at once.
 
-Exit codes: 0 ok, 99 thresholds crossed, 104 invalid options or output
-path, 105 interrupted by a signal, 107 script exception, 108
-exec.test.abort(), 110 exec.test.fail(), 2 usage error.
+Exit codes:
+  0    the test ran and every threshold passed
+  2    usage error: unknown flag, missing or extra script path
+  99   thresholds were crossed
+  100  setup() did not finish within setupTimeout
+  101  teardown() did not finish within teardownTimeout
+  104  invalid options, thresholds, flag value or output path
+  105  interrupted by SIGINT or SIGTERM
+  107  the script threw in init, setup or teardown
+  108  the script called exec.test.abort()
+  110  the script called exec.test.fail()
 `
+
+// usageHint ends every usage error: short, pointing at the full help.
+const usageHint = "Usage: mocker run [flags] script.js\nRun 'mocker run -h' for the flags and exit codes.\n"
 
 // runCmd implements `mocker run`; args are the arguments after "run".
 func runCmd(args []string) int {
@@ -116,81 +130,90 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdoutTTY, stderrTTY bool, termWidth int) int {
+// runFlags holds the values of the `mocker run` flags.
+type runFlags struct {
+	vus, iterations                                 int64
+	duration, summaryExport, trendStats             string
+	env, outs                                       listFlag
+	quiet, noColor, noSetup, noTeardown, systemEnvs bool
+}
+
+// newRunFlags defines the `mocker run` flags, each under its k6 names
+// (short and long).
+func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	var (
-		vus, iterations                                 int64
-		duration, summaryExport, trendStats             string
-		env, outs                                       listFlag
-		quiet, noColor, noSetup, noTeardown, systemEnvs bool
-	)
+	fs.SetOutput(io.Discard) // errors and help are printed by runWith
+	f := &runFlags{}
 	for _, name := range []string{"u", "vus"} {
-		fs.Int64Var(&vus, name, 0, "")
+		fs.Int64Var(&f.vus, name, 0, "")
 	}
 	for _, name := range []string{"i", "iterations"} {
-		fs.Int64Var(&iterations, name, 0, "")
+		fs.Int64Var(&f.iterations, name, 0, "")
 	}
 	for _, name := range []string{"d", "duration"} {
-		fs.StringVar(&duration, name, "", "")
+		fs.StringVar(&f.duration, name, "", "")
 	}
 	for _, name := range []string{"e", "env"} {
-		fs.Var(&env, name, "")
+		fs.Var(&f.env, name, "")
 	}
 	for _, name := range []string{"o", "out"} {
-		fs.Var(&outs, name, "")
+		fs.Var(&f.outs, name, "")
 	}
 	for _, name := range []string{"q", "quiet"} {
-		fs.BoolVar(&quiet, name, false, "")
+		fs.BoolVar(&f.quiet, name, false, "")
 	}
-	fs.StringVar(&summaryExport, "summary-export", "", "")
-	fs.StringVar(&trendStats, "summary-trend-stats", "", "")
-	fs.BoolVar(&noColor, "no-color", false, "")
-	fs.BoolVar(&noSetup, "no-setup", false, "")
-	fs.BoolVar(&noTeardown, "no-teardown", false, "")
-	fs.BoolVar(&systemEnvs, "include-system-env-vars", true, "")
+	fs.StringVar(&f.summaryExport, "summary-export", "", "")
+	fs.StringVar(&f.trendStats, "summary-trend-stats", "", "")
+	fs.BoolVar(&f.noColor, "no-color", false, "")
+	fs.BoolVar(&f.noSetup, "no-setup", false, "")
+	fs.BoolVar(&f.noTeardown, "no-teardown", false, "")
+	fs.BoolVar(&f.systemEnvs, "include-system-env-vars", true, "")
+	return fs, f
+}
 
+func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdoutTTY, stderrTTY bool, termWidth int) int {
+	fs, f := newRunFlags()
 	rest, err := parseInterspersed(fs, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, runUsage)
 			return 0
 		}
-		fmt.Fprintf(stderr, "mocker run: %v\n\n%s", err, runUsage)
+		fmt.Fprintf(stderr, "mocker run: %v\n%s", err, usageHint)
 		return exitUsage
 	}
 	if len(rest) == 0 {
-		fmt.Fprintf(stderr, "mocker run: missing the script path\n\n%s", runUsage)
+		fmt.Fprintf(stderr, "mocker run: missing the script path (the k6-style .js file to run)\n%s", usageHint)
 		return exitUsage
 	}
 	if len(rest) > 1 {
-		fmt.Fprintf(stderr, "mocker run: one script expected, got %q\n", rest)
+		fmt.Fprintf(stderr, "mocker run: one script expected, got %d: %q\n%s", len(rest), rest, usageHint)
 		return exitUsage
 	}
 
 	cfg := harness.Config{
 		Script:        rest[0],
 		Env:           map[string]string{},
-		Outputs:       outs,
-		SummaryExport: summaryExport,
-		Quiet:         quiet,
-		NoColor:       noColor || !stdoutTTY, // k6 colours only a terminal
+		Outputs:       f.outs,
+		SummaryExport: f.summaryExport,
+		Quiet:         f.quiet,
+		NoColor:       f.noColor || !stdoutTTY, // k6 colours only a terminal
 		Stdout:        stdout,
 		Stderr:        stderr,
 		StdoutTTY:     stdoutTTY,
 		StderrTTY:     stderrTTY,
 		TermWidth:     termWidth,
-		Overrides:     harness.Overrides{NoSetup: noSetup, NoTeardown: noTeardown},
+		Overrides:     harness.Overrides{NoSetup: f.noSetup, NoTeardown: f.noTeardown},
 	}
 	// As in `k6 run`, __ENV starts from the process environment; -e wins.
-	if systemEnvs {
+	if f.systemEnvs {
 		for _, kv := range os.Environ() {
 			if k, v, ok := strings.Cut(kv, "="); ok {
 				cfg.Env[k] = v
 			}
 		}
 	}
-	for _, kv := range env {
+	for _, kv := range f.env {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
 			fmt.Fprintf(stderr, "mocker run: --env %q: want KEY=VALUE\n", kv)
@@ -199,23 +222,23 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		cfg.Env[k] = v
 	}
 	var badValue error
-	fs.Visit(func(f *flag.Flag) {
-		switch f.Name {
+	fs.Visit(func(given *flag.Flag) {
+		switch given.Name {
 		case "u", "vus":
-			v := vus
+			v := f.vus
 			cfg.Overrides.VUs = &v
 		case "i", "iterations":
-			v := iterations
+			v := f.iterations
 			cfg.Overrides.Iterations = &v
 		case "d", "duration":
-			d, err := time.ParseDuration(duration)
+			d, err := time.ParseDuration(f.duration)
 			if err != nil {
-				badValue = fmt.Errorf("--duration: invalid duration %q", duration)
+				badValue = fmt.Errorf("--duration: invalid duration %q", f.duration)
 				return
 			}
 			cfg.Overrides.Duration = &d
 		case "summary-trend-stats":
-			for _, s := range strings.Split(trendStats, ",") {
+			for _, s := range strings.Split(f.trendStats, ",") {
 				if s = strings.TrimSpace(s); s != "" {
 					cfg.Overrides.SummaryTrendStats = append(cfg.Overrides.SummaryTrendStats, s)
 				}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"regexp"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"go.uber.org/goleak"
+
+	"github.com/kvstrand/mocker/harness"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runArgs runs `mocker run` with args in process, without terminals.
+func runArgs(args ...string) (code int, stdout, stderr string) {
+	var out, errOut bytes.Buffer
+	code = runWith(context.Background(), args, &out, &errOut, false, false, 0)
+	return code, out.String(), errOut.String()
+}
+
+func TestRunUsage_NamesEveryFlag(t *testing.T) {
+	t.Parallel()
+	for _, arg := range []string{"-h", "--help", "-help"} {
+		t.Run(arg, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runArgs(arg)
+			assert.Equal(t, 0, code)
+			assert.Empty(t, stderr, "help is asked for, so it goes to stdout")
+			fs, _ := newRunFlags()
+			n := 0
+			fs.VisitAll(func(f *flag.Flag) {
+				n++
+				name := "--" + f.Name
+				if len(f.Name) == 1 {
+					name = "-" + f.Name
+				}
+				// the name followed by a space, comma or "=" (not a prefix of a longer flag)
+				assert.Regexp(t, regexp.MustCompile(regexp.QuoteMeta(name)+`[ ,=]`), stdout, "the help does not explain %s", name)
+			})
+			assert.Greater(t, n, 10, "the flag set looks empty")
+		})
+	}
+}
+
+func TestRunUsage_ListsEveryExitCode(t *testing.T) {
+	t.Parallel()
+	_, stdout, _ := runArgs("-h")
+	codes := []int{harness.ExitOK, exitUsage, harness.ExitThresholdsFailed, harness.ExitSetupTimeout,
+		harness.ExitTeardownTimeout, harness.ExitInvalidConfig, harness.ExitExternalAbort,
+		harness.ExitScriptException, harness.ExitScriptAborted, harness.ExitTestFailed}
+	for _, c := range codes {
+		assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`(?m)^  %d +\S`, c)), stdout, "exit code %d has no line of its own", c)
+	}
+}
+
+func TestRun_UsageErrorsAreShortAndOnStderr(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		says string
+	}{
+		{"no arguments", nil, "missing the script path"},
+		{"only flags", []string{"-q", "-u", "2"}, "missing the script path"},
+		{"unknown flag", []string{"--no-such-flag", "x.js"}, "flag provided but not defined: -no-such-flag"},
+		{"flag without its value", []string{"x.js", "-u"}, "flag needs an argument: -u"},
+		{"two scripts", []string{"a.js", "b.js"}, `one script expected, got 2: ["a.js" "b.js"]`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runArgs(tc.args...)
+			assert.Equal(t, exitUsage, code)
+			assert.Empty(t, stdout)
+			assert.Contains(t, stderr, "mocker run: "+tc.says)
+			assert.Contains(t, stderr, "mocker run -h", "points at the full help")
+			assert.NotContains(t, stderr, "Exit codes:", "a usage error is short, not the whole help")
+		})
+	}
+}
+
+func TestDispatch_TopLevelUsage(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		code     int
+		toStdout bool
+	}{
+		{"no command", nil, exitUsage, false},
+		{"help", []string{"help"}, 0, true},
+		{"-h", []string{"-h"}, 0, true},
+		{"--help", []string{"--help"}, 0, true},
+		{"unknown command", []string{"walk"}, exitUsage, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var stdout, stderr bytes.Buffer
+			code := dispatch(tc.args, &stdout, &stderr)
+			assert.Equal(t, tc.code, code)
+			out, other := stderr.String(), stdout.String()
+			if tc.toStdout {
+				out, other = other, out
+			}
+			assert.Empty(t, other)
+			assert.Regexp(t, `(?m)^  mocker run \[flags\] script\.js`, out)
+			assert.Regexp(t, `(?m)^  mocker version`, out)
+		})
+	}
+}
+
+func TestDispatch_HelpRunPrintsTheRunUsage(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 0, dispatch([]string{"help", "run"}, &stdout, &stderr))
+	assert.Equal(t, runUsage, stdout.String())
+	assert.Empty(t, stderr.String())
+}
+
+func TestDispatch_VersionGoesToStdout(t *testing.T) {
+	t.Parallel()
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, 0, dispatch([]string{"version"}, &stdout, &stderr))
+	assert.Regexp(t, `^mocker \S+\n$`, stdout.String())
+	assert.Empty(t, stderr.String())
+}

@@ -1,0 +1,113 @@
+package harness
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestScenario_DescriptionPerExecutor(t *testing.T) {
+	t.Parallel()
+	const gs = 30 * time.Second
+	tests := []struct {
+		name string
+		sc   Scenario
+		want string
+	}{
+		{"shared-iterations",
+			Scenario{Executor: ExecSharedIterations, VUs: 2, Iterations: 10, MaxDuration: 10 * time.Minute, GracefulStop: gs, Exec: "default"},
+			"10 iterations shared among 2 VUs (maxDuration: 10m, gracefulStop: 30s)"},
+		{"per-vu-iterations, singular nouns",
+			Scenario{Executor: ExecPerVUIterations, VUs: 1, Iterations: 1, MaxDuration: 90 * time.Second, Exec: "default"},
+			"1 iteration for each of 1 VU (maxDuration: 1m30s, gracefulStop: 0s)"},
+		{"constant-vus with startTime and exec",
+			Scenario{Executor: ExecConstantVUs, VUs: 5, Duration: time.Minute, StartTime: 10 * time.Second, GracefulStop: gs, Exec: "browse"},
+			"5 looping VUs for 1m (startTime: 10s, gracefulStop: 30s, exec: browse)"},
+		{"ramping-vus",
+			Scenario{Executor: ExecRampingVUs, StartVUs: 1, GracefulRampDown: 5 * time.Second, GracefulStop: gs, Exec: "default",
+				Stages: []Stage{{5600 * time.Millisecond, 16}, {7200 * time.Millisecond, 16}, {3200 * time.Millisecond, 0}}},
+			"Up to 16 looping VUs for 16s over 3 stages (gracefulRampDown: 5s, gracefulStop: 30s)"},
+		{"ramping-vus that starts at its peak",
+			Scenario{Executor: ExecRampingVUs, StartVUs: 8, GracefulRampDown: gs, GracefulStop: gs, Exec: "default",
+				Stages: []Stage{{time.Hour, 2}}},
+			"Up to 8 looping VUs for 1h over 1 stage (gracefulRampDown: 30s, gracefulStop: 30s)"},
+		{"constant-arrival-rate per minute",
+			Scenario{Executor: ExecConstantArrival, Rate: 30, TimeUnit: time.Minute, Duration: 2 * time.Minute,
+				PreAllocatedVUs: 5, MaxVUs: 5, GracefulStop: gs, Exec: "default"},
+			"0.5 iterations/s for 2m (maxVUs: 5, gracefulStop: 30s)"},
+		{"constant-arrival-rate with VUs added on demand",
+			Scenario{Executor: ExecConstantArrival, Rate: 1, TimeUnit: 3 * time.Second, Duration: 45 * time.Second,
+				PreAllocatedVUs: 2, MaxVUs: 10, GracefulStop: gs, Exec: "default"},
+			"0.33 iterations/s for 45s (preAllocatedVUs: 2, maxVUs: 10, gracefulStop: 30s)"},
+		{"constant-arrival-rate slower than one a minute",
+			Scenario{Executor: ExecConstantArrival, Rate: 1, TimeUnit: time.Hour, Duration: 3 * time.Hour,
+				PreAllocatedVUs: 1, MaxVUs: 1, GracefulStop: gs, Exec: "default"},
+			"0.00028 iterations/s for 3h (maxVUs: 1, gracefulStop: 30s)"},
+		{"ramping-arrival-rate peaks at its start rate",
+			Scenario{Executor: ExecRampingArrivalRate, StartRate: 50, TimeUnit: time.Second, PreAllocatedVUs: 20, MaxVUs: 20,
+				GracefulStop: gs, Exec: "default", Stages: []Stage{{30 * time.Minute, 10}, {90 * time.Minute, 20}}},
+			"Up to 50 iterations/s for 2h over 2 stages (maxVUs: 20, gracefulStop: 30s)"},
+		{"ramping-arrival-rate peaks at a stage target",
+			Scenario{Executor: ExecRampingArrivalRate, StartRate: 0, TimeUnit: time.Second, PreAllocatedVUs: 4, MaxVUs: 40,
+				GracefulStop: 0, StartTime: time.Minute, Exec: "checkout", Stages: []Stage{{10 * time.Second, 200}}},
+			"Up to 200 iterations/s for 10s over 1 stage (preAllocatedVUs: 4, maxVUs: 40, startTime: 1m, gracefulStop: 0s, exec: checkout)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tc.want, tc.sc.description())
+		})
+	}
+}
+
+func TestScenariosHeadline_CountsVUsAndTheLatestHardStop(t *testing.T) {
+	t.Parallel()
+	one := []*Scenario{{Executor: ExecConstantVUs, VUs: 1, Duration: 16 * time.Second, GracefulStop: 30 * time.Second}}
+	assert.Equal(t, "1 scenario, 1 max VU, 46s max duration (incl. graceful stop)", scenariosHeadline(one))
+
+	two := []*Scenario{
+		{Executor: ExecConstantVUs, VUs: 10, Duration: time.Minute, GracefulStop: 30 * time.Second},
+		// starts after the first and ends last: 1m + 2m + 10s
+		{Executor: ExecSharedIterations, VUs: 4, Iterations: 8, MaxDuration: 2 * time.Minute, StartTime: time.Minute, GracefulStop: 10 * time.Second},
+	}
+	assert.Equal(t, "2 scenarios, 14 max VUs, 3m10s max duration (incl. graceful stop)", scenariosHeadline(two))
+}
+
+func TestOutputsDescription(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name          string
+		outputs       []string
+		summaryExport string
+		want          string
+	}{
+		{"nothing besides the summary", nil, "", "-"},
+		{"json", []string{"json=samples.json.gz"}, "", "json (samples.json.gz)"},
+		{"json and summary export", []string{"json=a.json"}, "out/summary.json", "json (a.json), summary export (out/summary.json)"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			assert.Equal(t, tc.want, outputsDescription(tc.outputs, tc.summaryExport))
+		})
+	}
+}
+
+func TestBannerDur_DropsZeroUnits(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		0:                            "0s",
+		10 * time.Second:             "10s",
+		5600 * time.Millisecond:      "5.6s",
+		10 * time.Minute:             "10m",
+		90 * time.Second:             "1m30s",
+		time.Hour:                    "1h",
+		time.Hour + 10*time.Minute:   "1h10m",
+		time.Hour + 10*time.Second:   "1h0m10s",
+		250 * time.Millisecond:       "250ms",
+		2*time.Hour + 30*time.Minute: "2h30m",
+	} {
+		assert.Equal(t, want, bannerDur(d), "%v", d)
+	}
+}
