@@ -379,6 +379,9 @@ func (c *Cluster) apply(n *note) {
 		touched[r] = true
 		if w.role == engine.WorkerPrefill {
 			r.st.prefillDone = true
+			if !comp.Held {
+				r.st.prefillEnded = true // nothing held: the prefill is done with it
+			}
 			r.st.arrival, r.st.firstTokenAt, r.st.cachedTokens = comp.Arrival, comp.FirstTokenAt, comp.CachedTokens
 			rid := routerID(r.id)
 			after = append(after, func() { c.router.PrefillDone(rid) })
@@ -400,6 +403,9 @@ func (c *Cluster) apply(n *note) {
 			touched[r] = true
 			rej := rej
 			r.st.rejection, r.st.rejectedBy = &rej, w
+			if w == r.prefill {
+				r.st.prefillEnded = true
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -473,6 +479,7 @@ func (c *Cluster) applyEvent(w *workerNode, r *request, e engine.Event, after []
 		}
 		if r != nil {
 			r.st.holdEnded, r.st.holdOutcome, r.st.pinMs, r.st.holdEnd = true, e.Outcome, e.DurationMs, e.At
+			r.st.prefillEnded = true
 		}
 		if tid := h.TransferID; ok && tid != 0 && w.server != nil {
 			delete(c.transfers, tid)
@@ -501,7 +508,7 @@ func (c *Cluster) applyEvent(w *workerNode, r *request, e engine.Event, after []
 		}
 	case engine.EventDecodeWaitStart:
 		if r != nil {
-			r.st.waitStart = e.At
+			r.st.waitSeen, r.st.waitStart = true, e.At
 			c.forensic.record(Event{Name: EventDecodeWait, AtMs: e.At, RequestID: e.RequestID, TransferID: r.st.tid,
 				PrefillWorker: r.prefillName(), DecodeWorker: w.name})
 		}
@@ -518,6 +525,9 @@ func (c *Cluster) applyEvent(w *workerNode, r *request, e engine.Event, after []
 	case engine.EventCancelled:
 		if r != nil {
 			r.st.cancelled = true
+			if w == r.prefill {
+				r.st.prefillEnded = true
+			}
 		}
 	}
 	return after

@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/router"
 )
 
 // roomyDisagg is one prefill and one decode worker with room for the load
@@ -233,8 +235,58 @@ func TestDisagg_DecodeRejectionReleasesTheHold(t *testing.T) {
 	assert.Contains(t, res.Error, "num_gpu_blocks is 2")
 	assert.False(t, res.PrefillRejected)
 	assert.True(t, res.Pinned)
+	assert.Equal(t, "aborted", res.PinOutcome, "the Result carries how the hold ended")
+	assert.Positive(t, res.PinMs)
 	assert.Equal(t, "decode-0", res.DecodeWorker)
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(1), s.PinsAborted, "the source gave the hold up")
 	assert.Zero(t, s.TransfersStarted)
+}
+
+func TestDisagg_BusyDecodePoolRefusesNamingIt(t *testing.T) {
+	cfg := Config{
+		Disagg:        true,
+		Args:          map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 600000},
+		Prefill:       PoolConfig{Args: map[string]any{"num_gpu_blocks": 1024}},
+		Decode:        PoolConfig{Args: map[string]any{"num_gpu_blocks": 16, "max_num_seqs": 1}},
+		RouterOptions: map[string]any{"busy_threshold": 0.5},
+	}
+	c := start(t, cfg)
+	// Each request charges the decode worker its 4 prompt blocks until it
+	// ends; three long ones put 12 of 16 over the threshold of 8.
+	const n = 3
+	long := make(chan Result, n)
+	for range n {
+		go func() { long <- c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 1000}) }()
+	}
+	waitFor(t, "the long requests to hold", func() bool { return c.Stats().Pins >= n })
+	res := c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 4})
+	assert.Equal(t, OutcomeRejected, res.Outcome)
+	assert.Equal(t, "all decode workers busy", res.Error)
+	assert.False(t, res.PrefillRejected, "the prefill pool had room")
+	assert.False(t, res.Pinned)
+	for range n {
+		assert.Equal(t, OutcomeCompleted, (<-long).Outcome)
+	}
+	s := drainAndCheck(t, c)
+	assert.Zero(t, s.PrefillRejections)
+	assert.Equal(t, uint64(1), s.Rejected)
+}
+
+func TestRouteRefusal_NamesTheBusyPool(t *testing.T) {
+	for _, tc := range []struct {
+		err             error
+		outcome, msg    string
+		prefillRejected bool
+	}{
+		{fmt.Errorf("route: %w", &router.BusyError{Role: router.RolePrefill}), OutcomeRejected, "all prefill workers busy", true},
+		{fmt.Errorf("route: %w", &router.BusyError{Role: router.RoleDecode}), OutcomeRejected, "all decode workers busy", false},
+		{fmt.Errorf("route: %w", &router.BusyError{Role: router.RoleAggregated}), OutcomeRejected, "all workers busy", true},
+		{fmt.Errorf("route: %w", router.ErrNoWorkers), OutcomeError, "route: no workers registered", false},
+	} {
+		r := routeRefusal(tc.err)
+		assert.Equal(t, tc.outcome, r.Outcome)
+		assert.Equal(t, tc.msg, r.Error)
+		assert.Equal(t, tc.prefillRejected, r.PrefillRejected)
+	}
 }

@@ -42,21 +42,34 @@
 // kv_transfer_abort_timeout_ms (or handoff_session_timeout_ms) passes first,
 // the hold ends as aborted, the server answers ABORT to the decode whenever
 // it connects, the decode frees its reservation and the request ends
-// "aborted". SGLang handoffs pass SGLang's params {bootstrap_host,
-// bootstrap_port, bootstrap_room}. SGLang without optimistic_prefill is
-// destination-first: the prefill waits in its bootstrap queue, holding
-// nothing, until the decode has reserved (engine.Live.DestinationReady),
-// and its transfer starts the moment its KV is held, so no KV is stranded
-// on decode capacity; with optimistic_prefill it runs source-first like
-// vLLM.
+// "aborted".
+//
+// SGLang is destination-first: the decode worker reserves first
+// (decode_kv_wait_start, decode_kv_reserved); only then is the prefill
+// submitted and told its destination is ready (engine.Live.DestinationReady),
+// so it leaves its bootstrap queue and computes. Its transfer starts the
+// moment its KV is held (prefill_kv_pin_start and transfer_start at the same
+// modeled instant; the engine starts it, not the decode's connection), and
+// the hold lasts the modeled transfer: a saturated decode pool makes
+// requests wait for a reservation before any KV exists, instead of
+// stranding held KV until it aborts. The decode reads SGLang's params
+// {bootstrap_host, bootstrap_port, bootstrap_room}, waits at the transfer
+// server for ACK, activates and decodes. With sglang.optimistic_prefill the
+// prefill computes at once and the handoff runs source-first, stranding and
+// aborting like vLLM's.
+//
+// Whatever the path, a Result whose prefill held KV is returned only once
+// the hold's end is known, so PinOutcome and PinMs are always final.
 //
 // # Capacity refusals
 //
 // Held KV fills prefill pools; later prefills then queue in the engine. With
 // a busy threshold (see RouterOptionsHelp) the router refuses them instead:
 // the request ends "rejected" with PrefillRejected and "all prefill workers
-// busy". Engine refusals (a prompt that never fits, or is too long) end
-// "rejected" with the engine's reason.
+// busy" (a saturated decode pool: "all decode workers busy", without
+// PrefillRejected), the pool named by the router's refusal itself. Engine
+// refusals (a prompt that never fits, or is too long) end "rejected" with
+// the engine's reason.
 //
 // # Forensics
 //

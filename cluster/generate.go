@@ -35,9 +35,13 @@ type reqState struct {
 	claimed                   bool    // the transfer started (EventTransferStart)
 	transferMs                float64 // its modeled duration
 	cancelled                 bool
-	rejection                 *engine.Rejection
-	rejectedBy                *workerNode
+	// prefillEnded says the prefill worker is done with the request: its
+	// hold ended, or it was rejected or cancelled there.
+	prefillEnded bool
+	rejection    *engine.Rejection
+	rejectedBy   *workerNode
 	// decode side
+	waitSeen                bool // waitStart is set
 	waitStart, reservedAt   float64
 	reserved, destCancelled bool
 	missing                 int
@@ -70,13 +74,17 @@ const errClosed = "cluster closed"
 // released on every worker.
 //
 // Aggregated: the router places the request, the worker runs it and frees
-// its KV. Disaggregated (vLLM, source-first): the prefill worker computes
+// its KV. Disaggregated, vLLM (source-first): the prefill worker computes
 // the prompt and the first token and holds the KV; the decode worker
 // reserves room, connects to the prefill's transfer server, and the
 // prefill starts the modeled transfer; when the transfer ends the prefill
 // releases its KV, the decode is told ACK and produces the other tokens. If
 // the prefill's abort (or session) timeout fires first, the decode is told
-// ABORT whenever it connects and the request ends "aborted".
+// ABORT whenever it connects and the request ends "aborted". SGLang
+// (destination-first): the decode reserves first, then the prefill
+// computes and its transfer starts with its hold, so it never waits on the
+// decode. A Result whose prefill held KV always carries the hold's final
+// outcome and duration.
 func (c *Cluster) Generate(ctx context.Context, req Request) (res Result) {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
@@ -182,7 +190,7 @@ func (c *Cluster) stopped(err error) Result {
 func (c *Cluster) generateAggregated(ctx context.Context, r *request, rreq *router.Request) Result {
 	wid, err := c.router.Route(rreq)
 	if err != nil {
-		return routeRefusal(err, "all workers busy", true)
+		return routeRefusal(err)
 	}
 	w := c.workers[wid]
 	r.prefill, r.decode = w, w
@@ -211,152 +219,211 @@ func (c *Cluster) generateAggregated(ctx context.Context, r *request, rreq *rout
 	return res
 }
 
-// generateDisagg runs the handoff. The order of the steps follows the
-// engine: vLLM computes the prefill first and holds; SGLang without
-// optimistic prefill reserves the destination first, so it strands nothing
-// on decode capacity.
+// handoff is one disaggregated request between its two workers.
+type handoff struct {
+	c    *Cluster
+	ctx  context.Context
+	r    *request
+	p, d *workerNode
+	req  engine.Request
+	base Result
+	// submitted says the prefill worker got the request, so the Result
+	// waits for the prefill's end.
+	submitted bool
+}
+
+// end completes res from the request's state once the prefill worker is
+// done with the request, so a Result whose prefill held KV carries the
+// hold's final outcome and duration however the request ended. Every path
+// here has ended the prefill's part or made sure it ends (the transfer's
+// outcome, or cleanup's Cancel), so the wait is for the worker's event to
+// be applied; only Close cuts it short.
+func (h *handoff) end(res Result) Result {
+	h.settle()
+	return h.c.fill(res, h.r)
+}
+
+// settle waits until the prefill worker's end of the request is applied.
+func (h *handoff) settle() {
+	if h.submitted {
+		_ = h.c.wait(h.c.closeCtx, h.r, func(s *reqState) bool { return s.prefillEnded })
+	}
+}
+
+// cleanup withdraws the request from both workers: a prefill that holds KV
+// releases it as aborted (the decode then gets ABORT), one still queued is
+// dropped, and a reservation is freed.
+func (h *handoff) cleanup() {
+	h.p.live.Cancel(h.r.id)
+	h.d.live.CancelDestination(h.r.id)
+	h.d.live.Cancel(h.r.id)
+}
+
+// fail cleans up and returns res, completed from the request's state.
+func (h *handoff) fail(res Result) Result {
+	h.cleanup()
+	return h.end(res)
+}
+
+func (h *handoff) errorf(format string, args ...any) Result {
+	return h.fail(withError(h.base, OutcomeError, fmt.Sprintf(format, args...)))
+}
+
+// stopped ends the request after ctx ended (the caller's cancel, or Close).
+func (h *handoff) stopped(err error) Result {
+	return h.fail(merge(h.base, h.c.stopped(err)))
+}
+
+// reserve makes the decode a destination and waits until its scheduler
+// has reserved blocks and a sequence slot for it. ok false means the
+// request is over, with res.
+func (h *handoff) reserve() (res Result, ok bool) {
+	if err := h.d.live.Reserve(h.req); err != nil {
+		return h.errorf("reserve on %s: %v", h.d.name, err), false
+	}
+	err := h.c.wait(h.ctx, h.r, func(s *reqState) bool {
+		return s.reserved || s.rejection != nil && s.rejectedBy == h.d || s.destCancelled
+	})
+	if err != nil {
+		return h.stopped(err), false
+	}
+	if s := h.c.snapshot(h.r); !s.reserved {
+		if s.rejection != nil {
+			return h.fail(withError(h.base, OutcomeRejected, s.rejection.Reason)), false
+		}
+		return h.errorf("reservation withdrawn by %s", h.d.name), false
+	}
+	return Result{}, true
+}
+
+// awaitHold waits for the prefill to compute the prompt and hold its KV,
+// which gives the handoff its transfer id. ok false means the request is
+// over, with res.
+func (h *handoff) awaitHold() (res Result, tid uint64, ok bool) {
+	err := h.c.wait(h.ctx, h.r, func(s *reqState) bool {
+		return s.tid != 0 || s.prefillEnded || (s.prefillDone && !s.held)
+	})
+	if err != nil {
+		return h.stopped(err), 0, false
+	}
+	s := h.c.snapshot(h.r)
+	if s.tid == 0 {
+		if s.rejection != nil {
+			return h.fail(withError(h.base, OutcomeRejected, s.rejection.Reason)), 0, false
+		}
+		return h.errorf("prefill on %s ended without holding KV", h.p.name), 0, false
+	}
+	return Result{}, s.tid, true
+}
+
+// generateDisagg runs the handoff in the order the engine serves it:
+// source-first for vLLM (and SGLang with optimistic_prefill), where the
+// prefill computes and holds before the decode reserves, so held KV can
+// strand on a saturated decode; destination-first for SGLang, where the
+// decode reserves before the prefill computes and the transfer starts with
+// the hold, so nothing strands.
 func (c *Cluster) generateDisagg(ctx context.Context, r *request, rreq *router.Request) Result {
 	pid, did, err := c.router.RouteDisagg(rreq)
 	if err != nil {
-		prefillBusy := errors.Is(err, router.ErrAllBusy) && c.roleBusy(router.RolePrefill)
-		if prefillBusy {
-			return routeRefusal(err, "all prefill workers busy", true)
-		}
-		return routeRefusal(err, "all decode workers busy", false)
+		return routeRefusal(err)
 	}
-	p, d := c.workers[pid], c.workers[did]
-	r.prefill, r.decode = p, d
+	h := &handoff{c: c, ctx: ctx, r: r, p: c.workers[pid], d: c.workers[did],
+		req: engine.Request{ID: r.id, Tokens: r.tokens, MaxTokens: r.maxTokens}}
+	r.prefill, r.decode = h.p, h.d
+	h.base = Result{PrefillWorker: h.p.name, DecodeWorker: h.d.name}
 	c.register(r)
 	defer c.unregister(r)
-	base := Result{PrefillWorker: p.name, DecodeWorker: d.name}
-	ereq := engine.Request{ID: r.id, Tokens: r.tokens, MaxTokens: r.maxTokens}
 
-	// cleanup withdraws the request from both workers: a cancelled prefill
-	// that holds KV releases it as aborted (the decode then gets ABORT), and
-	// a reservation is freed.
-	cleanup := func() {
-		p.live.Cancel(r.id)
-		d.live.CancelDestination(r.id)
-		d.live.Cancel(r.id)
-	}
-	// reserve makes the decode a destination and waits for its
-	// reservation; watchPrefill also ends the wait when the prefill fails
-	// (destination-first, where the prefill waits for the decode).
-	reserve := func(watchPrefill bool) (Result, bool) {
-		if err := d.live.Reserve(ereq); err != nil {
-			return withError(base, OutcomeError, fmt.Sprintf("reserve on %s: %v", d.name, err)), false
-		}
-		err := c.wait(ctx, r, func(s *reqState) bool {
-			return s.reserved || s.rejection != nil && (s.rejectedBy == d || watchPrefill) || s.destCancelled ||
-				watchPrefill && s.cancelled
-		})
-		if err != nil {
-			return merge(base, c.stopped(err)), false
-		}
-		if s := c.snapshot(r); !s.reserved {
-			if s.rejection != nil {
-				return withError(base, OutcomeRejected, s.rejection.Reason), false
-			}
-			return withError(base, OutcomeError, "reservation withdrawn by "+d.name), false
-		}
-		return Result{}, true
-	}
-
-	if err := p.live.Submit(ereq, engine.Hold); err != nil {
-		cleanup()
-		return withError(base, OutcomeError, fmt.Sprintf("submit to %s: %v", p.name, err))
-	}
+	var tid uint64
 	if c.destFirst {
-		// SGLang: the prefill waits in its bootstrap queue until the decode
-		// has reserved; its transfer then starts the moment its KV is held.
-		if res, ok := reserve(true); !ok {
-			cleanup()
-			return c.fill(res, r)
+		// SGLang: the decode reserves first. Only then does the prefill
+		// run, leaving its bootstrap queue at once, and its transfer
+		// starts the moment its KV is held (the engine emits the
+		// transfer's start right after the hold's, and the cluster does
+		// not start it).
+		if res, ok := h.reserve(); !ok {
+			return res
 		}
-		ready, ok := any(p.live).(interface {
-			DestinationReady(id uint64, tokens int) bool
-		})
+		if err := h.p.live.Submit(h.req, engine.Hold); err != nil {
+			return h.errorf("submit to %s: %v", h.p.name, err)
+		}
+		h.submitted = true
+		missing := c.snapshot(r).missing
+		if !h.p.live.DestinationReady(r.id, engine.TransferTokens(h.p.args.KVTransferTimingMode, len(r.tokens), missing)) {
+			return h.errorf("prefill on %s left its bootstrap queue before its decode was ready", h.p.name)
+		}
+		res, id, ok := h.awaitHold()
 		if !ok {
-			cleanup()
-			return c.fill(withError(base, OutcomeError, "engine sglang: destination-first handoff needs engine.Live.DestinationReady; set args.sglang.optimistic_prefill to run source-first"), r)
+			return res
 		}
-		s := c.snapshot(r)
-		if !ready.DestinationReady(r.id, engine.TransferTokens(p.args.KVTransferTimingMode, len(r.tokens), s.missing)) {
-			// Gone from the bootstrap queue: timed out (a rejection on its
-			// way) or cancelled.
-			_ = c.wait(ctx, r, func(s *reqState) bool { return s.rejection != nil && s.rejectedBy == p || s.cancelled })
-			cleanup()
-			if s := c.snapshot(r); s.rejection != nil {
-				return c.fill(withError(base, OutcomeRejected, s.rejection.Reason), r)
-			}
-			return c.fill(withError(base, OutcomeError, "prefill on "+p.name+" left its bootstrap queue before the decode was ready"), r)
+		tid = id
+	} else {
+		// vLLM: the prefill computes and holds; the decode reserves after,
+		// and its connection to the transfer server starts the transfer
+		// (onDecodeArrived). The abort clock runs from the hold.
+		if err := h.p.live.Submit(h.req, engine.Hold); err != nil {
+			return h.errorf("submit to %s: %v", h.p.name, err)
+		}
+		h.submitted = true
+		res, id, ok := h.awaitHold()
+		if !ok {
+			return res
+		}
+		tid = id
+		if res, ok := h.reserve(); !ok {
+			return res
 		}
 	}
-	// The prefill's first token comes with the hold and its transfer id.
-	err = c.wait(ctx, r, func(s *reqState) bool {
-		return s.tid != 0 || (s.rejection != nil && s.rejectedBy == p) || s.cancelled || (s.prefillDone && !s.held)
-	})
-	if err != nil {
-		cleanup()
-		return c.fill(merge(base, c.stopped(err)), r)
-	}
-	s := c.snapshot(r)
-	if s.tid == 0 {
-		cleanup()
-		if s.rejection != nil {
-			return c.fill(withError(base, OutcomeRejected, s.rejection.Reason), r)
-		}
-		return c.fill(withError(base, OutcomeError, "prefill on "+p.name+" ended without holding KV"), r)
-	}
+	return h.transfer(tid)
+}
+
+// transfer runs the decode side's half of the handoff once the prefill
+// holds: read the params the prefill returned, wait at its transfer server
+// for the outcome, and on ACK activate the reservation and decode.
+func (h *handoff) transfer(tid uint64) Result {
+	c, r, d := h.c, h.r, h.d
 	// The decode side reads the params the prefill returned, as a remote
 	// decode worker would.
-	addr, tid, err := c.handoffParams(p, s.tid)
+	addr, room, err := c.handoffParams(h.p, tid)
 	if err != nil {
-		cleanup()
-		return c.fill(withError(base, OutcomeError, err.Error()), r)
+		return h.errorf("%v", err)
 	}
-	if !c.destFirst {
-		if res, ok := reserve(false); !ok {
-			cleanup()
-			return c.fill(res, r)
-		}
-	}
-	status, err := bootstrap.Await(ctx, addr, tid, r.id)
+	status, err := bootstrap.Await(h.ctx, addr, room, r.id)
 	switch {
 	case status == bootstrap.StatusACK:
 	case errors.Is(err, bootstrap.ErrAborted):
+		// The source's hold is over: aborted by its deadline, or gone when
+		// this decode connected. Its end may still be on its way from the
+		// worker; end waits for it.
 		d.live.CancelDestination(r.id)
-		return c.fill(withError(base, OutcomeAborted, err.Error()), r)
-	case ctx.Err() != nil:
-		cleanup()
-		return c.fill(merge(base, c.stopped(ctx.Err())), r)
+		return h.end(withError(h.base, OutcomeAborted, err.Error()))
+	case h.ctx.Err() != nil:
+		return h.stopped(h.ctx.Err())
 	default:
-		cleanup()
+		h.cleanup()
+		h.settle()
 		// A refusal after the source aborted (its tombstone expired) is
 		// still an abort.
-		if st := c.snapshot(r); st.holdEnded && st.holdOutcome == engine.Aborted {
-			return c.fill(withError(base, OutcomeAborted, (&bootstrap.AbortError{TransferID: s.tid}).Error()), r)
+		if s := c.snapshot(r); s.holdEnded && s.holdOutcome == engine.Aborted {
+			return h.end(withError(h.base, OutcomeAborted, (&bootstrap.AbortError{TransferID: tid}).Error()))
 		}
-		return c.fill(withError(base, OutcomeError, fmt.Sprintf("transfer %d: %v", s.tid, err)), r)
+		return h.end(withError(h.base, OutcomeError, fmt.Sprintf("transfer %d: %v", tid, err)))
 	}
 	if !d.live.Activate(r.id) {
-		cleanup()
-		return c.fill(withError(base, OutcomeError, fmt.Sprintf("activate on %s: reservation gone", d.name)), r)
+		return h.errorf("activate on %s: reservation gone", d.name)
 	}
-	err = c.wait(ctx, r, func(s *reqState) bool {
+	err = c.wait(h.ctx, r, func(s *reqState) bool {
 		return s.done || (s.rejection != nil && s.rejectedBy == d) || s.cancelled
 	})
 	if err != nil {
-		cleanup()
-		return c.fill(merge(base, c.stopped(err)), r)
+		return h.stopped(err)
 	}
-	s = c.snapshot(r)
-	if !s.done {
-		return c.fill(withError(base, OutcomeError, "withdrawn by "+d.name), r)
+	if s := c.snapshot(r); !s.done {
+		return h.fail(withError(h.base, OutcomeError, "withdrawn by "+d.name))
 	}
-	res := base
+	res := h.base
 	res.Outcome = OutcomeCompleted
-	return c.fill(res, r)
+	return h.end(res)
 }
 
 // handoffParams builds the params the prefill returns with its first token
@@ -394,13 +461,20 @@ func (c *Cluster) fill(res Result, r *request) Result {
 			res.DecodeWaitMs = s.decodeWaitMs
 		}
 	}
+	// The request arrived when its first worker got it: the prefill
+	// source-first, the decode destination-first, whose wait for a
+	// reservation is then part of the time to first token.
+	arrival := s.arrival
+	if s.waitSeen && s.waitStart < arrival {
+		arrival = s.waitStart
+	}
 	if s.prefillDone {
 		res.OutputTokens = 1
-		res.TTFTMs = s.firstTokenAt - s.arrival
+		res.TTFTMs = s.firstTokenAt - arrival
 	}
 	if s.done {
 		res.OutputTokens = s.final.OutputTokens
-		c.timings(&res, s.arrival, s.firstTokenAt, s.final.At)
+		c.timings(&res, arrival, s.firstTokenAt, s.final.At)
 	}
 	return res
 }
@@ -425,24 +499,15 @@ func (c *Cluster) timings(res *Result, arrival, first, last float64) {
 	c.mu.Unlock()
 }
 
-// roleBusy reports whether every worker of role is busy for the router now.
-func (c *Cluster) roleBusy(role router.Role) bool {
-	any := false
-	for _, w := range c.router.Workers() {
-		if w.Info.Role != role {
-			continue
-		}
-		if !w.Busy {
-			return false
-		}
-		any = true
-	}
-	return any
-}
-
-func routeRefusal(err error, busyMsg string, prefill bool) Result {
-	if errors.Is(err, router.ErrAllBusy) {
-		return Result{Outcome: OutcomeRejected, Error: busyMsg, PrefillRejected: prefill}
+// routeRefusal turns a routing error into the Result: a busy refusal is
+// "rejected" with the router's message naming the saturated pool, and
+// PrefillRejected when that pool is the prefill one (or the aggregated
+// one): the cascade's refusals. The role comes with the error, so it is
+// the one the router saw, not a later look at the workers.
+func routeRefusal(err error) Result {
+	var busy *router.BusyError
+	if errors.As(err, &busy) {
+		return Result{Outcome: OutcomeRejected, Error: busy.Error(), PrefillRejected: busy.Role != router.RoleDecode}
 	}
 	return Result{Outcome: OutcomeError, Error: err.Error()}
 }

@@ -67,6 +67,16 @@ type WorkerStats struct {
 // Stats reads the workers' occupancy now (their last report once closed)
 // and the counters.
 func (c *Cluster) Stats() Stats {
+	ws := c.workerStats()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.statsLocked(ws)
+}
+
+// workerStats asks every worker for its occupancy. A live worker answers
+// after delivering every output already due, so the outputs behind what it
+// reports are in the dispatcher's queue by then.
+func (c *Cluster) workerStats() []WorkerStats {
 	ws := make([]WorkerStats, len(c.workers))
 	for i, w := range c.workers {
 		m := w.live.Metrics()
@@ -85,8 +95,11 @@ func (c *Cluster) Stats() Stats {
 			ws[i].TransferAddr = w.server.AdvertisedAddr()
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	return ws
+}
+
+// statsLocked builds Stats from ws and the counters, under c.mu.
+func (c *Cluster) statsLocked(ws []WorkerStats) Stats {
 	k := c.stats
 	s := Stats{
 		Requests: k.requests, Completed: k.completed, Aborted: k.aborted, Rejected: k.rejected, Errored: k.errored,
@@ -177,13 +190,23 @@ func (c *Cluster) busyReason(s Stats) string {
 				w.Name, w.HeldRequests, w.ReservedBlocks, w.Running, w.Waiting, w.ActiveBlocks)
 		}
 	}
+	if w := c.undelivered(); w != "" {
+		return w
+	}
+	if !c.queue.idle() {
+		return "worker outputs not yet applied"
+	}
+	return ""
+}
+
+// undelivered names a worker whose pass in flight has not delivered its
+// output (events a worker applied ahead of the wall clock, at the pass's
+// end, ride with it), "" when there is none.
+func (c *Cluster) undelivered() string {
 	for _, w := range c.workers {
 		if ran, got := w.live.Passes(), w.delivered.Load(); ran != got {
 			return fmt.Sprintf("%s: %d passes run, %d delivered", w.name, ran, got)
 		}
-	}
-	if !c.queue.idle() {
-		return "worker outputs not yet applied"
 	}
 	return ""
 }
@@ -193,11 +216,30 @@ func (c *Cluster) busyReason(s Stats) string {
 // blocks; requests = completed + aborted + rejected + errored + in flight;
 // pins = released + aborted + open holds; modeled time never went
 // backwards for a request (arrival ≤ first token ≤ last token). When no
-// request is in flight and the worker outputs are applied (after Drain),
+// request is in flight and every worker output is applied (after Drain),
 // also: no block held, reserved or active on any worker, no hold open, and
 // transfers started = transfers completed + transfers aborted.
+//
+// The counters, the open holds and the "everything applied" condition are
+// read in one critical section, after the workers' reports: a worker
+// output applied while the check runs can never make it compare counters
+// from before the output with a queue found empty after it. The drained
+// checks apply only when no request was in flight from before the
+// workers' reports to that section, so the reports are not older than the
+// end of the last request.
 func (c *Cluster) CheckInvariants() error {
-	s := c.Stats()
+	c.mu.Lock()
+	idleBefore, requestsBefore := c.active == 0, c.stats.requests
+	c.mu.Unlock()
+	ws := c.workerStats()
+	delivered := c.undelivered() == ""
+	c.mu.Lock()
+	s := c.statsLocked(ws)
+	open := len(c.forensic.open)
+	causality, example := c.stats.causality, c.stats.causalityExample
+	settled := idleBefore && requestsBefore == s.Requests && delivered && s.InFlight == 0 && c.queue.idle()
+	c.mu.Unlock()
+
 	var errs []error
 	for _, w := range s.Workers {
 		if w.ActiveBlocks+w.InactiveBlocks+w.FreeBlocks != w.TotalBlocks {
@@ -210,17 +252,13 @@ func (c *Cluster) CheckInvariants() error {
 		errs = append(errs, fmt.Errorf("requests %d != completed %d + aborted %d + rejected %d + errored %d + in flight %d",
 			s.Requests, s.Completed, s.Aborted, s.Rejected, s.Errored, s.InFlight))
 	}
-	c.mu.Lock()
-	open := len(c.forensic.open)
-	causality, example := c.stats.causality, c.stats.causalityExample
-	c.mu.Unlock()
 	if s.Pins != s.PinsReleased+s.PinsAborted+uint64(open) {
 		errs = append(errs, fmt.Errorf("pins %d != released %d + aborted %d + open %d", s.Pins, s.PinsReleased, s.PinsAborted, open))
 	}
 	if causality > 0 {
 		errs = append(errs, fmt.Errorf("%d requests went back in modeled time, e.g. %s", causality, example))
 	}
-	if s.InFlight == 0 && c.queue.idle() {
+	if settled {
 		for _, w := range s.Workers {
 			if w.HeldBlocks != 0 || w.HeldRequests != 0 || w.ReservedBlocks != 0 || w.ActiveBlocks != 0 {
 				errs = append(errs, fmt.Errorf("%s after drain: held %d blocks (%d requests), reserved %d, active %d; want all 0",

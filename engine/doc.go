@@ -1,11 +1,13 @@
 // Package engine is the simulation core of mocker: mock LLM workers whose
-// schedulers and KV pools behave like vLLM's, with exact block accounting.
+// schedulers and KV pools behave like vLLM's or SGLang's, with exact block
+// accounting.
 //
 // # A driven core
 //
 // A Worker never starts a goroutine, reads a clock or does I/O. The caller
 // hands it inputs (Submit, ReleaseHeld, Cancel, and the handoff steps
-// StartTransfer, Reserve, Activate, CancelDestination), each with the
+// StartTransfer, Reserve, Activate, CancelDestination, DestinationReady),
+// each with the
 // modeled time `now`, calls Step(now) to run a forward pass, and asks
 // NextWake when the worker next needs attention: the end of a pass, or a
 // handoff deadline. Step returns an Output: the tokens, the
@@ -18,8 +20,8 @@
 //
 // A pass decides everything it produces when it starts: which requests get
 // a token, which complete, which begin to hold. An input that targets a
-// request (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination)
-// while a pass is in flight therefore takes effect at the pass's End
+// request (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination,
+// DestinationReady) while a pass is in flight therefore takes effect at the pass's End
 // (Worker.InputAt), with its events stamped then and its result describing
 // the state then: a request the pass completes is unknown to a Cancel, one
 // it runs still gets its token, stamped at the same instant as the
@@ -31,6 +33,21 @@
 // discrete-event queue with a virtual clock: the same inputs and seeds give
 // byte-identical outputs, and a run costs only the computation. Live runs
 // one worker on a goroutine against the wall clock.
+//
+// # Two scheduler models
+//
+// engine_type picks the Scheduler. VLLM models vLLM's block manager: a
+// refcounted block pool with an LRU of inactive blocks still usable for
+// prefix hits, a token budget per pass shared by chunked prefills and
+// decodes, and preemption by recomputation of the newest (or, by
+// preemption_mode, oldest) running request when the pool runs dry. SGLang models SGLang's scheduler: a page pool
+// under a radix cache whose unlocked leaves are evicted LRU, admission
+// against the room left after setting aside each running request's expected
+// growth (the new-token ratio, which decays as decodes succeed and resets
+// on a retraction), separate extend and decode passes, and retraction of
+// the request with the fewest output tokens when a decode cannot grow. Both
+// report occupancy in blocks (SGLang's pages), so a cluster treats them
+// alike.
 //
 // # Modeled time and wall time
 //
@@ -68,8 +85,27 @@
 //
 // # The handoff lifecycle
 //
-// A disaggregated request crosses two workers. vLLM is source-first: the
-// prefill runs and holds before the decode side is involved.
+// A disaggregated request crosses two workers, in one of two orders.
+//
+// Source-first (vLLM, and SGLang with sglang.optimistic_prefill): the
+// prefill runs and holds before the decode side is involved; the decode
+// reserves later and claims the hold with StartTransfer. A decode that
+// cannot reserve in time leaves the prefill's KV stranded until the abort
+// timeout, which is the failure this package exists to reproduce.
+//
+// Destination-first (SGLang's default): a Hold request submitted to an
+// SGLang prefill worker waits in a bootstrap queue, computing and holding
+// nothing, until the decode side has reserved and the caller says so with
+// DestinationReady. Only then does the prefill run, and its transfer starts
+// the moment its KV is held: EventTransferStart follows EventHoldStarted in
+// the same Output, and the caller does not call StartTransfer. The hold
+// therefore lasts the modeled transfer and no longer, whatever the decode
+// load; a saturated decode side makes requests wait before the prefill
+// instead of stranding KV after it. A bootstrap request whose decode never
+// becomes ready is dropped after handoff_session_timeout_ms with a
+// RejectHandoffTimeout rejection.
+//
+// The source-first lifecycle:
 //
 //	prefill (source)
 //	  Submit(Hold) ─▶ waiting ─▶ running ─prefill done─▶ SourceHeld ──StartTransfer──▶ Transferring

@@ -189,3 +189,45 @@ func TestLive_BusyWorkerChainsPasses(t *testing.T) {
 	assert.GreaterOrEqual(t, o.Completions[0].Arrival, c.At+250)
 	assert.Equal(t, o.Completions[0].Arrival, o.Start, "an idle worker starts the pass at the arrival")
 }
+
+func TestVirtual_DestinationReadyIsAScheduledInput(t *testing.T) {
+	p := newWorker(t, sglangArgs(32, asPrefill, withTransfer(0.5), func(a *Args) { a.HandoffSessionTimeoutMs = 1000 }))
+	v := NewVirtual(p)
+	var inputs []InputResult
+	var events []Event
+	v.OnInput = func(r InputResult) { inputs = append(inputs, r) }
+	v.OnOutput = func(_ int, out *Output) { events = append(events, out.Events...) }
+	v.Submit(0, 0, Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 1}, Hold)
+	v.DestinationReady(20, 0, 1, 10)
+	v.DestinationReady(30, 0, 1, 10) // already ready
+	v.DestinationReady(40, 0, 7, 10) // unknown
+	require.NoError(t, v.Run())
+
+	require.Len(t, inputs, 3)
+	for i, want := range []bool{true, false, false} {
+		assert.Equal(t, InputDestinationReady, inputs[i].Kind)
+		assert.Equal(t, "DestinationReady", inputs[i].Kind.String())
+		assert.Equal(t, want, inputs[i].OK, "input %d", i)
+	}
+	var kinds []EventKind
+	for _, e := range events {
+		kinds = append(kinds, e.Kind)
+		if e.Kind == EventHoldStarted {
+			assert.GreaterOrEqual(t, e.At, 20.0, "the prefill ran only once the destination was ready")
+		}
+	}
+	assert.Equal(t, []EventKind{EventHoldStarted, EventTransferStart, EventHoldReleased}, kinds)
+	assert.Zero(t, p.Metrics().ActiveBlocks)
+}
+
+func TestRejectCode_Labels(t *testing.T) {
+	for code, want := range map[RejectCode]string{
+		RejectTooLong:        "too_long",
+		RejectNeverFits:      "never_fits",
+		RejectBudget:         "budget",
+		RejectHandoffTimeout: "handoff_timeout",
+		RejectCode(0):        "unknown",
+	} {
+		assert.Equal(t, want, code.String())
+	}
+}

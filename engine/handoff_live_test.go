@@ -92,3 +92,39 @@ func TestLive_Handoff(t *testing.T) {
 	_, ok = pre.StartTransfer(9, 1)
 	assert.False(t, ok)
 }
+
+func TestLive_DestinationFirstHandoff(t *testing.T) {
+	start := time.Now()
+	pOn, pch := liveOutputs()
+	dOn, dch := liveOutputs()
+	pre := StartLive(newWorker(t, sglangArgs(32, asPrefill, withTransfer(0.5))), LiveOptions{SpeedupRatio: 100, Start: start, OnOutput: pOn})
+	dec := StartLive(newWorker(t, sglangArgs(32, func(a *Args) { a.WorkerType = WorkerDecode })), LiveOptions{SpeedupRatio: 100, Start: start, OnOutput: dOn})
+	defer pre.Stop()
+	defer dec.Stop()
+
+	req := Request{ID: 3, Tokens: seqTokens(1, 10), MaxTokens: 4}
+	require.NoError(t, dec.Reserve(req))
+	res := eventOf(waitFor(t, dch, "reservation", hasEvent(EventDecodeReserved)), EventDecodeReserved)
+	require.NoError(t, pre.Submit(req, Hold))
+	assert.Zero(t, pre.Passes(), "a destination-first prefill waits for DestinationReady")
+	require.True(t, pre.DestinationReady(req.ID, TransferTokens(TransferFullPrompt, len(req.Tokens), res.MissingTokens)))
+	assert.False(t, pre.DestinationReady(req.ID, 10), "ready once")
+
+	held := waitFor(t, pch, "hold start", hasEvent(EventHoldStarted))
+	hold, xfer := eventOf(held, EventHoldStarted), eventOf(held, EventTransferStart)
+	require.Equal(t, EventTransferStart, xfer.Kind, "the transfer starts in the output that starts the hold")
+	assert.Equal(t, hold.At, xfer.At)
+	assert.InDelta(t, 5, xfer.DelayMs, 1e-9)
+	_, ok := pre.StartTransfer(req.ID, 10)
+	assert.False(t, ok, "the transfer is already under way")
+
+	end := eventOf(waitFor(t, pch, "release", hasEvent(EventHoldReleased)), EventHoldReleased)
+	assert.Equal(t, Transferred, end.Outcome)
+	assert.InDelta(t, xfer.DelayMs, end.DurationMs, 1e-9, "the hold lasts the transfer and no longer")
+	require.True(t, dec.Activate(req.ID))
+	done := waitFor(t, dch, "completion", func(o Output) bool { return len(o.Completions) > 0 })
+	assert.Equal(t, 4, done.Completions[0].OutputTokens)
+
+	pre.Stop()
+	assert.False(t, pre.DestinationReady(req.ID, 1), "stopped")
+}

@@ -40,6 +40,7 @@ const (
 	liveReserve
 	liveActivate
 	liveCancelDest
+	liveReady
 )
 
 type liveInput struct {
@@ -167,6 +168,16 @@ func (l *Live) Activate(id uint64) bool {
 // CancelDestination drops destination id (Worker.CancelDestination).
 func (l *Live) CancelDestination(id uint64) bool {
 	return l.call(liveInput{kind: liveCancelDest, id: id}).ok
+}
+
+// DestinationReady tells a destination-first source that the decode side
+// has reserved for request id (Worker.DestinationReady): the prefill leaves
+// its bootstrap queue, and its transfer of tokens tokens starts the moment
+// its KV is held, so the caller must not call StartTransfer for it. False
+// when id is not waiting in a bootstrap queue (timed out, cancelled, already
+// ready, not a destination-first prefill) or the driver is stopped.
+func (l *Live) DestinationReady(id uint64, tokens int) bool {
+	return l.call(liveInput{kind: liveReady, id: id, tokens: tokens}).ok
 }
 
 // Metrics reads the worker's occupancy now; zero after Stop.
@@ -310,6 +321,8 @@ func (l *Live) apply(in liveInput) liveReply {
 		return liveReply{ok: l.w.Activate(now, in.id)}
 	case liveCancelDest:
 		return liveReply{ok: l.w.CancelDestination(now, in.id)}
+	case liveReady:
+		return liveReply{ok: l.w.DestinationReady(now, in.id, in.tokens)}
 	case liveSubmit:
 		return liveReply{err: l.w.Submit(now, in.req, in.policy)}
 	case liveRelease:

@@ -2,11 +2,6 @@ package engine
 
 import "fmt"
 
-// RejectHandoffTimeout: a destination-first SGLang prefill waited
-// handoff_session_timeout_ms in the bootstrap queue without its decode side
-// ever reserving, and was dropped having computed and held nothing.
-const RejectHandoffTimeout RejectCode = 64
-
 // Reserve implements Handoffs: req waits in the normal queue until
 // admission can give it pages for its whole prompt (reusing cached pages)
 // and a running slot, as a reservation. It never times out here; the

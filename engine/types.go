@@ -108,6 +108,11 @@ const (
 	// request exceeds max_num_batched_tokens, so no pass could ever schedule
 	// it.
 	RejectBudget
+	// RejectHandoffTimeout: a destination-first SGLang prefill waited
+	// handoff_session_timeout_ms in its bootstrap queue without its decode
+	// side ever reserving (no DestinationReady), and was dropped having
+	// computed and held nothing.
+	RejectHandoffTimeout
 )
 
 // String returns a short label for the code.
@@ -119,6 +124,8 @@ func (c RejectCode) String() string {
 		return "never_fits"
 	case RejectBudget:
 		return "budget"
+	case RejectHandoffTimeout:
+		return "handoff_timeout"
 	}
 	return "unknown"
 }

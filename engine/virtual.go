@@ -27,6 +27,7 @@ const (
 	vReserve
 	vActivate
 	vCancelDest
+	vReady
 )
 
 type vevent struct {
@@ -52,6 +53,7 @@ const (
 	InputStartTransfer
 	InputActivate
 	InputCancelDestination
+	InputDestinationReady
 )
 
 // String returns the input's method name.
@@ -67,6 +69,8 @@ func (k InputKind) String() string {
 		return "Activate"
 	case InputCancelDestination:
 		return "CancelDestination"
+	case InputDestinationReady:
+		return "DestinationReady"
 	}
 	return "unknown"
 }
@@ -115,8 +119,8 @@ type Virtual struct {
 	// It may schedule more inputs; it must not keep out past the call.
 	OnOutput func(worker int, out *Output)
 	// OnInput, when set, receives the result of every scheduled
-	// ReleaseHeld, Cancel, StartTransfer, Activate and CancelDestination as
-	// it is applied. It may schedule more inputs.
+	// ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination and
+	// DestinationReady as it is applied. It may schedule more inputs.
 	OnInput func(r InputResult)
 }
 
@@ -170,6 +174,14 @@ func (v *Virtual) Activate(at float64, worker int, id uint64) {
 // CancelDestination schedules Worker.CancelDestination of id on worker.
 func (v *Virtual) CancelDestination(at float64, worker int, id uint64) {
 	v.push(vevent{at: max(at, v.now), kind: vCancelDest, worker: int32(worker), id: id})
+}
+
+// DestinationReady schedules Worker.DestinationReady on worker (a
+// destination-first source) at modeled time at: request id leaves the
+// bootstrap queue, and its transfer of tokens tokens starts when its KV is
+// held. OnInput reports ok false when id was no longer waiting there.
+func (v *Virtual) DestinationReady(at float64, worker int, id uint64, tokens int) {
+	v.push(vevent{at: max(at, v.now), kind: vReady, worker: int32(worker), id: id, tokens: int32(min(tokens, 1<<31-1))})
 }
 
 // Feed adds a stream of arrivals, pulled one at a time so a long run keeps a
@@ -250,6 +262,8 @@ func (v *Virtual) handle(e *vevent) {
 			r.Kind, r.OK = InputActivate, wk.Activate(v.now, e.id)
 		case vCancelDest:
 			r.Kind, r.OK = InputCancelDestination, wk.CancelDestination(v.now, e.id)
+		case vReady:
+			r.Kind, r.OK = InputDestinationReady, wk.DestinationReady(v.now, e.id, int(e.tokens))
 		}
 		if v.OnInput != nil {
 			v.OnInput(r)

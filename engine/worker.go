@@ -270,7 +270,8 @@ func (w *Worker) fire(now float64) {
 }
 
 // InputAt is the modeled time at which an input that targets a request
-// (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination) given
+// (ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination,
+// DestinationReady) given
 // at now takes effect: now, or the End of the pass in flight. A pass
 // decides its tokens, completions and holds when it starts, so the state an
 // input would act on during the pass is the state at its End; acting then,

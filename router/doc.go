@@ -14,8 +14,10 @@
 //   - kv: the cheapest worker under Dynamo's classic cost (below).
 //
 // "Free" excludes workers over a busy threshold. When a role has workers but
-// none is free, routing fails with ErrAllBusy ("all workers busy"), which a
-// frontend turns into HTTP 503.
+// none is free, routing fails with a *BusyError naming the role ("all
+// prefill workers busy", "all decode workers busy", or "all workers busy"
+// for aggregated workers), which matches ErrAllBusy and which a frontend
+// turns into HTTP 503.
 //
 // # The kv cost
 //

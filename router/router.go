@@ -18,6 +18,8 @@ import (
 var (
 	// ErrAllBusy rejects a request because every worker of the needed role
 	// is over a busy threshold. Dynamo answers it with HTTP 503; retry later.
+	// The error returned is a *BusyError naming the role; errors.Is matches
+	// it against ErrAllBusy.
 	ErrAllBusy = errors.New("all workers busy")
 	// ErrNoWorkers rejects a request because no worker of the needed role is
 	// registered.
@@ -25,6 +27,30 @@ var (
 	// ErrDuplicateRequest rejects a request whose id is already in flight.
 	ErrDuplicateRequest = errors.New("request id already in flight")
 )
+
+// BusyError is the refusal Route and RouteDisagg return when every worker
+// of Role is over a busy threshold, wrapped with the request id. It names
+// the role so a caller can tell a saturated prefill pool (the cascade) from
+// a saturated decode pool without reading the workers' state afterwards,
+// which may have changed since. errors.Is(err, ErrAllBusy) holds for it.
+type BusyError struct {
+	// Role is the role with no free worker.
+	Role Role
+	// Workers is how many workers of Role are registered, all of them busy.
+	Workers int
+}
+
+// Error says which pool is saturated: "all prefill workers busy", "all
+// decode workers busy", or "all workers busy" for aggregated workers.
+func (e *BusyError) Error() string {
+	if e.Role == RolePrefill || e.Role == RoleDecode {
+		return "all " + string(e.Role) + " workers busy"
+	}
+	return ErrAllBusy.Error()
+}
+
+// Is makes errors.Is(err, ErrAllBusy) true for a *BusyError.
+func (e *BusyError) Is(target error) bool { return target == ErrAllBusy }
 
 // Request is what the router needs to place one request. Give Tokens, or
 // the block hashes if the caller already has them (LocalHashes is enough;
@@ -259,8 +285,9 @@ func (r *Router) prepare(req *Request) error {
 }
 
 // Route places an aggregated request on an aggregated worker and starts
-// tracking its load there until PrefillDone and Free. It returns ErrAllBusy
-// when every such worker is busy and ErrNoWorkers when there is none.
+// tracking its load there until PrefillDone and Free. It returns a
+// *BusyError (ErrAllBusy) when every such worker is busy and ErrNoWorkers
+// when there is none.
 func (r *Router) Route(req *Request) (uint64, error) {
 	if err := r.prepare(req); err != nil {
 		return 0, err
@@ -291,7 +318,8 @@ func (r *Router) Route(req *Request) (uint64, error) {
 // balances decode workers by active blocks, as Dynamo does. The prefill
 // worker carries the prompt's uncached tokens until PrefillDone; the decode
 // worker carries the prompt's blocks until Free. If either role has no free
-// worker nothing is tracked and ErrAllBusy (or ErrNoWorkers) names the role.
+// worker nothing is tracked, and the error names the role: a *BusyError
+// (ErrAllBusy) or ErrNoWorkers.
 func (r *Router) RouteDisagg(req *Request) (prefill, decode uint64, err error) {
 	if err := r.prepare(req); err != nil {
 		return 0, 0, err
@@ -453,8 +481,8 @@ func (r *Router) candidates(role Role, req *Request) ([]*worker, error) {
 		return nil, fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
 	case len(r.cands) == 0:
 		r.stats.RejectedBusy++
-		return nil, fmt.Errorf("route request %q: %w: all %d %s workers are over their busy thresholds; retry later",
-			req.ID, ErrAllBusy, total, role)
+		return nil, fmt.Errorf("route request %q: %w: %d %s workers, each over a busy threshold; retry later",
+			req.ID, &BusyError{Role: role, Workers: total}, total, role)
 	}
 	return r.cands, nil
 }

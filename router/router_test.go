@@ -184,6 +184,10 @@ func TestRouter_BusyThresholds(t *testing.T) {
 	assert.ErrorIs(t, err, router.ErrAllBusy)
 	assert.True(t, errors.Is(err, router.ErrAllBusy))
 	assert.Contains(t, err.Error(), "all workers busy")
+	var be *router.BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, router.RoleAggregated, be.Role)
+	assert.Equal(t, 2, be.Workers)
 	assert.Equal(t, uint64(1), r.Stats().RejectedBusy)
 
 	// First tokens clear the pending prefill and the workers return.
@@ -309,7 +313,10 @@ func TestRouter_RouteDisaggRejectsWithoutChargingPrefill(t *testing.T) {
 	r.UpdateLoad(2, router.Load{RouterActiveBlocks: 9})
 	_, _, err := r.RouteDisagg(&router.Request{ID: "x", Tokens: tokens("AB")})
 	require.ErrorIs(t, err, router.ErrAllBusy)
-	assert.ErrorContains(t, err, "decode")
+	assert.ErrorContains(t, err, "all decode workers busy")
+	var be *router.BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, router.RoleDecode, be.Role)
 	ws, _ := r.Worker(1)
 	assert.Zero(t, ws.InFlight)
 	assert.Zero(t, ws.PrefillTokens)
@@ -382,4 +389,37 @@ func TestRouter_ConcurrentUse(t *testing.T) {
 		assert.Zero(t, ws.ActiveBlocks)
 		assert.Zero(t, ws.PrefillTokens)
 	}
+}
+
+func TestBusyError_NamesTheRole(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		role router.Role
+		want string
+	}{
+		{router.RolePrefill, "all prefill workers busy"},
+		{router.RoleDecode, "all decode workers busy"},
+		{router.RoleAggregated, "all workers busy"},
+	} {
+		err := error(&router.BusyError{Role: tc.role, Workers: 1})
+		assert.Equal(t, tc.want, err.Error())
+		assert.ErrorIs(t, err, router.ErrAllBusy)
+		assert.NotErrorIs(t, err, router.ErrNoWorkers)
+	}
+}
+
+func TestRouter_RouteDisaggBusyPrefillNamesPrefill(t *testing.T) {
+	t.Parallel()
+	limit := int64(4)
+	r := newRouter(t, func(c *router.Config) { c.ActivePrefillTokensThreshold = &limit },
+		router.WorkerInfo{ID: 1, Role: router.RolePrefill, TotalBlocks: 10},
+		router.WorkerInfo{ID: 2, Role: router.RoleDecode, TotalBlocks: 10},
+	)
+	_, _, err := r.RouteDisagg(&router.Request{ID: "a", Tokens: tokens("ABC")})
+	require.NoError(t, err)
+	_, _, err = r.RouteDisagg(&router.Request{ID: "b", Tokens: tokens("D")})
+	var be *router.BusyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, router.RolePrefill, be.Role)
+	assert.ErrorContains(t, err, "all prefill workers busy")
 }

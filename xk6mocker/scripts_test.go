@@ -30,10 +30,6 @@ var scriptRuns = map[string][]map[string]string{
 	},
 }
 
-// sglangMissing is how the cluster refuses the sglang engine until its
-// scheduler model exists.
-const sglangMissing = `only "vllm" is implemented`
-
 // TestScripts_PassTheirThresholds runs every script in scripts/ through the
 // mocker binary with short settings and expects exit code 0: each one's
 // thresholds hold (cascade.js's assert that holds and aborts happen and that
@@ -87,9 +83,6 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 					code = ee.ExitCode()
 				} else {
 					require.NoError(t, err)
-				}
-				if env["ENGINE"] == "sglang" && code == 107 && strings.Contains(stderr.String(), sglangMissing) {
-					t.Skipf("the cluster does not accept engine sglang yet: %s", strings.TrimSpace(stderr.String()))
 				}
 				require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
 				assert.Contains(t, stdout.String(), "█ KV HANDOFF")
