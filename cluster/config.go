@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/internal/jsonval"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -230,7 +231,7 @@ func transportFromMap(path string, v any) (*TransportConfig, error) {
 					t.Etcd = append(t.Etcd, s)
 				}
 			default:
-				return nil, fmt.Errorf("%s: want a list of endpoint URLs, got %s", field, describe(obj[k]))
+				return nil, fmt.Errorf("%s: want a list of endpoint URLs, got %s", field, jsonval.Describe(obj[k]))
 			}
 		case "nats":
 			t.NATS, err = stringValue(field, obj[k])
@@ -509,26 +510,10 @@ func sortedKeys(m map[string]any) []string {
 	return keys
 }
 
-func describe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return fmt.Sprintf("string %q", x)
-	case bool:
-		return fmt.Sprintf("boolean %v", x)
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "a list"
-	}
-	return fmt.Sprintf("%T %v", v, v)
-}
-
 func stringValue(field string, v any) (string, error) {
 	s, ok := v.(string)
 	if !ok {
-		return "", fmt.Errorf("%s: want a string, got %s", field, describe(v))
+		return "", fmt.Errorf("%s: want a string, got %s", field, jsonval.Describe(v))
 	}
 	return s, nil
 }
@@ -536,7 +521,7 @@ func stringValue(field string, v any) (string, error) {
 func boolValue(field string, v any) (bool, error) {
 	b, ok := v.(bool)
 	if !ok {
-		return false, fmt.Errorf("%s: want a boolean, got %s", field, describe(v))
+		return false, fmt.Errorf("%s: want a boolean, got %s", field, jsonval.Describe(v))
 	}
 	return b, nil
 }
@@ -548,7 +533,7 @@ func objectValue(field string, v any) (map[string]any, error) {
 	case map[string]any:
 		return o, nil
 	}
-	return nil, fmt.Errorf("%s: want an object, got %s", field, describe(v))
+	return nil, fmt.Errorf("%s: want an object, got %s", field, jsonval.Describe(v))
 }
 
 func floatValue(field string, v any) (float64, error) {
@@ -610,7 +595,7 @@ func intValue(field string, v any, want string) (int64, error) {
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("%s: want %s, got %s", field, want, describe(v))
+	return 0, fmt.Errorf("%s: want %s, got %s", field, want, jsonval.Describe(v))
 }
 
 func positiveInt(field string, v any) (int, error) {

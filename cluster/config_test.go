@@ -46,7 +46,7 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"unknown key", map[string]any{"wokers": 2}, "wokers: unknown key"},
 		{"unknown pool key", map[string]any{"decode": map[string]any{"size": 2}}, "decode.size: unknown key"},
 		{"wrong type", map[string]any{"disagg": "yes"}, "disagg: want a boolean"},
-		{"args not object", map[string]any{"args": 3}, "args: want an object"},
+		{"args not object", map[string]any{"args": 3}, "args: want an object, got number 3"},
 		{"engine arg type", map[string]any{"args": map[string]any{"num_gpu_blocks": "x"}}, "args.num_gpu_blocks:"},
 		{"pool arg range", map[string]any{"decode": map[string]any{"args": map[string]any{"max_num_seqs": 0}}}, "decode.args.max_num_seqs:"},
 		{"pool arg unknown", map[string]any{"prefill": map[string]any{"args": map[string]any{"num_gpu_block": 4}}}, "prefill.args.num_gpu_block:"},
@@ -63,7 +63,7 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"router option range", map[string]any{"router_options": map[string]any{"router_ttl_secs": 0}}, "router_options: router config: router_ttl_secs"},
 		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
 		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
-		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list"},
+		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list of endpoint URLs, got number 5"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -22,7 +22,7 @@ const (
 
 // Etcd is a single-member etcd server in a container.
 type Etcd struct {
-	s       *server
+	*server
 	network []string
 }
 
@@ -39,7 +39,7 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{s: s}
+	e := &Etcd{server: s}
 	for _, a := range o.aliases {
 		e.network = append(e.network, "http://"+a+":2379")
 	}
@@ -103,30 +103,9 @@ func etcdSpec(ctx context.Context) serverSpec {
 // http://127.0.0.1:32771. On a local engine they do not change on Restart;
 // on a remote engine, read them again after Restart.
 func (e *Etcd) Endpoints() []string {
-	return []string{"http://" + e.s.addr(etcdClientPort)}
+	return []string{"http://" + e.addr(etcdClientPort)}
 }
 
 // NetworkEndpoints are the client URLs other containers on the network given
 // to [WithNetwork] use; nil without one.
 func (e *Etcd) NetworkEndpoints() []string { return e.network }
-
-// Image is the image reference the container runs.
-func (e *Etcd) Image() string { return e.s.image }
-
-// ContainerID identifies the container to the Docker engine.
-func (e *Etcd) ContainerID() string { return e.s.ctr.GetContainerID() }
-
-// Stop stops the container, keeping it (and its data) for [Etcd.Start].
-func (e *Etcd) Stop(ctx context.Context) error { return e.s.stop(ctx) }
-
-// Start starts a stopped container again and waits until etcd is healthy.
-func (e *Etcd) Start(ctx context.Context) error { return e.s.start(ctx) }
-
-// Restart stops then starts the same container, waiting until it is healthy.
-func (e *Etcd) Restart(ctx context.Context) error { return e.s.restart(ctx) }
-
-// Terminate stops and removes the container. Calling it again is a no-op.
-func (e *Etcd) Terminate(ctx context.Context) error { return e.s.terminate(ctx) }
-
-// Logs returns everything the server has printed so far.
-func (e *Etcd) Logs(ctx context.Context) (string, error) { return e.s.logs(ctx) }

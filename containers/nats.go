@@ -24,7 +24,7 @@ const (
 
 // NATS is a single NATS server in a container.
 type NATS struct {
-	s       *server
+	*server
 	network string
 }
 
@@ -40,7 +40,7 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &NATS{s: s}
+	n := &NATS{server: s}
 	if len(o.aliases) > 0 {
 		n.network = "nats://" + o.aliases[0] + ":4222"
 	}
@@ -84,33 +84,12 @@ func natsSpec(ctx context.Context) serverSpec {
 // URL is the client URL reachable from this machine, e.g.
 // nats://127.0.0.1:32772. On a local engine it does not change on Restart; on
 // a remote engine, read it again after Restart.
-func (n *NATS) URL() string { return "nats://" + n.s.addr(natsClientPort) }
+func (n *NATS) URL() string { return "nats://" + n.addr(natsClientPort) }
 
 // MonitorURL is the base URL of the HTTP monitoring endpoints (/varz, /connz,
 // /healthz).
-func (n *NATS) MonitorURL() string { return "http://" + n.s.addr(natsMonitorPort) }
+func (n *NATS) MonitorURL() string { return "http://" + n.addr(natsMonitorPort) }
 
 // NetworkURL is the client URL for other containers on the network given to
 // [WithNetwork]; empty without one.
 func (n *NATS) NetworkURL() string { return n.network }
-
-// Image is the image reference the container runs.
-func (n *NATS) Image() string { return n.s.image }
-
-// ContainerID identifies the container to the Docker engine.
-func (n *NATS) ContainerID() string { return n.s.ctr.GetContainerID() }
-
-// Stop stops the container, keeping it for [NATS.Start].
-func (n *NATS) Stop(ctx context.Context) error { return n.s.stop(ctx) }
-
-// Start starts a stopped container again and waits until it is healthy.
-func (n *NATS) Start(ctx context.Context) error { return n.s.start(ctx) }
-
-// Restart stops then starts the same container, waiting until it is healthy.
-func (n *NATS) Restart(ctx context.Context) error { return n.s.restart(ctx) }
-
-// Terminate stops and removes the container. Calling it again is a no-op.
-func (n *NATS) Terminate(ctx context.Context) error { return n.s.terminate(ctx) }
-
-// Logs returns everything the server has printed so far.
-func (n *NATS) Logs(ctx context.Context) (string, error) { return n.s.logs(ctx) }

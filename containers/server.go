@@ -94,6 +94,8 @@ type serverSpec struct {
 }
 
 // server is a running (or stopped) server container with fixed host ports.
+// Etcd and NATS embed it, so its exported methods are theirs: the container
+// lifecycle is the same whichever server runs inside.
 type server struct {
 	kind  string
 	image string
@@ -237,7 +239,15 @@ func (s *server) addr(port string) string {
 	return net.JoinHostPort(s.host, s.hostPorts[port])
 }
 
-func (s *server) stop(ctx context.Context) error {
+// Image is the image reference the container runs.
+func (s *server) Image() string { return s.image }
+
+// ContainerID identifies the container to the Docker engine.
+func (s *server) ContainerID() string { return s.ctr.GetContainerID() }
+
+// Stop stops the container, keeping it and the data the server stored for
+// Start.
+func (s *server) Stop(ctx context.Context) error {
 	timeout := 10 * time.Second
 	if err := s.ctr.Stop(ctx, &timeout); err != nil {
 		return fmt.Errorf("stop %s container %s: %w", s.kind, shortID(s.ctr.GetContainerID()), err)
@@ -245,21 +255,26 @@ func (s *server) stop(ctx context.Context) error {
 	return nil
 }
 
-func (s *server) start(ctx context.Context) error {
+// Start starts a stopped container again and waits until the server is
+// healthy.
+func (s *server) Start(ctx context.Context) error {
 	if err := s.ctr.Start(ctx); err != nil {
 		return fmt.Errorf("start %s container %s again: %w%s", s.kind, shortID(s.ctr.GetContainerID()), err, logTail(s.ctr))
 	}
 	return s.refreshEndpoints(ctx)
 }
 
-func (s *server) restart(ctx context.Context) error {
-	if err := s.stop(ctx); err != nil {
+// Restart stops then starts the same container, waiting until the server is
+// healthy.
+func (s *server) Restart(ctx context.Context) error {
+	if err := s.Stop(ctx); err != nil {
 		return err
 	}
-	return s.start(ctx)
+	return s.Start(ctx)
 }
 
-func (s *server) terminate(ctx context.Context) error {
+// Terminate stops and removes the container. Calling it again is a no-op.
+func (s *server) Terminate(ctx context.Context) error {
 	s.mu.Lock()
 	if s.terminated {
 		s.mu.Unlock()
@@ -273,7 +288,8 @@ func (s *server) terminate(ctx context.Context) error {
 	return nil
 }
 
-func (s *server) logs(ctx context.Context) (string, error) {
+// Logs returns everything the server has printed so far.
+func (s *server) Logs(ctx context.Context) (string, error) {
 	rc, err := s.ctr.Logs(ctx)
 	if err != nil {
 		return "", fmt.Errorf("%s container logs: %w", s.kind, err)

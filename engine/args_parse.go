@@ -11,7 +11,14 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
+	"github.com/kvstrand/mocker/internal/spell"
 )
+
+// maxKeyTypo is the edit distance within which an unknown key is taken for
+// a typo of a valid one (num_gpu_block) and the valid one is suggested.
+const maxKeyTypo = 2
 
 // ArgError says which engine argument is wrong and why. Every error from
 // Validate is one, and so is every error from the parsers except malformed
@@ -179,7 +186,7 @@ func decodeArgsObject(data []byte) (map[string]any, error) {
 	}
 	m, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("want a JSON object, got %s", argDescribe(v))
+		return nil, fmt.Errorf("want a JSON object, got %s", jsonval.Describe(v))
 	}
 	return m, nil
 }
@@ -326,7 +333,7 @@ var modeledArgKeys = []argKeySpec{
 	{"sglang", func(p *argParser, _ string, v any) error {
 		m, ok := v.(map[string]any)
 		if !ok {
-			return argErr("sglang", "want an object, got %s", argDescribe(v))
+			return argErr("sglang", "want an object, got %s", jsonval.Describe(v))
 		}
 		p.sglangRaw = m
 		return nil
@@ -583,7 +590,7 @@ func argCheckKeys(prefix string, m map[string]any, specs, compat []argKeySpec) e
 	sort.Strings(compatNames)
 	key := unknown[0]
 	msg := "unknown key"
-	if near := argClosestKey(key, append(slices.Clip(names), compatNames...)); near != "" {
+	if near := spell.Closest(key, append(slices.Clip(names), compatNames...), maxKeyTypo); near != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", near)
 	}
 	where := "engine args"
@@ -597,69 +604,9 @@ func argCheckKeys(prefix string, m map[string]any, specs, compat []argKeySpec) e
 	return argErr(prefix+key, "%s", msg)
 }
 
-// argClosestKey returns the valid key within a small edit distance of key, to
-// catch typos such as num_gpu_block.
-func argClosestKey(key string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		if d := argEditDistance(key, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-func argEditDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
-}
-
 // Value readers. Each names the field and the wanted type when v does not
 // fit; range checks beyond the type live in Validate, so hand-built Args get
 // the same messages.
-
-func argDescribe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		if len(x) > 40 {
-			x = x[:40] + "…"
-		}
-		return fmt.Sprintf("string %q", x)
-	case bool:
-		return fmt.Sprintf("boolean %t", x)
-	case json.Number:
-		return "number " + x.String()
-	case float64:
-		return "number " + strconv.FormatFloat(x, 'g', -1, 64)
-	case float32:
-		return "number " + strconv.FormatFloat(float64(x), 'g', -1, 32)
-	case int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64:
-		return fmt.Sprintf("number %d", x)
-	case map[string]any:
-		return "object"
-	case []any:
-		return "array"
-	default:
-		return fmt.Sprintf("%T", v)
-	}
-}
 
 // argToFloat reads any numeric representation a decoder or a JavaScript
 // runtime produces.
@@ -740,7 +687,7 @@ func argToInt64(v any) (n int64, isNumber, ok bool) {
 func argInt64Value(field string, v any, want string) (int64, error) {
 	n, _, ok := argToInt64(v)
 	if !ok {
-		return 0, argErr(field, "want %s, got %s", want, argDescribe(v))
+		return 0, argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 	}
 	return n, nil
 }
@@ -751,7 +698,7 @@ func argIntValue(field string, v any, want string) (int, error) {
 		return 0, err
 	}
 	if n > math.MaxInt || n < math.MinInt {
-		return 0, argErr(field, "want %s, got %s, which is too large", want, argDescribe(v))
+		return 0, argErr(field, "want %s, got %s, which is too large", want, jsonval.Describe(v))
 	}
 	return int(n), nil
 }
@@ -759,7 +706,7 @@ func argIntValue(field string, v any, want string) (int, error) {
 func argFloatValue(field string, v any, want string) (float64, error) {
 	f, ok := argToFloat(v)
 	if !ok {
-		return 0, argErr(field, "want %s, got %s", want, argDescribe(v))
+		return 0, argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 	}
 	return f, nil
 }
@@ -767,7 +714,7 @@ func argFloatValue(field string, v any, want string) (float64, error) {
 func argBoolValue(field string, v any) (bool, error) {
 	b, ok := v.(bool)
 	if !ok {
-		return false, argErr(field, "want a boolean, got %s", argDescribe(v))
+		return false, argErr(field, "want a boolean, got %s", jsonval.Describe(v))
 	}
 	return b, nil
 }
@@ -775,7 +722,7 @@ func argBoolValue(field string, v any) (bool, error) {
 func argStringValue(field string, v any, want string) (string, error) {
 	s, ok := v.(string)
 	if !ok {
-		return "", argErr(field, "want %s, got %s", want, argDescribe(v))
+		return "", argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 	}
 	return s, nil
 }
@@ -800,7 +747,7 @@ func argEnumValue(field string, v any, allowed ...string) (string, error) {
 	if field == "engine_type" && low == "trtllm" {
 		return "", argErr(field, `"trtllm" is not modeled: only "vllm" and "sglang" are (Dynamo's trtllm mocker reuses the vLLM core with a no-evict admission policy; "vllm" is the nearest)`)
 	}
-	return "", argErr(field, "want %s, got %s", want, argDescribe(v))
+	return "", argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 }
 
 func argIntInto(dst func(*argParser) *int, want string) func(*argParser, string, any) error {
@@ -864,7 +811,7 @@ func argIgnoreString(key string) argKeySpec {
 func argIgnoreObject(key string) argKeySpec {
 	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
 		if _, ok := v.(map[string]any); !ok {
-			return argErr(key, "want an object, got %s", argDescribe(v))
+			return argErr(key, "want an object, got %s", jsonval.Describe(v))
 		}
 		return nil
 	}}

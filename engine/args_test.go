@@ -120,7 +120,7 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"huge int", `{"num_gpu_blocks":1e30}`, "num_gpu_blocks", []string{"want a positive integer"}},
 		{"bool for number", `{"speedup_ratio":true}`, "speedup_ratio", []string{"want a non-negative number, got boolean true"}},
 		{"number for bool", `{"enable_prefix_caching":1}`, "enable_prefix_caching", []string{"want a boolean, got number 1"}},
-		{"array for string", `{"planner_profile_data":[1]}`, "planner_profile_data", []string{"got array"}},
+		{"array for string", `{"planner_profile_data":[1]}`, "planner_profile_data", []string{"got an array"}},
 		{"number for sglang object", `{"sglang":3}`, "sglang", []string{"want an object"}},
 		{"bad engine", `{"engine_type":"tgi"}`, "engine_type", []string{`"vllm"`, `"sglang"`, `got string "tgi"`}},
 		{"trtllm engine", `{"engine_type":"TRTLLM"}`, "engine_type", []string{"not modeled", `only "vllm" and "sglang"`}},

@@ -19,7 +19,12 @@ func benchArgs() Args {
 // BenchmarkVirtualCluster simulates b.N requests (100 prompt tokens, 50
 // output tokens, one arrival every 2.5 modeled ms, round-robin) over four
 // aggregated vLLM workers on the virtual clock.
-func BenchmarkVirtualCluster(b *testing.B) {
+func BenchmarkVirtualCluster(b *testing.B) { benchAggregated(b, benchArgs()) }
+
+// benchAggregated is the virtual-cluster benchmark for any engine: b.N
+// requests of 100 prompt and 50 output tokens, one every 2.5 modeled ms,
+// round-robin over four aggregated workers built from args.
+func benchAggregated(b *testing.B, args Args) {
 	const (
 		workers  = 4
 		isl      = 100
@@ -28,7 +33,7 @@ func BenchmarkVirtualCluster(b *testing.B) {
 	)
 	ws := make([]*Worker, workers)
 	for i := range ws {
-		w, err := New(benchArgs(), nil, uint64(i))
+		w, err := New(args, nil, uint64(i))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -52,6 +57,18 @@ func BenchmarkVirtualCluster(b *testing.B) {
 		n++
 		return a, true
 	})
+	measure(b, v, func() {
+		if completed != b.N {
+			b.Fatalf("completed %d of %d requests", completed, b.N)
+		}
+	})
+}
+
+// measure runs v with the timer on and allocations reported, has check
+// vet the outcome, and reports the simulation's speed (sim_req/s) and the
+// modeled time per request (modeled_ms/req).
+func measure(b *testing.B, v *Virtual, check func()) {
+	b.Helper()
 	b.ReportAllocs()
 	b.ResetTimer()
 	start := time.Now()
@@ -60,9 +77,7 @@ func BenchmarkVirtualCluster(b *testing.B) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
-	if completed != b.N {
-		b.Fatalf("completed %d of %d requests", completed, b.N)
-	}
+	check()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim_req/s")
 	b.ReportMetric(v.Now()/float64(b.N), "modeled_ms/req")
 }
@@ -144,22 +159,14 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 		inFlight++
 		return a, true
 	})
-	b.ReportAllocs()
-	b.ResetTimer()
-	start := time.Now()
-	if err := v.Run(); err != nil {
-		b.Fatal(err)
-	}
-	elapsed := time.Since(start)
-	b.StopTimer()
-	if completed != b.N || aborted != 0 {
-		b.Fatalf("completed %d of %d requests, %d aborted", completed, b.N, aborted)
-	}
-	for i, w := range []*Worker{pre, dec} {
-		if m := w.Metrics(); m.HeldRequests+m.ReservedRequests+m.ActiveBlocks != 0 {
-			b.Fatalf("worker %d did not drain: %+v", i, m)
+	measure(b, v, func() {
+		if completed != b.N || aborted != 0 {
+			b.Fatalf("completed %d of %d requests, %d aborted", completed, b.N, aborted)
 		}
-	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim_req/s")
-	b.ReportMetric(v.Now()/float64(b.N), "modeled_ms/req")
+		for i, w := range []*Worker{pre, dec} {
+			if m := w.Metrics(); m.HeldRequests+m.ReservedRequests+m.ActiveBlocks != 0 {
+				b.Fatalf("worker %d did not drain: %+v", i, m)
+			}
+		}
+	})
 }

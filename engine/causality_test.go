@@ -18,9 +18,7 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		w := newWorker(t, prefillArgs(32))
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 1}, Hold))
-		out := w.Step(0)
-		require.NotNil(t, out)
-		r.add(out)
+		out := step(t, w, &r, 0)
 		end := out.End
 		require.Greater(t, end, 0.0)
 
@@ -46,12 +44,8 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		w := newWorker(t, smallArgs(64))
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 10}, Release))
-		first := w.Step(0)
-		require.NotNil(t, first)
-		r.add(first)
-		second := w.Step(first.End)
-		require.NotNil(t, second)
-		r.add(second)
+		first := step(t, w, &r, 0)
+		second := step(t, w, &r, first.End)
 		end := second.End // the worker's buffer, reused by later Steps
 		mid := (second.Start + end) / 2
 
@@ -73,9 +67,7 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		var r record
 		held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
 		require.NoError(t, w.Submit(held, Request{ID: 2, Tokens: seqTokens(500, 9), MaxTokens: 1}, Hold))
-		pass := w.Step(held)
-		require.NotNil(t, pass)
-		r.add(pass)
+		pass := step(t, w, &r, held)
 		end := pass.End // pass is the worker's buffer, reused by later Steps
 		mid := (pass.Start + end) / 2
 
@@ -99,9 +91,7 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		var r record
 		held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
 		require.NoError(t, w.Submit(held, Request{ID: 2, Tokens: seqTokens(500, 9), MaxTokens: 1}, Hold))
-		pass := w.Step(held)
-		require.NotNil(t, pass)
-		r.add(pass)
+		pass := step(t, w, &r, held)
 		require.Greater(t, pass.End, held+abort)
 
 		_, ok := w.StartTransfer(held+1, 1, 9)

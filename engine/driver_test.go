@@ -11,14 +11,15 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// runVirtual simulates a two-pool cluster in miniature: two aggregated
-// workers and one prefill worker whose holds are released a random delay
-// after they start. It returns the serialized log of every output.
-func runVirtual(t *testing.T, seed uint64, n int) (string, []Completion) {
+// runCluster simulates a two-pool cluster in miniature on one engine (args
+// builds its worker args): two aggregated workers and one prefill worker
+// whose holds are released a random delay after they start. It returns the
+// serialized log of every output and the completions.
+func runCluster(t *testing.T, args func(n int, mod ...func(*Args)) Args, seed uint64, n int) (string, []Completion) {
 	t.Helper()
 	var ws []*Worker
 	for i, wt := range []WorkerType{WorkerAggregated, WorkerAggregated, WorkerPrefill} {
-		w, err := New(smallArgs(48, func(a *Args) { a.WorkerType = wt }), nil, seed+uint64(i))
+		w, err := New(args(48, func(a *Args) { a.WorkerType = wt }), nil, seed+uint64(i))
 		require.NoError(t, err)
 		ws = append(ws, w)
 	}
@@ -58,17 +59,8 @@ func runVirtual(t *testing.T, seed uint64, n int) (string, []Completion) {
 	return sb.String(), done
 }
 
-func TestVirtual_Determinism(t *testing.T) {
-	a, _ := runVirtual(t, 42, 200)
-	b, _ := runVirtual(t, 42, 200)
-	require.NotEmpty(t, a)
-	assert.Equal(t, a, b, "same seed and inputs give byte-identical logs")
-	c, _ := runVirtual(t, 43, 200)
-	assert.NotEqual(t, a, c, "the log depends on the seed")
-}
-
 func TestVirtual_Causality(t *testing.T) {
-	_, done := runVirtual(t, 7, 300)
+	_, done := runCluster(t, smallArgs, 7, 300)
 	require.Len(t, done, 300)
 	for _, c := range done {
 		assert.LessOrEqual(t, c.Arrival, c.FirstTokenAt, "request %d", c.RequestID)
@@ -104,39 +96,6 @@ func waitFor(t *testing.T, ch <-chan Output, what string, pred func(Output) bool
 			return Output{}
 		}
 	}
-}
-
-func TestLive_NoSpinWhenOnlyHeld(t *testing.T) {
-	w := newWorker(t, prefillArgs(32))
-	on, ch := liveOutputs()
-	l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
-	defer l.Stop()
-
-	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 1}, Hold))
-	o := waitFor(t, ch, "hold start", func(o Output) bool { return len(o.Completions) > 0 })
-	assert.True(t, o.Completions[0].Held)
-	held := l.Passes()
-	require.Positive(t, held)
-	wakes := l.Wakeups()
-
-	// Only held KV remains, whose session deadline is minutes of wall time
-	// away: the worker sleeps, so neither its pass count nor its wake-ups
-	// move however long we look.
-	for range 5 {
-		time.Sleep(10 * time.Millisecond)
-		assert.Equal(t, held, l.Passes())
-		assert.Equal(t, wakes, l.Wakeups())
-	}
-	m := l.Metrics()
-	assert.Equal(t, 5, m.HeldBlocks)
-	assert.Zero(t, m.Running)
-
-	assert.True(t, l.ReleaseHeld(1, Transferred))
-	assert.False(t, l.ReleaseHeld(1, Transferred), "release is idempotent")
-	rel := waitFor(t, ch, "hold release", func(o Output) bool { return len(o.Events) > 0 })
-	assert.Equal(t, EventHoldReleased, rel.Events[0].Kind)
-	assert.Equal(t, held, l.Passes(), "flushing the release event is not a pass")
-	assert.Zero(t, l.Metrics().ActiveBlocks)
 }
 
 func TestLive_ModeledTimeAndStop(t *testing.T) {

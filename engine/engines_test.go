@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"math/rand/v2"
-	"strings"
 	"testing"
 	"time"
 
@@ -45,51 +43,10 @@ var engines = []engineCase{
 
 func asPrefill(a *Args) { a.WorkerType = WorkerPrefill }
 
-// buildWorker builds the worker args describe, whichever the engine.
-func buildWorker(args Args, seed uint64) (*Worker, error) { return New(args, nil, seed) }
-
-func newAnyWorker(t testing.TB, a Args) *Worker {
-	t.Helper()
-	w, err := buildWorker(a, 7)
-	require.NoError(t, err)
-	return w
-}
-
-// checkAny is checkWorker plus the SGLang model's own recount.
-func checkAny(t tb, w *Worker) {
-	t.Helper()
-	if g, ok := w.Scheduler().(*SGLang); ok {
-		require.NoError(t, g.audit())
-	}
-	checkWorker(t, w)
-}
-
-// driveAny is drive with checkAny after every step.
-func driveAny(t tb, w *Worker, r *record, now float64, deadlines bool) float64 {
-	t.Helper()
-	next := w.workWake
-	if deadlines {
-		next = w.NextWake
-	}
-	for i := 0; ; i++ {
-		require.Less(t, i, 100000, "worker never parked")
-		at, ok := next()
-		if !ok {
-			return now
-		}
-		now = max(now, at)
-		if out := w.Step(now); out != nil {
-			r.add(out)
-			now = max(now, out.End)
-		}
-		checkAny(t, w)
-	}
-}
-
 func TestEngines_StrandingFillsPool(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			w := newAnyWorker(t, e.args(8, asPrefill))
+			w := newWorker(t, e.args(8, asPrefill))
 			var r record
 			// Two held 16-token prefills fill all 8 blocks of 4.
 			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(100, 16), MaxTokens: 1}, Hold))
@@ -135,7 +92,7 @@ func TestEngines_RouterLoadIncludesHeld(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			for _, include := range []bool{false, true} {
-				w := newAnyWorker(t, e.args(8, asPrefill, func(a *Args) { a.RouterLoadIncludesHeld = include }))
+				w := newWorker(t, e.args(8, asPrefill, func(a *Args) { a.RouterLoadIncludesHeld = include }))
 				var r record
 				require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(100, 16), MaxTokens: 1}, Hold))
 				driveAny(t, w, &r, 0, false)
@@ -154,7 +111,7 @@ func TestEngines_RouterLoadIncludesHeld(t *testing.T) {
 func TestEngines_AggregatedNeverHolds(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			w := newAnyWorker(t, e.args(64))
+			w := newWorker(t, e.args(64))
 			var r record
 			for i := range 5 {
 				require.NoError(t, w.Submit(0, Request{ID: uint64(i), Tokens: seqTokens(uint32(100*i), 9), MaxTokens: 3}, Release))
@@ -176,7 +133,7 @@ func TestEngines_AggregatedNeverHolds(t *testing.T) {
 func TestEngines_ReleaseIdempotent(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			w := newAnyWorker(t, e.args(16, asPrefill))
+			w := newWorker(t, e.args(16, asPrefill))
 			var r record
 			require.NoError(t, w.Submit(0, Request{ID: 7, Tokens: seqTokens(1, 9), MaxTokens: 1}, Hold))
 			now := driveAny(t, w, &r, 0, false)
@@ -192,6 +149,7 @@ func TestEngines_ReleaseIdempotent(t *testing.T) {
 			end := r.eventsOf(EventHoldReleased)
 			require.Len(t, end, 1)
 			assert.Equal(t, Aborted, end[0].Outcome)
+			assert.Equal(t, now+25, end[0].At)
 			assert.InDelta(t, 25, end[0].DurationMs, 1e-9, "the hold lasts from the prefill's end to the release")
 			assert.Zero(t, w.Metrics().ActiveBlocks)
 		})
@@ -201,13 +159,11 @@ func TestEngines_ReleaseIdempotent(t *testing.T) {
 func TestEngines_CancelEverywhere(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			w := newAnyWorker(t, e.args(64, func(a *Args) { a.MaxNumSeqs = intp(1) }))
+			w := newWorker(t, e.args(64, func(a *Args) { a.MaxNumSeqs = intp(1) }))
 			var r record
 			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 9), MaxTokens: 50}, Release))
 			require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(50, 9), MaxTokens: 50}, Release))
-			out := w.Step(0)
-			require.NotNil(t, out)
-			r.add(out)
+			out := step(t, w, &r, 0)
 			assert.Equal(t, 1, w.Metrics().Running)
 			assert.True(t, w.Cancel(out.End, 2), "waiting")
 			assert.True(t, w.Cancel(out.End, 1), "running")
@@ -267,7 +223,7 @@ func conservationRun(rt *rapid.T, engine string) {
 	} else {
 		args = smallArgs(blocks, mod)
 	}
-	w, err := buildWorker(args, 3)
+	w, err := New(args, nil, 3)
 	if err != nil {
 		rt.Fatal(err)
 	}
@@ -334,7 +290,7 @@ func conservationRun(rt *rapid.T, engine string) {
 				}
 			}
 		}
-		checkAny(rt, w)
+		checkWorker(rt, w)
 	}
 	// Drain: activate reservations, release holds, let deadlines fire,
 	// until nothing is left.
@@ -392,59 +348,15 @@ func conservationRun(rt *rapid.T, engine string) {
 	}
 }
 
-// runCluster simulates three workers of one engine (two aggregated, one
-// prefill whose holds are released a random delay after they start) and
-// returns the serialized log of every output.
-func runCluster(t *testing.T, e engineCase, seed uint64, n int) string {
-	t.Helper()
-	var ws []*Worker
-	for i, wt := range []WorkerType{WorkerAggregated, WorkerAggregated, WorkerPrefill} {
-		w, err := buildWorker(e.args(48, func(a *Args) { a.WorkerType = wt }), seed+uint64(i))
-		require.NoError(t, err)
-		ws = append(ws, w)
-	}
-	v := NewVirtual(ws...)
-	rng := rand.New(rand.NewPCG(seed, 99))
-	var sb strings.Builder
-	v.OnOutput = func(w int, out *Output) {
-		serialize(&sb, w, out)
-		for _, ev := range out.Events {
-			if ev.Kind == EventHoldStarted {
-				v.ReleaseHeld(v.Now()+rng.Float64()*50, w, ev.RequestID, Transferred)
-			}
-		}
-		checkAny(t, v.Worker(w))
-	}
-	at := 0.0
-	for i := range n {
-		at += rng.ExpFloat64() * 5
-		w := rng.IntN(3)
-		pol := Release
-		if w == 2 {
-			pol = Hold
-		}
-		tokens := seqTokens(uint32(1000*rng.IntN(3)), 8)
-		tokens = append(tokens, seqTokens(rng.Uint32(), 1+rng.IntN(30))...)
-		v.Submit(at, w, Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, pol)
-	}
-	require.NoError(t, v.Run())
-	for i := range ws {
-		m := ws[i].Metrics()
-		assert.Zero(t, m.ActiveBlocks, "worker %d drained", i)
-		assert.Zero(t, m.HeldRequests)
-	}
-	return sb.String()
-}
-
 func TestEngines_Determinism(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			a := runCluster(t, e, 42, 200)
-			b := runCluster(t, e, 42, 200)
+			a, _ := runCluster(t, e.args, 42, 200)
+			b, _ := runCluster(t, e.args, 42, 200)
 			require.NotEmpty(t, a)
 			assert.Equal(t, a, b, "same seed and inputs give byte-identical logs")
 			assert.Contains(t, a, " kv ", "the log includes KV events")
-			c := runCluster(t, e, 43, 200)
+			c, _ := runCluster(t, e.args, 43, 200)
 			assert.NotEqual(t, a, c, "the log depends on the seed")
 		})
 	}
@@ -453,7 +365,7 @@ func TestEngines_Determinism(t *testing.T) {
 func TestEngines_LiveParksWhenOnlyHeld(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
-			w := newAnyWorker(t, e.args(32, asPrefill))
+			w := newWorker(t, e.args(32, asPrefill))
 			on, ch := liveOutputs()
 			l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
 			defer l.Stop()
@@ -463,18 +375,22 @@ func TestEngines_LiveParksWhenOnlyHeld(t *testing.T) {
 			assert.True(t, o.Completions[0].Held)
 			held := l.Passes()
 			require.Positive(t, held)
-			// Only held KV remains: the pass count stays put however long
-			// we look.
+			wakes := l.Wakeups()
+			// Only held KV remains, whose session deadline is minutes of
+			// wall time away: the worker sleeps, so neither its pass count
+			// nor its wake-ups move however long we look.
 			for range 5 {
-				time.Sleep(5 * time.Millisecond)
+				time.Sleep(10 * time.Millisecond)
 				assert.Equal(t, held, l.Passes())
+				assert.Equal(t, wakes, l.Wakeups())
 			}
-			assert.Equal(t, 5, l.Metrics().HeldBlocks)
+			m := l.Metrics()
+			assert.Equal(t, 5, m.HeldBlocks)
+			assert.Zero(t, m.Running)
 			assert.True(t, l.ReleaseHeld(1, Transferred))
 			assert.False(t, l.ReleaseHeld(1, Transferred), "release is idempotent")
-			waitFor(t, ch, "hold release", func(o Output) bool {
-				return len(o.Events) > 0 && o.Events[0].Kind == EventHoldReleased
-			})
+			rel := waitFor(t, ch, "hold release", func(o Output) bool { return len(o.Events) > 0 })
+			assert.Equal(t, EventHoldReleased, rel.Events[0].Kind)
 			assert.Equal(t, held, l.Passes(), "flushing the release event is not a pass")
 			assert.Zero(t, l.Metrics().ActiveBlocks)
 		})

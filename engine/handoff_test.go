@@ -267,9 +267,7 @@ func TestHandoff_HeldKVQueuesLaterPrefills(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, held+abort, wake, "the worker next wakes for the abort")
 
-	out := w.Step(wake)
-	require.NotNil(t, out)
-	r.add(out)
+	out := step(t, w, &r, wake)
 	assert.True(t, out.Ran, "the abort frees the pool and the waiting prefill runs in the same step")
 	assert.Equal(t, held+abort, out.Start)
 	kinds := []EventKind{}

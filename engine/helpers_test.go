@@ -98,16 +98,28 @@ func (r *record) completion(id uint64) (Completion, bool) {
 	return Completion{}, false
 }
 
-// checkWorker asserts the block invariants of w: the incremental counters
-// agree with a recount, and active + inactive + free == total.
+// checkWorker asserts the block invariants of w, whichever its engine: the
+// scheduler's incremental counters agree with its own recount, and active +
+// inactive + free == total.
 func checkWorker(t tb, w *Worker) {
 	t.Helper()
-	if v, ok := w.Scheduler().(*VLLM); ok {
-		require.NoError(t, v.audit())
+	if a, ok := w.Scheduler().(interface{ audit() error }); ok {
+		require.NoError(t, a.audit())
 	}
 	m := w.Metrics()
 	require.Equal(t, m.TotalBlocks, m.ActiveBlocks+m.InactiveBlocks+m.FreeBlocks, "block conservation: %+v", m)
 	require.LessOrEqual(t, m.HeldBlocks, m.ActiveBlocks)
+}
+
+// step runs one Step of w at now, which must produce an Output, and
+// records it. The Output is the worker's buffer: read it before the next
+// Step.
+func step(t tb, w *Worker, r *record, now float64) *Output {
+	t.Helper()
+	out := w.Step(now)
+	require.NotNil(t, out, "nothing happened at %v", now)
+	r.add(out)
+	return out
 }
 
 // drive steps w synchronously from now until it has no pass to run and no
@@ -125,6 +137,15 @@ func driveAll(t tb, w *Worker, r *record, now float64) float64 {
 	return driveWith(t, w, r, now, w.NextWake)
 }
 
+// driveAny is drive, or driveAll when deadlines is set.
+func driveAny(t tb, w *Worker, r *record, now float64, deadlines bool) float64 {
+	t.Helper()
+	if deadlines {
+		return driveAll(t, w, r, now)
+	}
+	return drive(t, w, r, now)
+}
+
 func driveWith(t tb, w *Worker, r *record, now float64, next func() (float64, bool)) float64 {
 	t.Helper()
 	for i := 0; ; i++ {
@@ -136,7 +157,7 @@ func driveWith(t tb, w *Worker, r *record, now float64, next func() (float64, bo
 		now = max(now, at)
 		if out := w.Step(now); out != nil {
 			r.add(out)
-			now = out.End
+			now = max(now, out.End)
 		}
 		checkWorker(t, w)
 	}

@@ -23,16 +23,6 @@ type pblock struct {
 	indexed bool
 }
 
-// evRec is a KV event under construction; its blocks live in the pool's
-// arenas until the pass ends, when they are turned into kv.Events.
-type evRec struct {
-	id         uint64
-	kind       kv.EventKind
-	parent     kv.SeqHash
-	hasParent  bool
-	start, end int
-}
-
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
 // blocks that still serve prefix hits. Counters are kept incrementally and
 // audit recounts them from scratch.
@@ -46,11 +36,7 @@ type blockPool struct {
 	inactive int
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
 
-	emit      bool
-	nextEvent uint64
-	recs      []evRec
-	evBlocks  []kv.Block
-	evRemoved []kv.SeqHash
+	ev kvRecorder
 }
 
 func newBlockPool(total int, emit bool) *blockPool {
@@ -60,7 +46,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 		index:   make(map[kv.SeqHash]int32, total),
 		lruHead: noSlot,
 		lruTail: noSlot,
-		emit:    emit,
+		ev:      kvRecorder{emit: emit},
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
 	for i := range p.free {
@@ -133,7 +119,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.inactive--
 		b := &p.blocks[s]
 		delete(p.index, b.hash)
-		p.recordRemoved(b.hash)
+		p.ev.removed(b.hash)
 	} else {
 		return noSlot, false
 	}
@@ -201,60 +187,7 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 	}
 	b.indexed = true
 	p.index[h] = s
-	if !p.emit {
-		return
-	}
-	if n := len(p.recs); n > 0 {
-		r := &p.recs[n-1]
-		if r.kind == kv.Stored && hasParent && r.end == len(p.evBlocks) && p.evBlocks[r.end-1].Hash == parent {
-			p.evBlocks = append(p.evBlocks, kv.Block{Hash: h, TokensHash: local})
-			r.end++
-			return
-		}
-	}
-	p.evBlocks = append(p.evBlocks, kv.Block{Hash: h, TokensHash: local})
-	p.recs = append(p.recs, evRec{id: p.nextEvent, kind: kv.Stored, parent: parent, hasParent: hasParent,
-		start: len(p.evBlocks) - 1, end: len(p.evBlocks)})
-	p.nextEvent++
-}
-
-func (p *blockPool) recordRemoved(h kv.SeqHash) {
-	if !p.emit {
-		return
-	}
-	if n := len(p.recs); n > 0 {
-		r := &p.recs[n-1]
-		if r.kind == kv.Removed && r.end == len(p.evRemoved) {
-			p.evRemoved = append(p.evRemoved, h)
-			r.end++
-			return
-		}
-	}
-	p.evRemoved = append(p.evRemoved, h)
-	p.recs = append(p.recs, evRec{id: p.nextEvent, kind: kv.Removed, start: len(p.evRemoved) - 1, end: len(p.evRemoved)})
-	p.nextEvent++
-}
-
-// flushEvents appends the recorded events to dst. The events point into the
-// pool's arenas, which stay untouched until resetEvents.
-func (p *blockPool) flushEvents(dst []kv.Event) []kv.Event {
-	for _, r := range p.recs {
-		ev := kv.Event{ID: r.id, Kind: r.kind}
-		if r.kind == kv.Stored {
-			ev.Parent, ev.HasParent = r.parent, r.hasParent
-			ev.Blocks = p.evBlocks[r.start:r.end:r.end]
-		} else {
-			ev.RemovedHashes = p.evRemoved[r.start:r.end:r.end]
-		}
-		dst = append(dst, ev)
-	}
-	return dst
-}
-
-func (p *blockPool) resetEvents() {
-	p.recs = p.recs[:0]
-	p.evBlocks = p.evBlocks[:0]
-	p.evRemoved = p.evRemoved[:0]
+	p.ev.stored(h, local, parent, hasParent)
 }
 
 // audit recounts the pool from its blocks and reports the first

@@ -31,13 +31,13 @@ func TestPool_EvictionOrderLRU(t *testing.T) {
 	// A prefix hit on a refreshes it: b becomes the oldest.
 	p.acquire(a)
 	p.release(a)
-	p.resetEvents()
+	p.ev.reset()
 
 	_, ok := p.alloc()
 	require.True(t, ok)
 	_, ok = p.alloc()
 	require.True(t, ok)
-	evs := p.flushEvents(nil)
+	evs := p.ev.flush(nil)
 	require.Len(t, evs, 1, "consecutive evictions share one Removed event")
 	assert.Equal(t, kv.Removed, evs[0].Kind)
 	assert.Equal(t, []kv.SeqHash{0xb, 0xc}, evs[0].RemovedHashes)

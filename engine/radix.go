@@ -92,17 +92,7 @@ func (c *radixCache) match(hashes []kv.SeqHash) (n int, last int32) {
 // the evictable set.
 func (c *radixCache) lock(node int32) {
 	for n := node; n != noSlot; n = c.nodes[n].parent {
-		b := &c.nodes[n]
-		switch {
-		case b.lock == 0:
-			c.evictable--
-			if b.heap != noSlot {
-				c.heapRemove(b.heap)
-			}
-		case b.held == b.lock:
-			c.heldOnly--
-		}
-		b.lock++
+		c.addLock(n)
 	}
 }
 
@@ -114,18 +104,7 @@ func (c *radixCache) unlock(node int32) {
 	}
 	c.tick++
 	for n := node; n != noSlot; n = c.nodes[n].parent {
-		b := &c.nodes[n]
-		b.lock--
-		switch {
-		case b.lock == 0:
-			c.evictable++
-			b.access = c.tick
-			if b.kids == 0 {
-				c.heapPush(n)
-			}
-		case b.held == b.lock:
-			c.heldOnly++
-		}
+		c.dropLock(n)
 	}
 }
 
@@ -152,16 +131,42 @@ func (c *radixCache) unhold(node int32) {
 			c.heldOnly--
 		}
 		b.held--
-		b.lock--
-		if b.lock == 0 {
-			c.evictable++
-			b.access = c.tick
-			if b.kids == 0 {
-				c.heapPush(n)
-			}
-		} else if b.held == b.lock {
-			c.heldOnly++
+		c.dropLock(n)
+	}
+}
+
+// addLock adds one lock to the single node n: an unlocked node leaves the
+// evictable set (and the eviction heap), a held-only one stops being so.
+func (c *radixCache) addLock(n int32) {
+	b := &c.nodes[n]
+	switch {
+	case b.lock == 0:
+		c.evictable--
+		if b.heap != noSlot {
+			c.heapRemove(b.heap)
 		}
+	case b.held == b.lock:
+		c.heldOnly--
+	}
+	b.lock++
+}
+
+// dropLock removes one lock from the single node n, whose hold count the
+// caller has already adjusted. A node left unlocked becomes evictable,
+// stamped with the current tick, and joins the eviction heap if it is a
+// leaf; one left with only holds counts as held-only.
+func (c *radixCache) dropLock(n int32) {
+	b := &c.nodes[n]
+	b.lock--
+	switch {
+	case b.lock == 0:
+		c.evictable++
+		b.access = c.tick
+		if b.kids == 0 {
+			c.heapPush(n)
+		}
+	case b.held == b.lock:
+		c.heldOnly++
 	}
 }
 
@@ -220,17 +225,9 @@ func (c *radixCache) release(s int32) {
 func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) int32 {
 	if e, ok := c.index[h]; ok {
 		c.release(s)
-		b := &c.nodes[e]
-		switch {
-		case b.lock == 0:
-			c.evictable--
-			if b.heap != noSlot {
-				c.heapRemove(b.heap)
-			}
-		case b.held == b.lock:
-			c.heldOnly--
-		}
-		b.lock++
+		// The caller's lock already covers e's ancestors (they are the
+		// path down to parent), so only e itself gains one.
+		c.addLock(e)
 		return e
 	}
 	c.private--
@@ -381,72 +378,4 @@ func (c *radixCache) audit() error {
 		return fmt.Errorf("tree %d + private %d + free %d != total %d", inTree, c.private, len(c.free), len(c.nodes))
 	}
 	return nil
-}
-
-// kvRecorder collects one pass's KV events. Contiguous stores (each page's
-// parent is the previous page of the event) share one Stored event, and
-// consecutive evictions one Removed event, as the vLLM pool does.
-type kvRecorder struct {
-	emit    bool
-	next    uint64
-	recs    []evRec
-	blocks  []kv.Block
-	removes []kv.SeqHash
-}
-
-func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
-	if !r.emit {
-		return
-	}
-	if n := len(r.recs); n > 0 {
-		last := &r.recs[n-1]
-		if last.kind == kv.Stored && hasParent && last.end == len(r.blocks) && r.blocks[last.end-1].Hash == parent {
-			r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
-			last.end++
-			return
-		}
-	}
-	r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
-	r.recs = append(r.recs, evRec{id: r.next, kind: kv.Stored, parent: parent, hasParent: hasParent,
-		start: len(r.blocks) - 1, end: len(r.blocks)})
-	r.next++
-}
-
-func (r *kvRecorder) removed(h kv.SeqHash) {
-	if !r.emit {
-		return
-	}
-	if n := len(r.recs); n > 0 {
-		last := &r.recs[n-1]
-		if last.kind == kv.Removed && last.end == len(r.removes) {
-			r.removes = append(r.removes, h)
-			last.end++
-			return
-		}
-	}
-	r.removes = append(r.removes, h)
-	r.recs = append(r.recs, evRec{id: r.next, kind: kv.Removed, start: len(r.removes) - 1, end: len(r.removes)})
-	r.next++
-}
-
-// flush appends the recorded events to dst; they point into the recorder's
-// arenas, which stay untouched until reset.
-func (r *kvRecorder) flush(dst []kv.Event) []kv.Event {
-	for _, rec := range r.recs {
-		ev := kv.Event{ID: rec.id, Kind: rec.kind}
-		if rec.kind == kv.Stored {
-			ev.Parent, ev.HasParent = rec.parent, rec.hasParent
-			ev.Blocks = r.blocks[rec.start:rec.end:rec.end]
-		} else {
-			ev.RemovedHashes = r.removes[rec.start:rec.end:rec.end]
-		}
-		dst = append(dst, ev)
-	}
-	return dst
-}
-
-func (r *kvRecorder) reset() {
-	r.recs = r.recs[:0]
-	r.blocks = r.blocks[:0]
-	r.removes = r.removes[:0]
 }

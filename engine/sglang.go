@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"slices"
 
-	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 )
 
@@ -43,23 +42,14 @@ const (
 // the radix tree (the pages shared with the cache) followed by private
 // pages not yet inserted. Requests are recycled, slices and all.
 type sgReq struct {
-	id     uint64
-	tokens []uint32 // prompt, then generated tokens
-	prompt int
-	maxOut int
-	out    int
+	reqCore
 	// kvLen counts the tokens whose KV is computed: after a prefill, every
 	// token but the last generated one.
-	kvLen  int
-	last   int32   // deepest node of the locked path, noSlot when none
-	depth  int     // pages on the locked path
-	pages  []int32 // private pages after the path
-	hashes []kv.SeqHash
-	locals []kv.LocalHash
+	kvLen int
+	last  int32   // deepest node of the locked path, noSlot when none
+	depth int     // pages on the locked path
+	pages []int32 // private pages after the path
 
-	cached   int
-	admitted bool
-	policy   CompletionPolicy
 	state    sgState
 	retracts int
 	match    int // prefix match in pages, for lpm ordering
@@ -69,8 +59,6 @@ type sgReq struct {
 	destReady      bool
 	transferTokens int
 	growth         int // a reservation's clipped output, reserved in admission
-
-	arrival, firstAt float64
 }
 
 // SGLang is the SGLang scheduler model (reference/dynamo-mocker.md §4): a
@@ -211,8 +199,7 @@ func (g *SGLang) newReq() *sgReq {
 
 func (g *SGLang) recycle(r *sgReq) {
 	delete(g.byID, r.id)
-	*r = sgReq{tokens: r.tokens[:0], pages: r.pages[:0], hashes: r.hashes[:0], locals: r.locals[:0],
-		last: noSlot, state: sgDone}
+	*r = sgReq{reqCore: r.recycled(), pages: r.pages[:0], last: noSlot, state: sgDone}
 	g.spare = append(g.spare, r)
 }
 
@@ -236,29 +223,12 @@ func (g *SGLang) Submit(now float64, req Request, policy CompletionPolicy) error
 
 // enqueue validates req and builds its request, not yet queued.
 func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sgReq, error) {
-	if len(req.Tokens) == 0 {
-		return nil, fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
-	}
-	if _, dup := g.byID[req.ID]; dup {
-		return nil, fmt.Errorf("request %d: id already in use on this worker", req.ID)
+	if err := checkNew(req, g.byID); err != nil {
+		return nil, err
 	}
 	r := g.newReq()
-	r.id = req.ID
-	r.prompt = len(req.Tokens)
-	r.maxOut = max(1, req.MaxTokens)
-	if g.prefillWorker {
-		r.maxOut = 1
-	}
-	if cap(r.tokens) < r.prompt+r.maxOut {
-		r.tokens = make([]uint32, 0, r.prompt+r.maxOut)
-	}
-	r.tokens = append(r.tokens[:0], req.Tokens...)
-	r.policy = policy
-	r.arrival = now
+	r.fill(now, req, policy, g.prefillWorker, g.hashBlock())
 	r.state = sgWaiting
-	if g.caching {
-		r.locals, r.hashes = kv.BlockHashes(r.tokens, g.page, r.locals[:0], r.hashes[:0])
-	}
 	g.byID[r.id] = r
 	return r, nil
 }
@@ -372,19 +342,13 @@ func (g *SGLang) audit() error {
 	return nil
 }
 
-// ensureHashes extends r's page hashes to cover its first n pages, which
-// must be full. Prompt pages are hashed at Submit; pages of generated tokens
-// when they are inserted.
-func (g *SGLang) ensureHashes(r *sgReq, n int) {
-	for i := len(r.hashes); i < n; i++ {
-		l := kv.HashTokens(r.tokens[i*g.page : (i+1)*g.page])
-		h := kv.SeqHash(l)
-		if i > 0 {
-			h = kv.ChainHash(r.hashes[i-1], l)
-		}
-		r.locals = append(r.locals, l)
-		r.hashes = append(r.hashes, h)
+// hashBlock is the page size to hash prompts by, 0 when prefix caching is
+// off and nothing is ever inserted.
+func (g *SGLang) hashBlock() int {
+	if g.caching {
+		return g.page
 	}
+	return 0
 }
 
 // prefix matches r's pages against the tree. The match stops short of the
@@ -394,7 +358,7 @@ func (g *SGLang) prefix(r *sgReq) (pages int, last int32) {
 		return 0, noSlot
 	}
 	limit := (len(r.tokens) - 1) / g.page
-	g.ensureHashes(r, limit)
+	r.ensureHashes(limit, g.page)
 	return g.cache.match(r.hashes[:limit])
 }
 
@@ -420,7 +384,7 @@ func (g *SGLang) insert(r *sgReq) {
 	if full <= r.depth {
 		return
 	}
-	g.ensureHashes(r, full)
+	r.ensureHashes(full, g.page)
 	used := 0
 	for i := r.depth; i < full; i++ {
 		r.last = g.cache.extend(r.last, r.pages[used], r.hashes[i], r.locals[i])
@@ -732,14 +696,7 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 // emit gives running request r its next token at end, finishing it when
 // it reaches its output cap.
 func (g *SGLang) emit(r *sgReq, end float64, out *Output) {
-	tok := 1000 + g.rng.Uint32N(1000)
-	r.tokens = append(r.tokens, tok)
-	idx := r.out
-	r.out++
-	if idx == 0 {
-		r.firstAt = end
-	}
-	out.Tokens = append(out.Tokens, Token{RequestID: r.id, Token: tok, Index: idx, At: end})
+	r.generate(g.rng, end, out)
 	if r.out >= r.maxOut {
 		g.finish(r, end, out)
 	}
@@ -794,11 +751,9 @@ func (g *SGLang) retract(r *sgReq, now float64, out *Output) {
 // finish ends r after its last token: its page-aligned KV is inserted into
 // the radix tree, then unlocked (Release) or kept locked as a hold.
 func (g *SGLang) finish(r *sgReq, end float64, out *Output) {
-	out.Completions = append(out.Completions, Completion{
-		RequestID: r.id, At: end, Arrival: r.arrival, FirstTokenAt: r.firstAt,
-		PromptTokens: r.prompt, OutputTokens: r.out, CachedTokens: r.cached,
-		Preemptions: r.retracts, Held: r.policy == Hold,
-	})
+	c := r.completion(end)
+	c.Preemptions, c.Held = r.retracts, r.policy == Hold
+	out.Completions = append(out.Completions, c)
 	g.insert(r)
 	r.state = sgDone
 	if r.policy == Hold {

@@ -9,8 +9,7 @@ import "fmt"
 // CancelDestination.
 func (g *SGLang) Reserve(now float64, req Request, events *[]Event) error {
 	if g.prefillWorker {
-		return fmt.Errorf("request %d: worker_type %q cannot be a handoff destination; reserve on a decode or aggregated worker",
-			req.ID, WorkerPrefill)
+		return errPrefillDestination(req.ID)
 	}
 	r, err := g.enqueue(now, req, Release)
 	if err != nil {
@@ -38,7 +37,7 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 	hits, last := 0, int32(noSlot)
 	if g.caching {
 		full := r.prompt / g.page
-		g.ensureHashes(r, full)
+		r.ensureHashes(full, g.page)
 		hits, last = g.cache.match(r.hashes[:full])
 	}
 	missing := r.prompt - hits*g.page
@@ -74,8 +73,7 @@ func (g *SGLang) Activate(now float64, id uint64, events *[]Event) bool {
 	r.out = 1
 	r.firstAt = now
 	if r.out >= r.maxOut {
-		g.done = append(g.done, Completion{RequestID: r.id, At: now, Arrival: r.arrival, FirstTokenAt: now,
-			PromptTokens: r.prompt, OutputTokens: r.out, CachedTokens: r.cached})
+		g.done = append(g.done, r.completion(now))
 		g.freeKV(r)
 		g.recycle(r)
 		return true

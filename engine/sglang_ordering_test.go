@@ -77,13 +77,13 @@ func (s *pdSim) run() {
 				s.pr.add(out)
 				s.onPrefill(out)
 			}
-			checkAny(s.t, s.p)
+			checkWorker(s.t, s.p)
 		case 3:
 			if out := s.d.Step(s.now); out != nil {
 				s.dr.add(out)
 				s.onDecode(out)
 			}
-			checkAny(s.t, s.d)
+			checkWorker(s.t, s.d)
 		}
 	}
 }
@@ -148,9 +148,9 @@ func runPD(t *testing.T, optimistic bool, n int) *pdSim {
 		a.KVTransferBandwidth, a.KVBytesPerToken = &bw, &bpt
 		a.SGLang.OptimisticPrefill = optimistic
 	}
-	p, err := buildWorker(sglangArgs(256, common, asPrefill), 1)
+	p, err := New(sglangArgs(256, common, asPrefill), nil, 1)
 	require.NoError(t, err)
-	d, err := buildWorker(sglangArgs(24, common, func(a *Args) { a.WorkerType = WorkerDecode }), 2)
+	d, err := New(sglangArgs(24, common, func(a *Args) { a.WorkerType = WorkerDecode }), nil, 2)
 	require.NoError(t, err)
 	s := &pdSim{t: t, p: p, d: d, destFirst: !optimistic, reqs: map[uint64]Request{}, interval: 10,
 		transfers: map[uint64]Event{}, reservedAt: map[uint64]float64{}}

@@ -16,10 +16,8 @@ func stepOnce(t *testing.T, w *Worker, r *record, now float64) *Output {
 	t.Helper()
 	at, ok := w.workWake()
 	require.True(t, ok, "a pass is due")
-	out := w.Step(max(now, at))
-	require.NotNil(t, out)
-	r.add(out)
-	checkAny(t, w)
+	step(t, w, r, max(now, at))
+	checkWorker(t, w)
 	return &r.outs[len(r.outs)-1]
 }
 
@@ -59,7 +57,7 @@ func TestNewSGLang_ArgErrors(t *testing.T) {
 }
 
 func TestSGLang_RadixReuse(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(64))
+	w := newWorker(t, sglangArgs(64))
 	var r record
 	prompt := seqTokens(100, 10) // 2 full pages + 2 tokens
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 2}, Release))
@@ -96,7 +94,7 @@ func TestSGLang_RadixReuse(t *testing.T) {
 }
 
 func TestSGLang_PageAlignedInsertion(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(64))
+	w := newWorker(t, sglangArgs(64))
 	var r record
 	prompt := seqTokens(100, 10)
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 4}, Release))
@@ -125,7 +123,7 @@ func TestSGLang_PageAlignedInsertion(t *testing.T) {
 }
 
 func TestSGLang_ExtendVsDecodePassShape(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(64))
+	w := newWorker(t, sglangArgs(64))
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 10}, Release))
 	p1 := stepOnce(t, w, &r, 0)
@@ -152,7 +150,7 @@ func TestSGLang_ExtendVsDecodePassShape(t *testing.T) {
 
 func TestSGLang_DecodeTimeUsesContextSum(t *testing.T) {
 	a := sglangArgs(64, func(a *Args) { a.DecodeSpeedupRatio = 4 })
-	w := newAnyWorker(t, a)
+	w := newWorker(t, a)
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 3}, Release))
 	require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(90, 6), MaxTokens: 3}, Release))
@@ -172,7 +170,7 @@ func TestSGLang_DecodeTimeUsesContextSum(t *testing.T) {
 
 func TestSGLang_ChunkedPrefill(t *testing.T) {
 	t.Run("chunks", func(t *testing.T) {
-		w := newAnyWorker(t, sglangArgs(64, func(a *Args) { a.SGLang.ChunkedPrefillSize = 8 }))
+		w := newWorker(t, sglangArgs(64, func(a *Args) { a.SGLang.ChunkedPrefillSize = 8 }))
 		var r record
 		prompt := seqTokens(1, 20)
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 1}, Release))
@@ -196,7 +194,7 @@ func TestSGLang_ChunkedPrefill(t *testing.T) {
 		assert.Equal(t, seqs[4], r.outs[2].KVEvents[0].Blocks[0].Hash)
 	})
 	t.Run("off", func(t *testing.T) {
-		w := newAnyWorker(t, sglangArgs(64, func(a *Args) {
+		w := newWorker(t, sglangArgs(64, func(a *Args) {
 			a.SGLang.ChunkedPrefillSize = 8
 			a.EnableChunkedPrefill = false
 		}))
@@ -207,7 +205,7 @@ func TestSGLang_ChunkedPrefill(t *testing.T) {
 		assert.Equal(t, 20, r.outs[0].PrefillTokens, "the prompt is prefilled whole")
 	})
 	t.Run("max_prefill_tokens", func(t *testing.T) {
-		w := newAnyWorker(t, sglangArgs(64, func(a *Args) { a.SGLang.MaxPrefillTokens = 10 }))
+		w := newWorker(t, sglangArgs(64, func(a *Args) { a.SGLang.MaxPrefillTokens = 10 }))
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 1}, Release))
 		require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(50, 8), MaxTokens: 1}, Release))
@@ -231,7 +229,7 @@ func TestSGLang_LPMOrdering(t *testing.T) {
 		{SGLangPolicyLPM, sglangLPMMaxQueue, 10, "lpm falls back to fifo past 128 waiting"},
 	} {
 		t.Run(tc.comment, func(t *testing.T) {
-			w := newAnyWorker(t, sglangArgs(1024, func(a *Args) {
+			w := newWorker(t, sglangArgs(1024, func(a *Args) {
 				a.MaxNumSeqs = intp(1)
 				a.SGLang.SchedulePolicy = tc.policy
 			}))
@@ -252,7 +250,7 @@ func TestSGLang_LPMOrdering(t *testing.T) {
 // admission reserve (clip 1) so the second is admitted and the pool later
 // runs dry. It returns the record and the ratio observed after each pass.
 func retractionScenario(t *testing.T) (*Worker, *record, []float64) {
-	w := newAnyWorker(t, sglangArgs(7, func(a *Args) { a.SGLang.ClipMaxNewTokens = 1 }))
+	w := newWorker(t, sglangArgs(7, func(a *Args) { a.SGLang.ClipMaxNewTokens = 1 }))
 	g := sgOf(w)
 	var r record
 	var ratios []float64
@@ -301,7 +299,7 @@ func TestSGLang_VictimChoice(t *testing.T) {
 	g, err := NewSGLang(sglangArgs(8), nil, 1)
 	require.NoError(t, err)
 	mk := func(out, tokens int) *sgReq {
-		return &sgReq{out: out, tokens: make([]uint32, tokens), state: sgRunning}
+		return &sgReq{reqCore: reqCore{out: out, tokens: make([]uint32, tokens)}, state: sgRunning}
 	}
 	a, b, c := mk(5, 20), mk(2, 10), mk(7, 30)
 	g.running = []*sgReq{a, b, c}
@@ -311,14 +309,14 @@ func TestSGLang_VictimChoice(t *testing.T) {
 	assert.Same(t, d, g.victim(), "the longer sequence among equals")
 	g.running = []*sgReq{a}
 	assert.Nil(t, g.victim(), "the last running request is never retracted")
-	chunk := &sgReq{out: 9, kvLen: 8, tokens: make([]uint32, 20), state: sgWaiting}
+	chunk := &sgReq{reqCore: reqCore{out: 9, tokens: make([]uint32, 20)}, kvLen: 8, state: sgWaiting}
 	g.waiting = []*sgReq{chunk}
 	assert.Same(t, chunk, g.victim(), "a request mid chunked prefill can always go")
 }
 
 func TestSGLang_NewTokenRatioDecayAndReset(t *testing.T) {
 	t.Run("decay per decode pass", func(t *testing.T) {
-		w := newAnyWorker(t, sglangArgs(256, func(a *Args) { a.SGLang.ScheduleConservativeness = 0.5 }))
+		w := newWorker(t, sglangArgs(256, func(a *Args) { a.SGLang.ScheduleConservativeness = 0.5 }))
 		g := sgOf(w)
 		init := 0.7 * 0.5
 		floor := 0.14 * init
@@ -351,7 +349,7 @@ func TestSGLang_NewTokenRatioDecayAndReset(t *testing.T) {
 	t.Run("reset on allocation failure", func(t *testing.T) {
 		// A held aggregated request decodes (decaying the ratio), then fills
 		// the pool; the next admission cannot allocate.
-		w := newAnyWorker(t, sglangArgs(4))
+		w := newWorker(t, sglangArgs(4))
 		g := sgOf(w)
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 4}, Hold))
@@ -371,7 +369,7 @@ func TestSGLang_AdmissionReservesRunningGrowth(t *testing.T) {
 	// 999 tokens, so a 500-token prompt (plus its 10 outputs) does not fit
 	// the remaining budget of about 488 tokens although the pages are
 	// free, and waits.
-	w := newAnyWorker(t, sglangArgs(300))
+	w := newWorker(t, sglangArgs(300))
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 1000}, Release))
 	now := stepOnce(t, w, &r, 0).End
@@ -395,7 +393,7 @@ func TestSGLang_AdmissionReservesRunningGrowth(t *testing.T) {
 }
 
 func TestSGLang_Rejections(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(4))
+	w := newWorker(t, sglangArgs(4))
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 17), MaxTokens: 1}, Release))
 	require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(100, 14), MaxTokens: 4}, Release))
@@ -422,7 +420,7 @@ func TestSGLang_NoKVEventsOnDecodeOrWithoutCaching(t *testing.T) {
 		{"prefix caching off", func(a *Args) { a.EnablePrefixCaching = false }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := newAnyWorker(t, sglangArgs(64, tc.mod))
+			w := newWorker(t, sglangArgs(64, tc.mod))
 			var r record
 			prompt := seqTokens(1, 12)
 			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 3}, Release))
@@ -438,7 +436,7 @@ func TestSGLang_NoKVEventsOnDecodeOrWithoutCaching(t *testing.T) {
 			}
 		})
 	}
-	w := newAnyWorker(t, sglangArgs(64, func(a *Args) { a.EnablePrefixCaching = false }))
+	w := newWorker(t, sglangArgs(64, func(a *Args) { a.EnablePrefixCaching = false }))
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 3}, Release))
 	driveAny(t, w, &r, 0, true)
@@ -446,7 +444,7 @@ func TestSGLang_NoKVEventsOnDecodeOrWithoutCaching(t *testing.T) {
 }
 
 func TestSGLang_ReserveActivate(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(64, func(a *Args) {
+	w := newWorker(t, sglangArgs(64, func(a *Args) {
 		a.WorkerType = WorkerDecode
 		a.MaxNumSeqs = intp(1)
 	}))
@@ -494,7 +492,7 @@ func TestSGLang_ReserveActivate(t *testing.T) {
 }
 
 func TestSGLang_BootstrapTimeoutRejects(t *testing.T) {
-	w := newAnyWorker(t, sglangArgs(32, asPrefill, func(a *Args) { a.HandoffSessionTimeoutMs = 50 }))
+	w := newWorker(t, sglangArgs(32, asPrefill, func(a *Args) { a.HandoffSessionTimeoutMs = 50 }))
 	var r record
 	require.NoError(t, w.Submit(10, Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 1}, Hold))
 	_, ok := w.workWake()
@@ -521,7 +519,7 @@ func TestSGLang_LastRunningStallsUntilRelease(t *testing.T) {
 	// 5 pages: a held 8-token prefill keeps 2, and a decode that needs 4
 	// pages in the end stalls on the last one. It is never retracted (it
 	// is the last running request); it waits, parked, for the release.
-	w := newAnyWorker(t, sglangArgs(5))
+	w := newWorker(t, sglangArgs(5))
 	var r record
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 1}, Hold))
 	require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(50, 8), MaxTokens: 9}, Release))
@@ -549,7 +547,7 @@ func TestSGLang_RetractsChunkedPrefillFirst(t *testing.T) {
 	// prefill, with no output yet, is the one retracted (its chunks stay
 	// in the tree, unlocked, for the decodes to evict or for it to reuse),
 	// and it completes once the decodes are done.
-	w := newAnyWorker(t, sglangArgs(9, func(a *Args) {
+	w := newWorker(t, sglangArgs(9, func(a *Args) {
 		a.SGLang.ChunkedPrefillSize = 8
 		a.SGLang.ClipMaxNewTokens = 1
 		a.SGLang.ScheduleConservativeness = 0

@@ -28,23 +28,12 @@ const placeholderToken = 0
 // seq is a request inside the vLLM model. Seqs are recycled, slices and all,
 // so a steady stream of requests does not allocate.
 type seq struct {
-	id       uint64
-	tokens   []uint32 // prompt, then generated tokens
-	prompt   int
-	maxOut   int
-	out      int // tokens generated
+	reqCore
 	computed int // tokens whose KV is computed (num_computed_tokens)
 	blocks   []int32
 	stored   int // leading blocks that carry their sequence hash
-	hashes   []kv.SeqHash
-	locals   []kv.LocalHash
-	cached   int
-	admitted bool
-	policy   CompletionPolicy
 	state    seqState
 	preempts int
-
-	arrival, firstAt float64
 
 	// Contributions to the current pass, refunded if the seq is preempted
 	// later in the same pass.
@@ -169,6 +158,15 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
 
+// hashBlock is the block size to hash prompts by, 0 when prefix caching is
+// off and nothing is ever looked up.
+func (v *VLLM) hashBlock() int {
+	if v.caching {
+		return v.bs
+	}
+	return 0
+}
+
 func (v *VLLM) newSeq() *seq {
 	if n := len(v.spare); n > 0 {
 		s := v.spare[n-1]
@@ -180,7 +178,7 @@ func (v *VLLM) newSeq() *seq {
 
 func (v *VLLM) recycle(s *seq) {
 	delete(v.byID, s.id)
-	*s = seq{tokens: s.tokens[:0], blocks: s.blocks[:0], hashes: s.hashes[:0], locals: s.locals[:0], state: stDone}
+	*s = seq{reqCore: s.recycled(), blocks: s.blocks[:0], state: stDone}
 	v.spare = append(v.spare, s)
 }
 
@@ -192,29 +190,12 @@ func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
 
 // enqueue validates req and appends it to the waiting queue in state st.
 func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seqState) (*seq, error) {
-	if len(req.Tokens) == 0 {
-		return nil, fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
-	}
-	if _, dup := v.byID[req.ID]; dup {
-		return nil, fmt.Errorf("request %d: id already in use on this worker", req.ID)
+	if err := checkNew(req, v.byID); err != nil {
+		return nil, err
 	}
 	s := v.newSeq()
-	s.id = req.ID
-	s.prompt = len(req.Tokens)
-	s.maxOut = max(1, req.MaxTokens)
-	if v.prefillWorker {
-		s.maxOut = 1
-	}
-	if cap(s.tokens) < s.prompt+s.maxOut {
-		s.tokens = make([]uint32, 0, s.prompt+s.maxOut)
-	}
-	s.tokens = append(s.tokens[:0], req.Tokens...)
-	s.policy = policy
-	s.arrival = now
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock())
 	s.state = st
-	if v.caching {
-		s.locals, s.hashes = kv.BlockHashes(s.tokens, v.bs, s.locals[:0], s.hashes[:0])
-	}
 	v.byID[s.id] = s
 	v.waiting.pushBack(s)
 	return s, nil
@@ -244,8 +225,7 @@ func (v *VLLM) freeHold(id uint64) {
 // authoritative and end it through CancelDestination.
 func (v *VLLM) Reserve(now float64, req Request, events *[]Event) error {
 	if v.prefillWorker {
-		return fmt.Errorf("request %d: worker_type %q cannot be a handoff destination; reserve on a decode or aggregated worker",
-			req.ID, WorkerPrefill)
+		return errPrefillDestination(req.ID)
 	}
 	if _, err := v.enqueue(now, req, Release, stAwaitKV); err != nil {
 		return err
@@ -270,8 +250,9 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 	// request right after its first token.
 	if s.out >= s.maxOut || s.prompt+1 >= v.maxModelLen {
 		// Nothing left to decode: the request is complete on arrival.
-		v.done = append(v.done, Completion{RequestID: s.id, At: now, Arrival: s.arrival, FirstTokenAt: now,
-			PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached, Truncated: s.out < s.maxOut})
+		c := s.completion(now)
+		c.Truncated = s.out < s.maxOut
+		v.done = append(v.done, c)
 		v.freeBlocks(s)
 		v.recycle(s)
 		return true
@@ -369,21 +350,6 @@ func (v *VLLM) freeBlocks(s *seq) {
 	s.computed = 0
 }
 
-// ensureHashes extends s's block hashes to cover its first n blocks, which
-// must be full. Prompt blocks are hashed at Submit; blocks of generated
-// tokens are hashed when they fill.
-func (v *VLLM) ensureHashes(s *seq, n int) {
-	for i := len(s.hashes); i < n; i++ {
-		l := kv.HashTokens(s.tokens[i*v.bs : (i+1)*v.bs])
-		h := kv.SeqHash(l)
-		if i > 0 {
-			h = kv.ChainHash(s.hashes[i-1], l)
-		}
-		s.locals = append(s.locals, l)
-		s.hashes = append(s.hashes, h)
-	}
-}
-
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
 // logits produce the next token). active counts hits on referenced blocks,
@@ -393,7 +359,7 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 		return 0, 0
 	}
 	limit := (len(s.tokens) - 1) / v.bs
-	v.ensureHashes(s, limit)
+	s.ensureHashes(limit, v.bs)
 	for hits < limit {
 		slot, ok := v.pool.lookup(s.hashes[hits])
 		if !ok {
@@ -416,7 +382,7 @@ func (v *VLLM) promote(s *seq) {
 	if full <= s.stored {
 		return
 	}
-	v.ensureHashes(s, full)
+	s.ensureHashes(full, v.bs)
 	for i := s.stored; i < full; i++ {
 		var parent kv.SeqHash
 		if i > 0 {
@@ -576,7 +542,7 @@ func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *
 
 // Pass implements Scheduler.
 func (v *VLLM) Pass(now float64, out *Output) PassResult {
-	v.pool.resetEvents()
+	v.pool.ev.reset()
 	v.passID++
 	v.budget = v.maxBatched
 	v.preempted = false
@@ -614,7 +580,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	}
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
 		v.finishTruncated(now, out)
-		out.KVEvents = v.pool.flushEvents(out.KVEvents)
+		out.KVEvents = v.pool.ev.flush(out.KVEvents)
 		if v.preempted {
 			return PassChanged
 		}
@@ -641,14 +607,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 	finished := false
 	for _, s := range v.ready {
-		tok := 1000 + v.rng.Uint32N(1000)
-		s.tokens = append(s.tokens, tok)
-		idx := s.out
-		s.out++
-		if idx == 0 {
-			s.firstAt = end
-		}
-		out.Tokens = append(out.Tokens, Token{RequestID: s.id, Token: tok, Index: idx, At: end})
+		s.generate(v.rng, end, out)
 		if s.out >= s.maxOut || len(s.tokens) >= v.maxModelLen {
 			v.finish(s, end, out)
 			finished = true
@@ -658,7 +617,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 		v.compactRunning()
 	}
 	v.finishTruncated(end, out)
-	out.KVEvents = v.pool.flushEvents(out.KVEvents)
+	out.KVEvents = v.pool.ev.flush(out.KVEvents)
 	return PassRan
 }
 
@@ -766,11 +725,9 @@ func (v *VLLM) reserve(s *seq, now float64, blocks, hits, activeHits int, out *O
 // handoff under the Hold policy. It is Truncated when a length limit, not
 // MaxTokens, ended it.
 func (v *VLLM) finish(s *seq, end float64, out *Output) {
-	out.Completions = append(out.Completions, Completion{
-		RequestID: s.id, At: end, Arrival: s.arrival, FirstTokenAt: s.firstAt,
-		PromptTokens: s.prompt, OutputTokens: s.out, CachedTokens: s.cached,
-		Preemptions: s.preempts, Held: s.policy == Hold, Truncated: s.out < s.maxOut,
-	})
+	c := s.completion(end)
+	c.Preemptions, c.Held, c.Truncated = s.preempts, s.policy == Hold, s.out < s.maxOut
+	out.Completions = append(out.Completions, c)
 	if s.policy == Hold {
 		for _, b := range s.blocks {
 			v.pool.hold(b)

@@ -123,11 +123,7 @@ func (w *Worker) ReleaseHeld(now float64, id uint64, outcome Outcome) bool {
 		return false
 	}
 	now = w.settle(now)
-	ok := w.sched.ReleaseHeld(now, id, outcome, &w.pending)
-	if ok {
-		w.dirty = true
-	}
-	return ok
+	return w.changed(w.sched.ReleaseHeld(now, id, outcome, &w.pending))
 }
 
 // Cancel withdraws request id wherever it is; a held request is released as
@@ -137,11 +133,7 @@ func (w *Worker) ReleaseHeld(now float64, id uint64, outcome Outcome) bool {
 // stamped at the same instant as the cancellation.
 func (w *Worker) Cancel(now float64, id uint64) bool {
 	now = w.settle(now)
-	ok := w.sched.Cancel(now, id, &w.pending)
-	if ok {
-		w.dirty = true
-	}
-	return ok
+	return w.changed(w.sched.Cancel(now, id, &w.pending))
 }
 
 // ErrNoHandoff is returned (wrapped) by Reserve on a worker whose scheduler
@@ -205,11 +197,7 @@ func (w *Worker) Activate(now float64, id uint64) bool {
 		return false
 	}
 	now = w.settle(now)
-	ok := w.hs.Activate(now, id, &w.pending)
-	if ok {
-		w.dirty = true
-	}
-	return ok
+	return w.changed(w.hs.Activate(now, id, &w.pending))
 }
 
 // CancelDestination is the transfer's abort (or a caller's cancel) on the
@@ -221,11 +209,7 @@ func (w *Worker) CancelDestination(now float64, id uint64) bool {
 		return false
 	}
 	now = w.settle(now)
-	ok := w.hs.CancelDestination(now, id, &w.pending)
-	if ok {
-		w.dirty = true
-	}
-	return ok
+	return w.changed(w.hs.CancelDestination(now, id, &w.pending))
 }
 
 // DestinationReady tells a destination-first source (an SGLang prefill
@@ -245,11 +229,7 @@ func (w *Worker) DestinationReady(now float64, id uint64, tokens int) bool {
 		return false
 	}
 	now = w.settle(now)
-	if !d.DestinationReady(now, id, tokens, &w.pending) {
-		return false
-	}
-	w.dirty = true
-	return true
+	return w.changed(d.DestinationReady(now, id, tokens, &w.pending))
 }
 
 // NextDeadline reports the earliest handoff deadline (abort, session or
@@ -282,6 +262,16 @@ func (w *Worker) fire(now float64) {
 // at that time. Submit and Reserve take effect at now: a new request
 // waits for the next pass either way.
 func (w *Worker) InputAt(now float64) float64 { return max(now, w.busyUntil) }
+
+// changed passes through whether an input took effect, marking the worker
+// for a pass when it did: only a change can make a pass runnable or leave
+// events to flush.
+func (w *Worker) changed(ok bool) bool {
+	if ok {
+		w.dirty = true
+	}
+	return ok
+}
 
 // settle fires the deadlines due by the time an input at now takes effect
 // and returns that time.

@@ -30,13 +30,7 @@ func loadExample(t *testing.T) *Interpolated {
 
 func TestInterpolated_PrefillMs(t *testing.T) {
 	t.Parallel()
-	m := loadExample(t)
-	cases := []struct {
-		name              string
-		batch             int
-		meanISL, meanPref float64
-		want              float64
-	}{
+	checkPrefill(t, loadExample(t), []prefillCase{
 		{"first point", 1, 128, 0, 20},
 		{"inner point", 1, 512, 0, 40},
 		{"inner point", 1, 1024, 0, 70},
@@ -53,13 +47,7 @@ func TestInterpolated_PrefillMs(t *testing.T) {
 		{"extrapolate below", 1, 64, 0, 20 - 10.0/3},
 		{"nothing to compute", 1, 512, 512, 0},
 		{"empty batch", 0, 512, 0, 0},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			assert.InDelta(t, c.want, m.PrefillMs(c.batch, c.meanISL, c.meanPref), 1e-9)
-		})
-	}
+	})
 }
 
 func TestInterpolated_DecodeMs(t *testing.T) {

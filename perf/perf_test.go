@@ -8,14 +8,28 @@ import (
 
 // Expected values are worked out by hand from the formulas in the Polynomial
 // doc comment; see the comment on each row.
+// prefillCase is one hand-worked PrefillMs expectation, for any Model.
+type prefillCase struct {
+	name              string
+	batch             int
+	meanISL, meanPref float64
+	want              float64
+}
+
+// checkPrefill runs each case as a parallel subtest of m.PrefillMs.
+func checkPrefill(t *testing.T, m Model, cases []prefillCase) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			assert.InDelta(t, c.want, m.PrefillMs(c.batch, c.meanISL, c.meanPref), 1e-9)
+		})
+	}
+}
+
 func TestPolynomial_PrefillMs(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name              string
-		batch             int
-		meanISL, meanPref float64
-		want              float64
-	}{
+	checkPrefill(t, Polynomial{}, []prefillCase{
 		// T=1000: 4.209989e-7·1e6 + 1.518344e-2·1000 + 16.50142 = 0.4209989 + 15.18344 + 16.50142
 		{"one request of 1000 new tokens", 1, 1000, 0, 32.1058589},
 		// T = 2·(600−100) = 1000, same as above.
@@ -27,13 +41,7 @@ func TestPolynomial_PrefillMs(t *testing.T) {
 		{"fully cached prompt is free", 1, 512, 512, 0},
 		{"prefix beyond prompt is free", 1, 10, 20, 0},
 		{"empty batch is free", 0, 1000, 0, 0},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			assert.InDelta(t, c.want, Polynomial{}.PrefillMs(c.batch, c.meanISL, c.meanPref), 1e-9)
-		})
-	}
+	})
 }
 
 func TestPolynomial_DecodeMs(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // heldSampleEvery is how often, in wall time, a VU waiting in generate
@@ -233,7 +234,7 @@ func parseRequest(v sobek.Value) (cluster.Request, error) {
 		case "prefix":
 			s, isStr := val.(string)
 			if !isStr {
-				err = fmt.Errorf("prefix: want a string, got %s", describe(val))
+				err = fmt.Errorf("prefix: want a string, got %s", jsonval.Describe(val))
 			}
 			req.Prefix = s
 		case "tokens":
@@ -259,7 +260,7 @@ func parseRequest(v sobek.Value) (cluster.Request, error) {
 func intField(name string, v any, minimum int) (int, error) {
 	f, ok := number(v)
 	if !ok || f != math.Trunc(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %s", name, minimum, describe(v))
+		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %s", name, minimum, jsonval.Describe(v))
 	}
 	if f < float64(minimum) || f > math.MaxInt32 {
 		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %v", name, minimum, f)
@@ -270,7 +271,7 @@ func intField(name string, v any, minimum int) (int, error) {
 func tokensField(v any) ([]uint32, error) {
 	list, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("tokens: want an array of token ids, got %s", describe(v))
+		return nil, fmt.Errorf("tokens: want an array of token ids, got %s", jsonval.Describe(v))
 	}
 	if len(list) == 0 {
 		return nil, errors.New("tokens: want at least one token id, got an empty array")
@@ -279,7 +280,7 @@ func tokensField(v any) ([]uint32, error) {
 	for i, x := range list {
 		f, ok := number(x)
 		if !ok || f != math.Trunc(f) || f < 0 || f > math.MaxUint32 {
-			return nil, fmt.Errorf("tokens[%d]: want an integer in [0, %d], got %s", i, uint32(math.MaxUint32), describe(x))
+			return nil, fmt.Errorf("tokens[%d]: want an integer in [0, %d], got %s", i, uint32(math.MaxUint32), jsonval.Describe(x))
 		}
 		out[i] = uint32(f)
 	}
@@ -297,24 +298,6 @@ func number(v any) (float64, bool) {
 		return float64(x), true
 	}
 	return 0, false
-}
-
-func describe(v any) string {
-	switch x := v.(type) {
-	case nil:
-		return "null"
-	case string:
-		return fmt.Sprintf("string %q", x)
-	case bool:
-		return fmt.Sprintf("boolean %v", x)
-	case map[string]any:
-		return "an object"
-	case []any:
-		return "an array"
-	case int64, float64, int:
-		return fmt.Sprintf("%v", x)
-	}
-	return fmt.Sprintf("%T", v)
 }
 
 func valueString(v sobek.Value) string {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvstrand/mocker/internal/spell"
 )
 
 // AggregationMethod is the left-hand side of a threshold expression.
@@ -559,37 +561,9 @@ func unquote(s string) (string, error) {
 }
 
 // suggest returns the registered name closest to name, if it is close
-// enough to be a plausible typo.
+// enough to be a plausible typo: within a third of its length, and never
+// less than two edits. Names are sorted so ties resolve alphabetically.
 func suggest(name string, names []string) string {
-	best, bestD := "", math.MaxInt
 	sort.Strings(names)
-	for _, n := range names {
-		if d := editDistance(name, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	if bestD <= max(2, len(name)/3) {
-		return best
-	}
-	return ""
-}
-
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	return spell.Closest(name, names, max(2, len(name)/3))
 }

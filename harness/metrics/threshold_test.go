@@ -298,12 +298,3 @@ func TestThreshold_UnmarshalJSON(t *testing.T) {
 		assert.Contains(t, err.Error(), tt.want, tt.in)
 	}
 }
-
-func TestEditDistance(t *testing.T) {
-	t.Parallel()
-	assert.Equal(t, 0, editDistance("abc", "abc"))
-	assert.Equal(t, 1, editDistance("abc", "abd"))
-	assert.Equal(t, 1, editDistance("abc", "ab"))
-	assert.Equal(t, 3, editDistance("", "abc"))
-	assert.Equal(t, 3, editDistance("kitten", "sitting"))
-}

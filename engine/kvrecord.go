@@ -1,0 +1,89 @@
+package engine
+
+import "github.com/kvstrand/mocker/kv"
+
+// kvRecorder collects one pass's KV events for either cache model: the vLLM
+// block pool and the SGLang radix cache announce their blocks the same way.
+// Contiguous stores (each block's parent is the previous block of the event)
+// share one Stored event, and consecutive evictions one Removed event, as
+// vLLM's pool does. A recorder built with emit false records nothing, so a
+// worker that never announces pays only a branch.
+type kvRecorder struct {
+	emit    bool
+	next    uint64
+	recs    []evRec
+	blocks  []kv.Block
+	removes []kv.SeqHash
+}
+
+// evRec is a KV event under construction. Its blocks live in the
+// recorder's arenas until the pass ends, so recording allocates nothing once
+// the arenas have grown to a pass's size.
+type evRec struct {
+	id         uint64
+	kind       kv.EventKind
+	parent     kv.SeqHash
+	hasParent  bool
+	start, end int
+}
+
+// stored records that the block with sequence hash h (token hash local)
+// became findable, chained after parent when hasParent.
+func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
+	if !r.emit {
+		return
+	}
+	if n := len(r.recs); n > 0 {
+		last := &r.recs[n-1]
+		if last.kind == kv.Stored && hasParent && last.end == len(r.blocks) && r.blocks[last.end-1].Hash == parent {
+			r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
+			last.end++
+			return
+		}
+	}
+	r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
+	r.recs = append(r.recs, evRec{id: r.next, kind: kv.Stored, parent: parent, hasParent: hasParent,
+		start: len(r.blocks) - 1, end: len(r.blocks)})
+	r.next++
+}
+
+// removed records that the block with sequence hash h was evicted.
+func (r *kvRecorder) removed(h kv.SeqHash) {
+	if !r.emit {
+		return
+	}
+	if n := len(r.recs); n > 0 {
+		last := &r.recs[n-1]
+		if last.kind == kv.Removed && last.end == len(r.removes) {
+			r.removes = append(r.removes, h)
+			last.end++
+			return
+		}
+	}
+	r.removes = append(r.removes, h)
+	r.recs = append(r.recs, evRec{id: r.next, kind: kv.Removed, start: len(r.removes) - 1, end: len(r.removes)})
+	r.next++
+}
+
+// flush appends the recorded events to dst; they point into the recorder's
+// arenas, which stay untouched until reset.
+func (r *kvRecorder) flush(dst []kv.Event) []kv.Event {
+	for _, rec := range r.recs {
+		ev := kv.Event{ID: rec.id, Kind: rec.kind}
+		if rec.kind == kv.Stored {
+			ev.Parent, ev.HasParent = rec.parent, rec.hasParent
+			ev.Blocks = r.blocks[rec.start:rec.end:rec.end]
+		} else {
+			ev.RemovedHashes = r.removes[rec.start:rec.end:rec.end]
+		}
+		dst = append(dst, ev)
+	}
+	return dst
+}
+
+// reset empties the recorder for the next pass, keeping its arenas.
+func (r *kvRecorder) reset() {
+	r.recs = r.recs[:0]
+	r.blocks = r.blocks[:0]
+	r.removes = r.removes[:0]
+}
