@@ -67,10 +67,17 @@
 //  3. When the room is open and the header has been read — whichever came
 //     last — the server calls Config.OnDecodeArrived(id, requestID) on that
 //     connection's goroutine. This is the prefill side's cue to start the
-//     modeled transfer. It fires once per decode connection, and only if the
-//     room was not resolved when the connection was parked or woken; rarely,
-//     a concurrent Abort lands between the check and the call, so treat an
-//     arrival for a transfer already ended as a no-op.
+//     modeled transfer. It fires once per room, for the first decode
+//     connection found there once the room is open (when several decodes
+//     wait before Open, the earliest parked). A decode that connects again
+//     for the same transfer, after a dropped connection or as a duplicate,
+//     gets no second call: it just waits for the outcome, so the prefill
+//     side never starts the transfer twice. The call is skipped if the
+//     room was resolved before the connection's goroutine got to it;
+//     rarely, a concurrent Abort lands between that check and the call, so
+//     treat an arrival for a transfer already ended as a no-op. The request
+//     id passed is the first decode's; a caller that checks it against its
+//     own record should expect the one it handed out.
 //  4. After the modeled delay the engine calls Complete(id) (releasing the
 //     source KV) and Await returns StatusACK; or, if the abort timeout fires
 //     first, the engine calls Abort(id) and Await returns an error matching
@@ -84,6 +91,7 @@
 // MaxRooms bounds open rooms (Open fails with ErrRoomsFull). MaxConns
 // bounds decode connections; each waiting decode holds exactly one
 // goroutine, and connections beyond the limit are answered ERROR and closed
-// without one. MaxTombstones bounds resolved rooms. HeaderTimeout bounds the
+// without one (the warning for this is logged at most once every 10 s,
+// with a count of the refusals in between). MaxTombstones bounds resolved rooms. HeaderTimeout bounds the
 // header read and the status write.
 package bootstrap

@@ -6,7 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -30,9 +32,12 @@ type Config struct {
 	// free port), which suits the in-process cluster.
 	Addr string
 	// AdvertisedHost is the host put into handoff params, i.e. what decode
-	// workers dial. Default: the host the listener is bound to. It is
-	// required when Addr binds every interface (":0", "0.0.0.0:7000",
-	// "[::]:0"), because such an address is not something a peer can dial.
+	// workers dial: a bare host name or IP address, without brackets or a
+	// port (the port is always the listener's). Default: the host the
+	// listener is bound to. It is required when Addr binds every interface
+	// (":0", "0.0.0.0:7000", "[::]:0", or a name resolving to such an
+	// address, which Start refuses), because such an address is not
+	// something a peer can dial.
 	AdvertisedHost string
 	// MaxRooms bounds rooms opened by the prefill side and not yet resolved;
 	// Open fails with ErrRoomsFull beyond it. Default DefaultMaxRooms.
@@ -61,18 +66,20 @@ type Config struct {
 	// CompletedTTL keeps a completed room, so a decode that connects just
 	// after Complete still gets ACK. Default DefaultCompletedTTL.
 	CompletedTTL time.Duration
-	// OnDecodeArrived is told once per decode connection when both the room
-	// is open and the decode's header has been read; see the package
-	// documentation for the order of events. It runs on that connection's
-	// goroutine, never under the server's lock and never from inside Open,
-	// Complete or Abort, so it may call them. Optional.
+	// OnDecodeArrived is told once per room, for the first decode
+	// connection found there once the room is open and that decode's header
+	// has been read; later connections for the same transfer (a retry, a
+	// duplicate) only wait for the outcome. See the package documentation
+	// for the order of events. It runs on that connection's goroutine,
+	// never under the server's lock and never from inside Open, Complete or
+	// Abort, so it may call them. Optional.
 	OnDecodeArrived func(transferID, requestID uint64)
 	// Logger receives protocol errors (warn) and connection noise (debug).
 	// Default: discard.
 	Logger *slog.Logger
-	// Now is the clock for room TTLs (tests inject a fake one). Socket
-	// deadlines (HeaderTimeout, PendingWait) always use the wall clock.
-	// Default time.Now.
+	// Now is the clock for room TTLs and for spacing repeated warnings
+	// (tests inject a fake one). Socket deadlines (HeaderTimeout,
+	// PendingWait) always use the wall clock. Default time.Now.
 	Now func() time.Time
 }
 
@@ -111,10 +118,25 @@ func (c Config) Validate() error {
 		if isUnspecifiedHost(host) {
 			return fmt.Errorf("bootstrap config: AdvertisedHost is required when Addr %q binds every interface; set it to a name or IP decode workers can reach", c.Addr)
 		}
+	} else if !isBareHost(c.AdvertisedHost) {
+		return fmt.Errorf("bootstrap config: AdvertisedHost %q must be a bare host name or IP address, without brackets or a port (the port is the listener's); for example \"prefill-0\", \"10.0.0.7\" or \"::1\"", c.AdvertisedHost)
 	} else if isUnspecifiedHost(c.AdvertisedHost) {
 		return fmt.Errorf("bootstrap config: AdvertisedHost %q is not dialable; set it to a name or IP decode workers can reach", c.AdvertisedHost)
 	}
 	return nil
+}
+
+// isBareHost reports whether host can be joined with a port as it is: no
+// brackets, and a colon only inside an IPv6 literal.
+func isBareHost(host string) bool {
+	if strings.ContainsAny(host, "[] \t/") {
+		return false
+	}
+	if strings.Contains(host, ":") {
+		_, err := netip.ParseAddr(host)
+		return err == nil
+	}
+	return true
 }
 
 func isUnspecifiedHost(host string) bool {
@@ -181,6 +203,7 @@ const (
 
 type room struct {
 	state   roomState
+	arrived bool      // OnDecodeArrived is due or done; never again
 	expires time.Time // tombstones only, on the Config.Now clock
 	waiters []*waiter
 }
@@ -263,7 +286,18 @@ type Server struct {
 	completedQ fifo
 	abortedQ   fifo
 	conns      map[net.Conn]struct{}
+
+	// listen binds the listener; tests swap it to bind where Addr cannot.
+	listen func(network, address string) (net.Listener, error)
+	// Connection-limit warnings, spaced by limitWarnEvery; touched only by
+	// the accept loop.
+	limitWarned     time.Time
+	limitSuppressed int
 }
+
+// limitWarnEvery spaces the connection-limit warning, which a flood of
+// refused decodes would otherwise repeat once per connection.
+const limitWarnEvery = 10 * time.Second
 
 // New validates cfg and returns a server that is not yet listening.
 func New(cfg Config) (*Server, error) {
@@ -272,11 +306,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Server{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		done:  make(chan struct{}),
-		rooms: make(map[uint64]*room),
-		conns: make(map[net.Conn]struct{}),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		done:   make(chan struct{}),
+		rooms:  make(map[uint64]*room),
+		conns:  make(map[net.Conn]struct{}),
+		listen: net.Listen,
 	}, nil
 }
 
@@ -302,7 +337,7 @@ func (s *Server) Start() error {
 	if s.started {
 		return errors.New("bootstrap: Start called twice")
 	}
-	ln, err := net.Listen("tcp", s.cfg.Addr)
+	ln, err := s.listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return fmt.Errorf("bootstrap: bind transfer server on %s: %w", s.cfg.Addr, err)
 	}
@@ -311,12 +346,19 @@ func (s *Server) Start() error {
 		_ = ln.Close()
 		return fmt.Errorf("bootstrap: listener address %s: %w", ln.Addr(), err)
 	}
+	adv := s.cfg.AdvertisedHost
+	if adv == "" {
+		// Validate refuses wildcard binds it can see; a name that resolved
+		// to one shows only now.
+		if isUnspecifiedHost(host) {
+			_ = ln.Close()
+			return fmt.Errorf("bootstrap: Addr %q bound every interface (%s), which decode workers cannot dial; set AdvertisedHost to a name or IP they can reach", s.cfg.Addr, ln.Addr())
+		}
+		adv = host
+	}
 	port, _ := strconv.Atoi(portStr)
 	s.ln, s.port, s.started = ln, port, true
-	s.advHost = s.cfg.AdvertisedHost
-	if s.advHost == "" {
-		s.advHost = host
-	}
+	s.advHost = adv
 	s.wg.Add(1)
 	go s.acceptLoop(ln)
 	s.log.Debug("bootstrap: transfer server listening", "addr", ln.Addr().String(), "advertised_host", s.advHost)
@@ -406,8 +448,12 @@ func (s *Server) Open(transferID uint64) error {
 	}
 	s.pending--
 	r.state = roomOpen
-	for _, w := range r.waiters {
-		w.notify = true
+	// The first decode parked here is the arrival; the others are woken
+	// only to drop their PendingWait deadline.
+	for i, w := range r.waiters {
+		if i == 0 {
+			w.notify, r.arrived = true, true
+		}
 		wake(w.conn)
 	}
 	return nil
@@ -601,7 +647,7 @@ func (s *Server) acceptLoop(ln net.Listener) {
 		}
 		if len(s.conns) >= s.cfg.MaxConns {
 			s.mu.Unlock()
-			s.log.Warn("bootstrap: connection limit reached, refusing decode", "remote", c.RemoteAddr().String(), "max_conns", s.cfg.MaxConns)
+			s.warnLimit(c)
 			s.writeStatus(c, StatusError)
 			_ = c.Close()
 			continue
@@ -611,6 +657,19 @@ func (s *Server) acceptLoop(ln net.Listener) {
 		s.mu.Unlock()
 		go s.serveConn(c)
 	}
+}
+
+// warnLimit logs a refusal at the connection limit, at most once per
+// limitWarnEvery, counting the refusals in between.
+func (s *Server) warnLimit(c net.Conn) {
+	now := s.cfg.Now()
+	if !s.limitWarned.IsZero() && now.Sub(s.limitWarned) < limitWarnEvery {
+		s.limitSuppressed++
+		return
+	}
+	s.log.Warn("bootstrap: connection limit reached, refusing decode", "remote", c.RemoteAddr().String(),
+		"max_conns", s.cfg.MaxConns, "suppressed", s.limitSuppressed, "warn_every", limitWarnEvery)
+	s.limitWarned, s.limitSuppressed = now, 0
 }
 
 func (s *Server) serveConn(c net.Conn) {
@@ -706,7 +765,10 @@ func (s *Server) await(c net.Conn, h Header) (Status, bool) {
 		s.rooms[id] = r
 		s.pending++
 	}
-	w := &waiter{conn: c, requestID: h.RequestID, notify: r.state == roomOpen}
+	w := &waiter{conn: c, requestID: h.RequestID}
+	if r.state == roomOpen && !r.arrived {
+		w.notify, r.arrived = true, true
+	}
 	if r.state == roomPending {
 		w.pendingUntil = time.Now().Add(s.cfg.PendingWait)
 	}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -479,26 +480,80 @@ func TestServer_CompleteWithWaitingDecodeButNoOpenIsError(t *testing.T) {
 	require.ErrorIs(t, receive(t, res, "ABORT").err, ErrAborted)
 }
 
+// settled waits until transferID's room has n decodes parked and none of
+// them has an arrival still to report, so any OnDecodeArrived due has run
+// or is running.
+func settled(t *testing.T, s *Server, transferID uint64, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		r := s.rooms[transferID]
+		if r == nil || len(r.waiters) != n {
+			return false
+		}
+		for _, w := range r.waiters {
+			if w.notify {
+				return false
+			}
+		}
+		return true
+	}, waitFor, time.Millisecond)
+}
+
+// TestServer_MultipleDecodesShareOutcome: decodes waiting in one room all
+// get its outcome, and the prefill side hears of an arrival once per room,
+// whichever order the decodes and Open came in.
 func TestServer_MultipleDecodesShareOutcome(t *testing.T) {
 	t.Parallel()
 	arrived, onArrive := arrivals()
 	s := startServer(t, Config{OnDecodeArrived: onArrive})
 	id := NextTransferID()
 	first := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
-	require.Eventually(t, func() bool { return s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
-	require.NoError(t, s.Open(id))
 	second := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 2)
-	got := map[uint64]bool{}
-	for range 2 {
-		got[receive(t, arrived, "arrival").requestID] = true
-	}
-	assert.Equal(t, map[uint64]bool{1: true, 2: true}, got)
+	require.Eventually(t, func() bool { return s.Stats().Conns == 2 && s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
+	settled(t, s, id, 2)
+	require.NoError(t, s.Open(id))
+	a := receive(t, arrived, "arrival")
+	assert.Equal(t, id, a.transferID)
+	settled(t, s, id, 2)
 	require.NoError(t, s.Complete(id))
 	for _, ch := range []<-chan awaitResult{first, second} {
 		r := receive(t, ch, "ACK")
 		require.NoError(t, r.err)
 		assert.Equal(t, StatusACK, r.status)
 	}
+	assert.Zero(t, len(arrived), "one arrival per room")
+}
+
+// TestServer_ReconnectingDecodeDoesNotArriveTwice: a decode that connects
+// again for a transfer already announced (a retry, a duplicate) waits for
+// the outcome without a second OnDecodeArrived, which would start a second
+// transfer on the prefill side.
+func TestServer_ReconnectingDecodeDoesNotArriveTwice(t *testing.T) {
+	t.Parallel()
+	arrived, onArrive := arrivals()
+	s := startServer(t, Config{OnDecodeArrived: onArrive})
+	id := NextTransferID()
+	require.NoError(t, s.Open(id))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	gone := awaitAsync(ctx, s.AdvertisedAddr(), id, 7)
+	assert.Equal(t, arrival{id, 7}, receive(t, arrived, "first arrival"))
+	cancel() // the first connection drops
+	require.ErrorIs(t, receive(t, gone, "cancelled await").err, context.Canceled)
+	require.Eventually(t, func() bool { return s.Stats().Conns == 0 }, waitFor, time.Millisecond)
+
+	retry := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 7)
+	dup := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 7)
+	settled(t, s, id, 2)
+	require.NoError(t, s.Complete(id))
+	for _, ch := range []<-chan awaitResult{retry, dup} {
+		r := receive(t, ch, "ACK")
+		require.NoError(t, r.err)
+		assert.Equal(t, StatusACK, r.status)
+	}
+	assert.Zero(t, len(arrived), "later connections only wait for the outcome")
 }
 
 func TestServer_NotStarted(t *testing.T) {
@@ -552,6 +607,12 @@ func TestConfig_Validate(t *testing.T) {
 		{"ipv6 wildcard bind needs advertised host", Config{Addr: "[::]:0"}, "AdvertisedHost"},
 		{"advertised wildcard is not dialable", Config{AdvertisedHost: "0.0.0.0"}, "AdvertisedHost"},
 		{"wildcard bind with advertised host", Config{Addr: "0.0.0.0:0", AdvertisedHost: "10.0.0.7"}, ""},
+		{"advertised bracketed ipv6", Config{AdvertisedHost: "[::1]"}, "bare host"},
+		{"advertised host with port", Config{AdvertisedHost: "prefill-0:7000"}, "bare host"},
+		{"advertised ipv4 with port", Config{AdvertisedHost: "10.0.0.7:7000"}, "bare host"},
+		{"advertised bare ipv6", Config{AdvertisedHost: "::1"}, ""},
+		{"advertised ipv6 with zone", Config{AdvertisedHost: "fe80::1%eth0"}, ""},
+		{"advertised name", Config{AdvertisedHost: "prefill-0.mocker.internal"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -607,4 +668,54 @@ func TestServer_LogsProtocolErrors(t *testing.T) {
 	assert.Contains(t, logs, "level=WARN")
 	assert.Contains(t, logs, "unsupported protocol version")
 	assert.Contains(t, logs, "transfer_id="+strconv.FormatUint(id, 10))
+}
+
+// TestServer_NeverAdvertisesTheUnspecifiedAddress: when Addr names a host
+// that turns out to bind every interface (a name resolving to 0.0.0.0) and
+// no AdvertisedHost is set, Start fails rather than hand decodes an address
+// they cannot dial.
+func TestServer_NeverAdvertisesTheUnspecifiedAddress(t *testing.T) {
+	t.Parallel()
+	s, err := New(Config{Addr: "wide.example:0"})
+	require.NoError(t, err)
+	s.listen = func(network, _ string) (net.Listener, error) { return net.Listen(network, "0.0.0.0:0") }
+	err = s.Start()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "AdvertisedHost")
+	require.NoError(t, s.Close())
+
+	s, err = New(Config{Addr: "wide.example:0", AdvertisedHost: "10.0.0.7"})
+	require.NoError(t, err)
+	s.listen = func(network, _ string) (net.Listener, error) { return net.Listen(network, "0.0.0.0:0") }
+	require.NoError(t, s.Start(), "an explicit AdvertisedHost is what decodes dial")
+	assert.Equal(t, "10.0.0.7", s.AdvertisedHost())
+	require.NoError(t, s.Close())
+}
+
+// TestServer_ConnectionLimitWarningIsRateLimited: a flood of refused
+// connections logs one warning per interval, the next one counting those
+// left out.
+func TestServer_ConnectionLimitWarningIsRateLimited(t *testing.T) {
+	t.Parallel()
+	var out syncBuffer
+	logger := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	clock := newFakeClock()
+	s := startServer(t, Config{MaxConns: 1, Logger: logger, Now: clock.Now})
+	id := NextTransferID()
+	require.NoError(t, s.Open(id))
+	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
+	require.Eventually(t, func() bool { return s.Stats().Conns == 1 }, waitFor, time.Millisecond)
+
+	for range 3 {
+		assert.Equal(t, StatusError, rawExchange(t, s.Addr(), nil))
+	}
+	assert.Equal(t, 1, strings.Count(out.String(), "connection limit reached"), out.String())
+	clock.Advance(time.Minute)
+	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), nil))
+	logs := out.String()
+	assert.Equal(t, 2, strings.Count(logs, "connection limit reached"), logs)
+	assert.Contains(t, logs, "suppressed=2")
+
+	require.NoError(t, s.Complete(id))
+	require.NoError(t, receive(t, res, "ACK").err)
 }

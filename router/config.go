@@ -3,7 +3,9 @@ package router
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
 	"strings"
 )
@@ -74,6 +76,19 @@ type Config struct {
 	// prompt tokens routed to it and not yet prefilled exceed it. Nil
 	// disables the check.
 	ActivePrefillTokensThreshold *int64 `json:"active_prefill_tokens_threshold,omitempty"`
+	// ActivePrefillTokensThresholdFrac, when set, marks a worker busy while
+	// the prompt tokens routed to it and not yet prefilled exceed this
+	// multiple of its max_num_batched_tokens (WorkerInfo.MaxBatchedTokens,
+	// DefaultMaxBatchedTokens when discovery does not give it). It may
+	// exceed 1: pending tokens queue beyond one batch. Nil disables the
+	// check; with both prefill thresholds set, either marks the worker busy.
+	ActivePrefillTokensThresholdFrac *float64 `json:"active_prefill_tokens_threshold_frac,omitempty"`
+	// RouterRequestTTLSecs bounds how long the router charges a request to
+	// its workers: a request routed longer ago than this is dropped from
+	// load tracking as if freed, so a caller that never calls Free (a lost
+	// stream, a crashed client) cannot mark a worker loaded for ever. It is
+	// checked at each routing decision, on the router's clock.
+	RouterRequestTTLSecs float64 `json:"router_request_ttl_secs"`
 	// Seed makes random choices repeat run to run.
 	Seed uint64 `json:"seed"`
 	// BlockSize is the tokens per KV block; it must equal every worker's.
@@ -86,6 +101,12 @@ const (
 	DefaultRouterTTLSecs      = 120.0
 	DefaultRouterMaxTreeSize  = 1 << 20
 	DefaultBlockSize          = 64
+	// DefaultRouterRequestTTLSecs is Dynamo's five minutes.
+	DefaultRouterRequestTTLSecs = 300.0
+	// DefaultMaxBatchedTokens stands in for a worker's
+	// max_num_batched_tokens when discovery does not report it, as Dynamo
+	// does, which makes the fractional prefill threshold all but inert.
+	DefaultMaxBatchedTokens = 10_000_000
 )
 
 // DefaultConfig returns a round-robin router (Dynamo's default mode) with
@@ -98,17 +119,23 @@ func DefaultConfig() Config {
 		RouterTTLSecs:      DefaultRouterTTLSecs,
 		RouterMaxTreeSize:  DefaultRouterMaxTreeSize,
 		BlockSize:          DefaultBlockSize,
+
+		RouterRequestTTLSecs: DefaultRouterRequestTTLSecs,
 	}
 }
 
-// ParseConfig reads a JSON config over DefaultConfig, so absent keys keep
-// their defaults. Unknown keys are an error, and the result is validated.
+// ParseConfig reads one JSON object over DefaultConfig, so absent keys keep
+// their defaults. Unknown keys and anything after the object are errors,
+// and the result is validated.
 func ParseConfig(data []byte) (Config, error) {
 	cfg := DefaultConfig()
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
 		return Config{}, fmt.Errorf("router config: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Config{}, fmt.Errorf("router config: unexpected data after the JSON object at byte %d; give exactly one object", dec.InputOffset())
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
@@ -140,6 +167,12 @@ func (c Config) Validate() error {
 	}
 	if t := c.ActivePrefillTokensThreshold; t != nil && *t < 0 {
 		return fmt.Errorf("router config: active_prefill_tokens_threshold %d must be >= 0, or absent to disable", *t)
+	}
+	if t := c.ActivePrefillTokensThresholdFrac; t != nil && (!finite(*t) || *t <= 0) {
+		return fmt.Errorf("router config: active_prefill_tokens_threshold_frac %v must be a finite number > 0 (a multiple of max_num_batched_tokens), or absent to disable", *t)
+	}
+	if !finite(c.RouterRequestTTLSecs) || c.RouterRequestTTLSecs <= 0 {
+		return fmt.Errorf("router config: router_request_ttl_secs %v must be > 0 (default %v)", c.RouterRequestTTLSecs, DefaultRouterRequestTTLSecs)
 	}
 	if c.BlockSize <= 0 {
 		return fmt.Errorf("router config: block_size %d must be > 0 and equal to the workers' block size", c.BlockSize)

@@ -53,6 +53,8 @@ func TestConfig_ValidateNamesTheField(t *testing.T) {
 		{"active_decode_blocks_threshold", func(c *router.Config) { c.ActiveDecodeBlocksThreshold = &big }},
 		{"active_prefill_tokens_threshold", func(c *router.Config) { c.ActivePrefillTokensThreshold = &negTokens }},
 		{"block_size", func(c *router.Config) { c.BlockSize = 0 }},
+		{"active_prefill_tokens_threshold_frac", func(c *router.Config) { c.ActivePrefillTokensThresholdFrac = &neg }},
+		{"router_request_ttl_secs", func(c *router.Config) { c.RouterRequestTTLSecs = 0 }},
 	}
 	for _, tc := range tests {
 		cfg := router.DefaultConfig()
@@ -80,10 +82,29 @@ func TestParseConfig(t *testing.T) {
 	assert.Equal(t, 120.0, cfg.RouterTTLSecs)
 	assert.Equal(t, uint64(3), cfg.Seed)
 
+	assert.Equal(t, router.DefaultRouterRequestTTLSecs, cfg.RouterRequestTTLSecs)
+	assert.Nil(t, cfg.ActivePrefillTokensThresholdFrac)
+
+	cfg, err = router.ParseConfig([]byte(`{"router_request_ttl_secs":60,"active_prefill_tokens_threshold_frac":1.5}`))
+	require.NoError(t, err)
+	assert.Equal(t, 60.0, cfg.RouterRequestTTLSecs)
+	require.NotNil(t, cfg.ActivePrefillTokensThresholdFrac)
+	assert.Equal(t, 1.5, *cfg.ActivePrefillTokensThresholdFrac)
+
 	_, err = router.ParseConfig([]byte(`{"router_mod":"kv"}`))
 	assert.ErrorContains(t, err, "router_mod")
 	_, err = router.ParseConfig([]byte(`{"router_mode":"fast"}`))
 	assert.ErrorContains(t, err, "router_mode")
+}
+
+func TestParseConfig_RejectsTrailingData(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{`{} {}`, `{"seed":1} x`, `{}}`, `{} []`} {
+		_, err := router.ParseConfig([]byte(in))
+		assert.ErrorContains(t, err, "after the JSON object", in)
+	}
+	_, err := router.ParseConfig([]byte("{}\n\t "))
+	assert.NoError(t, err, "trailing space is fine")
 }
 
 func TestAddWorker_Validation(t *testing.T) {
@@ -92,6 +113,7 @@ func TestAddWorker_Validation(t *testing.T) {
 	assert.ErrorContains(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: "gpu"}), "role")
 	assert.ErrorContains(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: router.RoleAggregated, BlockSize: bs * 2}), "block_size")
 	assert.ErrorContains(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: router.RoleAggregated, TotalBlocks: -1}), "total blocks")
+	assert.ErrorContains(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: router.RoleAggregated, MaxBatchedTokens: -1}), "max batched tokens")
 	require.NoError(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: router.RoleAggregated}))
 	require.NoError(t, r.AddWorker(router.WorkerInfo{ID: 1, Role: router.RoleAggregated, TotalBlocks: 50}), "re-announcing is an update")
 	ws, ok := r.Worker(1)

@@ -42,6 +42,30 @@
 // With use_kv_events off, the router instead records each routed prompt as
 // cached on the chosen worker for router_ttl_secs (approximate mode).
 //
+// # The index, and where it differs from Dynamo
+//
+// Events from a worker not registered yet are applied: under a distributed
+// transport a worker's first events can overtake its discovery record. The
+// worker is routable only from AddWorker on, and its cache then counts at
+// once. Events from a worker RemoveWorker took out are dropped until
+// AddWorker registers the id again, so events still in flight when a worker
+// dies cannot resurrect it in the index.
+//
+// A Removed event for a block no worker holds any more keeps the block's
+// children, where Dynamo's tree drops the subtree. The index's per-worker
+// maps point straight at tree nodes, and workers (or other keys of the same
+// worker) may still hold blocks below the removed one: dropping the subtree
+// would leave those entries pointing at recycled nodes, or cost a walk of
+// the subtree on every removal. Routing is unaffected, since a prefix match
+// stops at the first block a worker lacks; an emptied node costs memory
+// only until its last descendant goes, and a later Stored of the same block
+// under the same parent reconnects the whole prefix.
+//
+// The data-parallel rank is not part of the tree key: a worker is one
+// (worker, rank 0) pair, because the engines here model data_parallel_size
+// 1. An event's dp_rank is used only to detect gaps in its event ids, per
+// rank; a worker announcing several ranks would have their blocks merged.
+//
 // # Disaggregated requests
 //
 // RouteDisagg picks a prefill worker by the mode (in kv mode, by prefix
@@ -49,14 +73,37 @@
 // the overlap weight at 0 and no block sharing: in kv mode the decode choice
 // is effectively the fewest active blocks.
 //
+// Both pools are checked for a free worker before either is picked, so a
+// request the decode pool refuses leaves the prefill side untouched: no
+// load charged, no round-robin turn taken, no random draw spent. The decode
+// pick does not walk the index.
+//
 // # Load and busy workers
 //
 // Workers' own reports (UpdateLoad; Router implements LoadSink) serve busy
-// detection and least-loaded tie-breaks only. A worker is busy while its
-// reported router-facing active blocks or its predicted active blocks exceed
-// active_decode_blocks_threshold × total blocks, or while its pending
-// prefill tokens exceed active_prefill_tokens_threshold. Both are off by
-// default.
+// detection and least-loaded tie-breaks only. A worker is busy while any
+// configured threshold is exceeded, all off by default:
+//
+//   - active_decode_blocks_threshold: its reported router-facing active
+//     blocks or its predicted active blocks (either one) exceed the fraction
+//     of its total blocks;
+//   - active_prefill_tokens_threshold: its pending prefill tokens exceed
+//     the count;
+//   - active_prefill_tokens_threshold_frac: its pending prefill tokens
+//     exceed the fraction of its max_num_batched_tokens
+//     (WorkerInfo.MaxBatchedTokens; 10M when unknown, as in Dynamo).
+//
+// Busy is decided afresh at every decision from the current values, with
+// no latch: a worker is free again as soon as every value is back at or
+// under its limit.
+//
+// A request whose Free never comes (a lost stream) stops counting
+// router_request_ttl_secs (300 s, as in Dynamo) after it was routed; the
+// check runs at each routing decision on the router's clock (WithClock),
+// and each expiry is counted in Stats and logged.
+//
+// The router reads its clock and writes its logs outside its mutex, so
+// both may take locks of their own; neither may call back into the router.
 //
 // All randomness comes from one generator seeded by Config.Seed, so the same
 // inputs in the same order give the same choices.

@@ -72,12 +72,16 @@ type Request struct {
 // Option customises a Router.
 type Option func(*Router)
 
-// WithClock sets the time source for approximate mode's TTLs. Tests and
-// virtual-time runs pass their own; the default is time.Now.
+// WithClock sets the time source for approximate mode's TTLs and for
+// router_request_ttl_secs. Tests and virtual-time runs pass their own; the
+// default is time.Now. The router reads it before taking its own lock, so
+// the clock may take locks held by goroutines that call the router; it
+// must not call the router itself.
 func WithClock(now func() time.Time) Option { return func(r *Router) { r.now = now } }
 
-// WithLogger sets where the router logs dropped events and other
-// diagnostics; the default is slog.Default().
+// WithLogger sets where the router logs dropped events, expired requests
+// and other diagnostics; the default is slog.Default(). The router logs
+// only after releasing its lock, so a handler may take locks of its own.
 func WithLogger(l *slog.Logger) Option { return func(r *Router) { r.log = l } }
 
 // Stats counts router activity.
@@ -87,9 +91,15 @@ type Stats struct {
 	Routed uint64
 	// RejectedBusy counts requests refused with ErrAllBusy.
 	RejectedBusy uint64
-	// EventsIgnored counts KV events not applied: from unknown workers, or
-	// any event in approximate mode.
+	// EventsIgnored counts KV events not applied: from workers removed
+	// (until they are added again), or any event in approximate mode.
 	EventsIgnored uint64
+	// EventsEarly counts KV events applied for a worker not registered yet:
+	// under a distributed transport events can overtake discovery.
+	EventsEarly uint64
+	// ExpiredRequests counts requests dropped from load tracking after
+	// router_request_ttl_secs without a Free.
+	ExpiredRequests uint64
 	// EventErrors counts events applied partly or dropped by the index.
 	EventErrors uint64
 	// LoadsIgnored counts load reports from unknown workers.
@@ -106,6 +116,14 @@ type leg struct {
 
 type reqState struct {
 	legs [2]leg
+	seq  uint64 // tells this request from an earlier one with the same id
+}
+
+// ageEntry records when a request was routed, for router_request_ttl_secs.
+type ageEntry struct {
+	id    string
+	seq   uint64
+	start time.Time
 }
 
 // Router places requests on workers. It is safe for concurrent use: routing
@@ -124,8 +142,20 @@ type Router struct {
 	blocks  map[kv.SeqHash]blockRefs
 	reqs    map[string]reqState
 	stats   Stats
+	// removed holds ids RemoveWorker took out, so their late KV events are
+	// dropped; AddWorker of the id lifts it.
+	removed map[uint64]struct{}
+	// ages lists requests by routing time from agesHead on, for the request
+	// TTL; entries of requests already freed are skipped when reached.
+	ages     []ageEntry
+	agesHead int
+	reqSeq   uint64
+	reqTTL   time.Duration
+	// expired collects ids expired under the lock, logged after unlock.
+	expired []string
 
 	cands  []*worker
+	dcands []*worker
 	ties   []*worker
 	scores []indexer.Score
 }
@@ -143,6 +173,8 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		workers: make(map[uint64]*worker),
 		blocks:  make(map[kv.SeqHash]blockRefs),
 		reqs:    make(map[string]reqState),
+		removed: make(map[uint64]struct{}),
+		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),
 	}
 	if cfg.UseKVEvents {
 		r.index = indexer.New()
@@ -164,7 +196,9 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 func (r *Router) Config() Config { return r.cfg }
 
 // AddWorker registers a worker, or updates its info if already registered
-// (discovery announcements are upserts). A new worker starts idle.
+// (discovery announcements are upserts). A new worker starts idle, with
+// whatever its KV events sent before registration put in the index. It
+// lifts the tombstone of an earlier RemoveWorker of the same id.
 func (r *Router) AddWorker(info WorkerInfo) error {
 	role, err := info.Role.index()
 	if err != nil {
@@ -177,8 +211,12 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 	if info.TotalBlocks < 0 {
 		return fmt.Errorf("add worker %d: total blocks %d must not be negative", info.ID, info.TotalBlocks)
 	}
+	if info.MaxBatchedTokens < 0 {
+		return fmt.Errorf("add worker %d: max batched tokens %d must not be negative (0 means unknown)", info.ID, info.MaxBatchedTokens)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	delete(r.removed, info.ID)
 	if w := r.workers[info.ID]; w != nil {
 		w.info, w.role = info, role
 		return nil
@@ -191,12 +229,16 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 
 // RemoveWorker forgets a worker: it leaves rotation, the kv index and load
 // tracking at once; requests still in flight on it no longer count anywhere.
-// It reports whether the worker was registered.
+// Its KV events arriving later (still in flight on the transport) are
+// dropped until AddWorker of the same id. It reports whether the worker
+// was registered; an id seen only through early KV events loses them too.
 func (r *Router) RemoveWorker(id uint64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.removed[id] = struct{}{}
 	w := r.workers[id]
 	if w == nil {
+		r.unindex(id)
 		return false
 	}
 	for rid, st := range r.reqs {
@@ -216,26 +258,40 @@ func (r *Router) RemoveWorker(id uint64) bool {
 	}
 	delete(r.workers, id)
 	r.order = slices.DeleteFunc(r.order, func(x *worker) bool { return x == w })
+	r.unindex(id)
+	return true
+}
+
+func (r *Router) unindex(id uint64) {
 	if r.approx != nil {
 		r.approx.RemoveWorker(id)
 	} else {
 		r.index.RemoveWorker(id)
 	}
-	return true
 }
 
-// KVEvent applies a worker's KV event to the index. Events from workers not
-// registered, and every event in approximate mode, are counted and ignored.
-// It implements kv.Sink.
+// KVEvent applies a worker's KV event to the index. Events from a worker
+// not registered yet are applied too (a distributed transport may deliver
+// them before discovery announces the worker), but the worker is routable
+// only once AddWorker registers it. Events from a removed worker, and every
+// event in approximate mode, are counted and ignored. It implements
+// kv.Sink.
 func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.approx != nil || r.workers[workerID] == nil {
+	if _, gone := r.removed[workerID]; gone || r.approx != nil {
 		r.stats.EventsIgnored++
+		r.mu.Unlock()
 		return
 	}
-	if err := r.index.Apply(workerID, ev); err != nil {
+	if r.workers[workerID] == nil {
+		r.stats.EventsEarly++
+	}
+	err := r.index.Apply(workerID, ev)
+	if err != nil {
 		r.stats.EventErrors++
+	}
+	r.mu.Unlock()
+	if err != nil {
 		r.log.Debug("kv event not fully applied", "worker", workerID, "event_id", ev.ID, "kind", ev.Kind.String(), "err", err)
 	}
 }
@@ -292,22 +348,30 @@ func (r *Router) Route(req *Request) (uint64, error) {
 	if err := r.prepare(req); err != nil {
 		return 0, err
 	}
+	now := r.now()
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	id, err := r.route(req, now)
+	expired := r.takeExpired()
+	r.mu.Unlock()
+	r.logExpired(expired)
+	return id, err
+}
+
+func (r *Router) route(req *Request, now time.Time) (uint64, error) {
+	r.expireRequests(now)
 	if _, dup := r.reqs[req.ID]; dup {
 		return 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
 	}
-	r.expire()
-	cands, err := r.candidates(RoleAggregated, req)
-	if err != nil {
+	r.expire(now)
+	if err := r.candidates(RoleAggregated, req, &r.cands); err != nil {
 		return 0, err
 	}
-	w := r.pick(cands, req, r.cfg.OverlapScoreWeight, true)
+	w := r.pick(r.cands, req, r.cfg.OverlapScoreWeight, true, true)
 	st := reqState{}
 	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: slices.Clone(req.SeqHashes)}
 	r.charge(&st.legs[0])
-	r.reqs[req.ID] = st
-	r.learn(w, req)
+	r.track(req.ID, st, now)
+	r.learn(w, req, now)
 	r.stats.Routed++
 	return w.info.ID, nil
 }
@@ -324,32 +388,41 @@ func (r *Router) RouteDisagg(req *Request) (prefill, decode uint64, err error) {
 	if err := r.prepare(req); err != nil {
 		return 0, 0, err
 	}
+	now := r.now()
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	prefill, decode, err = r.routeDisagg(req, now)
+	expired := r.takeExpired()
+	r.mu.Unlock()
+	r.logExpired(expired)
+	return prefill, decode, err
+}
+
+func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint64, err error) {
+	r.expireRequests(now)
 	if _, dup := r.reqs[req.ID]; dup {
 		return 0, 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
 	}
-	r.expire()
-	pc, err := r.candidates(RolePrefill, req)
-	if err != nil {
+	r.expire(now)
+	// Both pools are checked before either pick, so a rejected request
+	// leaves no trace: nothing charged, no round-robin turn taken, no
+	// random draw spent.
+	if err := r.candidates(RolePrefill, req, &r.cands); err != nil {
 		return 0, 0, err
 	}
-	p := r.pick(pc, req, r.cfg.OverlapScoreWeight, true)
-	pOverlap := p.overlap
-	// Decode candidates are checked before anything is charged, so a
-	// rejected request leaves no trace on the prefill side.
-	dc, err := r.candidates(RoleDecode, req)
-	if err != nil {
+	if err := r.candidates(RoleDecode, req, &r.dcands); err != nil {
 		return 0, 0, err
 	}
-	d := r.pick(dc, req, 0, false)
+	p := r.pick(r.cands, req, r.cfg.OverlapScoreWeight, true, true)
+	// The decode leg charges blocks, not uncached tokens, and weighs no
+	// overlap: its pick needs no index walk.
+	d := r.pick(r.dcands, req, 0, false, false)
 	st := reqState{}
-	st.legs[0] = leg{w: p, tokens: uncached(req, pOverlap, r.cfg.BlockSize), release: true}
+	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize), release: true}
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
 	r.charge(&st.legs[0])
 	r.charge(&st.legs[1])
-	r.reqs[req.ID] = st
-	r.learn(p, req)
+	r.track(req.ID, st, now)
+	r.learn(p, req, now)
 	r.stats.Routed++
 	return p.info.ID, d.info.ID, nil
 }
@@ -428,21 +501,89 @@ func uncached(req *Request, overlap, blockSize int) int {
 
 // learn records, in approximate mode, that w now caches the request's
 // prompt.
-func (r *Router) learn(w *worker, req *Request) {
+func (r *Router) learn(w *worker, req *Request, now time.Time) {
 	if r.approx != nil {
-		r.approx.Insert(w.info.ID, req.LocalHashes, req.SeqHashes, r.now())
+		r.approx.Insert(w.info.ID, req.LocalHashes, req.SeqHashes, now)
 	}
 }
 
-func (r *Router) expire() {
+func (r *Router) expire(now time.Time) {
 	if r.approx != nil {
-		r.approx.Expire(r.now())
+		r.approx.Expire(now)
 	}
 }
 
-// busy reports whether w is over a configured threshold. Blocks follow
-// Dynamo's decode latch: busy while either the reported router-facing count
-// or the router's own prediction is over the limit.
+// track starts tracking a routed request and its age.
+func (r *Router) track(id string, st reqState, now time.Time) {
+	r.reqSeq++
+	st.seq = r.reqSeq
+	r.reqs[id] = st
+	r.ages = append(r.ages, ageEntry{id: id, seq: st.seq, start: now})
+	// Entries of freed requests wait until the head reaches them; once they
+	// dominate, drop them so memory follows the requests in flight.
+	if n := len(r.ages) - r.agesHead; n > 2*len(r.reqs)+1024 {
+		kept := r.ages[:0]
+		for _, e := range r.ages[r.agesHead:] {
+			if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+				kept = append(kept, e)
+			}
+		}
+		clear(r.ages[len(kept):])
+		r.ages, r.agesHead = kept, 0
+	}
+}
+
+// expireRequests drops from load tracking every request routed
+// router_request_ttl_secs or more before now, as if freed.
+func (r *Router) expireRequests(now time.Time) {
+	cutoff := now.Add(-r.reqTTL)
+	for r.agesHead < len(r.ages) {
+		e := r.ages[r.agesHead]
+		if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+			if e.start.After(cutoff) {
+				break
+			}
+			for i := range st.legs {
+				if st.legs[i].w != nil {
+					r.release(&st.legs[i])
+				}
+			}
+			delete(r.reqs, e.id)
+			r.stats.ExpiredRequests++
+			r.expired = append(r.expired, e.id)
+		}
+		r.ages[r.agesHead] = ageEntry{}
+		r.agesHead++
+	}
+	if r.agesHead > 1024 && r.agesHead*2 > len(r.ages) {
+		n := copy(r.ages, r.ages[r.agesHead:])
+		clear(r.ages[n:])
+		r.ages, r.agesHead = r.ages[:n], 0
+	}
+}
+
+func (r *Router) takeExpired() []string {
+	ids := r.expired
+	r.expired = nil
+	return ids
+}
+
+// logExpired reports requests the TTL dropped; it runs after unlock.
+func (r *Router) logExpired(ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	const show = 8
+	r.log.Warn("router: requests expired without Free; their load is no longer counted",
+		"count", len(ids), "router_request_ttl_secs", r.cfg.RouterRequestTTLSecs, "request_ids", ids[:min(len(ids), show)])
+}
+
+// busy reports whether w is over a configured threshold. It is stateless,
+// decided afresh on each call: for blocks, busy while either the worker's
+// reported router-facing count or the router's own prediction is over the
+// limit, and free as soon as both are at or under it. (Dynamo's monitor
+// words this as a latch set by either value and cleared by both; with no
+// memory of its own the two say the same.)
 func (r *Router) busy(w *worker) bool {
 	if t := r.cfg.ActiveDecodeBlocksThreshold; t != nil {
 		total := w.load.TotalBlocks
@@ -459,13 +600,23 @@ func (r *Router) busy(w *worker) bool {
 	if t := r.cfg.ActivePrefillTokensThreshold; t != nil && int64(w.prefill) > *t {
 		return true
 	}
+	if f := r.cfg.ActivePrefillTokensThresholdFrac; f != nil {
+		mbt := w.info.MaxBatchedTokens
+		if mbt == 0 {
+			mbt = DefaultMaxBatchedTokens
+		}
+		if float64(w.prefill) > *f*float64(mbt) {
+			return true
+		}
+	}
 	return false
 }
 
-// candidates lists the free workers of role, in registration order.
-func (r *Router) candidates(role Role, req *Request) ([]*worker, error) {
+// candidates fills *dst with the free workers of role, in registration
+// order.
+func (r *Router) candidates(role Role, req *Request, dst *[]*worker) error {
 	ri, _ := role.index()
-	r.cands = r.cands[:0]
+	cands := (*dst)[:0]
 	total := 0
 	for _, w := range r.order {
 		if w.role != ri {
@@ -473,18 +624,19 @@ func (r *Router) candidates(role Role, req *Request) ([]*worker, error) {
 		}
 		total++
 		if !r.busy(w) {
-			r.cands = append(r.cands, w)
+			cands = append(cands, w)
 		}
 	}
+	*dst = cands
 	switch {
 	case total == 0:
-		return nil, fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
-	case len(r.cands) == 0:
+		return fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
+	case len(cands) == 0:
 		r.stats.RejectedBusy++
-		return nil, fmt.Errorf("route request %q: %w: %d %s workers, each over a busy threshold; retry later",
+		return fmt.Errorf("route request %q: %w: %d %s workers, each over a busy threshold; retry later",
 			req.ID, &BusyError{Role: role, Workers: total}, total, role)
 	}
-	return r.cands, nil
+	return nil
 }
 
 // Worker returns a snapshot of one registered worker.

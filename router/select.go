@@ -4,10 +4,17 @@ import "math"
 
 // pick chooses one of cands (non-empty) by the configured mode. weight is
 // the overlap score weight for kv mode; reuse says whether the request's
-// blocks may be shared with blocks already active on a worker. It leaves
-// each candidate's overlap depth in w.overlap for the caller to charge.
-func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
-	r.overlaps(cands, req)
+// blocks may be shared with blocks already active on a worker. With match
+// it leaves each candidate's overlap depth in w.overlap for the caller to
+// charge; without, overlaps count as 0 and the index is not walked.
+func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse, match bool) *worker {
+	if match {
+		r.overlaps(cands, req)
+	} else {
+		for _, w := range cands {
+			w.overlap = 0
+		}
+	}
 	switch r.cfg.Mode {
 	case ModeRoundRobin:
 		ri := cands[0].role

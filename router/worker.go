@@ -40,6 +40,10 @@ type WorkerInfo struct {
 	// other value than the router's is refused, since block hashes would not
 	// compare.
 	BlockSize int
+	// MaxBatchedTokens is the worker's max_num_batched_tokens, the base of
+	// active_prefill_tokens_threshold_frac; 0 means unknown, read as
+	// DefaultMaxBatchedTokens.
+	MaxBatchedTokens int
 }
 
 // Load is what a worker reports about itself. The router uses it to spot

@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/kvstrand/mocker/kv"
@@ -37,10 +38,11 @@ type Approx struct {
 	ttl     time.Duration
 	maxSize int
 	expiry  map[approxKey]time.Time
-	// queue holds insertions oldest first. A refresh appends a new entry and
-	// leaves the old one stale; stale entries are skipped when popped.
+	// queue is a min-heap by expiry with exactly one entry per key in
+	// expiry, so its size follows the live blocks, not the insert rate. A
+	// refresh only moves the expiry in the map, leaving the entry early;
+	// an early entry, once popped, goes back with the key's current expiry.
 	queue   []approxEntry
-	head    int
 	blocks  []kv.Block
 	removed [1]kv.SeqHash
 }
@@ -85,37 +87,49 @@ func (a *Approx) Insert(worker uint64, locals []kv.LocalHash, seqs []kv.SeqHash,
 	exp := now.Add(a.ttl)
 	for i := range n {
 		k := approxKey{worker, seqs[i]}
+		if _, held := a.expiry[k]; !held {
+			a.push(approxEntry{k, exp})
+		}
 		a.expiry[k] = exp
-		a.queue = append(a.queue, approxEntry{k, exp})
 	}
 	if len(a.expiry) > a.maxSize {
 		target := int(pruneTarget * float64(a.maxSize))
 		for len(a.expiry) > target && a.pop(time.Time{}, true) {
 		}
 	}
-	a.compact()
 }
 
 // Expire removes every block whose TTL has passed at now.
 func (a *Approx) Expire(now time.Time) {
 	for a.pop(now, false) {
 	}
-	a.compact()
 }
 
-// pop removes the oldest queue entry if force is set or it has expired at
-// now, evicting its block unless a refresh made the entry stale. It reports
-// whether an entry was removed.
+// pop takes the earliest queue entry if force is set or it has expired at
+// now. An entry made early by a refresh goes back with the key's current
+// expiry; otherwise the block is evicted. It reports whether an entry was
+// taken.
 func (a *Approx) pop(now time.Time, force bool) bool {
-	if a.head >= len(a.queue) {
+	if len(a.queue) == 0 {
 		return false
 	}
-	e := a.queue[a.head]
+	e := a.queue[0]
 	if !force && e.expires.After(now) {
 		return false
 	}
-	a.head++
-	if cur, ok := a.expiry[e.key]; ok && cur.Equal(e.expires) {
+	cur, ok := a.expiry[e.key]
+	if ok && !cur.Equal(e.expires) {
+		// Refreshed since queued: the heap's root moves to its new place.
+		a.queue[0].expires = cur
+		a.down(0)
+		return true
+	}
+	last := len(a.queue) - 1
+	a.queue[0] = a.queue[last]
+	a.queue[last] = approxEntry{}
+	a.queue = a.queue[:last]
+	a.down(0)
+	if ok {
 		delete(a.expiry, e.key)
 		a.removed[0] = e.key.block
 		// The block is known to be held; removal cannot miss.
@@ -124,13 +138,35 @@ func (a *Approx) pop(now time.Time, force bool) bool {
 	return true
 }
 
-// compact reclaims the popped prefix of the queue once it dominates.
-func (a *Approx) compact() {
-	if a.head > 1024 && a.head*2 > len(a.queue) {
-		n := copy(a.queue, a.queue[a.head:])
-		clear(a.queue[n:])
-		a.queue = a.queue[:n]
-		a.head = 0
+func (a *Approx) push(e approxEntry) {
+	a.queue = append(a.queue, e)
+	i := len(a.queue) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if !a.queue[i].expires.Before(a.queue[p].expires) {
+			break
+		}
+		a.queue[i], a.queue[p] = a.queue[p], a.queue[i]
+		i = p
+	}
+}
+
+func (a *Approx) down(i int) {
+	q := a.queue
+	for {
+		l := 2*i + 1
+		if l >= len(q) {
+			return
+		}
+		m := l
+		if r := l + 1; r < len(q) && q[r].expires.Before(q[l].expires) {
+			m = r
+		}
+		if !q[m].expires.Before(q[i].expires) {
+			return
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
 	}
 }
 
@@ -139,6 +175,14 @@ func (a *Approx) RemoveWorker(worker uint64) bool {
 	for k := range a.expiry {
 		if k.worker == worker {
 			delete(a.expiry, k)
+		}
+	}
+	// Its queue entries go too, keeping one entry per live key.
+	kept := slices.DeleteFunc(a.queue, func(e approxEntry) bool { return e.key.worker == worker })
+	if len(kept) < len(a.queue) {
+		a.queue = kept
+		for i := len(kept)/2 - 1; i >= 0; i-- {
+			a.down(i)
 		}
 	}
 	return a.Indexer.RemoveWorker(worker)

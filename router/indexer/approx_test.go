@@ -93,3 +93,43 @@ func TestApprox_RejectsNegativeSettings(t *testing.T) {
 	_, err = NewApprox(0, -1)
 	assert.ErrorContains(t, err, "max size")
 }
+
+// TestApprox_QueueBoundedByLiveBlocks re-inserts one 100-block prompt
+// 10,000 times: the expiry queue must grow with the blocks held, not with
+// the insert rate.
+func TestApprox_QueueBoundedByLiveBlocks(t *testing.T) {
+	t.Parallel()
+	a, err := NewApprox(time.Minute, 0)
+	require.NoError(t, err)
+	locals := make([]kv.LocalHash, 100)
+	for i := range locals {
+		locals[i] = kv.LocalHash(1000 + i)
+	}
+	ls, ss := split(chain(locals...))
+	for i := range 10_000 {
+		a.Insert(1, ls, ss, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	assert.Equal(t, 100, a.Len())
+	assert.LessOrEqual(t, len(a.queue), 2*100, "queue entries")
+}
+
+// TestApprox_RefreshedBlocksExpireInOrder interleaves refreshes with new
+// blocks so that refreshed blocks end up expiring before blocks inserted
+// later: each must go at its own expiry, not when a later one does.
+func TestApprox_RefreshedBlocksExpireInOrder(t *testing.T) {
+	t.Parallel()
+	a, err := NewApprox(10*time.Second, 0)
+	require.NoError(t, err)
+	ls, ss := split(chain(A, B))
+	lc, sc := split(chain(C))
+	a.Insert(1, ls, ss, t0)                    // A, B expire at 10 s
+	a.Insert(1, ls, ss, t0.Add(5*time.Second)) // refreshed: 15 s
+	a.Insert(1, lc, sc, t0.Add(9*time.Second)) // C: 19 s
+	a.Expire(t0.Add(12 * time.Second))         // A, B's first expiry passed
+	assert.Equal(t, map[uint64]int{1: 2}, depths(a.Indexer, A, B))
+	a.Expire(t0.Add(16 * time.Second))
+	assert.Empty(t, depths(a.Indexer, A, B), "A, B expire at 15 s, before C")
+	assert.Equal(t, map[uint64]int{1: 1}, depths(a.Indexer, C))
+	a.Expire(t0.Add(19 * time.Second))
+	assert.Equal(t, 0, a.Len())
+}

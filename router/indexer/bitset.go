@@ -21,6 +21,14 @@ func (b *bitset) set(i int) {
 	b.rest[w] |= 1 << uint(i%64)
 }
 
+func (b *bitset) has(i int) bool {
+	if i < 64 {
+		return b.lo&(1<<uint(i)) != 0
+	}
+	w := i/64 - 1
+	return w < len(b.rest) && b.rest[w]&(1<<uint(i%64)) != 0
+}
+
 func (b *bitset) clear(i int) {
 	if i < 64 {
 		b.lo &^= 1 << uint(i)

@@ -8,8 +8,12 @@
 // (sequence hashes, as its KV events name them) to nodes, so removals need no
 // walk. Stored events hang blocks under their parent (an unknown parent drops
 // the event), Removed events take blocks away (unknown ones are skipped and
-// reported), Cleared empties a worker. Nodes that no worker holds and that
-// have no children are pruned.
+// reported), Cleared empties a worker. A worker may name one position with
+// several keys; it holds the position until the last of them is removed.
+// Nodes that no worker holds and that have no children are pruned; a node
+// no worker holds keeps its children (unlike Dynamo's tree), since the
+// workers' maps may still point at them. Event ids are checked for gaps
+// per dp rank; the rank is not part of the tree key.
 //
 // Approx wraps an Indexer for workers that publish no events: the router
 // inserts each routed prompt for the chosen worker with a TTL.

@@ -96,10 +96,23 @@ type workerState struct {
 	// blocks maps the worker's own block keys (sequence hashes) to the tree
 	// node holding that block, so Removed events need no tree walk.
 	blocks map[kv.SeqHash]*node
-	// lastID is the last event id seen per dp rank, for gap detection.
-	lastID []uint64
-	seen   []bool
+	// extra counts, per node, the worker's keys on it beyond the first. An
+	// engine may name one position (same tokens, same parent) with two
+	// block hashes; the worker's bit on the node must stay until its last
+	// key goes, or the node is pruned and recycled while a key still
+	// points at it. Nil until the first such node: it is rare.
+	extra map[*node]int32
+	// Event-id gap detection per dp rank: rank 0 inline, other ranks in a
+	// map bounded by maxTrackedRanks, so a hostile or corrupt rank costs
+	// one entry, never an array up to it.
+	last0 uint64
+	seen0 bool
+	ranks map[uint32]uint64
 }
+
+// maxTrackedRanks bounds the dp ranks tracked for gap detection per
+// worker; events of further ranks still apply, unchecked for gaps.
+const maxTrackedRanks = 1024
 
 // Score is one worker's result from FindMatches.
 type Score struct {
@@ -116,6 +129,7 @@ type Stats struct {
 	UnknownParent  uint64 // Stored events dropped for an unknown parent
 	MissingBlocks  uint64 // block hashes in Removed events that were not held
 	EventGaps      uint64 // events whose id skipped ahead of the last one seen
+	UntrackedRanks uint64 // events of a dp rank past the per-worker tracking bound, not checked for gaps
 	Nodes          int    // tree nodes, root excluded
 	Workers        int    // workers with state in the index
 	IndexedBlocks  int    // (worker, block) pairs held
@@ -202,15 +216,26 @@ func (x *Indexer) Apply(id uint64, ev kv.Event) error {
 }
 
 func (x *Indexer) checkGap(ws *workerState, ev kv.Event) {
-	r := int(ev.DPRank)
-	if r >= len(ws.lastID) {
-		ws.lastID = append(ws.lastID, make([]uint64, r+1-len(ws.lastID))...)
-		ws.seen = append(ws.seen, make([]bool, r+1-len(ws.seen))...)
+	if ev.DPRank == 0 {
+		if ws.seen0 && ev.ID > ws.last0+1 {
+			x.stats.EventGaps++
+		}
+		ws.last0, ws.seen0 = ev.ID, true
+		return
 	}
-	if ws.seen[r] && ev.ID > ws.lastID[r]+1 {
+	last, seen := ws.ranks[ev.DPRank]
+	if !seen {
+		if len(ws.ranks) >= maxTrackedRanks {
+			x.stats.UntrackedRanks++
+			return
+		}
+		if ws.ranks == nil {
+			ws.ranks = make(map[uint32]uint64)
+		}
+	} else if ev.ID > last+1 {
 		x.stats.EventGaps++
 	}
-	ws.lastID[r], ws.seen[r] = ev.ID, true
+	ws.ranks[ev.DPRank] = ev.ID
 }
 
 func (x *Indexer) store(ws *workerState, ev kv.Event) error {
@@ -231,17 +256,24 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 			cur.addChild(c)
 			x.stats.Nodes++
 		}
-		c.workers.set(ws.slot)
 		if old := ws.blocks[b.Hash]; old != c {
+			if c.workers.has(ws.slot) {
+				// Another key of this worker already names c.
+				if ws.extra == nil {
+					ws.extra = make(map[*node]int32)
+				}
+				ws.extra[c]++
+			} else {
+				c.workers.set(ws.slot)
+			}
+			ws.blocks[b.Hash] = c
 			if old != nil {
 				// The worker reused a block key at another position; the
-				// old position no longer holds it.
-				old.workers.clear(ws.slot)
-				x.prune(old)
+				// old position loses that key.
+				x.release(ws, old)
 			} else {
 				x.stats.IndexedBlocks++
 			}
-			ws.blocks[b.Hash] = c
 		}
 		cur = c
 	}
@@ -259,8 +291,7 @@ func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
 		}
 		delete(ws.blocks, h)
 		x.stats.IndexedBlocks--
-		n.workers.clear(ws.slot)
-		x.prune(n)
+		x.release(ws, n)
 	}
 	x.stats.Events++
 	if missing > 0 {
@@ -268,6 +299,21 @@ func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
 		return fmt.Errorf("worker %d: %d of %d blocks: %w", ws.id, missing, len(hashes), ErrBlockNotFound)
 	}
 	return nil
+}
+
+// release drops one of ws's keys on n: the worker leaves n, and n may be
+// pruned, only with its last key there.
+func (x *Indexer) release(ws *workerState, n *node) {
+	if k, ok := ws.extra[n]; ok {
+		if k <= 1 {
+			delete(ws.extra, n)
+		} else {
+			ws.extra[n] = k - 1
+		}
+		return
+	}
+	n.workers.clear(ws.slot)
+	x.prune(n)
 }
 
 // prune detaches n and then its ancestors while they hold no worker and no
@@ -291,8 +337,7 @@ func (x *Indexer) prune(n *node) {
 func (x *Indexer) clearWorker(ws *workerState) {
 	for h, n := range ws.blocks {
 		delete(ws.blocks, h)
-		n.workers.clear(ws.slot)
-		x.prune(n)
+		x.release(ws, n)
 		x.stats.IndexedBlocks--
 	}
 }

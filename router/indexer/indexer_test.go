@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"maps"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -228,7 +229,9 @@ func TestIndexer_EventGapsCounted(t *testing.T) {
 
 // TestIndexer_MatchesModel checks FindMatches against a plain model over
 // random Stored / Removed / Cleared / RemoveWorker sequences: a worker's
-// depth is the longest query prefix whose every block it holds.
+// depth is the longest query prefix whose every block it holds under some
+// key. Some blocks get keys from a small shared set, so keys repeat
+// positions and move between them.
 func TestIndexer_MatchesModel(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
@@ -252,6 +255,11 @@ func TestIndexer_MatchesModel(t *testing.T) {
 				for range rapid.IntRange(1, 3).Draw(t, "n") {
 					path = append(path, local.Draw(t, "local"))
 					b := chain(path...)[len(path)-1]
+					if rapid.IntRange(0, 3).Draw(t, "freeKey") == 0 {
+						// Engines name blocks as they like: a key may
+						// repeat a position another key names, or move.
+						b.Hash = rapid.SampledFrom([]kv.SeqHash{1001, 1002, 1003}).Draw(t, "key")
+					}
 					ev.Blocks = append(ev.Blocks, b)
 				}
 				require.NoError(t, x.Apply(w, ev))
@@ -294,13 +302,9 @@ func TestIndexer_MatchesModel(t *testing.T) {
 			}
 			q := rapid.SliceOfN(local, 0, 5).Draw(t, "query")
 			want := map[uint64]int{}
-			qb := chain(q...)
 			for id, held := range model {
 				d := 0
-				for d < len(qb) {
-					if _, ok := held[qb[d].Hash]; !ok {
-						break
-					}
+				for d < len(q) && holdsPath(held, q[:d+1]) {
 					d++
 				}
 				if d > 0 {
@@ -317,4 +321,85 @@ func TestIndexer_MatchesModel(t *testing.T) {
 
 func sortedKeys(m map[kv.SeqHash][]kv.LocalHash) []kv.SeqHash {
 	return slices.Sorted(maps.Keys(m))
+}
+
+// TestIndexer_TwoKeysOnOneNodeSurviveRemovalOfOne checks that a worker
+// naming the same tree position with two block keys (same tokens, same
+// parent, different block hash) keeps the position until both keys are
+// removed, and that a pruned and recycled node is never reached through a
+// stale key.
+func TestIndexer_TwoKeysOnOneNodeSurviveRemovalOfOne(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.NoError(t, x.Apply(1, stored([]kv.Block{{Hash: 1001, TokensHash: A}})))
+	require.NoError(t, x.Apply(1, stored([]kv.Block{{Hash: 1002, TokensHash: A}})))
+	assert.Equal(t, 2, x.TreeSize(1))
+
+	require.NoError(t, x.Apply(1, removed(kv.Block{Hash: 1001})))
+	assert.Equal(t, map[uint64]int{1: 1}, depths(x, A), "key 1002 still holds A")
+	assert.Equal(t, 1, x.Stats().Nodes)
+
+	require.NoError(t, x.Apply(1, stored(chain(B, C))))
+	assert.Equal(t, map[uint64]int{1: 2}, depths(x, B, C))
+
+	require.NoError(t, x.Apply(1, removed(kv.Block{Hash: 1002})))
+	assert.Empty(t, depths(x, A), "the last key of A is gone")
+	assert.Equal(t, map[uint64]int{1: 2}, depths(x, B, C), "removing A's key must not touch B")
+	assert.Equal(t, 2, x.Stats().Nodes)
+	assert.Equal(t, 2, x.TreeSize(1))
+}
+
+// TestIndexer_ClearAndRemoveWorkerWithTwoKeysOnOneNode checks that emptying
+// a worker whose keys share a node releases the node exactly once.
+func TestIndexer_ClearAndRemoveWorkerWithTwoKeysOnOneNode(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		empty func(x *Indexer)
+	}{
+		{"cleared", func(x *Indexer) { require.NoError(t, x.Apply(1, kv.Event{Kind: kv.Cleared})) }},
+		{"removed worker", func(x *Indexer) { require.True(t, x.RemoveWorker(1)) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			x := New()
+			for h := kv.SeqHash(1001); h <= 1003; h++ {
+				require.NoError(t, x.Apply(1, stored([]kv.Block{{Hash: h, TokensHash: C}})))
+			}
+			require.NoError(t, x.Apply(2, stored(chain(A, B))))
+			tc.empty(x)
+			assert.Empty(t, depths(x, C))
+			assert.Equal(t, map[uint64]int{2: 2}, depths(x, A, B))
+			assert.Equal(t, 2, x.Stats().Nodes)
+			assert.Equal(t, 2, x.Stats().IndexedBlocks)
+		})
+	}
+}
+
+// TestIndexer_HugeDPRankDoesNotAllocate checks that gap detection for a
+// rank far above any real data-parallel size costs memory for that rank
+// alone, not for every rank below it.
+func TestIndexer_HugeDPRankDoesNotAllocate(t *testing.T) {
+	// Not parallel: it reads the process-wide allocation counter.
+	x := New()
+	require.NoError(t, x.Apply(1, stored(chain(A))))
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i, rank := range []uint32{1 << 24, 1 << 24, 3} {
+		ev := stored(chain(B))
+		ev.ID, ev.DPRank = uint64(10*i), rank
+		require.NoError(t, x.Apply(1, ev))
+	}
+	runtime.ReadMemStats(&after)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(1<<20), "bytes allocated for three events")
+	assert.Equal(t, uint64(1), x.Stats().EventGaps, "rank 1<<24 went from id 0 to 10")
+}
+
+// holdsPath reports whether some key in held names the block at path.
+func holdsPath(held map[kv.SeqHash][]kv.LocalHash, path []kv.LocalHash) bool {
+	for _, p := range held {
+		if slices.Equal(p, path) {
+			return true
+		}
+	}
+	return false
 }
