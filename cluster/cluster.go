@@ -552,9 +552,16 @@ func (c *Cluster) onDecodeArrived(w *workerNode) func(tid, reqID uint64) {
 	return func(tid, reqID uint64) {
 		c.mu.Lock()
 		r := c.transfers[tid]
-		tokens := 0
+		tokens, at := 0, 0.0
 		if r != nil {
 			tokens = engine.TransferTokens(w.args.KVTransferTimingMode, len(r.tokens), r.st.missing)
+			// The decode connects once reserved: the claim is stamped at
+			// the reservation's modeled time, however long the connection
+			// took in wall time.
+			at = r.st.reservedAt
+			if !r.st.reserved {
+				at = c.Now()
+			}
 		}
 		c.mu.Unlock()
 		if r == nil || r.id != reqID || c.destFirst {
@@ -564,7 +571,7 @@ func (c *Cluster) onDecodeArrived(w *workerNode) func(tid, reqID uint64) {
 		}
 		// The transfer time is read from EventTransferStart: the delay
 		// returned here also counts the wait for a pass in flight.
-		if _, ok := w.live.StartTransfer(r.id, tokens); !ok {
+		if _, ok := w.live.StartTransferAt(at, r.id, tokens); !ok {
 			_ = w.server.Abort(tid)
 		}
 	}

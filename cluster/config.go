@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/kvstrand/mocker/engine"
@@ -131,7 +132,8 @@ var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine
 // values of the wrong type or range are errors naming the field, e.g.
 // "prefill.workers: want an integer ≥ 1, got -1". When disagg is absent it is
 // true if prefill or decode is given, false otherwise. Engine args are
-// checked by New, which names them by path ("decode.args.max_num_seqs").
+// checked by Validate (and New), which names them by path
+// ("decode.args.max_num_seqs").
 func ConfigFromMap(m map[string]any) (Config, error) {
 	var c Config
 	for _, k := range sortedKeys(m) {
@@ -264,11 +266,39 @@ type resolved struct {
 	busy   bool // busy_threshold: report the capacity view as load
 }
 
+// Validate checks cfg the way New does, without starting anything, and
+// returns the first error, naming the field at fault
+// ("decode.args.max_num_seqs: must be at least 1, got 0").
+func (c Config) Validate() error {
+	_, err := resolve(c)
+	return err
+}
+
+// SpeedupRatio is how much faster than the wall clock the cluster's
+// modeled clock runs: the workers' speedup_ratio after defaults (every pool
+// shares it), 1 when it is 0 (no scaling). A script's wall-time pacing
+// (durations, rates, sleep) covers SpeedupRatio times as much modeled time.
+func (c Config) SpeedupRatio() (float64, error) {
+	r, err := resolve(c)
+	if err != nil {
+		return 0, err
+	}
+	return speedup(r.pools[0].args), nil
+}
+
 // resolve applies defaults and validates cfg, naming the field at fault.
 func resolve(cfg Config) (resolved, error) {
 	var r resolved
 	if cfg.Transport != nil {
 		return r, errors.New("transport: " + errDistributedMissing)
+	}
+	for _, layer := range []struct {
+		path string
+		m    map[string]any
+	}{{"args", cfg.Args}, {"prefill.args", cfg.Prefill.Args}, {"decode.args", cfg.Decode.Args}, {"router_options", cfg.RouterOptions}} {
+		if err := checkFinite(layer.path, layer.m); err != nil {
+			return r, err
+		}
 	}
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
@@ -300,10 +330,8 @@ func resolve(cfg Config) (resolved, error) {
 	if cfg.Decode.Workers < 0 {
 		return r, fmt.Errorf("decode.workers: want an integer ≥ 1, got %d", cfg.Decode.Workers)
 	}
-	if et, ok := cfg.Args["engine_type"]; ok {
-		if s, isStr := et.(string); !isStr || !strings.EqualFold(s, cfg.Engine) {
-			return r, fmt.Errorf("args.engine_type: %v contradicts engine %q; set engine only", et, cfg.Engine)
-		}
+	if err := checkEngineType("args", cfg.Args, cfg.Engine); err != nil {
+		return r, err
 	}
 	if cfg.Disagg {
 		if cfg.Prefill.Workers == 0 {
@@ -383,9 +411,29 @@ func poolArgs(cfg Config, role engine.WorkerType, name string, own map[string]an
 		// A page size without a block size sets the block size (SGLang).
 		delete(defaults, "block_size")
 	}
-	if et, ok := own["engine_type"]; ok {
-		if s, isStr := et.(string); !isStr || !strings.EqualFold(s, cfg.Engine) {
-			return engine.Args{}, fmt.Errorf("%s.engine_type: %v contradicts engine %q; set engine only", argsPath(name, own), et, cfg.Engine)
+	ownPath := argsPath(name, own)
+	if err := checkEngineType(ownPath, own, cfg.Engine); err != nil {
+		return engine.Args{}, err
+	}
+	// The cluster sets worker_type and engine_type itself; a layer that
+	// says otherwise would be silently overridden, so it is an error.
+	for _, layer := range []struct {
+		path string
+		m    map[string]any
+	}{{"args", cfg.Args}, {ownPath, own}} {
+		if wt, ok := layer.m["worker_type"]; ok && wt != nil {
+			if s, isStr := wt.(string); !isStr || !strings.EqualFold(s, string(role)) {
+				pool := "the " + string(role) + " pool"
+				if role == engine.WorkerAggregated {
+					pool = "the aggregated workers (disagg is false)"
+				}
+				return engine.Args{}, fmt.Errorf("%s.worker_type: %s conflicts with %s; the cluster sets each worker's type from its pool, so remove worker_type",
+					layer.path, quoted(wt), pool)
+			}
+		}
+		if sg, ok := layer.m["sglang"]; ok && sg != nil && cfg.Engine != string(engine.EngineSGLang) {
+			return engine.Args{}, fmt.Errorf("%s.sglang: applies only to engine \"sglang\", and this cluster's engine is %q; remove it, or set engine: \"sglang\"",
+				layer.path, cfg.Engine)
 		}
 	}
 	forced := map[string]any{"engine_type": cfg.Engine, "worker_type": string(role)}
@@ -405,6 +453,43 @@ func poolArgs(cfg Config, role engine.WorkerType, name string, own map[string]an
 		}
 	}
 	return engine.Args{}, fmt.Errorf("%s.%s: %s", path, ae.Field, ae.Message)
+}
+
+// checkEngineType rejects an engine_type in args that says another engine
+// than the cluster's engine key, which would otherwise be overridden.
+func checkEngineType(path string, m map[string]any, eng string) error {
+	et, ok := m["engine_type"]
+	if !ok || et == nil {
+		return nil
+	}
+	if s, isStr := et.(string); !isStr || !strings.EqualFold(strings.TrimSpace(s), eng) {
+		return fmt.Errorf("%s.engine_type: %s conflicts with engine %q; set the cluster's engine key only, and remove engine_type", path, quoted(et), eng)
+	}
+	return nil
+}
+
+// checkFinite finds a NaN or infinite number anywhere in m (a script's
+// NaN or Infinity), naming it by path: no key takes one, and the error
+// would otherwise surface far from the field.
+func checkFinite(path string, m map[string]any) error {
+	for _, k := range sortedKeys(m) {
+		field := path + "." + k
+		switch v := m[k].(type) {
+		case float64:
+			if math.IsNaN(v) || math.IsInf(v, 0) {
+				return fmt.Errorf("%s: want a finite number, got %v", field, v)
+			}
+		case float32:
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("%s: want a finite number, got %v", field, f)
+			}
+		case map[string]any:
+			if err := checkFinite(field, v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func argsPath(name string, own map[string]any) string {
@@ -491,14 +576,106 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 	return rc, busy != nil, nil
 }
 
-// fingerprint is the config's identity in the Shared registry: its JSON
-// form, in which map keys are sorted and 5 and 5.0 read alike.
-func (c Config) fingerprint() string {
-	b, err := json.Marshal(c)
+// quoted shows a script value in an error: strings quoted, anything else
+// described with its type.
+func quoted(v any) string {
+	if s, ok := v.(string); ok {
+		return strconv.Quote(s)
+	}
+	return jsonval.Describe(v)
+}
+
+// Diff names the first key, in sorted path order, whose value differs
+// between c and o, as "seed 1 vs 2" or "decode.args.max_num_seqs 8 vs
+// (not set)" (c's value first); "" when the two describe the same cluster.
+// Numbers compare by value (5 and 5.0 alike), as the Shared registry
+// compares configs.
+func (c Config) Diff(o Config) string {
+	a, b := configTree(c), configTree(o)
+	return diffTrees("", a, b)
+}
+
+// configTree is c's JSON form decoded back into maps, numbers kept exact.
+func configTree(c Config) any {
+	data, err := json.Marshal(c)
 	if err != nil {
 		return fmt.Sprintf("%#v", c)
 	}
-	return string(b)
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return string(data)
+	}
+	return v
+}
+
+func diffTrees(path string, a, b any) string {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	// An absent object reads as an empty one, so the key inside it that
+	// makes the difference is the one named.
+	if aok && b == nil {
+		bm, bok = map[string]any{}, true
+	}
+	if bok && a == nil {
+		am, aok = map[string]any{}, true
+	}
+	if aok && bok {
+		keys := sortedKeys(am)
+		for _, k := range sortedKeys(bm) {
+			if _, seen := am[k]; !seen {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			sub := k
+			if path != "" {
+				sub = path + "." + k
+			}
+			if d := diffTrees(sub, am[k], bm[k]); d != "" {
+				return d
+			}
+		}
+		return ""
+	}
+	as, bs := treeString(a), treeString(b)
+	if as == bs {
+		return ""
+	}
+	if path == "" {
+		path = "config"
+	}
+	return path + " " + as + " vs " + bs
+}
+
+// treeString shows one leaf of a config tree; an empty object, an empty
+// list and null all read "(not set)", as they configure the same cluster.
+func treeString(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "(not set)"
+	case map[string]any:
+		if len(x) == 0 {
+			return "(not set)"
+		}
+	case []any:
+		if len(x) == 0 {
+			return "(not set)"
+		}
+	case json.Number:
+		if f, err := x.Float64(); err == nil {
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+	case string:
+		return strconv.Quote(x)
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
 }
 
 func sortedKeys(m map[string]any) []string {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"math"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -64,6 +65,17 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
 		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
 		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list of endpoint URLs, got number 5"},
+		{"NaN in args", map[string]any{"args": map[string]any{"speedup_ratio": math.NaN()}}, "args.speedup_ratio: want a finite number, got NaN"},
+		{"Infinity in pool args", map[string]any{"decode": map[string]any{"args": map[string]any{"num_gpu_blocks": math.Inf(1)}}}, "decode.args.num_gpu_blocks: want a finite number, got +Inf"},
+		{"NaN nested in sglang", map[string]any{"engine": "sglang", "args": map[string]any{"sglang": map[string]any{"schedule_conservativeness": math.NaN()}}}, "args.sglang.schedule_conservativeness: want a finite number"},
+		{"NaN in router options", map[string]any{"router_options": map[string]any{"router_temperature": math.Inf(-1)}}, "router_options.router_temperature: want a finite number"},
+		{"blocks beyond int32", map[string]any{"args": map[string]any{"num_gpu_blocks": 1e12}}, "args.num_gpu_blocks: must be between 1 and 2147483647, got 1000000000000"},
+		{"worker type in aggregated args", map[string]any{"args": map[string]any{"worker_type": "decode"}}, `args.worker_type: "decode" conflicts with the aggregated workers`},
+		{"worker type in pool args", map[string]any{"prefill": map[string]any{"args": map[string]any{"worker_type": "decode"}}}, `prefill.args.worker_type: "decode" conflicts with the prefill pool`},
+		{"worker type in cluster args of a disagg cluster", map[string]any{"disagg": true, "args": map[string]any{"worker_type": "prefill"}}, `args.worker_type: "prefill" conflicts with the decode pool`},
+		{"engine type in pool args", map[string]any{"engine": "sglang", "decode": map[string]any{"args": map[string]any{"engine_type": "vllm"}}}, `decode.args.engine_type: "vllm" conflicts with engine "sglang"`},
+		{"sglang args with vllm", map[string]any{"args": map[string]any{"sglang": map[string]any{"optimistic_prefill": true}}}, `args.sglang: applies only to engine "sglang", and this cluster's engine is "vllm"`},
+		{"sglang pool args with vllm", map[string]any{"decode": map[string]any{"args": map[string]any{"sglang": map[string]any{"page_size": 16}}}}, `decode.args.sglang: applies only to engine "sglang"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,4 +118,57 @@ func TestNew_DisaggDefaultsAndArgLayers(t *testing.T) {
 	assert.Equal(t, 200, s.Workers[1].TotalBlocks, "pool args over cluster args")
 	assert.NotEmpty(t, s.Workers[0].TransferAddr)
 	assert.Empty(t, s.Workers[1].TransferAddr)
+}
+
+func TestConfig_RoleAndEngineMatchingThePoolAreAccepted(t *testing.T) {
+	for _, m := range []map[string]any{
+		{"prefill": map[string]any{"args": map[string]any{"worker_type": "prefill"}}, "decode": map[string]any{"args": map[string]any{"worker_type": "Decode"}}},
+		{"args": map[string]any{"worker_type": "aggregated", "engine_type": "vllm"}},
+		{"engine": "sglang", "args": map[string]any{"sglang": map[string]any{"optimistic_prefill": true}}},
+	} {
+		cfg, err := ConfigFromMap(m)
+		require.NoError(t, err)
+		assert.NoError(t, cfg.Validate(), "%v", m)
+	}
+}
+
+func TestConfig_DiffNamesTheFirstDifferingKey(t *testing.T) {
+	base := Config{Name: "a", Disagg: true, Seed: 1, Decode: PoolConfig{Workers: 2, Args: map[string]any{"max_num_seqs": int64(8)}}}
+	cases := []struct {
+		name string
+		o    Config
+		want string
+	}{
+		{"same", base, ""},
+		{"seed", Config{Name: "a", Disagg: true, Seed: 2, Decode: base.Decode}, "seed 1 vs 2"},
+		{"pool arg", Config{Name: "a", Disagg: true, Seed: 1, Decode: PoolConfig{Workers: 2, Args: map[string]any{"max_num_seqs": 16}}}, "decode.args.max_num_seqs 8 vs 16"},
+		{"pool arg missing", Config{Name: "a", Disagg: true, Seed: 1, Decode: PoolConfig{Workers: 2}}, "decode.args.max_num_seqs 8 vs (not set)"},
+		{"string", Config{Name: "a", Disagg: true, Seed: 1, Decode: base.Decode, Router: "kv"}, `router "" vs "kv"`},
+		{"same value as a float", Config{Name: "a", Disagg: true, Seed: 1, Decode: PoolConfig{Workers: 2, Args: map[string]any{"max_num_seqs": 8.0}}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, base.Diff(tc.o))
+		})
+	}
+	assert.Empty(t, Config{Args: map[string]any{}}.Diff(Config{}), "empty args and no args configure the same cluster")
+}
+
+func TestConfig_SpeedupRatio(t *testing.T) {
+	cases := []struct {
+		cfg  Config
+		want float64
+	}{
+		{Config{}, DefaultSpeedupRatio},
+		{Config{Args: map[string]any{"speedup_ratio": 40}}, 40},
+		{Config{Disagg: true, Prefill: PoolConfig{Args: map[string]any{"speedup_ratio": 5}}, Decode: PoolConfig{Args: map[string]any{"speedup_ratio": 5}}}, 5},
+		{Config{Args: map[string]any{"speedup_ratio": 0}}, 1},
+	}
+	for _, tc := range cases {
+		got, err := tc.cfg.SpeedupRatio()
+		require.NoError(t, err)
+		assert.InDelta(t, tc.want, got, 1e-12, "%+v", tc.cfg.Args)
+	}
+	_, err := Config{Args: map[string]any{"speedup_ratio": -1}}.SpeedupRatio()
+	assert.ErrorContains(t, err, "args.speedup_ratio")
 }

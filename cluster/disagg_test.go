@@ -46,7 +46,7 @@ func TestDisagg_RoomyDecodeEveryRequestCompletes(t *testing.T) {
 		assert.True(t, r.Pinned)
 		assert.Equal(t, "transferred", r.PinOutcome)
 		assert.InDelta(t, wantTransfer, r.TransferMs, 1e-6)
-		assert.GreaterOrEqual(t, r.PinMs, r.TransferMs)
+		assert.GreaterOrEqual(t, r.PinMs, r.TransferMs-1e-9, "float rounding aside")
 		assert.Greater(t, r.TTFTMs, 0.0)
 		assert.GreaterOrEqual(t, r.E2EMs, r.TTFTMs+r.TransferMs, "decode starts after the transfer")
 		assert.GreaterOrEqual(t, r.DecodeWaitMs, 0.0)

@@ -22,9 +22,13 @@
 // script) defaults to one prefill and one decode worker. Engine arguments
 // start from laptop-sized defaults — block_size 16, num_gpu_blocks 1024,
 // speedup_ratio 10 — under the cluster's args, under each pool's args; the
-// cluster sets engine_type from Engine and worker_type from the pool. Every
-// pool must share block_size (one router compares block hashes) and
-// speedup_ratio (one modeled clock).
+// cluster sets engine_type from Engine and worker_type from the pool, and an
+// engine_type or worker_type in args that says otherwise is an error, as is
+// an sglang object when the engine is vllm. Every pool must share
+// block_size (one router compares block hashes) and speedup_ratio (one
+// modeled clock). An explicit block_size 0 does not mean the laptop default
+// 16: it means the engine's own default, 64 for vLLM and page_size for
+// SGLang, as in Dynamo.
 //
 // # The handoff
 //
@@ -44,10 +48,15 @@
 // it connects, the decode frees its reservation and the request ends
 // "aborted".
 //
-// SGLang is destination-first: the decode worker reserves first
-// (decode_kv_wait_start, decode_kv_reserved); only then is the prefill
-// submitted and told its destination is ready (engine.Live.DestinationReady),
-// so it leaves its bootstrap queue and computes. Its transfer starts the
+// SGLang is destination-first: the request reaches both workers at once;
+// the prefill waits in its bootstrap queue, computing and holding nothing,
+// while the decode worker reserves (decode_kv_wait_start,
+// decode_kv_reserved); the reservation tells the prefill its destination is
+// ready (engine.Live.DestinationReadyAt), so it leaves its bootstrap queue
+// and computes. If the decode cannot reserve within
+// handoff_session_timeout_ms, the prefill is dropped from its bootstrap
+// queue, the pending reservation is withdrawn and the request ends
+// "rejected" with a "handoff timeout" reason. Its transfer starts the
 // moment its KV is held (prefill_kv_pin_start and transfer_start at the same
 // modeled instant; the engine starts it, not the decode's connection), and
 // the hold lasts the modeled transfer: a saturated decode pool makes
@@ -59,7 +68,35 @@
 // aborting like vLLM's.
 //
 // Whatever the path, a Result whose prefill held KV is returned only once
-// the hold's end is known, so PinOutcome and PinMs are always final.
+// the hold's end is known, so PinOutcome and PinMs are always final. A
+// completion cut short by a length limit (the sequence outgrew the decode's
+// KV pool, or reached max_model_len) stays "completed" with Truncated set
+// and Error naming the limit.
+//
+// # Modeled time and wall time
+//
+// Every time a Result, an event or Stats reports is modeled time. The
+// requests of a load script arrive at the cluster's clock (wall time since
+// New × speedup_ratio), because script pacing — durations, arrival rates,
+// sleeps — is wall time; that part is not speed-invariant. Each later step
+// of a handoff is stamped from the modeled time of the event that caused
+// it, not from the wall clock: the decode reserves at the instant the
+// prefill began to hold (source-first) or the request arrived
+// (destination-first); the transfer starts at the decode's reservation
+// (remembered per transfer, and used when the decode's connection reaches
+// the prefill's transfer server); the decode activates at the source's
+// release; an aborted reservation is freed at the abort; the prefill is
+// readied at the decode's reservation. The goroutines and loopback sockets
+// between the steps therefore cost no modeled time: on an idle cluster a
+// handoff's pin lasts the decode's wait plus the transfer, at any speedup.
+// A worker that is already past a step's time applies it at its own time
+// (engine.Live), so under load a step can still wait for a busy worker,
+// as it would on real hardware; and a worker that falls behind the wall
+// clock delivers its outputs late to the others, which is the one way host
+// latency can still reach modeled times, under heavy load at high speedups.
+// A claim stamped before a hold's abort deadline that arrives within a
+// wall-clock grace after it still wins (engine.DefaultDeadlineGrace, cut to
+// engine.BusyDeadlineGrace on a prefill worker with work waiting).
 //
 // # Capacity refusals
 //

@@ -81,10 +81,13 @@ const errClosed = "cluster closed"
 // releases its KV, the decode is told ACK and produces the other tokens. If
 // the prefill's abort (or session) timeout fires first, the decode is told
 // ABORT whenever it connects and the request ends "aborted". SGLang
-// (destination-first): the decode reserves first, then the prefill
-// computes and its transfer starts with its hold, so it never waits on the
-// decode. A Result whose prefill held KV always carries the hold's final
-// outcome and duration.
+// (destination-first): the prefill waits in its bootstrap queue while the
+// decode reserves, then computes, and its transfer starts with its hold,
+// so it never waits on the decode; a decode that cannot reserve within
+// handoff_session_timeout_ms ends the request "rejected". Each handoff step
+// is stamped from the modeled time of the event that caused it (see the
+// package doc), so host latency never becomes modeled time. A Result whose
+// prefill held KV always carries the hold's final outcome and duration.
 func (c *Cluster) Generate(ctx context.Context, req Request) (res Result) {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
@@ -215,8 +218,27 @@ func (c *Cluster) generateAggregated(ctx context.Context, r *request, rreq *rout
 	res.Outcome = OutcomeCompleted
 	res.OutputTokens = s.final.OutputTokens
 	res.CachedTokens = s.cachedTokens
+	markTruncated(&res, w, s.final)
 	c.timings(&res, s.arrival, s.firstTokenAt, s.final.At)
 	return res
+}
+
+// markTruncated flags a completion that stopped short of max_tokens
+// because its sequence hit a length limit on w, and says which: it is
+// still "completed", but its output is shorter than asked.
+func markTruncated(res *Result, w *workerNode, comp engine.Completion) {
+	if !comp.Truncated {
+		return
+	}
+	res.Truncated = true
+	seq := comp.PromptTokens + comp.OutputTokens
+	if m := w.args.MaxModelLen; m != nil && seq >= *m {
+		res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence (%d tokens) reached %s's max_model_len %d",
+			comp.OutputTokens, seq, w.name, *m)
+		return
+	}
+	res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence outgrew %s's KV pool (%d tokens: num_gpu_blocks %d × block_size %d)",
+		comp.OutputTokens, w.name, w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
 }
 
 // handoff is one disaggregated request between its two workers.
@@ -274,11 +296,12 @@ func (h *handoff) stopped(err error) Result {
 	return h.fail(merge(h.base, h.c.stopped(err)))
 }
 
-// reserve makes the decode a destination and waits until its scheduler
-// has reserved blocks and a sequence slot for it. ok false means the
-// request is over, with res.
-func (h *handoff) reserve() (res Result, ok bool) {
-	if err := h.d.live.Reserve(h.req); err != nil {
+// reserve makes the decode a destination at modeled time at (the moment
+// the prefill began to hold) and waits until its scheduler has reserved
+// blocks and a sequence slot for it. ok false means the request is over,
+// with res.
+func (h *handoff) reserve(at float64) (res Result, ok bool) {
+	if err := h.d.live.ReserveAt(at, h.req); err != nil {
 		return h.errorf("reserve on %s: %v", h.d.name, err), false
 	}
 	err := h.c.wait(h.ctx, h.r, func(s *reqState) bool {
@@ -287,6 +310,12 @@ func (h *handoff) reserve() (res Result, ok bool) {
 	if err != nil {
 		return h.stopped(err), false
 	}
+	return h.reserved()
+}
+
+// reserved turns the state after a wait for the reservation into the
+// request's end when there is none.
+func (h *handoff) reserved() (res Result, ok bool) {
 	if s := h.c.snapshot(h.r); !s.reserved {
 		if s.rejection != nil {
 			return h.fail(withError(h.base, OutcomeRejected, s.rejection.Reason)), false
@@ -294,6 +323,65 @@ func (h *handoff) reserve() (res Result, ok bool) {
 		return h.errorf("reservation withdrawn by %s", h.d.name), false
 	}
 	return Result{}, true
+}
+
+// destinationFirst runs SGLang's order up to the prefill's hold. The
+// request arrives at both workers at once: the prefill waits in its
+// bootstrap queue, holding nothing, while the decode reserves; the
+// reservation readies the prefill at the reservation's modeled time. If the
+// decode cannot reserve within handoff_session_timeout_ms, the prefill's
+// bootstrap wait times out, the reservation request is withdrawn at that
+// time and the request ends "rejected". ok false means the request is
+// over, with res.
+func (h *handoff) destinationFirst() (res Result, tid uint64, ok bool) {
+	c, r := h.c, h.r
+	at := c.Now()
+	if err := h.p.live.SubmitAt(at, h.req, engine.Hold); err != nil {
+		return h.errorf("submit to %s: %v", h.p.name, err), 0, false
+	}
+	h.submitted = true
+	if err := h.d.live.ReserveAt(at, h.req); err != nil {
+		return h.errorf("reserve on %s: %v", h.d.name, err), 0, false
+	}
+	err := c.wait(h.ctx, r, func(s *reqState) bool {
+		return s.reserved || s.rejection != nil || s.destCancelled || s.prefillEnded
+	})
+	if err != nil {
+		return h.stopped(err), 0, false
+	}
+	s := c.snapshot(r)
+	if !s.reserved {
+		if s.rejection != nil && s.rejectedBy == h.p {
+			return h.bootstrapTimeout(s.rejection), 0, false
+		}
+		res, _ := h.reserved()
+		return res, 0, false
+	}
+	tokens := engine.TransferTokens(h.p.args.KVTransferTimingMode, len(r.tokens), s.missing)
+	if !h.p.live.DestinationReadyAt(s.reservedAt, r.id, tokens) {
+		// The bootstrap wait timed out before the reservation: its
+		// rejection is on its way.
+		h.settle()
+		if s := c.snapshot(r); s.rejection != nil && s.rejectedBy == h.p {
+			return h.bootstrapTimeout(s.rejection), 0, false
+		}
+		return h.errorf("prefill on %s left its bootstrap queue before its decode was ready", h.p.name), 0, false
+	}
+	res, tid, ok = h.awaitHold()
+	return res, tid, ok
+}
+
+// bootstrapTimeout ends a destination-first request whose prefill was
+// dropped from its bootstrap queue (engine.RejectHandoffTimeout): the
+// decode's reservation request is withdrawn at the timeout's modeled time.
+func (h *handoff) bootstrapTimeout(rej *engine.Rejection) Result {
+	h.d.live.CancelDestinationAt(rej.At, h.r.id)
+	msg := rej.Reason
+	if rej.Code == engine.RejectHandoffTimeout {
+		msg = fmt.Sprintf("handoff timeout: %s reserved no room within handoff_session_timeout_ms %d, so the prefill on %s was dropped from its bootstrap queue having computed and held nothing",
+			h.d.name, h.p.args.HandoffSessionTimeoutMs, h.p.name)
+	}
+	return h.end(withError(h.base, OutcomeRejected, msg))
 }
 
 // awaitHold waits for the prefill to compute the prompt and hold its KV,
@@ -336,31 +424,19 @@ func (c *Cluster) generateDisagg(ctx context.Context, r *request, rreq *router.R
 
 	var tid uint64
 	if c.destFirst {
-		// SGLang: the decode reserves first. Only then does the prefill
-		// run, leaving its bootstrap queue at once, and its transfer
-		// starts the moment its KV is held (the engine emits the
-		// transfer's start right after the hold's, and the cluster does
-		// not start it).
-		if res, ok := h.reserve(); !ok {
-			return res
-		}
-		if err := h.p.live.Submit(h.req, engine.Hold); err != nil {
-			return h.errorf("submit to %s: %v", h.p.name, err)
-		}
-		h.submitted = true
-		missing := c.snapshot(r).missing
-		if !h.p.live.DestinationReady(r.id, engine.TransferTokens(h.p.args.KVTransferTimingMode, len(r.tokens), missing)) {
-			return h.errorf("prefill on %s left its bootstrap queue before its decode was ready", h.p.name)
-		}
-		res, id, ok := h.awaitHold()
+		// SGLang: the decode reserves while the prefill waits in its
+		// bootstrap queue; the prefill's transfer starts the moment its
+		// KV is held (the engine starts it, not the cluster).
+		res, id, ok := h.destinationFirst()
 		if !ok {
 			return res
 		}
 		tid = id
 	} else {
-		// vLLM: the prefill computes and holds; the decode reserves after,
-		// and its connection to the transfer server starts the transfer
-		// (onDecodeArrived). The abort clock runs from the hold.
+		// vLLM: the prefill computes and holds; the decode reserves from
+		// the modeled instant the hold began, and its connection to the
+		// transfer server starts the transfer (onDecodeArrived) at the
+		// reservation's modeled time. The abort clock runs from the hold.
 		if err := h.p.live.Submit(h.req, engine.Hold); err != nil {
 			return h.errorf("submit to %s: %v", h.p.name, err)
 		}
@@ -370,7 +446,7 @@ func (c *Cluster) generateDisagg(ctx context.Context, r *request, rreq *router.R
 			return res
 		}
 		tid = id
-		if res, ok := h.reserve(); !ok {
+		if res, ok := h.reserve(c.snapshot(r).holdStart); !ok {
 			return res
 		}
 	}
@@ -394,8 +470,10 @@ func (h *handoff) transfer(tid uint64) Result {
 	case errors.Is(err, bootstrap.ErrAborted):
 		// The source's hold is over: aborted by its deadline, or gone when
 		// this decode connected. Its end may still be on its way from the
-		// worker; end waits for it.
-		d.live.CancelDestination(r.id)
+		// worker; wait for it, and free the reservation at the abort's
+		// modeled time.
+		h.settle()
+		d.live.CancelDestinationAt(h.endedAt(), r.id)
 		return h.end(withError(h.base, OutcomeAborted, err.Error()))
 	case h.ctx.Err() != nil:
 		return h.stopped(h.ctx.Err())
@@ -409,7 +487,9 @@ func (h *handoff) transfer(tid uint64) Result {
 		}
 		return h.end(withError(h.base, OutcomeError, fmt.Sprintf("transfer %d: %v", tid, err)))
 	}
-	if !d.live.Activate(r.id) {
+	// The ACK follows the source's release, whose state is applied before
+	// the server is told: activate at the release's modeled time.
+	if !d.live.ActivateAt(h.endedAt(), r.id) {
 		return h.errorf("activate on %s: reservation gone", d.name)
 	}
 	err = c.wait(h.ctx, r, func(s *reqState) bool {
@@ -423,7 +503,17 @@ func (h *handoff) transfer(tid uint64) Result {
 	}
 	res := h.base
 	res.Outcome = OutcomeCompleted
+	markTruncated(&res, d, c.snapshot(r).final)
 	return h.end(res)
+}
+
+// endedAt is the modeled time the prefill's hold ended, or the cluster's
+// clock when its end is not known.
+func (h *handoff) endedAt() float64 {
+	if s := h.c.snapshot(h.r); s.holdEnded {
+		return s.holdEnd
+	}
+	return h.c.Now()
 }
 
 // handoffParams builds the params the prefill returns with its first token

@@ -40,7 +40,8 @@ type Result struct {
 	// "rejected" (refused for capacity or by an engine) or "error" (bad
 	// input, cancellation, shutdown).
 	Outcome string `json:"outcome"`
-	// Error says why when Outcome is not "completed".
+	// Error says why when Outcome is not "completed", and why the output
+	// is short when Truncated.
 	Error string `json:"error,omitempty"`
 	// TTFTMs is arrival to first token, E2EMs arrival to last token, ITLMs
 	// the mean gap between output tokens after the first.
@@ -69,6 +70,12 @@ type Result struct {
 	// TransferID is the handoff's transfer id; 0 for aggregated requests
 	// and requests that never held KV.
 	TransferID uint64 `json:"transfer_id"`
+	// Truncated says a completed request stopped short of max_tokens
+	// because its sequence hit a length limit on the worker that generated
+	// it: it outgrew the KV pool after a preemption, or reached
+	// max_model_len. Outcome stays "completed"; Error says which limit and
+	// where the output stopped.
+	Truncated bool `json:"truncated"`
 	// PrefillRejected says the router refused the request because every
 	// prefill worker (every worker, when aggregated) was over its busy
 	// threshold: the cascade's refusals.

@@ -13,21 +13,25 @@ var registry = struct {
 }{clusters: make(map[string]sharedEntry)}
 
 type sharedEntry struct {
-	fingerprint string
-	c           *Cluster
+	cfg Config
+	c   *Cluster
 }
 
 // Shared returns the process-wide cluster named cfg.Name ("default" when
 // empty), starting it on first use, so every VU of a script that calls
 // mocker.cluster({...}) gets the same one. Asking again with the same
-// config returns the same cluster; a different config under a name already
-// in use is an error naming the name. A shared cluster closed directly is
-// replaced on the next call.
+// config returns the same cluster. The config is validated first, so a bad
+// field is reported as such whatever runs under its name; a valid but
+// different config under a name already in use is a NameInUseError naming
+// the first key that differs. A shared cluster closed directly is replaced
+// on the next call.
 func Shared(cfg Config) (*Cluster, error) {
 	if cfg.Name == "" {
 		cfg.Name = DefaultName
 	}
-	fp := cfg.fingerprint()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	registry.mu.Lock()
 	defer registry.mu.Unlock()
 	if e, ok := registry.clusters[cfg.Name]; ok {
@@ -35,8 +39,8 @@ func Shared(cfg Config) (*Cluster, error) {
 		closed := e.c.closed
 		e.c.mu.Unlock()
 		if !closed {
-			if e.fingerprint != fp {
-				return nil, fmt.Errorf("name: cluster %q already runs with a different config; use another name or the same config", cfg.Name)
+			if d := e.cfg.Diff(cfg); d != "" {
+				return nil, &NameInUseError{Name: cfg.Name, Diff: d}
 			}
 			return e.c, nil
 		}
@@ -45,8 +49,25 @@ func Shared(cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	registry.clusters[cfg.Name] = sharedEntry{fingerprint: fp, c: c}
+	registry.clusters[cfg.Name] = sharedEntry{cfg: cfg, c: c}
 	return c, nil
+}
+
+// NameInUseError is asking for a cluster by a name that another config
+// already uses.
+type NameInUseError struct {
+	// Name is the cluster name asked for.
+	Name string
+	// Diff is Config.Diff of the existing config and the new one, e.g.
+	// "seed 1 vs 2".
+	Diff string
+}
+
+// Error reads, e.g., `name: cluster "default" already exists with another
+// config: seed 1 vs 2; …`, suggesting the two ways out.
+func (e *NameInUseError) Error() string {
+	return fmt.Sprintf("name: cluster %q already exists with another config: %s (existing vs this one); give this cluster another name (name: %q), or the same config",
+		e.Name, e.Diff, e.Name+"-2")
 }
 
 // CloseShared closes every cluster Shared started and empties the registry.

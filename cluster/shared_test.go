@@ -18,9 +18,19 @@ func TestShared_SameNameSameCluster(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, a, b)
 
-	_, err = Shared(Config{Name: "shared-a", Workers: 2})
+	_, err = Shared(Config{Name: "shared-a", Workers: 2, Args: map[string]any{"num_gpu_blocks": int64(64)}})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `"shared-a"`)
+	assert.Contains(t, err.Error(), `name: cluster "shared-a" already exists with another config: workers 1 vs 2`)
+	assert.Contains(t, err.Error(), "another name")
+	var inUse *NameInUseError
+	require.ErrorAs(t, err, &inUse)
+	assert.Equal(t, "workers 1 vs 2", inUse.Diff)
+
+	// A bad field is reported as such, not as a name collision.
+	_, err = Shared(Config{Name: "shared-a", Workers: 1, Args: map[string]any{"num_gpu_blocks": int64(-1)}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "args.num_gpu_blocks")
+	assert.NotErrorAs(t, err, &inUse)
 
 	other, err := Shared(Config{Name: "shared-b", Workers: 1})
 	require.NoError(t, err)

@@ -873,8 +873,8 @@ func argRejectPositive(key, why string) argKeySpec {
 //   - engine_type is "vllm" or "sglang"; worker_type, preemption_mode and
 //     kv_transfer_timing_mode are one of their lowercase values;
 //   - num_gpu_blocks, block_size, max_model_len, max_num_seqs and
-//     max_num_batched_tokens (when set) are at least 1; max_model_len is set
-//     only for vllm;
+//     max_num_batched_tokens (when set) are at least 1, num_gpu_blocks at
+//     most 2147483647; max_model_len is set only for vllm;
 //   - speedup_ratio is a finite number ≥ 0, decode_speedup_ratio a finite
 //     number > 0;
 //   - dp_size is 1;
@@ -897,7 +897,12 @@ func (a Args) Validate() error {
 			}
 			return argErr("engine_type", `want "vllm" or "sglang", got %q`, a.EngineType)
 		},
-		func() *ArgError { return argAtLeast("num_gpu_blocks", a.NumGPUBlocks, 1, "") },
+		func() *ArgError {
+			if a.NumGPUBlocks > math.MaxInt32 {
+				return argErr("num_gpu_blocks", "must be between 1 and %d, got %d", math.MaxInt32, a.NumGPUBlocks)
+			}
+			return argAtLeast("num_gpu_blocks", a.NumGPUBlocks, 1, "")
+		},
 		func() *ArgError {
 			return argAtLeast("block_size", a.BlockSize, 1, " (ParseArgs resolves 0 by engine: vllm 64, sglang page_size)")
 		},

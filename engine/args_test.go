@@ -130,6 +130,7 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"bad schedule policy", `{"engine_type":"sglang","sglang":{"schedule_policy":"random"}}`, "sglang.schedule_policy", []string{`"lpm"`}},
 		{"zero blocks", `{"num_gpu_blocks":0}`, "num_gpu_blocks", []string{"at least 1", "got 0"}},
 		{"negative blocks", `{"num_gpu_blocks":-4}`, "num_gpu_blocks", []string{"at least 1", "got -4"}},
+		{"blocks beyond int32", `{"num_gpu_blocks":1000000000000}`, "num_gpu_blocks", []string{"between 1 and 2147483647", "got 1000000000000"}},
 		{"negative block size", `{"block_size":-1}`, "block_size", []string{"at least 1", "got -1"}},
 		{"zero seqs", `{"max_num_seqs":0}`, "max_num_seqs", []string{"at least 1", "null means unbounded"}},
 		{"zero batched", `{"max_num_batched_tokens":0}`, "max_num_batched_tokens", []string{"at least 1"}},

@@ -62,7 +62,7 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		assert.False(t, w.Scheduler().HasWork())
 	})
 
-	t.Run("transfer delay counts from the call", func(t *testing.T) {
+	t.Run("a claim on a hold older than the pass starts at once", func(t *testing.T) {
 		w := newWorker(t, prefillArgs(64, withTransfer(1)))
 		var r record
 		held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
@@ -73,7 +73,29 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 
 		delay, ok := w.StartTransfer(mid, 1, 10)
 		require.True(t, ok)
-		assert.InDelta(t, end-mid+10, delay, 1e-9, "the transfer starts at the pass end")
+		assert.InDelta(t, 10, delay, 1e-9, "the held request is in no pass, so nothing waits for the pass end")
+		driveAll(t, w, &r, mid)
+		ts := r.eventsFor(EventTransferStart, 1)
+		require.Len(t, ts, 1)
+		assert.Equal(t, mid, ts[0].At)
+		assert.InDelta(t, mid-held, ts[0].DurationMs, 1e-9)
+		rel := r.eventsFor(EventHoldReleased, 1)
+		require.Len(t, rel, 1)
+		assert.InDelta(t, mid+10, rel[0].At, 1e-9)
+		assert.Equal(t, Transferred, rel[0].Outcome)
+	})
+
+	t.Run("a claim on a hold the pass starts waits for its end", func(t *testing.T) {
+		w := newWorker(t, prefillArgs(64, withTransfer(1)))
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 9), MaxTokens: 1}, Hold))
+		pass := step(t, w, &r, 0)
+		end := pass.End
+		mid := end / 2
+
+		delay, ok := w.StartTransfer(mid, 1, 10)
+		require.True(t, ok)
+		assert.InDelta(t, end-mid+10, delay, 1e-9, "the transfer starts at the pass end, when the hold does")
 		driveAll(t, w, &r, mid)
 		ts := r.eventsFor(EventTransferStart, 1)
 		require.Len(t, ts, 1)
@@ -82,29 +104,37 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 		rel := r.eventsFor(EventHoldReleased, 1)
 		require.Len(t, rel, 1)
 		assert.InDelta(t, mid+delay, rel[0].At, 1e-9)
-		assert.Equal(t, Transferred, rel[0].Outcome)
 	})
 
-	t.Run("deadlines before the pass end fire first", func(t *testing.T) {
+	t.Run("deadlines before a claim fire first, inside a pass too", func(t *testing.T) {
 		const abort = 5
-		w := newWorker(t, prefillArgs(64, withAbort(abort)))
-		var r record
-		held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
-		require.NoError(t, w.Submit(held, Request{ID: 2, Tokens: seqTokens(500, 9), MaxTokens: 1}, Hold))
-		pass := step(t, w, &r, held)
-		require.Greater(t, pass.End, held+abort)
+		for _, claimAt := range []float64{1, abort + 1} {
+			w := newWorker(t, prefillArgs(64, withAbort(abort)))
+			var r record
+			held := holdOne(t, w, &r, 0, 1, seqTokens(1, 9))
+			require.NoError(t, w.Submit(held, Request{ID: 2, Tokens: seqTokens(500, 9), MaxTokens: 1}, Hold))
+			pass := step(t, w, &r, held)
+			require.Greater(t, pass.End, held+abort+1)
 
-		_, ok := w.StartTransfer(held+1, 1, 9)
-		assert.False(t, ok, "by the pass end the hold had aborted")
-		wake, ok := w.NextWake()
-		require.True(t, ok)
-		assert.Equal(t, held+abort, wake, "the abort is still delivered at its own time")
-		out := w.Step(held + abort)
-		require.NotNil(t, out)
-		require.Len(t, out.Events, 1)
-		assert.Equal(t, EventHoldReleased, out.Events[0].Kind)
-		assert.Equal(t, EndAbortTimeout, out.Events[0].Reason)
-		assert.Equal(t, held+abort, out.Events[0].At)
+			_, ok := w.StartTransfer(held+claimAt, 1, 9)
+			if claimAt < abort {
+				assert.True(t, ok, "a claim before the abort deadline wins")
+				d, pending := w.NextContestedDeadline()
+				require.True(t, pending, "request 2's hold, started by the pass, has its own")
+				assert.Equal(t, pass.End+abort, d, "the claim dropped request 1's abort deadline")
+				continue
+			}
+			assert.False(t, ok, "a claim after the abort deadline loses")
+			wake, ok := w.NextWake()
+			require.True(t, ok)
+			assert.Equal(t, held+abort, wake, "the abort is still delivered at its own time")
+			out := w.Step(held + abort)
+			require.NotNil(t, out)
+			require.Len(t, out.Events, 1)
+			assert.Equal(t, EventHoldReleased, out.Events[0].Kind)
+			assert.Equal(t, EndAbortTimeout, out.Events[0].Reason)
+			assert.Equal(t, held+abort, out.Events[0].At)
+		}
 	})
 }
 

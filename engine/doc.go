@@ -28,6 +28,12 @@
 // cancellation, and a hold the pass starts can be ended, but only after it
 // started. Every request's history is in time order. Submit and Reserve
 // take effect at once; a new request waits for the next pass either way.
+// StartTransfer on a hold that began before the pass takes effect at once
+// too: a held request is in no pass. Activate and CancelDestination keep
+// the pass-end rule: an activated request could only join the next pass,
+// which starts at that End anyway, and blocks a cancellation frees serve
+// only the next pass's admission, so applying them earlier would change
+// event stamps and nothing a user measures.
 //
 // Two drivers wrap the core. Virtual runs any number of workers on a
 // discrete-event queue with a virtual clock: the same inputs and seeds give
@@ -59,8 +65,34 @@
 // to turn a modeled instant into a wall instant (modeled / speedup) and back
 // (wall elapsed × speedup). It chains a busy worker's passes in modeled time
 // (each starts at the previous End, however late the timer fired), so
-// modeled latencies and thresholds hold whatever the speedup; wall time only
-// stamps inputs.
+// modeled latencies and thresholds hold whatever the speedup.
+//
+// Inputs carry a modeled time. Live's plain methods stamp it from the wall
+// clock on arrival, which suits what the wall clock causes: a load
+// script's requests, whose pacing (durations, rates, sleeps) is wall time
+// and so is not speed-invariant. The At methods (SubmitAt, ReserveAt,
+// StartTransferAt, ActivateAt, CancelDestinationAt, DestinationReadyAt,
+// ReleaseHeldAt, CancelAt) take a time the caller derives from the event
+// that caused the input, so an input that crossed goroutines and sockets
+// between two workers costs no modeled time: the latency of the host never
+// shows in a reported time. An input is applied at its time or, when the
+// worker already went past it, at the worker's own latest time, never
+// earlier; every wake-up due by then runs before it.
+//
+// A causal input can still reach a worker after the wall time of a
+// deadline it should have beaten: a claim stamped before a hold's abort
+// deadline, say. The Live driver therefore fires contested deadlines
+// (Worker.NextContestedDeadline: unclaimed holds' abort and session
+// deadlines, bootstrap timeouts) only after a wall-clock grace
+// (LiveOptions.DeadlineGrace), still stamped at their exact modeled time;
+// an input stamped before the deadline that arrives within the grace is
+// applied first, one stamped after it waits for the deadline. Transfer
+// completions are certain and fire on time. The grace
+// (DefaultDeadlineGrace) is cut to BusyDeadlineGrace while work waits
+// behind the deadline, because a worker waiting out a grace runs no later
+// pass, and the other workers, which do not wait, then see its outputs
+// late: an idle worker can afford to wait for a late claim, a busy one
+// cannot.
 //
 // # Two views of occupancy
 //
@@ -154,8 +186,9 @@
 // abort deadline gets ok=false), and the events of inputs and deadlines
 // leave Step in time order with their own times. The Virtual driver steps a
 // worker exactly at each deadline, even inside a pass; the Live driver
-// sleeps until deadline / speedup_ratio of wall time, so a worker holding
-// only KV costs one wake-up per deadline and parks when it has none. Both
+// sleeps until deadline / speedup_ratio of wall time (plus the grace for a
+// contested one), so a worker holding only KV costs one wake-up per
+// deadline and parks when it has none. Both
 // deliver the events that precede a pass at once and the pass's Output at
 // its End.
 //

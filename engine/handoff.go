@@ -65,9 +65,11 @@ const (
 	phaseTransferring
 )
 
-// holdRec is one source hold. It sits in the deadline heap while it has a
+// holdRec is one source hold. It sits in a deadline heap while it has a
 // deadline (idx ≥ 0): the earlier of its abort and session deadlines while
-// SourceHeld, its transfer completion while Transferring.
+// SourceHeld (the contested heap: a claim stamped before it may still be on
+// its way), its transfer completion while Transferring (the certain heap:
+// no input moves it).
 type holdRec struct {
 	id       uint64
 	at       float64 // the SourceHeld moment
@@ -76,7 +78,8 @@ type holdRec struct {
 	deadline float64
 	reason   EndReason // what the deadline ends the hold with
 	seq      uint64    // ties on deadline fire in scheduling order
-	idx      int
+	idx      int       // position in heap, -1 when unscheduled
+	heap     *deadlineHeap
 }
 
 type destRec struct {
@@ -96,10 +99,13 @@ type handoffBook struct {
 	hasAbort  bool
 	sessionMs float64 // ≤ 0: no session deadline
 
-	holds  map[uint64]*holdRec
-	timers []*holdRec // min-heap on (deadline, seq)
-	spare  []*holdRec
-	seq    uint64
+	holds map[uint64]*holdRec
+	// contested holds the deadlines of SourceHeld holds, which a claim may
+	// still pre-empt; certain those of transfers under way.
+	contested deadlineHeap
+	certain   deadlineHeap
+	spare     []*holdRec
+	seq       uint64
 
 	transferring int
 
@@ -172,17 +178,59 @@ func (b *handoffBook) StartTransfer(now float64, id uint64, tokens int, events *
 
 // NextDeadline implements Handoffs.
 func (b *handoffBook) NextDeadline() (float64, bool) {
-	if len(b.timers) == 0 {
+	h := b.nextTimer()
+	if h == nil {
 		return 0, false
 	}
-	return b.timers[0].deadline, true
+	return h.deadline, true
+}
+
+// NextContested reports the earliest deadline a late input could still
+// pre-empt: an abort or session deadline of a hold nobody has claimed yet.
+// Transfer completions are left out, since no input moves them.
+func (b *handoffBook) NextContested() (float64, bool) {
+	if len(b.contested) == 0 {
+		return 0, false
+	}
+	return b.contested[0].deadline, true
+}
+
+// holdStart reports when request id's hold began; false when id holds
+// nothing.
+func (b *handoffBook) holdStart(id uint64) (float64, bool) {
+	h, ok := b.holds[id]
+	if !ok {
+		return 0, false
+	}
+	return h.at, true
+}
+
+// nextTimer is the hold whose deadline comes first across both heaps, ties
+// in scheduling order; nil when none has one.
+func (b *handoffBook) nextTimer() *holdRec {
+	switch {
+	case len(b.contested) == 0 && len(b.certain) == 0:
+		return nil
+	case len(b.certain) == 0:
+		return b.contested[0]
+	case len(b.contested) == 0:
+		return b.certain[0]
+	}
+	x, y := b.contested[0], b.certain[0]
+	if y.deadline < x.deadline || y.deadline == x.deadline && y.seq < x.seq {
+		return y
+	}
+	return x
 }
 
 // FireDue implements Handoffs.
 func (b *handoffBook) FireDue(now float64, events *[]Event) bool {
 	fired := false
-	for len(b.timers) > 0 && b.timers[0].deadline <= now {
-		h := b.timers[0]
+	for {
+		h := b.nextTimer()
+		if h == nil || h.deadline > now {
+			break
+		}
 		outcome := Aborted
 		if h.phase == phaseTransferring {
 			outcome = Transferred
@@ -201,9 +249,7 @@ func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason En
 	if !ok {
 		return false
 	}
-	if h.idx >= 0 {
-		b.heapRemove(h.idx)
-	}
+	h.unschedule()
 	if h.phase == phaseTransferring {
 		b.transferring--
 	}
@@ -254,80 +300,105 @@ func (b *handoffBook) endDest(now float64, id uint64, kind EventKind, events *[]
 	}
 }
 
+// setDeadline (re)schedules h's deadline in the heap its phase selects:
+// contested while SourceHeld, certain while Transferring.
 func (b *handoffBook) setDeadline(h *holdRec, deadline float64, reason EndReason) {
 	h.deadline, h.reason = deadline, reason
 	h.seq = b.seq
 	b.seq++
-	if h.idx >= 0 {
-		b.heapFix(h.idx)
-		return
+	want := &b.certain
+	if h.phase == phaseHeld {
+		want = &b.contested
 	}
-	h.idx = len(b.timers)
-	b.timers = append(b.timers, h)
-	b.heapUp(h.idx)
+	if h.idx >= 0 {
+		if h.heap == want {
+			want.fix(h.idx)
+			return
+		}
+		h.heap.remove(h.idx)
+	}
+	want.push(h)
 }
 
-func (b *handoffBook) heapLess(i, j int) bool {
-	x, y := b.timers[i], b.timers[j]
+// unschedule takes h out of its deadline heap, if it is in one.
+func (h *holdRec) unschedule() {
+	if h.idx >= 0 {
+		h.heap.remove(h.idx)
+	}
+}
+
+// deadlineHeap is a min-heap of holds on (deadline, seq); each hold keeps
+// its index and its heap so it can be moved or removed.
+type deadlineHeap []*holdRec
+
+func (q deadlineHeap) less(i, j int) bool {
+	x, y := q[i], q[j]
 	if x.deadline != y.deadline {
 		return x.deadline < y.deadline
 	}
 	return x.seq < y.seq
 }
 
-func (b *handoffBook) heapSwap(i, j int) {
-	b.timers[i], b.timers[j] = b.timers[j], b.timers[i]
-	b.timers[i].idx = i
-	b.timers[j].idx = j
+func (q deadlineHeap) swap(i, j int) {
+	q[i], q[j] = q[j], q[i]
+	q[i].idx = i
+	q[j].idx = j
 }
 
-func (b *handoffBook) heapUp(i int) {
+func (q *deadlineHeap) push(h *holdRec) {
+	h.idx, h.heap = len(*q), q
+	*q = append(*q, h)
+	q.up(h.idx)
+}
+
+func (q deadlineHeap) up(i int) {
 	for i > 0 {
 		p := (i - 1) / 2
-		if !b.heapLess(i, p) {
+		if !q.less(i, p) {
 			return
 		}
-		b.heapSwap(i, p)
+		q.swap(i, p)
 		i = p
 	}
 }
 
-func (b *handoffBook) heapDown(i int) bool {
+func (q deadlineHeap) down(i int) bool {
 	moved := false
-	n := len(b.timers)
+	n := len(q)
 	for {
 		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && b.heapLess(l, m) {
+		if l < n && q.less(l, m) {
 			m = l
 		}
-		if r < n && b.heapLess(r, m) {
+		if r < n && q.less(r, m) {
 			m = r
 		}
 		if m == i {
 			return moved
 		}
-		b.heapSwap(i, m)
+		q.swap(i, m)
 		i = m
 		moved = true
 	}
 }
 
-func (b *handoffBook) heapFix(i int) {
-	if !b.heapDown(i) {
-		b.heapUp(i)
+func (q deadlineHeap) fix(i int) {
+	if !q.down(i) {
+		q.up(i)
 	}
 }
 
-func (b *handoffBook) heapRemove(i int) {
-	n := len(b.timers) - 1
-	h := b.timers[i]
+func (q *deadlineHeap) remove(i int) {
+	old := *q
+	n := len(old) - 1
+	h := old[i]
 	if i != n {
-		b.heapSwap(i, n)
+		old.swap(i, n)
 	}
-	b.timers[n] = nil
-	b.timers = b.timers[:n]
-	h.idx = -1
+	old[n] = nil
+	*q = old[:n]
+	h.idx, h.heap = -1, nil
 	if i != n {
-		b.heapFix(i)
+		q.fix(i)
 	}
 }

@@ -142,6 +142,18 @@ func (g *SGLang) NextDeadline() (float64, bool) {
 	return t, ok
 }
 
+// NextContested is the earliest deadline a late input could pre-empt: an
+// unclaimed hold's abort or session deadline, or a bootstrap request's
+// session timeout, which a DestinationReady stamped before it would have
+// averted.
+func (g *SGLang) NextContested() (float64, bool) {
+	t, ok := g.handoffBook.NextContested()
+	if b, bok := g.bootDeadline(); bok && (!ok || b < t) {
+		t, ok = b, true
+	}
+	return t, ok
+}
+
 // FireDue implements Handoffs. A bootstrap request whose session timed out
 // is rejected (RejectHandoffTimeout, reported by the next pass, stamped at
 // its deadline).

@@ -150,21 +150,57 @@ var ErrNoHandoff = errors.New("engine: scheduler does not support disaggregated 
 // released, transferring or never held): the caller must then answer the
 // decode side with an abort.
 //
-// delayMs counts from now: the release is due at now + delayMs. During a
-// pass the transfer starts at the pass's End (see InputAt), so delayMs then
-// includes the wait for it, while EventTransferStart.DelayMs is the
-// transfer time alone.
+// A hold that began at or before now is claimed at now even while a pass
+// is in flight: a held request is in no pass, so the pass-end rule of
+// InputAt, which protects the requests a pass touches, does not apply. A
+// hold the pass in flight starts can only be claimed at its End. delayMs
+// counts from now: the release is due at now + delayMs, so delayMs includes
+// any wait for that End, while EventTransferStart.DelayMs is the transfer
+// time alone.
 func (w *Worker) StartTransfer(now float64, id uint64, tokens int) (delayMs float64, ok bool) {
 	if w.hs == nil {
 		return 0, false
 	}
-	at := w.settle(now)
+	at := w.InputAt(now)
+	if hs, isBook := w.hs.(holdStarter); isBook {
+		if t, held := hs.holdStart(id); held && t <= now {
+			at = now
+		}
+	}
+	w.fire(at)
 	delayMs, ok = w.hs.StartTransfer(at, id, tokens, &w.pending)
 	if !ok {
 		return 0, false
 	}
 	w.dirty = true
 	return delayMs + (at - now), true
+}
+
+// holdStarter is implemented by every scheduler embedding handoffBook.
+type holdStarter interface {
+	holdStart(id uint64) (float64, bool)
+}
+
+// contester is implemented by every scheduler embedding handoffBook (see
+// handoffBook.NextContested).
+type contester interface {
+	NextContested() (float64, bool)
+}
+
+// NextContestedDeadline reports the earliest handoff deadline that a late
+// input could still pre-empt: the abort or session deadline of a hold no
+// StartTransfer has claimed, or (SGLang destination-first) a bootstrap
+// request's session timeout, which a DestinationReady would avert. Transfer
+// completions are certain and left out. A driver whose inputs reach it late
+// in wall time (the Live driver) waits a grace before firing these, so a
+// claim stamped before the deadline still wins; ok is false when none is
+// pending.
+func (w *Worker) NextContestedDeadline() (t float64, ok bool) {
+	c, isC := w.sched.(contester)
+	if !isC {
+		return 0, false
+	}
+	return c.NextContested()
 }
 
 // Reserve makes req a handoff destination waiting for remote KV

@@ -4,20 +4,28 @@
 // Decode saturates at once; every finished prefill then pins its KV while it
 // waits for a decode slot, held blocks fill the prefill pools, the router
 // marks full prefill workers busy and refuses new prefills, and the abort
-// timeout finally gives up the holds that waited too long, which frees the
-// pools for the next wave. The thresholds assert that the cascade happened
-// (holds, aborts) and that nothing leaked: teardown drains the cluster and
-// counts a leak for every block still held, reserved or active and for every
-// hold that did not end.
+// timeout gives up the holds that waited too long, which frees the pools
+// for the next wave. The thresholds assert that the cascade happened
+// (holds, aborts, refusals) and that nothing leaked: teardown drains the
+// cluster and counts a leak for every block still held, reserved or active
+// and for every hold that did not end.
+//
+// Aborts need ABORT_MS below the longest wait for a decode slot. The busy
+// threshold bounds that queue: at the defaults no hold waits much more than
+// about 1250 modeled ms, so any ABORT_MS ≤ 1000 shows aborts (the default
+// does), while above about 1300 every hold ends transferred and the
+// mocker_kv_aborts threshold is crossed: the refusals alone then carry the
+// cascade.
 //
 // Run:  bin/mocker run scripts/cascade.js
-//   -e DURATION=10s   how long the VUs push
+//   -e DURATION=10s   how long the VUs push (wall time)
 //   -e VUS=24         concurrent users
-//   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms)
+//   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms; aborts need ≤ 1000)
+//   -e SPEEDUP=10     speedup_ratio: modeled ms per wall ms
+//   -e BACKOFF_MS=500 a refused client's back-off before it retries (modeled ms)
 import mocker from 'k6/x/mocker';
 import { Counter } from 'k6/metrics';
 import exec from 'k6/execution';
-import { sleep } from 'k6';
 
 const leaks = new Counter('mocker_leaks');
 
@@ -29,7 +37,7 @@ const cluster = mocker.cluster({
   decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2 } },
   args: {
     block_size: 16,
-    speedup_ratio: 10,
+    speedup_ratio: parseFloat(__ENV.SPEEDUP || '10'),
     kv_bytes_per_token: 131072,
     kv_transfer_bandwidth: 25,
     kv_transfer_abort_timeout_ms: parseInt(__ENV.ABORT_MS || '1000', 10),
@@ -61,8 +69,9 @@ export default function () {
   const r = cluster.generate({ prompt_tokens: 1024, max_tokens: 32 });
   if (r.outcome === 'rejected') {
     // refused while the prefill pools were full of held KV: back off as a
-    // client would, rather than spin on refusals
-    sleep(0.05);
+    // client would, rather than spin on refusals; the back-off is modeled
+    // time, so it does not change with SPEEDUP
+    cluster.sleep(parseFloat(__ENV.BACKOFF_MS || '500'));
   }
 }
 

@@ -4,19 +4,23 @@
 // workers, behind the kv router, while a short ramp of VUs (ramping-vus)
 // comes and goes. Every request pins KV on a prefill worker until a decode
 // worker has room for it; when decode is full, pins last longer, and the
-// ones that wait past the abort timeout are given up. The end-of-test
-// summary shows the latencies, the pins, transfers and aborts, and a
-// "KV handoff" section with the longest holds (prefill → decode).
+// ones that wait past the abort timeout are given up: at the defaults
+// about one request in ten (16 s of wall time). The end-of-test summary
+// shows the latencies, the pins, transfers and aborts, and a "KV handoff"
+// section with the longest holds (prefill → decode).
 //
 // Run:  bin/mocker run scripts/quickstart.js      (what `make run` runs)
-//   -e DURATION=16s   length of the ramp (up, steady, down)
+//   -e DURATION=16s   length of the ramp (up, steady, down; wall time)
 //   -e VUS=16         peak number of VUs
-//   -e ABORT_MS=1500  kv_transfer_abort_timeout_ms (modeled ms)
+//   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms)
+//   -e SPEEDUP=10     speedup_ratio: modeled ms per wall ms
+//   -e THINK_MS=0     each user's think time between requests (modeled ms)
 import mocker from 'k6/x/mocker';
 import { check } from 'k6';
 
 const DURATION_MS = millis(__ENV.DURATION || '16s');
 const VUS = parseInt(__ENV.VUS || '16', 10);
+const THINK_MS = parseFloat(__ENV.THINK_MS || '0');
 
 const cluster = mocker.cluster({
   engine: 'vllm',
@@ -25,10 +29,10 @@ const cluster = mocker.cluster({
   decode: { workers: 2, args: { num_gpu_blocks: 384, max_num_seqs: 6 } },
   args: {
     block_size: 16,
-    speedup_ratio: 10,
+    speedup_ratio: parseFloat(__ENV.SPEEDUP || '10'),
     kv_bytes_per_token: 131072, // 128 KiB per token
     kv_transfer_bandwidth: 25, // GB/s
-    kv_transfer_abort_timeout_ms: parseInt(__ENV.ABORT_MS || '1500', 10),
+    kv_transfer_abort_timeout_ms: parseInt(__ENV.ABORT_MS || '1000', 10),
   },
 });
 
@@ -68,6 +72,7 @@ export default function () {
     completed: (x) => x.outcome === 'completed',
     'handed off between two workers': (x) => x.outcome !== 'completed' || x.prefill_worker !== x.decode_worker,
   });
+  cluster.sleep(THINK_MS); // modeled time: the same think time at any SPEEDUP
 }
 
 export function teardown() {

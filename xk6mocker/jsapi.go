@@ -17,9 +17,10 @@ import (
 	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
-// heldSampleEvery is how often, in wall time, a VU waiting in generate
-// samples mocker_kv_held_blocks.
-const heldSampleEvery = 250 * time.Millisecond
+// heldSampleEvery is how often, in wall time, the VUs waiting in generate
+// on one cluster sample mocker_kv_held_blocks (one sample per period
+// between them).
+const heldSampleEvery = 50 * time.Millisecond
 
 // defaultDrainTimeout is drain()'s wait when the script gives none.
 const defaultDrainTimeout = 30 * time.Second
@@ -93,16 +94,27 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			}
 			timeout = time.Duration(ms * float64(time.Millisecond))
 		}
-		ctx, cancel := context.WithTimeout(inst.vu.Context(), timeout)
+		vuCtx := inst.vu.Context()
+		ctx, cancel := context.WithTimeout(vuCtx, timeout)
 		defer cancel()
 		st, err := e.drain(ctx)
-		inst.sampleHeld(e, st.HeldBlocks)
+		inst.sampleHeld(e, st)
 		msg := ""
 		if err != nil {
-			msg = fmt.Sprintf("drain: in-flight work did not end within %v: %v", timeout, err)
+			msg = drainMessage(st, timeout, vuCtx.Err() != nil, err)
 		}
 		return statsObject(rt, st, err == nil, msg)
 	}))
+	must(o.Set("sleep", func(call sobek.FunctionCall) sobek.Value {
+		arg := call.Argument(0)
+		ms, ok := number(arg.Export())
+		if !ok || ms < 0 || math.IsInf(ms, 0) {
+			throw(rt, fmt.Errorf("sleep: want a number of modeled milliseconds ≥ 0, got %s", valueString(arg)))
+		}
+		inst.sleepModeled(e, ms)
+		return sobek.Undefined()
+	}))
+	must(o.Set("speedup_ratio", e.speedup))
 	must(o.Set("holds", func(sobek.FunctionCall) sobek.Value {
 		hs := e.holds()
 		out := make([]any, len(hs))
@@ -129,27 +141,78 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 			return res
 		case now := <-tick.C:
 			if e.sampleDue(now, heldSampleEvery) {
-				inst.sampleHeld(e, e.stats().HeldBlocks)
+				inst.sampleHeld(e, e.stats())
 			}
 		}
 	}
 }
 
-func (inst *instance) sampleHeld(e *entry, held int) {
-	e.lastSample.Store(time.Now().UnixNano())
-	inst.vu.Push(inst.m.held, float64(held), map[string]string{"engine": e.engine, "router": e.router})
+// sleepModeled blocks the VU for ms of the cluster's modeled time, that is
+// ms / speedup_ratio of wall time, or until the VU's work must stop.
+func (inst *instance) sleepModeled(e *entry, ms float64) {
+	wall := time.Duration(ms / e.speedup * float64(time.Millisecond))
+	if wall <= 0 {
+		return
+	}
+	t := time.NewTimer(wall)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-inst.vu.Context().Done():
+	}
 }
 
-// emit pushes one request's samples; it runs on the VU goroutine.
+// accepting reports whether the harness keeps samples pushed now: not in
+// the init context, and not once the VU's iteration (or setup, teardown)
+// was interrupted.
+func (inst *instance) accepting() bool {
+	return !inst.vu.InInit() && inst.vu.Context().Err() == nil
+}
+
+// sampleHeld pushes one mocker_kv_held_blocks sample from st: the blocks
+// held now or, when the cluster reached a new peak since the last sample
+// pushed, that peak. Held blocks can rise and fall between two samples;
+// carrying the peak makes the gauge's max the cluster's peak_held_blocks
+// rather than whatever the sampling happened to catch.
+func (inst *instance) sampleHeld(e *entry, st cluster.Stats) {
+	if !inst.accepting() {
+		return
+	}
+	e.lastSample.Store(time.Now().UnixNano())
+	v := st.HeldBlocks
+	for peak := int64(st.PeakHeldBlocks); ; {
+		last := e.lastPeak.Load()
+		if peak <= last {
+			break
+		}
+		if e.lastPeak.CompareAndSwap(last, peak) {
+			v = max(v, st.PeakHeldBlocks)
+			break
+		}
+	}
+	inst.vu.Push(inst.m.held, float64(v), e.tags())
+}
+
+// tags are the tags of every sample about e, plus kv pairs.
+func (e *entry) tags(kv ...string) map[string]string {
+	m := map[string]string{"cluster": e.name, "engine": e.engine, "router": e.router}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	return m
+}
+
+// emit pushes one request's samples; it runs on the VU goroutine. The
+// harness drops samples once the VU's iteration was interrupted (a
+// gracefulStop that ran out while the request was in flight): such a
+// request is left out of the metrics, and the KV handoff summary counts it.
 func (inst *instance) emit(e *entry, res cluster.Result) {
 	e.observe(res)
-	tags := func(kv ...string) map[string]string {
-		m := map[string]string{"engine": e.engine, "router": e.router}
-		for i := 0; i+1 < len(kv); i += 2 {
-			m[kv[i]] = kv[i+1]
-		}
-		return m
+	if !inst.accepting() {
+		return
 	}
+	e.recorded.Add(1)
+	tags := e.tags
 	push := inst.vu.Push
 	m := inst.m
 	outcome := res.Outcome
@@ -179,12 +242,52 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 	}
 	if res.PinOutcome == "transferred" {
 		push(m.transfer, res.TransferMs, tags())
-		push(m.decodeWait, res.DecodeWaitMs, tags("role", "decode"))
+	}
+	if wait, ok := decodeWait(res); ok {
+		push(m.decodeWait, wait, tags("role", "decode", "outcome", res.PinOutcome))
 	}
 	if res.PrefillRejected {
 		push(m.prefillRejections, 1, tags("role", "prefill"))
 	}
-	inst.sampleHeld(e, e.stats().HeldBlocks)
+	inst.sampleHeld(e, e.stats())
+}
+
+// decodeWait is how long res's decode worker waited for its reservation,
+// for a request whose hold ended. A transferred hold's decode waited
+// DecodeWaitMs. An aborted hold's decode either got its reservation
+// (DecodeWaitMs) or waited in vain until the abort: the decode starts
+// waiting as the hold starts (source-first), so the hold's duration is that
+// wait, give or take the moment between the two.
+func decodeWait(res cluster.Result) (float64, bool) {
+	switch {
+	case res.PinOutcome == "transferred":
+		return res.DecodeWaitMs, true
+	case res.PinOutcome != cluster.OutcomeAborted || res.DecodeWorker == "":
+		return 0, false
+	case res.DecodeWaitMs > 0:
+		return res.DecodeWaitMs, true
+	}
+	return res.PinMs, true
+}
+
+// drainMessage says in one sentence why drain gave up: what was still in
+// flight or on the workers when its wall-time timeout ran out, or that the
+// VU's work was stopped first.
+func drainMessage(st cluster.Stats, timeout time.Duration, stopped bool, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		var what string
+		if st.InFlight > 0 {
+			what = fmt.Sprintf("%d requests still in flight", st.InFlight)
+		} else {
+			what = "work still on the workers"
+		}
+		what += fmt.Sprintf(" (held %d, reserved %d, active %d blocks)", st.HeldBlocks, st.ReservedBlocks, st.ActiveBlocks)
+		if stopped {
+			return "drain: stopped with " + what + ": the test is ending"
+		}
+		return fmt.Sprintf("drain: %s after waiting %v (wall time); give drain a longer timeout, or stop the load earlier", what, timeout)
+	}
+	return err.Error()
 }
 
 // pinAborted reports whether res's hold was given up. A request whose
@@ -310,8 +413,8 @@ func valueString(v sobek.Value) string {
 // resultObject turns a Result into the script's snake_case object.
 func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
 	o := rt.NewObject()
-	var errVal any // null when completed
-	if r.Outcome != cluster.OutcomeCompleted {
+	var errVal any // null when completed in full
+	if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
 		errVal = r.Error
 	}
 	for _, kv := range []struct {
@@ -334,6 +437,7 @@ func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
 		{"pinned", r.Pinned},
 		{"pin_outcome", r.PinOutcome},
 		{"prefill_rejected", r.PrefillRejected},
+		{"truncated", r.Truncated},
 	} {
 		must(o.Set(kv.k, kv.v))
 	}

@@ -2,15 +2,20 @@ package xk6mocker
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 )
 
@@ -28,7 +33,17 @@ func TestCluster_ConfigErrorsNameTheField(t *testing.T) {
 		{name: "cluster-wide args", config: `{"args":{"block_size":"big"}}`, want: "mocker.cluster: args.block_size"},
 		{name: "not an object", config: `"vllm"`, want: "mocker.cluster: want a config object"},
 		{name: "same name, another config", config: `{"name":"x","workers":1}`, second: `{"name":"x","workers":2}`,
-			want: `mocker.cluster: name: a cluster called "x" already exists`},
+			want: `mocker.cluster: name: cluster "x" already exists with another config: workers 1 vs 2`},
+		{name: "default name, another seed", config: `{"seed":1}`, second: `{"seed":2}`,
+			want: `mocker.cluster: name: cluster "default" already exists with another config: seed 1 vs 2`},
+		{name: "a bad field under a name in use is reported as such", config: `{"name":"x","workers":1}`,
+			second: `{"name":"x","workers":1,"args":{"max_num_seqs":0}}`, want: "mocker.cluster: args.max_num_seqs: must be at least 1"},
+		{name: "NaN in args", config: `{"args":{"speedup_ratio":"NaN"}}`, want: "mocker.cluster: args.speedup_ratio: want a finite number, got NaN"},
+		{name: "Infinity in pool args", config: `{"decode":{"args":{"num_gpu_blocks":"Infinity"}}}`, want: "mocker.cluster: decode.args.num_gpu_blocks: want a finite number, got +Inf"},
+		{name: "args out of range", config: `{"args":{"num_gpu_blocks":1000000000000}}`, want: "mocker.cluster: args.num_gpu_blocks: must be between 1 and 2147483647"},
+		{name: "worker_type against the pool", config: `{"decode":{"args":{"worker_type":"prefill"}}}`, want: `mocker.cluster: decode.args.worker_type: "prefill" conflicts with the decode pool`},
+		{name: "engine_type against the engine", config: `{"args":{"engine_type":"sglang"}}`, want: `mocker.cluster: args.engine_type: "sglang" conflicts with engine "vllm"`},
+		{name: "sglang args with vllm", config: `{"args":{"sglang":{"optimistic_prefill":true}}}`, want: `mocker.cluster: args.sglang: applies only to engine "sglang"`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,6 +100,7 @@ type result struct {
 	Pinned          bool     `json:"pinned"`
 	PinOutcome      string   `json:"pin_outcome"`
 	PrefillRejected bool     `json:"prefill_rejected"`
+	Truncated       *bool    `json:"truncated"`
 }
 
 type statsView struct {
@@ -110,16 +126,16 @@ func TestGenerate_ResultFields(t *testing.T) {
 	res := runScript(t, "results.js", nil)
 	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
 	var out struct {
-		Disagg, Agg, AggAgain, Explicit, TooLong result
-		Stats, Drained, AggDrained               statsView
-		Holds                                    []map[string]any
+		Disagg, Agg, AggAgain, Explicit, TooLong, Truncated result
+		Stats, Drained, AggDrained                          statsView
+		Holds                                               []map[string]any
 	}
 	dec := json.NewDecoder(strings.NewReader(res.stdout))
 	dec.DisallowUnknownFields()
 	raw := map[string]json.RawMessage{}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw), "stdout: %s", res.stdout)
 	for key, dst := range map[string]any{
-		"disagg": &out.Disagg, "agg": &out.Agg, "agg_again": &out.AggAgain, "explicit": &out.Explicit, "too_long": &out.TooLong,
+		"disagg": &out.Disagg, "agg": &out.Agg, "agg_again": &out.AggAgain, "explicit": &out.Explicit, "too_long": &out.TooLong, "truncated": &out.Truncated,
 		"stats": &out.Stats, "drained": &out.Drained, "agg_drained": &out.AggDrained, "holds": &out.Holds,
 	} {
 		require.Containsf(t, raw, key, "setup data lacks %s", key)
@@ -168,6 +184,20 @@ func TestGenerate_ResultFields(t *testing.T) {
 	t.Run("explicit tokens", func(t *testing.T) {
 		assert.Equal(t, "completed", out.Explicit.Outcome)
 		assert.Equal(t, 2, out.Explicit.OutputTokens)
+	})
+	t.Run("a request cut short by max_model_len is completed, truncated, with the reason", func(t *testing.T) {
+		r := out.Truncated
+		require.Equal(t, "completed", r.Outcome)
+		require.NotNil(t, r.Truncated)
+		assert.True(t, *r.Truncated)
+		assert.Less(t, r.OutputTokens, 50)
+		require.NotNil(t, r.Error, "a truncated result says why in error")
+		assert.Contains(t, *r.Error, "max_model_len 80")
+		for _, full := range []result{out.Disagg, out.Agg} {
+			require.NotNil(t, full.Truncated)
+			assert.False(t, *full.Truncated)
+			assert.Nil(t, full.Error)
+		}
 	})
 	t.Run("a request the cluster cannot serve is rejected, not thrown", func(t *testing.T) {
 		assert.Equal(t, "rejected", out.TooLong.Outcome)
@@ -246,6 +276,7 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 		MetricKVPinDuration, MetricKVAborts, MetricKVTransfer, MetricDecodeWait, MetricKVHeldBlocks} {
 		require.NotEmptyf(t, pts[name], "no samples of %s", name)
 		for _, p := range pts[name] {
+			assert.Equalf(t, "metrics", p.Data.Tags["cluster"], "%s tags %v", name, p.Data.Tags)
 			assert.Equalf(t, "vllm", p.Data.Tags["engine"], "%s tags %v", name, p.Data.Tags)
 			assert.Equalf(t, "round-robin", p.Data.Tags["router"], "%s tags %v", name, p.Data.Tags)
 		}
@@ -278,9 +309,18 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 	for _, p := range pts[MetricKVPins] {
 		assert.Equal(t, "prefill", p.Data.Tags["role"])
 	}
+	waits := map[string]int{}
 	for _, p := range pts[MetricDecodeWait] {
 		assert.Equal(t, "decode", p.Data.Tags["role"])
+		outcome := p.Data.Tags["outcome"]
+		waits[outcome]++
+		if outcome == "aborted" {
+			assert.Positive(t, p.Data.Value, "an aborted hold's decode waited for something")
+		}
 	}
+	assert.Equal(t, int(outcomes["transferred"]), waits["transferred"], "one decode wait per transferred hold")
+	assert.Equal(t, int(outcomes["aborted"]), waits["aborted"], "one decode wait per aborted hold: how long it waited in vain")
+	assert.Len(t, waits, 2, "decode waits are tagged with the hold's outcome: %v", waits)
 	for _, p := range pts[MetricTTFT] {
 		assert.NotEqual(t, "rejected", p.Data.Tags["outcome"], "no TTFT without a first token")
 	}
@@ -294,6 +334,7 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 	}
 	assert.Positive(t, maxHeld, "held blocks were sampled while holds lasted")
 	require.Len(t, res.clusters, 1)
+	assert.Equal(t, float64(res.clusters[0].stats.PeakHeldBlocks), maxHeld, "the gauge's max is the cluster's peak held blocks")
 	assert.Equal(t, uint64(iterations), res.clusters[0].stats.Requests)
 	assert.Equal(t, res.clusters[0].stats.PinsAborted, uint64(aborts), "metric and cluster agree on aborts")
 }
@@ -350,4 +391,61 @@ func TestSummary_KVHandoffSection(t *testing.T) {
 func itoa(n uint64) string {
 	b, _ := json.Marshal(n)
 	return string(b)
+}
+
+func TestMetrics_InterruptedRequestsAreCountedInTheSummary(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.ndjson")
+	res := runScript(t, "interrupted.js", nil, "json="+path)
+	require.Equal(t, 0, res.code, "stderr: %s\n%s", res.stderr, res.stdout)
+	require.Len(t, res.clusters, 1)
+	st := res.clusters[0].stats
+	require.Positive(t, st.Requests)
+	recorded := 0.0
+	for _, p := range readPoints(t, path)[MetricRequests] {
+		recorded += p.Data.Value
+	}
+	outside := float64(st.Requests) - recorded
+	require.Positive(t, outside, "gracefulStop: 0s cuts requests that run for seconds")
+	assert.Regexp(t, `outside iterations\.+: `+itoa(uint64(outside))+` requests ended after their VU was interrupted`, res.stdout)
+}
+
+func TestSleep_SleepsModeledTime(t *testing.T) {
+	res := runScript(t, "sleep.js", nil)
+	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+	var out struct {
+		AdvancedMs   float64 `json:"advanced_ms"`
+		SpeedupRatio float64 `json:"speedup_ratio"`
+		Negative     string  `json:"negative"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
+	assert.InDelta(t, 1000.0, out.SpeedupRatio, 1e-9)
+	assert.GreaterOrEqual(t, out.AdvancedMs, 3000.0, "the modeled clock moved at least the modeled time slept")
+	assert.Less(t, out.AdvancedMs, 100*3000.0, "sleep(ms) sleeps ms/speedup of wall time, not ms")
+	assert.Contains(t, out.Negative, "sleep: want a number of modeled milliseconds ≥ 0, got -1")
+}
+
+func TestDrainMessage_OneSentenceWithTheCount(t *testing.T) {
+	st := cluster.Stats{InFlight: 40, HeldBlocks: 12, ActiveBlocks: 30}
+	cases := []struct {
+		name    string
+		st      cluster.Stats
+		stopped bool
+		err     error
+		want    string
+	}{
+		{"timed out in flight", st, false, fmt.Errorf("drain: 40 requests in flight: %w", context.DeadlineExceeded),
+			"drain: 40 requests still in flight (held 12, reserved 0, active 30 blocks) after waiting 1ms (wall time); give drain a longer timeout, or stop the load earlier"},
+		{"timed out on the workers", cluster.Stats{HeldBlocks: 4}, false, fmt.Errorf("drain: decode-0 busy: %w", context.DeadlineExceeded),
+			"drain: work still on the workers (held 4, reserved 0, active 0 blocks) after waiting 1ms (wall time); give drain a longer timeout, or stop the load earlier"},
+		{"test ending", st, true, fmt.Errorf("drain: x: %w", context.Canceled),
+			"drain: stopped with 40 requests still in flight (held 12, reserved 0, active 30 blocks): the test is ending"},
+		{"closed", st, false, errors.New("drain: cluster closed"), "drain: cluster closed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := drainMessage(tc.st, time.Millisecond, tc.stopped, tc.err)
+			assert.Equal(t, tc.want, got)
+			assert.Equal(t, 1, strings.Count(got, "drain:"), "says drain once")
+		})
+	}
 }

@@ -2,7 +2,6 @@ package xk6mocker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -89,9 +88,11 @@ func (r *run) cluster(cfg cluster.Config) (*entry, error) {
 		name = cluster.DefaultName
 		cfg.Name = name
 	}
-	fp, err := json.Marshal(cfg)
+	// A bad field is reported as such, whatever already runs under the
+	// name.
+	speedup, err := cfg.SpeedupRatio()
 	if err != nil {
-		return nil, fmt.Errorf("encoding the config: %w", err)
+		return nil, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -99,8 +100,8 @@ func (r *run) cluster(cfg cluster.Config) (*entry, error) {
 		return nil, errors.New("the test run has ended")
 	}
 	if e, ok := r.clusters[name]; ok {
-		if e.fingerprint != string(fp) {
-			return nil, fmt.Errorf("name: a cluster called %q already exists with another config; give this one another name, or the same config", name)
+		if d := e.cfg.Diff(cfg); d != "" {
+			return nil, &cluster.NameInUseError{Name: name, Diff: d}
 		}
 		return e, nil
 	}
@@ -108,7 +109,7 @@ func (r *run) cluster(cfg cluster.Config) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := newEntry(name, c, cfg, string(fp))
+	e := newEntry(name, c, cfg, speedup)
 	r.clusters[name] = e
 	return e, nil
 }
@@ -117,10 +118,17 @@ func (r *run) cluster(cfg cluster.Config) (*entry, error) {
 // the requests it sees.
 type entry struct {
 	name, engine, router, topology string
-	fingerprint                    string
+	cfg                            cluster.Config
+	speedup                        float64 // modeled ms per wall ms
 	c                              *cluster.Cluster
 
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
+	// lastPeak is the cluster's peak held blocks as last pushed to
+	// mocker_kv_held_blocks: a sample that finds a higher peak carries it.
+	lastPeak atomic.Int64
+	// recorded counts the requests whose samples the harness accepted
+	// (they ended inside an iteration, setup or teardown).
+	recorded atomic.Uint64
 
 	mu       sync.Mutex
 	closed   bool
@@ -129,8 +137,11 @@ type entry struct {
 	finalHld []cluster.Hold
 }
 
-func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, fp string) *entry {
-	e := &entry{name: name, c: c, fingerprint: fp, engine: cfg.Engine, router: cfg.Router}
+func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, speedup float64) *entry {
+	// The cluster's own config has the defaults applied and the names
+	// normalised ("VLLM" → "vllm"), as tags should read.
+	applied := c.Config()
+	e := &entry{name: name, c: c, cfg: cfg, speedup: speedup, engine: applied.Engine, router: applied.Router}
 	if e.engine == "" {
 		e.engine = cluster.DefaultEngine
 	}

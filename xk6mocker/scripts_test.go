@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -19,16 +20,21 @@ import (
 // its defaults, so a new script cannot go untested.
 var scriptRuns = map[string][]map[string]string{
 	"quickstart.js": {{"DURATION": "4s", "VUS": "8"}},
-	"pressure.js":   {{"DURATION": "4s", "START_RATE": "5", "PEAK_RATE": "30"}},
+	"pressure.js":   {{"DURATION": "4s", "START_RATE": "10", "PEAK_RATE": "40"}},
 	"cascade.js":    {{"DURATION": "3s", "VUS": "16"}},
 	"router-matrix.js": {
-		{"DURATION": "2s", "RATE": "15", "ROUTER": "round-robin", "ENGINE": "vllm"},
-		{"DURATION": "2s", "RATE": "15", "ROUTER": "kv", "ENGINE": "vllm"},
-		{"DURATION": "2s", "RATE": "15", "ROUTER": "least-loaded", "ENGINE": "vllm"},
-		{"DURATION": "2s", "RATE": "15", "ROUTER": "random", "ENGINE": "vllm"},
-		{"DURATION": "2s", "RATE": "15", "ROUTER": "kv", "ENGINE": "sglang"},
+		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "round-robin", "ENGINE": "vllm"},
+		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "kv", "ENGINE": "vllm"},
+		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "least-loaded", "ENGINE": "vllm"},
+		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "random", "ENGINE": "vllm"},
+		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "kv", "ENGINE": "sglang"},
 	},
 }
+
+// readmeExample is the README's "Writing a scenario" script, kept
+// byte-identical to the README block by TestREADME_ExampleIsARealScript
+// and run with its thresholds by TestScripts_PassTheirThresholds.
+const readmeExample = "testdata/readme.js"
 
 // TestScripts_PassTheirThresholds runs every script in scripts/ through the
 // mocker binary with short settings and expects exit code 0: each one's
@@ -51,7 +57,9 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the mocker binary: %s", out)
 
-	for _, script := range scripts {
+	readme, err := filepath.Abs(readmeExample)
+	require.NoError(t, err)
+	for _, script := range append(scripts, readme) {
 		base := filepath.Base(script)
 		runs := scriptRuns[base]
 		if runs == nil {
@@ -64,6 +72,9 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 			}
 			t.Run(name, func(t *testing.T) {
 				args := []string{"run", "-q", "--no-color"}
+				if script == readme {
+					args = append(args, "-d", "3s") // the example runs 10s
+				}
 				keys := make([]string, 0, len(env))
 				for k := range env {
 					keys = append(keys, k)
@@ -109,6 +120,54 @@ func TestScripts_StartWithUsage(t *testing.T) {
 			assert.Containsf(t, header, "-e "+v+"=", "%s documents -e %s in its header", script, v)
 		}
 	}
+}
+
+// TestScripts_TakeSpeedup: every script lets its speedup_ratio be set
+// with -e SPEEDUP, since its wall-time pacing means something different at
+// another speedup.
+func TestScripts_TakeSpeedup(t *testing.T) {
+	scripts, err := filepath.Glob(filepath.Join("..", "scripts", "*.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, scripts)
+	for _, script := range scripts {
+		src, err := os.ReadFile(script)
+		require.NoError(t, err)
+		assert.Containsf(t, envVars(string(src)), "SPEEDUP", "%s reads -e SPEEDUP", script)
+		assert.Truef(t, speedupArg.Match(src), "%s passes SPEEDUP to speedup_ratio", script)
+	}
+}
+
+var speedupArg = regexp.MustCompile(`speedup_ratio: (SPEEDUP|parseFloat\(__ENV\.SPEEDUP)`)
+
+// TestREADME_ExampleIsARealScript keeps the README's "Writing a scenario"
+// example byte-identical to testdata/readme.js, which the scripts test runs
+// with its thresholds: what a reader copies passes.
+func TestREADME_ExampleIsARealScript(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	block, ok := sectionCodeBlock(string(readme), "## Writing a scenario", "```js\n")
+	require.True(t, ok, "README.md has a js block under \"## Writing a scenario\"")
+	want, err := os.ReadFile(readmeExample)
+	require.NoError(t, err)
+	assert.Equal(t, string(want), block, "the README example and %s differ", readmeExample)
+}
+
+// sectionCodeBlock returns the body of the first fenced block opening with
+// fence after the heading.
+func sectionCodeBlock(doc, heading, fence string) (string, bool) {
+	_, rest, ok := strings.Cut(doc, "\n"+heading+"\n")
+	if !ok {
+		return "", false
+	}
+	if next := strings.Index(rest, "\n## "); next >= 0 {
+		rest = rest[:next]
+	}
+	_, rest, ok = strings.Cut(rest, fence)
+	if !ok {
+		return "", false
+	}
+	body, _, ok := strings.Cut(rest, "```\n")
+	return body, ok
 }
 
 // envVars lists the __ENV.NAME references of a script.

@@ -32,6 +32,10 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	}
 	line("requests", fmt.Sprintf("%d (completed %d, aborted %d, rejected %d, error %d)",
 		st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored))
+	ended := st.Completed + st.Aborted + st.Rejected + st.Errored
+	if rec := e.recorded.Load(); ended > rec {
+		line("outside iterations", fmt.Sprintf("%d requests ended after their VU was interrupted (e.g. by gracefulStop): not in the mocker_* metrics", ended-rec))
+	}
 	line("holds started", fmt.Sprint(st.Pins))
 	line("released", fmt.Sprintf("%d (transferred)", st.PinsReleased))
 	line("aborted", fmt.Sprint(st.PinsAborted))

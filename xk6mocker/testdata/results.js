@@ -9,6 +9,7 @@ const disagg = mocker.cluster({
   args: { speedup_ratio: 100, kv_bytes_per_token: 131072, kv_transfer_bandwidth: 25 },
 });
 const agg = mocker.cluster({ name: 'agg', workers: 1, args: { speedup_ratio: 100 } });
+const short = mocker.cluster({ name: 'short', disagg: true, args: { speedup_ratio: 100, max_model_len: 80 } });
 
 export const options = { iterations: 1 };
 
@@ -19,7 +20,9 @@ export function setup() {
     agg_again: agg.generate({ prompt_tokens: 256, max_tokens: 8, prefix: 'shared', prefix_tokens: 128 }),
     explicit: agg.generate({ tokens: [11, 12, 13, 14, 15, 16, 17, 18], max_tokens: 2 }),
     too_long: agg.generate({ prompt_tokens: 1000000 }),
+    truncated: short.generate({ prompt_tokens: 64, max_tokens: 50 }),
   };
+  short.drain(10000);
   out.stats = disagg.stats();
   out.holds = disagg.holds();
   out.drained = disagg.drain(10000);
