@@ -153,8 +153,12 @@ func (c *Cluster) startWorkers() error {
 						n.name, c.cfg.TransferHost, c.cfg.AdvertisedHost, err)
 				}
 			}
-			if err := c.router.AddWorker(router.WorkerInfo{ID: n.id, Role: router.Role(p.role),
-				TotalBlocks: p.args.NumGPUBlocks, BlockSize: p.args.BlockSize}); err != nil {
+			info := router.WorkerInfo{ID: n.id, Role: router.Role(p.role),
+				TotalBlocks: p.args.NumGPUBlocks, BlockSize: p.args.BlockSize}
+			if p.args.MaxNumBatchedTokens != nil {
+				info.MaxBatchedTokens = *p.args.MaxNumBatchedTokens
+			}
+			if err := c.router.AddWorker(info); err != nil {
 				if n.server != nil {
 					_ = n.server.Close()
 				}

@@ -69,8 +69,9 @@ type Config struct {
 	Args map[string]any `json:"args"`
 	// RouterOptions are the router's settings by their Dynamo keys
 	// (overlap_score_weight, router_temperature, use_kv_events,
-	// router_ttl_secs, router_max_tree_size, active_decode_blocks_threshold,
-	// active_prefill_tokens_threshold, seed) plus busy_threshold, see
+	// router_ttl_secs, router_max_tree_size, router_request_ttl_secs,
+	// active_decode_blocks_threshold, active_prefill_tokens_threshold,
+	// active_prefill_tokens_threshold_frac, seed) plus busy_threshold, see
 	// RouterOptionsHelp.
 	RouterOptions map[string]any `json:"router_options"`
 	// Seed drives prompt tokens, output tokens and routing draws.
@@ -531,6 +532,15 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 			rc.RouterTTLSecs, err = floatValue(field, v)
 		case "router_max_tree_size":
 			rc.RouterMaxTreeSize, err = positiveInt(field, v)
+		case "router_request_ttl_secs":
+			rc.RouterRequestTTLSecs, err = floatValue(field, v)
+		case "active_prefill_tokens_threshold_frac":
+			var f float64
+			f, err = floatValue(field, v)
+			if err == nil && f <= 0 {
+				err = fmt.Errorf("%s: want a fraction > 0 of max_num_batched_tokens, got %v", field, f)
+			}
+			rc.ActivePrefillTokensThresholdFrac = &f
 		case "active_decode_blocks_threshold", "busy_threshold":
 			var f float64
 			f, err = floatValue(field, v)
@@ -558,7 +568,7 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 		case "block_size":
 			err = fmt.Errorf("%s: the router takes the workers' block_size; set it in args", field)
 		default:
-			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, busy_threshold, overlap_score_weight, router_max_tree_size, router_temperature, router_ttl_secs, seed, use_kv_events", field)
+			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, active_prefill_tokens_threshold_frac, busy_threshold, overlap_score_weight, router_max_tree_size, router_request_ttl_secs, router_temperature, router_ttl_secs, seed, use_kv_events", field)
 		}
 		if err != nil {
 			return rc, false, err

@@ -62,6 +62,8 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"both thresholds", map[string]any{"router_options": map[string]any{"busy_threshold": 0.5, "active_decode_blocks_threshold": 0.5}}, "router_options.busy_threshold: give busy_threshold"},
 		{"router option unknown", map[string]any{"router_options": map[string]any{"temperature": 1}}, "router_options.temperature: unknown key"},
 		{"router option range", map[string]any{"router_options": map[string]any{"router_ttl_secs": 0}}, "router_options: router config: router_ttl_secs"},
+		{"prefill token fraction range", map[string]any{"router_options": map[string]any{"active_prefill_tokens_threshold_frac": 0}}, "router_options.active_prefill_tokens_threshold_frac: want a fraction > 0"},
+		{"request ttl range", map[string]any{"router_options": map[string]any{"router_request_ttl_secs": -1}}, "router_options.router_request_ttl_secs: want a finite number"},
 		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
 		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
 		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list of endpoint URLs, got number 5"},

@@ -103,6 +103,10 @@ func TestDisagg_StrandedHoldsAbortAfterTimeout(t *testing.T) {
 			// time.
 			assert.InDelta(t, float64(abortMs), r.PinMs, 50)
 			assert.Zero(t, r.TransferMs, "an aborted hold was never transferred")
+			// The decode started waiting when the hold started (causal
+			// stamps) and was still waiting when the source gave up: it
+			// reserved too late, or never did.
+			assert.GreaterOrEqual(t, r.DecodeWaitMs, r.PinMs-1e-6, "an aborted request's decode wait lasts at least until the abort")
 		default:
 			t.Fatalf("unexpected outcome %q: %s", r.Outcome, r.Error)
 		}

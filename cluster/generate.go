@@ -545,11 +545,16 @@ func (c *Cluster) fill(res Result, r *request) Result {
 			}
 		}
 	}
-	if s.reserved {
+	switch {
+	case s.reserved:
 		res.DecodeWaitMs = s.reservedAt - s.waitStart
 		if s.decodeWaitMs > 0 {
 			res.DecodeWaitMs = s.decodeWaitMs
 		}
+	case s.waitSeen && s.holdEnded && s.holdOutcome == engine.Aborted:
+		// The decode never got a reservation: it waited in vain from the
+		// start of its wait until the source gave the hold up.
+		res.DecodeWaitMs = max(0, s.holdEnd-s.waitStart)
 	}
 	// The request arrived when its first worker got it: the prefill
 	// source-first, the decode destination-first, whose wait for a
