@@ -13,7 +13,8 @@ type Request struct {
 	// PromptTokens is the prompt length; required (≥ 1) unless Tokens is
 	// given.
 	PromptTokens int `json:"prompt_tokens"`
-	// MaxTokens is the number of tokens to generate; 0 means 16.
+	// MaxTokens is the number of tokens to generate; 0 means 16, and more
+	// than MaxRequestMaxTokens is refused.
 	MaxTokens int `json:"max_tokens"`
 	// Prefix names a shared prompt prefix: requests with the same Prefix
 	// start with the same PrefixTokens tokens, derived from the string
@@ -24,6 +25,12 @@ type Request struct {
 	// PromptTokens, Prefix and PrefixTokens.
 	Tokens []uint32 `json:"tokens"`
 }
+
+// MaxRequestMaxTokens is the largest max_tokens a request may ask for
+// (16,777,216). It is far beyond any modeled pool or context length, whose
+// limits end a request sooner (truncated); past it a value is more likely a
+// mistake than a workload.
+const MaxRequestMaxTokens = 1 << 24
 
 // Outcomes of a request, Result.Outcome.
 const (
@@ -87,8 +94,8 @@ func (r *Request) validate() error {
 	if r.MaxTokens == 0 {
 		r.MaxTokens = DefaultMaxTokens
 	}
-	if r.MaxTokens < 1 {
-		return fmt.Errorf("max_tokens: want an integer ≥ 1, got %d", r.MaxTokens)
+	if r.MaxTokens < 1 || r.MaxTokens > MaxRequestMaxTokens {
+		return fmt.Errorf("max_tokens: want an integer in [1, %d], got %d", MaxRequestMaxTokens, r.MaxTokens)
 	}
 	if len(r.Tokens) > 0 {
 		return nil

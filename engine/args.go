@@ -63,8 +63,10 @@ type SGLangArgs struct {
 	// ClipMaxNewTokens caps how many future output tokens admission reserves
 	// for each running request.
 	ClipMaxNewTokens int `json:"clip_max_new_tokens"`
-	// ScheduleConservativeness, in [0, 1], scales the initial new-token ratio
-	// admission uses to reserve room for running requests' growth.
+	// ScheduleConservativeness, a finite number ≥ 0, scales the initial
+	// new-token ratio admission uses to reserve room for running requests'
+	// growth: the ratio starts at min(0.7 × it, 1), as in SGLang, so values
+	// above 1 are more conservative up to about 1.43.
 	ScheduleConservativeness float64 `json:"schedule_conservativeness"`
 	// MaxRunningRequests caps the running set; nil leaves max_num_seqs in
 	// charge.

@@ -74,7 +74,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // equal block_size when both are given, max_prefill_tokens ≥ 1 (16384),
 // chunked_prefill_size ≥ 1 and a multiple of block_size (8192, rounded down
 // to a multiple of block_size when not given), clip_max_new_tokens ≥ 1
-// (4096), schedule_conservativeness in [0, 1] (1), max_running_requests ≥ 1
+// (4096), schedule_conservativeness ≥ 0 (1), max_running_requests ≥ 1
 // (none), and mocker's optimistic_prefill boolean (false: a disaggregated
 // SGLang prefill waits for the decode side's reservation; true: it computes
 // first and can strand KV like vLLM).
@@ -439,7 +439,7 @@ var argSGLangKeys = []argKeySpec{
 		return nil
 	}},
 	{"clip_max_new_tokens", argIntInto(func(p *argParser) *int { return &p.a.SGLang.ClipMaxNewTokens }, argWantPositive)},
-	{"schedule_conservativeness", argFloatInto(func(p *argParser) *float64 { return &p.a.SGLang.ScheduleConservativeness }, "a number in [0, 1]")},
+	{"schedule_conservativeness", argFloatInto(func(p *argParser) *float64 { return &p.a.SGLang.ScheduleConservativeness }, argWantNonNegativeNumber)},
 	{"max_running_requests", argOptIntInto(func(p *argParser) **int { return &p.a.SGLang.MaxRunningRequests }, argWantPositive)},
 	{"optimistic_prefill", argBoolInto(func(p *argParser) *bool { return &p.a.SGLang.OptimisticPrefill })},
 }
@@ -883,7 +883,8 @@ func argRejectPositive(key, why string) argKeySpec {
 //     handoff_session_timeout_ms is at least 1;
 //   - sglang, when set: schedule_policy "fifo" or "lpm"; page_size,
 //     max_prefill_tokens, chunked_prefill_size, clip_max_new_tokens and
-//     max_running_requests at least 1; schedule_conservativeness in [0, 1];
+//     max_running_requests at least 1; schedule_conservativeness a finite
+//     number ≥ 0;
 //     and for an sglang engine page_size equals block_size and
 //     chunked_prefill_size is a multiple of it.
 func (a Args) Validate() error {
@@ -1021,8 +1022,8 @@ func (a Args) validateSGLang() *ArgError {
 			return err
 		}
 	}
-	if c := sg.ScheduleConservativeness; !(c >= 0 && c <= 1) {
-		return argErr("sglang.schedule_conservativeness", "must be in [0, 1], got %g", c)
+	if c := sg.ScheduleConservativeness; !(c >= 0) || math.IsInf(c, 1) {
+		return argErr("sglang.schedule_conservativeness", "must be a finite number ≥ 0, got %g", c)
 	}
 	if err := argOptAtLeast("sglang.max_running_requests", sg.MaxRunningRequests, ""); err != nil {
 		return err

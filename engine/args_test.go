@@ -146,7 +146,7 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"zero session timeout", `{"handoff_session_timeout_ms":0}`, "handoff_session_timeout_ms", []string{"at least 1"}},
 		{"page size mismatch", `{"engine_type":"sglang","block_size":16,"sglang":{"page_size":32}}`, "sglang.page_size", []string{"must equal block_size (16)", "got 32"}},
 		{"chunk not multiple", `{"engine_type":"sglang","block_size":16,"sglang":{"chunked_prefill_size":100}}`, "sglang.chunked_prefill_size", []string{"multiple of block_size (16)", "got 100"}},
-		{"conservativeness above one", `{"engine_type":"sglang","sglang":{"schedule_conservativeness":1.5}}`, "sglang.schedule_conservativeness", []string{"[0, 1]"}},
+		{"negative conservativeness", `{"engine_type":"sglang","sglang":{"schedule_conservativeness":-0.5}}`, "sglang.schedule_conservativeness", []string{"≥ 0", "-0.5"}},
 		{"zero page size", `{"engine_type":"sglang","sglang":{"page_size":0}}`, "sglang.page_size", []string{"at least 1"}},
 		{"zero running requests", `{"engine_type":"sglang","sglang":{"max_running_requests":0}}`, "sglang.max_running_requests", []string{"at least 1"}},
 		{"string optimistic", `{"engine_type":"sglang","sglang":{"optimistic_prefill":"yes"}}`, "sglang.optimistic_prefill", []string{"want a boolean"}},
@@ -228,6 +228,9 @@ func TestParseArgs_NullGivesDefault(t *testing.T) {
 	assert.Nil(t, a.MaxNumBatchedTokens)
 	assert.Equal(t, math.MaxInt, a.MaxNumSeqsOrInf())
 	assert.Equal(t, math.MaxInt, a.MaxNumBatchedTokensOrInf())
+
+	// SGLang takes a conservativeness above 1 (the ratio it sets is capped).
+	assert.InDelta(t, 1.5, argsParse(t, `{"engine_type":"sglang","sglang":{"schedule_conservativeness":1.5}}`).SGLang.ScheduleConservativeness, 0)
 
 	sg := argsParse(t, `{"engine_type":"sglang","sglang":{"page_size":null,"schedule_policy":null,"max_running_requests":null}}`)
 	assert.Equal(t, 1, sg.SGLang.PageSize)
@@ -508,6 +511,11 @@ func TestArgs_ValidateHandBuilt(t *testing.T) {
 		{"conservativeness nan", func(a *Args) {
 			sg := DefaultSGLangArgs()
 			sg.ScheduleConservativeness = math.NaN()
+			a.SGLang = &sg
+		}, "sglang.schedule_conservativeness"},
+		{"conservativeness infinite", func(a *Args) {
+			sg := DefaultSGLangArgs()
+			sg.ScheduleConservativeness = math.Inf(1)
 			a.SGLang = &sg
 		}, "sglang.schedule_conservativeness"},
 	}

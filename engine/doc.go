@@ -55,6 +55,49 @@
 // report occupancy in blocks (SGLang's pages), so a cluster treats them
 // alike.
 //
+// # SGLang model: choices
+//
+// Where Dynamo's SGLang mocker and SGLang itself differ, or the model had to
+// pick a rule, it does the following.
+//
+//   - KV enters the radix tree a full page at a time as soon as it is
+//     computed: a prompt's pages after the pass that prefills them (SGLang's
+//     cache_unfinished_req), a chunk's when it is cut, generated pages as
+//     decoding fills them. Stored events therefore go out while a request
+//     runs, a concurrent request with the same prefix hits it, and a
+//     retracted request's pages stay cached (evictable) for its readmission.
+//   - The admission budget is the free and evictable room, minus the unused
+//     tail of each running request's last page (Dynamo's page overhead),
+//     minus the running requests' clipped remaining output times the
+//     new-token ratio. A candidate is charged its page-rounded chunk, the
+//     evictable cached pages its prefix match locks (they leave the
+//     evictable room), and its own clipped output when the chunk completes
+//     its prompt.
+//   - A prompt longer than the chunk budget is cut to the page-aligned room
+//     left in this pass's chunk budget, as SGLang does, not to the whole
+//     chunked_prefill_size.
+//   - lpm orders the waiting queue by cached prefix only; SGLang's in-batch
+//     deprioritisation of requests sharing a prefix with one already taken
+//     is not modeled. The queue is not ordered at all in a pass where no
+//     running slot is free, and each request's match is remembered until
+//     the tree changes.
+//   - The new-token ratio decays only on decode passes that retracted
+//     nobody, as in SGLang; Dynamo decays it every pass.
+//   - An extend pass costs the prefill of its batch plus one decode step
+//     over the prompts it completes, which samples their first tokens (as
+//     Dynamo times it), so time to first token is prefill plus one step.
+//     On a prefill worker only the prefill is charged, as for vLLM.
+//   - Retraction takes the running request with the fewest output tokens,
+//     the longer prompt among equals (SGLang's tie-break); EventPreempted
+//     counts the pages it stopped using, not shared prefix pages another
+//     request still locks.
+//   - schedule_conservativeness may exceed 1: the initial ratio is
+//     min(0.7 × it, 1), as in SGLang.
+//   - Metrics.Waiting counts queued requests, bootstrap ones and
+//     destinations still waiting for their reservation included, but not
+//     reserved destinations awaiting Activate, which ReservedRequests
+//     reports (in both models).
+//
 // # Modeled time and wall time
 //
 // All times are modeled milliseconds on the engine's timeline: pass lengths

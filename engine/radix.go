@@ -44,15 +44,23 @@ type radixCache struct {
 	heldOnly  int // tree nodes with lock > 0 whose every lock is a hold
 	private   int // allocated pages outside the tree
 
+	// version changes whenever a node joins or leaves the tree, evictions
+	// only when one leaves: a prefix match computed at the same version is
+	// still exact, and one computed with the same eviction count can only
+	// have grown since.
+	version   uint64
+	evictions uint64
+
 	ev kvRecorder
 }
 
 func newRadixCache(total int, emit bool) *radixCache {
 	c := &radixCache{
-		nodes: make([]rnode, total),
-		free:  make([]int32, total),
-		index: make(map[kv.SeqHash]int32, total),
-		ev:    kvRecorder{emit: emit},
+		nodes:   make([]rnode, total),
+		free:    make([]int32, total),
+		index:   make(map[kv.SeqHash]int32, total),
+		ev:      kvRecorder{emit: emit},
+		version: 1,
 	}
 	for i := range c.free {
 		c.free[i] = int32(total - 1 - i)
@@ -86,6 +94,19 @@ func (c *radixCache) match(hashes []kv.SeqHash) (n int, last int32) {
 		n++
 	}
 	return n, last
+}
+
+// lockCost is how many pages locking node would take out of the evictable
+// set: the unlocked nodes on its path.
+func (c *radixCache) lockCost(node int32) int {
+	n := 0
+	for s := node; s != noSlot; s = c.nodes[s].parent {
+		if c.nodes[s].lock != 0 {
+			break // a locked node's ancestors are locked too
+		}
+		n++
+	}
+	return n
 }
 
 // lock adds one lock to node and its ancestors, taking unlocked ones out of
@@ -206,6 +227,8 @@ func (c *radixCache) evict(s int32) {
 	*b = rnode{parent: noSlot, heap: noSlot}
 	c.inTree--
 	c.evictable--
+	c.version++
+	c.evictions++
 	c.free = append(c.free, s)
 }
 
@@ -232,6 +255,7 @@ func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) i
 	}
 	c.private--
 	c.inTree++
+	c.version++
 	c.nodes[s] = rnode{hash: h, parent: parent, lock: 1, heap: noSlot, inTree: true}
 	c.index[h] = s
 	var ph kv.SeqHash

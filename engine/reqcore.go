@@ -48,18 +48,26 @@ func errPrefillDestination(id uint64) error {
 }
 
 // fill starts c as req arriving at now. A prefill worker generates only the
-// first token (prefillOnly). With hashBlock > 0 (prefix caching on) the
-// prompt's full blocks of that many tokens are hashed at once; the token
-// slice and hash arenas of a recycled request are reused.
-func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock int) {
+// first token (prefillOnly). maxLen is the longest the sequence can ever
+// grow on this worker (its pool, its max_model_len): token storage is
+// reserved up front for the prompt and its output up to that length, so a
+// huge max_tokens costs nothing until the length rules stop it. With
+// hashBlock > 0 (prefix caching on) the prompt's full blocks of that many
+// tokens are hashed at once; the token slice and hash arenas of a recycled
+// request are reused.
+func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int) {
 	c.id = req.ID
 	c.prompt = len(req.Tokens)
 	c.maxOut = max(1, req.MaxTokens)
 	if prefillOnly {
 		c.maxOut = 1
 	}
-	if cap(c.tokens) < c.prompt+c.maxOut {
-		c.tokens = make([]uint32, 0, c.prompt+c.maxOut)
+	want := c.prompt
+	if room := maxLen - c.prompt; room > 0 {
+		want += min(c.maxOut, room)
+	}
+	if cap(c.tokens) < want {
+		c.tokens = make([]uint32, 0, want)
 	}
 	c.tokens = append(c.tokens[:0], req.Tokens...)
 	c.policy = policy

@@ -52,7 +52,16 @@ type sgReq struct {
 
 	state    sgState
 	retracts int
-	match    int // prefix match in pages, for lpm ordering
+
+	// The last prefix match (pages, deepest node) of the first matchLimit
+	// pages, taken at the cache's matchVer and matchEvicts; matchVer 0
+	// means none. lpm re-sorts the queue every pass, and this keeps a
+	// request's match from being walked again while the tree is unchanged,
+	// or from the root while nothing was evicted.
+	matchPages, matchLimit int
+	matchLast              int32
+	matchVer, matchEvicts  uint64
+	bootSeq                uint64 // names this request's bootstrap queue entry
 
 	// Destination-first handoff: the decode side reserved, so the transfer
 	// of transferTokens starts as soon as the prefill holds its KV.
@@ -113,8 +122,14 @@ type SGLang struct {
 	oom         bool // the last admission failed to allocate
 
 	// boot is the bootstrap queue of destination-first prefills, in
-	// arrival order (so in deadline order); they hold nothing.
-	boot []*sgReq
+	// arrival order (so in deadline order); they hold nothing. A request
+	// leaving it from the middle (DestinationReady, Cancel) only stops
+	// matching its entry, which is dropped when it reaches the head, so
+	// leaving costs no scan. bootLive counts the entries still matching.
+	boot     []bootEntry
+	bootHead int
+	bootLive int
+	bootSeq  uint64
 	// done and expired are outcomes decided outside a pass (an activated
 	// destination with nothing to decode, a bootstrap timeout), reported by
 	// the next pass.
@@ -177,8 +192,10 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		// max_prefill_tokens still limits what joins it in the batch.
 		g.chunkSize = math.MaxInt
 	}
-	g.initRatio = sglangInitRatio * sg.ScheduleConservativeness
-	g.minRatio = min(1, g.initRatio*sglangMinRatioFactor)
+	// SGLang caps the initial ratio at 1: a conservativeness above 1/0.7
+	// reserves every running request's whole clipped output, no more.
+	g.initRatio = min(1, sglangInitRatio*sg.ScheduleConservativeness)
+	g.minRatio = g.initRatio * sglangMinRatioFactor
 	g.ratioDecay = (g.initRatio - g.minRatio) / sglangDecaySteps
 	g.ratio = g.initRatio
 	// Decode workers never announce their cache; without prefix caching
@@ -214,7 +231,10 @@ func (g *SGLang) Submit(now float64, req Request, policy CompletionPolicy) error
 	}
 	if policy == Hold && g.prefillWorker && !g.optimistic {
 		r.state = sgBoot
-		g.boot = append(g.boot, r)
+		g.bootSeq++
+		r.bootSeq = g.bootSeq
+		g.boot = append(g.boot, bootEntry{r: r, seq: r.bootSeq})
+		g.bootLive++
 		return nil
 	}
 	g.waiting = append(g.waiting, r)
@@ -227,7 +247,9 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 		return nil, err
 	}
 	r := g.newReq()
-	r.fill(now, req, policy, g.prefillWorker, g.hashBlock())
+	// Admission refuses a request whose full length overflows the pool
+	// (neverFits), so none grows past it plus its last, unfed token.
+	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1)
 	r.state = sgWaiting
 	g.byID[r.id] = r
 	return r, nil
@@ -235,6 +257,9 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 
 // ReleaseHeld implements Scheduler.
 func (g *SGLang) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Event) bool {
+	if outcome != Transferred && outcome != Aborted {
+		return false
+	}
 	return g.endHold(now, id, outcome, EndReleased, events)
 }
 
@@ -262,7 +287,7 @@ func (g *SGLang) Cancel(now float64, id uint64, events *[]Event) bool {
 	case sgAwaitKV, sgReserved:
 		return g.CancelDestination(now, id, events)
 	case sgBoot:
-		g.boot = removeReq(g.boot, r)
+		g.leaveBoot(r)
 	case sgWaiting:
 		g.waiting = removeReq(g.waiting, r)
 	case sgRunning:
@@ -301,7 +326,7 @@ func (g *SGLang) Metrics() Metrics {
 		HeldBlocks:         held,
 		RouterActiveBlocks: c.active() - held,
 		Running:            len(g.running),
-		Waiting:            len(g.waiting) + len(g.boot),
+		Waiting:            len(g.waiting) + g.bootLive,
 		Preemptions:        g.retractions,
 	}
 	g.fillMetrics(&m)
@@ -332,12 +357,31 @@ func (g *SGLang) audit() error {
 		if want := ceilDiv(r.kvLen, g.page); r.kvLen > 0 && r.depth+len(r.pages) != want && r.depth+len(r.pages) != want+1 {
 			return fmt.Errorf("request %d: %d KV tokens on %d path + %d private pages", r.id, r.kvLen, r.depth, len(r.pages))
 		}
+		if err := g.auditMatch(r); err != nil {
+			return err
+		}
 	}
 	switch {
 	case private != g.cache.private:
 		return fmt.Errorf("requests own %d private pages, cache counts %d", private, g.cache.private)
 	case heldPrivate != g.heldPrivate:
 		return fmt.Errorf("held requests own %d private pages, counter %d", heldPrivate, g.heldPrivate)
+	}
+	return nil
+}
+
+// auditMatch checks r's remembered prefix match against a fresh walk: equal
+// while the tree is unchanged, a prefix of it while nothing was evicted.
+func (g *SGLang) auditMatch(r *sgReq) error {
+	if r.matchVer == 0 || r.matchEvicts != g.cache.evictions {
+		return nil
+	}
+	n, last := g.cache.match(r.hashes[:r.matchLimit])
+	switch {
+	case r.matchVer == g.cache.version && (n != r.matchPages || last != r.matchLast):
+		return fmt.Errorf("request %d: remembered match %d pages ending at %d, tree has %d ending at %d", r.id, r.matchPages, r.matchLast, n, last)
+	case n < r.matchPages:
+		return fmt.Errorf("request %d: remembered match %d pages, but only %d remain with no eviction", r.id, r.matchPages, n)
 	}
 	return nil
 }
@@ -357,31 +401,47 @@ func (g *SGLang) prefix(r *sgReq) (pages int, last int32) {
 	if !g.caching {
 		return 0, noSlot
 	}
+	c := g.cache
 	limit := (len(r.tokens) - 1) / g.page
+	if r.matchVer == c.version && r.matchLimit == limit {
+		return r.matchPages, r.matchLast
+	}
 	r.ensureHashes(limit, g.page)
-	return g.cache.match(r.hashes[:limit])
+	n, last := 0, int32(noSlot)
+	if r.matchVer != 0 && r.matchLimit == limit && r.matchEvicts == c.evictions {
+		// Nothing left the tree since the last match, so it still holds
+		// and only the pages after it need looking up.
+		n, last = r.matchPages, r.matchLast
+	}
+	more, deeper := c.match(r.hashes[n:limit])
+	if more > 0 {
+		n, last = n+more, deeper
+	}
+	r.matchPages, r.matchLast, r.matchLimit = n, last, limit
+	r.matchVer, r.matchEvicts = c.version, c.evictions
+	return n, last
 }
 
 // freeKV drops r's KV: its path is unlocked (the pages stay cached and
-// become evictable) and its private pages are freed.
-func (g *SGLang) freeKV(r *sgReq) {
+// become evictable unless another request locks them too) and its private
+// pages are freed. It returns the pages that stopped being in use.
+func (g *SGLang) freeKV(r *sgReq) int {
+	before := g.cache.active()
 	g.cache.unlock(r.last)
 	for _, p := range r.pages {
 		g.cache.release(p)
 	}
 	r.pages = r.pages[:0]
 	r.last, r.depth, r.kvLen = noSlot, 0, 0
+	return before - g.cache.active()
 }
 
 // insert moves r's page-aligned computed KV into the tree: each full
 // private page becomes a node (or, if the tree already has it, is freed in
 // favour of the cached copy) and r's lock follows the path down.
 func (g *SGLang) insert(r *sgReq) {
-	if !g.caching {
-		return
-	}
 	full := r.kvLen / g.page
-	if full <= r.depth {
+	if !g.caching || full <= r.depth {
 		return
 	}
 	r.ensureHashes(full, g.page)
@@ -414,22 +474,25 @@ func (g *SGLang) sortLPM(from int) {
 		return
 	}
 	for _, r := range q {
-		r.match, _ = g.prefix(r)
+		g.prefix(r)
 	}
-	slices.SortStableFunc(q, func(a, b *sgReq) int { return b.match - a.match })
+	slices.SortStableFunc(q, func(a, b *sgReq) int { return b.matchPages - a.matchPages })
 }
 
 // admit builds the pass's extend batch from the waiting queue, as SGLang's
 // get_new_batch_prefill does. The remaining total budget is the free and
-// evictable room minus a page per running request and the running requests'
-// expected growth (their remaining output, clipped, times the new-token
-// ratio). Each candidate is charged its page-rounded chunk plus, when the
-// chunk completes its prompt, its own clipped output. The queue stops at the
-// first request that does not fit; a request cut into a chunk ends the batch
-// and stays first in the queue.
+// evictable room minus the unused tails of the running requests' last pages
+// and the running requests' expected growth (their remaining output,
+// clipped, times the new-token ratio). Each candidate is charged its
+// page-rounded chunk, the cached pages it locks that were evictable, and,
+// when the chunk completes its prompt, its own clipped output. The queue
+// stops at the first request that does not fit; a request cut into a chunk
+// ends the batch and stays first in the queue.
 func (g *SGLang) admit(now float64, out *Output) {
 	g.batch = g.batch[:0]
-	if len(g.waiting) == 0 {
+	if len(g.waiting) == 0 || len(g.running)+g.reservedReqs >= g.maxRunning {
+		// With no running slot free nobody can join, so neither ordering
+		// the queue nor looking at its head would change anything.
 		return
 	}
 	from := 0
@@ -438,8 +501,11 @@ func (g *SGLang) admit(now float64, out *Output) {
 	}
 	g.sortLPM(from)
 
-	remTotal := float64((g.cache.available() - len(g.running)) * g.page)
+	remTotal := float64(g.cache.available() * g.page)
 	for _, r := range g.running {
+		// The page overhead is Dynamo's: the unused tail of each running
+		// request's last page.
+		remTotal -= float64((r.depth+len(r.pages))*g.page - r.kvLen)
 		remTotal -= float64(min(r.maxOut-r.out, g.clip)) * g.ratio
 	}
 	remTotal -= float64(g.reservedGrowth) * g.ratio
@@ -490,6 +556,11 @@ func (g *SGLang) admit(now float64, out *Output) {
 		cost := ceilDiv(chunk, g.page) * g.page
 		if complete {
 			cost += min(r.maxOut-r.out, g.clip)
+		}
+		// Locking the cached prefix takes its unlocked pages out of the
+		// evictable room the budget counted, so they are charged too.
+		if !continuing {
+			cost += g.cache.lockCost(last) * g.page
 		}
 		// An idle worker admits its head whenever the pages exist: the
 		// request can then finish alone (neverFits), so it cannot wait
@@ -605,6 +676,22 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 		decodeMs = g.decodeMs(len(g.batch), g.sumISL)
 	} else {
 		prefillMs = g.model.PrefillMs(len(g.batch), g.sumISL/b, g.sumPrefix/b)
+		if !g.prefillWorker {
+			// Sampling the first tokens of the prompts this pass completes
+			// costs a decode step over them, as in Dynamo, so the time to
+			// first token is prefill plus one step (a prefill worker, as for
+			// vLLM, is charged the prefill alone).
+			n, ctx := 0, 0
+			for _, r := range g.batch {
+				if r.kvLen == len(r.tokens) {
+					n++
+					ctx += len(r.tokens)
+				}
+			}
+			if n > 0 {
+				decodeMs = g.decodeMs(n, float64(ctx))
+			}
+		}
 	}
 	end := now + prefillMs + decodeMs
 	out.Ran = true
@@ -615,6 +702,10 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 		if r.kvLen < len(r.tokens) {
 			continue // a chunk: no token yet
 		}
+		// The prompt's full pages are cached as soon as they are computed
+		// (SGLang's cache_unfinished_req), so the router and the next
+		// admission see them while the request runs.
+		g.insert(r)
 		g.running = append(g.running, r)
 		g.emit(r, end, out)
 	}
@@ -632,12 +723,14 @@ func (g *SGLang) decodeMs(batch int, ctx float64) float64 {
 
 // needsPage reports whether r's next decode step opens a new page.
 func (g *SGLang) needsPage(r *sgReq) bool {
-	return ceilDiv(r.kvLen+1, g.page) > r.depth+len(r.pages)
+	return r.kvLen+1 > (r.depth+len(r.pages))*g.page
 }
 
 func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 	retracted := false
-	for {
+	// Each running request opens at most one page a step, so the room is
+	// only counted, and a victim sought, when it might fall short.
+	for g.cache.available() < len(g.running) {
 		need := 0
 		for _, r := range g.running {
 			if g.needsPage(r) {
@@ -687,6 +780,9 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 	out.DecodeTokens = len(g.batch)
 	for _, r := range g.batch {
 		r.kvLen++
+		if r.kvLen >= (r.depth+1)*g.page {
+			g.insert(r) // a page the step filled is cached at once
+		}
 		g.emit(r, end, out)
 	}
 	g.compactRunning()
@@ -728,10 +824,11 @@ func (g *SGLang) victim() *sgReq {
 
 // retract frees r's KV (its cached prefix stays in the tree, unlocked) and
 // sends it to the front of the waiting queue, behind a request mid chunked
-// prefill. It keeps its output tokens and recomputes them on readmission.
+// prefill. It keeps its output tokens and recomputes what is no longer
+// cached on readmission. The event counts the pages it stopped using,
+// leaving out prefix pages other requests still lock.
 func (g *SGLang) retract(r *sgReq, now float64, out *Output) {
-	n := r.depth + len(r.pages)
-	g.freeKV(r)
+	n := g.freeKV(r)
 	r.retracts++
 	g.retractions++
 	g.ratio = g.initRatio

@@ -42,7 +42,9 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 	}
 	missing := r.prompt - hits*g.page
 	growth := min(r.maxOut-1, g.clip)
-	cost = ceilDiv(missing, g.page)*g.page + growth
+	// Locking the reused pages takes the unlocked ones out of the
+	// evictable room the budget counted.
+	cost = ceilDiv(missing, g.page)*g.page + growth + g.cache.lockCost(last)*g.page
 	if !idle && float64(cost) >= remTotal {
 		return false, 0
 	}
@@ -116,7 +118,7 @@ func (g *SGLang) DestinationReady(now float64, id uint64, transferTokens int, ev
 	if !ok || r.state != sgBoot {
 		return false
 	}
-	g.boot = removeReq(g.boot, r)
+	g.leaveBoot(r)
 	r.state = sgWaiting
 	r.destReady = true
 	r.transferTokens = transferTokens
@@ -124,12 +126,47 @@ func (g *SGLang) DestinationReady(now float64, id uint64, transferTokens int, ev
 	return true
 }
 
+// bootEntry is one place in the bootstrap queue: r, as long as r is still
+// in the queue under the same entry (recycled requests are reused).
+type bootEntry struct {
+	r   *sgReq
+	seq uint64
+}
+
+func (e bootEntry) live() bool { return e.r.state == sgBoot && e.r.bootSeq == e.seq }
+
+// leaveBoot takes r out of the bootstrap queue. Its entry goes stale and
+// is dropped once every entry before it has gone.
+func (g *SGLang) leaveBoot(r *sgReq) {
+	r.bootSeq = 0
+	g.bootLive--
+	g.pruneBoot()
+}
+
+// pruneBoot drops stale entries from the head of the bootstrap queue, so
+// the head, if any, is a live request, and reclaims the consumed prefix
+// once it is most of the slice.
+func (g *SGLang) pruneBoot() {
+	for g.bootHead < len(g.boot) && !g.boot[g.bootHead].live() {
+		g.boot[g.bootHead] = bootEntry{}
+		g.bootHead++
+	}
+	switch {
+	case g.bootHead == len(g.boot):
+		g.boot, g.bootHead = g.boot[:0], 0
+	case g.bootHead > 64 && 2*g.bootHead > len(g.boot):
+		n := copy(g.boot, g.boot[g.bootHead:])
+		clear(g.boot[n:])
+		g.boot, g.bootHead = g.boot[:n], 0
+	}
+}
+
 // bootDeadline is when the oldest bootstrap request times out.
 func (g *SGLang) bootDeadline() (float64, bool) {
-	if len(g.boot) == 0 || g.sessionMs <= 0 {
+	if g.bootHead == len(g.boot) || g.sessionMs <= 0 {
 		return 0, false
 	}
-	return g.boot[0].arrival + g.sessionMs, true
+	return g.boot[g.bootHead].r.arrival + g.sessionMs, true
 }
 
 // NextDeadline implements Handoffs: the earliest of the holds' deadlines
@@ -164,8 +201,8 @@ func (g *SGLang) FireDue(now float64, events *[]Event) bool {
 		if !ok || at > now {
 			break
 		}
-		r := g.boot[0]
-		g.boot = removeReq(g.boot, r)
+		r := g.boot[g.bootHead].r
+		g.leaveBoot(r)
 		g.expired = append(g.expired, Rejection{RequestID: r.id, At: at, Code: RejectHandoffTimeout,
 			Reason: fmt.Sprintf("no decode side reserved within handoff_session_timeout_ms %.0f of submit; the prefill never ran and held nothing",
 				g.sessionMs)})

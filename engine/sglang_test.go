@@ -38,7 +38,7 @@ func TestNewSGLang_ArgErrors(t *testing.T) {
 		{"sglang.page_size", func(a *Args) { a.SGLang.PageSize = 8 }},
 		{"sglang.chunked_prefill_size", func(a *Args) { a.SGLang.ChunkedPrefillSize = 10 }},
 		{"sglang.schedule_policy", func(a *Args) { a.SGLang.SchedulePolicy = "random" }},
-		{"sglang.schedule_conservativeness", func(a *Args) { a.SGLang.ScheduleConservativeness = 2 }},
+		{"sglang.schedule_conservativeness", func(a *Args) { a.SGLang.ScheduleConservativeness = -1 }},
 		{"num_gpu_blocks", func(a *Args) { a.NumGPUBlocks = 0 }},
 		{"engine_type", func(a *Args) { a.EngineType = EngineVLLM }},
 	} {
@@ -140,8 +140,10 @@ func TestSGLang_ExtendVsDecodePassShape(t *testing.T) {
 	assert.Equal(t, []uint64{2}, tokenIDs(p3))
 	assert.Equal(t, 8, p3.PrefillTokens)
 	assert.Zero(t, p3.DecodeTokens)
-	assert.Zero(t, p3.DecodeMs)
 	assert.Positive(t, p3.PrefillMs)
+	model := perf.Polynomial{}
+	assert.InDelta(t, max(perf.MinDecodeMs, model.DecodeMs(1, 8, 64*4, 8)), p3.DecodeMs, 1e-9,
+		"the first token is sampled in a decode step over the new prompt alone")
 	p4 := stepOnce(t, w, &r, p3.End)
 	assert.Equal(t, []uint64{1, 2}, tokenIDs(p4))
 	assert.Equal(t, 2, p4.DecodeTokens)
@@ -157,9 +159,12 @@ func TestSGLang_DecodeTimeUsesContextSum(t *testing.T) {
 	p1 := stepOnce(t, w, &r, 0)
 	model := perf.Polynomial{}
 	assert.InDelta(t, model.PrefillMs(2, 13, 0), p1.PrefillMs, 1e-9, "prefill on the batch means")
+	pool := float64(64 * 4)
+	assert.InDelta(t, max(perf.MinDecodeMs, model.DecodeMs(2, 26, pool, 13))/4, p1.DecodeMs, 1e-9,
+		"then a decode step samples both first tokens, on the prompts' lengths")
+	assert.InDelta(t, p1.Start+p1.PrefillMs+p1.DecodeMs, p1.End, 1e-9)
 	p2 := stepOnce(t, w, &r, p1.End)
 	// Context: 20+1 and 6+1 tokens, the logical lengths, not pages.
-	pool := float64(64 * 4)
 	want := max(perf.MinDecodeMs, model.DecodeMs(2, 28, pool, 14)/4)
 	assert.InDelta(t, want, p2.DecodeMs, 1e-9)
 	assert.InDelta(t, p2.Start+p2.DecodeMs, p2.End, 1e-9)
@@ -543,11 +548,11 @@ func TestSGLang_LastRunningStallsUntilRelease(t *testing.T) {
 
 func TestSGLang_RetractsChunkedPrefillFirst(t *testing.T) {
 	// Two decoding requests and a long prompt being prefilled in 8-token
-	// chunks share 9 pages. When the decodes need pages the chunked
+	// chunks share 7 pages. When the decodes need pages the chunked
 	// prefill, with no output yet, is the one retracted (its chunks stay
 	// in the tree, unlocked, for the decodes to evict or for it to reuse),
 	// and it completes once the decodes are done.
-	w := newWorker(t, sglangArgs(9, func(a *Args) {
+	w := newWorker(t, sglangArgs(7, func(a *Args) {
 		a.SGLang.ChunkedPrefillSize = 8
 		a.SGLang.ClipMaxNewTokens = 1
 		a.SGLang.ScheduleConservativeness = 0

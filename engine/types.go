@@ -243,7 +243,8 @@ type Event struct {
 	At        float64
 	RequestID uint64
 	// Blocks is the number of blocks the request held (hold and transfer
-	// events), reserved (destination events) or lost (preemption).
+	// events), reserved (destination events) or lost (preemption; SGLang
+	// leaves out cached prefix pages another request still uses).
 	Blocks int
 	// Outcome and Reason are set on EventHoldReleased.
 	Outcome Outcome
@@ -278,7 +279,11 @@ type Metrics struct {
 	HeldBlocks         int
 	RouterActiveBlocks int
 	Running            int
-	Waiting            int
+	// Waiting counts queued requests: fresh, preempted, a destination not
+	// yet reserved, and (SGLang) a prefill in its bootstrap queue. A
+	// reserved destination awaiting Activate is in ReservedRequests
+	// instead.
+	Waiting int
 	// HeldRequests counts source holds, transferring ones included.
 	HeldRequests int
 	// TransferringRequests counts holds whose transfer has started.

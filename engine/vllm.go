@@ -194,7 +194,10 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 		return nil, err
 	}
 	s := v.newSeq()
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock())
+	// A sequence ends at max_model_len, and one outgrowing the pool after
+	// a preemption is truncated, so it never exceeds the pool plus the
+	// token it last generated.
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), min(v.maxModelLen, v.total*v.bs+1))
 	s.state = st
 	v.byID[s.id] = s
 	v.waiting.pushBack(s)
