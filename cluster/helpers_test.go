@@ -6,16 +6,32 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// start builds a cluster that the test closes, and checks the invariants
-// after draining it when the test ends.
+// start builds a cluster that is closed when the test ends. Unless the
+// test has already failed or closed the cluster itself, the cleanup first
+// drains it and checks DESIGN §9, so every test that builds a cluster also
+// checks that its load left nothing behind.
 func start(t *testing.T, cfg Config) *Cluster {
 	t.Helper()
 	c, err := New(cfg)
 	require.NoError(t, err)
-	t.Cleanup(func() { require.NoError(t, c.Close()) })
+	t.Cleanup(func() {
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if !t.Failed() && !closed {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_, err := c.Drain(ctx)
+			cancel()
+			if assert.NoError(t, err, "draining at the end of the test") {
+				assert.NoError(t, c.CheckInvariants(), "invariants at the end of the test")
+			}
+		}
+		assert.NoError(t, c.Close())
+	})
 	return c
 }
 

@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 )
 
-// EnvCI, when "true", turns a missing Docker engine from a skip into a
-// failure, so CI cannot pass by skipping every container test.
+// EnvCI, when true (any spelling strconv.ParseBool accepts: "true", "1",
+// "TRUE", ...), turns a missing Docker engine from a skip into a failure, so
+// CI cannot pass by skipping every container test.
 const EnvCI = "CI"
 
 // testStartTimeout covers a cold start: compiling etcd from source on a
@@ -42,10 +45,21 @@ func RequireDocker(t testing.TB) {
 }
 
 // dockerVerdict decides what a missing engine means for a test: a failure
-// under CI=true, a skip otherwise, with a message that says how to change it.
+// when ci (the CI variable) is true, a skip when it is unset or false, with
+// a message that says how to change it. A value that is not a boolean is a
+// failure too: it most likely comes from a CI system, and a typo must not
+// turn every container test into a skip.
 func dockerVerdict(err error, ci string) (fatal bool, msg string) {
-	if ci == "true" {
-		return true, fmt.Sprintf("docker not available: %v (CI=true makes a missing engine a failure)", err)
+	ci = strings.TrimSpace(ci)
+	if ci == "" {
+		return false, fmt.Sprintf("docker not available: %v; set CI=true to make this a failure", err)
+	}
+	on, perr := strconv.ParseBool(ci)
+	switch {
+	case perr != nil:
+		return true, fmt.Sprintf("docker not available: %v (CI=%q is not a boolean; set it to true or false)", err, ci)
+	case on:
+		return true, fmt.Sprintf("docker not available: %v (CI=%s makes a missing engine a failure)", err, ci)
 	}
 	return false, fmt.Sprintf("docker not available: %v; set CI=true to make this a failure", err)
 }

@@ -117,7 +117,7 @@ func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() boo
 	active()
 	defer s.t.vusActive.Add(-1)
 	defer s.active.Add(-1)
-	for regular.Err() == nil && next() {
+	for running(regular) && next() {
 		if v.runIteration(fn) == iterInterrupted {
 			return
 		}
@@ -176,6 +176,18 @@ func (s *scenarioRun) runLooping(regular, hard context.Context) {
 	s.eachVU(func(v *vu, active func()) {
 		s.loop(v, regular, hard, func() bool { return true }, active)
 	})
+}
+
+// running reports whether the regular duration still lasts. It reads the
+// clock as well as regular.Err: the context learns of its deadline from a
+// timer goroutine, which a busy machine can run late, and no iteration may
+// start after the scenario's end.
+func running(regular context.Context) bool {
+	if regular.Err() != nil {
+		return false
+	}
+	d, ok := regular.Deadline()
+	return !ok || time.Now().Before(d)
 }
 
 // drop counts iterations that were planned but never started.
@@ -277,7 +289,7 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	v := sl.v
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
-	for regular.Err() == nil {
+	for running(regular) {
 		if !sl.active.Load() {
 			select {
 			case <-sl.wake:
@@ -317,8 +329,8 @@ type arrivalSchedule struct {
 	start  int64
 	stages []Stage
 	// constant rate
-	period time.Duration
-	total  time.Duration
+	rate  int64 // constant-arrival-rate: starts per unit
+	total time.Duration
 
 	k         int64
 	stageIdx  int
@@ -331,7 +343,7 @@ type arrivalSchedule struct {
 func newArrivalSchedule(sc *Scenario) *arrivalSchedule {
 	a := &arrivalSchedule{unit: sc.TimeUnit, total: sc.totalDuration()}
 	if sc.Executor == ExecConstantArrival {
-		a.period = time.Duration(float64(sc.TimeUnit) / float64(sc.Rate))
+		a.rate = sc.Rate
 		return a
 	}
 	a.stages = sc.Stages
@@ -345,8 +357,11 @@ func (a *arrivalSchedule) perSecond(r int64) float64 { return float64(r) / a.uni
 // next returns the start offset of the next iteration, or false when the
 // schedule has no more starts before its end.
 func (a *arrivalSchedule) next() (time.Duration, bool) {
-	if a.period > 0 {
-		off := time.Duration(a.k) * a.period
+	if a.rate > 0 {
+		// k·unit/rate, not k·(unit/rate): a period rounded to whole
+		// nanoseconds would fit an extra start before the end (3/s over
+		// 1s would start a 4th iteration at 999,999,999 ns).
+		off := time.Duration(float64(a.k) * float64(a.unit) / float64(a.rate))
 		if off >= a.total {
 			return 0, false
 		}
@@ -417,7 +432,18 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 			case <-regular.Done():
 			}
 		}
-		if regular.Err() != nil {
+		if !running(regular) {
+			// The loop woke after the scenario's end. The starts the plan
+			// still holds are dropped, this one included, so that started
+			// and dropped iterations always add up to the plan; a test that
+			// was stopped drops nothing more, as in k6.
+			if testCtx.Err() == nil {
+				n := int64(1)
+				for _, more := sched.next(); more; _, more = sched.next() {
+					n++
+				}
+				s.drop(n)
+			}
 			break
 		}
 		select {

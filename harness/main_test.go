@@ -49,16 +49,51 @@ type runResult struct {
 	summary map[string]any // --summary-export content
 }
 
-// metric returns a field of one metric from the legacy summary export.
+// metric returns a field of one metric from the legacy summary export. It
+// fails the test when there is no export, when the metric is missing or
+// when the field is: a metric that may legitimately be absent (a counter
+// that never got a sample) is read with metricOrZero, so that an assertion
+// on 0 says so.
 func (r runResult) metric(t *testing.T, name, field string) float64 {
 	t.Helper()
-	ms, _ := r.summary["metrics"].(map[string]any)
-	m, ok := ms[name].(map[string]any)
+	v, ok := r.lookup(t, name, field)
+	if !ok {
+		t.Fatalf("the summary export has no metric %q; stderr:\n%s", name, r.stderr)
+	}
+	return v
+}
+
+// metricOrZero is metric for a metric that is absent when nothing was
+// recorded, which reads as 0. The export itself must exist, and a metric
+// that is present must have the field.
+func (r runResult) metricOrZero(t *testing.T, name, field string) float64 {
+	t.Helper()
+	v, ok := r.lookup(t, name, field)
 	if !ok {
 		return 0
 	}
-	v, _ := m[field].(float64)
 	return v
+}
+
+// lookup finds a metric's field; ok is false when the metric is absent.
+func (r runResult) lookup(t *testing.T, name, field string) (float64, bool) {
+	t.Helper()
+	if r.summary == nil {
+		t.Fatalf("no summary export was written (run error: %v); stderr:\n%s", r.err, r.stderr)
+	}
+	ms, ok := r.summary["metrics"].(map[string]any)
+	if !ok {
+		t.Fatalf("the summary export has no metrics object: %v", r.summary)
+	}
+	m, ok := ms[name].(map[string]any)
+	if !ok {
+		return 0, false
+	}
+	v, ok := m[field].(float64)
+	if !ok {
+		t.Fatalf("metric %q has no numeric field %q: %v", name, field, m)
+	}
+	return v, true
 }
 
 // runScript runs a script source (written to a temp dir) in process.

@@ -3,6 +3,7 @@ package router_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -422,4 +423,62 @@ func TestRouter_RouteDisaggBusyPrefillNamesPrefill(t *testing.T) {
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, router.RolePrefill, be.Role)
 	assert.ErrorContains(t, err, "all prefill workers busy")
+}
+
+// TestRouter_BusyThresholdsAreStrict pins each busy threshold's boundary: a
+// worker exactly at the limit is still free, one block or token over it is
+// busy.
+func TestRouter_BusyThresholdsAreStrict(t *testing.T) {
+	t.Parallel()
+	half := 0.5
+	blocks := func(c *router.Config) { c.ActiveDecodeBlocksThreshold = &half }
+	tokensAt := func(n int64) func(*router.Config) {
+		return func(c *router.Config) { c.ActivePrefillTokensThreshold = &n }
+	}
+	frac := func(c *router.Config) { c.ActivePrefillTokensThresholdFrac = &half }
+	report := func(active int) func(*testing.T, *router.Router) {
+		return func(_ *testing.T, r *router.Router) {
+			r.UpdateLoad(1, router.Load{RouterActiveBlocks: active, ActiveBlocks: active, TotalBlocks: 100})
+		}
+	}
+	prompt := func(letters int) func(*testing.T, *router.Router) {
+		return func(t *testing.T, r *router.Router) { route(t, r, "p", strings.Repeat("A", letters)) }
+	}
+	tests := []struct {
+		name   string
+		mutate func(*router.Config)
+		load   func(*testing.T, *router.Router) // puts worker 1 at its load
+		busy   bool
+	}{
+		// 0.5 of worker 1's 100 blocks is 50.
+		{"reported blocks at the limit", blocks, report(50), false},
+		{"reported blocks one over", blocks, report(51), true},
+		{"predicted blocks at the limit", blocks, prompt(50), false},
+		{"predicted blocks one over", blocks, prompt(51), true},
+		// A two-letter prompt leaves 2×bs tokens to prefill.
+		{"prefill tokens at the limit", tokensAt(2 * bs), prompt(2), false},
+		{"prefill tokens one over", tokensAt(2*bs - 1), prompt(2), true},
+		// 0.5 of worker 1's max_num_batched_tokens (4×bs) is 2×bs tokens.
+		{"prefill token fraction at the limit", frac, prompt(2), false},
+		{"prefill token fraction over", frac, prompt(3), true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRouter(t, func(c *router.Config) {
+				c.Mode = router.ModeRoundRobin
+				tc.mutate(c)
+			}, router.WorkerInfo{ID: 1, Role: router.RoleAggregated, TotalBlocks: 100, BlockSize: bs, MaxBatchedTokens: 4 * bs})
+			tc.load(t, r)
+			ws, ok := r.Worker(1)
+			require.True(t, ok)
+			assert.Equal(t, tc.busy, ws.Busy)
+			_, err := r.Route(&router.Request{ID: "next", Tokens: tokens("Z")})
+			if tc.busy {
+				assert.ErrorIs(t, err, router.ErrAllBusy)
+			} else {
+				assert.NoError(t, err)
+			}
+		})
+	}
 }

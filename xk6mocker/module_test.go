@@ -130,8 +130,6 @@ func TestGenerate_ResultFields(t *testing.T) {
 		Stats, Drained, AggDrained                          statsView
 		Holds                                               []map[string]any
 	}
-	dec := json.NewDecoder(strings.NewReader(res.stdout))
-	dec.DisallowUnknownFields()
 	raw := map[string]json.RawMessage{}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw), "stdout: %s", res.stdout)
 	for key, dst := range map[string]any{
@@ -281,12 +279,23 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 			assert.Equalf(t, "round-robin", p.Data.Tags["router"], "%s tags %v", name, p.Data.Tags)
 		}
 	}
+	require.Len(t, res.clusters, 1)
+	st := res.clusters[0].stats
+	// Every request of this run ends inside an iteration, so the samples
+	// by outcome add up to the cluster's own counts of each ending.
 	total, failed := 0.0, 0.0
+	byOutcome := map[string]float64{}
 	for _, p := range pts[MetricRequests] {
-		assert.Contains(t, []string{"completed", "aborted", "rejected", "error"}, p.Data.Tags["outcome"])
+		byOutcome[p.Data.Tags["outcome"]] += p.Data.Value
 		total += p.Data.Value
 	}
 	assert.Equal(t, float64(iterations), total, "one mocker_requests sample per request")
+	assert.Positive(t, byOutcome["aborted"], "the cluster aborts some transfers")
+	assert.Equal(t, map[string]float64{
+		cluster.OutcomeCompleted: float64(st.Completed), cluster.OutcomeAborted: float64(st.Aborted),
+		cluster.OutcomeRejected: float64(st.Rejected), cluster.OutcomeError: float64(st.Errored),
+	}, withZeros(byOutcome, cluster.OutcomeCompleted, cluster.OutcomeAborted, cluster.OutcomeRejected, cluster.OutcomeError),
+		"mocker_requests by outcome against the cluster's counts")
 	for _, p := range pts[MetricRequestFailed] {
 		failed += p.Data.Value
 	}
@@ -321,9 +330,17 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 	assert.Equal(t, int(outcomes["transferred"]), waits["transferred"], "one decode wait per transferred hold")
 	assert.Equal(t, int(outcomes["aborted"]), waits["aborted"], "one decode wait per aborted hold: how long it waited in vain")
 	assert.Len(t, waits, 2, "decode waits are tagged with the hold's outcome: %v", waits)
+	// A TTFT needs a first token: a completed request always has one, an
+	// aborted one has one when its prefill finished before the abort; a
+	// rejected or failed request never does.
+	ttfts := map[string]float64{}
 	for _, p := range pts[MetricTTFT] {
-		assert.NotEqual(t, "rejected", p.Data.Tags["outcome"], "no TTFT without a first token")
+		outcome := p.Data.Tags["outcome"]
+		assert.Contains(t, []string{cluster.OutcomeCompleted, cluster.OutcomeAborted}, outcome, "no TTFT without a first token")
+		ttfts[outcome]++
 	}
+	assert.Equal(t, float64(st.Completed), ttfts[cluster.OutcomeCompleted], "one TTFT per completed request")
+	assert.LessOrEqual(t, ttfts[cluster.OutcomeAborted], float64(st.Aborted), "at most one TTFT per aborted request")
 	for _, p := range pts[MetricE2E] {
 		assert.Equal(t, "completed", p.Data.Tags["outcome"])
 	}
@@ -333,10 +350,47 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 		maxHeld = max(maxHeld, p.Data.Value)
 	}
 	assert.Positive(t, maxHeld, "held blocks were sampled while holds lasted")
+	assert.Equal(t, float64(st.PeakHeldBlocks), maxHeld, "the gauge's max is the cluster's peak held blocks")
+	assert.Equal(t, uint64(iterations), st.Requests)
+	assert.Equal(t, st.PinsAborted, uint64(aborts), "metric and cluster agree on aborts")
+}
+
+// withZeros returns m with each of keys present, 0 where m lacks it, so a
+// comparison with a full map also fails on an unexpected key.
+func withZeros(m map[string]float64, keys ...string) map[string]float64 {
+	out := make(map[string]float64, len(m)+len(keys))
+	for _, k := range keys {
+		out[k] = 0
+	}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func TestMetrics_PrefillRejectionsMatchTheCluster(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "out.ndjson")
+	res := runScript(t, "rejections.js", nil, "json="+path)
+	require.Equal(t, 0, res.code, "its threshold needs a prefill rejection; stderr: %s\n%s", res.stderr, res.stdout)
 	require.Len(t, res.clusters, 1)
-	assert.Equal(t, float64(res.clusters[0].stats.PeakHeldBlocks), maxHeld, "the gauge's max is the cluster's peak held blocks")
-	assert.Equal(t, uint64(iterations), res.clusters[0].stats.Requests)
-	assert.Equal(t, res.clusters[0].stats.PinsAborted, uint64(aborts), "metric and cluster agree on aborts")
+	st := res.clusters[0].stats
+	pts := readPoints(t, path)
+
+	rejections := 0.0
+	for _, p := range pts[MetricPrefillRejection] {
+		assert.Equal(t, "prefill", p.Data.Tags["role"], "tags %v", p.Data.Tags)
+		assert.Equal(t, "rejections", p.Data.Tags["cluster"], "tags %v", p.Data.Tags)
+		rejections += p.Data.Value
+	}
+	require.Positive(t, st.PrefillRejections, "the busy prefill worker refused requests")
+	assert.Equal(t, float64(st.PrefillRejections), rejections, "one mocker_prefill_rejections per refusal by the prefill pool")
+	rejected := 0.0
+	for _, p := range pts[MetricRequests] {
+		if p.Data.Tags["outcome"] == cluster.OutcomeRejected {
+			rejected += p.Data.Value
+		}
+	}
+	assert.Equal(t, float64(st.Rejected), rejected, "each refusal is also a rejected request")
 }
 
 func TestMetrics_ThresholdsWithoutSamples(t *testing.T) {

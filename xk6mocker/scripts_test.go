@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -41,8 +42,8 @@ const readmeExample = "testdata/readme.js"
 // thresholds hold (cascade.js's assert that holds and aborts happen and that
 // nothing leaks after drain).
 func TestScripts_PassTheirThresholds(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the mocker binary and runs every scenario script")
+	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
+		t.Skip("builds the mocker binary and runs every scenario script; -short skips it unless CI=true")
 	}
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -100,6 +101,42 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 				assert.NotContains(t, stdout.String(), "✗ '", "a threshold was crossed")
 			})
 		}
+	}
+}
+
+// skipUnderShort says whether a slow test skips: only under -short, and
+// never in CI (ci is the CI variable), where every test must run. A CI value
+// that is not a boolean counts as CI: it most likely comes from a CI system.
+func skipUnderShort(short bool, ci string) bool {
+	if !short {
+		return false
+	}
+	ci = strings.TrimSpace(ci)
+	if ci == "" {
+		return true
+	}
+	on, err := strconv.ParseBool(ci)
+	return err == nil && !on
+}
+
+func TestSkipUnderShort_NeverInCI(t *testing.T) {
+	tests := []struct {
+		short bool
+		ci    string
+		skip  bool
+	}{
+		{false, "", false},
+		{false, "false", false},
+		{true, "", true},
+		{true, "false", true},
+		{true, "0", true},
+		{true, "true", false},
+		{true, "1", false},
+		{true, "TRUE", false},
+		{true, "yes", false},
+	}
+	for _, tc := range tests {
+		assert.Equal(t, tc.skip, skipUnderShort(tc.short, tc.ci), "short=%v CI=%q", tc.short, tc.ci)
 	}
 }
 
