@@ -373,16 +373,20 @@ func formatDuration(ms float64, unit string) string {
 		sign, ms = "-", -ms
 	}
 	two := func(v float64) string { return trimZeros(strconv.FormatFloat(v, 'f', 2, 64)) }
+	// The unit is chosen on the value as printed (two decimals), so
+	// 999.999999 ms reads "1s", not "1000ms".
+	r2 := func(v float64) float64 { return math.Round(v*100) / 100 }
 	switch {
-	case ms < 1:
+	case r2(ms*1000) < 1000:
 		return sign + two(ms*1000) + "µs"
-	case ms < 1000:
+	case r2(ms) < 1000:
 		return sign + two(ms) + "ms"
-	case ms < 60_000:
+	case r2(ms/1000) < 60:
 		return sign + two(ms/1000) + "s"
-	case ms < 3_600_000:
-		m := math.Floor(ms / 60_000)
-		return sign + fmt.Sprintf("%.0fm", m) + two((ms-m*60_000)/1000) + "s"
+	case math.Round(ms/10) < 360_000:
+		cs := math.Round(ms / 10) // hundredths of a second, as printed
+		m := math.Floor(cs / 6000)
+		return sign + fmt.Sprintf("%.0fm", m) + two((cs-m*6000)/100) + "s"
 	}
 	h := math.Floor(ms / 3_600_000)
 	m := math.Floor((ms - h*3_600_000) / 60_000)
