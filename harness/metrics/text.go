@@ -388,10 +388,10 @@ func formatDuration(ms float64, unit string) string {
 		m := math.Floor(cs / 6000)
 		return sign + fmt.Sprintf("%.0fm", m) + two((cs-m*6000)/100) + "s"
 	}
-	h := math.Floor(ms / 3_600_000)
-	m := math.Floor((ms - h*3_600_000) / 60_000)
-	s := math.Round((ms - h*3_600_000 - m*60_000) / 1000)
-	return sign + fmt.Sprintf("%.0fh%.0fm%.0fs", h, m, s)
+	ts := math.Round(ms / 1000) // whole seconds, as printed
+	h := math.Floor(ts / 3600)
+	m := math.Floor((ts - h*3600) / 60)
+	return sign + fmt.Sprintf("%.0fh%.0fm%.0fs", h, m, ts-h*3600-m*60)
 }
 
 // formatBytes uses decimal units as k6 does (1 kB = 1000 B).
