@@ -71,6 +71,16 @@ func awaitAsync(ctx context.Context, addr string, transferID, requestID uint64) 
 	return ch
 }
 
+// expectACK waits for each await to finish with ACK and no error.
+func expectACK(t *testing.T, chs ...<-chan awaitResult) {
+	t.Helper()
+	for _, ch := range chs {
+		r := receive(t, ch, "ACK")
+		require.NoError(t, r.err)
+		assert.Equal(t, StatusACK, r.status)
+	}
+}
+
 func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
@@ -123,9 +133,7 @@ func TestServer_ACKPrefillFirst(t *testing.T) {
 	default:
 	}
 	require.NoError(t, s.Complete(id))
-	r := receive(t, res, "ACK")
-	require.NoError(t, r.err)
-	assert.Equal(t, StatusACK, r.status)
+	expectACK(t, res)
 }
 
 func TestServer_ACKDecodeFirst(t *testing.T) {
@@ -144,9 +152,7 @@ func TestServer_ACKDecodeFirst(t *testing.T) {
 	require.NoError(t, s.Open(id))
 	assert.Equal(t, arrival{id, 5}, receive(t, arrived, "decode arrival after Open"))
 	require.NoError(t, s.Complete(id))
-	r := receive(t, res, "ACK")
-	require.NoError(t, r.err)
-	assert.Equal(t, StatusACK, r.status)
+	expectACK(t, res)
 	eventuallyStats(t, s, Stats{Tombstones: 1})
 }
 
@@ -518,11 +524,7 @@ func TestServer_MultipleDecodesShareOutcome(t *testing.T) {
 	assert.Equal(t, id, a.transferID)
 	settled(t, s, id, 2)
 	require.NoError(t, s.Complete(id))
-	for _, ch := range []<-chan awaitResult{first, second} {
-		r := receive(t, ch, "ACK")
-		require.NoError(t, r.err)
-		assert.Equal(t, StatusACK, r.status)
-	}
+	expectACK(t, first, second)
 	assert.Zero(t, len(arrived), "one arrival per room")
 }
 
@@ -548,11 +550,7 @@ func TestServer_ReconnectingDecodeDoesNotArriveTwice(t *testing.T) {
 	dup := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 7)
 	settled(t, s, id, 2)
 	require.NoError(t, s.Complete(id))
-	for _, ch := range []<-chan awaitResult{retry, dup} {
-		r := receive(t, ch, "ACK")
-		require.NoError(t, r.err)
-		assert.Equal(t, StatusACK, r.status)
-	}
+	expectACK(t, retry, dup)
 	assert.Zero(t, len(arrived), "later connections only wait for the outcome")
 }
 
