@@ -29,6 +29,7 @@
 //   -e TTFT_P95_MS=3000   p(95) of TTFT of completed requests below this (modeled ms)
 import mocker from 'k6/x/mocker';
 import { Gauge } from 'k6/metrics';
+import { millis } from './lib/duration.js';
 
 const DURATION_MS = millis(__ENV.DURATION || '20s');
 const START_RATE = parseInt(__ENV.START_RATE || '5', 10);
@@ -93,19 +94,4 @@ export function teardown() {
   const s = cluster.drain(30000);
   peakHeld.add(s.peak_held_blocks);
   console.log(`peak held blocks ${s.peak_held_blocks}; ${s.pins_aborted} of ${s.pins} holds aborted; ${s.prefill_rejections} prefills refused`);
-}
-
-// millis reads a Go-style duration ("500ms", "15s", "1m30s") as milliseconds.
-function millis(s) {
-  let total = 0;
-  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
-  const unit = { ms: 1, s: 1000, m: 60000, h: 3600000 };
-  let m;
-  let seen = '';
-  while ((m = re.exec(s)) !== null) {
-    total += parseFloat(m[1]) * unit[m[2]];
-    seen += m[0];
-  }
-  if (seen !== s || total <= 0) throw new Error(`duration ${JSON.stringify(s)}: want e.g. 15s or 1m30s`);
-  return total;
 }

@@ -17,6 +17,7 @@
 //   -e THINK_MS=0     each user's think time between requests (modeled ms)
 import mocker from 'k6/x/mocker';
 import { check } from 'k6';
+import { millis } from './lib/duration.js';
 
 const DURATION_MS = millis(__ENV.DURATION || '16s');
 const VUS = parseInt(__ENV.VUS || '16', 10);
@@ -78,19 +79,4 @@ export default function () {
 export function teardown() {
   const s = cluster.drain(30000);
   console.log(`drained: ${s.requests} requests, ${s.pins} holds (${s.pins_released} transferred, ${s.pins_aborted} aborted), ${s.held_blocks} blocks still held`);
-}
-
-// millis reads a Go-style duration ("500ms", "15s", "1m30s") as milliseconds.
-function millis(s) {
-  let total = 0;
-  const re = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
-  const unit = { ms: 1, s: 1000, m: 60000, h: 3600000 };
-  let m;
-  let seen = '';
-  while ((m = re.exec(s)) !== null) {
-    total += parseFloat(m[1]) * unit[m[2]];
-    seen += m[0];
-  }
-  if (seen !== s || total <= 0) throw new Error(`duration ${JSON.stringify(s)}: want e.g. 15s or 1m30s`);
-  return total;
 }
