@@ -121,9 +121,9 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 			e := &out.Events[i]
 			switch e.Kind {
 			case EventHoldStarted:
-				v.Reserve(v.Now(), D, Request{ID: e.RequestID, Tokens: prompts[e.RequestID%ring], MaxTokens: osl})
+				v.Schedule(v.Now(), D, Reserve{Request: Request{ID: e.RequestID, Tokens: prompts[e.RequestID%ring], MaxTokens: osl}})
 			case EventDecodeReserved:
-				v.StartTransfer(v.Now(), P, e.RequestID, TransferTokens(pa.KVTransferTimingMode, isl, e.MissingTokens))
+				v.Schedule(v.Now(), P, StartTransfer{ID: e.RequestID, Tokens: TransferTokens(pa.KVTransferTimingMode, isl, e.MissingTokens)})
 			case EventHoldReleased:
 				if e.Outcome == Aborted {
 					aborted++
@@ -136,8 +136,8 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 		}
 	}
 	v.OnInput = func(r InputResult) {
-		if r.Kind == InputStartTransfer && r.OK {
-			v.Activate(r.At+r.DelayMs, D, r.RequestID)
+		if st, ok := r.Input.(StartTransfer); ok && r.Reply.OK {
+			v.Schedule(r.At+r.Reply.DelayMs, D, Activate{ID: st.ID})
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))

@@ -119,7 +119,7 @@ func TestWorker_InputDuringPassTakesEffectAtPassEnd(t *testing.T) {
 			_, ok := w.StartTransfer(held+claimAt, 1, 9)
 			if claimAt < abort {
 				assert.True(t, ok, "a claim before the abort deadline wins")
-				d, pending := w.NextContestedDeadline()
+				d, pending := w.nextContestedDeadline()
 				require.True(t, pending, "request 2's hold, started by the pass, has its own")
 				assert.Equal(t, pass.End+abort, d, "the claim dropped request 1's abort deadline")
 				continue
@@ -199,18 +199,18 @@ func TestVirtual_PerRequestCausality(t *testing.T) {
 			at := rapid.Float64Range(0, 150).Draw(rt, "at")
 			tokens := seqTokens(uint32(1000*(i+1)), rapid.IntRange(1, 24).Draw(rt, "len"))
 			pol := rapid.SampledFrom([]CompletionPolicy{Release, Hold}).Draw(rt, "policy")
-			v.Submit(at, 0, Request{ID: uint64(i), Tokens: tokens, MaxTokens: rapid.IntRange(1, 10).Draw(rt, "max")}, pol)
+			v.Schedule(at, 0, Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: rapid.IntRange(1, 10).Draw(rt, "max")}, Policy: pol})
 		}
 		for range rapid.IntRange(0, 16).Draw(rt, "inputs") {
 			at := rapid.Float64Range(0, 250).Draw(rt, "input_at")
 			id := uint64(rapid.IntRange(0, n-1).Draw(rt, "id"))
 			switch rapid.IntRange(0, 2).Draw(rt, "input") {
 			case 0:
-				v.Cancel(at, 0, id)
+				v.Schedule(at, 0, Cancel{ID: id})
 			case 1:
-				v.ReleaseHeld(at, 0, id, rapid.SampledFrom([]Outcome{Transferred, Aborted}).Draw(rt, "outcome"))
+				v.Schedule(at, 0, ReleaseHeld{ID: id, Outcome: rapid.SampledFrom([]Outcome{Transferred, Aborted}).Draw(rt, "outcome")})
 			default:
-				v.StartTransfer(at, 0, id, rapid.IntRange(0, 30).Draw(rt, "transfer_tokens"))
+				v.Schedule(at, 0, StartTransfer{ID: id, Tokens: rapid.IntRange(0, 30).Draw(rt, "transfer_tokens")})
 			}
 		}
 		if err := v.Run(); err != nil {

@@ -35,10 +35,16 @@
 // only the next pass's admission, so applying them earlier would change
 // event stamps and nothing a user measures.
 //
-// Two drivers wrap the core. Virtual runs any number of workers on a
-// discrete-event queue with a virtual clock: the same inputs and seeds give
-// byte-identical outputs, and a run costs only the computation. Live runs
-// one worker on a goroutine against the wall clock.
+// Inputs are typed values (Submit, ReleaseHeld, Cancel, StartTransfer,
+// Reserve, Activate, CancelDestination, DestinationReady) handed to
+// Worker.Apply with their modeled time, as raft takes one Step(Message).
+// Virtual runs any number of workers on one discrete-event queue: the same
+// inputs and seeds give byte-identical outputs, and a run costs only the
+// computation. It never reads a clock; the cluster's loop (package
+// cluster) paces it against the wall clock when a script needs that, and
+// a Ticket holds a place in its queue for a reply that must come back from
+// outside (a transfer server's answer), so modeled time never passes a
+// step whose reply is pending.
 //
 // # Two scheduler models
 //
@@ -104,38 +110,9 @@
 // come from a perf.Model, and nothing the core reports is scaled by
 // speedup_ratio. A decode step is floored at 1 ms by the model first and
 // then divided by decode_speedup_ratio, as in Dynamo, so speculative
-// decoding can step in under 1 ms. Only the Live driver uses speedup_ratio,
-// to turn a modeled instant into a wall instant (modeled / speedup) and back
-// (wall elapsed × speedup). It chains a busy worker's passes in modeled time
-// (each starts at the previous End, however late the timer fired), so
-// modeled latencies and thresholds hold whatever the speedup.
-//
-// Inputs carry a modeled time. Live's plain methods stamp it from the wall
-// clock on arrival, which suits what the wall clock causes: a load
-// script's requests, whose pacing (durations, rates, sleeps) is wall time
-// and so is not speed-invariant. The At methods (SubmitAt, ReserveAt,
-// StartTransferAt, ActivateAt, CancelDestinationAt, DestinationReadyAt,
-// ReleaseHeldAt, CancelAt) take a time the caller derives from the event
-// that caused the input, so an input that crossed goroutines and sockets
-// between two workers costs no modeled time: the latency of the host never
-// shows in a reported time. An input is applied at its time or, when the
-// worker already went past it, at the worker's own latest time, never
-// earlier; every wake-up due by then runs before it.
-//
-// A causal input can still reach a worker after the wall time of a
-// deadline it should have beaten: a claim stamped before a hold's abort
-// deadline, say. The Live driver therefore fires contested deadlines
-// (Worker.NextContestedDeadline: unclaimed holds' abort and session
-// deadlines, bootstrap timeouts) only after a wall-clock grace
-// (LiveOptions.DeadlineGrace), still stamped at their exact modeled time;
-// an input stamped before the deadline that arrives within the grace is
-// applied first, one stamped after it waits for the deadline. Transfer
-// completions are certain and fire on time. The grace
-// (DefaultDeadlineGrace) is cut to BusyDeadlineGrace while work waits
-// behind the deadline, because a worker waiting out a grace runs no later
-// pass, and the other workers, which do not wait, then see its outputs
-// late: an idle worker can afford to wait for a late claim, a busy one
-// cannot.
+// decoding can step in under 1 ms. The engine never reads the wall clock
+// and never sees speedup_ratio's pacing: the cluster's loop turns modeled
+// time into wall time for the whole cluster at once (see package cluster).
 //
 // # Two views of occupancy
 //
@@ -228,12 +205,9 @@
 // `now` before a pass, so an input sees them all (a StartTransfer after the
 // abort deadline gets ok=false), and the events of inputs and deadlines
 // leave Step in time order with their own times. The Virtual driver steps a
-// worker exactly at each deadline, even inside a pass; the Live driver
-// sleeps until deadline / speedup_ratio of wall time (plus the grace for a
-// contested one), so a worker holding only KV costs one wake-up per
-// deadline and parks when it has none. Both
-// deliver the events that precede a pass at once and the pass's Output at
-// its End.
+// worker exactly at each deadline, even inside a pass, so a worker holding
+// only KV costs one wake-up per deadline and none without one. It delivers
+// the events that precede a pass at once and the pass's Output at its End.
 //
 // # Length limits
 //

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,7 +32,7 @@ func runCluster(t *testing.T, args func(n int, mod ...func(*Args)) Args, seed ui
 		done = append(done, out.Completions...)
 		for _, e := range out.Events {
 			if e.Kind == EventHoldStarted {
-				v.ReleaseHeld(v.Now()+rng.Float64()*50, w, e.RequestID, Transferred)
+				v.Schedule(v.Now()+rng.Float64()*50, w, ReleaseHeld{ID: e.RequestID, Outcome: Transferred})
 			}
 		}
 		checkWorker(t, v.Worker(w))
@@ -48,7 +47,7 @@ func runCluster(t *testing.T, args func(n int, mod ...func(*Args)) Args, seed ui
 		}
 		prefix := seqTokens(uint32(1000*rng.IntN(3)), 8)
 		tokens := slices.Concat(prefix, seqTokens(rng.Uint32(), 1+rng.IntN(30)))
-		v.Submit(at, w, Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, pol)
+		v.Schedule(at, w, Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, Policy: pol})
 	}
 	require.NoError(t, v.Run())
 	for i := range ws {
@@ -69,84 +68,65 @@ func TestVirtual_Causality(t *testing.T) {
 	}
 }
 
-// liveOutputs copies the parts of outputs a live test looks at and hands
-// them to the test goroutine.
-func liveOutputs() (func(*Output), <-chan Output) {
-	ch := make(chan Output, 1024)
-	return func(out *Output) {
-		c := Output{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
-		c.Tokens = append([]Token(nil), out.Tokens...)
-		c.Completions = append([]Completion(nil), out.Completions...)
-		c.Events = append([]Event(nil), out.Events...)
-		ch <- c
-	}, ch
-}
-
-func waitFor(t *testing.T, ch <-chan Output, what string, pred func(Output) bool) Output {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case o := <-ch:
-			if pred(o) {
-				return o
-			}
-		case <-deadline:
-			t.Fatalf("no output with %s", what)
-			return Output{}
-		}
-	}
-}
-
-func TestLive_ModeledTimeAndStop(t *testing.T) {
-	w := newWorker(t, smallArgs(64))
-	on, ch := liveOutputs()
-	l := StartLive(w, LiveOptions{SpeedupRatio: 100, OnOutput: on})
-	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 12), MaxTokens: 4}, Release))
-	o := waitFor(t, ch, "completion", func(o Output) bool { return len(o.Completions) > 0 })
-	c := o.Completions[0]
-	assert.Equal(t, 4, c.OutputTokens)
-	assert.LessOrEqual(t, c.Arrival, c.FirstTokenAt)
-	assert.LessOrEqual(t, c.FirstTokenAt, c.At)
-	assert.GreaterOrEqual(t, l.Now(), c.At, "outputs are delivered no earlier than their modeled end")
-	require.Error(t, l.Submit(Request{ID: 1, Tokens: nil}, Release))
-	l.Stop()
-	l.Stop()
-	assert.ErrorIs(t, l.Submit(Request{ID: 2, Tokens: []uint32{1}}, Release), ErrStopped)
-	assert.False(t, l.Cancel(2))
-}
-
-// TestLive_BusyWorkerChainsPasses: a worker with work keeps passes
-// back to back in modeled time, however late the wall-clock timer fires, so
-// modeled latencies do not grow with the speedup. An input reaching an idle
-// worker still takes the modeled time of its wall-clock arrival.
-func TestLive_BusyWorkerChainsPasses(t *testing.T) {
+// TestVirtual_BusyWorkerChainsPasses: a worker with work keeps passes
+// back to back in modeled time, and an input reaching an idle worker later
+// starts its pass at the input's own time, not chained to the last pass.
+func TestVirtual_BusyWorkerChainsPasses(t *testing.T) {
 	const n = 40
 	w := newWorker(t, smallArgs(1024))
-	on, ch := liveOutputs()
-	l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
-	defer l.Stop()
-
-	require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: n}, Release))
+	v := NewVirtual(w)
 	var passes []Output
-	for len(passes) < n {
-		o := waitFor(t, ch, "a pass", func(o Output) bool { return o.Ran })
-		passes = append(passes, o)
+	var done []Completion
+	v.OnOutput = func(_ int, o *Output) {
+		if o.Ran {
+			passes = append(passes, Output{Start: o.Start, End: o.End})
+		}
+		done = append(done, o.Completions...)
 	}
+	v.Schedule(0, 0, Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: n}})
+	require.NoError(t, v.Run())
+	require.Len(t, passes, n)
 	for i := 1; i < n; i++ {
 		assert.Equal(t, passes[i-1].End, passes[i].Start, "pass %d starts when pass %d ends", i, i-1)
 	}
-	require.Len(t, passes[n-1].Completions, 1)
-	c := passes[n-1].Completions[0]
-	assert.Equal(t, n, c.OutputTokens)
+	require.Len(t, done, 1)
+	last := done[0].At
+	v.Schedule(last+250, 0, Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
+	require.NoError(t, v.Run())
+	require.Len(t, done, 2)
+	assert.Equal(t, last+250, done[1].Arrival)
+	assert.Equal(t, last+250, passes[n].Start, "an idle worker starts the pass at the arrival")
+}
 
-	// Idle now: a later arrival is stamped with the wall clock's modeled
-	// time, not chained to the last pass.
-	time.Sleep(5 * time.Millisecond) // at least 250 modeled ms at speedup 50
-	require.NoError(t, l.Submit(Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}, Release))
-	o := waitFor(t, ch, "completion", func(o Output) bool { return len(o.Completions) > 0 })
-	assert.GreaterOrEqual(t, o.Completions[0].Arrival, c.At+250)
-	assert.Equal(t, o.Completions[0].Arrival, o.Start, "an idle worker starts the pass at the arrival")
+// TestVirtual_TicketHoldsItsPlace: a ticket stops the queue until it is
+// filled, and its input then runs in the place it was reserved, before
+// events scheduled at the same time after the ticket was taken.
+func TestVirtual_TicketHoldsItsPlace(t *testing.T) {
+	w := newWorker(t, smallArgs(64))
+	v := NewVirtual(w)
+	var order []string
+	tk := v.Ticket(10)
+	v.Call(10, func() { order = append(order, "call") })
+	v.Call(5, func() { order = append(order, "early") })
+	require.NoError(t, v.Run())
+	assert.Equal(t, []string{"early"}, order, "the queue stops at the unfilled ticket")
+	at, blocked, ok := v.Next()
+	require.True(t, ok)
+	assert.True(t, blocked)
+	assert.Equal(t, 10.0, at)
+	assert.Equal(t, 1, v.PendingTickets())
+	v.FillCall(tk, func() { order = append(order, "ticket") })
+	require.NoError(t, v.Run())
+	assert.Equal(t, []string{"early", "ticket", "call"}, order)
+	assert.Zero(t, v.PendingTickets())
+
+	v.AdvanceTo(50)
+	assert.Equal(t, 50.0, v.Now())
+	v.Call(60, func() {})
+	v.AdvanceTo(100)
+	assert.Equal(t, 60.0, v.Now(), "the clock never passes a queued event")
+	v.AdvanceTo(10)
+	assert.Equal(t, 60.0, v.Now(), "nor goes back")
 }
 
 func TestVirtual_DestinationReadyIsAScheduledInput(t *testing.T) {
@@ -154,19 +134,22 @@ func TestVirtual_DestinationReadyIsAScheduledInput(t *testing.T) {
 	v := NewVirtual(p)
 	var inputs []InputResult
 	var events []Event
-	v.OnInput = func(r InputResult) { inputs = append(inputs, r) }
+	v.OnInput = func(r InputResult) {
+		if _, ok := r.Input.(DestinationReady); ok {
+			inputs = append(inputs, r)
+		}
+	}
 	v.OnOutput = func(_ int, out *Output) { events = append(events, out.Events...) }
-	v.Submit(0, 0, Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 1}, Hold)
-	v.DestinationReady(20, 0, 1, 10)
-	v.DestinationReady(30, 0, 1, 10) // already ready
-	v.DestinationReady(40, 0, 7, 10) // unknown
+	v.Schedule(0, 0, Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 1}, Policy: Hold})
+	v.Schedule(20, 0, DestinationReady{ID: 1, Tokens: 10})
+	v.Schedule(30, 0, DestinationReady{ID: 1, Tokens: 10}) // already ready
+	v.Schedule(40, 0, DestinationReady{ID: 7, Tokens: 10}) // unknown
 	require.NoError(t, v.Run())
 
 	require.Len(t, inputs, 3)
 	for i, want := range []bool{true, false, false} {
-		assert.Equal(t, InputDestinationReady, inputs[i].Kind)
-		assert.Equal(t, "DestinationReady", inputs[i].Kind.String())
-		assert.Equal(t, want, inputs[i].OK, "input %d", i)
+		assert.IsType(t, DestinationReady{}, inputs[i].Input)
+		assert.Equal(t, want, inputs[i].Reply.OK, "input %d", i)
 	}
 	var kinds []EventKind
 	for _, e := range events {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -362,37 +361,45 @@ func TestEngines_Determinism(t *testing.T) {
 	}
 }
 
-func TestEngines_LiveParksWhenOnlyHeld(t *testing.T) {
+// TestEngines_ParksWhenOnlyHeld: a worker whose only state is held KV
+// needs no attention until the hold's session deadline: its next wake-up is
+// that deadline, and stepping it before then runs no pass.
+func TestEngines_ParksWhenOnlyHeld(t *testing.T) {
 	for _, e := range engines {
 		t.Run(e.name, func(t *testing.T) {
 			w := newWorker(t, e.args(32, asPrefill))
-			on, ch := liveOutputs()
-			l := StartLive(w, LiveOptions{SpeedupRatio: 50, OnOutput: on})
-			defer l.Stop()
-
-			require.NoError(t, l.Submit(Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 1}, Hold))
-			o := waitFor(t, ch, "hold start", func(o Output) bool { return len(o.Completions) > 0 })
-			assert.True(t, o.Completions[0].Held)
-			held := l.Passes()
-			require.Positive(t, held)
-			wakes := l.Wakeups()
-			// Only held KV remains, whose session deadline is minutes of
-			// wall time away: the worker sleeps, so neither its pass count
-			// nor its wake-ups move however long we look.
-			for range 5 {
-				time.Sleep(10 * time.Millisecond)
-				assert.Equal(t, held, l.Passes())
-				assert.Equal(t, wakes, l.Wakeups())
+			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 20), MaxTokens: 1}, Hold))
+			var held bool
+			for now := 0.0; !held; {
+				out := w.Step(now)
+				if out != nil {
+					for _, c := range out.Completions {
+						held = held || c.Held
+					}
+					now = out.End
+				}
+				wake, ok := w.NextWake()
+				require.True(t, ok, "a hold has a session deadline")
+				now = max(now, wake)
 			}
-			m := l.Metrics()
+			passes := w.Passes()
+			wake, ok := w.NextWake()
+			require.True(t, ok)
+			assert.Greater(t, wake, 1000.0, "only the session deadline is left")
+			for _, at := range []float64{wake / 4, wake / 2, wake - 1} {
+				w.Step(at)
+				assert.Equal(t, passes, w.Passes(), "no pass while only KV is held")
+			}
+			m := w.Metrics()
 			assert.Equal(t, 5, m.HeldBlocks)
 			assert.Zero(t, m.Running)
-			assert.True(t, l.ReleaseHeld(1, Transferred))
-			assert.False(t, l.ReleaseHeld(1, Transferred), "release is idempotent")
-			rel := waitFor(t, ch, "hold release", func(o Output) bool { return len(o.Events) > 0 })
+			assert.True(t, w.Apply(wake-1, ReleaseHeld{ID: 1, Outcome: Transferred}).OK)
+			assert.False(t, w.Apply(wake-1, ReleaseHeld{ID: 1, Outcome: Transferred}).OK, "release is idempotent")
+			rel := w.Step(wake - 1)
+			require.NotNil(t, rel)
 			assert.Equal(t, EventHoldReleased, rel.Events[0].Kind)
-			assert.Equal(t, held, l.Passes(), "flushing the release event is not a pass")
-			assert.Zero(t, l.Metrics().ActiveBlocks)
+			assert.Equal(t, passes, w.Passes(), "flushing the release event is not a pass")
+			assert.Zero(t, w.Metrics().ActiveBlocks)
 		})
 	}
 }

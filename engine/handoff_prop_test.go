@@ -71,30 +71,30 @@ func TestHandoff_Conservation(t *testing.T) {
 				prefix := seqTokens(uint32(1000*rapid.IntRange(0, 2).Draw(rt, "prefix")), rapid.IntRange(0, 12).Draw(rt, "plen"))
 				tokens := slices.Concat(prefix, seqTokens(uint32(100000+100*id), rapid.IntRange(1, 16).Draw(rt, "tlen")))
 				prompts[id] = tokens
-				v.Submit(at, P, Request{ID: id, Tokens: tokens, MaxTokens: 1}, Hold)
+				v.Schedule(at, P, Submit{Request: Request{ID: id, Tokens: tokens, MaxTokens: 1}, Policy: Hold})
 			case 2:
 				if len(prompts) > 0 {
 					if id := ids("reserve"); !reserved[id] {
 						reserved[id] = true
-						v.Reserve(at, D, Request{ID: id, Tokens: prompts[id], MaxTokens: rapid.IntRange(1, 6).Draw(rt, "max")})
+						v.Schedule(at, D, Reserve{Request: Request{ID: id, Tokens: prompts[id], MaxTokens: rapid.IntRange(1, 6).Draw(rt, "max")}})
 					}
 				}
 			case 3:
 				if len(prompts) > 0 {
 					id := ids("transfer")
-					v.StartTransfer(at, P, id, rapid.IntRange(0, len(prompts[id])).Draw(rt, "tokens"))
+					v.Schedule(at, P, StartTransfer{ID: id, Tokens: rapid.IntRange(0, len(prompts[id])).Draw(rt, "tokens")})
 				}
 			case 4:
 				if len(prompts) > 0 {
-					v.ReleaseHeld(at, P, ids("abort"), Aborted)
+					v.Schedule(at, P, ReleaseHeld{ID: ids("abort"), Outcome: Aborted})
 				}
 			case 5:
 				if len(prompts) > 0 {
-					v.Activate(at, D, ids("activate"))
+					v.Schedule(at, D, Activate{ID: ids("activate")})
 				}
 			default:
 				if len(prompts) > 0 {
-					v.CancelDestination(at, D, ids("cancel_dest"))
+					v.Schedule(at, D, CancelDestination{ID: ids("cancel_dest")})
 				}
 			}
 		}
@@ -115,8 +115,8 @@ func TestHandoff_Conservation(t *testing.T) {
 				}
 			}
 			for id := range prompts {
-				v.ReleaseHeld(v.Now(), P, id, Aborted)
-				v.CancelDestination(v.Now(), D, id)
+				v.Schedule(v.Now(), P, ReleaseHeld{ID: id, Outcome: Aborted})
+				v.Schedule(v.Now(), D, CancelDestination{ID: id})
 			}
 			if err := v.Run(); err != nil {
 				rt.Fatal(err)

@@ -1,6 +1,8 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+)
 
 // Arrival is a request reaching a worker at modeled time At.
 type Arrival struct {
@@ -18,77 +20,43 @@ type ArrivalSource func() (a Arrival, ok bool)
 type vkind uint8
 
 const (
-	vWake vkind = iota
-	vArrival
-	vSourced
-	vRelease
-	vCancel
-	vTransfer
-	vReserve
-	vActivate
-	vCancelDest
-	vReady
+	vWake    vkind = iota
+	vInput         // a scheduled Input
+	vSourced       // an arrival pulled from the ArrivalSource
+	vCall          // a callback at a modeled time
+	vTicket        // a placeholder for an input whose content is not known yet
 )
 
 type vevent struct {
-	at      float64
-	seq     uint64
-	kind    vkind
-	outcome Outcome
-	policy  CompletionPolicy
-	worker  int32
-	tokens  int32
-	gen     uint64
-	id      uint64
-	req     Request
+	at     float64
+	seq    uint64
+	kind   vkind
+	worker int32
+	gen    uint64
+	in     Input
+	call   func()
 }
 
-// InputKind names a scheduled input whose answer Virtual reports.
-type InputKind uint8
-
-// Inputs reported through Virtual.OnInput.
-const (
-	InputReleaseHeld InputKind = iota + 1
-	InputCancel
-	InputStartTransfer
-	InputActivate
-	InputCancelDestination
-	InputDestinationReady
-)
-
-// String returns the input's method name.
-func (k InputKind) String() string {
-	switch k {
-	case InputReleaseHeld:
-		return "ReleaseHeld"
-	case InputCancel:
-		return "Cancel"
-	case InputStartTransfer:
-		return "StartTransfer"
-	case InputActivate:
-		return "Activate"
-	case InputCancelDestination:
-		return "CancelDestination"
-	case InputDestinationReady:
-		return "DestinationReady"
-	}
-	return "unknown"
-}
-
-// InputResult is the answer a scheduled input got when it reached its
-// worker: what the Worker method of the same name returned. At is when it
-// reached the worker; during a pass the input takes effect at the pass's
-// End (Worker.InputAt), and its events carry that time.
+// InputResult is what a scheduled Input did when it reached its worker. At
+// is when it reached the worker; during a pass an input that targets a
+// request takes effect at the pass's End (Worker.InputAt), and its events
+// carry that time.
 type InputResult struct {
-	Kind      InputKind
-	At        float64
-	Worker    int
-	RequestID uint64
-	// OK is the method's boolean result; false for StartTransfer means the
-	// hold is gone and the decode side must be told to abort.
-	OK bool
-	// DelayMs is StartTransfer's modeled transfer time.
-	DelayMs float64
+	At     float64
+	Worker int
+	Input  Input
+	Reply  Reply
+}
+
+// Ticket holds a place in the event queue for an input whose content is
+// not known yet: a reply that must come back from outside the loop (a
+// socket, another process). The queue stops before a ticket until it is
+// filled or voided, so modeled time never passes a step whose reply is
+// pending, and the reply takes the place in the order it would have had
+// had it been known at once.
+type Ticket struct {
+	At  float64
+	seq uint64
 }
 
 type vslot struct {
@@ -99,10 +67,20 @@ type vslot struct {
 	gen        uint64
 }
 
-// Virtual drives workers on a virtual clock with a discrete-event queue.
+// ticketFill is what a ticket turned out to be.
+type ticketFill struct {
+	filled bool
+	worker int
+	in     Input  // nil: a callback, or voided
+	call   func() // may be nil (voided)
+}
+
+// Virtual drives workers on one discrete-event queue in modeled time.
 // Events at equal times run in the order they were scheduled, so the same
-// inputs and seeds give the same outputs, byte for byte. Nothing sleeps: a
-// run takes as long as the computation does.
+// inputs and seeds give the same outputs, byte for byte. Virtual never
+// reads a clock: RunUntil processes events up to a time, as fast as the
+// computation goes, and a driver that paces against the wall clock (the
+// cluster's) calls it with the modeled time the wall clock allows.
 type Virtual struct {
 	workers []*Worker
 	slots   []vslot
@@ -111,6 +89,7 @@ type Virtual struct {
 	now     float64
 	src     ArrivalSource
 	err     error
+	tickets map[uint64]ticketFill
 
 	// OnOutput, when set, receives every worker Output at its End (the
 	// clock reads End during the call). The events that precede a pass
@@ -118,9 +97,8 @@ type Virtual struct {
 	// own, and the pass's Output at its End carries the pass's events only.
 	// It may schedule more inputs; it must not keep out past the call.
 	OnOutput func(worker int, out *Output)
-	// OnInput, when set, receives the result of every scheduled
-	// ReleaseHeld, Cancel, StartTransfer, Activate, CancelDestination and
-	// DestinationReady as it is applied. It may schedule more inputs.
+	// OnInput, when set, receives the result of every scheduled Input as it
+	// is applied. It may schedule more inputs.
 	OnInput func(r InputResult)
 }
 
@@ -129,59 +107,72 @@ func NewVirtual(workers ...*Worker) *Virtual {
 	return &Virtual{workers: workers, slots: make([]vslot, len(workers))}
 }
 
-// Now is the virtual clock in modeled ms.
+// Now is the clock in modeled ms: the time of the event being processed,
+// or of the last one, or where AdvanceTo moved it.
 func (v *Virtual) Now() float64 { return v.now }
 
 // Worker returns worker i.
 func (v *Virtual) Worker(i int) *Worker { return v.workers[i] }
 
-// Submit schedules req to reach worker at modeled time at (clamped to now).
-// The token slice is read when the arrival fires, so it must stay unchanged
-// until then.
-func (v *Virtual) Submit(at float64, worker int, req Request, policy CompletionPolicy) {
-	v.push(vevent{at: max(at, v.now), kind: vArrival, worker: int32(worker), req: req, policy: policy})
+// Workers is the number of workers.
+func (v *Virtual) Workers() int { return len(v.workers) }
+
+// Schedule hands in to worker at modeled time at (clamped to now). A
+// Submit's or Reserve's token slice is read when the input fires, so it
+// must stay unchanged until then; an error from either stops the run.
+func (v *Virtual) Schedule(at float64, worker int, in Input) {
+	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), in: in})
 }
 
-// ReleaseHeld schedules the end of request id's hold on worker.
-func (v *Virtual) ReleaseHeld(at float64, worker int, id uint64, outcome Outcome) {
-	v.push(vevent{at: max(at, v.now), kind: vRelease, worker: int32(worker), id: id, outcome: outcome})
+// Call runs fn at modeled time at (clamped to now), in its place among the
+// events of that time. fn may schedule more events.
+func (v *Virtual) Call(at float64, fn func()) {
+	v.push(vevent{at: max(at, v.now), kind: vCall, call: fn})
 }
 
-// Cancel schedules the withdrawal of request id on worker.
-func (v *Virtual) Cancel(at float64, worker int, id uint64) {
-	v.push(vevent{at: max(at, v.now), kind: vCancel, worker: int32(worker), id: id})
+// Ticket reserves a place at modeled time at (clamped to now) for an event
+// to be filled in later (FillInput, FillCall or Void). RunUntil does not
+// pass an unfilled ticket.
+func (v *Virtual) Ticket(at float64) Ticket {
+	e := vevent{at: max(at, v.now), kind: vTicket}
+	v.push(e)
+	if v.tickets == nil {
+		v.tickets = make(map[uint64]ticketFill)
+	}
+	seq := v.seq - 1
+	v.tickets[seq] = ticketFill{}
+	return Ticket{At: e.at, seq: seq}
 }
 
-// StartTransfer schedules Worker.StartTransfer on worker (the source) at
-// modeled time at; OnInput reports its delay, or ok false when the hold was
-// gone by then.
-func (v *Virtual) StartTransfer(at float64, worker int, id uint64, tokens int) {
-	v.push(vevent{at: max(at, v.now), kind: vTransfer, worker: int32(worker), id: id, tokens: int32(min(tokens, 1<<31-1))})
+// FillInput makes ticket t an Input to worker, applied at the ticket's
+// time and place.
+func (v *Virtual) FillInput(t Ticket, worker int, in Input) {
+	v.fill(t, ticketFill{filled: true, worker: worker, in: in})
 }
 
-// Reserve schedules Worker.Reserve of req on worker (the destination). The
-// token slice is read when the input fires. A bad request stops the run
-// with an error, as for Submit.
-func (v *Virtual) Reserve(at float64, worker int, req Request) {
-	v.push(vevent{at: max(at, v.now), kind: vReserve, worker: int32(worker), req: req})
+// FillCall makes ticket t a callback run at the ticket's time and place.
+func (v *Virtual) FillCall(t Ticket, fn func()) {
+	v.fill(t, ticketFill{filled: true, call: fn})
 }
 
-// Activate schedules Worker.Activate of reservation id on worker.
-func (v *Virtual) Activate(at float64, worker int, id uint64) {
-	v.push(vevent{at: max(at, v.now), kind: vActivate, worker: int32(worker), id: id})
+// Void releases ticket t with nothing to do.
+func (v *Virtual) Void(t Ticket) { v.fill(t, ticketFill{filled: true}) }
+
+func (v *Virtual) fill(t Ticket, f ticketFill) {
+	if cur, ok := v.tickets[t.seq]; ok && !cur.filled {
+		v.tickets[t.seq] = f
+	}
 }
 
-// CancelDestination schedules Worker.CancelDestination of id on worker.
-func (v *Virtual) CancelDestination(at float64, worker int, id uint64) {
-	v.push(vevent{at: max(at, v.now), kind: vCancelDest, worker: int32(worker), id: id})
-}
-
-// DestinationReady schedules Worker.DestinationReady on worker (a
-// destination-first source) at modeled time at: request id leaves the
-// bootstrap queue, and its transfer of tokens tokens starts when its KV is
-// held. OnInput reports ok false when id was no longer waiting there.
-func (v *Virtual) DestinationReady(at float64, worker int, id uint64, tokens int) {
-	v.push(vevent{at: max(at, v.now), kind: vReady, worker: int32(worker), id: id, tokens: int32(min(tokens, 1<<31-1))})
+// PendingTickets counts tickets not yet filled or voided.
+func (v *Virtual) PendingTickets() int {
+	n := 0
+	for _, f := range v.tickets {
+		if !f.filled {
+			n++
+		}
+	}
+	return n
 }
 
 // Feed adds a stream of arrivals, pulled one at a time so a long run keeps a
@@ -200,74 +191,116 @@ func (v *Virtual) pull() {
 		v.src = nil
 		return
 	}
-	v.push(vevent{at: max(a.At, v.now), kind: vSourced, worker: int32(a.Worker), req: a.Request, policy: a.Policy})
+	v.push(vevent{at: max(a.At, v.now), kind: vSourced, worker: int32(a.Worker), in: Submit{Request: a.Request, Policy: a.Policy}})
+}
+
+// Next reports the time of the earliest event; blocked is true when that
+// event is a ticket still waiting to be filled. ok is false when the queue
+// is empty.
+func (v *Virtual) Next() (at float64, blocked, ok bool) {
+	if len(v.q) == 0 {
+		return 0, false, false
+	}
+	e := &v.q[0]
+	if e.kind == vTicket {
+		if f := v.tickets[e.seq]; !f.filled {
+			return e.at, true, true
+		}
+	}
+	return e.at, false, true
+}
+
+// AdvanceTo moves the clock forward to t without processing anything, for
+// a driver that stamps inputs with the time its wall clock allows. It
+// never moves past the earliest queued event nor backwards.
+func (v *Virtual) AdvanceTo(t float64) {
+	if len(v.q) > 0 {
+		t = min(t, v.q[0].at)
+	}
+	v.now = max(v.now, t)
 }
 
 // Run processes events until none is left and returns the first input error
-// (a bad request), which also stops the run.
+// (a bad request), which also stops the run. It returns early, with no
+// error, at an unfilled ticket.
 func (v *Virtual) Run() error { return v.RunUntil(-1) }
 
 // RunUntil processes events up to modeled time until (negative: no limit)
-// and leaves the clock there.
+// and leaves the clock there, or stops early at an unfilled ticket.
 func (v *Virtual) RunUntil(until float64) error {
 	for len(v.q) > 0 && v.err == nil {
 		if until >= 0 && v.q[0].at > until {
 			break
 		}
+		if _, blocked, _ := v.Next(); blocked {
+			return v.err
+		}
 		e := v.pop()
 		v.now = e.at
 		v.handle(&e)
 	}
-	if until >= 0 && v.err == nil && until > v.now {
-		v.now = until
+	if until >= 0 && v.err == nil && until > v.now && !v.blocked() {
+		v.AdvanceTo(until)
 	}
 	return v.err
 }
 
+func (v *Virtual) blocked() bool {
+	_, b, _ := v.Next()
+	return b
+}
+
+// Err is the error that stopped the run, if any.
+func (v *Virtual) Err() error { return v.err }
+
 func (v *Virtual) handle(e *vevent) {
+	switch e.kind {
+	case vCall:
+		e.call()
+		return
+	case vTicket:
+		f := v.tickets[e.seq]
+		delete(v.tickets, e.seq)
+		switch {
+		case f.call != nil:
+			f.call()
+		case f.in != nil:
+			v.apply(f.worker, f.in)
+		}
+		return
+	}
 	w := int(e.worker)
 	if w < 0 || w >= len(v.workers) {
 		v.err = fmt.Errorf("virtual: event for worker %d, only %d workers", w, len(v.workers))
 		return
 	}
-	wk := v.workers[w]
 	switch e.kind {
 	case vWake:
 		v.wake(w, e.gen)
-		return
-	case vArrival, vSourced:
-		if err := wk.Submit(v.now, e.req, e.policy); err != nil {
-			v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, err)
-			return
-		}
-		if e.kind == vSourced {
-			v.pull()
-		}
-	case vReserve:
-		if err := wk.Reserve(v.now, e.req); err != nil {
-			v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, err)
-			return
-		}
+	case vSourced:
+		v.apply(w, e.in)
+		v.pull()
 	default:
-		r := InputResult{At: v.now, Worker: w, RequestID: e.id}
-		switch e.kind {
-		case vRelease:
-			r.Kind, r.OK = InputReleaseHeld, wk.ReleaseHeld(v.now, e.id, e.outcome)
-		case vCancel:
-			r.Kind, r.OK = InputCancel, wk.Cancel(v.now, e.id)
-		case vTransfer:
-			r.Kind = InputStartTransfer
-			r.DelayMs, r.OK = wk.StartTransfer(v.now, e.id, int(e.tokens))
-		case vActivate:
-			r.Kind, r.OK = InputActivate, wk.Activate(v.now, e.id)
-		case vCancelDest:
-			r.Kind, r.OK = InputCancelDestination, wk.CancelDestination(v.now, e.id)
-		case vReady:
-			r.Kind, r.OK = InputDestinationReady, wk.DestinationReady(v.now, e.id, int(e.tokens))
+		v.apply(w, e.in)
+	}
+}
+
+// apply hands in to worker w now and reports it.
+func (v *Virtual) apply(w int, in Input) {
+	if w < 0 || w >= len(v.workers) {
+		v.err = fmt.Errorf("virtual: input for worker %d, only %d workers", w, len(v.workers))
+		return
+	}
+	r := v.workers[w].Apply(v.now, in)
+	if r.Err != nil {
+		switch in.(type) {
+		case Submit, Reserve:
+			v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, r.Err)
+			return
 		}
-		if v.OnInput != nil {
-			v.OnInput(r)
-		}
+	}
+	if v.OnInput != nil {
+		v.OnInput(InputResult{At: v.now, Worker: w, Input: in, Reply: r})
 	}
 	v.poke(w)
 }

@@ -187,15 +187,13 @@ type contester interface {
 	NextContested() (float64, bool)
 }
 
-// NextContestedDeadline reports the earliest handoff deadline that a late
+// nextContestedDeadline reports the earliest handoff deadline that a late
 // input could still pre-empt: the abort or session deadline of a hold no
 // StartTransfer has claimed, or (SGLang destination-first) a bootstrap
-// request's session timeout, which a DestinationReady would avert. Transfer
-// completions are certain and left out. A driver whose inputs reach it late
-// in wall time (the Live driver) waits a grace before firing these, so a
-// claim stamped before the deadline still wins; ok is false when none is
-// pending.
-func (w *Worker) NextContestedDeadline() (t float64, ok bool) {
+// request's session timeout. Tests read it to check that a claim dropped a
+// deadline; no driver needs it, since every driver applies inputs in
+// modeled-time order.
+func (w *Worker) nextContestedDeadline() (t float64, ok bool) {
 	c, isC := w.sched.(contester)
 	if !isC {
 		return 0, false
