@@ -78,7 +78,7 @@ func TestTransfers_AccountedUnderShortAbortsAndCancels(t *testing.T) {
 				wg.Wait()
 				s := drainAndCheck(t, c)
 				assert.Equal(t, s.TransfersStarted, s.TransfersCompleted+s.TransfersAborted)
-				assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted)
+				assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled)
 			})
 		}
 	}

@@ -239,11 +239,12 @@ func TestDisagg_DecodeRejectionReleasesTheHold(t *testing.T) {
 	assert.Contains(t, res.Error, "num_gpu_blocks is 2")
 	assert.False(t, res.PrefillRejected)
 	assert.True(t, res.Pinned)
-	assert.Equal(t, "aborted", res.PinOutcome, "the Result carries how the hold ended")
-	assert.Positive(t, res.PinMs)
+	assert.Equal(t, HoldCancelled, res.PinOutcome, "the Result carries how the hold ended: given up, not by a deadline")
+	assert.Zero(t, res.PinMs, "an idle decode refuses at the instant the hold begins: no modeled time passes, however slow the host")
 	assert.Equal(t, "decode-0", res.DecodeWorker)
 	s := drainAndCheck(t, c)
-	assert.Equal(t, uint64(1), s.PinsAborted, "the source gave the hold up")
+	assert.Equal(t, uint64(1), s.PinsCancelled, "the source gave the hold up")
+	assert.Zero(t, s.PinsAborted, "no abort deadline ended it")
 	assert.Zero(t, s.TransfersStarted)
 }
 

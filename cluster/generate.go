@@ -4,64 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
-	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/router"
 )
 
-// request is one Generate call's shared state. The dispatcher writes st
-// under Cluster.mu and pokes; the Generate goroutine reads st under
-// Cluster.mu after each poke.
+// call is one Generate call as the loop sees it. r is set by the loop.
+type call struct {
+	req        Request
+	reply      chan Result
+	r          *request // owned by the loop
+	stopReason string   // a stop that came before the arrival was handled
+}
+
+// request is one request in flight: its handoff machine and workers.
 type request struct {
-	id        uint64
-	tokens    []uint32
-	maxTokens int
-	prefill   *workerNode // aggregated: the one worker
-	decode    *workerNode
-	notify    chan struct{}
-	st        reqState
+	id      uint64
+	h       *call
+	m       *handoff.Machine
+	rid     string // router id
+	prefill *workerNode
+	decode  *workerNode
+	tid     uint64 // transfer id, once the prefill holds
+	closed  bool   // its transfer room was closed
+	base    Result
 }
 
-type reqState struct {
-	// prefill side (aggregated: the one worker)
-	prefillDone               bool
-	arrival, firstTokenAt     float64
-	cachedTokens              int
-	held, holdEnded           bool
-	holdStart, holdEnd, pinMs float64
-	holdOutcome               engine.Outcome
-	tid                       uint64
-	claimed                   bool    // the transfer started (EventTransferStart)
-	transferMs                float64 // its modeled duration
-	cancelled                 bool
-	// prefillEnded says the prefill worker is done with the request: its
-	// hold ended, or it was rejected or cancelled there.
-	prefillEnded bool
-	rejection    *engine.Rejection
-	rejectedBy   *workerNode
-	// decode side
-	waitSeen                bool // waitStart is set
-	waitStart, reservedAt   float64
-	reserved, destCancelled bool
-	missing                 int
-	decodeWaitMs            float64
-	done                    bool
-	final                   engine.Completion
-}
-
-func (r *request) poke() {
-	select {
-	case r.notify <- struct{}{}:
-	default:
+func (r *request) side(w *workerNode) handoff.Side {
+	if w == r.prefill {
+		return handoff.Prefill
 	}
-}
-
-func (r *request) prefillName() string {
-	if r.prefill == nil {
-		return ""
-	}
-	return r.prefill.name
+	return handoff.Decode
 }
 
 // errClosed is the Result.Error of requests cut short by Close.
@@ -71,61 +46,202 @@ const errClosed = "cluster closed"
 // until then, is safe for concurrent use, never panics and always returns
 // exactly one Result: bad input is Outcome "error" naming the field; a
 // cancelled ctx or Close is Outcome "error" after the request's KV has been
-// released on every worker.
+// released on every worker. The request arrives at the loop's modeled now.
 //
-// Aggregated: the router places the request, the worker runs it and frees
-// its KV. Disaggregated, vLLM (source-first): the prefill worker computes
-// the prompt and the first token and holds the KV; the decode worker
-// reserves room, connects to the prefill's transfer server, and the
-// prefill starts the modeled transfer; when the transfer ends the prefill
-// releases its KV, the decode is told ACK and produces the other tokens. If
-// the prefill's abort (or session) timeout fires first, the decode is told
-// ABORT whenever it connects and the request ends "aborted". SGLang
-// (destination-first): the prefill waits in its bootstrap queue while the
-// decode reserves, then computes, and its transfer starts with its hold,
-// so it never waits on the decode; a decode that cannot reserve within
-// handoff_session_timeout_ms ends the request "rejected". Each handoff step
-// is stamped from the modeled time of the event that caused it (see the
-// package doc), so host latency never becomes modeled time. A Result whose
-// prefill held KV always carries the hold's final outcome and duration.
-func (c *Cluster) Generate(ctx context.Context, req Request) (res Result) {
+// The lifecycle is package handoff's: aggregated, source-first (vLLM,
+// SGLang with optimistic_prefill) or destination-first (SGLang). A Result
+// whose prefill held KV always carries the hold's final outcome and
+// duration.
+func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
 	}
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
+	h := &call{req: req, reply: make(chan Result, 1)}
+	if !c.send(arriveMsg{h: h}) {
 		return Result{Outcome: OutcomeError, Error: errClosed}
+	}
+	return c.await(ctx, h)
+}
+
+// generateAt is Generate for an arrival at modeled time at (or the loop's
+// now, if that is later).
+func (c *Cluster) generateAt(ctx context.Context, at float64, req Request) Result {
+	if err := req.validate(); err != nil {
+		return Result{Outcome: OutcomeError, Error: err.Error()}
+	}
+	h := &call{req: req, reply: make(chan Result, 1)}
+	if !c.send(arriveMsg{h: h, at: at, stamped: true}) {
+		return Result{Outcome: OutcomeError, Error: errClosed}
+	}
+	return c.await(ctx, h)
+}
+
+func (c *Cluster) await(ctx context.Context, h *call) Result {
+	select {
+	case res := <-h.reply:
+		return res
+	case <-c.done:
+		return c.lateReply(h)
+	case <-ctx.Done():
+	}
+	if !c.send(stopMsg{h: h, reason: ctx.Err().Error()}) {
+		return c.lateReply(h)
+	}
+	select {
+	case res := <-h.reply:
+		return res
+	case <-c.done:
+		return c.lateReply(h)
+	}
+}
+
+// lateReply is the result of a call whose loop ended: its reply if the
+// loop gave one, else "cluster closed".
+func (c *Cluster) lateReply(h *call) Result {
+	select {
+	case res := <-h.reply:
+		return res
+	default:
+		return Result{Outcome: OutcomeError, Error: errClosed}
+	}
+}
+
+// arrive starts a request on the loop at its modeled time: route it, build
+// its machine and start it.
+func (c *Cluster) arrive(h *call) {
+	if h.stopReason != "" {
+		h.reply <- Result{Outcome: OutcomeError, Error: h.stopReason}
+		return
+	}
+	if c.stopping {
+		h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		return
 	}
 	c.nextID++
 	id := c.nextID
-	c.active++
 	c.stats.requests++
-	c.inflight.Add(1)
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		c.active--
-		c.count(&res)
-		c.mu.Unlock()
-		c.inflight.Done()
-	}()
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(c.closeCtx, cancel)
-	defer stop()
-
-	r := &request{id: id, tokens: promptTokens(req, c.cfg.Seed, id), maxTokens: req.MaxTokens, notify: make(chan struct{}, 1)}
-	rreq := &router.Request{ID: routerID(id), Tokens: r.tokens}
-	defer c.router.Free(rreq.ID)
+	tokens := promptTokens(h.req, c.cfg.Seed, id)
+	r := &request{id: id, h: h, rid: routerID(id)}
+	h.r = r
+	rreq := &router.Request{ID: r.rid, Tokens: tokens}
+	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens}}
 	if !c.cfg.Disagg {
-		return c.generateAggregated(ctx, r, rreq)
+		wid, err := c.router.Route(rreq)
+		if err != nil {
+			c.refuse(r, err)
+			return
+		}
+		r.prefill = c.workers[wid]
+		r.decode = r.prefill
+		spec.Order = handoff.Aggregated
+	} else {
+		pid, did, err := c.router.RouteDisagg(rreq)
+		if err != nil {
+			c.refuse(r, err)
+			return
+		}
+		r.prefill, r.decode = c.workers[pid], c.workers[did]
+		spec.Order = handoff.SourceFirst
+		if c.destFirst {
+			spec.Order = handoff.DestinationFirst
+		}
 	}
-	return c.generateDisagg(ctx, r, rreq)
+	p := r.prefill
+	spec.PrefillName, spec.DecodeName = p.name, r.decode.name
+	spec.TransferMode = p.args.KVTransferTimingMode
+	spec.BlockSize = p.args.BlockSize
+	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
+	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name}
+	r.m = handoff.New(spec)
+	c.reqs[id] = r
+	c.active++
+	c.step(r, handoff.Start{})
 }
 
-// count folds a finished request into the counters, under c.mu.
+// refuse ends a request the router would not place.
+func (c *Cluster) refuse(r *request, err error) {
+	res := routeRefusal(err)
+	c.router.Free(r.rid)
+	c.count(&res)
+	c.reply(r, res)
+}
+
+// stopRequest is the caller giving up on r.
+func (c *Cluster) stopRequest(r *request, reason string) {
+	if r.m != nil && !r.m.Finished() {
+		c.step(r, handoff.Stop{Reason: reason})
+	}
+}
+
+// step feeds one event to r's machine and carries out its actions.
+func (c *Cluster) step(r *request, ev handoff.Event) {
+	for _, a := range r.m.Step(ev) {
+		c.act(r, a)
+	}
+}
+
+func (c *Cluster) act(r *request, a handoff.Action) {
+	switch a := a.(type) {
+	case handoff.Apply:
+		w := r.prefill
+		if a.Side == handoff.Decode {
+			w = r.decode
+		}
+		c.v.Schedule(c.v.Now(), w.idx, a.Input)
+	case handoff.OpenRoom:
+		c.link.open(r.prefill, r.tid)
+	case handoff.Connect:
+		c.connect(r)
+	case handoff.CloseRoom:
+		c.closeRoom(r, a.Transferred)
+	case handoff.Finish:
+		c.finish(r, a)
+	}
+}
+
+// finish ends r: its result to the caller, its counts, the router freed.
+func (c *Cluster) finish(r *request, f handoff.Finish) {
+	res := r.base
+	res.Outcome = outcomeOf(f.Phase)
+	res.Error = f.Error
+	rec := r.m.Record()
+	if res.Outcome == OutcomeCompleted {
+		res.Error = ""
+		markTruncated(&res, r.decode, rec.Final)
+	}
+	res = c.fill(res, r)
+	c.count(&res)
+	delete(c.reqs, r.id)
+	if r.tid != 0 {
+		delete(c.rooms, r.tid)
+		c.link.forget(r.prefill, r.tid)
+	}
+	c.router.Free(r.rid)
+	c.active--
+	c.reply(r, res)
+	c.checkDrained()
+}
+
+func (c *Cluster) reply(r *request, res Result) {
+	if c.onFinish != nil {
+		c.onFinish(r, res)
+	}
+	r.h.reply <- res
+}
+
+func outcomeOf(p handoff.Phase) string {
+	switch p {
+	case handoff.Completed:
+		return OutcomeCompleted
+	case handoff.Aborted:
+		return OutcomeAborted
+	case handoff.Rejected:
+		return OutcomeRejected
+	}
+	return OutcomeError
+}
+
+// count folds a finished request into the counters.
 func (c *Cluster) count(res *Result) {
 	switch res.Outcome {
 	case OutcomeCompleted:
@@ -142,85 +258,185 @@ func (c *Cluster) count(res *Result) {
 	}
 }
 
-func (c *Cluster) register(r *request) {
-	c.mu.Lock()
-	c.reqs[r.id] = r
-	c.mu.Unlock()
-}
+// onOutput folds one worker Output into the cluster: counters, forensic
+// records, the request machines, the router.
+func (c *Cluster) onOutput(wi int, out *engine.Output) {
+	w := c.workers[wi]
+	c.heldNow += out.Metrics.HeldBlocks - w.last.HeldBlocks
+	w.last = out.Metrics
+	c.stats.peakHeld = max(c.stats.peakHeld, c.heldNow)
 
-func (c *Cluster) unregister(r *request) {
-	c.mu.Lock()
-	delete(c.reqs, r.id)
-	c.mu.Unlock()
-}
-
-// wait blocks until cond holds on the request's state or ctx ends.
-func (c *Cluster) wait(ctx context.Context, r *request, cond func(*reqState) bool) error {
-	for {
-		c.mu.Lock()
-		ok := cond(&r.st)
-		c.mu.Unlock()
-		if ok {
-			return nil
+	// A refusal comes with the events it causes (a destination refused is
+	// also cancelled): the machine hears the refusal first, so the request
+	// ends saying why.
+	for _, rej := range out.Rejections {
+		if r := c.reqs[rej.RequestID]; r != nil {
+			c.step(r, handoff.WorkerRejection{Side: r.side(w), Rejection: rej})
 		}
-		select {
-		case <-r.notify:
-		case <-ctx.Done():
-			return ctx.Err()
+	}
+	for _, e := range out.Events {
+		r := c.reqs[e.RequestID]
+		c.record(w, r, e)
+		if r != nil {
+			c.step(r, handoff.WorkerEvent{Side: r.side(w), Event: e})
+		}
+	}
+	for _, comp := range out.Completions {
+		r := c.reqs[comp.RequestID]
+		if r == nil {
+			continue
+		}
+		if w.role == engine.WorkerPrefill {
+			c.router.PrefillDone(r.rid)
+		}
+		c.step(r, handoff.WorkerCompletion{Side: r.side(w), Completion: comp})
+	}
+	if w.role == engine.WorkerAggregated {
+		for _, tok := range out.Tokens {
+			if tok.Index == 0 {
+				if r := c.reqs[tok.RequestID]; r != nil {
+					c.router.PrefillDone(r.rid)
+				}
+			}
+		}
+	}
+	for _, ev := range out.KVEvents {
+		c.router.KVEvent(w.id, ev)
+	}
+	m := &out.Metrics
+	load := router.Load{
+		ActiveBlocks:       m.ActiveBlocks,
+		RouterActiveBlocks: m.RouterActiveBlocks,
+		TotalBlocks:        m.TotalBlocks,
+		Running:            m.Running,
+		Waiting:            m.Waiting,
+	}
+	if c.res.busy {
+		load.RouterActiveBlocks = m.ActiveBlocks
+	}
+	c.router.UpdateLoad(w.id, load)
+}
+
+// onInput tells a request's machine what an input it asked for did.
+func (c *Cluster) onInput(ir engine.InputResult) {
+	id := inputID(ir.Input)
+	r := c.reqs[id]
+	if r == nil {
+		return
+	}
+	c.step(r, handoff.InputReply{Side: r.side(c.workers[ir.Worker]), Input: ir.Input, Reply: ir.Reply})
+}
+
+func inputID(in engine.Input) uint64 {
+	switch in := in.(type) {
+	case engine.Submit:
+		return in.Request.ID
+	case engine.Reserve:
+		return in.Request.ID
+	case engine.ReleaseHeld:
+		return in.ID
+	case engine.Cancel:
+		return in.ID
+	case engine.StartTransfer:
+		return in.ID
+	case engine.Activate:
+		return in.ID
+	case engine.CancelDestination:
+		return in.ID
+	case engine.DestinationReady:
+		return in.ID
+	}
+	return 0
+}
+
+// record keeps the counters and the forensic log of one lifecycle event.
+func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
+	decodeName, prefillName := "", ""
+	var tid uint64
+	if r != nil {
+		decodeName, prefillName, tid = r.decode.name, r.prefill.name, r.tid
+	}
+	switch e.Kind {
+	case engine.EventHoldStarted:
+		c.stats.pins++
+		h := Hold{RequestID: e.RequestID, PrefillWorker: w.name, DecodeWorker: decodeName, Blocks: e.Blocks, StartMs: e.At}
+		if r != nil {
+			c.nextTID++
+			r.tid = c.nextTID
+			c.rooms[r.tid] = r
+			h.TransferID = r.tid
+		}
+		c.forensic.holdStarted(h)
+	case engine.EventHoldReleased:
+		outcome := holdOutcome(e)
+		switch {
+		case e.Outcome == engine.Transferred:
+			c.stats.pinsReleased++
+			c.stats.transfersDone++
+		case outcome == HoldCancelled:
+			c.stats.pinsCancelled++
+		default:
+			c.stats.pinsAborted++
+		}
+		c.stats.pinMsTotal += e.DurationMs
+		c.stats.pinMsMax = max(c.stats.pinMsMax, e.DurationMs)
+		h, ok := c.forensic.holdEnded(e.RequestID, e.At, e.DurationMs, outcome, e.Outcome == engine.Transferred)
+		if e.Outcome != engine.Transferred && ok && h.Claimed {
+			c.stats.transfersLost++
+		}
+	case engine.EventTransferStart:
+		c.stats.transfersStarted++
+		c.forensic.transferStarted(e.RequestID, e.At)
+	case engine.EventDecodeWaitStart:
+		if r != nil {
+			c.forensic.record(Event{Name: EventDecodeWait, AtMs: e.At, RequestID: e.RequestID, TransferID: tid,
+				PrefillWorker: prefillName, DecodeWorker: w.name})
+		}
+	case engine.EventDecodeReserved:
+		if r != nil {
+			c.forensic.record(Event{Name: EventDecodeReserved, AtMs: e.At, RequestID: e.RequestID, TransferID: tid,
+				PrefillWorker: prefillName, DecodeWorker: w.name, MissingTokens: e.MissingTokens, WaitMs: e.DurationMs})
 		}
 	}
 }
 
-// snapshot copies the request's state.
-func (c *Cluster) snapshot(r *request) reqState {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return r.st
-}
+// Hold outcomes as the forensic log and results name them.
+const (
+	HoldTransferred = "transferred"
+	HoldAborted     = "aborted"   // ended by its abort or session deadline
+	HoldCancelled   = "cancelled" // given up: the request was refused, withdrawn or cut short
+)
 
-// stopped turns a ctx error into the Result: the caller's cancellation, or
-// Close.
-func (c *Cluster) stopped(err error) Result {
-	msg := err.Error()
-	select {
-	case <-c.closing:
-		msg = errClosed
+func holdOutcome(e engine.Event) string {
+	switch {
+	case e.Outcome == engine.Transferred:
+		return HoldTransferred
+	case e.Reason == engine.EndAbortTimeout || e.Reason == engine.EndSessionTimeout:
+		return HoldAborted
 	default:
+		return HoldCancelled
 	}
-	return Result{Outcome: OutcomeError, Error: msg}
 }
 
-func (c *Cluster) generateAggregated(ctx context.Context, r *request, rreq *router.Request) Result {
-	wid, err := c.router.Route(rreq)
-	if err != nil {
-		return routeRefusal(err)
+// sortedRequests lists the requests in flight by id, for a deterministic
+// order.
+func (c *Cluster) sortedRequests() []*request {
+	out := make([]*request, 0, len(c.reqs))
+	for _, r := range c.reqs {
+		out = append(out, r)
 	}
-	w := c.workers[wid]
-	r.prefill, r.decode = w, w
-	c.register(r)
-	defer c.unregister(r)
-	base := Result{PrefillWorker: w.name, DecodeWorker: w.name}
-	if err := w.live.Submit(engine.Request{ID: r.id, Tokens: r.tokens, MaxTokens: r.maxTokens}, engine.Release); err != nil {
-		return withError(base, OutcomeError, fmt.Sprintf("submit to %s: %v", w.name, err))
+	slices.SortFunc(out, func(a, b *request) int { return cmpUint(a.id, b.id) })
+	return out
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
 	}
-	if err := c.wait(ctx, r, func(s *reqState) bool { return s.done || s.rejection != nil || s.cancelled }); err != nil {
-		w.live.Cancel(r.id)
-		return merge(base, c.stopped(err))
-	}
-	s := c.snapshot(r)
-	if s.rejection != nil {
-		return withError(base, OutcomeRejected, s.rejection.Reason)
-	}
-	if !s.done {
-		return withError(base, OutcomeError, "withdrawn by "+w.name)
-	}
-	res := base
-	res.Outcome = OutcomeCompleted
-	res.OutputTokens = s.final.OutputTokens
-	res.CachedTokens = s.cachedTokens
-	markTruncated(&res, w, s.final)
-	c.timings(&res, s.arrival, s.firstTokenAt, s.final.At)
-	return res
+	return 0
 }
 
 // markTruncated flags a completion that stopped short of max_tokens
@@ -241,335 +457,50 @@ func markTruncated(res *Result, w *workerNode, comp engine.Completion) {
 		comp.OutputTokens, w.name, w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
 }
 
-// handoff is one disaggregated request between its two workers.
-type handoff struct {
-	c    *Cluster
-	ctx  context.Context
-	r    *request
-	p, d *workerNode
-	req  engine.Request
-	base Result
-	// submitted says the prefill worker got the request, so the Result
-	// waits for the prefill's end.
-	submitted bool
-}
-
-// end completes res from the request's state once the prefill worker is
-// done with the request, so a Result whose prefill held KV carries the
-// hold's final outcome and duration however the request ended. Every path
-// here has ended the prefill's part or made sure it ends (the transfer's
-// outcome, or cleanup's Cancel), so the wait is for the worker's event to
-// be applied; only Close cuts it short.
-func (h *handoff) end(res Result) Result {
-	h.settle()
-	return h.c.fill(res, h.r)
-}
-
-// settle waits until the prefill worker's end of the request is applied.
-func (h *handoff) settle() {
-	if h.submitted {
-		_ = h.c.wait(h.c.closeCtx, h.r, func(s *reqState) bool { return s.prefillEnded })
-	}
-}
-
-// cleanup withdraws the request from both workers: a prefill that holds KV
-// releases it as aborted (the decode then gets ABORT), one still queued is
-// dropped, and a reservation is freed.
-func (h *handoff) cleanup() {
-	h.p.live.Cancel(h.r.id)
-	h.d.live.CancelDestination(h.r.id)
-	h.d.live.Cancel(h.r.id)
-}
-
-// fail cleans up and returns res, completed from the request's state.
-func (h *handoff) fail(res Result) Result {
-	h.cleanup()
-	return h.end(res)
-}
-
-func (h *handoff) errorf(format string, args ...any) Result {
-	return h.fail(withError(h.base, OutcomeError, fmt.Sprintf(format, args...)))
-}
-
-// stopped ends the request after ctx ended (the caller's cancel, or Close).
-func (h *handoff) stopped(err error) Result {
-	return h.fail(merge(h.base, h.c.stopped(err)))
-}
-
-// reserve makes the decode a destination at modeled time at (the moment
-// the prefill began to hold) and waits until its scheduler has reserved
-// blocks and a sequence slot for it. ok false means the request is over,
-// with res.
-func (h *handoff) reserve(at float64) (res Result, ok bool) {
-	if err := h.d.live.ReserveAt(at, h.req); err != nil {
-		return h.errorf("reserve on %s: %v", h.d.name, err), false
-	}
-	err := h.c.wait(h.ctx, h.r, func(s *reqState) bool {
-		return s.reserved || s.rejection != nil && s.rejectedBy == h.d || s.destCancelled
-	})
-	if err != nil {
-		return h.stopped(err), false
-	}
-	return h.reserved()
-}
-
-// reserved turns the state after a wait for the reservation into the
-// request's end when there is none.
-func (h *handoff) reserved() (res Result, ok bool) {
-	if s := h.c.snapshot(h.r); !s.reserved {
-		if s.rejection != nil {
-			return h.fail(withError(h.base, OutcomeRejected, s.rejection.Reason)), false
-		}
-		return h.errorf("reservation withdrawn by %s", h.d.name), false
-	}
-	return Result{}, true
-}
-
-// destinationFirst runs SGLang's order up to the prefill's hold. The
-// request arrives at both workers at once: the prefill waits in its
-// bootstrap queue, holding nothing, while the decode reserves; the
-// reservation readies the prefill at the reservation's modeled time. If the
-// decode cannot reserve within handoff_session_timeout_ms, the prefill's
-// bootstrap wait times out, the reservation request is withdrawn at that
-// time and the request ends "rejected". ok false means the request is
-// over, with res.
-func (h *handoff) destinationFirst() (res Result, tid uint64, ok bool) {
-	c, r := h.c, h.r
-	at := c.Now()
-	if err := h.p.live.SubmitAt(at, h.req, engine.Hold); err != nil {
-		return h.errorf("submit to %s: %v", h.p.name, err), 0, false
-	}
-	h.submitted = true
-	if err := h.d.live.ReserveAt(at, h.req); err != nil {
-		return h.errorf("reserve on %s: %v", h.d.name, err), 0, false
-	}
-	err := c.wait(h.ctx, r, func(s *reqState) bool {
-		return s.reserved || s.rejection != nil || s.destCancelled || s.prefillEnded
-	})
-	if err != nil {
-		return h.stopped(err), 0, false
-	}
-	s := c.snapshot(r)
-	if !s.reserved {
-		if s.rejection != nil && s.rejectedBy == h.p {
-			return h.bootstrapTimeout(s.rejection), 0, false
-		}
-		res, _ := h.reserved()
-		return res, 0, false
-	}
-	tokens := engine.TransferTokens(h.p.args.KVTransferTimingMode, len(r.tokens), s.missing)
-	if !h.p.live.DestinationReadyAt(s.reservedAt, r.id, tokens) {
-		// The bootstrap wait timed out before the reservation: its
-		// rejection is on its way.
-		h.settle()
-		if s := c.snapshot(r); s.rejection != nil && s.rejectedBy == h.p {
-			return h.bootstrapTimeout(s.rejection), 0, false
-		}
-		return h.errorf("prefill on %s left its bootstrap queue before its decode was ready", h.p.name), 0, false
-	}
-	res, tid, ok = h.awaitHold()
-	return res, tid, ok
-}
-
-// bootstrapTimeout ends a destination-first request whose prefill was
-// dropped from its bootstrap queue (engine.RejectHandoffTimeout): the
-// decode's reservation request is withdrawn at the timeout's modeled time.
-func (h *handoff) bootstrapTimeout(rej *engine.Rejection) Result {
-	h.d.live.CancelDestinationAt(rej.At, h.r.id)
-	msg := rej.Reason
-	if rej.Code == engine.RejectHandoffTimeout {
-		msg = fmt.Sprintf("handoff timeout: %s reserved no room within handoff_session_timeout_ms %d, so the prefill on %s was dropped from its bootstrap queue having computed and held nothing",
-			h.d.name, h.p.args.HandoffSessionTimeoutMs, h.p.name)
-	}
-	return h.end(withError(h.base, OutcomeRejected, msg))
-}
-
-// awaitHold waits for the prefill to compute the prompt and hold its KV,
-// which gives the handoff its transfer id. ok false means the request is
-// over, with res.
-func (h *handoff) awaitHold() (res Result, tid uint64, ok bool) {
-	err := h.c.wait(h.ctx, h.r, func(s *reqState) bool {
-		return s.tid != 0 || s.prefillEnded || (s.prefillDone && !s.held)
-	})
-	if err != nil {
-		return h.stopped(err), 0, false
-	}
-	s := h.c.snapshot(h.r)
-	if s.tid == 0 {
-		if s.rejection != nil {
-			return h.fail(withError(h.base, OutcomeRejected, s.rejection.Reason)), 0, false
-		}
-		return h.errorf("prefill on %s ended without holding KV", h.p.name), 0, false
-	}
-	return Result{}, s.tid, true
-}
-
-// generateDisagg runs the handoff in the order the engine serves it:
-// source-first for vLLM (and SGLang with optimistic_prefill), where the
-// prefill computes and holds before the decode reserves, so held KV can
-// strand on a saturated decode; destination-first for SGLang, where the
-// decode reserves before the prefill computes and the transfer starts with
-// the hold, so nothing strands.
-func (c *Cluster) generateDisagg(ctx context.Context, r *request, rreq *router.Request) Result {
-	pid, did, err := c.router.RouteDisagg(rreq)
-	if err != nil {
-		return routeRefusal(err)
-	}
-	h := &handoff{c: c, ctx: ctx, r: r, p: c.workers[pid], d: c.workers[did],
-		req: engine.Request{ID: r.id, Tokens: r.tokens, MaxTokens: r.maxTokens}}
-	r.prefill, r.decode = h.p, h.d
-	h.base = Result{PrefillWorker: h.p.name, DecodeWorker: h.d.name}
-	c.register(r)
-	defer c.unregister(r)
-
-	var tid uint64
-	if c.destFirst {
-		// SGLang: the decode reserves while the prefill waits in its
-		// bootstrap queue; the prefill's transfer starts the moment its
-		// KV is held (the engine starts it, not the cluster).
-		res, id, ok := h.destinationFirst()
-		if !ok {
-			return res
-		}
-		tid = id
-	} else {
-		// vLLM: the prefill computes and holds; the decode reserves from
-		// the modeled instant the hold began, and its connection to the
-		// transfer server starts the transfer (onDecodeArrived) at the
-		// reservation's modeled time. The abort clock runs from the hold.
-		if err := h.p.live.Submit(h.req, engine.Hold); err != nil {
-			return h.errorf("submit to %s: %v", h.p.name, err)
-		}
-		h.submitted = true
-		res, id, ok := h.awaitHold()
-		if !ok {
-			return res
-		}
-		tid = id
-		if res, ok := h.reserve(c.snapshot(r).holdStart); !ok {
-			return res
-		}
-	}
-	return h.transfer(tid)
-}
-
-// transfer runs the decode side's half of the handoff once the prefill
-// holds: read the params the prefill returned, wait at its transfer server
-// for the outcome, and on ACK activate the reservation and decode.
-func (h *handoff) transfer(tid uint64) Result {
-	c, r, d := h.c, h.r, h.d
-	// The decode side reads the params the prefill returned, as a remote
-	// decode worker would.
-	addr, room, err := c.handoffParams(h.p, tid)
-	if err != nil {
-		return h.errorf("%v", err)
-	}
-	status, err := bootstrap.Await(h.ctx, addr, room, r.id)
-	switch {
-	case status == bootstrap.StatusACK:
-	case errors.Is(err, bootstrap.ErrAborted):
-		// The source's hold is over: aborted by its deadline, or gone when
-		// this decode connected. Its end may still be on its way from the
-		// worker; wait for it, and free the reservation at the abort's
-		// modeled time.
-		h.settle()
-		d.live.CancelDestinationAt(h.endedAt(), r.id)
-		return h.end(withError(h.base, OutcomeAborted, err.Error()))
-	case h.ctx.Err() != nil:
-		return h.stopped(h.ctx.Err())
-	default:
-		h.cleanup()
-		h.settle()
-		// A refusal after the source aborted (its tombstone expired) is
-		// still an abort.
-		if s := c.snapshot(r); s.holdEnded && s.holdOutcome == engine.Aborted {
-			return h.end(withError(h.base, OutcomeAborted, (&bootstrap.AbortError{TransferID: tid}).Error()))
-		}
-		return h.end(withError(h.base, OutcomeError, fmt.Sprintf("transfer %d: %v", tid, err)))
-	}
-	// The ACK follows the source's release, whose state is applied before
-	// the server is told: activate at the release's modeled time.
-	if !d.live.ActivateAt(h.endedAt(), r.id) {
-		return h.errorf("activate on %s: reservation gone", d.name)
-	}
-	err = c.wait(h.ctx, r, func(s *reqState) bool {
-		return s.done || (s.rejection != nil && s.rejectedBy == d) || s.cancelled
-	})
-	if err != nil {
-		return h.stopped(err)
-	}
-	if s := c.snapshot(r); !s.done {
-		return h.fail(withError(h.base, OutcomeError, "withdrawn by "+d.name))
-	}
-	res := h.base
-	res.Outcome = OutcomeCompleted
-	markTruncated(&res, d, c.snapshot(r).final)
-	return h.end(res)
-}
-
-// endedAt is the modeled time the prefill's hold ended, or the cluster's
-// clock when its end is not known.
-func (h *handoff) endedAt() float64 {
-	if s := h.c.snapshot(h.r); s.holdEnded {
-		return s.holdEnd
-	}
-	return h.c.Now()
-}
-
-// handoffParams builds the params the prefill returns with its first token
-// and reads them back as the decode side does: vLLM's {transfer_id,
-// prefill_host, prefill_port} or SGLang's {bootstrap_host, bootstrap_port,
-// bootstrap_room}. It returns the transfer server's address and the id.
-func (c *Cluster) handoffParams(p *workerNode, tid uint64) (string, uint64, error) {
-	if c.cfg.Engine == string(engine.EngineSGLang) {
-		sp, _, err := bootstrap.ParseSGLangParams(p.server.SGLangParams(tid))
-		return sp.Addr(), sp.BootstrapRoom, err
-	}
-	vp, _, err := bootstrap.ParseVLLMParams(p.server.VLLMParams(tid))
-	return vp.Addr(), vp.TransferID, err
-}
-
-// fill adds what the request's state knows to res: timings, the hold and
+// fill adds what the request's machine knows to res: timings, the hold and
 // the handoff.
 func (c *Cluster) fill(res Result, r *request) Result {
-	s := c.snapshot(r)
-	res.TransferID = s.tid
-	res.CachedTokens = s.cachedTokens
-	if s.held {
+	s := r.m.Record()
+	res.TransferID = r.tid
+	res.CachedTokens = s.CachedTokens
+	if s.Held {
 		res.Pinned = true
-		if s.holdEnded {
-			res.PinOutcome = s.holdOutcome.String()
-			res.PinMs = s.pinMs
-			if s.claimed {
-				res.TransferMs = s.transferMs
+		if s.HoldEnded {
+			res.PinOutcome = holdOutcome(engine.Event{Outcome: s.HoldOutcome, Reason: s.HoldReason})
+			res.PinMs = s.PinMs
+			if s.Claimed {
+				res.TransferMs = s.TransferMs
 			}
 		}
 	}
 	switch {
-	case s.reserved:
-		res.DecodeWaitMs = s.reservedAt - s.waitStart
-		if s.decodeWaitMs > 0 {
-			res.DecodeWaitMs = s.decodeWaitMs
+	case s.Reserved:
+		res.DecodeWaitMs = s.ReservedAt - s.WaitStart
+		if s.DecodeWaitMs > 0 {
+			res.DecodeWaitMs = s.DecodeWaitMs
 		}
-	case s.waitSeen && s.holdEnded && s.holdOutcome == engine.Aborted:
+	case s.WaitSeen && s.HoldEnded && s.HoldOutcome == engine.Aborted:
 		// The decode never got a reservation: it waited in vain from the
 		// start of its wait until the source gave the hold up.
-		res.DecodeWaitMs = max(0, s.holdEnd-s.waitStart)
+		res.DecodeWaitMs = max(0, s.HoldEnd-s.WaitStart)
 	}
 	// The request arrived when its first worker got it: the prefill
 	// source-first, the decode destination-first, whose wait for a
 	// reservation is then part of the time to first token.
-	arrival := s.arrival
-	if s.waitSeen && s.waitStart < arrival {
-		arrival = s.waitStart
+	arrival := s.Arrival
+	if s.WaitSeen && s.WaitStart < arrival {
+		arrival = s.WaitStart
 	}
-	if s.prefillDone {
+	if s.PrefillDone {
 		res.OutputTokens = 1
-		res.TTFTMs = s.firstTokenAt - arrival
+		res.TTFTMs = s.FirstTokenAt - arrival
 	}
-	if s.done {
-		res.OutputTokens = s.final.OutputTokens
-		c.timings(&res, arrival, s.firstTokenAt, s.final.At)
+	if s.Done {
+		res.OutputTokens = s.Final.OutputTokens
+		c.timings(&res, arrival, s.FirstTokenAt, s.Final.At)
+	}
+	if res.Error == "" && res.Outcome != OutcomeCompleted {
+		res.Error = r.m.Phase().String()
 	}
 	return res
 }
@@ -585,34 +516,22 @@ func (c *Cluster) timings(res *Result, arrival, first, last float64) {
 	if arrival <= first && first <= last {
 		return
 	}
-	c.mu.Lock()
 	c.stats.causality++
 	if c.stats.causalityExample == "" {
 		c.stats.causalityExample = fmt.Sprintf("arrival %.3f, first token %.3f, last token %.3f (prefill %s, decode %s)",
 			arrival, first, last, res.PrefillWorker, res.DecodeWorker)
 	}
-	c.mu.Unlock()
 }
 
 // routeRefusal turns a routing error into the Result: a busy refusal is
 // "rejected" with the router's message naming the saturated pool, and
 // PrefillRejected when that pool is the prefill one (or the aggregated
 // one): the cascade's refusals. The role comes with the error, so it is
-// the one the router saw, not a later look at the workers.
+// the one the router saw.
 func routeRefusal(err error) Result {
 	var busy *router.BusyError
 	if errors.As(err, &busy) {
 		return Result{Outcome: OutcomeRejected, Error: busy.Error(), PrefillRejected: busy.Role != router.RoleDecode}
 	}
 	return Result{Outcome: OutcomeError, Error: err.Error()}
-}
-
-func withError(base Result, outcome, msg string) Result {
-	base.Outcome, base.Error = outcome, msg
-	return base
-}
-
-func merge(base, r Result) Result {
-	base.Outcome, base.Error = r.Outcome, r.Error
-	return base
 }

@@ -49,7 +49,7 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 		want  string           // "" when the state is consistent after all
 	}{
 		{"a pin neither released nor aborted", func(c *Cluster) { c.stats.pins++ },
-			"pins 4 != released 3 + aborted 0 + open 0"},
+			"pins 4 != released 3 + aborted 0 + cancelled 0 + open 0"},
 		{"a request with no outcome and not in flight", func(c *Cluster) { c.stats.requests++ },
 			"requests 4 != completed 3 + aborted 0 + rejected 0 + errored 0 + in flight 0"},
 		{"a request whose outcome is counted twice", func(c *Cluster) { c.stats.aborted++ },
@@ -67,7 +67,7 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 			c.forensic.open[99] = &Hold{RequestID: 99, PrefillWorker: "prefill-0"}
 		}, "1 holds still open after drain"},
 		{"a hold's pin ended twice", func(c *Cluster) { c.stats.pinsAborted++ },
-			"pins 3 != released 3 + aborted 1 + open 0"},
+			"pins 3 != released 3 + aborted 1 + cancelled 0 + open 0"},
 		{"held blocks after drain", func(c *Cluster) { c.workers[0].last.HeldBlocks = 4 },
 			"prefill-0 after drain: held 4 blocks (0 requests), reserved 0, active 0; want all 0"},
 		{"a held request after drain", func(c *Cluster) { c.workers[0].last.HeldRequests = 1 },

@@ -40,7 +40,8 @@ func TestGenerate_ContextCancelReleasesEverything(t *testing.T) {
 	require.Equal(t, OutcomeCompleted, (<-long).Outcome)
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(1), s.Errored)
-	assert.Equal(t, uint64(1), s.PinsAborted, "the cancelled hold ended as aborted")
+	assert.Equal(t, uint64(1), s.PinsCancelled, "the cancelled hold ended as cancelled")
+	assert.Zero(t, s.PinsAborted, "no deadline ended it")
 }
 
 func TestGenerate_ContextCancelAggregated(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 )
 
 // Stats is the cluster's state now and its counters since New.
@@ -21,11 +20,15 @@ type Stats struct {
 	// worker was busy (the cascade); they are among Rejected.
 	PrefillRejections uint64 `json:"prefill_rejections"`
 	// Pins counts prefill KV holds started; PinsReleased those that ended
-	// by a transfer, PinsAborted those given up (abort or session timeout,
-	// cancellation). Pins − PinsReleased − PinsAborted holds last now.
+	// by a transfer, PinsAborted those ended by their abort or session
+	// deadline, PinsCancelled those given up because the request was
+	// refused, withdrawn or cut short. Pins − PinsReleased − PinsAborted −
+	// PinsCancelled holds last now.
 	Pins         uint64 `json:"pins"`
 	PinsReleased uint64 `json:"pins_released"`
 	PinsAborted  uint64 `json:"pins_aborted"`
+	// PinsCancelled: see Pins.
+	PinsCancelled uint64 `json:"pins_cancelled"`
 	// PinMsTotal and PinMsMax sum and bound the modeled duration of ended
 	// holds.
 	PinMsTotal float64 `json:"pin_ms_total"`
@@ -64,123 +67,128 @@ type WorkerStats struct {
 	TransferAddr string `json:"transfer_addr,omitempty"`
 }
 
-// Stats reads the workers' occupancy now (their last report once closed)
-// and the counters.
+// Stats reports the cluster's state now and its counters since New.
 func (c *Cluster) Stats() Stats {
-	ws := c.workerStats()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.statsLocked(ws)
+	var s Stats
+	c.query(func() { s = c.statsNow() })
+	return s
 }
 
-// workerStats asks every worker for its occupancy. A live worker answers
-// after delivering every output already due, so the outputs behind what it
-// reports are in the dispatcher's queue by then.
-func (c *Cluster) workerStats() []WorkerStats {
-	ws := make([]WorkerStats, len(c.workers))
+// statsNow builds Stats on the loop.
+func (c *Cluster) statsNow() Stats {
+	k := c.stats
+	s := Stats{
+		Requests: k.requests, Completed: k.completed, Aborted: k.aborted, Rejected: k.rejected, Errored: k.errored,
+		InFlight: c.active, PrefillRejections: k.prefillRejections,
+		Pins: k.pins, PinsReleased: k.pinsReleased, PinsAborted: k.pinsAborted, PinsCancelled: k.pinsCancelled,
+		PinMsTotal: k.pinMsTotal, PinMsMax: k.pinMsMax,
+		TransfersStarted: k.transfersStarted, TransfersCompleted: k.transfersDone, TransfersAborted: k.transfersLost,
+		PeakHeldBlocks: k.peakHeld,
+		Workers:        make([]WorkerStats, len(c.workers)),
+	}
+	if !c.ended {
+		s.NowMs = c.stamp()
+	}
 	for i, w := range c.workers {
-		m := w.live.Metrics()
-		if m.TotalBlocks == 0 { // stopped
-			c.mu.Lock()
-			m = w.last
-			c.mu.Unlock()
+		m := w.w.Metrics()
+		if c.ended {
+			m = w.last // what the workers last reported, frozen at Close
 		}
-		ws[i] = WorkerStats{
+		s.Workers[i] = WorkerStats{
 			Name: w.name, Role: string(w.role),
 			TotalBlocks: m.TotalBlocks, ActiveBlocks: m.ActiveBlocks, InactiveBlocks: m.InactiveBlocks,
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
 		}
 		if w.server != nil {
-			ws[i].TransferAddr = w.server.AdvertisedAddr()
+			s.Workers[i].TransferAddr = w.server.AdvertisedAddr()
 		}
-	}
-	return ws
-}
-
-// statsLocked builds Stats from ws and the counters, under c.mu.
-func (c *Cluster) statsLocked(ws []WorkerStats) Stats {
-	k := c.stats
-	s := Stats{
-		Requests: k.requests, Completed: k.completed, Aborted: k.aborted, Rejected: k.rejected, Errored: k.errored,
-		InFlight: c.active, PrefillRejections: k.prefillRejections,
-		Pins: k.pins, PinsReleased: k.pinsReleased, PinsAborted: k.pinsAborted,
-		PinMsTotal: k.pinMsTotal, PinMsMax: k.pinMsMax,
-		TransfersStarted: k.transfersStarted, TransfersCompleted: k.transfersDone, TransfersAborted: k.transfersLost,
-		PeakHeldBlocks: k.peakHeld,
-		Workers:        ws,
-	}
-	if !c.closed {
-		s.NowMs = c.Now()
-	}
-	for _, w := range ws {
-		s.HeldBlocks += w.HeldBlocks
-		s.ReservedBlocks += w.ReservedBlocks
-		s.ActiveBlocks += w.ActiveBlocks
+		s.HeldBlocks += m.HeldBlocks
+		s.ReservedBlocks += m.ReservedBlocks
+		s.ActiveBlocks += m.ActiveBlocks
 	}
 	return s
 }
 
-// Holds returns the stranding graph's recent history: every hold still
-// open, the longest ended holds and the most recent ones (memory stays
-// bounded however long the cluster runs), sorted by start.
+// Holds reports the longest holds (longest first) and then the most recent
+// ones, open holds included.
 func (c *Cluster) Holds() []Hold {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.forensic.holds()
+	var hs []Hold
+	c.query(func() { hs = c.forensic.holds() })
+	return hs
 }
 
-// HoldGraph aggregates every hold since New by (prefill worker, decode
-// worker), sorted by names.
+// HoldGraph sums the ended holds per (prefill, decode) pair: which prefill
+// held KV for which decode, how often, how long, how it ended.
 func (c *Cluster) HoldGraph() []HoldEdge {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.forensic.graph()
+	var g []HoldEdge
+	c.query(func() { g = c.forensic.graph() })
+	return g
 }
 
 // Events returns the most recent forensic events, oldest first.
 func (c *Cluster) Events() []Event {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.forensic.recentEvents()
+	var ev []Event
+	c.query(func() { ev = c.forensic.recentEvents() })
+	return ev
 }
 
-// drainPoll is how often Drain looks at the workers.
-const drainPoll = 2 * time.Millisecond
-
-// Drain waits until no request is in flight and no worker holds, reserves,
-// runs or queues anything, then returns the stats. It does not stop new
-// requests: call it when the load has ended. When ctx ends first it returns
-// the stats so far and an error saying what was still busy.
-func (c *Cluster) Drain(ctx context.Context) (Stats, error) {
-	t := time.NewTicker(drainPoll)
-	defer t.Stop()
-	quiet := 0
-	for {
-		s := c.Stats()
-		busy := c.busyReason(s)
-		// Quiet on two polls in a row: an input a worker has just applied
-		// flushes its events on the driver's next turn.
-		if busy == "" {
-			if quiet++; quiet == 2 {
-				return s, nil
-			}
-		} else {
-			quiet = 0
-		}
-		select {
-		case <-ctx.Done():
-			return s, fmt.Errorf("drain: %s: %w", busy, ctx.Err())
-		case <-c.closing:
-			return s, errors.New("drain: cluster closed")
-		case <-t.C:
-		}
+// Sleep waits for ms of the cluster's modeled time, on the loop's clock: a
+// script's think time that neither the speedup nor a lagging host changes
+// in modeled terms. It returns early when ctx ends or the cluster closes.
+func (c *Cluster) Sleep(ctx context.Context, ms float64) error {
+	done := make(chan struct{})
+	if !c.send(sleepMsg{ms: ms, done: done}) {
+		return errors.New("sleep: " + errClosed)
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return errors.New("sleep: " + errClosed)
 	}
 }
 
-// busyReason says what keeps the cluster from being drained, "" when
-// nothing does.
-func (c *Cluster) busyReason(s Stats) string {
+// Drain waits until no request is in flight and every worker is idle
+// (nothing held, reserved, running, waiting or active), and returns the
+// Stats then. It fails when ctx ends first, saying what is still busy, or
+// when the cluster closes.
+func (c *Cluster) Drain(ctx context.Context) (Stats, error) {
+	done := make(chan struct{})
+	if !c.send(drainMsg{done: done}) {
+		return c.Stats(), errors.New("drain: " + errClosed)
+	}
+	select {
+	case <-done:
+		return c.Stats(), nil
+	case <-c.done:
+		return c.Stats(), errors.New("drain: " + errClosed)
+	case <-ctx.Done():
+		s := c.Stats()
+		return s, fmt.Errorf("drain: %s: %w", busyReason(s), ctx.Err())
+	}
+}
+
+// checkDrained wakes the Drain calls waiting for an idle cluster.
+func (c *Cluster) checkDrained() {
+	if len(c.drainers) == 0 || c.active > 0 {
+		return
+	}
+	for _, w := range c.workers {
+		if m := w.w.Metrics(); m.HeldRequests > 0 || m.ReservedBlocks > 0 || m.Running > 0 || m.Waiting > 0 || m.ActiveBlocks > 0 {
+			return
+		}
+	}
+	for _, d := range c.drainers {
+		close(d)
+	}
+	c.drainers = nil
+}
+
+// busyReason says what keeps the cluster from being drained.
+func busyReason(s Stats) string {
 	if s.InFlight > 0 {
 		return fmt.Sprintf("%d requests in flight", s.InFlight)
 	}
@@ -190,56 +198,35 @@ func (c *Cluster) busyReason(s Stats) string {
 				w.Name, w.HeldRequests, w.ReservedBlocks, w.Running, w.Waiting, w.ActiveBlocks)
 		}
 	}
-	if w := c.undelivered(); w != "" {
-		return w
-	}
-	if !c.queue.idle() {
-		return "worker outputs not yet applied"
-	}
-	return ""
+	return "nothing"
 }
 
-// undelivered names a worker whose pass in flight has not delivered its
-// output (events a worker applied ahead of the wall clock, at the pass's
-// end, ride with it), "" when there is none.
-func (c *Cluster) undelivered() string {
-	for _, w := range c.workers {
-		if ran, got := w.live.Passes(), w.delivered.Load(); ran != got {
-			return fmt.Sprintf("%s: %d passes run, %d delivered", w.name, ran, got)
-		}
-	}
-	return ""
+// invariantState is what CheckInvariants judges, taken on the loop.
+type invariantState struct {
+	s         Stats
+	open      int
+	causality uint64
+	example   string
+	settled   bool // nothing in flight: the after-drain invariants apply
 }
 
-// CheckInvariants checks DESIGN §9 and returns every violation, joined;
-// nil when all hold. Always: per worker active + inactive + free = total
-// blocks; requests = completed + aborted + rejected + errored + in flight;
-// pins = released + aborted + open holds; modeled time never went
-// backwards for a request (arrival ≤ first token ≤ last token). When no
-// request is in flight and every worker output is applied (after Drain),
-// also: no block held, reserved or active on any worker, no hold open, and
-// transfers started = transfers completed + transfers aborted.
-//
-// The counters, the open holds and the "everything applied" condition are
-// read in one critical section, after the workers' reports: a worker
-// output applied while the check runs can never make it compare counters
-// from before the output with a queue found empty after it. The drained
-// checks apply only when no request was in flight from before the
-// workers' reports to that section, so the reports are not older than the
-// end of the last request.
+// CheckInvariants checks DESIGN §9 on the cluster now: block conservation
+// per worker, request and pin conservation, modeled time never going back
+// for a request, and, when nothing is in flight, that no worker holds,
+// reserves or runs anything and every transfer ended. It returns every
+// violation found.
 func (c *Cluster) CheckInvariants() error {
-	c.mu.Lock()
-	idleBefore, requestsBefore := c.active == 0, c.stats.requests
-	c.mu.Unlock()
-	ws := c.workerStats()
-	delivered := c.undelivered() == ""
-	c.mu.Lock()
-	s := c.statsLocked(ws)
-	open := len(c.forensic.open)
-	causality, example := c.stats.causality, c.stats.causalityExample
-	settled := idleBefore && requestsBefore == s.Requests && delivered && s.InFlight == 0 && c.queue.idle()
-	c.mu.Unlock()
+	var st invariantState
+	c.query(func() {
+		st = invariantState{s: c.statsNow(), open: len(c.forensic.open), causality: c.stats.causality,
+			example: c.stats.causalityExample}
+		st.settled = c.active == 0
+	})
+	return st.check()
+}
 
+func (st invariantState) check() error {
+	s := st.s
 	var errs []error
 	for _, w := range s.Workers {
 		if w.ActiveBlocks+w.InactiveBlocks+w.FreeBlocks != w.TotalBlocks {
@@ -252,21 +239,22 @@ func (c *Cluster) CheckInvariants() error {
 		errs = append(errs, fmt.Errorf("requests %d != completed %d + aborted %d + rejected %d + errored %d + in flight %d",
 			s.Requests, s.Completed, s.Aborted, s.Rejected, s.Errored, s.InFlight))
 	}
-	if s.Pins != s.PinsReleased+s.PinsAborted+uint64(open) {
-		errs = append(errs, fmt.Errorf("pins %d != released %d + aborted %d + open %d", s.Pins, s.PinsReleased, s.PinsAborted, open))
+	if s.Pins != s.PinsReleased+s.PinsAborted+s.PinsCancelled+uint64(st.open) {
+		errs = append(errs, fmt.Errorf("pins %d != released %d + aborted %d + cancelled %d + open %d",
+			s.Pins, s.PinsReleased, s.PinsAborted, s.PinsCancelled, st.open))
 	}
-	if causality > 0 {
-		errs = append(errs, fmt.Errorf("%d requests went back in modeled time, e.g. %s", causality, example))
+	if st.causality > 0 {
+		errs = append(errs, fmt.Errorf("%d requests went back in modeled time, e.g. %s", st.causality, st.example))
 	}
-	if settled {
+	if st.settled && s.InFlight == 0 {
 		for _, w := range s.Workers {
 			if w.HeldBlocks != 0 || w.HeldRequests != 0 || w.ReservedBlocks != 0 || w.ActiveBlocks != 0 {
 				errs = append(errs, fmt.Errorf("%s after drain: held %d blocks (%d requests), reserved %d, active %d; want all 0",
 					w.Name, w.HeldBlocks, w.HeldRequests, w.ReservedBlocks, w.ActiveBlocks))
 			}
 		}
-		if open != 0 {
-			errs = append(errs, fmt.Errorf("%d holds still open after drain", open))
+		if st.open != 0 {
+			errs = append(errs, fmt.Errorf("%d holds still open after drain", st.open))
 		}
 		if s.TransfersStarted != s.TransfersCompleted+s.TransfersAborted {
 			errs = append(errs, fmt.Errorf("transfers started %d != completed %d + aborted %d",

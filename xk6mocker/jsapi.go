@@ -147,19 +147,14 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	}
 }
 
-// sleepModeled blocks the VU for ms of the cluster's modeled time, that is
-// ms / speedup_ratio of wall time, or until the VU's work must stop.
+// sleepModeled blocks the VU for ms of the cluster's modeled time, on the
+// cluster's own loop (ms / speedup_ratio of wall time while the loop keeps
+// up), or until the VU's work must stop.
 func (inst *instance) sleepModeled(e *entry, ms float64) {
-	wall := time.Duration(ms / e.speedup * float64(time.Millisecond))
-	if wall <= 0 {
+	if ms <= 0 {
 		return
 	}
-	t := time.NewTimer(wall)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-inst.vu.Context().Done():
-	}
+	_ = e.sleep(inst.vu.Context(), ms)
 }
 
 // accepting reports whether the harness keeps samples pushed now: not in

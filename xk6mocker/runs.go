@@ -203,6 +203,17 @@ func (e *entry) holds() []cluster.Hold {
 	return e.c.Holds()
 }
 
+// sleep waits ms of the cluster's modeled time.
+func (e *entry) sleep(ctx context.Context, ms float64) error {
+	e.mu.Lock()
+	closed := e.closed
+	e.mu.Unlock()
+	if closed {
+		return nil
+	}
+	return e.c.Sleep(ctx, ms)
+}
+
 // drain waits for the cluster's in-flight work to end.
 func (e *entry) drain(ctx context.Context) (cluster.Stats, error) {
 	e.mu.Lock()

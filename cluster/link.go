@@ -1,0 +1,257 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	"github.com/kvstrand/mocker/bootstrap"
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
+)
+
+// transferLink carries a handoff's transfer-room steps between a prefill
+// worker's transfer server and the decode side: over TCP through each
+// prefill's bootstrap.Server (the default), or in memory (RunVirtual).
+// Replies come back to the loop as linkMsgs: at most one arrival (the
+// server saw the decode) and then exactly one status per connection.
+type transferLink interface {
+	// arrived is the servers' OnDecodeArrived.
+	arrived(tid, reqID uint64)
+	open(p *workerNode, tid uint64)
+	close(p *workerNode, tid uint64, transferred bool)
+	connect(p *workerNode, tid, reqID uint64)
+	// forget drops what the link keeps of a transfer whose request ended.
+	forget(p *workerNode, tid uint64)
+	shutdown()
+}
+
+// linkStatus is the answer the decode got.
+type linkStatus struct {
+	status handoff.Status
+	err    string
+}
+
+// exchange is one decode's connection to a transfer room, as the loop
+// tracks it. Each reply the loop waits for holds a ticket in the event
+// queue at the modeled time of the step that asked for it, so modeled time
+// never passes a pending reply and the reply lands where it would have had
+// it come at once: the arrival (or an early status) at the connection's
+// time, the status at the time the room was closed.
+type exchange struct {
+	r                    *request
+	t1, t2               engine.Ticket
+	t1Open, t2Open       bool
+	arrived, got, closed bool
+}
+
+// connect starts the decode's connection for r's room.
+func (c *Cluster) connect(r *request) {
+	x := &exchange{r: r, closed: r.closed}
+	x.t1, x.t1Open = c.v.Ticket(c.v.Now()), true
+	c.exch[r.tid] = x
+	c.link.connect(r.prefill, r.tid, r.id)
+}
+
+// closeRoom tells the source's server how r's hold ended. If the decode is
+// connected and was seen, its status is the next reply.
+func (c *Cluster) closeRoom(r *request, transferred bool) {
+	r.closed = true
+	x := c.exch[r.tid]
+	if x != nil {
+		x.closed = true
+		if x.arrived && !x.got && !x.t2Open {
+			x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
+		}
+	}
+	c.link.close(r.prefill, r.tid, transferred)
+}
+
+// onLinkMsg places a link reply in the event queue.
+func (c *Cluster) onLinkMsg(m linkMsg) {
+	x := c.exch[m.tid]
+	if x == nil || (m.arrived && m.reqID != x.r.id) {
+		return
+	}
+	r := x.r
+	if m.arrived {
+		if !x.t1Open || x.arrived {
+			return
+		}
+		x.arrived, x.t1Open = true, false
+		c.v.FillCall(x.t1, func() { c.feed(r, handoff.DecodeArrived{}) })
+		if x.closed && !x.got {
+			x.t2, x.t2Open = c.v.Ticket(x.t1.At), true
+		}
+		return
+	}
+	if x.got {
+		return
+	}
+	x.got = true
+	ev := handoff.TransferStatus{Status: m.status.status, Err: m.status.err}
+	fn := func() {
+		delete(c.exch, r.tid)
+		c.feed(r, ev)
+	}
+	switch {
+	case x.t1Open:
+		x.t1Open = false
+		c.v.FillCall(x.t1, fn)
+	case x.t2Open:
+		x.t2Open = false
+		c.v.FillCall(x.t2, fn)
+	default:
+		// A status nobody asked for yet (the server refused the decode on
+		// its own: a limit, a shutdown): it takes effect now.
+		c.v.Call(c.v.Now(), fn)
+	}
+}
+
+// feed steps r's machine if r is still in flight.
+func (c *Cluster) feed(r *request, ev handoff.Event) {
+	if c.reqs[r.id] == r {
+		c.step(r, ev)
+	}
+}
+
+// giveUpExchanges ends every exchange whose reply did not come while the
+// cluster closes: the decode saw an error.
+func (c *Cluster) giveUpExchanges() {
+	for tid, x := range c.exch {
+		c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: errClosed}})
+		_ = x
+	}
+}
+
+// memLink is the transfer protocol's logic without sockets: rooms, ACK,
+// ABORT and tombstones, answered in the loop at once.
+type memLink struct {
+	c     *Cluster
+	rooms map[uint64]*memRoom
+}
+
+type memRoom struct {
+	resolved, transferred, waiting bool
+}
+
+func newMemLink(c *Cluster) *memLink { return &memLink{c: c, rooms: make(map[uint64]*memRoom)} }
+
+func (l *memLink) arrived(uint64, uint64) {}
+
+func (l *memLink) open(_ *workerNode, tid uint64) { l.rooms[tid] = &memRoom{} }
+
+func (l *memLink) close(_ *workerNode, tid uint64, transferred bool) {
+	room := l.rooms[tid]
+	if room == nil || room.resolved {
+		return
+	}
+	room.resolved, room.transferred = true, transferred
+	if room.waiting {
+		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
+	}
+}
+
+func (l *memLink) connect(_ *workerNode, tid, reqID uint64) {
+	room := l.rooms[tid]
+	switch {
+	case room == nil:
+		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: "transfer room not open"}})
+	case room.resolved:
+		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
+	default:
+		room.waiting = true
+		l.c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: true})
+	}
+}
+
+func (r *memRoom) status(tid uint64) linkStatus {
+	if r.transferred {
+		return linkStatus{status: handoff.ACK}
+	}
+	return linkStatus{status: handoff.Abort, err: (&bootstrap.AbortError{TransferID: tid}).Error()}
+}
+
+func (l *memLink) forget(_ *workerNode, tid uint64) { delete(l.rooms, tid) }
+
+func (l *memLink) shutdown() {}
+
+// tcpLink speaks the real transfer protocol: each prefill's
+// bootstrap.Server holds the rooms, and the decode side connects to it
+// with bootstrap.Await, reading the handoff params the prefill returned.
+type tcpLink struct {
+	c      *Cluster
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func newTCPLink(c *Cluster) *tcpLink {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &tcpLink{c: c, ctx: ctx, cancel: cancel}
+}
+
+func (l *tcpLink) arrived(tid, reqID uint64) {
+	l.c.send(linkMsg{tid: tid, reqID: reqID, arrived: true})
+}
+
+func (l *tcpLink) open(p *workerNode, tid uint64) {
+	if err := p.server.Open(tid); err != nil {
+		l.c.log.Warn("transfer room not opened; the decode will be refused", "worker", p.name, "transfer_id", tid, "err", err)
+	}
+}
+
+func (l *tcpLink) close(p *workerNode, tid uint64, transferred bool) {
+	var err error
+	if transferred {
+		err = p.server.Complete(tid)
+	} else {
+		err = p.server.Abort(tid)
+	}
+	if err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+		l.c.log.Warn("transfer outcome not delivered", "worker", p.name, "transfer_id", tid, "err", err)
+	}
+}
+
+func (l *tcpLink) connect(p *workerNode, tid, reqID uint64) {
+	addr, room, err := l.c.handoffParams(p, tid)
+	if err != nil {
+		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: err.Error()}})
+		return
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		st, err := bootstrap.Await(l.ctx, addr, room, reqID)
+		ls := linkStatus{status: handoff.Error}
+		switch {
+		case st == bootstrap.StatusACK:
+			ls.status = handoff.ACK
+		case errors.Is(err, bootstrap.ErrAborted):
+			ls.status, ls.err = handoff.Abort, err.Error()
+		case err != nil:
+			ls.err = err.Error()
+		}
+		l.c.send(linkMsg{tid: tid, status: ls})
+	}()
+}
+
+func (l *tcpLink) forget(*workerNode, uint64) {}
+
+func (l *tcpLink) shutdown() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// handoffParams builds the params the prefill returns with its first token
+// and reads them back as the decode side does: vLLM's {transfer_id,
+// prefill_host, prefill_port} or SGLang's {bootstrap_host, bootstrap_port,
+// bootstrap_room}. It returns the transfer server's address and the id.
+func (c *Cluster) handoffParams(p *workerNode, tid uint64) (string, uint64, error) {
+	if c.cfg.Engine == string(engine.EngineSGLang) {
+		sp, _, err := bootstrap.ParseSGLangParams(p.server.SGLangParams(tid))
+		return sp.Addr(), sp.BootstrapRoom, err
+	}
+	vp, _, err := bootstrap.ParseVLLMParams(p.server.VLLMParams(tid))
+	return vp.Addr(), vp.TransferID, err
+}

@@ -1,0 +1,276 @@
+package cluster
+
+import (
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// The cluster's loop is one goroutine that owns every worker, the router's
+// view of them and every request's handoff machine, on one discrete-event
+// queue in modeled time (engine.Virtual). Everything else talks to it
+// through its mailbox: Generate's arrivals and cancellations, the transfer
+// link's replies, queries. Paced, it processes the events of modeled time
+// t once the wall clock reaches t / speedup_ratio; when the host falls
+// behind, the whole cluster falls behind together — no worker ever sees
+// another's output late — and the lag is measured. Virtual, it processes
+// them as fast as the CPU allows. Either way, the same arrivals at the
+// same modeled times give the same results.
+
+// message is what the mailbox carries.
+type message interface{ isMessage() }
+
+type arriveMsg struct {
+	h  *call
+	at float64 // modeled time, when stamped is set
+	// stamped arrivals keep their own time (RunVirtual, tests); others are
+	// stamped with the loop's now.
+	stamped bool
+}
+type stopMsg struct {
+	h      *call
+	reason string
+}
+type linkMsg struct {
+	tid     uint64
+	reqID   uint64
+	arrived bool
+	status  linkStatus
+}
+type queryMsg struct {
+	fn   func()
+	done chan struct{}
+}
+type sleepMsg struct {
+	ms   float64
+	done chan struct{}
+}
+type drainMsg struct{ done chan struct{} }
+type closeMsg struct{}
+type batchMsg struct{ arrivals []arriveMsg }
+
+func (arriveMsg) isMessage() {}
+func (stopMsg) isMessage()   {}
+func (linkMsg) isMessage()   {}
+func (queryMsg) isMessage()  {}
+func (sleepMsg) isMessage()  {}
+func (drainMsg) isMessage()  {}
+func (closeMsg) isMessage()  {}
+func (batchMsg) isMessage()  {}
+
+// send posts m to the loop; false once the loop has ended.
+func (c *Cluster) send(m message) bool {
+	select {
+	case c.mail <- m:
+		return true
+	case <-c.done:
+		return false
+	}
+}
+
+// query runs fn on the loop and waits for it; after the loop ended it runs
+// fn here, where nothing else touches the loop's state any more.
+func (c *Cluster) query(fn func()) {
+	q := queryMsg{fn: fn, done: make(chan struct{})}
+	if !c.send(q) {
+		fn()
+		return
+	}
+	select {
+	case <-q.done:
+	case <-c.done:
+		select {
+		case <-q.done:
+		default:
+			fn()
+		}
+	}
+}
+
+// closeGrace bounds how long a closing loop waits for a transfer server's
+// reply before giving the exchange up.
+const closeGrace = 5 * time.Second
+
+func (c *Cluster) run() {
+	defer close(c.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var stuckSince time.Time
+	for {
+		if c.stopping && c.active == 0 {
+			for _, w := range c.workers {
+				w.last = w.w.Metrics()
+			}
+			c.ended = true
+			c.publish()
+			return
+		}
+		at, blocked, ok := c.v.Next()
+		var wake <-chan time.Time
+		switch {
+		case ok && !blocked:
+			stuckSince = time.Time{}
+			if c.clock != nil && !c.stopping {
+				d := c.clock.wallAt(at) - c.clock.elapsed()
+				if d > 0 {
+					c.lag.caughtUp()
+					timer.Reset(d)
+					wake = timer.C
+					break
+				}
+				c.lag.observe(-d)
+			}
+			c.advance(at)
+			c.poll()
+			continue
+		case ok && blocked && c.stopping:
+			// Closing: a reply that never comes must not hold the loop.
+			if stuckSince.IsZero() {
+				stuckSince = time.Now()
+			}
+			if time.Since(stuckSince) > closeGrace {
+				c.giveUpExchanges()
+				continue
+			}
+			timer.Reset(10 * time.Millisecond)
+			wake = timer.C
+		}
+		c.publish()
+		select {
+		case m := <-c.mail:
+			timer.Stop()
+			c.handle(m)
+		case <-wake:
+		}
+	}
+}
+
+// advance processes the events up to modeled time at.
+func (c *Cluster) advance(at float64) {
+	if err := c.v.RunUntil(at); err != nil {
+		c.log.Error("cluster loop stopped on an input error", "err", err)
+		panic(err) // inputs are validated before they reach a worker
+	}
+	c.checkDrained()
+}
+
+// poll handles the messages already waiting, without blocking.
+func (c *Cluster) poll() {
+	for {
+		select {
+		case m := <-c.mail:
+			c.handle(m)
+		default:
+			return
+		}
+	}
+}
+
+// publish stores the loop's clock for Now.
+func (c *Cluster) publish() {
+	c.nowBits.Store(math.Float64bits(c.v.Now()))
+	next := math.Inf(1)
+	if at, _, ok := c.v.Next(); ok {
+		next = at
+	}
+	c.nextBits.Store(math.Float64bits(next))
+}
+
+// stamp is the modeled time an input arriving now takes: the wall clock's
+// modeled time, but never before what the loop has processed nor past its
+// next event.
+func (c *Cluster) stamp() float64 {
+	if c.clock != nil && !c.stopping {
+		c.v.AdvanceTo(c.clock.modeled())
+	}
+	return c.v.Now()
+}
+
+func (c *Cluster) handle(m message) {
+	switch m := m.(type) {
+	case arriveMsg:
+		c.accept(m)
+	case batchMsg:
+		for _, a := range m.arrivals {
+			c.accept(a)
+		}
+	case stopMsg:
+		if r := m.h.r; r != nil {
+			c.stopRequest(r, m.reason)
+		} else {
+			m.h.stopReason = m.reason
+		}
+	case linkMsg:
+		c.onLinkMsg(m)
+	case queryMsg:
+		m.fn()
+		close(m.done)
+	case sleepMsg:
+		done := m.done
+		c.v.Call(c.stamp()+m.ms, func() { close(done) })
+	case drainMsg:
+		c.drainers = append(c.drainers, m.done)
+		c.checkDrained()
+	case closeMsg:
+		c.stopping = true
+		for _, r := range c.sortedRequests() {
+			c.stopRequest(r, errClosed)
+		}
+	}
+	c.publish()
+}
+
+// accept schedules an arrival at its modeled time.
+func (c *Cluster) accept(m arriveMsg) {
+	if c.stopping {
+		m.h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		return
+	}
+	at := c.stamp()
+	if m.stamped {
+		at = max(at, m.at)
+	}
+	h := m.h
+	c.v.Call(at, func() { c.arrive(h) })
+}
+
+// wallClock maps modeled time to the wall clock: modeled = wall since start
+// × speedup.
+type wallClock struct {
+	start   time.Time
+	speedup float64
+}
+
+func (w *wallClock) elapsed() time.Duration { return time.Since(w.start) }
+
+func (w *wallClock) modeled() float64 {
+	return float64(time.Since(w.start)) / float64(time.Millisecond) * w.speedup
+}
+
+func (w *wallClock) wallAt(modeled float64) time.Duration {
+	return time.Duration(modeled / w.speedup * float64(time.Millisecond))
+}
+
+// lagMeter records how far the paced loop ran behind the wall clock.
+type lagMeter struct {
+	now, peak atomic.Int64 // ns
+}
+
+func (l *lagMeter) observe(d time.Duration) {
+	l.now.Store(int64(d))
+	if int64(d) > l.peak.Load() {
+		l.peak.Store(int64(d))
+	}
+}
+
+func (l *lagMeter) caughtUp() { l.now.Store(0) }
+
+// ClockLag reports how far behind the wall clock the cluster's loop is now
+// and the most it ever was: when the host cannot keep up with the modeled
+// load at this speedup_ratio, the whole cluster runs late together (no
+// modeled result changes), and the script's wall-clock pacing then offers
+// less modeled load than it says. Zero for a virtual cluster.
+func (c *Cluster) ClockLag() (now, peak time.Duration) {
+	return time.Duration(c.lag.now.Load()), time.Duration(c.lag.peak.Load())
+}

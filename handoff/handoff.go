@@ -1,0 +1,582 @@
+// Package handoff is the lifecycle of one request across its workers, as a
+// pure state machine: a Machine takes typed events (what a worker reported,
+// what an input it was given replied, what the transfer server answered,
+// the caller giving up) and returns typed actions (inputs for a worker,
+// transfer-room steps, the end of the request). It starts no goroutine,
+// reads no clock and does no I/O, so the cluster's loop, a test transcript
+// or a distributed transport can drive it alike; it is the one place to
+// read how a request crosses from a prefill worker to a decode worker.
+//
+// # Orders
+//
+// Aggregated: one worker runs the request and frees its KV.
+//
+// SourceFirst (vLLM, and SGLang with optimistic_prefill): the prefill
+// computes the prompt and the first token and holds the KV (Held; its abort
+// clock starts); the machine opens a transfer room and asks the decode to
+// reserve. Once reserved, the decode connects to the source's transfer
+// server (Connect); the server's cue that it arrived (DecodeArrived) starts
+// the modeled transfer (StartTransfer), whose end releases the hold as
+// transferred; the room is closed with that outcome (CloseRoom), the
+// server answers ACK, and the decode activates and generates the rest. If
+// the abort (or session) deadline ends the hold first, the room is closed
+// as aborted, the server answers ABORT whenever the decode connects, the
+// decode frees its reservation, and the request ends Aborted.
+//
+// DestinationFirst (SGLang): the request reaches both workers at once; the
+// prefill waits in its bootstrap queue holding nothing while the decode
+// reserves; the reservation readies the prefill (DestinationReady), which
+// computes and holds, and its transfer starts with the hold (the engine
+// starts it). The decode connects as the hold starts and waits for the
+// outcome. A decode that cannot reserve within the session timeout leaves
+// the prefill to be dropped from its bootstrap queue: Rejected, with
+// nothing computed or held.
+//
+// Whatever the path, the machine finishes a request only once its prefill
+// worker is done with it (the hold ended, or it was refused or withdrawn
+// there), so a finished record always carries the hold's final outcome.
+package handoff
+
+import (
+	"fmt"
+
+	"github.com/kvstrand/mocker/engine"
+)
+
+// Order is how a request's work is split across workers.
+type Order uint8
+
+// The orders a Machine runs.
+const (
+	Aggregated Order = iota
+	SourceFirst
+	DestinationFirst
+)
+
+func (o Order) String() string {
+	switch o {
+	case Aggregated:
+		return "aggregated"
+	case SourceFirst:
+		return "source-first"
+	case DestinationFirst:
+		return "destination-first"
+	}
+	return "unknown"
+}
+
+// Phase is where a request is in its lifecycle.
+type Phase uint8
+
+// Phases, in the order a request goes through them (a request skips those
+// its order does not have).
+const (
+	Routed           Phase = iota // routed, nothing sent yet
+	PrefillQueued                 // submitted to the prefill (or only) worker
+	BootstrapWaiting              // destination-first: the prefill waits for its decode to reserve
+	Held                          // the prefill holds the KV; the decode waits to reserve
+	Reserved                      // the decode reserved and is connecting to the source
+	Transferring                  // the modeled transfer runs
+	Activated                     // the decode generates the rest
+	Completed                     // terminal
+	Aborted                       // terminal: the hold ended by its deadline
+	Rejected                      // terminal: refused for capacity or a handoff timeout
+	Errored                       // terminal: anything else (bad input, withdrawn, caller gave up)
+)
+
+var phaseNames = [...]string{"routed", "prefill_queued", "bootstrap_waiting", "held", "reserved",
+	"transferring", "activated", "completed", "aborted", "rejected", "error"}
+
+func (p Phase) String() string {
+	if int(p) < len(phaseNames) {
+		return phaseNames[p]
+	}
+	return "unknown"
+}
+
+// Terminal reports whether p ends the request.
+func (p Phase) Terminal() bool { return p >= Completed }
+
+// Side names a worker of the request. Aggregated requests use Prefill for
+// their one worker.
+type Side uint8
+
+// The two sides of a handoff.
+const (
+	Prefill Side = iota
+	Decode
+)
+
+func (s Side) String() string {
+	if s == Decode {
+		return "decode"
+	}
+	return "prefill"
+}
+
+// Status is the transfer server's answer to the decode.
+type Status uint8
+
+// The answers, as the wire protocol has them.
+const (
+	ACK Status = iota + 1
+	Abort
+	Error
+)
+
+// Event is something that happened to the request. The set is closed.
+type Event interface{ isEvent() }
+
+// Start begins the request: the router has placed it.
+type Start struct{}
+
+// WorkerEvent is a lifecycle event a worker reported for the request.
+type WorkerEvent struct {
+	Side  Side
+	Event engine.Event
+}
+
+// WorkerCompletion is a worker's completion of the request (on a prefill
+// worker: the prefill and first token, held or not).
+type WorkerCompletion struct {
+	Side       Side
+	Completion engine.Completion
+}
+
+// WorkerRejection is a worker refusing the request.
+type WorkerRejection struct {
+	Side      Side
+	Rejection engine.Rejection
+}
+
+// InputReply is what an input the machine asked for did.
+type InputReply struct {
+	Side  Side
+	Input engine.Input
+	Reply engine.Reply
+}
+
+// DecodeArrived is the source's transfer server seeing the decode's
+// connection for this request's room.
+type DecodeArrived struct{}
+
+// TransferStatus is the server's answer as the decode received it. Err
+// describes an Abort or Error answer (or a connection failure, with Error).
+type TransferStatus struct {
+	Status Status
+	Err    string
+}
+
+// Stop is the caller giving up (a cancelled context, the cluster closing).
+type Stop struct{ Reason string }
+
+func (Start) isEvent()            {}
+func (WorkerEvent) isEvent()      {}
+func (WorkerCompletion) isEvent() {}
+func (WorkerRejection) isEvent()  {}
+func (InputReply) isEvent()       {}
+func (DecodeArrived) isEvent()    {}
+func (TransferStatus) isEvent()   {}
+func (Stop) isEvent()             {}
+
+// Action is something the driver must do now. The set is closed.
+type Action interface{ isAction() }
+
+// Apply hands Input to the worker on Side.
+type Apply struct {
+	Side  Side
+	Input engine.Input
+}
+
+// OpenRoom opens a transfer room on the source's server for this request.
+type OpenRoom struct{}
+
+// Connect makes the decode connect to the source's transfer server and wait
+// for its answer; the driver reports DecodeArrived (when the server sees it)
+// and then TransferStatus.
+type Connect struct{}
+
+// CloseRoom tells the source's server how the hold ended: ACK to the
+// decode when Transferred, ABORT otherwise.
+type CloseRoom struct{ Transferred bool }
+
+// Finish ends the request: Phase is terminal, Error says why when it is not
+// Completed. The machine's Record is final.
+type Finish struct {
+	Phase Phase
+	Error string
+}
+
+func (Apply) isAction()     {}
+func (OpenRoom) isAction()  {}
+func (Connect) isAction()   {}
+func (CloseRoom) isAction() {}
+func (Finish) isAction()    {}
+
+// Spec is what a Machine knows of its request and workers.
+type Spec struct {
+	Order   Order
+	Request engine.Request
+	// PrefillName and DecodeName name the workers in messages (aggregated:
+	// both the one worker).
+	PrefillName, DecodeName string
+	// TransferMode is the source's kv_transfer_timing_mode.
+	TransferMode engine.TransferTimingMode
+	// BlockSize rounds destination_missing transfers up to whole blocks
+	// when RoundTransfers is set.
+	BlockSize      int
+	RoundTransfers bool
+	// SessionTimeoutMs is the source's handoff_session_timeout_ms, for the
+	// message of a destination-first timeout.
+	SessionTimeoutMs int64
+}
+
+// Record is what the machine learned of the request, for its result.
+type Record struct {
+	Arrival, FirstTokenAt float64
+	CachedTokens          int
+	PrefillDone           bool
+	Held, HoldEnded       bool
+	HoldStart, HoldEnd    float64
+	PinMs                 float64
+	HoldOutcome           engine.Outcome
+	HoldReason            engine.EndReason
+	Claimed               bool // the transfer started
+	TransferMs            float64
+	WaitSeen              bool
+	WaitStart             float64
+	Reserved              bool
+	ReservedAt            float64
+	Missing               int
+	DecodeWaitMs          float64
+	Done                  bool
+	Final                 engine.Completion
+	// RejectedBy is the side that refused the request, when one did.
+	RejectedBy Side
+	Rejection  *engine.Rejection
+}
+
+// Machine is one request's lifecycle. The zero value is not usable; build
+// it with New.
+type Machine struct {
+	spec  Spec
+	phase Phase
+	rec   Record
+
+	submitted     bool // the prefill (or only) worker got the request
+	prefillEnded  bool // ... and is done with it
+	reservePosted bool
+	connected     bool
+	cleaned       bool
+	pending       *Finish // the end, waiting for the prefill to be done
+	finished      bool
+	out           []Action
+}
+
+// New builds the machine of one request, in phase Routed.
+func New(spec Spec) *Machine { return &Machine{spec: spec} }
+
+// Phase is where the request is.
+func (m *Machine) Phase() Phase { return m.phase }
+
+// Record is what the machine learned so far.
+func (m *Machine) Record() *Record { return &m.rec }
+
+// Spec is the machine's spec.
+func (m *Machine) Spec() *Spec { return &m.spec }
+
+// Finished reports whether the machine has emitted its Finish.
+func (m *Machine) Finished() bool { return m.finished }
+
+// Step applies one event and returns the actions it calls for, in order.
+// The slice is reused by the next Step.
+func (m *Machine) Step(ev Event) []Action {
+	m.out = m.out[:0]
+	if m.finished {
+		return m.out
+	}
+	switch m.spec.Order {
+	case Aggregated:
+		m.stepAggregated(ev)
+	default:
+		m.stepHandoff(ev)
+	}
+	m.settle()
+	return m.out
+}
+
+func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
+
+// finish ends the request with phase, once the prefill is done with it.
+func (m *Machine) finish(phase Phase, err string) {
+	if m.pending == nil {
+		m.pending = &Finish{Phase: phase, Error: err}
+	}
+}
+
+func (m *Machine) settle() {
+	if m.pending != nil && !m.finished && (!m.submitted || m.prefillEnded) {
+		m.finished = true
+		m.phase = m.pending.Phase
+		m.emit(*m.pending)
+	}
+}
+
+func (m *Machine) stepAggregated(ev Event) {
+	s := &m.spec
+	switch ev := ev.(type) {
+	case Start:
+		m.phase = PrefillQueued
+		m.submitted = true
+		m.emit(Apply{Side: Prefill, Input: engine.Submit{Request: s.Request, Policy: engine.Release}})
+	case InputReply:
+		if _, ok := ev.Input.(engine.Submit); ok && ev.Reply.Err != nil {
+			m.prefillEnded = true
+			m.finish(Errored, fmt.Sprintf("submit to %s: %v", s.PrefillName, ev.Reply.Err))
+		}
+		if _, ok := ev.Input.(engine.Cancel); ok && !ev.Reply.OK {
+			m.prefillEnded = true
+		}
+	case WorkerCompletion:
+		c := ev.Completion
+		m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, c.CachedTokens
+		m.rec.PrefillDone, m.rec.Done, m.rec.Final = true, true, c
+		m.prefillEnded = true
+		m.finish(Completed, "")
+	case WorkerRejection:
+		m.reject(ev)
+		m.prefillEnded = true
+		m.finish(Rejected, ev.Rejection.Reason)
+	case WorkerEvent:
+		if ev.Event.Kind == engine.EventCancelled {
+			m.prefillEnded = true
+			m.finish(Errored, "withdrawn by "+s.PrefillName)
+		}
+	case Stop:
+		m.finish(Errored, ev.Reason)
+		if !m.cleaned {
+			m.cleaned = true
+			m.emit(Apply{Side: Prefill, Input: engine.Cancel{ID: s.Request.ID}})
+		}
+	}
+}
+
+func (m *Machine) reject(ev WorkerRejection) {
+	rej := ev.Rejection
+	m.rec.Rejection, m.rec.RejectedBy = &rej, ev.Side
+}
+
+// transferTokens is the size of the transfer the source models.
+func (m *Machine) transferTokens() int {
+	s := &m.spec
+	n := engine.TransferTokens(s.TransferMode, len(s.Request.Tokens), m.rec.Missing)
+	if s.RoundTransfers && s.BlockSize > 0 && n < len(s.Request.Tokens) {
+		n = min((n+s.BlockSize-1)/s.BlockSize*s.BlockSize, len(s.Request.Tokens))
+	}
+	return n
+}
+
+// cleanup withdraws the request from both workers: a prefill that holds KV
+// releases it as aborted (the room is then closed as aborted), one still
+// queued is dropped, and a destination is freed.
+func (m *Machine) cleanup() {
+	if m.cleaned {
+		return
+	}
+	m.cleaned = true
+	id := m.spec.Request.ID
+	if m.submitted && !m.prefillEnded {
+		m.emit(Apply{Side: Prefill, Input: engine.Cancel{ID: id}})
+	}
+	if m.reservePosted {
+		m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
+		m.emit(Apply{Side: Decode, Input: engine.Cancel{ID: id}})
+	}
+}
+
+// fail cleans up and ends the request once the prefill is done.
+func (m *Machine) fail(phase Phase, err string) {
+	m.cleanup()
+	m.finish(phase, err)
+}
+
+func (m *Machine) stepHandoff(ev Event) {
+	s := &m.spec
+	id := s.Request.ID
+	switch ev := ev.(type) {
+	case Start:
+		m.submitted = true
+		m.emit(Apply{Side: Prefill, Input: engine.Submit{Request: s.Request, Policy: engine.Hold}})
+		if s.Order == DestinationFirst {
+			m.phase = BootstrapWaiting
+			m.reservePosted = true
+			m.emit(Apply{Side: Decode, Input: engine.Reserve{Request: s.Request}})
+		} else {
+			m.phase = PrefillQueued
+		}
+
+	case InputReply:
+		m.onReply(ev)
+
+	case WorkerEvent:
+		m.onEvent(ev.Side, ev.Event)
+
+	case WorkerCompletion:
+		c := ev.Completion
+		if ev.Side == Prefill {
+			m.rec.PrefillDone = true
+			m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, c.CachedTokens
+			if !c.Held {
+				m.prefillEnded = true
+				m.fail(Errored, fmt.Sprintf("prefill on %s ended without holding KV", s.PrefillName))
+			}
+			return
+		}
+		m.rec.Done, m.rec.Final = true, c
+		m.finish(Completed, "")
+
+	case WorkerRejection:
+		m.reject(ev)
+		if ev.Side == Prefill {
+			m.prefillEnded = true
+			if ev.Rejection.Code == engine.RejectHandoffTimeout && s.Order == DestinationFirst {
+				// The bootstrap wait timed out before the decode reserved (a
+				// DestinationReady after it finds nothing to ready).
+				m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
+				m.cleaned = true
+				m.finish(Rejected, fmt.Sprintf("handoff timeout: %s reserved no room within handoff_session_timeout_ms %d, so the prefill on %s was dropped from its bootstrap queue having computed and held nothing",
+					s.DecodeName, s.SessionTimeoutMs, s.PrefillName))
+				return
+			}
+		}
+		if m.phase == Activated {
+			m.fail(Errored, "withdrawn by "+s.DecodeName)
+			return
+		}
+		m.fail(Rejected, ev.Rejection.Reason)
+
+	case DecodeArrived:
+		// Source-first: the decode's arrival is the source's cue to start
+		// the transfer, stamped at the reservation (the driver holds the
+		// loop there until the cue comes back). Destination-first: the
+		// engine started it with the hold.
+		if s.Order == SourceFirst && m.phase == Reserved && !m.rec.HoldEnded {
+			m.emit(Apply{Side: Prefill, Input: engine.StartTransfer{ID: id, Tokens: m.transferTokens()}})
+		}
+
+	case TransferStatus:
+		switch ev.Status {
+		case ACK:
+			m.phase = Activated
+			m.emit(Apply{Side: Decode, Input: engine.Activate{ID: id}})
+		case Abort:
+			m.cleaned = true
+			m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
+			m.finish(Aborted, ev.Err)
+		default:
+			m.cleanup()
+			if m.rec.HoldEnded && m.rec.HoldOutcome == engine.Aborted {
+				// A refusal after the source aborted (its tombstone
+				// expired) is still an abort.
+				m.finish(Aborted, ev.Err)
+				return
+			}
+			m.finish(Errored, ev.Err)
+		}
+
+	case Stop:
+		m.fail(Errored, ev.Reason)
+	}
+}
+
+func (m *Machine) onReply(ev InputReply) {
+	s := &m.spec
+	switch ev.Input.(type) {
+	case engine.Submit:
+		if ev.Reply.Err != nil {
+			m.prefillEnded = true
+			m.fail(Errored, fmt.Sprintf("submit to %s: %v", s.PrefillName, ev.Reply.Err))
+		}
+	case engine.Reserve:
+		if ev.Reply.Err != nil {
+			m.reservePosted = false
+			m.fail(Errored, fmt.Sprintf("reserve on %s: %v", s.DecodeName, ev.Reply.Err))
+		}
+	case engine.Cancel:
+		if ev.Side == Prefill && !ev.Reply.OK {
+			m.prefillEnded = true // unknown there: nothing left to end
+		}
+	case engine.Activate:
+		if !ev.Reply.OK {
+			m.fail(Errored, fmt.Sprintf("activate on %s: reservation gone", s.DecodeName))
+		}
+	}
+}
+
+func (m *Machine) onEvent(side Side, e engine.Event) {
+	s := &m.spec
+	id := s.Request.ID
+	switch e.Kind {
+	case engine.EventHoldStarted:
+		m.rec.Held, m.rec.HoldStart = true, e.At
+		m.emit(OpenRoom{})
+		if m.pending != nil {
+			// Given up while the pass that started the hold was in
+			// flight: the cancellation ends the hold at the pass's end,
+			// and no decode is asked for.
+			return
+		}
+		if s.Order == DestinationFirst {
+			// The transfer starts with the hold; the decode connects now
+			// and waits for the outcome.
+			m.phase = Transferring
+			m.connected = true
+			m.emit(Connect{})
+			return
+		}
+		m.phase = Held
+		m.reservePosted = true
+		m.emit(Apply{Side: Decode, Input: engine.Reserve{Request: s.Request}})
+	case engine.EventHoldReleased:
+		m.rec.HoldEnded, m.rec.HoldOutcome, m.rec.HoldReason = true, e.Outcome, e.Reason
+		m.rec.PinMs, m.rec.HoldEnd = e.DurationMs, e.At
+		m.prefillEnded = true
+		m.emit(CloseRoom{Transferred: e.Outcome == engine.Transferred})
+	case engine.EventTransferStart:
+		m.rec.Claimed, m.rec.TransferMs = true, e.DelayMs
+		if m.phase < Transferring {
+			m.phase = Transferring
+		}
+	case engine.EventDecodeWaitStart:
+		m.rec.WaitSeen, m.rec.WaitStart = true, e.At
+	case engine.EventDecodeReserved:
+		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, e.MissingTokens, e.DurationMs
+		if s.Order == DestinationFirst {
+			if m.pending == nil {
+				m.emit(Apply{Side: Prefill, Input: engine.DestinationReady{ID: id, Tokens: m.transferTokens()}})
+			}
+			return
+		}
+		if m.pending == nil && !m.connected {
+			m.phase = Reserved
+			m.connected = true
+			m.emit(Connect{})
+		}
+	case engine.EventDestinationCancelled:
+		if m.pending == nil && !m.cleaned {
+			m.reservePosted = false
+			m.fail(Errored, "reservation withdrawn by "+s.DecodeName)
+		}
+	case engine.EventCancelled:
+		if side == Prefill {
+			m.prefillEnded = true
+			if m.pending == nil {
+				m.fail(Errored, "withdrawn by "+s.PrefillName)
+			}
+			return
+		}
+		if m.pending == nil && !m.cleaned {
+			m.fail(Errored, "withdrawn by "+s.DecodeName)
+		}
+	}
+}
