@@ -31,6 +31,7 @@ type Cluster struct {
 	// clock paces the loop; nil runs it as fast as the CPU allows.
 	clock   *wallClock
 	speedup float64
+	opts    options
 	link    transferLink
 
 	// Everything below is owned by the loop goroutine.
@@ -88,8 +89,10 @@ type counters struct {
 
 // options are how a cluster runs, apart from its Config.
 type options struct {
-	virtual bool // no pacing: as fast as the CPU allows
-	memory  bool // transfers through the in-memory link, no sockets
+	virtual     bool // no pacing: as fast as the CPU allows
+	memory      bool // transfers through the in-memory link, no sockets
+	keepEvents  bool // keep the whole forensic log, not only the recent events
+	shareTokens bool // use a request's explicit tokens without copying them
 }
 
 // New starts a cluster: its workers, the router and a transfer server per
@@ -122,10 +125,12 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		rooms:    make(map[uint64]*request),
 		exch:     make(map[uint64]*exchange),
 		forensic: newForensics(log),
+		opts:     opts,
 		mail:     make(chan message, 1024),
 		done:     make(chan struct{}),
 	}
 	c.nextBits.Store(math.Float64bits(math.Inf(1)))
+	c.forensic.keepAll = opts.keepEvents
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
 	}

@@ -84,6 +84,8 @@ type forensics struct {
 	events  []Event
 	nextEv  int
 	edges   map[[2]string]*HoldEdge
+	keepAll bool    // keep every event in all (RunVirtual)
+	all     []Event // every event, when keepAll
 }
 
 func newForensics(log *slog.Logger) *forensics {
@@ -92,6 +94,9 @@ func newForensics(log *slog.Logger) *forensics {
 
 // record keeps ev and writes it to the log.
 func (f *forensics) record(ev Event) {
+	if f.keepAll {
+		f.all = append(f.all, ev)
+	}
 	if len(f.events) < maxRecentEvents {
 		f.events = append(f.events, ev)
 	} else {

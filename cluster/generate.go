@@ -120,7 +120,10 @@ func (c *Cluster) arrive(h *call) {
 	c.nextID++
 	id := c.nextID
 	c.stats.requests++
-	tokens := promptTokens(h.req, c.cfg.Seed, id)
+	tokens := h.req.Tokens
+	if !c.opts.shareTokens || len(tokens) == 0 {
+		tokens = promptTokens(h.req, c.cfg.Seed, id)
+	}
 	r := &request{id: id, h: h, rid: routerID(id)}
 	h.r = r
 	rreq := &router.Request{ID: r.rid, Tokens: tokens}

@@ -1,0 +1,190 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// loopShapes are the lifecycles a cluster runs: aggregated, source-first
+// (vLLM, SGLang with optimistic prefill) and destination-first (SGLang),
+// each sized to saturate its decode so that holds wait, abort and refuse.
+var loopShapes = []struct {
+	name string
+	cfg  func(seed uint64) Config
+}{
+	{"vllm-disagg", func(seed uint64) Config { return saturatedShape("vllm", seed, nil) }},
+	{"sglang-destination-first", func(seed uint64) Config { return saturatedShape("sglang", seed, nil) }},
+	{"sglang-optimistic", func(seed uint64) Config {
+		return saturatedShape("sglang", seed, map[string]any{"sglang": map[string]any{"optimistic_prefill": true}})
+	}},
+	{"vllm-aggregated", func(seed uint64) Config {
+		return Config{Engine: "vllm", Workers: 2, Router: "kv", Seed: seed,
+			Args: map[string]any{"num_gpu_blocks": 256, "max_num_seqs": 4}}
+	}},
+}
+
+// saturatedShape is a disaggregated cluster whose one decode worker has two
+// sequence slots: holds wait for decode, some abort, the busy threshold
+// refuses prefills.
+func saturatedShape(engine string, seed uint64, extra map[string]any) Config {
+	args := map[string]any{"kv_transfer_abort_timeout_ms": 60, "kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25}
+	for k, v := range extra {
+		args[k] = v
+	}
+	return Config{Engine: engine, Disagg: true, Router: "kv", Seed: seed, Args: args,
+		Prefill:       PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 160}},
+		Decode:        PoolConfig{Workers: 1, Args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 2}},
+		RouterOptions: map[string]any{"busy_threshold": 0.9},
+	}
+}
+
+// burst is n arrivals spread over spanMs modeled ms, drawn from seed:
+// prompts of 64 to 512 tokens sharing one of four prefixes.
+func burst(seed uint64, n int, spanMs float64) []Arrival {
+	out := make([]Arrival, n)
+	x := seed*0x9e3779b97f4a7c15 + 1
+	next := func(k uint64) uint64 { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x % k }
+	for i := range out {
+		prompt := 64 + int(next(449))
+		out[i] = Arrival{AtMs: float64(next(uint64(spanMs*1000))) / 1000, Request: Request{
+			PromptTokens: prompt, MaxTokens: 1 + int(next(24)),
+			Prefix: fmt.Sprintf("p%d", next(4)), PrefixTokens: prompt / 2,
+		}}
+	}
+	return out
+}
+
+func runJSON(t *testing.T, run VirtualRun) string {
+	t.Helper()
+	b, err := json.Marshal(struct {
+		Results []Result
+		Events  []Event
+	}{run.Results, run.Events})
+	require.NoError(t, err)
+	return string(b)
+}
+
+// TestVirtual_DeterministicCluster: the same config, seed and arrivals give
+// a byte-identical event log and results, for every lifecycle, and the log
+// depends on the seed.
+func TestVirtual_DeterministicCluster(t *testing.T) {
+	for _, shape := range loopShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			arr := burst(7, 120, 400)
+			a, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{})
+			require.NoError(t, err)
+			b, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, runJSON(t, a), runJSON(t, b), "same config, seed and arrivals: byte-identical")
+			c, err := RunVirtual(shape.cfg(2), arr, VirtualOptions{})
+			require.NoError(t, err)
+			assert.NotEqual(t, runJSON(t, a), runJSON(t, c), "the run depends on the seed")
+
+			s := a.Stats
+			assert.Equal(t, uint64(len(arr)), s.Requests)
+			assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored)
+			assert.Zero(t, s.Errored, "no request errs")
+			assert.Zero(t, s.HeldBlocks+s.ReservedBlocks+s.ActiveBlocks, "nothing left behind")
+			if shape.name == "vllm-disagg" {
+				assert.Positive(t, s.PinsAborted, "the saturated decode makes holds abort")
+				assert.Positive(t, s.PinsReleased)
+			}
+		})
+	}
+}
+
+// TestVirtual_SocketsChangeNothing: the transfer-room steps over real
+// sockets give exactly the results and log of the in-memory link: the loop
+// holds modeled time at each pending reply, so socket latency never becomes
+// modeled time.
+func TestVirtual_SocketsChangeNothing(t *testing.T) {
+	for _, shape := range loopShapes[:3] {
+		t.Run(shape.name, func(t *testing.T) {
+			arr := burst(11, 80, 300)
+			mem, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{})
+			require.NoError(t, err)
+			tcp, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{TCP: true})
+			require.NoError(t, err)
+			assert.Equal(t, runJSON(t, mem), runJSON(t, tcp))
+		})
+	}
+}
+
+// burnCPU keeps n goroutines spinning until the returned stop is called:
+// a busy host beside the cluster.
+func burnCPU(n int) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				for i := range 10000 {
+					x += i
+				}
+				runtime.Gosched()
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
+// TestPaced_ResultsAreTheVirtualOnes: random arrival traces through the
+// wall-paced loop (real sockets, speedup 1, 10 or 200, two goroutines
+// burning CPU beside it) give exactly the results and event log of the
+// virtual run. Host speed decides only how late the loop runs, never what
+// it computes.
+func TestPaced_ResultsAreTheVirtualOnes(t *testing.T) {
+	stop := burnCPU(2)
+	defer stop()
+	rapid.Check(t, func(rt *rapid.T) {
+		shape := rapid.SampledFrom(loopShapes).Draw(rt, "shape")
+		speedup := rapid.SampledFrom([]float64{1, 10, 200}).Draw(rt, "speedup")
+		n := rapid.IntRange(1, 24).Draw(rt, "requests")
+		// About 30 ms of wall time per trace, whatever the speedup.
+		arr := burst(rapid.Uint64().Draw(rt, "trace"), n, 30*speedup)
+		cfg := shape.cfg(5)
+		cfg.Args["speedup_ratio"] = speedup
+		virt, err := RunVirtual(cfg, arr, VirtualOptions{})
+		require.NoError(rt, err)
+		paced, err := runArrivals(cfg, arr, options{keepEvents: true, shareTokens: true})
+		require.NoError(rt, err)
+		if a, b := runJSON(t, virt), runJSON(t, paced); a != b {
+			rt.Fatalf("paced run differs from the virtual one at speedup %g:\nvirtual %s\npaced   %s", speedup, a, b)
+		}
+	})
+}
+
+// TestPaced_ArrivalsTakeTheLoopsNow: a request from a script arrives at
+// the loop's modeled now, which follows the wall clock while the loop is
+// idle and never goes back.
+func TestPaced_ArrivalsTakeTheLoopsNow(t *testing.T) {
+	c := start(t, Config{Workers: 1, Args: map[string]any{"speedup_ratio": 1000}})
+	var last float64
+	for range 5 {
+		before := c.Now()
+		require.NoError(t, c.Sleep(context.Background(), 50))
+		res := c.Generate(context.Background(), Request{PromptTokens: 32, MaxTokens: 2})
+		require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
+		now := c.Now()
+		assert.GreaterOrEqual(t, now, before+50, "a modeled sleep moves the loop's clock by at least its length")
+		assert.GreaterOrEqual(t, now, last)
+		last = now
+	}
+}
