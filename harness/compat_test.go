@@ -1,0 +1,46 @@
+package harness
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests in this file pin behaviour scripts copied from k6 rely on, each
+// against what k6 documents or does.
+
+func TestSummaryExport_GroupsAndChecksAreKeyedByName(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `
+import { check, group } from 'k6';
+export const options = { iterations: 2 };
+export default function () {
+  group('outer', () => {
+    group('inner', () => { check(1, { 'is one': (v) => v === 1 }); });
+  });
+  check(1, { 'top check': false });
+}
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+	root, ok := res.summary["root_group"].(map[string]any)
+	require.True(t, ok, "root_group: %v", res.summary["root_group"])
+
+	groups, ok := root["groups"].(map[string]any)
+	require.True(t, ok, "root_group.groups is an object keyed by group name, got %T", root["groups"])
+	outer, ok := groups["outer"].(map[string]any)
+	require.True(t, ok, "groups.outer: %v", groups)
+	assert.Equal(t, "::outer", outer["path"])
+	inner, ok := outer["groups"].(map[string]any)["inner"].(map[string]any)
+	require.True(t, ok, "groups.outer.groups.inner: %v", outer["groups"])
+	isOne, ok := inner["checks"].(map[string]any)["is one"].(map[string]any)
+	require.True(t, ok, "groups.outer.groups.inner.checks[\"is one\"]: %v", inner["checks"])
+	assert.Equal(t, 2.0, isOne["passes"])
+	assert.Equal(t, 0.0, isOne["fails"])
+	assert.Equal(t, "::outer::inner::is one", isOne["path"])
+	assert.Equal(t, map[string]any{}, inner["groups"])
+
+	top, ok := root["checks"].(map[string]any)["top check"].(map[string]any)
+	require.True(t, ok, "root_group.checks is an object keyed by check name, got %v", root["checks"])
+	assert.Equal(t, 2.0, top["fails"])
+}
