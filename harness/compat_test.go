@@ -44,3 +44,37 @@ export default function () {
 	require.True(t, ok, "root_group.checks is an object keyed by check name, got %v", root["checks"])
 	assert.Equal(t, 2.0, top["fails"])
 }
+
+func TestRun_IterationThatAbortsIsCounted(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, src  string
+		iterations float64
+	}{
+		{"abort in the first iteration", `
+import exec from 'k6/execution';
+export const options = { iterations: 5 };
+export default function () { exec.test.abort('stop now'); }
+`, 1},
+		{"abort in the third iteration of one VU", `
+import exec from 'k6/execution';
+export const options = { iterations: 10 };
+export default function () { if (exec.vu.iterationInScenario === 2) exec.test.abort('enough'); }
+`, 3},
+		{"abort from an async iteration", `
+import exec from 'k6/execution';
+export const options = { iterations: 5 };
+export default async function () { await Promise.resolve(); exec.test.abort('async'); }
+`, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, tc.src, nil)
+			require.Error(t, res.err)
+			assert.Equal(t, ExitScriptAborted, ExitCode(res.err))
+			assert.Equal(t, tc.iterations, res.metric(t, "iterations", "count"), "k6 counts the iteration that called abort")
+			assert.GreaterOrEqual(t, res.metric(t, "iteration_duration", "max"), 0.0, "and its duration")
+		})
+	}
+}

@@ -61,6 +61,17 @@ type abortError struct{ reason string }
 
 func (e *abortError) Error() string { return "test aborted: " + e.reason }
 
+// isAbort reports whether err is this VU's own exec.test.abort().
+func isAbort(err error) bool {
+	var ie *sobek.InterruptedError
+	if errors.As(err, &ie) {
+		_, ok := ie.Value().(*abortError)
+		return ok
+	}
+	var ae *abortError
+	return errors.As(err, &ae)
+}
+
 func (v *vu) Runtime() *sobek.Runtime     { return v.rt }
 func (v *vu) Context() context.Context    { return v.ctx }
 func (v *vu) ID() uint64                  { return v.id }
@@ -385,13 +396,15 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	v.iterInScenario++
 	v.iterInInstance++
 	// An iteration whose context ended while it ran is interrupted even if
-	// the JS returned first (e.g. sleep() woke up on the cancellation).
-	if v.ctx.Err() != nil {
+	// the JS returned first (e.g. sleep() woke up on the cancellation). The
+	// iteration that called exec.test.abort() is the exception: k6 counts
+	// it, since it ended on its own before the test was stopped.
+	if v.ctx.Err() != nil && !isAbort(err) {
 		v.loop.reset()
 		t.iterationsInterrupted.Add(1)
 		return iterInterrupted
 	}
-	if err != nil {
+	if err != nil && !isAbort(err) {
 		t.logException(err, v.sc.cfg)
 	}
 	end := time.Now()
