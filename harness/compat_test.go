@@ -78,3 +78,31 @@ export default async function () { await Promise.resolve(); exec.test.abort('asy
 		})
 	}
 }
+
+func TestRun_ThresholdsOnEmptyMetricsAsK6(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, threshold string
+		code            int
+	}{
+		{"empty Gauge is 0", `g: ['value>3']`, ExitThresholdsFailed},
+		{"empty Gauge equals 0", `g: ['value==0']`, ExitOK},
+		{"empty Trend p(95) is 0", `tr: ['p(95)>100']`, ExitThresholdsFailed},
+		{"empty Trend avg is 0", `tr: ['avg<1', 'max==0', 'min==0', 'med==0']`, ExitOK},
+		{"empty Counter count is 0", `c: ['count>0']`, ExitThresholdsFailed},
+		{"empty Counter rate is 0", `c: ['rate==0']`, ExitOK},
+		{"empty Rate is skipped", `r: ['rate>0.9', 'rate<0.1']`, ExitOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+import { Counter, Gauge, Rate, Trend } from 'k6/metrics';
+new Counter('c'); new Gauge('g'); new Rate('r'); new Trend('tr');
+export const options = { iterations: 1, thresholds: { `+tc.threshold+` } };
+export default function () {}
+`, nil)
+			assert.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+		})
+	}
+}

@@ -53,6 +53,7 @@
 //     and script errors (107) take precedence over both.
 //
 // Thresholds with abortOnFail are evaluated every 2 s while the test runs,
-// skipping metrics that have no sample yet; at the end an empty Counter
-// counts as 0 and thresholds on other empty metrics pass.
+// skipping metrics that have no sample yet. At the end, as in k6, an empty
+// Counter, Gauge or Trend counts as zeros (count, rate, value and every
+// Trend statistic are 0) and thresholds on an empty Rate are skipped.
 package harness
