@@ -106,3 +106,37 @@ export default function () {}
 		})
 	}
 }
+
+func TestRun_ThresholdsOnK6BuiltinHTTPMetrics(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, thresholds string
+		code             int
+	}{
+		{"copied from an HTTP test", `
+    http_req_duration: ['p(95)<500', 'p(99)<1500'],
+    'http_req_duration{expected_response:true}': ['avg<300'],
+    http_req_failed: ['rate<0.01'],
+    http_reqs: ['count>=0'],
+    http_req_waiting: ['med<200'], http_req_blocked: ['max<10'], http_req_connecting: ['max<10'],
+    http_req_tls_handshaking: ['max<10'], http_req_sending: ['max<10'], http_req_receiving: ['max<10'],
+    data_sent: ['count<1000'], data_received: ['rate<1000'],
+    ws_sessions: ['count>=0'], ws_msgs_sent: ['count>=0'], ws_msgs_received: ['count>=0'],
+    ws_ping: ['p(95)<100'], ws_session_duration: ['max<100'], ws_connecting: ['max<100'],
+    grpc_req_duration: ['p(95)<100'],`, ExitOK},
+		{"an empty http_reqs has count 0", `http_reqs: ['count>0']`, ExitThresholdsFailed},
+		{"http_reqs is a Counter", `http_reqs: ['value>0']`, ExitInvalidConfig},
+		{"http_req_failed is a Rate", `http_req_failed: ['count>0']`, ExitInvalidConfig},
+		{"data_received is a Counter", `data_received: ['avg>0']`, ExitInvalidConfig},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+export const options = { iterations: 1, thresholds: {`+tc.thresholds+` } };
+export default function () {}
+`, nil)
+			assert.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+		})
+	}
+}

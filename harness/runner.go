@@ -228,10 +228,43 @@ func (t *testRun) registerBuiltins() error {
 		checks:            reg("checks", metrics.Rate, metrics.Default),
 		groupDuration:     reg("group_duration", metrics.Trend, metrics.Time),
 	}
+	// k6's other built-in metrics (HTTP, WebSocket, gRPC, data) are known
+	// by name and type even though nothing here emits them, so that
+	// thresholds copied from k6 scripts are evaluated (empty) as k6 does
+	// rather than rejected as unknown metrics.
+	for _, b := range k6OtherBuiltins {
+		reg(b.name, b.typ, b.contains)
+	}
 	if err != nil {
 		return fmt.Errorf("registering built-in metrics: %w", err)
 	}
 	return nil
+}
+
+// k6OtherBuiltins are k6's built-in metrics the harness never emits.
+var k6OtherBuiltins = []struct {
+	name     string
+	typ      metrics.MetricType
+	contains metrics.ValueType
+}{
+	{"http_reqs", metrics.Counter, metrics.Default},
+	{"http_req_failed", metrics.Rate, metrics.Default},
+	{"http_req_duration", metrics.Trend, metrics.Time},
+	{"http_req_blocked", metrics.Trend, metrics.Time},
+	{"http_req_connecting", metrics.Trend, metrics.Time},
+	{"http_req_tls_handshaking", metrics.Trend, metrics.Time},
+	{"http_req_sending", metrics.Trend, metrics.Time},
+	{"http_req_waiting", metrics.Trend, metrics.Time},
+	{"http_req_receiving", metrics.Trend, metrics.Time},
+	{"ws_sessions", metrics.Counter, metrics.Default},
+	{"ws_msgs_sent", metrics.Counter, metrics.Default},
+	{"ws_msgs_received", metrics.Counter, metrics.Default},
+	{"ws_ping", metrics.Trend, metrics.Time},
+	{"ws_session_duration", metrics.Trend, metrics.Time},
+	{"ws_connecting", metrics.Trend, metrics.Time},
+	{"grpc_req_duration", metrics.Trend, metrics.Time},
+	{"data_sent", metrics.Counter, metrics.Data},
+	{"data_received", metrics.Counter, metrics.Data},
 }
 
 func (t *testRun) opts0Tags() map[string]string {
