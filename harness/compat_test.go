@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -85,20 +86,20 @@ func TestRun_ThresholdsOnEmptyMetricsAsK6(t *testing.T) {
 		name, threshold string
 		code            int
 	}{
-		{"empty Gauge is 0", `g: ['value>3']`, ExitThresholdsFailed},
-		{"empty Gauge equals 0", `g: ['value==0']`, ExitOK},
+		{"empty Gauge is 0", `gg: ['value>3']`, ExitThresholdsFailed},
+		{"empty Gauge equals 0", `gg: ['value==0']`, ExitOK},
 		{"empty Trend p(95) is 0", `tr: ['p(95)>100']`, ExitThresholdsFailed},
 		{"empty Trend avg is 0", `tr: ['avg<1', 'max==0', 'min==0', 'med==0']`, ExitOK},
-		{"empty Counter count is 0", `c: ['count>0']`, ExitThresholdsFailed},
-		{"empty Counter rate is 0", `c: ['rate==0']`, ExitOK},
-		{"empty Rate is skipped", `r: ['rate>0.9', 'rate<0.1']`, ExitOK},
+		{"empty Counter count is 0", `cc: ['count>0']`, ExitThresholdsFailed},
+		{"empty Counter rate is 0", `cc: ['rate==0']`, ExitOK},
+		{"empty Rate is skipped", `rr: ['rate>0.9', 'rate<0.1']`, ExitOK},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			res := runScript(t, `
 import { Counter, Gauge, Rate, Trend } from 'k6/metrics';
-new Counter('c'); new Gauge('g'); new Rate('r'); new Trend('tr');
+new Counter('cc'); new Gauge('gg'); new Rate('rr'); new Trend('tr');
 export const options = { iterations: 1, thresholds: { `+tc.threshold+` } };
 export default function () {}
 `, nil)
@@ -137,6 +138,37 @@ export const options = { iterations: 1, thresholds: {`+tc.thresholds+` } };
 export default function () {}
 `, nil)
 			assert.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+		})
+	}
+}
+
+func TestRun_MetricNamesFollowK6Rule(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, metric string
+		code         int
+	}{
+		{"one character", "x", ExitScriptException},
+		{"two characters", "xy", ExitOK},
+		{"leading underscore", "_x", ExitOK},
+		{"129 characters", strings.Repeat("m", 129), ExitOK},
+		{"130 characters", strings.Repeat("m", 130), ExitScriptException},
+		{"leading digit", "1x", ExitScriptException},
+		{"dash", "a-b", ExitScriptException},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+import { Counter } from 'k6/metrics';
+const c = new Counter('`+tc.metric+`');
+export const options = { iterations: 1 };
+export default function () { c.add(1); }
+`, nil)
+			assert.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+			if tc.code == ExitScriptException {
+				assert.Contains(t, res.err.Error(), "invalid metric name")
+			}
 		})
 	}
 }
