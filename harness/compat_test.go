@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -171,4 +172,49 @@ export default function () { c.add(1); }
 			}
 		})
 	}
+}
+
+func TestRun_NoColorIsTheFlagNotTheTerminal(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name      string
+		noColor   bool
+		stdoutTTY bool
+		want      string
+	}{
+		{"piped stdout, no flag", false, false, "noColor=false isStdOutTTY=false\n"},
+		{"piped stdout, --no-color", true, false, "noColor=true isStdOutTTY=false\n"},
+		{"terminal, no flag", false, true, "noColor=false isStdOutTTY=true\n"},
+		{"terminal, --no-color", true, true, "noColor=true isStdOutTTY=true\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runFile(t, filepath.Join("testdata", "no_color.js"), func(c *Config) { c.NoColor, c.StdoutTTY = tc.noColor, tc.stdoutTTY })
+			require.NoError(t, res.err, res.stderr)
+			assert.Equal(t, tc.want, res.stdout)
+		})
+	}
+}
+
+func TestRun_TextSummaryOnAPipeIsPlainWithoutTheFlag(t *testing.T) {
+	t.Parallel()
+	src := "export const options = { iterations: 1 };\nexport default function () {}\n"
+	plain := runScript(t, src, func(c *Config) { c.NoColor = false })
+	require.NoError(t, plain.err)
+	assert.Contains(t, plain.stdout, "iterations")
+	assert.NotContains(t, plain.stdout, "\x1b[")
+	colored := runScript(t, src, func(c *Config) { c.NoColor, c.StdoutTTY = false, true })
+	require.NoError(t, colored.err)
+	assert.Contains(t, colored.stdout, "\x1b[", "a terminal gets colours")
+}
+
+func TestCLI_NoColorInSummaryDataFollowsTheFlag(t *testing.T) {
+	t.Parallel()
+	code, stdout, stderr := runBinary(t, nil, "run", "-q", "no_color.js")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, "noColor=false isStdOutTTY=false\n", stdout)
+	code, stdout, stderr = runBinary(t, nil, "run", "-q", "--no-color", "no_color.js")
+	require.Equal(t, ExitOK, code, stderr)
+	assert.Equal(t, "noColor=true isStdOutTTY=false\n", stdout)
 }

@@ -39,7 +39,10 @@ type Config struct {
 	SummaryExport string
 	// Quiet disables the progress display.
 	Quiet bool
-	// NoColor disables ANSI colours in the summary and progress display.
+	// NoColor is k6's --no-color: no ANSI colours anywhere, and
+	// handleSummary's data.options.noColor is true. Without it the text
+	// summary is still plain when stdout is not a terminal (StdoutTTY), as
+	// in k6, but data.options.noColor stays false.
 	NoColor bool
 	// Stdout receives the summary; Stderr the progress display and logs.
 	// Nil means os.Stdout and os.Stderr.

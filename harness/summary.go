@@ -138,6 +138,7 @@ func (t *testRun) writeSummary(v0 *vu, d time.Duration) error {
 		}
 		t.logger.Error("handleSummary failed; printing the default summary instead", "error", exceptionText(err))
 	}
+	opts.NoColor = opts.NoColor || !t.cfg.StdoutTTY // k6 colours only a terminal
 	if err := metrics.WriteTextSummary(t.cfg.Stdout, data, opts); err != nil {
 		return fmt.Errorf("writing the summary: %w", err)
 	}
