@@ -218,3 +218,31 @@ func TestCLI_NoColorInSummaryDataFollowsTheFlag(t *testing.T) {
 	require.Equal(t, ExitOK, code, stderr)
 	assert.Equal(t, "noColor=true isStdOutTTY=false\n", stdout)
 }
+
+func TestRun_NonFiniteOptionsAreConfigErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, options, field string }{
+		{"vus NaN", `vus: NaN, iterations: 2`, "options.vus: must be a finite number, got NaN"},
+		{"iterations NaN", `iterations: NaN`, "options.iterations: must be a finite number, got NaN"},
+		{"duration Infinity", `vus: 1, duration: Infinity`, "options.duration: must be a finite number, got Infinity"},
+		{"stage target", `stages: [{ duration: '1s', target: -Infinity }]`, "options.stages[0].target: must be a finite number, got -Infinity"},
+		{"scenario rate", `scenarios: { s: { executor: 'constant-arrival-rate', rate: NaN, duration: '1s', preAllocatedVUs: 1 } }`,
+			"options.scenarios.s.rate: must be a finite number, got NaN"},
+		{"scenario vus from a failed parse", `scenarios: { s: { executor: 'per-vu-iterations', vus: parseInt('x') } }`,
+			"options.scenarios.s.vus: must be a finite number, got NaN"},
+		{"huge duration in ms", `scenarios: { s: { executor: 'constant-vus', duration: 1e300 } }`,
+			"scenarios.s.duration: duration 1e+300 ms is out of range"},
+		{"setupTimeout", `setupTimeout: Infinity`, "options.setupTimeout: must be a finite number, got Infinity"},
+		{"threshold delay", `thresholds: { iterations: [{ threshold: 'count>0', delayAbortEval: NaN }] }`,
+			"options.thresholds.iterations[0].delayAbortEval: must be a finite number, got NaN"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, "export const options = { "+tc.options+" };\nexport default function () {}\n", nil)
+			require.Error(t, res.err)
+			assert.Equal(t, ExitInvalidConfig, ExitCode(res.err), res.stderr)
+			assert.Contains(t, res.err.Error(), tc.field)
+		})
+	}
+}

@@ -424,6 +424,11 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}
 	rawOpts := []byte("null")
 	if o, ok := v0.exports["options"]; ok && !sobek.IsUndefined(o) {
+		// JSON would turn NaN and Infinity into null, which reads as "not
+		// set": a silent default instead of the value the script meant.
+		if err := checkFiniteOptions(o); err != nil {
+			return err
+		}
 		s, err := jsonStringify(v0.rt, o)
 		if err != nil {
 			return exitErrorf(ExitInvalidConfig, "options: cannot be converted to JSON: %v", err)
