@@ -3,6 +3,7 @@ package harness
 import (
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -245,4 +246,20 @@ func TestRun_NonFiniteOptionsAreConfigErrors(t *testing.T) {
 			assert.Contains(t, res.err.Error(), tc.field)
 		})
 	}
+}
+
+func TestCLI_SignalDuringSetupSkipsTeardownAndWritesTheSummary(t *testing.T) {
+	t.Parallel()
+	r := startBinary(t, "run", "-q", "signal_setup.js")
+	r.waitFor(t, "SETUP RUNNING")
+	require.NoError(t, r.cmd.Process.Signal(syscall.SIGINT))
+	code := r.wait(t)
+	stderr := r.stderr.String()
+	assert.Equal(t, ExitExternalAbort, code, stderr)
+	assert.Contains(t, stderr, "setup did not finish, so teardown is skipped (as in k6); the summary still runs")
+	assert.NotContains(t, stderr, "teardown and the summary still run", "the message says what happens")
+	assert.NotContains(t, stderr, "SETUP ENDED")
+	assert.NotContains(t, stderr, "ITERATION RAN")
+	assert.NotContains(t, stderr, "TEARDOWN RAN", "k6 runs no teardown after a setup that did not finish")
+	assert.Contains(t, r.stdout.String(), "█ METRICS", "the summary is written")
 }

@@ -38,7 +38,8 @@
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
 // teardown still runs with its own timeout, the summary is written, and the
-// exit code is 105.
+// exit code is 105. A stop during setup skips teardown, as k6 does when
+// setup did not finish; the summary is still written.
 //
 // Differences from k6, on purpose:
 //   - durations below one second are accepted for constant-vus and

@@ -178,6 +178,9 @@ func (v *vu) sleep(secs float64) {
 	select {
 	case <-timer.C:
 	case <-v.ctx.Done():
+		// The script must not go on as if it had slept: stop it here
+		// rather than when the context's interrupt lands.
+		v.interruptIfActive()
 	}
 }
 

@@ -91,7 +91,8 @@ type testRun struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	start  time.Time // before setup, as k6 counts the test run duration
+	phase  atomic.Pointer[runPhase] // what an external stop still lets run
+	start  time.Time                // before setup, as k6 counts the test run duration
 	begun  atomic.Bool
 
 	// vus and vus_max are sampled only while scenarios run
@@ -146,6 +147,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return err
 }
+
+// runPhase is the part of the run in progress, for the message logged when
+// the run is stopped from outside.
+type runPhase struct{ note string }
+
+// stopNote says what still runs after a stop in this phase; a nil phase is
+// init, after which nothing more runs.
+func (p *runPhase) stopNote() string {
+	if p == nil {
+		return ""
+	}
+	return p.note
+}
+
+var (
+	phaseSetup     = &runPhase{"; setup did not finish, so teardown is skipped (as in k6); the summary still runs"}
+	phaseScenarios = &runPhase{"; teardown and the summary still run"}
+	phaseTeardown  = &runPhase{"; teardown goes on (up to teardownTimeout) and the summary still runs"}
+	phaseSummary   = &runPhase{"; the summary is still written"}
+)
 
 // runIDs numbers the runs of the process.
 var runIDs atomic.Uint64
@@ -384,10 +405,16 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	t.ctx, t.cancel = ctx, cancel
+	warned := make(chan struct{})
 	stopWatch := context.AfterFunc(parent, func() {
-		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + "); teardown and the summary still run")
+		defer close(warned)
+		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + ")" + t.phase.Load().stopNote())
 	})
-	defer stopWatch()
+	defer func() {
+		if !stopWatch() {
+			<-warned // the warning comes before whatever the caller prints next
+		}
+	}()
 
 	// Output files are checked before anything runs: a typo in a path
 	// must not cost a whole test.
@@ -482,10 +509,20 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}()
 
 	if fn, ok := v0.fns["setup"]; ok && !t.opts.NoSetup {
+		t.phase.Store(phaseSetup)
 		if err := t.runSetup(v0, fn); err != nil {
+			if parent.Err() != nil {
+				// Stopped from outside during setup: as in k6, teardown is
+				// skipped (setup did not finish) but the summary is written.
+				t.phase.Store(phaseSummary)
+				runDuration := time.Since(t.start)
+				t.coll.Evaluate(runDuration)
+				_ = t.writeSummary(v0, runDuration)
+			}
 			return err
 		}
 	}
+	t.phase.Store(phaseScenarios)
 
 	t.gaugeMu.Lock()
 	t.running = true
@@ -520,10 +557,12 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	// abortOnFail threshold, a signal), on a context those do not cancel.
 	var phaseErr error
 	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown {
+		t.phase.Store(phaseTeardown)
 		if err := t.runTeardown(v0, fn); err != nil {
 			phaseErr = err
 		}
 	}
+	t.phase.Store(phaseSummary)
 	runDuration := time.Since(t.start)
 
 	failed, _ := t.coll.Evaluate(runDuration)
@@ -696,6 +735,11 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 	v0.recomputeTags()
 	defer func() { v0.group = ""; v0.recomputeTags() }()
 	ret, err := v0.callValue(fn)
+	if err == nil && ctx.Err() != nil {
+		// setup returned, but only because its context ended under it
+		// (sleep wakes up on cancellation): it did not finish.
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		if t.aborted.Load() {
 			return exitErrorf(ExitScriptAborted, "test aborted in setup: %s", t.abortReason)

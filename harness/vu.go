@@ -338,6 +338,17 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	}
 }
 
+// interruptIfActive interrupts the running JS now, as the activation's
+// context watcher will; for native functions that return early because
+// the context ended.
+func (v *vu) interruptIfActive() {
+	v.imu.Lock()
+	defer v.imu.Unlock()
+	if v.ctx.Err() != nil {
+		v.rt.Interrupt(errInterrupted)
+	}
+}
+
 // enterScenario prepares tags, __ENV and counters for sc.
 func (v *vu) enterScenario(sc *scenarioRun) {
 	v.sc = sc
