@@ -1,10 +1,12 @@
 package harness
 
 import (
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -262,4 +264,40 @@ func TestCLI_SignalDuringSetupSkipsTeardownAndWritesTheSummary(t *testing.T) {
 	assert.NotContains(t, stderr, "ITERATION RAN")
 	assert.NotContains(t, stderr, "TEARDOWN RAN", "k6 runs no teardown after a setup that did not finish")
 	assert.Contains(t, r.stdout.String(), "█ METRICS", "the summary is written")
+}
+
+func TestRun_SetupDataTravelsAsK6Sends(t *testing.T) {
+	t.Parallel()
+	when := time.Date(2024, 1, 2, 0, 0, 0, 0, time.UTC)
+	whenJSON, err := json.Marshal(when.In(time.Local))
+	require.NoError(t, err)
+	tests := []struct {
+		name, setup, want string
+		code              int
+	}{
+		{"undefined property arrives as null with its key", `return { a: undefined, b: 1 };`, `{"a":null,"b":1}`, ExitOK},
+		{"Date arrives as its JSON string", `return { when: new Date(Date.UTC(2024, 0, 2)) };`, `{"when":` + string(whenJSON) + `}`, ExitOK},
+		{"nested arrays and nulls", `return [1, [null, 'x'], { y: [] }];`, `[1,[null,"x"],{"y":[]}]`, ExitOK},
+		{"null", `return null;`, `null`, ExitOK},
+		{"undefined stays undefined", `return undefined;`, `undefined`, ExitOK},
+		{"NaN is an error", `return { v: NaN };`, "", ExitScriptException},
+		{"Infinity is an error", `return { v: [Infinity] };`, "", ExitScriptException},
+		{"a function is an error", `return { f: function () {} };`, "", ExitScriptException},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+export const options = { iterations: 1 };
+export function setup() { `+tc.setup+` }
+export default function (data) { console.log('DATA=' + (data === undefined ? 'undefined' : JSON.stringify(data))); }
+`, nil)
+			require.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+			if tc.code != ExitOK {
+				assert.Contains(t, res.err.Error(), "cannot be passed to the VUs as JSON")
+				return
+			}
+			assert.Contains(t, res.stderr, "DATA="+tc.want+"  source=console")
+		})
+	}
 }

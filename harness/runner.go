@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -750,11 +751,14 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 		return scriptError("setup", err)
 	}
 	if ret != nil && !sobek.IsUndefined(ret) {
-		s, err := jsonStringify(v0.rt, ret)
+		// As k6 does: the exported Go value goes through encoding/json, so
+		// an undefined property arrives as null (key kept), a Date as its
+		// RFC 3339 string, and NaN, Infinity or a function are errors.
+		b, err := json.Marshal(ret.Export())
 		if err != nil {
-			return scriptError("setup: its result cannot be converted to JSON", err)
+			return exitErrorf(ExitScriptException, "setup: the data it returned cannot be passed to the VUs as JSON: %v", err)
 		}
-		t.setupJSON = s
+		t.setupJSON = string(b)
 	}
 	return nil
 }
