@@ -223,7 +223,7 @@ func (v *vu) console() *sobek.Object {
 		return func(call sobek.FunctionCall) sobek.Value {
 			parts := make([]string, len(call.Arguments))
 			for i, a := range call.Arguments {
-				parts[i] = v.formatValue(a)
+				parts[i] = inspect(v.rt, a)
 			}
 			v.t.logLine(level, strings.Join(parts, " "))
 			return sobek.Undefined()
@@ -237,17 +237,6 @@ func (v *vu) console() *sobek.Object {
 		_ = o.Set(name, logf(level))
 	}
 	return o
-}
-
-func (v *vu) formatValue(a sobek.Value) string {
-	if obj, ok := a.(*sobek.Object); ok {
-		if _, isFn := sobek.AssertFunction(a); !isFn && obj.ClassName() != "Error" {
-			if s, err := jsonStringify(v.rt, a); err == nil && s != "" {
-				return s
-			}
-		}
-	}
-	return a.String()
 }
 
 func jsonStringify(rt *sobek.Runtime, val sobek.Value) (string, error) {
