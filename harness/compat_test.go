@@ -301,3 +301,47 @@ export default function (data) { console.log('DATA=' + (data === undefined ? 'un
 		})
 	}
 }
+
+// ioModule is a plugin whose io() does "I/O": refused in the init context.
+func ioModule(vu VU) ModuleInstance {
+	return ExportsFunc(func() Exports {
+		return Exports{Named: map[string]any{
+			"io": func() string {
+				if err := NotInInit(vu, "io.io"); err != nil {
+					panic(vu.Runtime().NewGoError(err))
+				}
+				return "done"
+			},
+		}}
+	})
+}
+
+func init() { Register("k6/x/iotest", ModuleFunc(ioModule)) }
+
+func TestNotInInit_RefusesIOInTheInitContextOnly(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, init, body string
+		code             int
+	}{
+		{"top-level call", `io();`, ``, ExitScriptException},
+		{"call from a function run in init", `const f = () => io(); f();`, ``, ExitScriptException},
+		{"setup, default and teardown", ``, `export function setup() { io(); } export function teardown() { io(); }`, ExitOK},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+import { io } from 'k6/x/iotest';
+`+tc.init+`
+export const options = { iterations: 1 };
+export default function () { io(); }
+`+tc.body, nil)
+			require.Equal(t, tc.code, ExitCode(res.err), "%v\n%s", res.err, res.stderr)
+			if tc.code != ExitOK {
+				assert.Contains(t, res.err.Error(), "io.io: not allowed in the init context")
+				assert.ErrorContains(t, res.err, "init")
+			}
+		})
+	}
+}
