@@ -18,6 +18,7 @@ func builtinModules() map[string]Module {
 		"k6":           ModuleFunc(newK6Module),
 		"k6/metrics":   ModuleFunc(newMetricsModule),
 		"k6/execution": ModuleFunc(newExecutionModule),
+		"k6/timers":    ModuleFunc(newTimersModule),
 	}
 }
 
@@ -372,4 +373,11 @@ func (d *vuTags) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// newTimersModule implements k6/timers: the VU's timer functions, the same
+// ones the globals setTimeout... are.
+func newTimersModule(h VU) ModuleInstance {
+	named := h.(*vu).timers.exports()
+	return ExportsFunc(func() Exports { return Exports{Named: named} })
 }

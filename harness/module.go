@@ -202,7 +202,7 @@ func summaryHooks() []SummaryHook {
 
 func isBuiltinModule(path string) bool {
 	switch path {
-	case "k6", "k6/metrics", "k6/execution":
+	case "k6", "k6/metrics", "k6/execution", "k6/timers", "k6/data", "k6/encoding", "k6/crypto":
 		return true
 	}
 	return false

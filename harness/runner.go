@@ -58,6 +58,9 @@ type Config struct {
 	// lines are cut to fit it. 0 means unknown (no cutting).
 	TermWidth int
 
+	// clock, when set, replaces the wall clock as the timers' time source.
+	clock Clock
+
 	// observeRun, when set, gets the wall time the scenarios took (the
 	// benchmark measures per-iteration cost without init and summary).
 	observeRun func(time.Duration)
@@ -83,6 +86,7 @@ type testRun struct {
 	env         map[string]string
 	files       fileCache
 	groups      *groupTree
+	clock       Clock // the time source of timers
 	logger      *slog.Logger
 	stderr      *stderrWriter
 	id          uint64
@@ -130,11 +134,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1)}
+	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1), clock: WallClock{}}
 	t.stderr = newStderrWriter(cfg.Stderr, cfg.StderrTTY)
 	t.logger = slog.New(newLogHandler(t.stderr, slog.LevelInfo, t.elapsed))
 	if t.env == nil {
 		t.env = map[string]string{}
+	}
+	if cfg.clock != nil {
+		t.clock = cfg.clock
 	}
 	defer t.end()
 	if err := t.registerBuiltins(); err != nil {

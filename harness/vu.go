@@ -21,10 +21,11 @@ import (
 // vu is one virtual user: a runtime with the script evaluated in it, plus
 // the execution state k6/execution reports.
 type vu struct {
-	t    *testRun
-	id   uint64
-	rt   *sobek.Runtime
-	loop *eventLoop
+	t      *testRun
+	id     uint64
+	rt     *sobek.Runtime
+	loop   *eventLoop
+	timers *timers
 
 	ctx    context.Context
 	inInit bool
@@ -122,6 +123,8 @@ func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 		fns: map[string]sobek.Callable{}, envObjs: map[string]*sobek.Object{},
 		checkCache: map[checkKey]checkEntry{},
 	}
+	v.timers = newTimers(v, t.clock)
+	v.loop.onReset = v.timers.reset
 	v.tags = metrics.NewTags(t.opts0Tags())
 	v.baseTags = v.tags
 	seed := uint64(time.Now().UnixNano()) ^ id*0x9E3779B97F4A7C15
@@ -159,6 +162,11 @@ func (v *vu) setGlobals() error {
 	}
 	if err := rt.Set("open", v.open); err != nil {
 		return err
+	}
+	for name, fn := range v.timers.exports() {
+		if err := rt.Set(name, fn); err != nil {
+			return err
+		}
 	}
 	return rt.Set("console", v.console())
 }
