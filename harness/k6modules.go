@@ -19,6 +19,8 @@ func builtinModules() map[string]Module {
 		"k6/metrics":   ModuleFunc(newMetricsModule),
 		"k6/execution": ModuleFunc(newExecutionModule),
 		"k6/timers":    ModuleFunc(newTimersModule),
+		"k6/encoding":  ModuleFunc(newEncodingModule),
+		"k6/crypto":    ModuleFunc(newCryptoModule),
 	}
 }
 
