@@ -21,6 +21,7 @@ func builtinModules() map[string]Module {
 		"k6/timers":    ModuleFunc(newTimersModule),
 		"k6/encoding":  ModuleFunc(newEncodingModule),
 		"k6/crypto":    ModuleFunc(newCryptoModule),
+		"k6/data":      ModuleFunc(newDataModule),
 	}
 }
 

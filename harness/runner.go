@@ -87,6 +87,7 @@ type testRun struct {
 	files       fileCache
 	groups      *groupTree
 	clock       Clock // the time source of timers
+	shared      sharedArrays
 	logger      *slog.Logger
 	stderr      *stderrWriter
 	id          uint64

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -70,4 +71,71 @@ import { sha256, hmac, createHash, createHMAC, randomBytes } from 'k6/crypto';`,
     'unknown algorithm throws': () => { try { hmac('md4', 'k', 'd', 'hex'); return false; } catch (e) { return /unsupported algorithm "md4"/.test(e.message); } },
     'unknown encoding throws': () => { try { sha256(d, 'base32'); return false; } catch (e) { return /unknown output encoding/.test(e.message); } },
   });`)
+}
+
+func TestSharedArray_BuiltOnceReadOnlySharedByEveryVU(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `
+import { SharedArray } from 'k6/data';
+import { check } from 'k6';
+import { Counter } from 'k6/metrics';
+const builds = new Counter('builds');
+let built = 0;
+const users = new SharedArray('users', function () {
+  built++;
+  console.log('BUILDING users');
+  return [{ name: 'ann', tags: ['a'] }, { name: 'bob', tags: [] }, 3, 'four', null, undefined];
+});
+const again = new SharedArray('users', () => { throw new Error('the second declaration must not build'); });
+export const options = { vus: 3, iterations: 6, thresholds: { checks: ['rate==1'] } };
+export default function () {
+  'use strict';
+  check(users, {
+    'length': (u) => u.length === 6,
+    'index': (u) => u[0].name === 'ann' && u[2] === 3 && u[3] === 'four' && u[4] === null && u[5] === null,
+    'out of range': (u) => u[6] === undefined,
+    'for of': (u) => { let n = 0; for (const x of u) { n++; void x; } return n === 6; },
+    'array methods': (u) => u.filter((x) => x && x.name).map((x) => x.name).join(',') === 'ann,bob',
+    'same name, same data': () => again.length === 6 && again[1].name === 'bob',
+    'writes throw': (u) => { try { u[0] = 1; return false; } catch (e) { return e instanceof TypeError; } },
+    'elements are frozen': (u) => { try { u[0].name = 'x'; return false; } catch (e) { return u[0].name === 'ann'; } },
+    'nested values are frozen': (u) => { try { u[0].tags.push('b'); return false; } catch (e) { return u[0].tags.length === 1; } },
+    'push throws': (u) => { try { u.push(1); return false; } catch (e) { return u.length === 6; } },
+  });
+  builds.add(built);
+}
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, 1, strings.Count(res.stderr, "BUILDING users"), "built once for the whole run")
+	assert.Equal(t, 0.0, res.metricOrZero(t, "builds", "count"), "VUs other than the builder never ran the function")
+	assert.Equal(t, 60.0, res.metric(t, "checks", "passes"))
+}
+
+func TestSharedArray_Misuse(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ name, init, body, want string }{
+		{"outside init", ``, `new SharedArray('late', () => [])`, "must be called in the init context"},
+		{"not an array", `new SharedArray('obj', () => ({ a: 1 }));`, ``, "only arrays can be shared"},
+		{"no name", `new SharedArray('', () => []);`, ``, "a non-empty name is required"},
+		{"the function throws", `new SharedArray('boom', () => { throw new Error('data file missing'); });`, ``, "data file missing"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+import { SharedArray } from 'k6/data';
+`+tc.init+`
+export const options = { iterations: 1 };
+export default function () { `+tc.body+` }
+`, nil)
+			if tc.body != "" {
+				require.NoError(t, res.err)
+				assert.Contains(t, res.stderr, tc.want)
+				return
+			}
+			require.Error(t, res.err)
+			assert.Equal(t, ExitScriptException, ExitCode(res.err))
+			assert.Contains(t, res.err.Error(), tc.want)
+		})
+	}
 }
