@@ -236,6 +236,7 @@ func TestRun_NonFiniteOptionsAreConfigErrors(t *testing.T) {
 		{"huge duration in ms", `scenarios: { s: { executor: 'constant-vus', duration: 1e300 } }`,
 			"scenarios.s.duration: duration 1e+300 ms is out of range"},
 		{"setupTimeout", `setupTimeout: Infinity`, "options.setupTimeout: must be a finite number, got Infinity"},
+		{"a getter that throws", `get vus() { throw new Error('getter boom'); }`, "getter boom"},
 		{"threshold delay", `thresholds: { iterations: [{ threshold: 'count>0', delayAbortEval: NaN }] }`,
 			"options.thresholds.iterations[0].delayAbortEval: must be a finite number, got NaN"},
 	}

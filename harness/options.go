@@ -236,7 +236,12 @@ func (f *fieldReader) unknown() error {
 // checkFiniteOptions rejects NaN and ±Infinity anywhere in the options k6
 // knows, naming the field (options.scenarios.s.rate). Keys that are not
 // k6 options are ignored, as they are when parsed.
-func checkFiniteOptions(opts sobek.Value) error {
+func checkFiniteOptions(opts sobek.Value) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = nil // a getter threw; JSON encoding will report it
+		}
+	}()
 	obj, ok := opts.(*sobek.Object)
 	if !ok {
 		return nil
