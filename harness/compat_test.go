@@ -71,6 +71,17 @@ import exec from 'k6/execution';
 export const options = { iterations: 5 };
 export default async function () { await Promise.resolve(); exec.test.abort('async'); }
 `, 1},
+		{"abort inside a group", `
+import exec from 'k6/execution';
+import { group } from 'k6';
+export const options = { iterations: 5 };
+export default function () { group('g', () => exec.test.abort('in group')); }
+`, 1},
+		{"abort in a timer callback", `
+import exec from 'k6/execution';
+export const options = { iterations: 5 };
+export default function () { setTimeout(() => exec.test.abort('in timer'), 1); }
+`, 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
