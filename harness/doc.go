@@ -1,9 +1,13 @@
 // Package harness runs k6-style load scripts on grafana/sobek with its own
 // runner: ES modules (one runtime per VU, each module compiled once), the
-// k6, k6/metrics and k6/execution modules, options with scenarios and all
-// six k6 executors, thresholds, setup/teardown, handleSummary and the
-// end-of-test summary, with k6's exit codes. Metrics, thresholds and
-// summaries come from the harness/metrics package.
+// k6, k6/metrics, k6/execution, k6/timers, k6/data (SharedArray),
+// k6/encoding and k6/crypto modules, the timer globals (setTimeout,
+// setInterval and their clear functions, on the VU's event loop and timed
+// by a Clock), options with scenarios and all six k6 executors,
+// thresholds, setup/teardown, handleSummary and the end-of-test summary,
+// with k6's exit codes. Metrics, thresholds and summaries come from the
+// harness/metrics package; k6's built-in HTTP, WebSocket, gRPC and data
+// metrics are known by name so that their thresholds evaluate (empty).
 //
 // The harness knows nothing of what a script exercises: that comes from
 // plugins, Go-backed JS modules registered by import path as xk6
@@ -14,7 +18,8 @@
 // A Module gets one NewModuleInstance call per VU runtime with a VU handle
 // (runtime, context, id, metric registry, Push for samples carrying the
 // VU's tags, InInit, and RegisterCallback to settle Promises from other
-// goroutines). Its Exports become the module's default and named exports.
+// goroutines). A function that does I/O starts with NotInInit, which
+// refuses the init context as k6 does (the script fails with exit 107). Its Exports become the module's default and named exports.
 // VU 0's instance is created while the script links, before any init code
 // runs, so that `import * as m` and named imports see the same export names
 // in every VU; importing a name the module does not export is a
@@ -38,21 +43,31 @@
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
 // teardown still runs with its own timeout, the summary is written, and the
-// exit code is 105.
+// exit code is 105. A stop during setup skips teardown, as k6 does when
+// setup did not finish; the summary is still written.
 //
 // Differences from k6, on purpose:
 //   - durations below one second are accepted for constant-vus and
 //     maxDuration, so that smoke tests can be short;
 //   - Config.Env is exactly __ENV: Run does not add the process environment
 //     itself (the CLI does, by default, as `k6 run` does);
-//   - an exception thrown by an iteration is logged with its stack and the
-//     test goes on with exit code 0 (as in k6); exceptions in init, setup,
-//     teardown exit with 107;
+//   - Trend percentiles come from a bounded-memory histogram, so they may
+//     differ from k6's exact ones by under 1%;
+//   - console prints objects in k6's inspect style but always on one line;
+//   - k6/crypto has no md4 or ripemd160 (the standard library has neither;
+//     the one maintained package that does has deprecated ripemd160);
+//   - setup data that cannot be encoded as JSON (NaN, Infinity, a
+//     function) fails the test with 107, where k6 reports a generic error;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)
 //     and script errors (107) take precedence over both.
 //
+// As in k6, an exception thrown by an iteration is logged with its stack and
+// the test goes on with exit code 0, while exceptions in init, setup and
+// teardown exit with 107.
+//
 // Thresholds with abortOnFail are evaluated every 2 s while the test runs,
-// skipping metrics that have no sample yet; at the end an empty Counter
-// counts as 0 and thresholds on other empty metrics pass.
+// skipping metrics that have no sample yet. At the end, as in k6, an empty
+// Counter, Gauge or Trend counts as zeros (count, rate, value and every
+// Trend statistic are 0) and thresholds on an empty Rate are skipped.
 package harness

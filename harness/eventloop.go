@@ -17,6 +17,7 @@ type eventLoop struct {
 	pending int
 	gen     uint64 // bumped by reset; stale slots are ignored
 	wake    chan struct{}
+	onReset func() // forgets work that would fill slots later (timers)
 }
 
 func newEventLoop() *eventLoop {
@@ -93,5 +94,8 @@ func (l *eventLoop) reset() {
 	select {
 	case <-l.wake:
 	default:
+	}
+	if l.onReset != nil {
+		l.onReset()
 	}
 }

@@ -22,7 +22,7 @@ const (
 	ExitInvalidConfig = 104
 	// ExitExternalAbort means the run was stopped from outside: the context
 	// given to Run was cancelled, which the CLI does on SIGINT or SIGTERM.
-	// Teardown and the summary still ran.
+	// Teardown (unless setup had not finished) and the summary still ran.
 	ExitExternalAbort = 105
 	// ExitScriptException means the script threw outside an iteration: while
 	// loading (init context), in setup or in teardown. (A handleSummary that

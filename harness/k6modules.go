@@ -18,6 +18,10 @@ func builtinModules() map[string]Module {
 		"k6":           ModuleFunc(newK6Module),
 		"k6/metrics":   ModuleFunc(newMetricsModule),
 		"k6/execution": ModuleFunc(newExecutionModule),
+		"k6/timers":    ModuleFunc(newTimersModule),
+		"k6/encoding":  ModuleFunc(newEncodingModule),
+		"k6/crypto":    ModuleFunc(newCryptoModule),
+		"k6/data":      ModuleFunc(newDataModule),
 	}
 }
 
@@ -178,6 +182,9 @@ func (v *vu) sleep(secs float64) {
 	select {
 	case <-timer.C:
 	case <-v.ctx.Done():
+		// The script must not go on as if it had slept: stop it here
+		// rather than when the context's interrupt lands.
+		v.interruptIfActive()
 	}
 }
 
@@ -369,4 +376,11 @@ func (d *vuTags) Keys() []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// newTimersModule implements k6/timers: the VU's timer functions, the same
+// ones the globals setTimeout... are.
+func newTimersModule(h VU) ModuleInstance {
+	named := h.(*vu).timers.exports()
+	return ExportsFunc(func() Exports { return Exports{Named: named} })
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sort"
@@ -115,6 +116,26 @@ type RunContext interface {
 	AddSummarySection(f func(w io.Writer))
 }
 
+// ErrInitContext is what a module function reports when a script calls it
+// in the init context (top-level code), where k6 allows no network or other
+// I/O: init runs once per VU, before the test, and is not measured.
+var ErrInitContext = errors.New("not allowed in the init context (top-level code); call it from setup(), an exec function such as default, or teardown()")
+
+// NotInInit returns an error wrapping ErrInitContext, naming what was
+// called, when vu is running the script's init context, and nil otherwise.
+// Module functions that do I/O call it first and throw the error, which
+// fails the test with exit code 107 as k6 modules do:
+//
+//	if err := harness.NotInInit(vu, "cluster.generate"); err != nil {
+//		panic(vu.Runtime().NewGoError(err))
+//	}
+func NotInInit(vu VU, what string) error {
+	if vu.InInit() {
+		return fmt.Errorf("%s: %w", what, ErrInitContext)
+	}
+	return nil
+}
+
 var (
 	registryMu sync.RWMutex
 	modules    = map[string]Module{}
@@ -181,7 +202,7 @@ func summaryHooks() []SummaryHook {
 
 func isBuiltinModule(path string) bool {
 	switch path {
-	case "k6", "k6/metrics", "k6/execution":
+	case "k6", "k6/metrics", "k6/execution", "k6/timers", "k6/data", "k6/encoding", "k6/crypto":
 		return true
 	}
 	return false

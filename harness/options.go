@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/grafana/sobek"
+
 	"github.com/kvstrand/mocker/harness/metrics"
 )
 
@@ -139,6 +141,9 @@ func (f *fieldReader) int(key string, def int64) (int64, error) {
 	if v < 0 {
 		return 0, configErr("%s.%s: must not be negative, got %s", f.path, key, raw)
 	}
+	if v > 1<<53 {
+		return 0, configErr("%s.%s: too large, got %s", f.path, key, raw)
+	}
 	return int64(v), nil
 }
 
@@ -228,6 +233,64 @@ func (f *fieldReader) unknown() error {
 	return nil
 }
 
+// checkFiniteOptions rejects NaN and ±Infinity anywhere in the options k6
+// knows, naming the field (options.scenarios.s.rate). Keys that are not
+// k6 options are ignored, as they are when parsed.
+func checkFiniteOptions(opts sobek.Value) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = nil // a getter threw; JSON encoding will report it
+		}
+	}()
+	obj, ok := opts.(*sobek.Object)
+	if !ok {
+		return nil
+	}
+	for _, k := range obj.Keys() {
+		if !k6Options[k] {
+			continue
+		}
+		if err := checkFinite(obj.Get(k), "options."+k, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkFinite(v sobek.Value, path string, depth int) error {
+	if v == nil || depth > 32 {
+		return nil // deeper nesting than any option has; JSON reports cycles
+	}
+	if f, isNum := v.Export().(float64); isNum {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			return configErr("%s: must be a finite number, got %s", path, v.String())
+		}
+		return nil
+	}
+	obj, ok := v.(*sobek.Object)
+	if !ok {
+		return nil
+	}
+	if _, isFn := sobek.AssertFunction(v); isFn {
+		return nil
+	}
+	isArray := obj.ClassName() == "Array"
+	for _, k := range obj.Keys() {
+		p := path + "." + k
+		if isArray {
+			p = path + "[" + k + "]"
+		}
+		if err := checkFinite(obj.Get(k), p, depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxDurationMs is the largest duration, in milliseconds, a time.Duration
+// holds.
+const maxDurationMs = float64(math.MaxInt64 / int64(time.Millisecond))
+
 // parseDuration accepts k6's forms: a Go duration string ("1m30s") or a
 // number of milliseconds.
 func parseDuration(raw json.RawMessage) (time.Duration, error) {
@@ -242,6 +305,9 @@ func parseDuration(raw json.RawMessage) (time.Duration, error) {
 	var ms float64
 	if err := json.Unmarshal(raw, &ms); err != nil {
 		return 0, fmt.Errorf("invalid duration %s", raw)
+	}
+	if math.Abs(ms) > maxDurationMs {
+		return 0, fmt.Errorf("duration %s ms is out of range", raw)
 	}
 	return time.Duration(ms * float64(time.Millisecond)), nil
 }

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,10 @@ type Config struct {
 	SummaryExport string
 	// Quiet disables the progress display.
 	Quiet bool
-	// NoColor disables ANSI colours in the summary and progress display.
+	// NoColor is k6's --no-color: no ANSI colours anywhere, and
+	// handleSummary's data.options.noColor is true. Without it the text
+	// summary is still plain when stdout is not a terminal (StdoutTTY), as
+	// in k6, but data.options.noColor stays false.
 	NoColor bool
 	// Stdout receives the summary; Stderr the progress display and logs.
 	// Nil means os.Stdout and os.Stderr.
@@ -53,6 +57,9 @@ type Config struct {
 	// TermWidth is the width of the stderr terminal in columns; progress
 	// lines are cut to fit it. 0 means unknown (no cutting).
 	TermWidth int
+
+	// clock, when set, replaces the wall clock as the timers' time source.
+	clock Clock
 
 	// observeRun, when set, gets the wall time the scenarios took (the
 	// benchmark measures per-iteration cost without init and summary).
@@ -79,6 +86,8 @@ type testRun struct {
 	env         map[string]string
 	files       fileCache
 	groups      *groupTree
+	clock       Clock // the time source of timers
+	shared      sharedArrays
 	logger      *slog.Logger
 	stderr      *stderrWriter
 	id          uint64
@@ -88,7 +97,8 @@ type testRun struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	start  time.Time // before setup, as k6 counts the test run duration
+	phase  atomic.Pointer[runPhase] // what an external stop still lets run
+	start  time.Time                // before setup, as k6 counts the test run duration
 	begun  atomic.Bool
 
 	// vus and vus_max are sampled only while scenarios run
@@ -125,11 +135,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
-	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1)}
+	t := &testRun{cfg: cfg, reg: metrics.NewRegistry(), groups: newGroupTree(), env: cfg.Env, id: runIDs.Add(1), clock: WallClock{}}
 	t.stderr = newStderrWriter(cfg.Stderr, cfg.StderrTTY)
 	t.logger = slog.New(newLogHandler(t.stderr, slog.LevelInfo, t.elapsed))
 	if t.env == nil {
 		t.env = map[string]string{}
+	}
+	if cfg.clock != nil {
+		t.clock = cfg.clock
 	}
 	defer t.end()
 	if err := t.registerBuiltins(); err != nil {
@@ -143,6 +156,26 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return err
 }
+
+// runPhase is the part of the run in progress, for the message logged when
+// the run is stopped from outside.
+type runPhase struct{ note string }
+
+// stopNote says what still runs after a stop in this phase; a nil phase is
+// init, after which nothing more runs.
+func (p *runPhase) stopNote() string {
+	if p == nil {
+		return ""
+	}
+	return p.note
+}
+
+var (
+	phaseSetup     = &runPhase{"; setup did not finish, so teardown is skipped (as in k6); the summary still runs"}
+	phaseScenarios = &runPhase{"; teardown and the summary still run"}
+	phaseTeardown  = &runPhase{"; teardown goes on (up to teardownTimeout) and the summary still runs"}
+	phaseSummary   = &runPhase{"; the summary is still written"}
+)
 
 // runIDs numbers the runs of the process.
 var runIDs atomic.Uint64
@@ -228,10 +261,43 @@ func (t *testRun) registerBuiltins() error {
 		checks:            reg("checks", metrics.Rate, metrics.Default),
 		groupDuration:     reg("group_duration", metrics.Trend, metrics.Time),
 	}
+	// k6's other built-in metrics (HTTP, WebSocket, gRPC, data) are known
+	// by name and type even though nothing here emits them, so that
+	// thresholds copied from k6 scripts are evaluated (empty) as k6 does
+	// rather than rejected as unknown metrics.
+	for _, b := range k6OtherBuiltins {
+		reg(b.name, b.typ, b.contains)
+	}
 	if err != nil {
 		return fmt.Errorf("registering built-in metrics: %w", err)
 	}
 	return nil
+}
+
+// k6OtherBuiltins are k6's built-in metrics the harness never emits.
+var k6OtherBuiltins = []struct {
+	name     string
+	typ      metrics.MetricType
+	contains metrics.ValueType
+}{
+	{"http_reqs", metrics.Counter, metrics.Default},
+	{"http_req_failed", metrics.Rate, metrics.Default},
+	{"http_req_duration", metrics.Trend, metrics.Time},
+	{"http_req_blocked", metrics.Trend, metrics.Time},
+	{"http_req_connecting", metrics.Trend, metrics.Time},
+	{"http_req_tls_handshaking", metrics.Trend, metrics.Time},
+	{"http_req_sending", metrics.Trend, metrics.Time},
+	{"http_req_waiting", metrics.Trend, metrics.Time},
+	{"http_req_receiving", metrics.Trend, metrics.Time},
+	{"ws_sessions", metrics.Counter, metrics.Default},
+	{"ws_msgs_sent", metrics.Counter, metrics.Default},
+	{"ws_msgs_received", metrics.Counter, metrics.Default},
+	{"ws_ping", metrics.Trend, metrics.Time},
+	{"ws_session_duration", metrics.Trend, metrics.Time},
+	{"ws_connecting", metrics.Trend, metrics.Time},
+	{"grpc_req_duration", metrics.Trend, metrics.Time},
+	{"data_sent", metrics.Counter, metrics.Data},
+	{"data_received", metrics.Counter, metrics.Data},
 }
 
 func (t *testRun) opts0Tags() map[string]string {
@@ -348,10 +414,16 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	t.ctx, t.cancel = ctx, cancel
+	warned := make(chan struct{})
 	stopWatch := context.AfterFunc(parent, func() {
-		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + "); teardown and the summary still run")
+		defer close(warned)
+		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + ")" + t.phase.Load().stopNote())
 	})
-	defer stopWatch()
+	defer func() {
+		if !stopWatch() {
+			<-warned // the warning comes before whatever the caller prints next
+		}
+	}()
 
 	// Output files are checked before anything runs: a typo in a path
 	// must not cost a whole test.
@@ -388,6 +460,11 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}
 	rawOpts := []byte("null")
 	if o, ok := v0.exports["options"]; ok && !sobek.IsUndefined(o) {
+		// JSON would turn NaN and Infinity into null, which reads as "not
+		// set": a silent default instead of the value the script meant.
+		if err := checkFiniteOptions(o); err != nil {
+			return err
+		}
 		s, err := jsonStringify(v0.rt, o)
 		if err != nil {
 			return exitErrorf(ExitInvalidConfig, "options: cannot be converted to JSON: %v", err)
@@ -441,10 +518,20 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}()
 
 	if fn, ok := v0.fns["setup"]; ok && !t.opts.NoSetup {
+		t.phase.Store(phaseSetup)
 		if err := t.runSetup(v0, fn); err != nil {
+			if parent.Err() != nil {
+				// Stopped from outside during setup: as in k6, teardown is
+				// skipped (setup did not finish) but the summary is written.
+				t.phase.Store(phaseSummary)
+				runDuration := time.Since(t.start)
+				t.coll.Evaluate(runDuration)
+				_ = t.writeSummary(v0, runDuration)
+			}
 			return err
 		}
 	}
+	t.phase.Store(phaseScenarios)
 
 	t.gaugeMu.Lock()
 	t.running = true
@@ -479,10 +566,12 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	// abortOnFail threshold, a signal), on a context those do not cancel.
 	var phaseErr error
 	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown {
+		t.phase.Store(phaseTeardown)
 		if err := t.runTeardown(v0, fn); err != nil {
 			phaseErr = err
 		}
 	}
+	t.phase.Store(phaseSummary)
 	runDuration := time.Since(t.start)
 
 	failed, _ := t.coll.Evaluate(runDuration)
@@ -655,6 +744,11 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 	v0.recomputeTags()
 	defer func() { v0.group = ""; v0.recomputeTags() }()
 	ret, err := v0.callValue(fn)
+	if err == nil && ctx.Err() != nil {
+		// setup returned, but only because its context ended under it
+		// (sleep wakes up on cancellation): it did not finish.
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		if t.aborted.Load() {
 			return exitErrorf(ExitScriptAborted, "test aborted in setup: %s", t.abortReason)
@@ -665,11 +759,14 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 		return scriptError("setup", err)
 	}
 	if ret != nil && !sobek.IsUndefined(ret) {
-		s, err := jsonStringify(v0.rt, ret)
+		// As k6 does: the exported Go value goes through encoding/json, so
+		// an undefined property arrives as null (key kept), a Date as its
+		// RFC 3339 string, and NaN, Infinity or a function are errors.
+		b, err := json.Marshal(ret.Export())
 		if err != nil {
-			return scriptError("setup: its result cannot be converted to JSON", err)
+			return exitErrorf(ExitScriptException, "setup: the data it returned cannot be passed to the VUs as JSON: %v", err)
 		}
-		t.setupJSON = s
+		t.setupJSON = string(b)
 	}
 	return nil
 }

@@ -138,6 +138,7 @@ func (t *testRun) writeSummary(v0 *vu, d time.Duration) error {
 		}
 		t.logger.Error("handleSummary failed; printing the default summary instead", "error", exceptionText(err))
 	}
+	opts.NoColor = opts.NoColor || !t.cfg.StdoutTTY // k6 colours only a terminal
 	if err := metrics.WriteTextSummary(t.cfg.Stdout, data, opts); err != nil {
 		return fmt.Errorf("writing the summary: %w", err)
 	}
@@ -210,10 +211,14 @@ func (t *testRun) handleSummary(v0 *vu, fn sobek.Callable, data map[string]any) 
 }
 
 // writeLegacyExport writes k6's --summary-export shape: metric values
-// flattened into each metric, Rate's "rate" named "value", and thresholds
-// mapped to true when they FAILED.
+// flattened into each metric, Rate's "rate" named "value", thresholds
+// mapped to true when they FAILED, and root_group's groups and checks as
+// objects keyed by name rather than arrays.
 func writeLegacyExport(path string, data map[string]any) error {
-	out := map[string]any{"root_group": data["root_group"]}
+	out := map[string]any{"root_group": legacyGroup(data["root_group"])}
+	if sd, ok := data["setup_data"]; ok {
+		out["setup_data"] = sd
+	}
 	flat := map[string]any{}
 	ms, _ := data["metrics"].(map[string]any)
 	for name, m := range ms {
@@ -245,4 +250,39 @@ func writeLegacyExport(path string, data map[string]any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// legacyGroup turns one root_group node (and its descendants) from the
+// handleSummary shape, where groups and checks are arrays, into the
+// --summary-export shape, where they are objects keyed by name.
+func legacyGroup(g any) any {
+	m, ok := g.(map[string]any)
+	if !ok {
+		return g
+	}
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	if groups, ok := m["groups"].([]any); ok {
+		byName := make(map[string]any, len(groups))
+		for _, sub := range groups {
+			if sm, ok := sub.(map[string]any); ok {
+				name, _ := sm["name"].(string)
+				byName[name] = legacyGroup(sm)
+			}
+		}
+		out["groups"] = byName
+	}
+	if checks, ok := m["checks"].([]any); ok {
+		byName := make(map[string]any, len(checks))
+		for _, c := range checks {
+			if cm, ok := c.(map[string]any); ok {
+				name, _ := cm["name"].(string)
+				byName[name] = cm
+			}
+		}
+		out["checks"] = byName
+	}
+	return out
 }

@@ -21,10 +21,11 @@ import (
 // vu is one virtual user: a runtime with the script evaluated in it, plus
 // the execution state k6/execution reports.
 type vu struct {
-	t    *testRun
-	id   uint64
-	rt   *sobek.Runtime
-	loop *eventLoop
+	t      *testRun
+	id     uint64
+	rt     *sobek.Runtime
+	loop   *eventLoop
+	timers *timers
 
 	ctx    context.Context
 	inInit bool
@@ -60,6 +61,17 @@ var errInterrupted = errors.New("iteration interrupted")
 type abortError struct{ reason string }
 
 func (e *abortError) Error() string { return "test aborted: " + e.reason }
+
+// isAbort reports whether err is this VU's own exec.test.abort().
+func isAbort(err error) bool {
+	var ie *sobek.InterruptedError
+	if errors.As(err, &ie) {
+		_, ok := ie.Value().(*abortError)
+		return ok
+	}
+	var ae *abortError
+	return errors.As(err, &ae)
+}
 
 func (v *vu) Runtime() *sobek.Runtime     { return v.rt }
 func (v *vu) Context() context.Context    { return v.ctx }
@@ -111,6 +123,8 @@ func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 		fns: map[string]sobek.Callable{}, envObjs: map[string]*sobek.Object{},
 		checkCache: map[checkKey]checkEntry{},
 	}
+	v.timers = newTimers(v, t.clock)
+	v.loop.onReset = v.timers.reset
 	v.tags = metrics.NewTags(t.opts0Tags())
 	v.baseTags = v.tags
 	seed := uint64(time.Now().UnixNano()) ^ id*0x9E3779B97F4A7C15
@@ -148,6 +162,11 @@ func (v *vu) setGlobals() error {
 	}
 	if err := rt.Set("open", v.open); err != nil {
 		return err
+	}
+	for name, fn := range v.timers.exports() {
+		if err := rt.Set(name, fn); err != nil {
+			return err
+		}
 	}
 	return rt.Set("console", v.console())
 }
@@ -212,7 +231,7 @@ func (v *vu) console() *sobek.Object {
 		return func(call sobek.FunctionCall) sobek.Value {
 			parts := make([]string, len(call.Arguments))
 			for i, a := range call.Arguments {
-				parts[i] = v.formatValue(a)
+				parts[i] = inspect(v.rt, a)
 			}
 			v.t.logLine(level, strings.Join(parts, " "))
 			return sobek.Undefined()
@@ -226,17 +245,6 @@ func (v *vu) console() *sobek.Object {
 		_ = o.Set(name, logf(level))
 	}
 	return o
-}
-
-func (v *vu) formatValue(a sobek.Value) string {
-	if obj, ok := a.(*sobek.Object); ok {
-		if _, isFn := sobek.AssertFunction(a); !isFn && obj.ClassName() != "Error" {
-			if s, err := jsonStringify(v.rt, a); err == nil && s != "" {
-				return s
-			}
-		}
-	}
-	return a.String()
 }
 
 func jsonStringify(rt *sobek.Runtime, val sobek.Value) (string, error) {
@@ -327,6 +335,17 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	}
 }
 
+// interruptIfActive interrupts the running JS now, as the activation's
+// context watcher will; for native functions that return early because
+// the context ended.
+func (v *vu) interruptIfActive() {
+	v.imu.Lock()
+	defer v.imu.Unlock()
+	if v.ctx.Err() != nil {
+		v.rt.Interrupt(errInterrupted)
+	}
+}
+
 // enterScenario prepares tags, __ENV and counters for sc.
 func (v *vu) enterScenario(sc *scenarioRun) {
 	v.sc = sc
@@ -385,13 +404,15 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	v.iterInScenario++
 	v.iterInInstance++
 	// An iteration whose context ended while it ran is interrupted even if
-	// the JS returned first (e.g. sleep() woke up on the cancellation).
-	if v.ctx.Err() != nil {
+	// the JS returned first (e.g. sleep() woke up on the cancellation). The
+	// iteration that called exec.test.abort() is the exception: k6 counts
+	// it, since it ended on its own before the test was stopped.
+	if v.ctx.Err() != nil && !isAbort(err) {
 		v.loop.reset()
 		t.iterationsInterrupted.Add(1)
 		return iterInterrupted
 	}
-	if err != nil {
+	if err != nil && !isAbort(err) {
 		t.logException(err, v.sc.cfg)
 	}
 	end := time.Now()

@@ -31,7 +31,9 @@
 // "mocker.cluster:" and names the field, e.g.
 // "mocker.cluster: prefill.args.num_gpu_blocks: must be at least 1, got -1".
 //
-// The handle has:
+// The handle has the members below. generate, generateAsync, stats, drain
+// and sleep refuse the init context, as k6 modules refuse I/O there:
+// calling one in top-level code fails the test with exit 107.
 //
 //	generate(req)       blocks the VU until the request ends; returns its result
 //	generateAsync(req)  the same as a Promise, settled on the VU's event loop

@@ -56,6 +56,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 	o := rt.NewObject()
 	must(o.Set("name", e.name))
 	must(o.Set("generate", func(call sobek.FunctionCall) sobek.Value {
+		inst.refuseInInit("cluster.generate")
 		req, err := parseRequest(call.Argument(0))
 		if err != nil {
 			throw(rt, fmt.Errorf("generate: %w", err))
@@ -65,6 +66,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		return resultObject(rt, res)
 	}))
 	must(o.Set("generateAsync", func(call sobek.FunctionCall) sobek.Value {
+		inst.refuseInInit("cluster.generateAsync")
 		p, resolve, reject := rt.NewPromise()
 		req, err := parseRequest(call.Argument(0))
 		if err != nil {
@@ -83,9 +85,11 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		return rt.ToValue(p)
 	}))
 	must(o.Set("stats", func(sobek.FunctionCall) sobek.Value {
+		inst.refuseInInit("cluster.stats")
 		return statsObject(rt, e.stats(), true, "")
 	}))
 	must(o.Set("drain", func(call sobek.FunctionCall) sobek.Value {
+		inst.refuseInInit("cluster.drain")
 		timeout := defaultDrainTimeout
 		if arg := call.Argument(0); !sobek.IsUndefined(arg) && !sobek.IsNull(arg) {
 			ms, ok := number(arg.Export())
@@ -106,6 +110,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		return statsObject(rt, st, err == nil, msg)
 	}))
 	must(o.Set("sleep", func(call sobek.FunctionCall) sobek.Value {
+		inst.refuseInInit("cluster.sleep")
 		arg := call.Argument(0)
 		ms, ok := number(arg.Export())
 		if !ok || ms < 0 || math.IsInf(ms, 0) {

@@ -503,3 +503,22 @@ func TestDrainMessage_OneSentenceWithTheCount(t *testing.T) {
 		})
 	}
 }
+
+func TestCluster_IOInTheInitContextIsAnInitError(t *testing.T) {
+	for _, call := range []string{"generate", "generateAsync", "drain", "sleep", "stats"} {
+		t.Run(call, func(t *testing.T) {
+			res := runScript(t, "init_io.js", map[string]string{"CALL": call})
+			require.Equal(t, harness.ExitScriptException, res.code, "stderr: %s", res.stderr)
+			assert.Contains(t, res.err.Error(), "cluster."+call+": not allowed in the init context")
+			for _, c := range res.clusters {
+				assert.Zero(t, c.stats.Requests, "no request reached cluster %q", c.name)
+			}
+		})
+	}
+	t.Run("none: the same calls outside init work", func(t *testing.T) {
+		res := runScript(t, "init_io.js", map[string]string{"CALL": "none"})
+		require.Equal(t, harness.ExitOK, res.code, "stderr: %s", res.stderr)
+		require.Len(t, res.clusters, 1)
+		assert.Equal(t, uint64(1), res.clusters[0].stats.Completed)
+	})
+}

@@ -197,7 +197,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		Outputs:       f.outs,
 		SummaryExport: f.summaryExport,
 		Quiet:         f.quiet,
-		NoColor:       f.noColor || !stdoutTTY, // k6 colours only a terminal
+		NoColor:       f.noColor, // the harness also leaves a non-terminal stdout plain
 		Stdout:        stdout,
 		Stderr:        stderr,
 		StdoutTTY:     stdoutTTY,

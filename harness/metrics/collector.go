@@ -71,7 +71,7 @@ type ThresholdResult struct {
 	Aggregation    string  // canonical left-hand side, e.g. "p(95)"
 	OK             bool    // passed (always true when NoSamples)
 	Observed       float64 // the aggregation's value (0 when NoSamples)
-	NoSamples      bool    // the metric got no samples, so the threshold passed vacuously
+	NoSamples      bool    // skipped: an empty Rate, or any empty metric while the test runs
 	AbortOnFail    bool
 	DelayAbortEval time.Duration
 }
@@ -269,8 +269,10 @@ func (c *Collector) Close() error {
 // (the time since the test started, used for Counter rates and
 // delayAbortEval). failed is true when any threshold does not hold; abort is
 // true when one of those has abortOnFail and elapsed ≥ its delayAbortEval.
-// Results keeps the outcome. A Counter without samples counts as 0 (so
-// count>0 fails); thresholds on other empty metrics pass with NoSamples.
+// Results keeps the outcome. As in k6, a metric without samples counts as
+// zeros: a Counter's count and rate, a Gauge's value and every statistic of
+// a Trend are 0 (so count>0, value>3 and p(95)>100 fail); only thresholds
+// on an empty Rate are skipped, passing with NoSamples.
 func (c *Collector) Evaluate(elapsed time.Duration) (failed bool, abort bool) {
 	return c.evaluateAndKeep(elapsed, false)
 }

@@ -102,10 +102,6 @@ func TestCollector_SubmetricMatchesTagSubsets(t *testing.T) {
 	c.Evaluate(time.Second)
 	by := resultsBySource(c.Results())
 	for k, r := range by {
-		if k == "http_req_duration{status:500} p(50)<1" {
-			assert.True(t, r.NoSamples, k)
-			continue
-		}
 		assert.True(t, r.OK, "%s observed %v", k, r.Observed)
 		assert.False(t, r.NoSamples, k)
 	}
@@ -115,27 +111,35 @@ func TestCollector_SubmetricMatchesTagSubsets(t *testing.T) {
 	assert.Len(t, st.subs, 3)
 }
 
-func TestCollector_NoSamplesPassButAreFlagged(t *testing.T) {
+func TestCollector_EmptyMetricsAreZerosExceptRate(t *testing.T) {
 	t.Parallel()
 	reg := testRegistry(t)
 	c := NewCollector(reg, mustThresholds(t, reg, map[string][]Threshold{
-		"checks":            ths("rate>=0.9"),
-		"http_req_duration": ths("p(95)<200", "avg>1"),
-		"vus":               ths("value>0"),
-		"iterations":        ths("count>0", "rate<5"),
+		"checks":            ths("rate>=0.9", "rate<0.1"),
+		"http_req_duration": ths("p(95)<200", "avg>1", "p(95)>100", "max==0"),
+		"vus":               ths("value>3", "value==0"),
+		"iterations":        ths("count>0", "rate<5", "rate>0"),
 	}))
 	failed, _ := c.Evaluate(time.Second)
+	assert.True(t, failed)
 	by := resultsBySource(c.Results())
-	for _, k := range []string{"checks rate>=0.9", "http_req_duration p(95)<200", "http_req_duration avg>1", "vus value>0"} {
+	// As k6: an empty Rate has no rate, so its thresholds are skipped.
+	for _, k := range []string{"checks rate>=0.9", "checks rate<0.1"} {
 		assert.True(t, by[k].OK, k)
 		assert.True(t, by[k].NoSamples, k)
 	}
-	// A counter that never moved measured zero; that is a real observation.
-	assert.False(t, by["iterations count>0"].OK)
-	assert.False(t, by["iterations count>0"].NoSamples)
-	assert.Equal(t, 0.0, by["iterations count>0"].Observed)
-	assert.True(t, by["iterations rate<5"].OK)
-	assert.True(t, failed)
+	// Every other empty metric measured zeros, and is judged on them.
+	for k, ok := range map[string]bool{
+		"http_req_duration p(95)<200": true, "http_req_duration avg>1": false,
+		"http_req_duration p(95)>100": false, "http_req_duration max==0": true,
+		"vus value>3": false, "vus value==0": true,
+		"iterations count>0": false, "iterations rate<5": true, "iterations rate>0": false,
+	} {
+		assert.Equal(t, ok, by[k].OK, k)
+		assert.False(t, by[k].NoSamples, k)
+		assert.Equal(t, 0.0, by[k].Observed, k)
+	}
+	assert.Equal(t, []string{"http_req_duration", "iterations", "vus"}, FailedKeys(c.Results(), false))
 }
 
 func TestCollector_AbortOnFailWaitsForDelay(t *testing.T) {
@@ -392,10 +396,11 @@ func TestCollector_EvaluateRunningSkipsMetricsWithoutSamples(t *testing.T) {
 		assert.True(t, r.NoSamples, r.Key)
 	}
 
-	// At the end, the Counter that never moved measured 0 and fails.
+	// At the end, the empty Counter, Trend and Gauge measured 0 and fail;
+	// the empty Rate is skipped.
 	failed, _ = c.Evaluate(time.Second)
 	assert.True(t, failed)
-	assert.Equal(t, []string{"iterations"}, FailedKeys(c.Results(), false))
+	assert.Equal(t, []string{"http_req_duration", "iterations", "vus"}, FailedKeys(c.Results(), false))
 
 	// Once it has samples, the running evaluation judges it.
 	c.Add(Sample{Metric: iters, Value: 0})

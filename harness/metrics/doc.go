@@ -12,10 +12,10 @@
 //     and percentiles are within 0.8% relative error of the true order
 //     statistics for positive (or all-negative) data. Memory grows with the
 //     number of distinct powers of two seen, not with the number of samples.
-//   - A threshold on a Gauge, Rate or Trend that got no samples passes (as in
-//     k6) but is flagged: "noSamples": true in the summary data and
-//     "no samples" in the text summary. A Counter that never got a sample is
-//     evaluated as count 0 and rate 0, since that is what it measured.
+//   - A threshold on a Rate that got no samples is skipped, as in k6, and
+//     flagged: "noSamples": true in the summary data and "no samples" in
+//     the text summary. (Also as in k6, an empty Counter, Gauge or Trend is
+//     evaluated as zeros at the end of the test.)
 //   - Every threshold result carries the observed value ("observed").
 //   - Samples whose value is NaN or ±Inf are dropped (and logged once),
 //     because no sink or JSON encoder can represent them.

@@ -101,11 +101,12 @@ func NewRegistry() *Registry {
 	return &Registry{byName: make(map[string]*Metric)}
 }
 
-// ValidateName reports whether name is a valid metric name: ASCII letters,
-// digits and underscores, 1 to 128 characters, not starting with a digit.
+// ValidateName reports whether name is a valid metric name, by k6's rule
+// ^[a-zA-Z_][a-zA-Z0-9_]{1,128}$: ASCII letters, digits and underscores,
+// 2 to 129 characters, not starting with a digit.
 func ValidateName(name string) error {
-	if len(name) == 0 || len(name) > 128 {
-		return fmt.Errorf("invalid metric name %q: must be 1 to 128 characters long", name)
+	if len(name) < 2 || len(name) > 129 {
+		return fmt.Errorf("invalid metric name %q: must be 2 to 129 characters long", name)
 	}
 	for i := 0; i < len(name); i++ {
 		c := name[i]

@@ -14,13 +14,18 @@ func TestValidateName(t *testing.T) {
 		name string
 		ok   bool
 	}{
-		{"a", true},
-		{"_", true},
+		// k6: ^[a-zA-Z_][a-zA-Z0-9_]{1,128}$, so 2 to 129 characters
+		{"a", false},
+		{"_", false},
+		{"ab", true},
+		{"__", true},
+		{"a1", true},
 		{"http_req_duration", true},
 		{"mocker_kv_aborts2", true},
 		{"A_B_9", true},
 		{strings.Repeat("x", 128), true},
-		{strings.Repeat("x", 129), false},
+		{strings.Repeat("x", 129), true},
+		{strings.Repeat("x", 130), false},
 		{"", false},
 		{"9lives", false},
 		{"with-dash", false},

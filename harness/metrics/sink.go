@@ -61,13 +61,14 @@ func (s *sink) empty() bool {
 }
 
 // aggregate returns the value of one threshold aggregation. elapsed is the
-// test duration so far, for a Counter's per-second rate. The second result
-// is false when the sink has no samples and the aggregation is undefined
-// (every type but Counter, whose empty state is a genuine zero).
+// test duration so far, for a Counter's per-second rate. As in k6, a sink
+// without samples aggregates to zeros (Counter count and rate, Gauge value,
+// every Trend statistic), except a Rate, whose rate is undefined: the
+// second result is then false.
 func (s *sink) aggregate(e Expr, elapsed time.Duration) (float64, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 && s.typ != Counter {
+	if s.n == 0 && s.typ == Rate {
 		return 0, false
 	}
 	switch e.Method {

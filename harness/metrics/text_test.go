@@ -38,7 +38,7 @@ func TestWriteTextSummary_ThresholdLines(t *testing.T) {
 		"    http_req_duration\n    ✗ 'p(95)<200' p(95)=",
 		"✗ 'p(99)<300' p(99)=",
 		"      {status:200}\n      ✓ 'max<100' max=40ms",
-		"    unused_trend\n    ✓ 'avg<5' no samples",
+		"    unused_trend\n    ✓ 'avg<5' avg=0s",
 	} {
 		assert.Contains(t, out, want)
 	}
