@@ -28,25 +28,11 @@ func (r *run) writeSummary(w io.Writer) {
 // section of the text summary and, under mocker.clusters[name], the
 // summary data of handleSummary and --summary-export. Times are modeled ms.
 type ClusterSummary struct {
-	Engine   string `json:"engine"`
-	Router   string `json:"router"`
-	Topology string `json:"topology"` // "2 prefill / 2 decode", "4 aggregated"
-	Requests struct {
-		Total     uint64 `json:"total"`
-		Completed uint64 `json:"completed"`
-		Aborted   uint64 `json:"aborted"`
-		Rejected  uint64 `json:"rejected"`
-		Error     uint64 `json:"error"`
-		// OutsideIterations ended after their VU was interrupted (e.g. by
-		// gracefulStop): they are not in the mocker_* metrics.
-		OutsideIterations uint64 `json:"outside_iterations"`
-	} `json:"requests"`
-	Holds struct {
-		Started  uint64 `json:"started"`
-		Released uint64 `json:"released"` // by a transfer
-		Aborted  uint64 `json:"aborted"`
-		Held     uint64 `json:"held"` // still held at the summary
-	} `json:"holds"`
+	Engine   string        `json:"engine"`
+	Router   string        `json:"router"`
+	Topology string        `json:"topology"` // "2 prefill / 2 decode", "4 aggregated"
+	Requests RequestCounts `json:"requests"`
+	Holds    HoldCounts    `json:"holds"`
 	// HoldDurationMs describes the holds whose end a request saw; nil when
 	// none did.
 	HoldDurationMs *HoldDurations `json:"hold_duration_ms"`
@@ -56,6 +42,26 @@ type ClusterSummary struct {
 	PrefillRefusals uint64 `json:"prefill_refusals"`
 	// LongestHolds are the longest ended holds, longest first.
 	LongestHolds []cluster.Hold `json:"longest_holds"`
+}
+
+// RequestCounts counts a cluster's requests by how they ended.
+type RequestCounts struct {
+	Total     uint64 `json:"total"`
+	Completed uint64 `json:"completed"`
+	Aborted   uint64 `json:"aborted"`
+	Rejected  uint64 `json:"rejected"`
+	Error     uint64 `json:"error"`
+	// OutsideIterations ended after their VU was interrupted (e.g. by
+	// gracefulStop): they are not in the mocker_* metrics.
+	OutsideIterations uint64 `json:"outside_iterations"`
+}
+
+// HoldCounts counts a cluster's prefill KV holds.
+type HoldCounts struct {
+	Started  uint64 `json:"started"`
+	Released uint64 `json:"released"` // by a transfer
+	Aborted  uint64 `json:"aborted"`
+	Held     uint64 `json:"held"` // still held at the summary
 }
 
 // HoldDurations summarises hold durations, in modeled ms.
