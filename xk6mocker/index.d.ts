@@ -293,7 +293,8 @@ declare module 'k6/x/mocker' {
     duration_ms: number;
     /** The decode connected and the transfer started. */
     claimed: boolean;
-    transfer_start_ms: number;
+    /** When the transfer started; absent from the summary data while 0. */
+    transfer_start_ms?: number;
     outcome: HoldOutcome;
   }
 

@@ -162,3 +162,30 @@ func TestWrap_KeepsWordsAndWidth(t *testing.T) {
 		assert.Equal(t, tc.want, wrap(tc.in, tc.width, tc.indent), "%q at %d", tc.in, tc.width)
 	}
 }
+
+// TestREADME_ArgsAndMetricsExcerptsAreRealOutput runs each `$ bin/mocker
+// args|metrics …` command shown in README.md and compares what it prints
+// with the lines the README shows under it.
+func TestREADME_ArgsAndMetricsExcerptsAreRealOutput(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	cmd := regexp.MustCompile(`(?m)^\$ bin/mocker ((?:args|metrics)\b.*)\n`)
+	text := string(readme)
+	found := cmd.FindAllStringSubmatchIndex(text, -1)
+	require.NotEmpty(t, found, "README.md shows mocker args and mocker metrics")
+	for _, m := range found {
+		args := strings.Fields(text[m[2]:m[3]])
+		shown := text[m[1]:]
+		// The excerpt ends at a blank line or the end of the block.
+		if i := strings.Index(shown, "\n\n"); i >= 0 {
+			shown = shown[:i+1]
+		}
+		if i := strings.Index(shown, "```"); i >= 0 {
+			shown = shown[:i]
+		}
+		code, stdout, stderr := dispatchOut(args...)
+		require.Equal(t, 0, code, stderr)
+		assert.Equalf(t, stdout, shown, "README.md shows `mocker %s` printing something else", strings.Join(args, " "))
+	}
+}
