@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -83,7 +84,7 @@ func docsCmd(name string, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	markdown := fs.Bool("markdown", false, "")
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage)
 			return 0
 		}
