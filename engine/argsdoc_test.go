@@ -72,7 +72,7 @@ func TestArgDocs_EveryAcceptedKeyHasExactlyOneEntry(t *testing.T) {
 		switch n := len(docs[key]); n {
 		case 1:
 		case 0:
-			t.Errorf("engine arg %q is accepted by the parser but has no entry in engine.ArgDocs (engine/argsdoc.go): add one, then run go generate ./cmd/mocker", key)
+			t.Errorf("engine arg %q is accepted by the parser but has no entry in engine.ArgDocs (engine/argsdoc.go): add one (or, for another name of a documented key, add it to that entry's Aliases), then run go generate ./cmd/mocker", key)
 		default:
 			t.Errorf("engine arg %q has %d entries in engine.ArgDocs (as a key or an alias); keep one", key, n)
 		}

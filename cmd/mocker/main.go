@@ -60,12 +60,12 @@ func usage(w io.Writer) {
 
 Usage:
   mocker run [flags] script.js   run a k6-style load script against mock workers
-  mocker args [KEY...]           print the engine arguments: type, default, meaning, Dynamo's
+  mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
   mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
   mocker version                 print the version
   mocker help                    print this help
 
-Run 'mocker run -h' for the run flags and exit codes.
+Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the exit codes.
 `)
 }
 
