@@ -109,6 +109,7 @@ type testRun struct {
 	endMu    sync.Mutex
 	endFns   []func()
 	sections []func(io.Writer)
+	data     []summaryDatum
 
 	scenarios []*scenarioRun
 	nextVUID  atomic.Uint64

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"sort"
 	"strings"
@@ -126,8 +127,9 @@ func (t *testRun) writeSummary(v0 *vu, d time.Duration) error {
 			data["setup_data"] = sd
 		}
 	}
+	plugins := t.addSummaryData(data)
 	if t.cfg.SummaryExport != "" {
-		if err := writeLegacyExport(t.cfg.SummaryExport, data); err != nil {
+		if err := writeLegacyExport(t.cfg.SummaryExport, data, plugins); err != nil {
 			return exitErrorf(ExitInvalidConfig, "--summary-export %s: %v", t.cfg.SummaryExport, err)
 		}
 	}
@@ -212,9 +214,9 @@ func (t *testRun) handleSummary(v0 *vu, fn sobek.Callable, data map[string]any) 
 
 // writeLegacyExport writes k6's --summary-export shape: metric values
 // flattened into each metric, Rate's "rate" named "value", thresholds
-// mapped to true when they FAILED, and root_group's groups and checks as
-// objects keyed by name rather than arrays.
-func writeLegacyExport(path string, data map[string]any) error {
+// mapped to true when they FAILED, root_group's groups and checks as
+// objects keyed by name rather than arrays; plus the plugins' keys.
+func writeLegacyExport(path string, data, plugins map[string]any) error {
 	out := map[string]any{"root_group": legacyGroup(data["root_group"])}
 	if sd, ok := data["setup_data"]; ok {
 		out["setup_data"] = sd
@@ -245,6 +247,7 @@ func writeLegacyExport(path string, data map[string]any) error {
 		flat[name] = entry
 	}
 	out["metrics"] = flat
+	maps.Copy(out, plugins)
 	b, err := json.MarshalIndent(out, "", "    ")
 	if err != nil {
 		return err

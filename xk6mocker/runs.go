@@ -50,6 +50,7 @@ func runFor(vu harness.VU) *run {
 	runs[id] = r
 	closing.Add(1)
 	rc.AddSummarySection(r.writeSummary)
+	addSummaryData(rc, r)
 	rc.OnEnd(func() {
 		defer closing.Done()
 		runsMu.Lock()

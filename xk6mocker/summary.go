@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness"
 )
 
 // longestShown is how many of the longest holds the summary lists.
@@ -23,34 +24,131 @@ func (r *run) writeSummary(w io.Writer) {
 	}
 }
 
-func writeEntrySummary(w io.Writer, e *entry) {
+// ClusterSummary is one cluster's KV handoff figures: the "KV HANDOFF"
+// section of the text summary and, under mocker.clusters[name], the
+// summary data of handleSummary and --summary-export. Times are modeled ms.
+type ClusterSummary struct {
+	Engine   string        `json:"engine"`
+	Router   string        `json:"router"`
+	Topology string        `json:"topology"` // "2 prefill / 2 decode", "4 aggregated"
+	Requests RequestCounts `json:"requests"`
+	Holds    HoldCounts    `json:"holds"`
+	// HoldDurationMs describes the holds whose end a request saw; nil when
+	// none did.
+	HoldDurationMs *HoldDurations `json:"hold_duration_ms"`
+	PeakHeldBlocks int            `json:"peak_held_blocks"`
+	// PrefillRefusals counts requests refused because every prefill worker
+	// was busy: the cascade.
+	PrefillRefusals uint64 `json:"prefill_refusals"`
+	// LongestHolds are the longest ended holds, longest first.
+	LongestHolds []cluster.Hold `json:"longest_holds"`
+}
+
+// RequestCounts counts a cluster's requests by how they ended.
+type RequestCounts struct {
+	Total     uint64 `json:"total"`
+	Completed uint64 `json:"completed"`
+	Aborted   uint64 `json:"aborted"`
+	Rejected  uint64 `json:"rejected"`
+	Error     uint64 `json:"error"`
+	// OutsideIterations ended after their VU was interrupted (e.g. by
+	// gracefulStop): they are not in the mocker_* metrics.
+	OutsideIterations uint64 `json:"outside_iterations"`
+}
+
+// HoldCounts counts a cluster's prefill KV holds.
+type HoldCounts struct {
+	Started  uint64 `json:"started"`
+	Released uint64 `json:"released"` // by a transfer
+	Aborted  uint64 `json:"aborted"`
+	Held     uint64 `json:"held"` // still held at the summary
+}
+
+// HoldDurations summarises hold durations, in modeled ms.
+type HoldDurations struct {
+	Count uint64  `json:"count"`
+	Avg   float64 `json:"avg"`
+	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
+	P99   float64 `json:"p99"`
+	Max   float64 `json:"max"`
+}
+
+// SummaryData is the value of the summary data's "mocker" key.
+type SummaryData struct {
+	// Clusters are the run's clusters by name.
+	Clusters map[string]ClusterSummary `json:"clusters"`
+}
+
+// addSummaryData adds the run's "mocker" key to the summary data, where
+// the harness supports it.
+func addSummaryData(rc harness.RunContext, r *run) {
+	if sd, ok := rc.(harness.SummaryDataRun); ok {
+		sd.AddSummaryData("mocker", func() any { return r.summaryData() })
+	}
+}
+
+func (r *run) summaryData() SummaryData {
+	r.mu.Lock()
+	list := r.sortedEntries()
+	r.mu.Unlock()
+	out := SummaryData{Clusters: make(map[string]ClusterSummary, len(list))}
+	for _, e := range list {
+		out.Clusters[e.name] = e.summary()
+	}
+	return out
+}
+
+// summary reads e's figures now.
+func (e *entry) summary() ClusterSummary {
 	st := e.stats()
+	s := ClusterSummary{Engine: e.engine, Router: e.router, Topology: e.topology}
+	rq := &s.Requests
+	rq.Total, rq.Completed, rq.Aborted, rq.Rejected, rq.Error = st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored
+	if ended, rec := st.Completed+st.Aborted+st.Rejected+st.Errored, e.recorded.Load(); ended > rec {
+		rq.OutsideIterations = ended - rec
+	}
+	s.Holds.Started, s.Holds.Released, s.Holds.Aborted = st.Pins, st.PinsReleased, st.PinsAborted
+	if open := int64(st.Pins) - int64(st.PinsReleased) - int64(st.PinsAborted); open > 0 {
+		s.Holds.Held = uint64(open)
+	}
+	if n, avg, p50, p90, p99, mx := e.pinSummary(); n > 0 {
+		s.HoldDurationMs = &HoldDurations{Count: n, Avg: avg, P50: p50, P90: p90, P99: p99, Max: mx}
+	}
+	s.PeakHeldBlocks = st.PeakHeldBlocks
+	s.PrefillRefusals = st.PrefillRejections
+	s.LongestHolds = longestHolds(e.holds(), longestShown)
+	return s
+}
+
+func writeEntrySummary(w io.Writer, e *entry) {
+	s := e.summary()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n  █ KV HANDOFF  cluster %q: %s, router %s, %s\n\n", e.name, e.engine, e.router, e.topology)
+	fmt.Fprintf(&b, "\n  █ KV HANDOFF  cluster %q: %s, router %s, %s\n\n", e.name, s.Engine, s.Router, s.Topology)
 	line := func(label, value string) {
 		fmt.Fprintf(&b, "    %s%s: %s\n", label, strings.Repeat(".", max(2, 22-len([]rune(label)))), value)
 	}
+	rq := s.Requests
 	line("requests", fmt.Sprintf("%d (completed %d, aborted %d, rejected %d, error %d)",
-		st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored))
-	ended := st.Completed + st.Aborted + st.Rejected + st.Errored
-	if rec := e.recorded.Load(); ended > rec {
-		line("outside iterations", fmt.Sprintf("%d requests ended after their VU was interrupted (e.g. by gracefulStop): not in the mocker_* metrics", ended-rec))
+		rq.Total, rq.Completed, rq.Aborted, rq.Rejected, rq.Error))
+	if rq.OutsideIterations > 0 {
+		line("outside iterations", fmt.Sprintf("%d requests ended after their VU was interrupted (e.g. by gracefulStop): not in the mocker_* metrics", rq.OutsideIterations))
 	}
-	line("holds started", fmt.Sprint(st.Pins))
-	line("released", fmt.Sprintf("%d (transferred)", st.PinsReleased))
-	line("aborted", fmt.Sprint(st.PinsAborted))
-	if open := int64(st.Pins) - int64(st.PinsReleased) - int64(st.PinsAborted); open > 0 {
-		line("still held", fmt.Sprint(open))
+	line("holds started", fmt.Sprint(s.Holds.Started))
+	line("released", fmt.Sprintf("%d (transferred)", s.Holds.Released))
+	line("aborted", fmt.Sprint(s.Holds.Aborted))
+	if s.Holds.Held > 0 {
+		line("still held", fmt.Sprint(s.Holds.Held))
 	}
-	if n, avg, p50, p90, p99, mx := e.pinSummary(); n > 0 {
+	if d := s.HoldDurationMs; d != nil {
 		line("hold duration", fmt.Sprintf("avg=%s p(50)=%s p(90)=%s p(99)=%s max=%s",
-			ms(avg), ms(p50), ms(p90), ms(p99), ms(mx)))
+			ms(d.Avg), ms(d.P50), ms(d.P90), ms(d.P99), ms(d.Max)))
 	}
-	line("peak held blocks", fmt.Sprint(st.PeakHeldBlocks))
-	line("prefill refusals", fmt.Sprint(st.PrefillRejections))
-	if longest := longestHolds(e.holds(), longestShown); len(longest) > 0 {
+	line("peak held blocks", fmt.Sprint(s.PeakHeldBlocks))
+	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
+	if len(s.LongestHolds) > 0 {
 		b.WriteString("\n    longest holds (prefill → decode)\n")
-		for _, h := range longest {
+		for _, h := range s.LongestHolds {
 			outcome := h.Outcome
 			if outcome == "" {
 				outcome = "held"

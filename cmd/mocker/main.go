@@ -5,6 +5,8 @@
 // Usage:
 //
 //	mocker run [flags] script.js   run a k6-style load script (see `mocker run -h`)
+//	mocker args [KEY...]           print the engine arguments (see `mocker args -h`)
+//	mocker metrics [NAME...]       print the metrics of k6/x/mocker
 //	mocker version                 print the version
 //	mocker help                    print the usage
 package main
@@ -32,13 +34,17 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:])
+	case "args", "metrics":
+		return docsCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
 		fmt.Fprintln(stdout, "mocker", versionString())
 		return 0
 	case "help", "-h", "--help":
-		if len(args) > 1 && args[1] == "run" {
-			fmt.Fprint(stdout, runUsage)
-			return 0
+		if len(args) > 1 {
+			if u, ok := commandUsage[args[1]]; ok {
+				fmt.Fprint(stdout, u)
+				return 0
+			}
 		}
 		usage(stdout)
 		return 0
@@ -54,12 +60,17 @@ func usage(w io.Writer) {
 
 Usage:
   mocker run [flags] script.js   run a k6-style load script against mock workers
+  mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
+  mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
   mocker version                 print the version
   mocker help                    print this help
 
-Run 'mocker run -h' for the run flags and exit codes.
+Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the exit codes.
 `)
 }
+
+// commandUsage is each command's help, for 'mocker help COMMAND'.
+var commandUsage = map[string]string{"run": runUsage, "args": argsUsage, "metrics": metricsUsage}
 
 func versionString() string {
 	if version != "" {

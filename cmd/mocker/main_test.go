@@ -111,6 +111,8 @@ func TestDispatch_TopLevelUsage(t *testing.T) {
 			assert.Empty(t, other)
 			assert.Regexp(t, `(?m)^  mocker run \[flags\] script\.js`, out)
 			assert.Regexp(t, `(?m)^  mocker version`, out)
+			assert.Regexp(t, `(?m)^  mocker args \[KEY\.\.\.\]`, out)
+			assert.Regexp(t, `(?m)^  mocker metrics \[NAME\.\.\.\]`, out)
 		})
 	}
 }

@@ -1,0 +1,197 @@
+package engine
+
+// ArgSupport says what mocker does with an engine argument it accepts.
+type ArgSupport string
+
+// Kinds of support. The parser's unknown-key error lists ArgModeled keys as
+// the valid keys and the others as "also accepted from Dynamo".
+const (
+	// ArgModeled keys change what the mock worker does.
+	ArgModeled ArgSupport = "modeled"
+	// ArgIgnored keys are Dynamo's deployment knobs: type-checked, then
+	// ignored, so a config copied from Dynamo loads.
+	ArgIgnored ArgSupport = "ignored"
+	// ArgOffOnly keys are Dynamo features mocker does not model: accepted
+	// only at their "off" value, since ignoring them would misstate results.
+	ArgOffOnly ArgSupport = "off only"
+)
+
+// ArgDoc describes one engine argument for people: `mocker args`,
+// docs/args.md. ArgDocs holds one per key the parser accepts.
+type ArgDoc struct {
+	// Key is the JSON key, dotted inside the sglang object
+	// ("sglang.page_size").
+	Key string
+	// Aliases are other keys the parser reads as this one.
+	Aliases []string
+	// Type is what the key accepts, e.g. `integer ≥ 1` or `"lifo" | "fifo"`.
+	Type string
+	// Default is the value when the key is absent, as JSON where it is one
+	// value (16384, "vllm", true), or prose ("none", "vllm 64, sglang 1").
+	Default string
+	// Support says what mocker does with the key.
+	Support ArgSupport
+	// Dynamo says whether Dynamo's MockEngineArgs has the key: "yes", or
+	// "no" / "yes, but" followed by how it differs.
+	Dynamo string
+	// Meaning is one or two sentences on what the key does.
+	Meaning string
+}
+
+// ArgDocs documents every key ParseArgs accepts, modeled keys first in the
+// order of the Args fields, then the sglang object's keys, then the Dynamo
+// keys mocker only accepts. A test holds it to the parser: a key accepted
+// without an entry, or an entry for a key the parser rejects, fails it.
+var ArgDocs = []ArgDoc{
+	{Key: "engine_type", Type: `"vllm" | "sglang"`, Default: `"vllm"`, Support: ArgModeled,
+		Dynamo:  `yes, which also has "trtllm" (mocker rejects it)`,
+		Meaning: "The scheduler model. vLLM hands KV off source-first (prefill holds, decode claims later); SGLang destination-first unless sglang.optimistic_prefill."},
+	{Key: "num_gpu_blocks", Type: "integer ≥ 1", Default: "16384", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "KV pool size in blocks; held, reserved and active KV all come out of it."},
+	{Key: "block_size", Type: "integer ≥ 0, 0 = by engine", Default: "vllm 64, sglang page_size or 1", Support: ArgModeled,
+		Dynamo:  "yes (trtllm 32)",
+		Meaning: "Tokens per KV block."},
+	{Key: "max_model_len", Type: "integer ≥ 1 (vllm only)", Default: "none", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Prompts at or above it are rejected; generation stops there (the result is truncated)."},
+	{Key: "max_num_seqs", Type: "integer ≥ 1, null = unbounded", Default: "256", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Cap on the running set. On a decode worker it bounds the handoffs admitted at once: the usual bottleneck that makes prefill holds wait."},
+	{Key: "max_num_batched_tokens", Type: "integer ≥ 1, null = unbounded", Default: "8192", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Token budget of one forward pass."},
+	{Key: "enable_prefix_caching", Type: "boolean", Default: "true", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Off: every block gets a random hash, so nothing is shared and no KV events are sent."},
+	{Key: "enable_chunked_prefill", Type: "boolean", Default: "true", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Off: a prompt waits until it fits the remaining budget of one pass."},
+	{Key: "speedup_ratio", Type: "number ≥ 0, 0 = no scaling", Default: "1", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Modeled time runs this many times faster than wall time. Reported times stay modeled."},
+	{Key: "decode_speedup_ratio", Type: "number > 0", Default: "1", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Extra divisor of decode time only (speculative decoding)."},
+	{Key: "dp_size", Type: "1", Default: "1", Support: ArgModeled, Dynamo: "yes, with any number of ranks",
+		Meaning: "Data-parallel ranks. Only 1 is modeled: run more workers instead."},
+	{Key: "worker_type", Type: `"aggregated" | "prefill" | "decode"`, Default: `"aggregated"`, Support: ArgModeled, Dynamo: "yes",
+		Meaning: "The part of serving the worker plays."},
+	{Key: "is_prefill", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "yes (legacy)",
+		Meaning: `Legacy: true means worker_type "prefill".`},
+	{Key: "is_decode", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "yes (legacy)",
+		Meaning: `Legacy: true means worker_type "decode".`},
+	{Key: "preemption_mode", Type: `"lifo" | "fifo"`, Default: `"lifo"`, Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Which running request a vLLM worker preempts when its pool runs out."},
+	{Key: "kv_bytes_per_token", Type: "integer ≥ 0", Default: "none", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "KV footprint of one token. With kv_transfer_bandwidth it gives the modeled transfer time; unset, transfers take no time."},
+	{Key: "kv_transfer_bandwidth", Type: "number ≥ 0 (GB/s), 0 = no delay", Default: "none", Support: ArgModeled,
+		Dynamo:  "yes (its CLI defaults it to 64)",
+		Meaning: "Transfer bandwidth in GB/s (1e9 bytes/s): a transfer takes tokens × kv_bytes_per_token / bandwidth."},
+	{Key: "kv_transfer_timing_mode", Type: `"full_prompt" | "destination_missing"`, Default: `"full_prompt"`, Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Charge a transfer for the whole prompt, or only for the blocks the decode worker does not have."},
+	{Key: "kv_transfer_abort_timeout_ms", Type: "integer ≥ 0 (modeled ms), 0 = none", Default: "none", Support: ArgModeled,
+		Dynamo:  "no (proposed in Dynamo PR #10557, not merged)",
+		Meaning: "A prefill hold that no decode claimed within this long after it started is aborted and its KV freed."},
+	{Key: "handoff_session_timeout_ms", Type: "integer ≥ 1 (modeled ms)", Default: "300000", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Upper bound of every handoff session: a hold is reclaimed after it even without an abort timeout."},
+	{Key: "router_load_includes_held", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "no (mocker's)",
+		Meaning: "Count held blocks in the load the router sees. Off, the router sees a holding prefill worker as emptier than its pool is."},
+	{Key: "planner_profile_data", Type: "path of a profile table", Default: "none", Support: ArgModeled,
+		Dynamo:  "yes, an NPZ file (mocker reads its own table format)",
+		Meaning: "Interpolated timing from a profile table instead of the polynomial model."},
+	{Key: "sglang", Type: "object", Default: "SGLang's defaults", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "The SGLang knobs below, read only when engine_type is sglang."},
+
+	{Key: "sglang.schedule_policy", Type: `"fifo" | "fcfs" | "lpm"`, Default: `"fifo"`, Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Waiting-queue order: arrival (fcfs is read as fifo), or longest prefix match first."},
+	{Key: "sglang.page_size", Type: "integer ≥ 1, equal to block_size", Default: "block_size", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Radix cache page in tokens."},
+	{Key: "sglang.max_prefill_tokens", Type: "integer ≥ 1", Default: "16384", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Prompt tokens admitted in one extend pass."},
+	{Key: "sglang.chunked_prefill_size", Type: "integer ≥ 1, a multiple of block_size", Default: "8192, rounded down to a multiple of block_size", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Largest prompt chunk computed in one pass."},
+	{Key: "sglang.clip_max_new_tokens", Type: "integer ≥ 1", Default: "4096", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Cap on the future output tokens admission reserves per running request."},
+	{Key: "sglang.schedule_conservativeness", Type: "number ≥ 0", Default: "1", Support: ArgModeled, Dynamo: "yes",
+		Meaning: "Scales the new-token ratio admission reserves for running requests' growth."},
+	{Key: "sglang.max_running_requests", Type: "integer ≥ 1", Default: "none", Support: ArgModeled, Dynamo: "yes (Dynamo PR #10831)",
+		Meaning: "Cap on the running set; unset, max_num_seqs applies."},
+	{Key: "sglang.optimistic_prefill", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "no (mocker's)",
+		Meaning: "A disaggregated SGLang prefill computes before the decode side reserved, so it can strand KV as vLLM does."},
+
+	{Key: "has_perf_model", Type: "any", Default: "none", Support: ArgIgnored, Dynamo: "yes, ignored there too",
+		Meaning: "Accepted and ignored."},
+	{Key: "startup_time", Type: "number ≥ 0 (s)", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Delay before the worker registers; workers start at once here."},
+	{Key: "enable_local_indexer", Type: "boolean", Default: "false", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Deployment setting of Dynamo's KV indexer; the cluster's router indexes KV events itself."},
+	{Key: "bootstrap_port", Type: "integer 0..65535", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "The cluster assigns each prefill worker's transfer address."},
+	{Key: "zmq_kv_events_port", Type: "integer 0..65535", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "vLLM-native ZMQ event publisher; not served."},
+	{Key: "zmq_replay_port", Type: "integer 0..65535", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "vLLM-native ZMQ replay endpoint; not served."},
+	{Key: "router_queue_policy", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes (replay only)",
+		Meaning: "Used by Dynamo's offline replay only."},
+	{Key: "response_replay_trace_path", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Output token ids are random here, not replayed."},
+	{Key: "reasoning", Type: "object", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Thinking-token shaping of output ids; output token ids are random here."},
+	{Key: "trtllm", Type: "object", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "TRT-LLM knobs; the trtllm engine is not modeled."},
+	{Key: "gpu_memory_utilization", Type: "number 0..1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Only used to estimate num_gpu_blocks; give num_gpu_blocks."},
+	{Key: "mem_fraction_static", Type: "number 0..1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Only used to estimate num_gpu_blocks; give num_gpu_blocks."},
+	{Key: "free_gpu_memory_fraction", Type: "number 0..1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "Only used to estimate num_gpu_blocks; give num_gpu_blocks."},
+	{Key: "aic_system", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_systems_path", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_backend_version", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_model_path", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_tp_size", Type: "integer ≥ 1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_moe_tp_size", Type: "integer ≥ 1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_moe_ep_size", Type: "integer ≥ 1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_attention_dp_size", Type: "integer ≥ 1", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_gemm_dtype", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_moe_dtype", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_fmha_dtype", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_kv_cache_dtype", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_comm_dtype", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "AIConfigurator setting; AIConfigurator timing is not modeled."},
+	{Key: "aic_nextn_accept_rates", Type: "string", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "MTP accept rates; MTP is not modeled (see aic_nextn)."},
+	{Key: "aic_mtp_seed", Type: "integer ≥ 0", Default: "42", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "MTP sampling seed; MTP is not modeled (see aic_nextn)."},
+	{Key: "offload_batch_size", Type: "integer ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload setting; offload tiers are not modeled."},
+	{Key: "bandwidth_g1_to_g2_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "bandwidth_g2_to_g1_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "bandwidth_g2_to_g3_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "bandwidth_g3_to_g2_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "bandwidth_g2_to_g4_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "bandwidth_g4_to_g2_gbps", Type: "number ≥ 0", Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM offload bandwidth; offload tiers are not modeled."},
+	{Key: "g1_backend", Type: `"kvbm" | "native"`, Default: "none", Support: ArgIgnored, Dynamo: "yes",
+		Meaning: "KVBM setting; offload tiers are not modeled."},
+	{Key: "aic_backend", Type: "absent: any string is rejected", Default: "none", Support: ArgOffOnly, Dynamo: "yes",
+		Meaning: "AIConfigurator timing is not modeled: rejected when set. Give a profile table in planner_profile_data instead."},
+	{Key: "aic_nextn", Type: "absent: any integer is rejected", Default: "none", Support: ArgOffOnly, Dynamo: "yes",
+		Meaning: "MTP draft bursts are not modeled: rejected when set. Use decode_speedup_ratio for faster decode."},
+	{Key: "num_g2_blocks", Type: "0", Default: "none", Support: ArgOffOnly, Dynamo: "yes",
+		Meaning: "KVBM offload tier; not modeled: rejected above 0."},
+	{Key: "num_g3_blocks", Type: "0", Default: "none", Support: ArgOffOnly, Dynamo: "yes",
+		Meaning: "KVBM offload tier; not modeled: rejected above 0."},
+	{Key: "enable_g4_storage", Type: "false", Default: "false", Support: ArgOffOnly, Dynamo: "yes",
+		Meaning: "KVBM offload tier; not modeled: rejected when true."},
+}

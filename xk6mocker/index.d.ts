@@ -1,0 +1,382 @@
+/**
+ * Type declarations of the k6/x/mocker module: mock disaggregated LLM
+ * serving clusters for load scripts run by `mocker run`.
+ *
+ * Point an editor at this file with a jsconfig.json (or tsconfig.json) next
+ * to your scripts, e.g. `{"compilerOptions": {"checkJs": true}, "files":
+ * ["path/to/mocker/xk6mocker/index.d.ts"]}`, or with a
+ * `/// <reference path="…/xk6mocker/index.d.ts" />` line at the top of a
+ * script. Every time is in modeled milliseconds unless it says wall time.
+ * `mocker args` lists every engine argument, `mocker metrics` every metric.
+ */
+declare module 'k6/x/mocker' {
+  /** The scheduler model of every worker. */
+  export type Engine = 'vllm' | 'sglang';
+
+  /** How the router picks a worker. */
+  export type RouterMode = 'round-robin' | 'random' | 'least-loaded' | 'kv' | 'power-of-two';
+
+  /** How a request ended. */
+  export type Outcome = 'completed' | 'aborted' | 'rejected' | 'error';
+
+  /** How a prefill KV hold ended; '' while it lasts, or without a hold. */
+  export type HoldOutcome = 'transferred' | 'aborted' | '';
+
+  /** The SGLang knobs of the engine args, read when the engine is sglang. */
+  export interface SGLangArgs {
+    schedule_policy?: 'fifo' | 'fcfs' | 'lpm';
+    /** Radix cache page in tokens; must equal block_size. */
+    page_size?: number;
+    max_prefill_tokens?: number;
+    /** A multiple of block_size. */
+    chunked_prefill_size?: number;
+    clip_max_new_tokens?: number;
+    schedule_conservativeness?: number;
+    max_running_requests?: number | null;
+    /** Prefill computes before decode reserved, so it can strand KV as vLLM does. */
+    optimistic_prefill?: boolean;
+  }
+
+  /**
+   * Dynamo's MockEngineArgs keys that mocker accepts and ignores, or
+   * accepts only when off (see `mocker args`), so a config copied from
+   * Dynamo loads.
+   */
+  export interface DynamoOnlyEngineArgs {
+    has_perf_model?: unknown;
+    startup_time?: number;
+    enable_local_indexer?: boolean;
+    bootstrap_port?: number;
+    zmq_kv_events_port?: number;
+    zmq_replay_port?: number;
+    router_queue_policy?: string;
+    response_replay_trace_path?: string;
+    reasoning?: Record<string, unknown>;
+    trtllm?: Record<string, unknown>;
+    gpu_memory_utilization?: number;
+    mem_fraction_static?: number;
+    free_gpu_memory_fraction?: number;
+    aic_system?: string;
+    aic_systems_path?: string;
+    aic_backend_version?: string;
+    aic_model_path?: string;
+    aic_tp_size?: number;
+    aic_moe_tp_size?: number;
+    aic_moe_ep_size?: number;
+    aic_attention_dp_size?: number;
+    aic_gemm_dtype?: string;
+    aic_moe_dtype?: string;
+    aic_fmha_dtype?: string;
+    aic_kv_cache_dtype?: string;
+    aic_comm_dtype?: string;
+    aic_nextn_accept_rates?: string;
+    aic_mtp_seed?: number;
+    offload_batch_size?: number;
+    bandwidth_g1_to_g2_gbps?: number;
+    bandwidth_g2_to_g1_gbps?: number;
+    bandwidth_g2_to_g3_gbps?: number;
+    bandwidth_g3_to_g2_gbps?: number;
+    bandwidth_g2_to_g4_gbps?: number;
+    bandwidth_g4_to_g2_gbps?: number;
+    g1_backend?: 'kvbm' | 'native';
+    /** Rejected when set: AIConfigurator timing is not modeled. */
+    aic_backend?: never;
+    /** Rejected when set: MTP is not modeled. */
+    aic_nextn?: never;
+    /** Only 0: offload tiers are not modeled. */
+    num_g2_blocks?: 0;
+    /** Only 0: offload tiers are not modeled. */
+    num_g3_blocks?: 0;
+    /** Only false: offload tiers are not modeled. */
+    enable_g4_storage?: false;
+  }
+
+  /**
+   * One worker's engine arguments, Dynamo's MockEngineArgs keys. In a
+   * cluster config, `args` applies to every worker and a pool's `args`
+   * override it key by key. `mocker args` explains each.
+   */
+  export interface EngineArgs extends DynamoOnlyEngineArgs {
+    /** Set by the cluster from `engine`; a different value is an error. */
+    engine_type?: Engine;
+    /** KV pool size in blocks (cluster default 1024). */
+    num_gpu_blocks?: number;
+    /** Tokens per KV block (cluster default 16). */
+    block_size?: number;
+    /** vLLM only. */
+    max_model_len?: number | null;
+    /** null: unbounded. */
+    max_num_seqs?: number | null;
+    /** null: unbounded. */
+    max_num_batched_tokens?: number | null;
+    enable_prefix_caching?: boolean;
+    enable_chunked_prefill?: boolean;
+    /** Modeled time per wall time (cluster default 10). */
+    speedup_ratio?: number;
+    decode_speedup_ratio?: number;
+    /** Only 1 is modeled. */
+    dp_size?: 1;
+    /** Set by the cluster from the pool; a different value is an error. */
+    worker_type?: 'aggregated' | 'prefill' | 'decode';
+    is_prefill?: boolean;
+    is_decode?: boolean;
+    preemption_mode?: 'lifo' | 'fifo';
+    kv_bytes_per_token?: number | null;
+    /** GB/s; 0 means transfers take no time. */
+    kv_transfer_bandwidth?: number | null;
+    kv_transfer_timing_mode?: 'full_prompt' | 'destination_missing';
+    /** A hold no decode claimed within this long is aborted; 0 or null: never. */
+    kv_transfer_abort_timeout_ms?: number | null;
+    handoff_session_timeout_ms?: number;
+    /** The router-facing load counts held blocks. */
+    router_load_includes_held?: boolean;
+    planner_profile_data?: string;
+    sglang?: SGLangArgs;
+  }
+
+  /** One disaggregated pool. */
+  export interface PoolConfig {
+    /** Pool size, default 1. */
+    workers?: number;
+    /** Override the cluster's args for this pool. */
+    args?: EngineArgs;
+  }
+
+  /** The router's settings, Dynamo's keys plus busy_threshold. */
+  export interface RouterOptions {
+    /** Busy while allocated blocks, held ones included, exceed this fraction. */
+    busy_threshold?: number;
+    /** Busy while router-facing blocks exceed this fraction. */
+    active_decode_blocks_threshold?: number;
+    /** Busy while prompt tokens routed and not yet prefilled exceed this. */
+    active_prefill_tokens_threshold?: number;
+    active_prefill_tokens_threshold_frac?: number;
+    overlap_score_weight?: number;
+    router_temperature?: number;
+    use_kv_events?: boolean;
+    router_ttl_secs?: number;
+    router_max_tree_size?: number;
+    router_request_ttl_secs?: number;
+    seed?: number;
+  }
+
+  /** Services of the distributed transport (not available yet). */
+  export interface TransportConfig {
+    etcd?: string | string[];
+    nats?: string;
+    namespace?: string;
+  }
+
+  /** What mocker.cluster() takes; every key is optional. */
+  export interface ClusterConfig {
+    /** Clusters are shared by name across the run's VUs; default 'default'. */
+    name?: string;
+    /** Default 'vllm'. */
+    engine?: Engine;
+    /** Separate prefill and decode pools; default true when prefill or decode is given. */
+    disagg?: boolean;
+    /** Default 'round-robin'. */
+    router?: RouterMode;
+    /** Aggregated pool size, default 2. */
+    workers?: number;
+    prefill?: PoolConfig;
+    decode?: PoolConfig;
+    /** Engine args of every worker. */
+    args?: EngineArgs;
+    router_options?: RouterOptions;
+    /** Seeds prompts, outputs and routing draws. */
+    seed?: number;
+    transfer_host?: string;
+    advertised_host?: string;
+    transport?: TransportConfig;
+  }
+
+  /** One request: prompt_tokens (or tokens) is required. */
+  export interface Request {
+    prompt_tokens?: number;
+    /** Default 16. */
+    max_tokens?: number;
+    /** Requests with the same prefix share their first prefix_tokens tokens. */
+    prefix?: string;
+    prefix_tokens?: number;
+    /** Explicit token ids instead of prompt_tokens. */
+    tokens?: number[];
+  }
+
+  /** How one request ended. Times are modeled ms, 0 when not applicable. */
+  export interface Result {
+    outcome: Outcome;
+    /** Why, when not completed in full; null otherwise. */
+    error: string | null;
+    ttft_ms: number;
+    itl_ms: number;
+    e2e_ms: number;
+    /** How long the prefill worker held the KV. */
+    pin_ms: number;
+    transfer_ms: number;
+    /** Decode arrival to its reservation. */
+    decode_wait_ms: number;
+    output_tokens: number;
+    cached_tokens: number;
+    prefill_worker: string;
+    decode_worker: string;
+    /** 0 for aggregated requests. */
+    transfer_id: number;
+    pinned: boolean;
+    pin_outcome: HoldOutcome;
+    /** Refused because every prefill worker was busy. */
+    prefill_rejected: boolean;
+    /** Completed, but output stopped short of max_tokens. */
+    truncated: boolean;
+  }
+
+  /** One worker's occupancy. */
+  export interface WorkerStats {
+    name: string;
+    role: 'aggregated' | 'prefill' | 'decode';
+    total_blocks: number;
+    active_blocks: number;
+    inactive_blocks: number;
+    free_blocks: number;
+    held_blocks: number;
+    reserved_blocks: number;
+    running: number;
+    waiting: number;
+    held_requests: number;
+    passes: number;
+    /** A prefill worker's transfer server, host:port. */
+    transfer_addr: string;
+  }
+
+  /** Occupancy now and counters since the cluster started. */
+  export interface Stats {
+    requests: number;
+    completed: number;
+    aborted: number;
+    rejected: number;
+    errored: number;
+    in_flight: number;
+    prefill_rejections: number;
+    pins: number;
+    pins_released: number;
+    pins_aborted: number;
+    /** Holds ended by abort: what mocker_kv_aborts counts. */
+    aborts: number;
+    pin_ms_total: number;
+    pin_ms_max: number;
+    transfers_started: number;
+    transfers_completed: number;
+    transfers_aborted: number;
+    held_blocks: number;
+    reserved_blocks: number;
+    active_blocks: number;
+    peak_held_blocks: number;
+    /** The cluster's modeled time. */
+    now_ms: number;
+    workers: WorkerStats[];
+    /** stats(): always true; drain(): whether everything ended in time. */
+    drained: boolean;
+    /** drain() only, when it gave up: why. */
+    error?: string;
+  }
+
+  /** One prefill KV hold of the stranding graph. */
+  export interface Hold {
+    transfer_id: number;
+    request_id: number;
+    prefill_worker: string;
+    decode_worker: string;
+    blocks: number;
+    start_ms: number;
+    /** 0 while it lasts. */
+    end_ms: number;
+    duration_ms: number;
+    /** The decode connected and the transfer started. */
+    claimed: boolean;
+    /** When the transfer started; absent from the summary data while 0. */
+    transfer_start_ms?: number;
+    outcome: HoldOutcome;
+  }
+
+  /** The handle mocker.cluster() returns; the same cluster in every VU. */
+  export interface Cluster {
+    readonly name: string;
+    /** Modeled ms per wall ms. */
+    readonly speedup_ratio: number;
+    /** Blocks the VU until the request ends. */
+    generate(request: Request): Result;
+    /** The same as a Promise, settled on the VU's event loop. */
+    generateAsync(request: Request): Promise<Result>;
+    stats(): Stats;
+    /** Waits up to timeoutMs of wall time (default 30000) for in-flight work. */
+    drain(timeoutMs?: number): Stats;
+    /** Blocks the VU for ms of modeled time. */
+    sleep(ms: number): void;
+    /** The open holds and the longest and latest ended ones. */
+    holds(): Hold[];
+  }
+
+  /** Hold durations in modeled ms. */
+  export interface HoldDurations {
+    count: number;
+    avg: number;
+    p50: number;
+    p90: number;
+    p99: number;
+    max: number;
+  }
+
+  /** A cluster's requests by how they ended. */
+  export interface RequestCounts {
+    total: number;
+    completed: number;
+    aborted: number;
+    rejected: number;
+    error: number;
+    /** Ended after their VU was interrupted: not in the metrics. */
+    outside_iterations: number;
+  }
+
+  /** A cluster's prefill KV holds. */
+  export interface HoldCounts {
+    started: number;
+    /** By a transfer. */
+    released: number;
+    aborted: number;
+    /** Still held at the summary. */
+    held: number;
+  }
+
+  /** One cluster's KV handoff figures in the summary data. */
+  export interface ClusterSummary {
+    engine: Engine;
+    router: RouterMode;
+    /** '2 prefill / 2 decode', '4 aggregated'. */
+    topology: string;
+    requests: RequestCounts;
+    holds: HoldCounts;
+    /** null when no hold ended. */
+    hold_duration_ms: HoldDurations | null;
+    peak_held_blocks: number;
+    prefill_refusals: number;
+    /** Longest ended holds, longest first. */
+    longest_holds: Hold[];
+  }
+
+  /** handleSummary's data.mocker, also in the --summary-export file. */
+  export interface SummaryData {
+    clusters: { [name: string]: ClusterSummary };
+  }
+
+  /** The module's default export. */
+  export interface Mocker {
+    /** The run's cluster called config.name, built on first use. */
+    cluster(config?: ClusterConfig): Cluster;
+  }
+
+  /** The run's cluster called config.name, built on first use. */
+  export function cluster(config?: ClusterConfig): Cluster;
+
+  const mocker: Mocker;
+  export default mocker;
+}
