@@ -227,9 +227,13 @@ func (c *Cluster) accept(m arriveMsg) {
 		m.h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
 		return
 	}
-	at := c.stamp()
+	// A stamped arrival keeps its own time unless the loop has passed it;
+	// the others arrive at the loop's now.
+	at := c.v.Now()
 	if m.stamped {
 		at = max(at, m.at)
+	} else {
+		at = c.stamp()
 	}
 	h := m.h
 	c.v.Call(at, func() { c.arrive(h) })

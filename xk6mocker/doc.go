@@ -81,7 +81,9 @@
 // not applicable), output_tokens, cached_tokens, prefill_worker,
 // decode_worker, transfer_id (0 for aggregated requests, whose
 // prefill_worker and decode_worker both name the one worker), and also
-// pinned, pin_outcome ("transferred", "aborted" or "") and prefill_rejected,
+// pinned, pin_outcome ("transferred"; "aborted" when its abort or session
+// deadline ended the hold; "cancelled" when the request was refused or
+// withdrawn while it held; "" without a hold) and prefill_rejected,
 // and truncated: a completed request whose output stopped short of
 // max_tokens because its sequence reached max_model_len or outgrew the
 // worker's KV pool; it stays "completed" (and counts as such in the

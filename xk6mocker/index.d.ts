@@ -259,7 +259,10 @@ declare module 'k6/x/mocker' {
     prefill_rejections: number;
     pins: number;
     pins_released: number;
+    /** Holds ended by their abort or session deadline. */
     pins_aborted: number;
+    /** Holds given up because the request was refused, withdrawn or cut short. */
+    pins_cancelled: number;
     /** Holds ended by abort: what mocker_kv_aborts counts. */
     aborts: number;
     pin_ms_total: number;

@@ -290,14 +290,10 @@ func drainMessage(st cluster.Stats, timeout time.Duration, stopped bool, err err
 	return err.Error()
 }
 
-// pinAborted reports whether res's hold was given up. A request whose
-// transfer the source aborted is such a hold even when its result came back
-// before the hold's end was recorded (PinOutcome still empty): the count must
-// not depend on that race, while the duration, unknown then, is left out.
-func pinAborted(res cluster.Result) bool {
-	return res.PinOutcome == cluster.OutcomeAborted ||
-		(res.PinOutcome == "" && res.Pinned && res.Outcome == cluster.OutcomeAborted)
-}
+// pinAborted reports whether res's hold ended by its abort or session
+// deadline: what mocker_kv_aborts counts. A hold given up because the
+// request was refused or withdrawn is "cancelled" and does not count.
+func pinAborted(res cluster.Result) bool { return res.PinOutcome == cluster.HoldAborted }
 
 // requestKeys are the request object's keys, for error messages.
 var requestKeys = []string{"max_tokens", "prefix", "prefix_tokens", "prompt_tokens", "tokens"}
