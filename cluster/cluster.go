@@ -45,6 +45,7 @@ type Cluster struct {
 	heldNow  int // held blocks across workers, from the last outputs
 	stats    counters
 	forensic *forensics
+	series   seriesRec
 	drainers []chan struct{}
 	stopping bool
 	ended    bool                         // the loop has returned; Stats reads the workers' last reports
@@ -141,6 +142,10 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	}
 	if err := c.startWorkers(!opts.memory); err != nil {
 		return nil, errors.Join(err, c.closeServers())
+	}
+	c.series.cur = make([]WorkerPoint, len(c.workers))
+	for i, w := range c.workers {
+		c.series.cur[i] = WorkerPoint{Free: w.last.FreeBlocks}
 	}
 	c.v = engine.NewVirtual(c.engineWorkers()...)
 	c.v.OnOutput = c.onOutput

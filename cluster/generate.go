@@ -166,6 +166,7 @@ func (c *Cluster) refuse(r *request, err error) {
 	res := routeRefusal(err)
 	c.router.Free(r.rid)
 	c.count(&res)
+	c.series.ended(c.v.Now(), &res)
 	c.reply(r, res)
 }
 
@@ -214,6 +215,7 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 	}
 	res = c.fill(res, r)
 	c.count(&res)
+	c.series.ended(c.v.Now(), &res)
 	delete(c.reqs, r.id)
 	if r.tid != 0 {
 		delete(c.rooms, r.tid)
@@ -268,6 +270,8 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	c.heldNow += out.Metrics.HeldBlocks - w.last.HeldBlocks
 	w.last = out.Metrics
 	c.stats.peakHeld = max(c.stats.peakHeld, c.heldNow)
+	m := &out.Metrics
+	c.series.observe(c.v.Now(), c.heldNow, wi, m.HeldBlocks, m.ActiveBlocks, m.FreeBlocks, m.ReservedBlocks, m.Running, m.Waiting)
 
 	// A refusal comes with the events it causes (a destination refused is
 	// also cancelled): the machine hears the refusal first, so the request
@@ -306,7 +310,6 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	for _, ev := range out.KVEvents {
 		c.router.KVEvent(w.id, ev)
 	}
-	m := &out.Metrics
 	load := router.Load{
 		ActiveBlocks:       m.ActiveBlocks,
 		RouterActiveBlocks: m.RouterActiveBlocks,
@@ -380,6 +383,7 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 			c.stats.pinsCancelled++
 		default:
 			c.stats.pinsAborted++
+			c.series.holdAborted(e.At)
 		}
 		c.stats.pinMsTotal += e.DurationMs
 		c.stats.pinMsMax = max(c.stats.pinMsMax, e.DurationMs)

@@ -188,3 +188,26 @@ func TestPaced_ArrivalsTakeTheLoopsNow(t *testing.T) {
 		last = now
 	}
 }
+
+// TestSeries_RecordsTheCascadeBounded: the cluster's own history shows the
+// held blocks and the aborts of a saturated run, its peak held figure is
+// the run's peak, and it stays within its point bound however long the run.
+func TestSeries_RecordsTheCascadeBounded(t *testing.T) {
+	arr := burst(3, 400, 60000)
+	run, err := RunVirtual(saturatedShape("vllm", 1, nil), arr, VirtualOptions{})
+	require.NoError(t, err)
+	s := run.Series
+	require.NotEmpty(t, s.Points)
+	assert.LessOrEqual(t, len(s.Points), maxSeriesPoints)
+	assert.Greater(t, s.IntervalMs, seriesStartMs, "a minute of modeled time merged buckets")
+	peak, aborts, ended := 0, uint64(0), uint64(0)
+	for _, p := range s.Points {
+		peak = max(peak, p.HeldBlocks)
+		aborts += p.HoldAborts
+		ended += p.Completed + p.Aborted + p.Rejected + p.Errored
+	}
+	assert.Equal(t, run.Stats.PinsAborted, aborts, "every hold abort is in the series")
+	assert.Equal(t, uint64(len(arr)), ended, "every request's end is in the series")
+	assert.Equal(t, run.Stats.PeakHeldBlocks, peak, "the series' peak is the run's")
+	assert.Positive(t, peak)
+}

@@ -31,6 +31,8 @@ type VirtualRun struct {
 	Events []Event
 	// Stats are the cluster's counters after the last request ended.
 	Stats Stats
+	// Series is the cluster's history over modeled time.
+	Series Series
 }
 
 // RunVirtual runs a whole cluster on virtual time: every arrival reaches
@@ -90,6 +92,7 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 		run.Stats = c.statsNow()
 		run.Events = c.forensic.all
 	})
+	run.Series = c.Series()
 	if err := c.Close(); err != nil && !errors.Is(err, context.Canceled) {
 		return run, err
 	}
