@@ -553,6 +553,7 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, e.MissingTokens, e.DurationMs
 		if s.Order == DestinationFirst {
 			if m.pending == nil {
+				m.phase = PrefillQueued
 				m.emit(Apply{Side: Prefill, Input: engine.DestinationReady{ID: id, Tokens: m.transferTokens()}})
 			}
 			return
