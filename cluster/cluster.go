@@ -62,6 +62,9 @@ type Cluster struct {
 	nowBits  atomic.Uint64 // the loop's modeled now
 	nextBits atomic.Uint64 // its next event's time (+Inf: none)
 	lag      lagMeter
+	heldPub  atomic.Int64 // held blocks now, as the loop last published
+	peakPub  atomic.Int64 // peak held blocks
+	started  time.Time
 }
 
 // workerNode is one worker and, for a prefill worker, its transfer server.
@@ -131,6 +134,7 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		done:     make(chan struct{}),
 	}
 	c.nextBits.Store(math.Float64bits(math.Inf(1)))
+	c.started = time.Now()
 	c.forensic.keepAll = opts.keepEvents
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
@@ -229,6 +233,12 @@ func (c *Cluster) Now() float64 {
 	}
 	next := math.Float64frombits(c.nextBits.Load())
 	return max(now, min(c.clock.modeled(), next))
+}
+
+// HeldBlocks reports the blocks held across the cluster now and at the
+// peak, as of the loop's last step: cheap, for sampling.
+func (c *Cluster) HeldBlocks() (now, peak int) {
+	return int(c.heldPub.Load()), int(c.peakPub.Load())
 }
 
 // Close ends every request in flight with outcome "error" ("cluster

@@ -170,6 +170,8 @@ func (c *Cluster) poll() {
 // publish stores the loop's clock for Now.
 func (c *Cluster) publish() {
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
+	c.heldPub.Store(int64(c.heldNow))
+	c.peakPub.Store(int64(c.stats.peakHeld))
 	next := math.Inf(1)
 	if at, _, ok := c.v.Next(); ok {
 		next = at
@@ -269,6 +271,28 @@ func (l *lagMeter) observe(d time.Duration) {
 }
 
 func (l *lagMeter) caughtUp() { l.now.Store(0) }
+
+// LagReport says how far the paced loop fell behind the wall clock over
+// the cluster's life so far.
+type LagReport struct {
+	// PeakMs is the most wall time the loop ran behind; NowMs now.
+	PeakMs, NowMs float64
+	// RunMs is the wall time since the cluster started.
+	RunMs float64
+}
+
+// Excessive reports whether the lag is worth a warning: it peaked above a
+// tenth of the run, so the script's wall-clock pacing offered noticeably
+// less modeled load than it says.
+func (l LagReport) Excessive() bool { return l.RunMs > 0 && l.PeakMs > 0.1*l.RunMs }
+
+// Lag reports the loop's lag (zero for a virtual cluster).
+func (c *Cluster) Lag() LagReport {
+	now, peak := c.ClockLag()
+	return LagReport{PeakMs: ms(peak), NowMs: ms(now), RunMs: ms(time.Since(c.started))}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // ClockLag reports how far behind the wall clock the cluster's loop is now
 // and the most it ever was: when the host cannot keep up with the modeled

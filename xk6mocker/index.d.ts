@@ -345,7 +345,10 @@ declare module 'k6/x/mocker' {
     started: number;
     /** By a transfer. */
     released: number;
+    /** By the abort or session deadline. */
     aborted: number;
+    /** Given up: the request was refused, withdrawn or cut short. */
+    cancelled: number;
     /** Still held at the summary. */
     held: number;
   }
@@ -364,6 +367,10 @@ declare module 'k6/x/mocker' {
     prefill_refusals: number;
     /** Longest ended holds, longest first. */
     longest_holds: Hold[];
+    /** The most wall ms the cluster's loop ran behind the wall clock. */
+    clock_lag_peak_ms: number;
+    /** Set when that lag was over a tenth of the run: the host could not keep up. */
+    lag_warning?: string;
   }
 
   /** handleSummary's data.mocker, also in the --summary-export file. */

@@ -102,7 +102,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		ctx, cancel := context.WithTimeout(vuCtx, timeout)
 		defer cancel()
 		st, err := e.drain(ctx)
-		inst.sampleHeld(e, st)
+		inst.sampleHeld(e, heldNow{st.HeldBlocks, st.PeakHeldBlocks})
 		msg := ""
 		if err != nil {
 			msg = drainMessage(st, timeout, vuCtx.Err() != nil, err)
@@ -146,7 +146,7 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 			return res
 		case now := <-tick.C:
 			if e.sampleDue(now, heldSampleEvery) {
-				inst.sampleHeld(e, e.stats())
+				inst.sampleHeld(e, e.held())
 			}
 		}
 	}
@@ -174,19 +174,19 @@ func (inst *instance) accepting() bool {
 // pushed, that peak. Held blocks can rise and fall between two samples;
 // carrying the peak makes the gauge's max the cluster's peak_held_blocks
 // rather than whatever the sampling happened to catch.
-func (inst *instance) sampleHeld(e *entry, st cluster.Stats) {
+func (inst *instance) sampleHeld(e *entry, st heldNow) {
 	if !inst.accepting() {
 		return
 	}
 	e.lastSample.Store(time.Now().UnixNano())
-	v := st.HeldBlocks
-	for peak := int64(st.PeakHeldBlocks); ; {
+	v := st.now
+	for peak := int64(st.peak); ; {
 		last := e.lastPeak.Load()
 		if peak <= last {
 			break
 		}
 		if e.lastPeak.CompareAndSwap(last, peak) {
-			v = max(v, st.PeakHeldBlocks)
+			v = max(v, st.peak)
 			break
 		}
 	}
@@ -249,7 +249,9 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 	if res.PrefillRejected {
 		push(m.prefillRejections, 1, tags("role", "prefill"))
 	}
-	inst.sampleHeld(e, e.stats())
+	lagNow, _ := e.c.ClockLag()
+	push(m.lag, float64(lagNow)/float64(time.Millisecond), tags())
+	inst.sampleHeld(e, e.held())
 }
 
 // decodeWait is how long res's decode worker waited for its reservation,

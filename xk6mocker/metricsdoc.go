@@ -46,6 +46,8 @@ var MetricDocs = []MetricDoc{
 		Meaning: "How long the decode worker waited for its reservation (modeled ms), when the hold ended; outcome is the hold's."},
 	{Name: MetricPrefillRejection, Type: metrics.Counter, Contains: metrics.Default, Tags: []string{"role=prefill"},
 		Meaning: "A request refused because every prefill worker was over its busy threshold: the cascade."},
+	{Name: MetricClockLag, Type: metrics.Trend, Contains: metrics.Time,
+		Meaning: "How far (wall ms) the cluster's loop ran behind the wall clock when a request ended: the host falling behind the modeled load. Modeled results do not move with it; the offered load does."},
 	{Name: MetricKVHeldBlocks, Type: metrics.Gauge, Contains: metrics.Default,
 		Meaning: "Cluster-wide held blocks, sampled after every request and every 50 ms while VUs wait; its max is the cluster's peak."},
 }

@@ -35,6 +35,7 @@ const (
 	MetricDecodeWait       = "mocker_decode_wait"
 	MetricKVHeldBlocks     = "mocker_kv_held_blocks"
 	MetricPrefillRejection = "mocker_prefill_rejections"
+	MetricClockLag         = "mocker_clock_lag"
 )
 
 // moduleMetrics are one test run's metric handles.
@@ -43,7 +44,7 @@ type moduleMetrics struct {
 	ttft, itl, e2e             *metrics.Metric
 	pins, pinDuration, aborts  *metrics.Metric
 	transfer, decodeWait, held *metrics.Metric
-	prefillRejections          *metrics.Metric
+	prefillRejections, lag     *metrics.Metric
 }
 
 func registerMetrics(reg *metrics.Registry) (moduleMetrics, error) {
@@ -71,6 +72,7 @@ func registerMetrics(reg *metrics.Registry) (moduleMetrics, error) {
 		decodeWait:        add(MetricDecodeWait, metrics.Trend, metrics.Time),
 		held:              add(MetricKVHeldBlocks, metrics.Gauge, metrics.Default),
 		prefillRejections: add(MetricPrefillRejection, metrics.Counter, metrics.Default),
+		lag:               add(MetricClockLag, metrics.Trend, metrics.Time),
 	}
 	return mm, err
 }

@@ -429,7 +429,7 @@ func TestSummary_KVHandoffSection(t *testing.T) {
 		}
 		st := res.clusters[0].stats
 		assert.Regexp(t, `holds started\.+: `+itoa(st.Pins)+`\n`, out)
-		assert.Regexp(t, `aborted\.+: `+itoa(st.PinsAborted)+`\n`, out)
+		assert.Regexp(t, `aborted\.+: `+itoa(st.PinsAborted)+` \(abort or session deadline\)\n`, out)
 		assert.Regexp(t, `prefill-\d +→ decode-0 +\S+ +(aborted|transferred) +transfer \d+`, out)
 		assert.Less(t, strings.Index(out, "█ METRICS"), strings.Index(out, "█ KV HANDOFF"), "the section follows the metrics")
 	})

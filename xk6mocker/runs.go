@@ -136,6 +136,7 @@ type entry struct {
 	pinHist  metrics.Histogram // hold durations seen in results
 	final    cluster.Stats     // at close
 	finalHld []cluster.Hold
+	finalLag cluster.LagReport
 }
 
 func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, speedup float64) *entry {
@@ -204,6 +205,30 @@ func (e *entry) holds() []cluster.Hold {
 	return e.c.Holds()
 }
 
+// lag reads e's loop lag (the last figures once closed).
+func (e *entry) lag() cluster.LagReport {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return e.finalLag
+	}
+	return e.c.Lag()
+}
+
+// heldNow is a cluster's held blocks now and at the peak.
+type heldNow struct{ now, peak int }
+
+// held reads e's held blocks cheaply (the final figures once closed).
+func (e *entry) held() heldNow {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return heldNow{e.final.HeldBlocks, e.final.PeakHeldBlocks}
+	}
+	now, peak := e.c.HeldBlocks()
+	return heldNow{now, peak}
+}
+
 // sleep waits ms of the cluster's modeled time.
 func (e *entry) sleep(ctx context.Context, ms float64) error {
 	e.mu.Lock()
@@ -248,6 +273,7 @@ func (e *entry) close() {
 	}
 	e.final = e.c.Stats()
 	e.finalHld = e.c.Holds()
+	e.finalLag = e.c.Lag()
 	_ = e.c.Close() // the run is over: nobody is left to tell
 	e.closed = true
 }

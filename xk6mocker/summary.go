@@ -42,6 +42,12 @@ type ClusterSummary struct {
 	PrefillRefusals uint64 `json:"prefill_refusals"`
 	// LongestHolds are the longest ended holds, longest first.
 	LongestHolds []cluster.Hold `json:"longest_holds"`
+	// ClockLagPeakMs is the most wall time the cluster's loop ran behind
+	// the wall clock; LagWarning says when that was over a tenth of the
+	// run: the host could not keep up, so the script's pacing offered
+	// less modeled load than it says (modeled results are still exact).
+	ClockLagPeakMs float64 `json:"clock_lag_peak_ms"`
+	LagWarning     string  `json:"lag_warning,omitempty"`
 }
 
 // RequestCounts counts a cluster's requests by how they ended.
@@ -58,10 +64,11 @@ type RequestCounts struct {
 
 // HoldCounts counts a cluster's prefill KV holds.
 type HoldCounts struct {
-	Started  uint64 `json:"started"`
-	Released uint64 `json:"released"` // by a transfer
-	Aborted  uint64 `json:"aborted"`
-	Held     uint64 `json:"held"` // still held at the summary
+	Started   uint64 `json:"started"`
+	Released  uint64 `json:"released"`  // by a transfer
+	Aborted   uint64 `json:"aborted"`   // by the abort or session deadline
+	Cancelled uint64 `json:"cancelled"` // given up: the request was refused, withdrawn or cut short
+	Held      uint64 `json:"held"`      // still held at the summary
 }
 
 // HoldDurations summarises hold durations, in modeled ms.
@@ -108,8 +115,8 @@ func (e *entry) summary() ClusterSummary {
 	if ended, rec := st.Completed+st.Aborted+st.Rejected+st.Errored, e.recorded.Load(); ended > rec {
 		rq.OutsideIterations = ended - rec
 	}
-	s.Holds.Started, s.Holds.Released, s.Holds.Aborted = st.Pins, st.PinsReleased, st.PinsAborted
-	if open := int64(st.Pins) - int64(st.PinsReleased) - int64(st.PinsAborted); open > 0 {
+	s.Holds.Started, s.Holds.Released, s.Holds.Aborted, s.Holds.Cancelled = st.Pins, st.PinsReleased, st.PinsAborted, st.PinsCancelled
+	if open := int64(st.Pins) - int64(st.PinsReleased) - int64(st.PinsAborted) - int64(st.PinsCancelled); open > 0 {
 		s.Holds.Held = uint64(open)
 	}
 	if n, avg, p50, p90, p99, mx := e.pinSummary(); n > 0 {
@@ -118,7 +125,20 @@ func (e *entry) summary() ClusterSummary {
 	s.PeakHeldBlocks = st.PeakHeldBlocks
 	s.PrefillRefusals = st.PrefillRejections
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
+	lag := e.lag()
+	s.ClockLagPeakMs = lag.PeakMs
+	s.LagWarning = lagWarning(lag, e.speedup)
 	return s
+}
+
+// lagWarning is the summary's warning when the cluster's loop fell behind
+// the wall clock by over a tenth of the run, "" otherwise.
+func lagWarning(lag cluster.LagReport, speedup float64) string {
+	if !lag.Excessive() {
+		return ""
+	}
+	return fmt.Sprintf("the cluster's loop ran up to %s behind the wall clock (over 10%% of the run's %s): the host could not keep up at speedup_ratio %g, so the script's wall-clock pacing offered less modeled load than it says; modeled results are unaffected. Lower speedup_ratio, or run with less load beside it",
+		ms(lag.PeakMs), ms(lag.RunMs), speedup)
 }
 
 func writeEntrySummary(w io.Writer, e *entry) {
@@ -136,7 +156,10 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	}
 	line("holds started", fmt.Sprint(s.Holds.Started))
 	line("released", fmt.Sprintf("%d (transferred)", s.Holds.Released))
-	line("aborted", fmt.Sprint(s.Holds.Aborted))
+	line("aborted", fmt.Sprintf("%d (abort or session deadline)", s.Holds.Aborted))
+	if s.Holds.Cancelled > 0 {
+		line("cancelled", fmt.Sprintf("%d (request refused, withdrawn or cut short while holding)", s.Holds.Cancelled))
+	}
 	if s.Holds.Held > 0 {
 		line("still held", fmt.Sprint(s.Holds.Held))
 	}
@@ -146,6 +169,9 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	}
 	line("peak held blocks", fmt.Sprint(s.PeakHeldBlocks))
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
+	if s.LagWarning != "" {
+		line("clock lag", "WARN "+s.LagWarning)
+	}
 	if len(s.LongestHolds) > 0 {
 		b.WriteString("\n    longest holds (prefill → decode)\n")
 		for _, h := range s.LongestHolds {

@@ -121,7 +121,7 @@ func TestSummaryData_TheTextSectionShowsTheSameFigures(t *testing.T) {
 		`requests\.+: ` + u(got.Requests.Total) + ` \(completed ` + u(got.Requests.Completed) + `, aborted ` + u(got.Requests.Aborted) + `, rejected ` + u(got.Requests.Rejected) + `, error ` + u(got.Requests.Error) + `\)`,
 		`holds started\.+: ` + u(got.Holds.Started) + `\n`,
 		`released\.+: ` + u(got.Holds.Released) + ` \(transferred\)\n`,
-		`aborted\.+: ` + u(got.Holds.Aborted) + `\n`,
+		`aborted\.+: ` + u(got.Holds.Aborted) + ` \(abort or session deadline\)\n`,
 		`hold duration\.+: avg=` + regexp.QuoteMeta(ms(got.HoldDurationMs.Avg)) + ` p\(50\)=` + regexp.QuoteMeta(ms(got.HoldDurationMs.P50)) +
 			` p\(90\)=` + regexp.QuoteMeta(ms(got.HoldDurationMs.P90)) + ` p\(99\)=` + regexp.QuoteMeta(ms(got.HoldDurationMs.P99)) +
 			` max=` + regexp.QuoteMeta(ms(got.HoldDurationMs.Max)) + `\n`,
@@ -130,5 +130,26 @@ func TestSummaryData_TheTextSectionShowsTheSameFigures(t *testing.T) {
 		`→ \S+ +` + regexp.QuoteMeta(ms(got.LongestHolds[0].DurationMs)) + ` +` + got.LongestHolds[0].Outcome + ` +transfer ` + u(got.LongestHolds[0].TransferID) + `\n`,
 	} {
 		assert.Regexp(t, want, res.stdout)
+	}
+}
+
+func TestLagWarning_OnlyPastATenthOfTheRun(t *testing.T) {
+	for _, tc := range []struct {
+		lag  cluster.LagReport
+		warn bool
+	}{
+		{cluster.LagReport{PeakMs: 0, RunMs: 10000}, false},
+		{cluster.LagReport{PeakMs: 999, RunMs: 10000}, false},
+		{cluster.LagReport{PeakMs: 1001, RunMs: 10000}, true},
+		{cluster.LagReport{PeakMs: 5, RunMs: 0}, false},
+	} {
+		got := lagWarning(tc.lag, 200)
+		if !tc.warn {
+			assert.Empty(t, got, "%+v", tc.lag)
+			continue
+		}
+		assert.Contains(t, got, "behind the wall clock", "%+v", tc.lag)
+		assert.Contains(t, got, "speedup_ratio 200")
+		assert.Contains(t, got, "modeled results are unaffected")
 	}
 }
