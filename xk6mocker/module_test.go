@@ -537,3 +537,14 @@ func TestCluster_OnlyInTheInitContext(t *testing.T) {
 		})
 	}
 }
+
+// TestCascade_AbortThresholdCatchesARunWithoutAborts runs scripts/cascade.js
+// with an abort timeout no hold reaches: its abort thresholds must be
+// crossed, the per-request one included (a Trend's min over no aborted
+// sample would pass).
+func TestCascade_AbortThresholdCatchesARunWithoutAborts(t *testing.T) {
+	res := runScript(t, "../../scripts/cascade.js", map[string]string{"DURATION": "2s", "VUS": "16", "ABORT_MS": "5000"})
+	require.Equal(t, harness.ExitThresholdsFailed, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+	assert.Contains(t, res.stderr+res.stdout, "0 aborted")
+	assert.Regexp(t, `mocker_requests[^\n]*\n(?:[^\n]*\n)*?\s*\{outcome:aborted\}\s*\n\s*✗ 'count>0' count=0`, res.stdout)
+}
