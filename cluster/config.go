@@ -67,6 +67,9 @@ const (
 	// (/proc/meminfo MemTotal) the KV pools of one cluster may take when
 	// max_memory_mb is not given.
 	DefaultMemoryFraction = 0.5
+	// MaxTransferConns bounds transfer_max_conns: each connection holds a
+	// goroutine and a socket.
+	MaxTransferConns = 1 << 16
 	// fallbackMemoryMB is the limit where /proc/meminfo cannot be read.
 	fallbackMemoryMB = 4096
 )
@@ -121,6 +124,11 @@ type Config struct {
 	// workers dial. Default: the bound host. Required when TransferHost
 	// binds every interface (0.0.0.0, ::).
 	AdvertisedHost string `json:"advertised_host"`
+	// TransferMaxConns bounds the decode connections each prefill worker's
+	// transfer server serves at once (bootstrap.Config.MaxConns; at the
+	// limit the oldest unauthenticated connection is evicted). 0: the
+	// server's default, bootstrap.DefaultMaxConns.
+	TransferMaxConns int `json:"transfer_max_conns,omitempty"`
 	// Transport selects the distributed transport (etcd + NATS); nil runs
 	// everything in process.
 	Transport *TransportConfig `json:"transport,omitempty"`
@@ -163,7 +171,7 @@ type TransportConfig struct {
 const RouterOptionsHelp = "router_options: busy_threshold (fraction of blocks, held included), active_decode_blocks_threshold (fraction, router-facing view), active_prefill_tokens_threshold (tokens)"
 
 // configKeys are the keys ConfigFromMap accepts, for its error messages.
-var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine", "max_memory_mb", "name", "prefill", "router", "router_options", "seed", "transfer_host", "transport", "workers"}
+var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine", "max_memory_mb", "name", "prefill", "router", "router_options", "seed", "transfer_host", "transfer_max_conns", "transport", "workers"}
 
 // ConfigFromMap reads a Config from a decoded JSON object or an object
 // exported from a script runtime: numbers may be any Go integer, an integral
@@ -199,6 +207,8 @@ func ConfigFromMap(m map[string]any) (Config, error) {
 			c.Seed = uint64(n)
 		case "max_memory_mb":
 			c.MaxMemoryMB, err = intIn(k, v, 1, math.MaxInt32)
+		case "transfer_max_conns":
+			c.TransferMaxConns, err = intIn(k, v, 1, MaxTransferConns)
 		case "args":
 			c.Args, err = objectValue(k, v)
 		case "router_options":
@@ -377,6 +387,11 @@ func resolve(cfg Config) (resolved, error) {
 	if cfg.Disagg && cfg.Prefill.Workers+cfg.Decode.Workers > MaxWorkers {
 		return r, fmt.Errorf("prefill.workers + decode.workers: want at most %d workers per cluster, got %d + %d",
 			MaxWorkers, cfg.Prefill.Workers, cfg.Decode.Workers)
+	}
+	if cfg.TransferMaxConns != 0 {
+		if _, err := jsonval.Int("transfer_max_conns", cfg.TransferMaxConns, 1, MaxTransferConns); err != nil {
+			return r, err
+		}
 	}
 	if cfg.MaxMemoryMB < 0 {
 		return r, fmt.Errorf("max_memory_mb: want an integer ≥ 1 (or leave it out for %v of this machine's memory), got %d", DefaultMemoryFraction, cfg.MaxMemoryMB)

@@ -33,6 +33,10 @@ func TestConfig_SizesAndTimesBoundedBeforeWorkersStart(t *testing.T) {
 			"decode.args.num_gpu_blocks: 2000000000 blocks × 1 workers"},
 		{"max_memory_mb lowers the limit", map[string]any{"max_memory_mb": 10, "workers": 2, "args": map[string]any{"num_gpu_blocks": 100000}},
 			"args.num_gpu_blocks: 100000 blocks × 2 workers (128 bytes a block) need about 24 MiB for the KV pools of this cluster, over the limit of 10 MiB (max_memory_mb)"},
+		{"transfer_max_conns not positive", map[string]any{"transfer_max_conns": 0},
+			"transfer_max_conns: want an integer in [1, 65536], got 0"},
+		{"transfer_max_conns huge", map[string]any{"transfer_max_conns": 1e6},
+			"transfer_max_conns: want an integer in [1, 65536], got 1000000"},
 		{"max_memory_mb not positive", map[string]any{"max_memory_mb": 0},
 			"max_memory_mb: want an integer in [1, 2147483647], got 0"},
 		{"speedup_ratio tiny", map[string]any{"args": map[string]any{"speedup_ratio": 1e-300}},
@@ -75,6 +79,10 @@ func TestConfig_BoundsAcceptTheirEdges(t *testing.T) {
 		require.NoError(t, cfg.Validate(), "%v", m)
 	}
 	require.NoError(t, Config{Workers: MaxWorkers, Args: map[string]any{"num_gpu_blocks": 16}}.Validate())
+	cfg, err := ConfigFromMap(map[string]any{"transfer_max_conns": 64})
+	require.NoError(t, err)
+	assert.Equal(t, 64, cfg.TransferMaxConns)
+	require.ErrorContains(t, Config{TransferMaxConns: -1}.Validate(), "transfer_max_conns: want an integer in [1, 65536], got -1")
 	require.ErrorContains(t, Config{Workers: MaxWorkers + 1}.Validate(), "workers: want an integer in [1, 1024], got 1025 (1024 is the limit of workers per cluster)")
 }
 
