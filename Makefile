@@ -40,9 +40,11 @@ lint: $(GOLANGCI)
 $(GOLANGCI):
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VER)
 
-## fuzz: a short run of the transfer-header fuzzer
+## fuzz: short runs of the transfer-header fuzzer and the server connection-loop fuzzer
+FUZZTIME      ?= 30s
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s ./bootstrap
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeHeader$$' -fuzztime $(FUZZTIME) ./bootstrap
+	$(GO) test -run '^$$' -fuzz '^FuzzServerConnections$$' -fuzztime $(FUZZTIME) ./bootstrap
 
 clean:
 	rm -rf $(BIN)

@@ -1,6 +1,7 @@
 package bootstrap
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"testing"
@@ -10,8 +11,20 @@ import (
 // BenchmarkHandoff drives full handoffs through the real TCP server on
 // loopback: Open, Await (dial + header), OnDecodeArrived completes the
 // room, the client reads ACK. It reports handoffs per second and the p99
-// handshake overhead, from dial to ACK received.
+// handshake overhead, from dial to ACK received: over a fresh connection
+// each time (Await, "dial") and over kept connections (Client, "client").
 func BenchmarkHandoff(b *testing.B) {
+	var cl Client
+	defer cl.Close()
+	for _, bc := range []struct {
+		name  string
+		await func(ctx context.Context, addr string, tid, rid uint64, tok Token) (Status, error)
+	}{{"dial", Await}, {"client", cl.Await}} {
+		b.Run(bc.name, func(b *testing.B) { benchmarkHandoff(b, bc.await) })
+	}
+}
+
+func benchmarkHandoff(b *testing.B, await func(ctx context.Context, addr string, tid, rid uint64, tok Token) (Status, error)) {
 	var s *Server
 	s, err := Listen(Config{OnDecodeArrived: func(id, _ uint64) {
 		if err := s.Complete(id); err != nil {
@@ -43,7 +56,7 @@ func BenchmarkHandoff(b *testing.B) {
 				return
 			}
 			t0 := time.Now()
-			st, err := Await(ctx, addr, id, id)
+			st, err := await(ctx, addr, id, id, s.Token(id, id))
 			lat = append(lat, time.Since(t0))
 			if err != nil || st != StatusACK {
 				b.Errorf("handoff %d: status %v, err %v", id, st, err)

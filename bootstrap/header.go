@@ -2,22 +2,76 @@ package bootstrap
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync/atomic"
 )
 
-// Wire constants of protocol version 1. The layout is described in the
+// Wire constants of protocol version 2. The layout is described in the
 // package documentation.
 const (
 	// Magic opens every header, so a stray client (an HTTP probe, a port
 	// scanner, a worker of another protocol) is refused on its first bytes.
 	Magic = "MKVT"
-	// ProtocolVersion is the only version this package speaks.
-	ProtocolVersion uint16 = 1
+	// ProtocolVersion is the only version this package speaks. Version 2
+	// added the transfer token and the keep-alive flag; a version-1 client
+	// is refused, since it cannot prove it was handed the transfer.
+	ProtocolVersion uint16 = 2
 	// HeaderSize is the exact length of the header a decode client sends.
-	HeaderSize = 24
+	HeaderSize = 40
+	// TokenSize is the length of a transfer token.
+	TokenSize = 16
 )
+
+// Header flags. Any bit not defined here is refused.
+const (
+	// FlagKeepAlive asks the server to keep the connection after the status
+	// byte and read the next header from it (see Client). Without it the
+	// server closes after answering.
+	FlagKeepAlive uint16 = 1 << 0
+
+	knownFlags = FlagKeepAlive
+)
+
+// Token is the per-transfer secret a decode presents with its header. The
+// prefill's server issues it (Server.Token, and inside the handoff params);
+// without it a connection cannot touch the transfer's room.
+type Token [TokenSize]byte
+
+// IsZero reports whether t is the zero token, which no server issues.
+func (t Token) IsZero() bool { return t == Token{} }
+
+// String is the token in lower-case hex, as it travels in handoff params.
+func (t Token) String() string { return hex.EncodeToString(t[:]) }
+
+// MarshalText writes the token as hex, so it travels in JSON as a string.
+func (t Token) MarshalText() ([]byte, error) { return []byte(t.String()), nil }
+
+// UnmarshalText reads a token written by MarshalText.
+func (t *Token) UnmarshalText(b []byte) error {
+	v, err := ParseToken(string(b))
+	if err != nil {
+		return err
+	}
+	*t = v
+	return nil
+}
+
+// ErrBadToken matches (errors.Is) a token string that is not 32 hex digits.
+var ErrBadToken = errors.New("transfer token must be 32 hex digits")
+
+// ParseToken reads a token from its String form.
+func ParseToken(s string) (Token, error) {
+	var t Token
+	if len(s) != 2*TokenSize {
+		return Token{}, fmt.Errorf("%w: got %d characters", ErrBadToken, len(s))
+	}
+	if _, err := hex.Decode(t[:], []byte(s)); err != nil {
+		return Token{}, fmt.Errorf("%w: %w", ErrBadToken, err)
+	}
+	return t, nil
+}
 
 // Status is the single byte the server answers once the outcome of a
 // transfer is known. The zero value means no answer was received.
@@ -58,14 +112,18 @@ func (s Status) String() string {
 // malformed headers.
 type Header struct {
 	Version uint16
-	// Flags is reserved: version 1 defines no flag, and a server refuses a
-	// header with any bit set rather than guess what the client meant.
+	// Flags holds FlagKeepAlive or nothing; a server refuses a header with
+	// any other bit set rather than guess what the client meant.
 	Flags uint16
 	// TransferID names the room; never 0 (0 means "no transfer").
 	TransferID uint64
 	// RequestID is the decode side's request id, passed through to
 	// Config.OnDecodeArrived so the prefill side can match the handoff.
 	RequestID uint64
+	// Token is the transfer's secret from the handoff params. The server
+	// checks it against the transfer and request ids before the header
+	// reaches any room.
+	Token Token
 }
 
 // Header decoding errors; DecodeHeader wraps them with the offending value.
@@ -79,9 +137,10 @@ var (
 
 const errHeaderContext = "bootstrap header"
 
-// NewHeader returns a version-1 header for the given transfer and request.
-func NewHeader(transferID, requestID uint64) Header {
-	return Header{Version: ProtocolVersion, TransferID: transferID, RequestID: requestID}
+// NewHeader returns a current-version header for the given transfer,
+// request and token, without flags.
+func NewHeader(transferID, requestID uint64, token Token) Header {
+	return Header{Version: ProtocolVersion, TransferID: transferID, RequestID: requestID, Token: token}
 }
 
 // Append writes the header's HeaderSize bytes to dst and returns the
@@ -91,17 +150,34 @@ func (h Header) Append(dst []byte) []byte {
 	dst = binary.LittleEndian.AppendUint16(dst, h.Version)
 	dst = binary.LittleEndian.AppendUint16(dst, h.Flags)
 	dst = binary.LittleEndian.AppendUint64(dst, h.TransferID)
-	return binary.LittleEndian.AppendUint64(dst, h.RequestID)
+	dst = binary.LittleEndian.AppendUint64(dst, h.RequestID)
+	return append(dst, h.Token[:]...)
 }
 
-// DecodeHeader parses exactly HeaderSize bytes and checks them: magic,
-// version 1, no flags, non-zero transfer id.
+// prefixSize is the length of the magic and version, which a server
+// checks before waiting for the rest of a header.
+const prefixSize = 6
+
+// checkPrefix checks the magic and version at the start of a header.
+func checkPrefix(b []byte) error {
+	if string(b[:4]) != Magic {
+		return fmt.Errorf("%s: %w: got %q, want %q", errHeaderContext, ErrBadMagic, b[:4], Magic)
+	}
+	if v := binary.LittleEndian.Uint16(b[4:6]); v != ProtocolVersion {
+		return fmt.Errorf("%s: %w: got %d, this server speaks %d", errHeaderContext, ErrBadVersion, v, ProtocolVersion)
+	}
+	return nil
+}
+
+// DecodeHeader parses exactly HeaderSize bytes and checks their form:
+// magic, version 2, known flags only, non-zero transfer id. Whether the
+// token is right is the server's check, not the decoder's.
 func DecodeHeader(b []byte) (Header, error) {
 	if len(b) != HeaderSize {
 		return Header{}, fmt.Errorf("%s: %w: got %d bytes, want %d", errHeaderContext, ErrHeaderLength, len(b), HeaderSize)
 	}
-	if string(b[:4]) != Magic {
-		return Header{}, fmt.Errorf("%s: %w: got %q, want %q", errHeaderContext, ErrBadMagic, b[:4], Magic)
+	if err := checkPrefix(b); err != nil {
+		return Header{}, err
 	}
 	h := Header{
 		Version:    binary.LittleEndian.Uint16(b[4:6]),
@@ -109,11 +185,9 @@ func DecodeHeader(b []byte) (Header, error) {
 		TransferID: binary.LittleEndian.Uint64(b[8:16]),
 		RequestID:  binary.LittleEndian.Uint64(b[16:24]),
 	}
-	if h.Version != ProtocolVersion {
-		return Header{}, fmt.Errorf("%s: %w: got %d, this server speaks %d", errHeaderContext, ErrBadVersion, h.Version, ProtocolVersion)
-	}
-	if h.Flags != 0 {
-		return Header{}, fmt.Errorf("%s: %w: 0x%04x (version %d defines none)", errHeaderContext, ErrBadFlags, h.Flags, ProtocolVersion)
+	copy(h.Token[:], b[24:40])
+	if h.Flags&^knownFlags != 0 {
+		return Header{}, fmt.Errorf("%s: %w: 0x%04x (version %d defines only 0x%04x)", errHeaderContext, ErrBadFlags, h.Flags, ProtocolVersion, knownFlags)
 	}
 	if h.TransferID == 0 {
 		return Header{}, fmt.Errorf("%s: %w", errHeaderContext, ErrZeroTransfer)

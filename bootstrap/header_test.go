@@ -12,11 +12,15 @@ import (
 // the documented layout, not against itself.
 var validHeaderBytes = []byte{
 	'M', 'K', 'V', 'T',
-	0x01, 0x00, // version 1
+	0x02, 0x00, // version 2
 	0x00, 0x00, // flags
 	0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01, // transfer id
 	0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01, // request id
+	0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, // token
+	0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
 }
+
+var testToken = Token{0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff}
 
 func withByte(b []byte, i int, v byte) []byte {
 	out := append([]byte(nil), b...)
@@ -26,7 +30,7 @@ func withByte(b []byte, i int, v byte) []byte {
 
 func TestHeader_AppendMatchesDocumentedLayout(t *testing.T) {
 	t.Parallel()
-	h := NewHeader(0x0102030405060708, 0x0123456789abcdef)
+	h := NewHeader(0x0102030405060708, 0x0123456789abcdef, testToken)
 	got := h.Append(nil)
 	assert.Equal(t, validHeaderBytes, got)
 	assert.Len(t, got, HeaderSize)
@@ -44,16 +48,18 @@ func TestDecodeHeader(t *testing.T) {
 		want    Header
 		wantErr error
 	}{
-		{name: "valid", in: validHeaderBytes, want: Header{Version: 1, TransferID: 0x0102030405060708, RequestID: 0x0123456789abcdef}},
-		{name: "zero request id is allowed", in: append(append([]byte(nil), validHeaderBytes[:16]...), 0, 0, 0, 0, 0, 0, 0, 0), want: Header{Version: 1, TransferID: 0x0102030405060708}},
+		{name: "valid", in: validHeaderBytes, want: Header{Version: 2, TransferID: 0x0102030405060708, RequestID: 0x0123456789abcdef, Token: testToken}},
+		{name: "zero request id is allowed", in: append(append(append([]byte(nil), validHeaderBytes[:16]...), 0, 0, 0, 0, 0, 0, 0, 0), testToken[:]...), want: Header{Version: 2, TransferID: 0x0102030405060708, Token: testToken}},
+		{name: "keep-alive flag", in: withByte(validHeaderBytes, 6, 1), want: Header{Version: 2, Flags: FlagKeepAlive, TransferID: 0x0102030405060708, RequestID: 0x0123456789abcdef, Token: testToken}},
 		{name: "empty", in: nil, wantErr: ErrHeaderLength},
 		{name: "short", in: validHeaderBytes[:HeaderSize-1], wantErr: ErrHeaderLength},
 		{name: "long", in: append(append([]byte(nil), validHeaderBytes...), 0), wantErr: ErrHeaderLength},
 		{name: "bad magic", in: withByte(validHeaderBytes, 0, 'X'), wantErr: ErrBadMagic},
 		{name: "version 0", in: withByte(validHeaderBytes, 4, 0), wantErr: ErrBadVersion},
-		{name: "version 2", in: withByte(validHeaderBytes, 4, 2), wantErr: ErrBadVersion},
+		{name: "version 1", in: withByte(validHeaderBytes, 4, 1), wantErr: ErrBadVersion},
+		{name: "version 3", in: withByte(validHeaderBytes, 4, 3), wantErr: ErrBadVersion},
 		{name: "version high byte", in: withByte(validHeaderBytes, 5, 1), wantErr: ErrBadVersion},
-		{name: "flag low bit", in: withByte(validHeaderBytes, 6, 1), wantErr: ErrBadFlags},
+		{name: "flag bit 1", in: withByte(validHeaderBytes, 6, 2), wantErr: ErrBadFlags},
 		{name: "flag high bit", in: withByte(validHeaderBytes, 7, 0x80), wantErr: ErrBadFlags},
 		{name: "zero transfer id", in: zeroID, wantErr: ErrZeroTransfer},
 	}

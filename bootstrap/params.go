@@ -11,11 +11,14 @@ import (
 )
 
 // VLLMParams are the disaggregated params a vLLM-style prefill returns with
-// its first token: where the decode finds the held KV.
+// its first token: where the decode finds the held KV. TransferToken is
+// this project's addition to vLLM's fields: the secret that lets the
+// decode in (see Server.Token).
 type VLLMParams struct {
-	TransferID  uint64 `json:"transfer_id"`
-	PrefillHost string `json:"prefill_host"`
-	PrefillPort int    `json:"prefill_port"`
+	TransferID    uint64 `json:"transfer_id"`
+	PrefillHost   string `json:"prefill_host"`
+	PrefillPort   int    `json:"prefill_port"`
+	TransferToken Token  `json:"transfer_token"`
 }
 
 // Addr is the transfer server address to pass to Await.
@@ -31,15 +34,23 @@ func (p VLLMParams) Validate() error {
 	if err := checkHost(kindVLLM, "prefill_host", p.PrefillHost); err != nil {
 		return err
 	}
-	return checkPort(kindVLLM, "prefill_port", int64(p.PrefillPort))
+	if err := checkPort(kindVLLM, "prefill_port", int64(p.PrefillPort)); err != nil {
+		return err
+	}
+	if p.TransferToken.IsZero() {
+		return paramsErr(kindVLLM, "transfer_token", "missing (or zero, which is never issued)")
+	}
+	return nil
 }
 
 // SGLangParams are SGLang's bootstrap coordinates for a disaggregated
-// request.
+// request. BootstrapToken is this project's addition to SGLang's fields:
+// the secret that lets the decode in (see Server.Token).
 type SGLangParams struct {
-	BootstrapHost string `json:"bootstrap_host"`
-	BootstrapPort int    `json:"bootstrap_port"`
-	BootstrapRoom uint64 `json:"bootstrap_room"`
+	BootstrapHost  string `json:"bootstrap_host"`
+	BootstrapPort  int    `json:"bootstrap_port"`
+	BootstrapRoom  uint64 `json:"bootstrap_room"`
+	BootstrapToken Token  `json:"bootstrap_token"`
 }
 
 // Addr is the transfer server address to pass to Await.
@@ -57,6 +68,9 @@ func (p SGLangParams) Validate() error {
 	}
 	if p.BootstrapRoom == 0 {
 		return paramsErr(kindSGLang, "bootstrap_room", "must be a non-zero integer")
+	}
+	if p.BootstrapToken.IsZero() {
+		return paramsErr(kindSGLang, "bootstrap_token", "missing (or zero, which is never issued)")
 	}
 	return nil
 }
@@ -127,6 +141,9 @@ func ParseVLLMParams(raw any) (p VLLMParams, present bool, err error) {
 		return VLLMParams{}, true, err
 	}
 	p.PrefillPort = int(port)
+	if p.TransferToken, err = tokenField(kindVLLM, m, "transfer_token"); err != nil {
+		return VLLMParams{}, true, err
+	}
 	if err := p.Validate(); err != nil {
 		return VLLMParams{}, true, err
 	}
@@ -161,6 +178,9 @@ func ParseSGLangParams(raw any) (p SGLangParams, present bool, err error) {
 	}
 	p.BootstrapPort = int(port)
 	if p.BootstrapRoom, err = uintField(kindSGLang, m, "bootstrap_room"); err != nil {
+		return SGLangParams{}, true, err
+	}
+	if p.BootstrapToken, err = tokenField(kindSGLang, m, "bootstrap_token"); err != nil {
 		return SGLangParams{}, true, err
 	}
 	if err := p.Validate(); err != nil {
@@ -289,6 +309,27 @@ func stringField(engine string, m map[string]any, field string) (string, error) 
 		return "", paramsErr(engine, field, "must be a string, got "+jsonKind(v))
 	}
 	return s, checkHost(engine, field, s)
+}
+
+func tokenField(engine string, m map[string]any, field string) (Token, error) {
+	v, ok := m[field]
+	if !ok {
+		// Validate names a missing token after the fields before it.
+		return Token{}, nil
+	}
+	var t Token
+	switch x := v.(type) {
+	case string:
+		var err error
+		if t, err = ParseToken(x); err != nil {
+			return Token{}, paramsErr(engine, field, err.Error())
+		}
+	case Token:
+		t = x
+	default:
+		return Token{}, paramsErr(engine, field, "must be a string of 32 hex digits, got "+jsonKind(v))
+	}
+	return t, nil
 }
 
 func checkHost(engine, field, host string) error {

@@ -11,17 +11,17 @@ import (
 
 func TestParseVLLMParams_Valid(t *testing.T) {
 	t.Parallel()
-	want := VLLMParams{TransferID: 42, PrefillHost: "10.0.0.7", PrefillPort: 7001}
+	want := VLLMParams{TransferID: 42, PrefillHost: "10.0.0.7", PrefillPort: 7001, TransferToken: testToken}
 	tests := []struct {
 		name string
 		raw  any
 	}{
-		{"raw message", json.RawMessage(`{"transfer_id":42,"prefill_host":"10.0.0.7","prefill_port":7001}`)},
-		{"bytes with extra key", []byte(` {"transfer_id":42,"prefill_host":"10.0.0.7","prefill_port":7001,"handoff_id":"x"} `)},
-		{"decoded map, float64 numbers", map[string]any{"transfer_id": 42.0, "prefill_host": "10.0.0.7", "prefill_port": 7001.0}},
-		{"decoded map, json.Number", map[string]any{"transfer_id": json.Number("42"), "prefill_host": "10.0.0.7", "prefill_port": json.Number("7001")}},
-		{"script map, int64", map[string]any{"transfer_id": int64(42), "prefill_host": "10.0.0.7", "prefill_port": int64(7001)}},
-		{"script map, int and uint64", map[string]any{"transfer_id": uint64(42), "prefill_host": "10.0.0.7", "prefill_port": 7001}},
+		{"raw message", json.RawMessage(`{"transfer_id":42,"prefill_host":"10.0.0.7","prefill_port":7001,"transfer_token":"00112233445566778899aabbccddeeff"}`)},
+		{"bytes with extra key", []byte(` {"transfer_id":42,"prefill_host":"10.0.0.7","prefill_port":7001,"transfer_token":"00112233445566778899aabbccddeeff","handoff_id":"x"} `)},
+		{"decoded map, float64 numbers", map[string]any{"transfer_id": 42.0, "prefill_host": "10.0.0.7", "prefill_port": 7001.0, "transfer_token": "00112233445566778899aabbccddeeff"}},
+		{"decoded map, json.Number", map[string]any{"transfer_id": json.Number("42"), "prefill_host": "10.0.0.7", "prefill_port": json.Number("7001"), "transfer_token": "00112233445566778899aabbccddeeff"}},
+		{"script map, int64", map[string]any{"transfer_id": int64(42), "prefill_host": "10.0.0.7", "prefill_port": int64(7001), "transfer_token": "00112233445566778899aabbccddeeff"}},
+		{"script map, int and uint64", map[string]any{"transfer_id": uint64(42), "prefill_host": "10.0.0.7", "prefill_port": 7001, "transfer_token": testToken}},
 		{"struct", want},
 		{"struct pointer", &want},
 	}
@@ -38,17 +38,17 @@ func TestParseVLLMParams_Valid(t *testing.T) {
 
 func TestParseVLLMParams_LargeIDSurvivesJSON(t *testing.T) {
 	t.Parallel()
-	got, _, err := ParseVLLMParams(json.RawMessage(`{"transfer_id":18446744073709551615,"prefill_host":"h","prefill_port":1}`))
+	got, _, err := ParseVLLMParams(json.RawMessage(`{"transfer_id":18446744073709551615,"prefill_host":"h","prefill_port":1,"transfer_token":"00112233445566778899aabbccddeeff"}`))
 	require.NoError(t, err)
 	assert.Equal(t, uint64(18446744073709551615), got.TransferID)
 }
 
 func TestParseVLLMParams_RoundTripsMarshal(t *testing.T) {
 	t.Parallel()
-	in := VLLMParams{TransferID: 3, PrefillHost: "prefill-1", PrefillPort: 40000}
+	in := VLLMParams{TransferID: 3, PrefillHost: "prefill-1", PrefillPort: 40000, TransferToken: testToken}
 	b, err := json.Marshal(in)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"transfer_id":3,"prefill_host":"prefill-1","prefill_port":40000}`, string(b))
+	assert.JSONEq(t, `{"transfer_id":3,"prefill_host":"prefill-1","prefill_port":40000,"transfer_token":"00112233445566778899aabbccddeeff"}`, string(b))
 	got, present, err := ParseVLLMParams(json.RawMessage(b))
 	require.NoError(t, err)
 	assert.True(t, present)
@@ -81,7 +81,7 @@ func TestParseParams_Absent(t *testing.T) {
 }
 
 func vllmMap(overrides map[string]any, drop ...string) map[string]any {
-	m := map[string]any{"transfer_id": 42.0, "prefill_host": "10.0.0.7", "prefill_port": 7001.0}
+	m := map[string]any{"transfer_id": 42.0, "prefill_host": "10.0.0.7", "prefill_port": 7001.0, "transfer_token": testToken.String()}
 	for k, v := range overrides {
 		m[k] = v
 	}
@@ -116,7 +116,13 @@ func TestParseVLLMParams_MalformedNamesField(t *testing.T) {
 		{"string prefill_port", vllmMap(map[string]any{"prefill_port": "7001"}), "prefill_port"},
 		{"json port out of range", json.RawMessage(`{"transfer_id":1,"prefill_host":"h","prefill_port":65536}`), "prefill_port"},
 		{"json bool id", json.RawMessage(`{"transfer_id":true,"prefill_host":"h","prefill_port":1}`), "transfer_id"},
+		{"missing transfer_token", vllmMap(nil, "transfer_token"), "transfer_token"},
+		{"zero transfer_token", vllmMap(map[string]any{"transfer_token": Token{}.String()}), "transfer_token"},
+		{"short transfer_token", vllmMap(map[string]any{"transfer_token": "0011"}), "transfer_token"},
+		{"non-hex transfer_token", vllmMap(map[string]any{"transfer_token": "zz112233445566778899aabbccddeeff"}), "transfer_token"},
+		{"numeric transfer_token", vllmMap(map[string]any{"transfer_token": 7.0}), "transfer_token"},
 		{"struct zero id", VLLMParams{PrefillHost: "h", PrefillPort: 1}, "transfer_id"},
+		{"struct zero token", VLLMParams{TransferID: 1, PrefillHost: "h", PrefillPort: 1}, "transfer_token"},
 		{"struct negative port", VLLMParams{TransferID: 1, PrefillHost: "h", PrefillPort: -1}, "prefill_port"},
 		{"dummy string", "dummy", ""},
 		{"json dummy string", json.RawMessage(`"dummy"`), ""},
@@ -143,15 +149,15 @@ func TestParseVLLMParams_MalformedNamesField(t *testing.T) {
 
 func TestParseSGLangParams(t *testing.T) {
 	t.Parallel()
-	want := SGLangParams{BootstrapHost: "prefill-2", BootstrapPort: 8998, BootstrapRoom: 5}
-	got, present, err := ParseSGLangParams(json.RawMessage(`{"bootstrap_host":"prefill-2","bootstrap_port":8998,"bootstrap_room":5}`))
+	want := SGLangParams{BootstrapHost: "prefill-2", BootstrapPort: 8998, BootstrapRoom: 5, BootstrapToken: testToken}
+	got, present, err := ParseSGLangParams(json.RawMessage(`{"bootstrap_host":"prefill-2","bootstrap_port":8998,"bootstrap_room":5,"bootstrap_token":"00112233445566778899aabbccddeeff"}`))
 	require.NoError(t, err)
 	assert.True(t, present)
 	assert.Equal(t, want, got)
 	assert.Equal(t, "prefill-2:8998", got.Addr())
 
 	base := func(overrides map[string]any, drop ...string) map[string]any {
-		m := map[string]any{"bootstrap_host": "prefill-2", "bootstrap_port": 8998.0, "bootstrap_room": 5.0}
+		m := map[string]any{"bootstrap_host": "prefill-2", "bootstrap_port": 8998.0, "bootstrap_room": 5.0, "bootstrap_token": testToken.String()}
 		for k, v := range overrides {
 			m[k] = v
 		}
@@ -178,6 +184,8 @@ func TestParseSGLangParams(t *testing.T) {
 		{"zero room", base(map[string]any{"bootstrap_room": 0.0}), "bootstrap_room"},
 		{"room wrong type", base(map[string]any{"bootstrap_room": []any{1.0}}), "bootstrap_room"},
 		{"struct zero room", SGLangParams{BootstrapHost: "h", BootstrapPort: 1}, "bootstrap_room"},
+		{"missing token", base(nil, "bootstrap_token"), "bootstrap_token"},
+		{"token wrong type", base(map[string]any{"bootstrap_token": true}), "bootstrap_token"},
 		{"not an object", json.RawMessage(`42`), ""},
 	}
 	for _, tt := range tests {

@@ -1,6 +1,10 @@
 package bootstrap
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,14 +19,16 @@ import (
 
 // Defaults applied by Config for zero-valued fields.
 const (
-	DefaultAddr          = "127.0.0.1:0"
-	DefaultMaxRooms      = 4096
-	DefaultMaxConns      = 1024
-	DefaultMaxTombstones = 65536
-	DefaultHeaderTimeout = 5 * time.Second
-	DefaultPendingWait   = 30 * time.Second
-	DefaultAbortedTTL    = 30 * time.Second
-	DefaultCompletedTTL  = 5 * time.Second
+	DefaultAddr            = "127.0.0.1:0"
+	DefaultMaxRooms        = 4096
+	DefaultMaxConns        = 1024
+	DefaultMaxConnsPerHost = DefaultMaxConns
+	DefaultMaxTombstones   = 65536
+	DefaultHeaderTimeout   = 5 * time.Second
+	DefaultPendingWait     = 30 * time.Second
+	DefaultAbortedTTL      = 30 * time.Second
+	DefaultCompletedTTL    = 5 * time.Second
+	DefaultIdleTimeout     = 60 * time.Second
 )
 
 // Config configures a Server. The zero value is usable: every zero field
@@ -43,9 +49,18 @@ type Config struct {
 	// Open fails with ErrRoomsFull beyond it. Default DefaultMaxRooms.
 	MaxRooms int
 	// MaxConns bounds concurrent decode connections (each holds one
-	// goroutine); excess connections are answered ERROR at once and closed.
-	// Default DefaultMaxConns.
+	// goroutine). At the limit a new connection evicts the oldest one that
+	// has not authenticated (still sending its header, or idle between
+	// transfers); when every connection is an authenticated decode waiting
+	// in a room, the new one is answered ERROR and closed. Default
+	// DefaultMaxConns.
 	MaxConns int
+	// MaxConnsPerHost bounds the connections from one remote IP, with the
+	// same eviction rule as MaxConns applied among that host's connections.
+	// The default equals DefaultMaxConns, because an in-process cluster's
+	// decodes all share the loopback address; a server whose port other
+	// hosts can reach should set it lower. Default DefaultMaxConnsPerHost.
+	MaxConnsPerHost int
 	// MaxTombstones bounds resolved rooms kept for their TTL. When full, the
 	// oldest completed room is forgotten first, then the oldest aborted one,
 	// so memory stays bounded under any handoff rate. Default
@@ -66,10 +81,15 @@ type Config struct {
 	// CompletedTTL keeps a completed room, so a decode that connects just
 	// after Complete still gets ACK. Default DefaultCompletedTTL.
 	CompletedTTL time.Duration
-	// OnDecodeArrived is told once per room, for the first decode
-	// connection found there once the room is open and that decode's header
-	// has been read; later connections for the same transfer (a retry, a
-	// duplicate) only wait for the outcome. See the package documentation
+	// IdleTimeout bounds how long a keep-alive connection (FlagKeepAlive,
+	// used by Client) may sit between transfers before the server closes
+	// it, silently. Default DefaultIdleTimeout.
+	IdleTimeout time.Duration
+	// OnDecodeArrived is told once per room, for the first authenticated
+	// decode connection (right token for its transfer and request id)
+	// found there once the room is open and that decode's header has been
+	// read; later connections for the same transfer (a retry, a duplicate)
+	// only wait for the outcome. See the package documentation
 	// for the order of events. It runs on that connection's goroutine,
 	// never under the server's lock and never from inside Open, Complete or
 	// Abort, so it may call them. Optional.
@@ -93,7 +113,7 @@ func (c Config) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"MaxRooms", c.MaxRooms}, {"MaxConns", c.MaxConns}, {"MaxTombstones", c.MaxTombstones}} {
+	}{{"MaxRooms", c.MaxRooms}, {"MaxConns", c.MaxConns}, {"MaxConnsPerHost", c.MaxConnsPerHost}, {"MaxTombstones", c.MaxTombstones}} {
 		if f.v < 0 {
 			return fmt.Errorf("bootstrap config: %s must be >= 0 (0 means default), got %d", f.name, f.v)
 		}
@@ -103,7 +123,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"HeaderTimeout", c.HeaderTimeout}, {"PendingWait", c.PendingWait},
-		{"AbortedTTL", c.AbortedTTL}, {"CompletedTTL", c.CompletedTTL},
+		{"AbortedTTL", c.AbortedTTL}, {"CompletedTTL", c.CompletedTTL}, {"IdleTimeout", c.IdleTimeout},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("bootstrap config: %s must be >= 0 (0 means default), got %v", f.name, f.v)
@@ -156,6 +176,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxConns == 0 {
 		c.MaxConns = DefaultMaxConns
+	}
+	if c.MaxConnsPerHost == 0 {
+		c.MaxConnsPerHost = DefaultMaxConnsPerHost
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
 	}
 	if c.MaxTombstones == 0 {
 		c.MaxTombstones = DefaultMaxTombstones
@@ -261,6 +287,7 @@ type Stats struct {
 	PendingRooms int // a decode waits, the prefill side has not opened
 	Tombstones   int // resolved rooms kept for their TTL
 	Conns        int // decode connections being served
+	Waiting      int // of Conns, authenticated decodes parked in a room
 }
 
 // Server is one prefill worker's transfer server. Build it with New (then
@@ -270,6 +297,8 @@ type Server struct {
 	cfg  Config
 	log  *slog.Logger
 	done chan struct{} // closed by Close, wakes the accept back-off
+	// key derives the transfer tokens; it never leaves the process.
+	key [32]byte
 
 	wg sync.WaitGroup
 
@@ -285,19 +314,61 @@ type Server struct {
 	tombstones int
 	completedQ fifo
 	abortedQ   fifo
-	conns      map[net.Conn]struct{}
+	conns      map[net.Conn]*connInfo
+	live       int            // conns not evicted
+	hostConns  map[string]int // conns not evicted, per remote IP
 
 	// listen binds the listener; tests swap it to bind where Addr cannot.
 	listen func(network, address string) (net.Listener, error)
-	// Connection-limit warnings, spaced by limitWarnEvery; touched only by
-	// the accept loop.
-	limitWarned     time.Time
-	limitSuppressed int
+	// Warnings a flood would repeat once per connection, spaced by
+	// limitWarnEvery.
+	evictGate, fullGate, refuseGate warnGate
 }
 
-// limitWarnEvery spaces the connection-limit warning, which a flood of
-// refused decodes would otherwise repeat once per connection.
+// limitWarnEvery spaces the warnings a flood of connections would
+// otherwise repeat once per connection.
 const limitWarnEvery = 10 * time.Second
+
+// connPhase says what a connection is doing, which decides whether it may
+// be evicted at a connection limit and whether it is owed a status byte.
+type connPhase uint8
+
+const (
+	// phaseHeader: reading a header, not authenticated; evictable, and
+	// answered ERROR when evicted.
+	phaseHeader connPhase = iota
+	// phaseIdle: a keep-alive connection between transfers; evictable, and
+	// closed without a byte (its client sent nothing to answer).
+	phaseIdle
+	// phaseWaiting: authenticated and parked in a room; never evicted.
+	phaseWaiting
+)
+
+type connInfo struct {
+	host    string
+	phase   connPhase
+	since   time.Time // wall clock, when the phase began
+	evicted bool
+}
+
+// warnGate lets one warning through per limitWarnEvery and counts the
+// ones it held back.
+type warnGate struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (g *warnGate) allow(now time.Time) (ok bool, suppressed int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.last.IsZero() && now.Sub(g.last) < limitWarnEvery {
+		g.suppressed++
+		return false, 0
+	}
+	suppressed, g.suppressed, g.last = g.suppressed, 0, now
+	return true, suppressed
+}
 
 // New validates cfg and returns a server that is not yet listening.
 func New(cfg Config) (*Server, error) {
@@ -305,14 +376,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Server{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		done:   make(chan struct{}),
-		rooms:  make(map[uint64]*room),
-		conns:  make(map[net.Conn]struct{}),
-		listen: net.Listen,
-	}, nil
+	s := &Server{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		done:      make(chan struct{}),
+		rooms:     make(map[uint64]*room),
+		conns:     make(map[net.Conn]*connInfo),
+		hostConns: make(map[string]int),
+		listen:    net.Listen,
+	}
+	if _, err := rand.Read(s.key[:]); err != nil {
+		return nil, fmt.Errorf("bootstrap: token key: %w", err)
+	}
+	return s, nil
 }
 
 // Listen is New followed by Start.
@@ -398,26 +474,56 @@ func (s *Server) AdvertisedAddr() string {
 	return net.JoinHostPort(s.advHost, strconv.Itoa(s.port))
 }
 
-// VLLMParams returns the handoff params that point a decode worker at this
-// server for the given transfer.
-func (s *Server) VLLMParams(transferID uint64) VLLMParams {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return VLLMParams{TransferID: transferID, PrefillHost: s.advHost, PrefillPort: s.port}
+// Token is the secret a decode must present to take part in the transfer
+// for the given request: a MAC of both ids under a key drawn from
+// crypto/rand when the server was built, so it cannot be guessed, does not
+// open any other transfer or request, and needs no state (a decode that
+// arrives before Open is checked at once too). The handoff params carry it.
+func (s *Server) Token(transferID, requestID uint64) Token {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:8], transferID)
+	binary.LittleEndian.PutUint64(b[8:], requestID)
+	m := hmac.New(sha256.New, s.key[:])
+	m.Write(b[:])
+	var t Token
+	copy(t[:], m.Sum(nil))
+	return t
 }
 
-// SGLangParams returns SGLang-shaped handoff params for the given room.
-func (s *Server) SGLangParams(room uint64) SGLangParams {
+func (s *Server) authentic(h Header) bool {
+	want := s.Token(h.TransferID, h.RequestID)
+	return hmac.Equal(want[:], h.Token[:])
+}
+
+// VLLMParams returns the handoff params that point the decode of requestID
+// at this server for the given transfer, with the transfer's token.
+func (s *Server) VLLMParams(transferID, requestID uint64) VLLMParams {
+	tok := s.Token(transferID, requestID)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return SGLangParams{BootstrapHost: s.advHost, BootstrapPort: s.port, BootstrapRoom: room}
+	return VLLMParams{TransferID: transferID, PrefillHost: s.advHost, PrefillPort: s.port, TransferToken: tok}
+}
+
+// SGLangParams returns SGLang-shaped handoff params for the given room and
+// request, with the room's token.
+func (s *Server) SGLangParams(room, requestID uint64) SGLangParams {
+	tok := s.Token(room, requestID)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return SGLangParams{BootstrapHost: s.advHost, BootstrapPort: s.port, BootstrapRoom: room, BootstrapToken: tok}
 }
 
 // Stats returns the current occupancy.
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{OpenRooms: s.open, PendingRooms: s.pending, Tombstones: s.tombstones, Conns: len(s.conns)}
+	st := Stats{OpenRooms: s.open, PendingRooms: s.pending, Tombstones: s.tombstones, Conns: len(s.conns)}
+	for _, ci := range s.conns {
+		if ci.phase == phaseWaiting {
+			st.Waiting++
+		}
+	}
+	return st
 }
 
 // Open registers the room for transferID: the prefill side holds the KV.
@@ -639,93 +745,234 @@ func (s *Server) acceptLoop(ln net.Listener) {
 			continue
 		}
 		backoff = 0
+		host := remoteHost(c)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			_ = c.Close()
 			return
 		}
-		if len(s.conns) >= s.cfg.MaxConns {
+		limit, evicted, ok := s.admitLocked(host)
+		if !ok {
 			s.mu.Unlock()
-			s.warnLimit(c)
+			s.warnLimit(&s.fullGate, limit, host, "refused: every connection is an authenticated decode")
 			s.writeStatus(c, StatusError)
 			_ = c.Close()
 			continue
 		}
-		s.conns[c] = struct{}{}
+		ci := &connInfo{host: host, phase: phaseHeader, since: time.Now()}
+		s.conns[c] = ci
+		s.live++
+		s.hostConns[host]++
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(c)
+		if evicted {
+			s.warnLimit(&s.evictGate, limit, host, "evicted the oldest unauthenticated connection")
+		}
+		go s.serveConn(c, ci)
 	}
 }
 
-// warnLimit logs a refusal at the connection limit, at most once per
-// limitWarnEvery, counting the refusals in between.
-func (s *Server) warnLimit(c net.Conn) {
-	now := s.cfg.Now()
-	if !s.limitWarned.IsZero() && now.Sub(s.limitWarned) < limitWarnEvery {
-		s.limitSuppressed++
-		return
+// admitLocked makes room for a connection from host under MaxConnsPerHost
+// and MaxConns, evicting the oldest unauthenticated connection where a
+// limit is reached. It reports the limit it hit, whether it evicted, and
+// whether the connection may be admitted.
+func (s *Server) admitLocked(host string) (limit string, evicted, ok bool) {
+	if s.hostConns[host] >= s.cfg.MaxConnsPerHost {
+		if !s.evictLocked(host) {
+			return "MaxConnsPerHost", false, false
+		}
+		limit, evicted = "MaxConnsPerHost", true
 	}
-	s.log.Warn("bootstrap: connection limit reached, refusing decode", "remote", c.RemoteAddr().String(),
-		"max_conns", s.cfg.MaxConns, "suppressed", s.limitSuppressed, "warn_every", limitWarnEvery)
-	s.limitWarned, s.limitSuppressed = now, 0
+	if s.live >= s.cfg.MaxConns {
+		if !s.evictLocked("") {
+			return "MaxConns", evicted, false
+		}
+		limit, evicted = "MaxConns", true
+	}
+	return limit, evicted, true
 }
 
-func (s *Server) serveConn(c net.Conn) {
+// evictLocked evicts the connection that has been unauthenticated (reading
+// a header, or idle) the longest, from host or from anywhere when host is
+// "". Its goroutine notices at once and ends it; it stops counting against
+// the limits now.
+func (s *Server) evictLocked(host string) bool {
+	var victim net.Conn
+	var vi *connInfo
+	for c, ci := range s.conns {
+		if ci.evicted || ci.phase == phaseWaiting || (host != "" && ci.host != host) {
+			continue
+		}
+		if vi == nil || ci.since.Before(vi.since) {
+			victim, vi = c, ci
+		}
+	}
+	if vi == nil {
+		return false
+	}
+	vi.evicted = true
+	s.live--
+	s.dropHostLocked(vi.host)
+	wake(victim)
+	return true
+}
+
+func (s *Server) dropHostLocked(host string) {
+	if s.hostConns[host]--; s.hostConns[host] <= 0 {
+		delete(s.hostConns, host)
+	}
+}
+
+func remoteHost(c net.Conn) string {
+	addr := c.RemoteAddr().String()
+	if host, _, err := net.SplitHostPort(addr); err == nil {
+		return host
+	}
+	return addr
+}
+
+// warnLimit logs a connection limit being hit, at most once per
+// limitWarnEvery for each gate (evictions and refusals apart, so a flood
+// of evictions does not hide a refused decode), counting the times in
+// between.
+func (s *Server) warnLimit(g *warnGate, limit, host, what string) {
+	if ok, suppressed := g.allow(s.cfg.Now()); ok {
+		s.log.Warn("bootstrap: connection limit reached", "limit", limit, "remote_host", host, "action", what,
+			"max_conns", s.cfg.MaxConns, "max_conns_per_host", s.cfg.MaxConnsPerHost,
+			"suppressed", suppressed, "warn_every", limitWarnEvery)
+	}
+}
+
+// warnRefused logs a refused header, rate-limited like warnLimit: a
+// scanner or an attacker would otherwise write one line per attempt.
+func (s *Server) warnRefused(msg string, args ...any) {
+	if ok, suppressed := s.refuseGate.allow(s.cfg.Now()); ok {
+		s.log.Warn(msg, append(args, "suppressed", suppressed, "warn_every", limitWarnEvery)...)
+	}
+}
+
+func (s *Server) serveConn(c net.Conn, ci *connInfo) {
 	defer s.wg.Done()
-	if st, answer := s.session(c); answer {
-		s.writeStatus(c, st)
-	}
+	s.serve(c, ci)
 	_ = c.Close()
 	s.mu.Lock()
 	delete(s.conns, c)
+	if !ci.evicted {
+		s.live--
+		s.dropHostLocked(ci.host)
+	}
 	s.mu.Unlock()
 }
 
-func (s *Server) writeStatus(c net.Conn, st Status) {
+// serve answers the connection's headers: one, or one after another while
+// the client asks for keep-alive and each transfer ends in ACK or ABORT.
+func (s *Server) serve(c net.Conn, ci *connInfo) {
+	for first := true; ; first = false {
+		h, ok := s.readHeader(c, ci, first)
+		if !ok {
+			return
+		}
+		st, answer := s.await(c, ci, h)
+		if !answer {
+			return
+		}
+		if !s.writeStatus(c, st) || h.Flags&FlagKeepAlive == 0 || (st != StatusACK && st != StatusAbort) {
+			return
+		}
+	}
+}
+
+func (s *Server) writeStatus(c net.Conn, st Status) bool {
 	_ = c.SetWriteDeadline(time.Now().Add(s.cfg.HeaderTimeout))
 	if _, err := c.Write([]byte{byte(st)}); err != nil {
 		s.log.Debug("bootstrap: could not write status", "remote", c.RemoteAddr().String(), "status", st.String(), "err", err)
+		return false
 	}
+	return true
 }
 
-// session reads the header and waits for the outcome. It reports whether a
-// status must be written (not when the client went away).
-func (s *Server) session(c net.Conn) (Status, bool) {
+// enterPhase moves the connection to phase with a read deadline of d from
+// now, under the lock that eviction and Close take, so a wake-up is never
+// lost. It reports false when the connection must end instead.
+func (s *Server) enterPhase(c net.Conn, ci *connInfo, phase connPhase, d time.Duration) bool {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return StatusError, true
+	defer s.mu.Unlock()
+	if s.closed || ci.evicted {
+		return false
 	}
-	_ = c.SetReadDeadline(time.Now().Add(s.cfg.HeaderTimeout))
-	s.mu.Unlock()
+	now := time.Now()
+	ci.phase, ci.since = phase, now
+	_ = c.SetReadDeadline(now.Add(d))
+	return true
+}
 
+func (s *Server) ending(ci *connInfo) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed || ci.evicted
+}
+
+// readHeader reads, checks and authenticates the next header. On false the
+// connection ends; it has already been answered when an answer was owed.
+// Between keep-alive transfers nothing is owed: the client sent nothing,
+// and a stray byte would be read as the answer to its next header.
+func (s *Server) readHeader(c net.Conn, ci *connInfo, first bool) (Header, bool) {
+	remote := c.RemoteAddr().String()
 	var buf [HeaderSize]byte
-	if _, err := io.ReadFull(c, buf[:]); err != nil {
+	got := 0
+	if !first {
+		if !s.enterPhase(c, ci, phaseIdle, s.cfg.IdleTimeout) {
+			return Header{}, false
+		}
+		n, err := c.Read(buf[:1])
+		if n == 0 {
+			s.log.Debug("bootstrap: keep-alive connection ended between transfers", "remote", remote, "err", err)
+			return Header{}, false
+		}
+		got = n
+	}
+	refuse := func() (Header, bool) {
+		s.writeStatus(c, StatusError)
+		return Header{}, false
+	}
+	if !s.enterPhase(c, ci, phaseHeader, s.cfg.HeaderTimeout) {
+		return refuse()
+	}
+	// The magic and version come first, so a stray client (an HTTP probe,
+	// a version-1 decode) is refused on its first bytes, not at
+	// HeaderTimeout.
+	_, err := io.ReadFull(c, buf[got:prefixSize])
+	if err == nil {
+		if perr := checkPrefix(buf[:prefixSize]); perr != nil {
+			s.warnRefused("bootstrap: refusing connection", "remote", remote, "err", perr)
+			return refuse()
+		}
+		_, err = io.ReadFull(c, buf[prefixSize:])
+	}
+	if err != nil {
 		switch {
-		case s.isClosed():
-			return StatusError, true
+		case s.ending(ci):
+			return refuse()
 		case isTimeout(err):
-			s.log.Warn("bootstrap: no complete header within HeaderTimeout", "remote", c.RemoteAddr().String(), "header_timeout", s.cfg.HeaderTimeout)
-			return StatusError, true
+			s.warnRefused("bootstrap: no complete header within HeaderTimeout", "remote", remote, "header_timeout", s.cfg.HeaderTimeout)
+			return refuse()
 		default:
-			s.log.Debug("bootstrap: decode left before sending its header", "remote", c.RemoteAddr().String(), "err", err)
-			return 0, false
+			s.log.Debug("bootstrap: decode left before sending its header", "remote", remote, "err", err)
+			return Header{}, false
 		}
 	}
 	h, err := DecodeHeader(buf[:])
 	if err != nil {
-		s.log.Warn("bootstrap: refusing connection", "remote", c.RemoteAddr().String(), "err", err)
-		return StatusError, true
+		s.warnRefused("bootstrap: refusing connection", "remote", remote, "err", err)
+		return refuse()
 	}
-	return s.await(c, h)
-}
-
-func (s *Server) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
+	if !s.authentic(h) {
+		s.warnRefused("bootstrap: refusing header with a wrong token for its transfer and request",
+			"remote", remote, "transfer_id", h.TransferID, "request_id", h.RequestID)
+		return refuse()
+	}
+	return h, true
 }
 
 func isTimeout(err error) bool {
@@ -737,14 +984,15 @@ func isTimeout(err error) bool {
 // goroutine sits in Read so that a client hanging up is noticed at once;
 // Open, resolve and Close wake it by moving the read deadline into the past
 // after recording, under the lock, why.
-func (s *Server) await(c net.Conn, h Header) (Status, bool) {
+func (s *Server) await(c net.Conn, ci *connInfo, h Header) (Status, bool) {
 	id := h.TransferID
 	remote := c.RemoteAddr().String()
 	s.mu.Lock()
-	if s.closed {
+	if s.closed || ci.evicted {
 		s.mu.Unlock()
 		return StatusError, true
 	}
+	ci.phase = phaseWaiting
 	now := s.cfg.Now()
 	r := s.rooms[id]
 	if r != nil && r.resolved() {

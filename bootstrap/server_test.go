@@ -62,10 +62,10 @@ type awaitResult struct {
 	err    error
 }
 
-func awaitAsync(ctx context.Context, addr string, transferID, requestID uint64) <-chan awaitResult {
+func awaitAsync(ctx context.Context, s *Server, transferID, requestID uint64) <-chan awaitResult {
 	ch := make(chan awaitResult, 1)
 	go func() {
-		st, err := Await(ctx, addr, transferID, requestID)
+		st, err := awaitOn(ctx, s, transferID, requestID)
 		ch <- awaitResult{st, err}
 	}()
 	return ch
@@ -124,7 +124,7 @@ func TestServer_ACKPrefillFirst(t *testing.T) {
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
 
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 77)
+	res := awaitAsync(t.Context(), s, id, 77)
 	a := receive(t, arrived, "decode arrival")
 	assert.Equal(t, arrival{id, 77}, a)
 	select {
@@ -142,7 +142,7 @@ func TestServer_ACKDecodeFirst(t *testing.T) {
 	s := startServer(t, Config{OnDecodeArrived: onArrive})
 	id := NextTransferID()
 
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 5)
+	res := awaitAsync(t.Context(), s, id, 5)
 	require.Eventually(t, func() bool { return s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
 	select {
 	case a := <-arrived:
@@ -162,7 +162,7 @@ func TestServer_ArrivalCallbackMayCompleteDirectly(t *testing.T) {
 	s = startServer(t, Config{OnDecodeArrived: func(tid, _ uint64) { assert.NoError(t, s.Complete(tid)) }})
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
-	st, err := Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	st, err := awaitOn(t.Context(), s, id, 1)
 	require.NoError(t, err)
 	assert.Equal(t, StatusACK, st)
 }
@@ -173,7 +173,7 @@ func TestServer_AbortAnswersWaitingDecode(t *testing.T) {
 	s := startServer(t, Config{OnDecodeArrived: onArrive})
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 9)
+	res := awaitAsync(t.Context(), s, id, 9)
 	receive(t, arrived, "decode arrival")
 	require.NoError(t, s.Abort(id))
 
@@ -188,7 +188,7 @@ func TestServer_AbortBeforeOpenAnswersWaitingDecode(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, Config{})
 	id := NextTransferID()
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
+	res := awaitAsync(t.Context(), s, id, 1)
 	require.Eventually(t, func() bool { return s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
 	require.NoError(t, s.Abort(id))
 	r := receive(t, res, "ABORT")
@@ -206,12 +206,12 @@ func TestServer_LateDecodeAfterAbort(t *testing.T) {
 	require.NoError(t, s.Abort(id))
 
 	clock.Advance(ttl - time.Second)
-	st, err := Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	st, err := awaitOn(t.Context(), s, id, 1)
 	require.ErrorIs(t, err, ErrAborted, "a decode within the TTL must learn of the abort")
 	assert.Equal(t, StatusAbort, st)
 
 	clock.Advance(2 * time.Second)
-	st, err = Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	st, err = awaitOn(t.Context(), s, id, 1)
 	require.ErrorIs(t, err, ErrProtocol, "after the TTL the room is gone")
 	assert.NotErrorIs(t, err, ErrAborted)
 	assert.Equal(t, StatusError, st)
@@ -227,7 +227,7 @@ func TestServer_LateDecodeAfterComplete(t *testing.T) {
 	require.NoError(t, s.Open(id))
 	require.NoError(t, s.Complete(id))
 
-	st, err := Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	st, err := awaitOn(t.Context(), s, id, 1)
 	require.NoError(t, err)
 	assert.Equal(t, StatusACK, st)
 
@@ -236,7 +236,7 @@ func TestServer_LateDecodeAfterComplete(t *testing.T) {
 	// server has forgotten: it must wait out PendingWait and get ERROR.
 	other := NextTransferID()
 	require.NoError(t, s.Open(other))
-	st, err = Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	st, err = awaitOn(t.Context(), s, id, 1)
 	require.ErrorIs(t, err, ErrProtocol)
 	assert.Equal(t, StatusError, st)
 	eventuallyStats(t, s, Stats{OpenRooms: 1})
@@ -245,17 +245,23 @@ func TestServer_LateDecodeAfterComplete(t *testing.T) {
 func TestServer_BadHeaderGetsError(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, Config{})
-	good := NewHeader(NextTransferID(), 1)
+	id := NextTransferID()
+	require.NoError(t, s.Open(id))
+	good := NewHeader(id, 1, s.Token(id, 1))
+	withVersion := func(v uint16) []byte { h := good; h.Version = v; return h.Append(nil) }
 	tests := []struct {
 		name string
 		in   []byte
 	}{
 		{"bad magic", withByte(good.Append(nil), 1, 'X')},
 		{"http probe", []byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n")},
-		{"version 2", Header{Version: 2, TransferID: 1}.Append(nil)},
-		{"version 0", Header{Version: 0, TransferID: 1}.Append(nil)},
-		{"flags set", Header{Version: 1, Flags: 4, TransferID: 1}.Append(nil)},
-		{"zero transfer id", NewHeader(0, 1).Append(nil)},
+		{"version 1", withVersion(1)},
+		{"version 0", withVersion(0)},
+		{"flags set", Header{Version: 2, Flags: 4, TransferID: id, RequestID: 1, Token: good.Token}.Append(nil)},
+		{"zero transfer id", NewHeader(0, 1, good.Token).Append(nil)},
+		{"zero token", NewHeader(id, 1, Token{}).Append(nil)},
+		{"token of another request", NewHeader(id, 2, good.Token).Append(nil)},
+		{"token of another transfer", NewHeader(id+1, 1, good.Token).Append(nil)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -270,7 +276,7 @@ func TestServer_ExtraBytesAfterHeaderGetError(t *testing.T) {
 	s := startServer(t, Config{})
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
-	in := append(NewHeader(id, 1).Append(nil), 0xff)
+	in := append(NewHeader(id, 1, s.Token(id, 1)).Append(nil), 0xff)
 	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), in))
 	eventuallyStats(t, s, Stats{OpenRooms: 1})
 }
@@ -278,7 +284,7 @@ func TestServer_ExtraBytesAfterHeaderGetError(t *testing.T) {
 func TestServer_HeaderTimeoutGetsError(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, Config{HeaderTimeout: 30 * time.Millisecond})
-	partial := NewHeader(NextTransferID(), 1).Append(nil)[:10]
+	partial := NewHeader(NextTransferID(), 1, Token{}).Append(nil)[:10]
 	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), partial))
 	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), nil), "a silent client times out too")
 }
@@ -288,8 +294,8 @@ func TestServer_ConnectionLimit(t *testing.T) {
 	s := startServer(t, Config{MaxConns: 1})
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
-	require.Eventually(t, func() bool { return s.Stats().Conns == 1 }, waitFor, time.Millisecond)
+	res := awaitAsync(t.Context(), s, id, 1)
+	require.Eventually(t, func() bool { return s.Stats().Waiting == 1 }, waitFor, time.Millisecond)
 
 	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), nil), "an excess connection is refused at once")
 	assert.Equal(t, 1, s.Stats().Conns)
@@ -302,7 +308,7 @@ func TestServer_ConnectionLimit(t *testing.T) {
 	id2 := NextTransferID()
 	require.NoError(t, s.Open(id2))
 	require.NoError(t, s.Abort(id2))
-	_, err := Await(t.Context(), s.AdvertisedAddr(), id2, 1)
+	_, err := awaitOn(t.Context(), s, id2, 1)
 	require.ErrorIs(t, err, ErrAborted, "a slot freed by a finished decode is usable again")
 }
 
@@ -330,11 +336,11 @@ func TestServer_TombstoneLimitForgetsCompletedFirst(t *testing.T) {
 		require.NoError(t, s.Complete(id))
 	}
 	assert.Equal(t, 2, s.Stats().Tombstones)
-	_, err := Await(t.Context(), s.AdvertisedAddr(), aborted, 1)
+	_, err := awaitOn(t.Context(), s, aborted, 1)
 	require.ErrorIs(t, err, ErrAborted, "the abort outlives older completed rooms")
-	_, err = Await(t.Context(), s.AdvertisedAddr(), done2, 1)
+	_, err = awaitOn(t.Context(), s, done2, 1)
 	require.NoError(t, err)
-	_, err = Await(t.Context(), s.AdvertisedAddr(), done1, 1)
+	_, err = awaitOn(t.Context(), s, done1, 1)
 	require.ErrorIs(t, err, ErrProtocol, "the oldest completed room was forgotten")
 }
 
@@ -342,7 +348,7 @@ func TestServer_PendingWaitTimeout(t *testing.T) {
 	t.Parallel()
 	arrived, onArrive := arrivals()
 	s := startServer(t, Config{PendingWait: 30 * time.Millisecond, OnDecodeArrived: onArrive})
-	st, err := Await(t.Context(), s.AdvertisedAddr(), NextTransferID(), 1)
+	st, err := awaitOn(t.Context(), s, NextTransferID(), 1)
 	require.ErrorIs(t, err, ErrProtocol)
 	assert.Equal(t, StatusError, st)
 	assert.Equal(t, 0, s.Stats().PendingRooms, "the pending room goes with its last decode")
@@ -353,7 +359,7 @@ func TestServer_DecodeHangUpFreesPendingRoom(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, Config{})
 	ctx, cancel := context.WithCancel(t.Context())
-	res := awaitAsync(ctx, s.AdvertisedAddr(), NextTransferID(), 1)
+	res := awaitAsync(ctx, s, NextTransferID(), 1)
 	require.Eventually(t, func() bool { return s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
 	cancel()
 	r := receive(t, res, "cancelled await")
@@ -369,7 +375,7 @@ func TestAwait_ContextCancelWhileRoomOpen(t *testing.T) {
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
 	ctx, cancel := context.WithCancel(t.Context())
-	res := awaitAsync(ctx, s.AdvertisedAddr(), id, 1)
+	res := awaitAsync(ctx, s, id, 1)
 	receive(t, arrived, "decode arrival")
 	cancel()
 	r := receive(t, res, "cancelled await")
@@ -384,7 +390,7 @@ func TestAwait_ContextDeadline(t *testing.T) {
 	s := startServer(t, Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
 	defer cancel()
-	_, err := Await(ctx, s.AdvertisedAddr(), NextTransferID(), 1)
+	_, err := awaitOn(ctx, s, NextTransferID(), 1)
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -394,11 +400,11 @@ func TestAwait_DialFailureNamesAddress(t *testing.T) {
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	require.NoError(t, ln.Close())
-	_, err = Await(t.Context(), addr, 3, 1)
+	_, err = Await(t.Context(), addr, 3, 1, Token{1})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), addr)
 	assert.NotErrorIs(t, err, ErrProtocol)
-	_, err = Await(t.Context(), addr, 0, 1)
+	_, err = Await(t.Context(), addr, 0, 1, Token{1})
 	require.ErrorIs(t, err, ErrZeroTransfer)
 }
 
@@ -410,9 +416,9 @@ func TestServer_CloseAnswersWaitingDecodes(t *testing.T) {
 	require.NoError(t, s.Open(open))
 	var results []<-chan awaitResult
 	for i := range 3 {
-		results = append(results, awaitAsync(t.Context(), s.AdvertisedAddr(), open, uint64(i)))
+		results = append(results, awaitAsync(t.Context(), s, open, uint64(i)))
 	}
-	results = append(results, awaitAsync(t.Context(), s.AdvertisedAddr(), NextTransferID(), 9))
+	results = append(results, awaitAsync(t.Context(), s, NextTransferID(), 9))
 	silent, err := net.Dial("tcp", s.Addr()) // still inside its header deadline
 	require.NoError(t, err)
 	defer silent.Close()
@@ -433,7 +439,7 @@ func TestServer_CloseAnswersWaitingDecodes(t *testing.T) {
 	require.ErrorIs(t, s.Open(NextTransferID()), ErrClosed)
 	require.ErrorIs(t, s.Complete(open), ErrClosed)
 	require.ErrorIs(t, s.Abort(open), ErrClosed)
-	_, err = Await(t.Context(), s.Addr(), open, 1)
+	_, err = Await(t.Context(), s.Addr(), open, 1, s.Token(open, 1))
 	require.Error(t, err, "nothing listens after Close")
 }
 
@@ -479,7 +485,7 @@ func TestServer_CompleteWithWaitingDecodeButNoOpenIsError(t *testing.T) {
 	t.Parallel()
 	s := startServer(t, Config{})
 	id := NextTransferID()
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
+	res := awaitAsync(t.Context(), s, id, 1)
 	require.Eventually(t, func() bool { return s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
 	require.ErrorIs(t, s.Complete(id), ErrUnknownTransfer)
 	require.NoError(t, s.Abort(id))
@@ -515,8 +521,8 @@ func TestServer_MultipleDecodesShareOutcome(t *testing.T) {
 	arrived, onArrive := arrivals()
 	s := startServer(t, Config{OnDecodeArrived: onArrive})
 	id := NextTransferID()
-	first := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
-	second := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 2)
+	first := awaitAsync(t.Context(), s, id, 1)
+	second := awaitAsync(t.Context(), s, id, 2)
 	require.Eventually(t, func() bool { return s.Stats().Conns == 2 && s.Stats().PendingRooms == 1 }, waitFor, time.Millisecond)
 	settled(t, s, id, 2)
 	require.NoError(t, s.Open(id))
@@ -540,14 +546,14 @@ func TestServer_ReconnectingDecodeDoesNotArriveTwice(t *testing.T) {
 	require.NoError(t, s.Open(id))
 
 	ctx, cancel := context.WithCancel(t.Context())
-	gone := awaitAsync(ctx, s.AdvertisedAddr(), id, 7)
+	gone := awaitAsync(ctx, s, id, 7)
 	assert.Equal(t, arrival{id, 7}, receive(t, arrived, "first arrival"))
 	cancel() // the first connection drops
 	require.ErrorIs(t, receive(t, gone, "cancelled await").err, context.Canceled)
 	require.Eventually(t, func() bool { return s.Stats().Conns == 0 }, waitFor, time.Millisecond)
 
-	retry := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 7)
-	dup := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 7)
+	retry := awaitAsync(t.Context(), s, id, 7)
+	dup := awaitAsync(t.Context(), s, id, 7)
 	settled(t, s, id, 2)
 	require.NoError(t, s.Complete(id))
 	expectACK(t, retry, dup)
@@ -573,14 +579,14 @@ func TestServer_AdvertisedHost(t *testing.T) {
 	assert.Equal(t, "127.0.0.1", host)
 	assert.Equal(t, "127.0.0.1", s.AdvertisedHost(), "defaults to the bound host")
 	assert.Equal(t, port, strconv.Itoa(s.Port()))
-	assert.Equal(t, VLLMParams{TransferID: 7, PrefillHost: "127.0.0.1", PrefillPort: s.Port()}, s.VLLMParams(7))
+	assert.Equal(t, VLLMParams{TransferID: 7, PrefillHost: "127.0.0.1", PrefillPort: s.Port(), TransferToken: s.Token(7, 3)}, s.VLLMParams(7, 3))
 
 	wide := startServer(t, Config{Addr: "0.0.0.0:0", AdvertisedHost: "prefill-0.mocker.internal"})
 	assert.Equal(t, "prefill-0.mocker.internal", wide.AdvertisedHost())
-	p := wide.VLLMParams(9)
+	p := wide.VLLMParams(9, 3)
 	assert.Equal(t, "prefill-0.mocker.internal", p.PrefillHost, "params carry the advertised host, not the bind address")
 	assert.Equal(t, wide.Port(), p.PrefillPort)
-	assert.Equal(t, SGLangParams{BootstrapHost: "prefill-0.mocker.internal", BootstrapPort: wide.Port(), BootstrapRoom: 9}, wide.SGLangParams(9))
+	assert.Equal(t, SGLangParams{BootstrapHost: "prefill-0.mocker.internal", BootstrapPort: wide.Port(), BootstrapRoom: 9, BootstrapToken: wide.Token(9, 3)}, wide.SGLangParams(9, 3))
 	assert.Equal(t, net.JoinHostPort("prefill-0.mocker.internal", strconv.Itoa(wide.Port())), wide.AdvertisedAddr())
 }
 
@@ -660,7 +666,7 @@ func TestServer_LogsProtocolErrors(t *testing.T) {
 	s := startServer(t, Config{Logger: logger, PendingWait: 20 * time.Millisecond})
 	assert.Equal(t, StatusError, rawExchange(t, s.Addr(), Header{Version: 9, TransferID: 1}.Append(nil)))
 	id := NextTransferID()
-	_, err := Await(t.Context(), s.AdvertisedAddr(), id, 1)
+	_, err := awaitOn(t.Context(), s, id, 1)
 	require.ErrorIs(t, err, ErrProtocol)
 	logs := out.String()
 	assert.Contains(t, logs, "level=WARN")
@@ -701,8 +707,8 @@ func TestServer_ConnectionLimitWarningIsRateLimited(t *testing.T) {
 	s := startServer(t, Config{MaxConns: 1, Logger: logger, Now: clock.Now})
 	id := NextTransferID()
 	require.NoError(t, s.Open(id))
-	res := awaitAsync(t.Context(), s.AdvertisedAddr(), id, 1)
-	require.Eventually(t, func() bool { return s.Stats().Conns == 1 }, waitFor, time.Millisecond)
+	res := awaitAsync(t.Context(), s, id, 1)
+	require.Eventually(t, func() bool { return s.Stats().Waiting == 1 }, waitFor, time.Millisecond)
 
 	for range 3 {
 		assert.Equal(t, StatusError, rawExchange(t, s.Addr(), nil))
@@ -716,4 +722,10 @@ func TestServer_ConnectionLimitWarningIsRateLimited(t *testing.T) {
 
 	require.NoError(t, s.Complete(id))
 	require.NoError(t, receive(t, res, "ACK").err)
+}
+
+// awaitOn is Await with the token s issues for the transfer and request,
+// as a decode holding the handoff params would call it.
+func awaitOn(ctx context.Context, s *Server, transferID, requestID uint64) (Status, error) {
+	return Await(ctx, s.AdvertisedAddr(), transferID, requestID, s.Token(transferID, requestID))
 }

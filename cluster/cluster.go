@@ -189,6 +189,7 @@ func (c *Cluster) startWorkers(servers bool) error {
 					Addr:            c.cfg.TransferHost + ":0",
 					AdvertisedHost:  c.cfg.AdvertisedHost,
 					OnDecodeArrived: c.link.arrived,
+					MaxConns:        c.cfg.TransferMaxConns,
 					Logger:          c.log.With("worker", n.name),
 				})
 				if err != nil {

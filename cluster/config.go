@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"os"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/internal/jsonval"
@@ -35,6 +37,41 @@ const (
 	maxRecentHolds        = 256  // most recent ended holds kept by Holds
 	maxRecentEvents       = 1024 // forensic events kept by Events
 	errDistributedMissing = "distributed transport is not available yet; remove transport to run the in-process cluster"
+)
+
+// Bounds checked when a config is resolved, before any worker is built, so
+// an oversized or degenerate value is a config error naming its field
+// rather than an allocation the machine cannot make or a timer that
+// overflows.
+const (
+	// MaxWorkers bounds the workers of one cluster, every pool together.
+	MaxWorkers = 1024
+	// MinSpeedupRatio and MaxSpeedupRatio bound speedup_ratio and
+	// decode_speedup_ratio (0 still means no scaling). Below the minimum a
+	// modeled millisecond lasts more than a wall second, so timers and
+	// timeouts leave any usable range; above the maximum modeled times
+	// shrink to nothing in wall time.
+	MinSpeedupRatio = 1e-3
+	MaxSpeedupRatio = 1e6
+	// MaxTimeoutMs bounds kv_transfer_abort_timeout_ms and
+	// handoff_session_timeout_ms (modeled ms, about 11.6 days). With
+	// MinSpeedupRatio it keeps every wall-time timer within
+	// jsonval.MaxMillis.
+	MaxTimeoutMs = 1e9
+	// BytesPerBlock is the memory one KV block costs a worker, the figure
+	// the memory estimate multiplies: a fresh pool measures 60-74 bytes a
+	// block (vLLM) and 68-82 (SGLang) from 100k to 1M blocks; the rest is
+	// headroom for the prefix cache and the router's view of the blocks.
+	BytesPerBlock = 128
+	// DefaultMemoryFraction is the share of the machine's memory
+	// (/proc/meminfo MemTotal) the KV pools of one cluster may take when
+	// max_memory_mb is not given.
+	DefaultMemoryFraction = 0.5
+	// MaxTransferConns bounds transfer_max_conns: each connection holds a
+	// goroutine and a socket.
+	MaxTransferConns = 1 << 16
+	// fallbackMemoryMB is the limit where /proc/meminfo cannot be read.
+	fallbackMemoryMB = 4096
 )
 
 // Config describes one cluster: what mocker.cluster({...}) receives in a
@@ -76,6 +113,10 @@ type Config struct {
 	RouterOptions map[string]any `json:"router_options"`
 	// Seed drives prompt tokens, output tokens and routing draws.
 	Seed uint64 `json:"seed"`
+	// MaxMemoryMB bounds the memory the cluster's KV pools may take, as
+	// estimated from num_gpu_blocks × workers × BytesPerBlock. Default:
+	// DefaultMemoryFraction of the machine's memory.
+	MaxMemoryMB int `json:"max_memory_mb,omitempty"`
 	// TransferHost is the host every prefill worker's transfer server binds
 	// (on a free port). Default 127.0.0.1.
 	TransferHost string `json:"transfer_host"`
@@ -83,6 +124,11 @@ type Config struct {
 	// workers dial. Default: the bound host. Required when TransferHost
 	// binds every interface (0.0.0.0, ::).
 	AdvertisedHost string `json:"advertised_host"`
+	// TransferMaxConns bounds the decode connections each prefill worker's
+	// transfer server serves at once (bootstrap.Config.MaxConns; at the
+	// limit the oldest unauthenticated connection is evicted). 0: the
+	// server's default, bootstrap.DefaultMaxConns.
+	TransferMaxConns int `json:"transfer_max_conns,omitempty"`
 	// Transport selects the distributed transport (etcd + NATS); nil runs
 	// everything in process.
 	Transport *TransportConfig `json:"transport,omitempty"`
@@ -125,7 +171,7 @@ type TransportConfig struct {
 const RouterOptionsHelp = "router_options: busy_threshold (fraction of blocks, held included), active_decode_blocks_threshold (fraction, router-facing view), active_prefill_tokens_threshold (tokens)"
 
 // configKeys are the keys ConfigFromMap accepts, for its error messages.
-var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine", "name", "prefill", "router", "router_options", "seed", "transfer_host", "transport", "workers"}
+var configKeys = []string{"advertised_host", "args", "decode", "disagg", "engine", "max_memory_mb", "name", "prefill", "router", "router_options", "seed", "transfer_host", "transfer_max_conns", "transport", "workers"}
 
 // ConfigFromMap reads a Config from a decoded JSON object or an object
 // exported from a script runtime: numbers may be any Go integer, an integral
@@ -154,14 +200,15 @@ func ConfigFromMap(m map[string]any) (Config, error) {
 		case "disagg":
 			c.Disagg, err = boolValue(k, v)
 		case "workers":
-			c.Workers, err = positiveInt(k, v)
+			c.Workers, err = intIn(k, v, 1, MaxWorkers)
 		case "seed":
 			var n int64
-			n, err = intValue(k, v, "an integer ≥ 0")
-			if err == nil && n < 0 {
-				err = fmt.Errorf("%s: want an integer ≥ 0, got %d", k, n)
-			}
+			n, err = jsonval.Int(k, v, 0, math.MaxInt64)
 			c.Seed = uint64(n)
+		case "max_memory_mb":
+			c.MaxMemoryMB, err = intIn(k, v, 1, math.MaxInt32)
+		case "transfer_max_conns":
+			c.TransferMaxConns, err = intIn(k, v, 1, MaxTransferConns)
 		case "args":
 			c.Args, err = objectValue(k, v)
 		case "router_options":
@@ -197,7 +244,7 @@ func poolFromMap(path string, v any) (PoolConfig, error) {
 		field := path + "." + k
 		switch k {
 		case "workers":
-			p.Workers, err = positiveInt(field, obj[k])
+			p.Workers, err = intIn(field, obj[k], 1, MaxWorkers)
 		case "args":
 			p.Args, err = objectValue(field, obj[k])
 		default:
@@ -322,14 +369,32 @@ func resolve(cfg Config) (resolved, error) {
 	if cfg.TransferHost == "" {
 		cfg.TransferHost = DefaultTransferHost
 	}
-	if cfg.Workers < 0 {
-		return r, fmt.Errorf("workers: want an integer ≥ 1, got %d", cfg.Workers)
+	// Sizes first: nothing below may build anything in proportion to
+	// them before they are known to be sane.
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"workers", cfg.Workers}, {"prefill.workers", cfg.Prefill.Workers}, {"decode.workers", cfg.Decode.Workers}} {
+		if f.n != 0 { // 0: the default
+			if _, err := jsonval.Int(f.name, f.n, 1, MaxWorkers); err != nil {
+				if f.n > MaxWorkers {
+					return r, fmt.Errorf("%w (%d is the limit of workers per cluster)", err, MaxWorkers)
+				}
+				return r, err
+			}
+		}
 	}
-	if cfg.Prefill.Workers < 0 {
-		return r, fmt.Errorf("prefill.workers: want an integer ≥ 1, got %d", cfg.Prefill.Workers)
+	if cfg.Disagg && cfg.Prefill.Workers+cfg.Decode.Workers > MaxWorkers {
+		return r, fmt.Errorf("prefill.workers + decode.workers: want at most %d workers per cluster, got %d + %d",
+			MaxWorkers, cfg.Prefill.Workers, cfg.Decode.Workers)
 	}
-	if cfg.Decode.Workers < 0 {
-		return r, fmt.Errorf("decode.workers: want an integer ≥ 1, got %d", cfg.Decode.Workers)
+	if cfg.TransferMaxConns != 0 {
+		if _, err := jsonval.Int("transfer_max_conns", cfg.TransferMaxConns, 1, MaxTransferConns); err != nil {
+			return r, err
+		}
+	}
+	if cfg.MaxMemoryMB < 0 {
+		return r, fmt.Errorf("max_memory_mb: want an integer ≥ 1 (or leave it out for %v of this machine's memory), got %d", DefaultMemoryFraction, cfg.MaxMemoryMB)
 	}
 	if err := checkEngineType("args", cfg.Args, cfg.Engine); err != nil {
 		return r, err
@@ -364,6 +429,14 @@ func resolve(cfg Config) (resolved, error) {
 			return r, err
 		}
 		r.pools = append(r.pools, pool{role: engine.WorkerAggregated, path: "args", workers: cfg.Workers, args: args})
+	}
+	for _, p := range r.pools {
+		if err := checkTimes(cfg, p); err != nil {
+			return r, err
+		}
+	}
+	if err := checkMemory(cfg, r.pools); err != nil {
+		return r, err
 	}
 	first := r.pools[0]
 	for _, p := range r.pools[1:] {
@@ -531,22 +604,16 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 		case "router_ttl_secs":
 			rc.RouterTTLSecs, err = floatValue(field, v)
 		case "router_max_tree_size":
-			rc.RouterMaxTreeSize, err = positiveInt(field, v)
+			rc.RouterMaxTreeSize, err = intIn(field, v, 1, math.MaxInt32)
 		case "router_request_ttl_secs":
 			rc.RouterRequestTTLSecs, err = floatValue(field, v)
 		case "active_prefill_tokens_threshold_frac":
 			var f float64
-			f, err = floatValue(field, v)
-			if err == nil && f <= 0 {
-				err = fmt.Errorf("%s: want a fraction > 0 of max_num_batched_tokens, got %v", field, f)
-			}
+			f, err = jsonval.Float(field, v, jsonval.AboveZero, math.Inf(1))
 			rc.ActivePrefillTokensThresholdFrac = &f
 		case "active_decode_blocks_threshold", "busy_threshold":
 			var f float64
-			f, err = floatValue(field, v)
-			if err == nil && (f <= 0 || f > 1) {
-				err = fmt.Errorf("%s: want a fraction in (0, 1], got %v", field, f)
-			}
+			f, err = jsonval.Float(field, v, jsonval.AboveZero, 1)
 			if k == "busy_threshold" {
 				busy = &f
 			} else {
@@ -554,14 +621,11 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 			}
 		case "active_prefill_tokens_threshold":
 			var n int64
-			n, err = intValue(field, v, "an integer ≥ 0")
-			if err == nil && n < 0 {
-				err = fmt.Errorf("%s: want an integer ≥ 0, got %d", field, n)
-			}
+			n, err = jsonval.Int(field, v, 0, math.MaxInt64)
 			rc.ActivePrefillTokensThreshold = &n
 		case "seed":
 			var n int64
-			n, err = intValue(field, v, "an integer ≥ 0")
+			n, err = jsonval.Int(field, v, 0, math.MaxInt64)
 			rc.Seed = uint64(n)
 		case "router_mode":
 			err = fmt.Errorf("%s: set the mode with the cluster's router key", field)
@@ -723,75 +787,123 @@ func objectValue(field string, v any) (map[string]any, error) {
 	return nil, fmt.Errorf("%s: want an object, got %s", field, jsonval.Describe(v))
 }
 
+// floatValue reads a finite number ≥ 0.
 func floatValue(field string, v any) (float64, error) {
-	var f float64
-	switch x := v.(type) {
-	case float64:
-		f = x
-	case float32:
-		f = float64(x)
-	case json.Number:
-		var err error
-		if f, err = x.Float64(); err != nil {
-			return 0, fmt.Errorf("%s: want a number, got %q", field, x.String())
-		}
-	default:
-		n, err := intValue(field, v, "a number")
-		if err != nil {
-			return 0, err
-		}
-		f = float64(n)
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-		return 0, fmt.Errorf("%s: want a finite number ≥ 0, got %v", field, f)
-	}
-	return f, nil
+	return jsonval.Float(field, v, 0, math.Inf(1))
 }
 
-func intValue(field string, v any, want string) (int64, error) {
-	switch x := v.(type) {
-	case int:
-		return int64(x), nil
-	case int8:
-		return int64(x), nil
-	case int16:
-		return int64(x), nil
-	case int32:
-		return int64(x), nil
-	case int64:
-		return x, nil
-	case uint:
-		return int64(x), nil
-	case uint8:
-		return int64(x), nil
-	case uint16:
-		return int64(x), nil
-	case uint32:
-		return int64(x), nil
-	case uint64:
-		if x > math.MaxInt64 {
-			break
-		}
-		return int64(x), nil
-	case float64:
-		if x == math.Trunc(x) && math.Abs(x) < 1<<53 {
-			return int64(x), nil
-		}
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return n, nil
-		}
-	}
-	return 0, fmt.Errorf("%s: want %s, got %s", field, want, jsonval.Describe(v))
+// intIn reads an integer in [lo, hi] as an int.
+func intIn(field string, v any, lo, hi int64) (int, error) {
+	n, err := jsonval.Int(field, v, lo, hi)
+	return int(n), err
 }
 
-func positiveInt(field string, v any) (int, error) {
-	n, err := intValue(field, v, "an integer ≥ 1")
+// checkTimes bounds the pool's engine args that become durations, naming
+// the layer that set each one.
+func checkTimes(cfg Config, p pool) error {
+	a := p.args
+	for _, f := range []struct {
+		key string
+		v   float64
+	}{{"speedup_ratio", a.SpeedupRatio}, {"decode_speedup_ratio", a.DecodeSpeedupRatio}} {
+		if f.v == 0 && f.key == "speedup_ratio" {
+			continue // no scaling
+		}
+		if _, err := jsonval.Float(argPath(cfg, p, f.key), f.v, MinSpeedupRatio, MaxSpeedupRatio); err != nil {
+			return err
+		}
+	}
+	if ms, ok := a.AbortTimeoutMs(); ok {
+		if _, err := jsonval.Int(argPath(cfg, p, "kv_transfer_abort_timeout_ms"), ms, 0, MaxTimeoutMs); err != nil {
+			return err
+		}
+	}
+	if _, err := jsonval.Int(argPath(cfg, p, "handoff_session_timeout_ms"), a.HandoffSessionTimeoutMs, 1, MaxTimeoutMs); err != nil {
+		return err
+	}
+	return nil
+}
+
+// argPath names key as the layer that set it: the pool's own args, the
+// cluster's args, or (a default) the pool's path.
+func argPath(cfg Config, p pool, key string) string {
+	if _, own := p.own[key]; !own {
+		if _, inCluster := cfg.Args[key]; inCluster {
+			return "args." + key
+		}
+	}
+	return p.path + "." + key
+}
+
+// checkMemory refuses pools whose estimated memory exceeds the limit,
+// before engine.New allocates them.
+func checkMemory(cfg Config, pools []pool) error {
+	limitMB, why := float64(cfg.MaxMemoryMB), "max_memory_mb"
+	if cfg.MaxMemoryMB == 0 {
+		limitMB, why = defaultMemoryLimitMB()
+	}
+	var total float64
+	worst := pools[0]
+	for _, p := range pools {
+		total += poolBytes(p)
+		if poolBytes(p) > poolBytes(worst) {
+			worst = p
+		}
+	}
+	if total/(1<<20) <= limitMB {
+		return nil
+	}
+	return fmt.Errorf("%s: %d blocks × %d workers (%d bytes a block) need about %s for the KV pools of this cluster, over the limit of %s (%s); lower num_gpu_blocks or workers, or set max_memory_mb",
+		argPath(cfg, worst, "num_gpu_blocks"), worst.args.NumGPUBlocks, worst.workers, BytesPerBlock,
+		formatMB(total/(1<<20)), formatMB(limitMB), why)
+}
+
+func poolBytes(p pool) float64 {
+	return float64(p.args.NumGPUBlocks) * float64(p.workers) * BytesPerBlock
+}
+
+func formatMB(mb float64) string {
+	if mb >= 1024 {
+		return strconv.FormatFloat(mb/1024, 'f', 1, 64) + " GiB"
+	}
+	return strconv.FormatFloat(mb, 'f', 0, 64) + " MiB"
+}
+
+var machineMemory struct {
+	once sync.Once
+	mb   float64
+}
+
+// defaultMemoryLimitMB is DefaultMemoryFraction of MemTotal, and says so.
+func defaultMemoryLimitMB() (float64, string) {
+	machineMemory.once.Do(func() { machineMemory.mb = readMemTotalMB("/proc/meminfo") })
+	if machineMemory.mb <= 0 {
+		return fallbackMemoryMB, "the default where the machine's memory is unknown; set max_memory_mb"
+	}
+	return machineMemory.mb * DefaultMemoryFraction, fmt.Sprintf("%v of this machine's %s; set max_memory_mb to change it",
+		DefaultMemoryFraction, formatMB(machineMemory.mb))
+}
+
+// readMemTotalMB reads MemTotal from a meminfo file, 0 when it cannot.
+func readMemTotalMB(path string) float64 {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return 0, err
+		return 0
 	}
-	if n < 1 || n > math.MaxInt32 {
-		return 0, fmt.Errorf("%s: want an integer ≥ 1, got %d", field, n)
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, "MemTotal:")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(rest)
+		if len(fields) == 0 {
+			return 0
+		}
+		kb, err := strconv.ParseFloat(fields[0], 64)
+		if err != nil {
+			return 0
+		}
+		return kb / 1024
 	}
-	return int(n), nil
+	return 0
 }

@@ -42,8 +42,8 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		m    map[string]any
 		want string
 	}{
-		{"negative pool", map[string]any{"prefill": map[string]any{"workers": -1}}, "prefill.workers: want an integer ≥ 1, got -1"},
-		{"fractional workers", map[string]any{"workers": 1.5}, "workers: want an integer ≥ 1"},
+		{"negative pool", map[string]any{"prefill": map[string]any{"workers": -1}}, "prefill.workers: want an integer in [1, 1024], got -1"},
+		{"fractional workers", map[string]any{"workers": 1.5}, "workers: want an integer in [1, 1024], got number 1.5"},
 		{"unknown key", map[string]any{"wokers": 2}, "wokers: unknown key"},
 		{"unknown pool key", map[string]any{"decode": map[string]any{"size": 2}}, "decode.size: unknown key"},
 		{"wrong type", map[string]any{"disagg": "yes"}, "disagg: want a boolean"},
@@ -58,12 +58,12 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"engine type contradiction", map[string]any{"args": map[string]any{"engine_type": "sglang"}}, "args.engine_type"},
 		{"pool engine type contradiction", map[string]any{"decode": map[string]any{"args": map[string]any{"engine_type": "sglang"}}}, "decode.args.engine_type"},
 		{"router mode", map[string]any{"router": "fastest"}, "router: router mode \"fastest\" is not valid"},
-		{"busy threshold range", map[string]any{"router_options": map[string]any{"busy_threshold": 1.5}}, "router_options.busy_threshold: want a fraction in (0, 1]"},
+		{"busy threshold range", map[string]any{"router_options": map[string]any{"busy_threshold": 1.5}}, "router_options.busy_threshold: want a number in (0, 1], got 1.5"},
 		{"both thresholds", map[string]any{"router_options": map[string]any{"busy_threshold": 0.5, "active_decode_blocks_threshold": 0.5}}, "router_options.busy_threshold: give busy_threshold"},
 		{"router option unknown", map[string]any{"router_options": map[string]any{"temperature": 1}}, "router_options.temperature: unknown key"},
 		{"router option range", map[string]any{"router_options": map[string]any{"router_ttl_secs": 0}}, "router_options: router config: router_ttl_secs"},
-		{"prefill token fraction range", map[string]any{"router_options": map[string]any{"active_prefill_tokens_threshold_frac": 0}}, "router_options.active_prefill_tokens_threshold_frac: want a fraction > 0"},
-		{"request ttl range", map[string]any{"router_options": map[string]any{"router_request_ttl_secs": -1}}, "router_options.router_request_ttl_secs: want a finite number"},
+		{"prefill token fraction range", map[string]any{"router_options": map[string]any{"active_prefill_tokens_threshold_frac": 0}}, "router_options.active_prefill_tokens_threshold_frac: want a number > 0, got 0"},
+		{"request ttl range", map[string]any{"router_options": map[string]any{"router_request_ttl_secs": -1}}, "router_options.router_request_ttl_secs: want a number ≥ 0, got -1"},
 		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
 		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
 		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list of endpoint URLs, got number 5"},
@@ -101,7 +101,7 @@ func TestNew_GoConfigErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "disagg:")
 	_, err = New(Config{Disagg: true, Decode: PoolConfig{Workers: -2}})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "decode.workers: want an integer ≥ 1, got -2")
+	assert.Contains(t, err.Error(), "decode.workers: want an integer in [1, 1024], got -2")
 	_, err = New(Config{Transport: &TransportConfig{NATS: "nats://x"}})
 	require.ErrorContains(t, err, "distributed transport is not available yet")
 }

@@ -184,6 +184,9 @@ type tcpLink struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+	// client keeps one connection per prefill server alive across
+	// handoffs: a dial per handoff would cost three times the CPU.
+	client bootstrap.Client
 }
 
 func newTCPLink(c *Cluster) *tcpLink {
@@ -214,7 +217,7 @@ func (l *tcpLink) close(p *workerNode, tid uint64, transferred bool) {
 }
 
 func (l *tcpLink) connect(p *workerNode, tid, reqID uint64) {
-	addr, room, err := l.c.handoffParams(p, tid)
+	addr, room, token, err := l.c.handoffParams(p, tid, reqID)
 	if err != nil {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: err.Error()}})
 		return
@@ -222,7 +225,7 @@ func (l *tcpLink) connect(p *workerNode, tid, reqID uint64) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		st, err := bootstrap.Await(l.ctx, addr, room, reqID)
+		st, err := l.client.Await(l.ctx, addr, room, reqID, token)
 		ls := linkStatus{status: handoff.Error}
 		switch {
 		case st == bootstrap.StatusACK:
@@ -241,17 +244,19 @@ func (l *tcpLink) forget(*workerNode, uint64) {}
 func (l *tcpLink) shutdown() {
 	l.cancel()
 	l.wg.Wait()
+	_ = l.client.Close()
 }
 
 // handoffParams builds the params the prefill returns with its first token
 // and reads them back as the decode side does: vLLM's {transfer_id,
 // prefill_host, prefill_port} or SGLang's {bootstrap_host, bootstrap_port,
-// bootstrap_room}. It returns the transfer server's address and the id.
-func (c *Cluster) handoffParams(p *workerNode, tid uint64) (string, uint64, error) {
+// bootstrap_room}, each with the transfer's token. It returns the transfer
+// server's address, the id and the token.
+func (c *Cluster) handoffParams(p *workerNode, tid, reqID uint64) (string, uint64, bootstrap.Token, error) {
 	if c.cfg.Engine == string(engine.EngineSGLang) {
-		sp, _, err := bootstrap.ParseSGLangParams(p.server.SGLangParams(tid))
-		return sp.Addr(), sp.BootstrapRoom, err
+		sp, _, err := bootstrap.ParseSGLangParams(p.server.SGLangParams(tid, reqID))
+		return sp.Addr(), sp.BootstrapRoom, sp.BootstrapToken, err
 	}
-	vp, _, err := bootstrap.ParseVLLMParams(p.server.VLLMParams(tid))
-	return vp.Addr(), vp.TransferID, err
+	vp, _, err := bootstrap.ParseVLLMParams(p.server.VLLMParams(tid, reqID))
+	return vp.Addr(), vp.TransferID, vp.TransferToken, err
 }

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // Request is one generation request, as a script's cluster.generate({...})
@@ -31,6 +33,14 @@ type Request struct {
 // limits end a request sooner (truncated); past it a value is more likely a
 // mistake than a workload.
 const MaxRequestMaxTokens = 1 << 24
+
+// MaxPromptTokens is the longest prompt a request may carry (4,194,304
+// tokens, prompt_tokens or the length of tokens): 256 times the largest
+// default pool, beyond the context window of served models, and a 16 MiB
+// token slice at most. It is checked before anything in proportion to the
+// prompt is allocated; a prompt that passes it but outgrows its workers'
+// pool or max_model_len is then refused by the engine.
+const MaxPromptTokens = 1 << 22
 
 // Outcomes of a request, Result.Outcome.
 const (
@@ -97,11 +107,17 @@ func (r *Request) validate() error {
 	if r.MaxTokens < 1 || r.MaxTokens > MaxRequestMaxTokens {
 		return fmt.Errorf("max_tokens: want an integer in [1, %d], got %d", MaxRequestMaxTokens, r.MaxTokens)
 	}
+	if len(r.Tokens) > MaxPromptTokens {
+		return fmt.Errorf("tokens: want at most %d token ids, got %d", MaxPromptTokens, len(r.Tokens))
+	}
 	if len(r.Tokens) > 0 {
 		return nil
 	}
 	if r.PromptTokens < 1 {
 		return fmt.Errorf("prompt_tokens: want an integer ≥ 1 (or give tokens), got %d", r.PromptTokens)
+	}
+	if _, err := jsonval.Int("prompt_tokens", r.PromptTokens, 1, MaxPromptTokens); err != nil {
+		return err
 	}
 	if r.PrefixTokens < 0 || r.PrefixTokens > r.PromptTokens {
 		return fmt.Errorf("prefix_tokens: want an integer in [0, prompt_tokens=%d], got %d", r.PromptTokens, r.PrefixTokens)

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/network"
 	"github.com/testcontainers/testcontainers-go"
@@ -273,7 +274,10 @@ func (s *server) Restart(ctx context.Context) error {
 	return s.Start(ctx)
 }
 
-// Terminate stops and removes the container. Calling it again is a no-op.
+// Terminate stops and removes the container. Calling it again is a no-op,
+// and so is terminating a container already removed by someone else (a
+// test that removed it on purpose, Sweep, `docker rm`): the goal, no
+// container left, is met.
 func (s *server) Terminate(ctx context.Context) error {
 	s.mu.Lock()
 	if s.terminated {
@@ -282,10 +286,32 @@ func (s *server) Terminate(ctx context.Context) error {
 	}
 	s.terminated = true
 	s.mu.Unlock()
-	if err := s.ctr.Terminate(ctx); err != nil {
+	if err := withoutNotFound(s.ctr.Terminate(ctx)); err != nil {
 		return fmt.Errorf("terminate %s container %s: %w", s.kind, shortID(s.ctr.GetContainerID()), err)
 	}
 	return nil
+}
+
+// withoutNotFound drops the engine's "no such container" errors from err,
+// keeping any other: testcontainers joins the errors of the steps of a
+// termination, and only a missing container is expected.
+func withoutNotFound(err error) error {
+	if err == nil {
+		return nil
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		var keep []error
+		for _, e := range joined.Unwrap() {
+			if e = withoutNotFound(e); e != nil {
+				keep = append(keep, e)
+			}
+		}
+		return errors.Join(keep...)
+	}
+	if cerrdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
 
 // Logs returns everything the server has printed so far.

@@ -2,7 +2,10 @@ package containers
 
 import (
 	"errors"
+	"fmt"
 	"testing"
+
+	cerrdefs "github.com/containerd/errdefs"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -37,5 +40,33 @@ func TestDockerVerdict_ParsesCIAsABoolean(t *testing.T) {
 			assert.Contains(t, msg, "docker not available: "+cause.Error())
 			assert.Contains(t, msg, tt.wantHint)
 		})
+	}
+}
+
+// TestWithoutNotFound keeps every error of a termination but the engine's
+// "no such container".
+func TestWithoutNotFound(t *testing.T) {
+	gone := cerrdefs.ErrNotFound.WithMessage("No such container: abc")
+	other := errors.New("hook failed")
+	tests := []struct {
+		name string
+		in   error
+		want error
+	}{
+		{"nil", nil, nil},
+		{"not found", gone, nil},
+		{"wrapped not found", fmt.Errorf("stop: %w", gone), nil},
+		{"joined, only not found", errors.Join(nil, gone, nil), nil},
+		{"joined with another", errors.Join(gone, other), other},
+		{"another", other, other},
+	}
+	for _, tt := range tests {
+		got := withoutNotFound(tt.in)
+		if tt.want == nil {
+			assert.NoError(t, got, tt.name)
+			continue
+		}
+		assert.ErrorIs(t, got, tt.want, tt.name)
+		assert.NotErrorIs(t, got, cerrdefs.ErrNotFound, tt.name)
 	}
 }

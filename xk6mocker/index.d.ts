@@ -188,6 +188,10 @@ declare module 'k6/x/mocker' {
     seed?: number;
     transfer_host?: string;
     advertised_host?: string;
+    /** Decode connections each prefill's transfer server serves at once (default 1024). */
+    transfer_max_conns?: number;
+    /** Bound on the memory the KV pools may take, in MB (default: half the machine's). */
+    max_memory_mb?: number;
     transport?: TransportConfig;
   }
 

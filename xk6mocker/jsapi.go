@@ -25,6 +25,14 @@ const heldSampleEvery = 50 * time.Millisecond
 // defaultDrainTimeout is drain()'s wait when the script gives none.
 const defaultDrainTimeout = 30 * time.Second
 
+// maxDrainMs and maxSleepMs bound drain's wall-time timeout and sleep's
+// modeled milliseconds: about 11.6 days each, beyond any test, and with
+// cluster.MinSpeedupRatio still inside what a timer holds.
+const (
+	maxDrainMs = 1e9
+	maxSleepMs = cluster.MaxTimeoutMs
+)
+
 // jsCluster implements mocker.cluster(config).
 func (inst *instance) jsCluster(call sobek.FunctionCall) sobek.Value {
 	rt := inst.rt
@@ -57,7 +65,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 	must(o.Set("name", e.name))
 	must(o.Set("generate", func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("cluster.generate")
-		req, err := parseRequest(call.Argument(0))
+		req, err := parseRequest(rt, call.Argument(0))
 		if err != nil {
 			throw(rt, fmt.Errorf("generate: %w", err))
 		}
@@ -68,7 +76,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 	must(o.Set("generateAsync", func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("cluster.generateAsync")
 		p, resolve, reject := rt.NewPromise()
-		req, err := parseRequest(call.Argument(0))
+		req, err := parseRequest(rt, call.Argument(0))
 		if err != nil {
 			must(reject(jsError(rt, fmt.Errorf("generateAsync: %w", err))))
 			return rt.ToValue(p)
@@ -92,11 +100,10 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		inst.refuseInInit("cluster.drain")
 		timeout := defaultDrainTimeout
 		if arg := call.Argument(0); !sobek.IsUndefined(arg) && !sobek.IsNull(arg) {
-			ms, ok := number(arg.Export())
-			if !ok || ms <= 0 || math.IsInf(ms, 0) {
-				throw(rt, fmt.Errorf("drain: timeoutMs: want a number of milliseconds > 0, got %s", arg.String()))
+			var err error
+			if timeout, err = jsonval.Millis("drain: timeoutMs", arg.Export(), jsonval.AboveZero, maxDrainMs); err != nil {
+				throw(rt, err)
 			}
-			timeout = time.Duration(ms * float64(time.Millisecond))
 		}
 		vuCtx := inst.vu.Context()
 		ctx, cancel := context.WithTimeout(vuCtx, timeout)
@@ -111,12 +118,11 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 	}))
 	must(o.Set("sleep", func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("cluster.sleep")
-		arg := call.Argument(0)
-		ms, ok := number(arg.Export())
-		if !ok || ms < 0 || math.IsInf(ms, 0) {
-			throw(rt, fmt.Errorf("sleep: want a number of modeled milliseconds ≥ 0, got %s", valueString(arg)))
+		d, err := jsonval.Millis("sleep", call.Argument(0).Export(), 0, maxSleepMs)
+		if err != nil {
+			throw(rt, fmt.Errorf("%w (modeled milliseconds)", err))
 		}
-		inst.sleepModeled(e, ms)
+		inst.sleepModeled(e, float64(d)/float64(time.Millisecond))
 		return sobek.Undefined()
 	}))
 	must(o.Set("speedup_ratio", e.speedup))
@@ -301,45 +307,44 @@ func pinAborted(res cluster.Result) bool { return res.PinOutcome == cluster.Hold
 var requestKeys = []string{"max_tokens", "prefix", "prefix_tokens", "prompt_tokens", "tokens"}
 
 // parseRequest reads a request object. It rejects what is wrong with the
-// object itself (shape, types, minimums), not what a cluster may refuse.
-func parseRequest(v sobek.Value) (cluster.Request, error) {
+// object itself (shape, types, ranges), not what a cluster may refuse. It
+// reads the object property by property rather than exporting it whole,
+// so a tokens array is length-checked before anything is copied from it.
+func parseRequest(rt *sobek.Runtime, v sobek.Value) (cluster.Request, error) {
 	var req cluster.Request
 	if v == nil || sobek.IsUndefined(v) || sobek.IsNull(v) {
 		return req, errors.New("want a request object such as {prompt_tokens: 512, max_tokens: 32}, got " + valueString(v))
 	}
-	m, ok := v.Export().(map[string]any)
-	if !ok {
+	obj, ok := v.(*sobek.Object)
+	if !ok || obj.ClassName() != "Object" {
 		return req, errors.New("want a request object such as {prompt_tokens: 512, max_tokens: 32}, got " + v.String())
 	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
+	keys := obj.Keys()
 	sort.Strings(keys)
 	var err error
 	hasPrompt, hasPrefixTokens := false, false
 	for _, k := range keys {
-		val := m[k]
-		if val == nil { // undefined or null: the default
+		jv := obj.Get(k)
+		if jv == nil || sobek.IsUndefined(jv) || sobek.IsNull(jv) { // the default
 			continue
 		}
 		switch k {
 		case "prompt_tokens":
-			req.PromptTokens, err = intField(k, val, 1)
+			req.PromptTokens, err = intField(k, jv.Export(), 1, cluster.MaxPromptTokens)
 			hasPrompt = true
 		case "max_tokens":
-			req.MaxTokens, err = intField(k, val, 1)
+			req.MaxTokens, err = intField(k, jv.Export(), 1, cluster.MaxRequestMaxTokens)
 		case "prefix_tokens":
-			req.PrefixTokens, err = intField(k, val, 0)
+			req.PrefixTokens, err = intField(k, jv.Export(), 0, cluster.MaxPromptTokens)
 			hasPrefixTokens = true
 		case "prefix":
-			s, isStr := val.(string)
+			s, isStr := jv.Export().(string)
 			if !isStr {
-				err = fmt.Errorf("prefix: want a string, got %s", jsonval.Describe(val))
+				err = fmt.Errorf("prefix: want a string, got %s", jsonval.Describe(jv.Export()))
 			}
 			req.Prefix = s
 		case "tokens":
-			req.Tokens, err = tokensField(val)
+			req.Tokens, err = tokensField(rt, jv)
 		default:
 			err = fmt.Errorf("%s: unknown field; valid fields: %s", k, strings.Join(requestKeys, ", "))
 		}
@@ -358,47 +363,40 @@ func parseRequest(v sobek.Value) (cluster.Request, error) {
 	return req, nil
 }
 
-func intField(name string, v any, minimum int) (int, error) {
-	f, ok := number(v)
-	if !ok || f != math.Trunc(f) || math.IsInf(f, 0) {
-		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %s", name, minimum, jsonval.Describe(v))
-	}
-	if f < float64(minimum) || f > math.MaxInt32 {
-		return 0, fmt.Errorf("%s: want an integer ≥ %d, got %v", name, minimum, f)
-	}
-	return int(f), nil
+func intField(name string, v any, lo, hi int64) (int, error) {
+	n, err := jsonval.Int(name, v, lo, hi)
+	return int(n), err
 }
 
-func tokensField(v any) ([]uint32, error) {
-	list, ok := v.([]any)
-	if !ok {
-		return nil, fmt.Errorf("tokens: want an array of token ids, got %s", jsonval.Describe(v))
+// tokensField reads a tokens array: its length first, against
+// cluster.MaxPromptTokens, then its ids.
+func tokensField(rt *sobek.Runtime, v sobek.Value) ([]uint32, error) {
+	arr, ok := v.(*sobek.Object)
+	if !ok || arr.ClassName() != "Array" {
+		return nil, fmt.Errorf("tokens: want an array of token ids, got %s", jsonval.Describe(v.Export()))
 	}
-	if len(list) == 0 {
+	n := arr.Get("length").ToInteger()
+	if n == 0 {
 		return nil, errors.New("tokens: want at least one token id, got an empty array")
+	}
+	if n > cluster.MaxPromptTokens {
+		return nil, fmt.Errorf("tokens: want at most %d token ids, got %d", cluster.MaxPromptTokens, n)
+	}
+	var list []any
+	if err := rt.ExportTo(v, &list); err != nil {
+		return nil, fmt.Errorf("tokens: %w", err)
 	}
 	out := make([]uint32, len(list))
 	for i, x := range list {
-		f, ok := number(x)
-		if !ok || f != math.Trunc(f) || f < 0 || f > math.MaxUint32 {
-			return nil, fmt.Errorf("tokens[%d]: want an integer in [0, %d], got %s", i, uint32(math.MaxUint32), jsonval.Describe(x))
+		id, err := jsonval.Int("tokens", x, 0, math.MaxUint32)
+		if err != nil {
+			// Name the element only on the error path.
+			_, err = jsonval.Int(fmt.Sprintf("tokens[%d]", i), x, 0, math.MaxUint32)
+			return nil, err
 		}
-		out[i] = uint32(f)
+		out[i] = uint32(id)
 	}
 	return out, nil
-}
-
-// number reads a JS number as exported by sobek (int64 or float64).
-func number(v any) (float64, bool) {
-	switch x := v.(type) {
-	case int64:
-		return float64(x), true
-	case float64:
-		return x, !math.IsNaN(x)
-	case int:
-		return float64(x), true
-	}
-	return 0, false
 }
 
 func valueString(v sobek.Value) string {

@@ -1,6 +1,7 @@
 package xk6mocker
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/grafana/sobek"
@@ -98,8 +99,24 @@ func (Module) NewModuleInstance(vu harness.VU) harness.ModuleInstance {
 // export.
 func (inst *instance) Exports() harness.Exports {
 	obj := inst.rt.NewObject()
-	must(obj.Set("cluster", inst.jsCluster))
+	must(obj.Set("cluster", inst.jsClusterInInit))
 	return harness.Exports{Default: obj}
+}
+
+// errClusterOutsideInit is thrown by mocker.cluster called from setup, an
+// iteration or teardown. A cluster lives for the whole run (its workers,
+// transfer servers and sockets are closed at the end of it), so one built
+// per iteration would pile up without bound.
+var errClusterOutsideInit = errors.New("mocker.cluster: call it in the init context (at the top level of the script), " +
+	"not in setup, the default function or teardown: a cluster lives until the end of the run, " +
+	"so building them as the test runs would pile them up; build every cluster the script needs up front")
+
+// jsClusterInInit is mocker.cluster, refused outside the init context.
+func (inst *instance) jsClusterInInit(call sobek.FunctionCall) sobek.Value {
+	if !inst.vu.InInit() {
+		throw(inst.rt, errClusterOutsideInit)
+	}
+	return inst.jsCluster(call)
 }
 
 // throw raises a JS Error carrying msg, the way the harness's own modules

@@ -41,6 +41,10 @@ func TestCluster_ConfigErrorsNameTheField(t *testing.T) {
 		{name: "NaN in args", config: `{"args":{"speedup_ratio":"NaN"}}`, want: "mocker.cluster: args.speedup_ratio: want a finite number, got NaN"},
 		{name: "Infinity in pool args", config: `{"decode":{"args":{"num_gpu_blocks":"Infinity"}}}`, want: "mocker.cluster: decode.args.num_gpu_blocks: want a finite number, got +Inf"},
 		{name: "args out of range", config: `{"args":{"num_gpu_blocks":1000000000000}}`, want: "mocker.cluster: args.num_gpu_blocks: must be between 1 and 2147483647"},
+		{name: "workers beyond the cluster limit", config: `{"workers":100000}`, want: "mocker.cluster: workers: want an integer in [1, 1024], got 100000"},
+		{name: "pool beyond memory", config: `{"args":{"num_gpu_blocks":2e9}}`, want: "mocker.cluster: args.num_gpu_blocks: 2000000000 blocks × 2 workers (128 bytes a block) need about 476.8 GiB"},
+		{name: "speedup_ratio tiny", config: `{"args":{"speedup_ratio":1e-300}}`, want: "mocker.cluster: args.speedup_ratio: want a number in [0.001, 1000000], got 1e-300"},
+		{name: "speedup_ratio huge", config: `{"args":{"speedup_ratio":1e308}}`, want: "mocker.cluster: args.speedup_ratio: want a number in [0.001, 1000000], got 1e+308"},
 		{name: "worker_type against the pool", config: `{"decode":{"args":{"worker_type":"prefill"}}}`, want: `mocker.cluster: decode.args.worker_type: "prefill" conflicts with the decode pool`},
 		{name: "engine_type against the engine", config: `{"args":{"engine_type":"sglang"}}`, want: `mocker.cluster: args.engine_type: "sglang" conflicts with engine "vllm"`},
 		{name: "sglang args with vllm", config: `{"args":{"sglang":{"optimistic_prefill":true}}}`, want: `mocker.cluster: args.sglang: applies only to engine "sglang"`},
@@ -61,10 +65,14 @@ func TestCluster_ConfigErrorsNameTheField(t *testing.T) {
 
 func TestGenerate_MalformedRequestsThrowNamingTheField(t *testing.T) {
 	cases := []struct{ name, req, want string }{
-		{"prompt_tokens of the wrong type", `{"prompt_tokens":"many"}`, "generate: prompt_tokens: want an integer ≥ 1"},
+		{"prompt_tokens of the wrong type", `{"prompt_tokens":"many"}`, "generate: prompt_tokens: want an integer in [1, 4194304], got string \"many\""},
 		{"prompt_tokens missing", `{"max_tokens":4}`, "generate: prompt_tokens: required"},
 		{"prompt_tokens not an integer", `{"prompt_tokens":1.5}`, "generate: prompt_tokens"},
-		{"prompt_tokens zero", `{"prompt_tokens":0}`, "generate: prompt_tokens: want an integer ≥ 1, got 0"},
+		{"prompt_tokens zero", `{"prompt_tokens":0}`, "generate: prompt_tokens: want an integer in [1, 4194304], got 0"},
+		{"prompt_tokens beyond the bound", `{"prompt_tokens":2147483647}`, "generate: prompt_tokens: want an integer in [1, 4194304], got 2147483647"},
+		{"token id beyond uint32", `{"tokens":[1,4294967296]}`, "generate: tokens[1]: want an integer in [0, 4294967295], got 4294967296"},
+		{"tokens not an array", `{"tokens":{"0":1}}`, "generate: tokens: want an array of token ids, got an object"},
+		{"empty tokens", `{"tokens":[]}`, "generate: tokens: want at least one token id"},
 		{"max_tokens negative", `{"prompt_tokens":8,"max_tokens":-2}`, "generate: max_tokens"},
 		{"misspelt field", `{"prompt_tokens":8,"max_token":2}`, "generate: max_token: unknown field"},
 		{"prefix longer than the prompt", `{"prompt_tokens":8,"prefix":"p","prefix_tokens":9}`, "generate: prefix_tokens: want at most prompt_tokens (8)"},
@@ -467,15 +475,24 @@ func TestSleep_SleepsModeledTime(t *testing.T) {
 	res := runScript(t, "sleep.js", nil)
 	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
 	var out struct {
-		AdvancedMs   float64 `json:"advanced_ms"`
-		SpeedupRatio float64 `json:"speedup_ratio"`
-		Negative     string  `json:"negative"`
+		AdvancedMs   float64           `json:"advanced_ms"`
+		SpeedupRatio float64           `json:"speedup_ratio"`
+		Negative     string            `json:"negative"`
+		Bounds       map[string]string `json:"bounds"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &out), res.stdout)
 	assert.InDelta(t, 1000.0, out.SpeedupRatio, 1e-9)
 	assert.GreaterOrEqual(t, out.AdvancedMs, 3000.0, "the modeled clock moved at least the modeled time slept")
 	assert.Less(t, out.AdvancedMs, 100*3000.0, "sleep(ms) sleeps ms/speedup of wall time, not ms")
-	assert.Contains(t, out.Negative, "sleep: want a number of modeled milliseconds ≥ 0, got -1")
+	assert.Contains(t, out.Negative, "sleep: want a number of milliseconds in [0, 1000000000], got -1 (modeled milliseconds)")
+	assert.Equal(t, map[string]string{
+		"sleep 1e18":      "Error: sleep: want a number of milliseconds in [0, 1000000000], got 1e+18 (modeled milliseconds)",
+		"sleep NaN":       "Error: sleep: want a number of milliseconds in [0, 1000000000], got NaN (modeled milliseconds)",
+		"sleep string":    `Error: sleep: want a number of milliseconds in [0, 1000000000], got string "5" (modeled milliseconds)`,
+		"drain 1e18":      "Error: drain: timeoutMs: want a number of milliseconds in (0, 1000000000], got 1e+18",
+		"drain 0":         "Error: drain: timeoutMs: want a number of milliseconds in (0, 1000000000], got 0",
+		"drain -Infinity": "Error: drain: timeoutMs: want a number of milliseconds in (0, 1000000000], got -Inf",
+	}, out.Bounds, "out of range: a clear error, never a return at once")
 }
 
 func TestDrainMessage_OneSentenceWithTheCount(t *testing.T) {
@@ -521,4 +538,32 @@ func TestCluster_IOInTheInitContextIsAnInitError(t *testing.T) {
 		require.Len(t, res.clusters, 1)
 		assert.Equal(t, uint64(1), res.clusters[0].stats.Completed)
 	})
+}
+
+// TestCluster_OnlyInTheInitContext: a script that builds clusters as it
+// runs (a new name per iteration) is refused at every call, so clusters,
+// their workers and sockets cannot pile up.
+func TestCluster_OnlyInTheInitContext(t *testing.T) {
+	for _, where := range []string{"setup", "default", "teardown"} {
+		t.Run(where, func(t *testing.T) {
+			res := runScript(t, "cluster_outside_init.js", map[string]string{"WHERE": where})
+			require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
+			assert.Empty(t, res.clusters, "no cluster was built")
+			assert.Contains(t, res.stderr, "mocker.cluster: call it in the init context")
+			if where != "default" {
+				assert.Regexp(t, `"refused":[12],"built":0`, res.stderr)
+			}
+		})
+	}
+}
+
+// TestCascade_AbortThresholdCatchesARunWithoutAborts runs scripts/cascade.js
+// with an abort timeout no hold reaches: its abort thresholds must be
+// crossed, the per-request one included (a Trend's min over no aborted
+// sample would pass).
+func TestCascade_AbortThresholdCatchesARunWithoutAborts(t *testing.T) {
+	res := runScript(t, "../../scripts/cascade.js", map[string]string{"DURATION": "2s", "VUS": "16", "ABORT_MS": "5000"})
+	require.Equal(t, harness.ExitThresholdsFailed, res.code, "stdout: %s\nstderr: %s", res.stdout, res.stderr)
+	assert.Contains(t, res.stderr+res.stdout, "0 aborted")
+	assert.Regexp(t, `mocker_requests[^\n]*\n(?:[^\n]*\n)*?\s*\{outcome:aborted\}\s*\n\s*✗ 'count>0' count=0`, res.stdout)
 }

@@ -1,5 +1,8 @@
-// Package jsonval names a decoded JSON (or JavaScript) value in the words an
-// error message uses: "want an integer, got string \"x\"".
+// Package jsonval reads the numbers of decoded JSON (or JavaScript) values
+// — Int, Float, Millis, each with its range — and names a value in the
+// words an error message uses: "workers: want an integer in [1, 1024], got
+// string \"x\"". Every config and script reader uses it, so every bad
+// number is reported in that one shape.
 package jsonval
 
 import (
