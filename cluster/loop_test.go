@@ -80,12 +80,12 @@ func TestVirtual_DeterministicCluster(t *testing.T) {
 		t.Run(shape.name, func(t *testing.T) {
 			t.Parallel()
 			arr := burst(7, 120, 400)
-			a, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{})
+			a, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{EventLog: true})
 			require.NoError(t, err)
-			b, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{})
+			b, err := RunVirtual(shape.cfg(1), arr, VirtualOptions{EventLog: true})
 			require.NoError(t, err)
 			assert.Equal(t, runJSON(t, a), runJSON(t, b), "same config, seed and arrivals: byte-identical")
-			c, err := RunVirtual(shape.cfg(2), arr, VirtualOptions{})
+			c, err := RunVirtual(shape.cfg(2), arr, VirtualOptions{EventLog: true})
 			require.NoError(t, err)
 			assert.NotEqual(t, runJSON(t, a), runJSON(t, c), "the run depends on the seed")
 
@@ -110,9 +110,9 @@ func TestVirtual_SocketsChangeNothing(t *testing.T) {
 	for _, shape := range loopShapes[:3] {
 		t.Run(shape.name, func(t *testing.T) {
 			arr := burst(11, 80, 300)
-			mem, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{})
+			mem, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{EventLog: true})
 			require.NoError(t, err)
-			tcp, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{TCP: true})
+			tcp, err := RunVirtual(shape.cfg(3), arr, VirtualOptions{TCP: true, EventLog: true})
 			require.NoError(t, err)
 			assert.Equal(t, runJSON(t, mem), runJSON(t, tcp))
 		})
@@ -161,7 +161,7 @@ func TestPaced_ResultsAreTheVirtualOnes(t *testing.T) {
 		arr := burst(rapid.Uint64().Draw(rt, "trace"), n, 30*speedup)
 		cfg := shape.cfg(5)
 		cfg.Args["speedup_ratio"] = speedup
-		virt, err := RunVirtual(cfg, arr, VirtualOptions{})
+		virt, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
 		require.NoError(rt, err)
 		paced, err := runArrivals(cfg, arr, options{keepEvents: true, shareTokens: true})
 		require.NoError(rt, err)
@@ -194,7 +194,7 @@ func TestPaced_ArrivalsTakeTheLoopsNow(t *testing.T) {
 // the run's peak, and it stays within its point bound however long the run.
 func TestSeries_RecordsTheCascadeBounded(t *testing.T) {
 	arr := burst(3, 400, 60000)
-	run, err := RunVirtual(saturatedShape("vllm", 1, nil), arr, VirtualOptions{})
+	run, err := RunVirtual(saturatedShape("vllm", 1, nil), arr, VirtualOptions{EventLog: true})
 	require.NoError(t, err)
 	s := run.Series
 	require.NotEmpty(t, s.Points)

@@ -20,6 +20,9 @@ type VirtualOptions struct {
 	// of in memory. Results are the same either way; this costs the
 	// syscalls.
 	TCP bool
+	// EventLog keeps the whole forensic log in VirtualRun.Events (it grows
+	// with the run: several events per request).
+	EventLog bool
 }
 
 // VirtualRun is what RunVirtual returns.
@@ -27,7 +30,7 @@ type VirtualRun struct {
 	// Results holds one Result per arrival, in the arrivals' order.
 	Results []Result
 	// Events is the whole forensic log, in the order the loop recorded
-	// it.
+	// it, when VirtualOptions.EventLog asked for it.
 	Events []Event
 	// Stats are the cluster's counters after the last request ended.
 	Stats Stats
@@ -44,7 +47,7 @@ type VirtualRun struct {
 // or non-finite time) are returned before anything runs; a bad request is
 // an "error" Result, as from Generate.
 func RunVirtual(cfg Config, arrivals []Arrival, opts VirtualOptions) (VirtualRun, error) {
-	return runArrivals(cfg, arrivals, options{virtual: true, memory: !opts.TCP, keepEvents: true, shareTokens: true})
+	return runArrivals(cfg, arrivals, options{virtual: true, memory: !opts.TCP, keepEvents: opts.EventLog, shareTokens: true})
 }
 
 // runArrivals runs arrivals through a cluster built with opts: RunVirtual,
