@@ -130,6 +130,11 @@ type Args struct {
 	HandoffSessionTimeoutMs int64 `json:"handoff_session_timeout_ms"`
 	// RouterLoadIncludesHeld makes the router-facing load count held blocks.
 	RouterLoadIncludesHeld bool `json:"router_load_includes_held"`
+	// ReserveTakesSlot (mocker's, default false) brings back mocker's
+	// former rule that a destination reservation takes a max_num_seqs slot
+	// from reservation to completion. Dynamo and vLLM reserve KV only; see
+	// docs/fidelity.md.
+	ReserveTakesSlot bool `json:"reserve_takes_slot"`
 
 	// PlannerProfileData is the path of a profile table for
 	// perf.FromProfile. Empty: the polynomial model.

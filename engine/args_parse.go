@@ -322,6 +322,7 @@ var modeledArgKeys = []argKeySpec{
 		return nil
 	}},
 	{"router_load_includes_held", argBoolInto(func(p *argParser) *bool { return &p.a.RouterLoadIncludesHeld })},
+	{"reserve_takes_slot", argBoolInto(func(p *argParser) *bool { return &p.a.ReserveTakesSlot })},
 	{"planner_profile_data", func(p *argParser, _ string, v any) error {
 		s, err := argStringValue("planner_profile_data", v, "a file path")
 		if err != nil {

@@ -199,6 +199,9 @@
 // (EventHoldReleased), decode_kv_wait_start, decode_kv_reserved (with
 // MissingTokens and the wait), decode_kv_activated and decode_kv_cancelled.
 //
+// Where mocker and Dynamo differ, and how to get Dynamo's numbers (the
+// dynamo_compat argument), is listed in docs/fidelity.md.
+//
 // The abort clock starts at the SourceHeld moment, never at submit: the
 // hold's deadline is the earlier of kv_transfer_abort_timeout_ms (when set)
 // and handoff_session_timeout_ms after it, so without an abort timeout the
@@ -209,13 +212,18 @@
 // with TransferTokens: the whole prompt, or the MissingTokens the
 // reservation reported.
 //
-// The destination is admitted by its own scheduler, like any request:
-// blocks for the whole prompt (resident prefix blocks reused) and a
-// max_num_seqs slot, which it keeps while reserved. There is no
-// destination timer; a reservation waits until Activate or
-// CancelDestination, because the source's deadlines are authoritative.
-// Activate makes it a running request whose prompt is computed and whose
-// token 0 came from the prefill, so it decodes tokens 1 to MaxTokens-1,
+// The destination is admitted by its own scheduler as a reservation of
+// blocks for the whole prompt (resident prefix blocks reused), and, as in
+// Dynamo and vLLM, of KV only: it takes no max_num_seqs slot. A vLLM
+// destination is reserved as soon as the blocks exist, on arrival or at
+// the change that frees them (a hold released, a cancellation, a pass's
+// end), stamped then, and fresh requests are not admitted while one
+// waits; an SGLang destination is reserved by its passes' admission,
+// within their page budget. There is no destination timer; a reservation
+// waits until Activate or CancelDestination, because the source's
+// deadlines are authoritative. Activate makes it a request whose prompt is
+// computed and whose token 0 came from the prefill; it waits for a running
+// slot, ahead of the waiting queue, and then decodes tokens 1 to MaxTokens-1,
 // stopping at max_model_len exactly where the same request served
 // aggregated would. The destination keeps a placeholder id (0) for that
 // first token, whose real id only the prefill side knows; the placeholder

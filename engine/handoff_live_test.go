@@ -69,7 +69,9 @@ func TestLive_Handoff(t *testing.T) {
 	waitFor(t, pch, "hold start", hasEvent(EventHoldStarted))
 	require.NoError(t, dec.Reserve(req))
 	res := eventOf(waitFor(t, dch, "reservation", hasEvent(EventDecodeReserved)), EventDecodeReserved)
-	assert.Equal(t, 10, res.MissingTokens)
+	// A transfer moves whole blocks: 10 tokens at block_size 4 are 3
+	// blocks, 12 tokens.
+	assert.Equal(t, 12, res.MissingTokens)
 
 	delay, ok := pre.StartTransfer(req.ID, TransferTokens(TransferFullPrompt, len(req.Tokens), res.MissingTokens))
 	require.True(t, ok)
