@@ -139,10 +139,48 @@ type Args struct {
 	// PlannerProfileData is the path of a profile table for
 	// perf.FromProfile. Empty: the polynomial model.
 	PlannerProfileData string `json:"planner_profile_data,omitempty"`
+	// TimingModel picks the timing model as Dynamo main's timing_model
+	// does. Nil: polynomial, or interpolated when PlannerProfileData is
+	// set.
+	TimingModel *TimingModelArgs `json:"timing_model,omitempty"`
+
+	// DynamoCompat makes the worker reproduce Dynamo main's numbers where
+	// mocker differs from it on purpose (docs/fidelity.md): the polynomial
+	// decode model's utilisation unclamped (and SGLang's logical KV not
+	// capped at the pool), integer mean prompt, prefix and context lengths
+	// for the timing model, and SGLang's new-token ratio re-estimated after
+	// a retraction instead of reset.
+	DynamoCompat bool `json:"dynamo_compat"`
 
 	// SGLang holds the SGLang knobs. ParseArgs always fills it for an sglang
 	// engine; it is ignored for vLLM.
 	SGLang *SGLangArgs `json:"sglang,omitempty"`
+}
+
+// TimingModelType names a timing model, as Dynamo's timing_model type does.
+type TimingModelType string
+
+// Timing model types.
+const (
+	// TimingPolynomial is Dynamo's fitted polynomial (perf.Polynomial).
+	TimingPolynomial TimingModelType = "polynomial"
+	// TimingInterpolated interpolates the profile in planner_profile_data
+	// (perf.Interpolated); it requires that path.
+	TimingInterpolated TimingModelType = "interpolated"
+	// TimingFixed costs every prefill pass prefill_ms and every decode step
+	// decode_ms (perf.Fixed).
+	TimingFixed TimingModelType = "fixed"
+)
+
+// TimingModelArgs is Dynamo main's timing_model object: {"type": "fixed",
+// "prefill_ms": 2, "decode_ms": 1}. ParseArgs also takes the bare type
+// string ("polynomial").
+type TimingModelArgs struct {
+	Type TimingModelType `json:"type"`
+	// PrefillMs and DecodeMs are the fixed model's latencies, finite and
+	// ≥ 0, both required for TimingFixed and unset otherwise.
+	PrefillMs *float64 `json:"prefill_ms,omitempty"`
+	DecodeMs  *float64 `json:"decode_ms,omitempty"`
 }
 
 // MaxNumSeqsOrInf returns the running-set cap, math.MaxInt when unbounded.

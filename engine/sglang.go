@@ -21,6 +21,9 @@ const (
 	// sglangDecaySteps is the number of decode passes over which the ratio
 	// decays from its initial value to its floor.
 	sglangDecaySteps = 600
+	// sglangRetractDecodeSteps is the decode steps Dynamo's re-estimate
+	// after a retraction credits each running request with.
+	sglangRetractDecodeSteps = 20
 	// sglangLPMMaxQueue is the longest waiting queue lpm still sorts; a
 	// longer one is served FIFO, as matching every entry gets too costly.
 	sglangLPMMaxQueue = 128
@@ -103,6 +106,7 @@ type SGLang struct {
 	decodeWorker  bool
 	includeHeld   bool
 	slotReserve   bool // a reservation takes a running slot (reserve_takes_slot)
+	compat        bool // dynamo_compat
 	decodeSpeedup float64
 	optimistic    bool
 	model         perf.Model
@@ -165,9 +169,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		return nil, &ArgError{Field: "num_gpu_blocks", Message: fmt.Sprintf("%d exceeds the model's limit of %d", args.NumGPUBlocks, math.MaxInt32)}
 	}
 	sg := args.SGLang
-	if model == nil {
-		model = perf.Polynomial{}
-	}
+	model = timingModel(args, model)
 	g := &SGLang{
 		page:          args.BlockSize,
 		total:         args.NumGPUBlocks,
@@ -181,6 +183,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		decodeWorker:  args.WorkerType == WorkerDecode,
 		includeHeld:   args.RouterLoadIncludesHeld,
 		slotReserve:   args.ReserveTakesSlot,
+		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		optimistic:    sg.OptimisticPrefill,
 		model:         model,
@@ -699,13 +702,12 @@ func (g *SGLang) Pass(now float64, out *Output) PassResult {
 
 func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 	var prefillMs, decodeMs float64
-	b := float64(len(g.batch))
 	if g.decodeWorker {
 		// A decode worker's prompt KV comes from elsewhere; its extend pass
 		// costs a decode step.
 		decodeMs = g.decodeMs(len(g.batch), g.sumISL)
 	} else {
-		prefillMs = g.model.PrefillMs(len(g.batch), g.sumISL/b, g.sumPrefix/b)
+		prefillMs = g.model.PrefillMs(len(g.batch), meanLen(g.sumISL, len(g.batch), g.compat), meanLen(g.sumPrefix, len(g.batch), g.compat))
 		if !g.prefillWorker {
 			// Sampling the first tokens of the prompts this pass completes
 			// costs a decode step over them, as in Dynamo, so the time to
@@ -747,7 +749,12 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 // context tokens; the active KV is the logical context, capped at the pool.
 func (g *SGLang) decodeMs(batch int, ctx float64) float64 {
 	pool := float64(g.total * g.page)
-	d := g.model.DecodeMs(batch, min(ctx, pool), pool, ctx/float64(batch))
+	active := min(ctx, pool)
+	if g.compat {
+		// Dynamo passes the logical KV, however far past the pool.
+		active = ctx
+	}
+	d := g.model.DecodeMs(batch, active, pool, meanLen(ctx, batch, g.compat))
 	return max(perf.MinDecodeMs, d) / g.decodeSpeedup
 }
 
@@ -776,6 +783,9 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 		}
 		g.retract(v, now, out)
 		retracted = true
+	}
+	if retracted && g.compat {
+		g.ratio = g.reestimateRatio()
 	}
 	g.batch = g.batch[:0]
 	ctx := 0
@@ -835,6 +845,21 @@ func (g *SGLang) slotsReserved() int {
 		return 0
 	}
 	return g.reservedReqs + len(g.activated)
+}
+
+// reestimateRatio is the new-token ratio Dynamo main sets after a
+// retraction, from the requests still running:
+// min(1, (decoded + sglangRetractDecodeSteps·n) / (max_new + 1)), with
+// decoded their output tokens so far, n their number and max_new their
+// output caps. mocker resets the ratio to its initial value instead (as
+// SGLang did before estimating); dynamo_compat selects this one.
+func (g *SGLang) reestimateRatio() float64 {
+	decoded, maxNew := 0, 0
+	for _, r := range g.running {
+		decoded += r.out
+		maxNew += r.maxOut
+	}
+	return min(1, float64(decoded+sglangRetractDecodeSteps*len(g.running))/float64(maxNew+1))
 }
 
 // victim picks the request to retract: the one with the fewest output

@@ -62,6 +62,7 @@ type VLLM struct {
 	fifo          bool
 	includeHeld   bool
 	slotReserve   bool // a reservation takes a running slot (reserve_takes_slot)
+	compat        bool // dynamo_compat
 	admitting     bool // in a pass's admission phase
 	decodeSpeedup float64
 	model         perf.Model
@@ -123,9 +124,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if args.NumGPUBlocks <= 0 || args.NumGPUBlocks > math.MaxInt32 {
 		return nil, fmt.Errorf("num_gpu_blocks %d: must be between 1 and %d", args.NumGPUBlocks, math.MaxInt32)
 	}
-	if model == nil {
-		model = perf.Polynomial{}
-	}
+	model = timingModel(args, model)
 	v := &VLLM{
 		bs:            args.BlockSize,
 		total:         args.NumGPUBlocks,
@@ -139,6 +138,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		fifo:          args.PreemptionMode == PreemptFIFO,
 		includeHeld:   args.RouterLoadIncludesHeld,
 		slotReserve:   args.ReserveTakesSlot,
+		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
 		rng:           rand.New(rand.NewPCG(seed, 0x6d6f636b6572)),
@@ -695,12 +695,11 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 	var prefillMs, decodeMs float64
 	if v.batch > 0 && !v.decodeWorker {
-		b := float64(v.batch)
-		prefillMs = v.model.PrefillMs(v.batch, v.sumISL/b, v.sumPrefix/b)
+		prefillMs = v.model.PrefillMs(v.batch, meanLen(v.sumISL, v.batch, v.compat), meanLen(v.sumPrefix, v.batch, v.compat))
 	}
 	if len(v.ready) > 0 && !v.prefillWorker {
 		d := v.model.DecodeMs(len(v.ready), float64(v.pool.active*v.bs), float64(v.total*v.bs),
-			float64(ctx)/float64(len(v.ready)))
+			meanLen(float64(ctx), len(v.ready), v.compat))
 		// Floor first, then divide, as Dynamo does: decode_speedup_ratio
 		// may take a step under 1 ms.
 		decodeMs = max(perf.MinDecodeMs, d) / v.decodeSpeedup
