@@ -63,10 +63,9 @@ type SGLangArgs struct {
 	// ClipMaxNewTokens caps how many future output tokens admission reserves
 	// for each running request.
 	ClipMaxNewTokens int `json:"clip_max_new_tokens"`
-	// ScheduleConservativeness, a finite number ≥ 0, scales the initial
-	// new-token ratio admission uses to reserve room for running requests'
-	// growth: the ratio starts at min(0.7 × it, 1), as in SGLang, so values
-	// above 1 are more conservative up to about 1.43.
+	// ScheduleConservativeness, in [0, 1] as Dynamo allows, scales the
+	// initial new-token ratio admission uses to reserve room for running
+	// requests' growth: the ratio starts at 0.7 × it.
 	ScheduleConservativeness float64 `json:"schedule_conservativeness"`
 	// MaxRunningRequests caps the running set; nil leaves max_num_seqs in
 	// charge.
@@ -104,7 +103,8 @@ type Args struct {
 	// SpeedupRatio divides modeled time to get wall time in the live driver;
 	// 0 means no scaling. Reported times stay modeled.
 	SpeedupRatio float64 `json:"speedup_ratio"`
-	// DecodeSpeedupRatio divides decode time only (speculative decoding).
+	// DecodeSpeedupRatio divides decode time only (speculative decoding);
+	// 0 means no extra speedup, as in Dynamo.
 	DecodeSpeedupRatio float64 `json:"decode_speedup_ratio"`
 	// DPSize is the number of data-parallel ranks; only 1 is modeled.
 	DPSize int `json:"dp_size"`

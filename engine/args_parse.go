@@ -48,24 +48,30 @@ func argErr(field, format string, a ...any) *ArgError {
 //	KEY                           ACCEPTS                                DEFAULT
 //	engine_type                   "vllm" | "sglang"                      "vllm"
 //	num_gpu_blocks                integer ≥ 1                            16384
-//	block_size                    integer ≥ 0, 0 = by engine             vllm 64, sglang page_size or 1
+//	block_size                    integer ≥ 0, 0 = by engine; vllm ≥ 2   vllm 64, sglang page_size or 1
 //	max_model_len                 integer ≥ 1, vllm only                 none
 //	max_num_seqs                  integer ≥ 1, null = unbounded          256
 //	max_num_batched_tokens        integer ≥ 1, null = unbounded          8192
 //	enable_prefix_caching         boolean                                true
 //	enable_chunked_prefill        boolean                                true
 //	speedup_ratio                 number ≥ 0, 0 = no scaling             1
-//	decode_speedup_ratio          number > 0                             1
+//	decode_speedup_ratio          number ≥ 0, 0 = no extra speedup       1
 //	dp_size                       1 (more ranks are not modeled)         1
 //	worker_type                   "aggregated" | "prefill" | "decode"    "aggregated"
 //	preemption_mode               "lifo" | "fifo"                        "lifo"
-//	kv_bytes_per_token            integer ≥ 0                            none
+//	kv_bytes_per_token            integer ≥ 0 (also kv_cache_bytes_per_token,
+//	                              kv_transfer_bytes_per_token)           none
 //	kv_transfer_bandwidth         number ≥ 0 GB/s, 0 = no delay          none
 //	kv_transfer_timing_mode       "full_prompt" | "destination_missing"  "full_prompt"
 //	kv_transfer_abort_timeout_ms  integer ≥ 0 ms, 0 = none               none
 //	handoff_session_timeout_ms    integer ≥ 1 ms                         300000
 //	router_load_includes_held     boolean                                false
+//	reserve_takes_slot            boolean (mocker's former slot rule)    false
+//	dynamo_compat                 boolean                                false
 //	planner_profile_data          path of a perf.FromProfile table       none: polynomial
+//	timing_model                  "polynomial" | "interpolated" |        polynomial, interpolated
+//	                              {"type":"fixed","prefill_ms":p,        with planner_profile_data
+//	                               "decode_ms":d}
 //	sglang                        object, see below                      SGLang defaults
 //
 // The sglang object (read only when engine_type is sglang, and filled with
@@ -74,7 +80,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // equal block_size when both are given, max_prefill_tokens ≥ 1 (16384),
 // chunked_prefill_size ≥ 1 and a multiple of block_size (8192, rounded down
 // to a multiple of block_size when not given), clip_max_new_tokens ≥ 1
-// (4096), schedule_conservativeness ≥ 0 (1), max_running_requests ≥ 1
+// (4096), schedule_conservativeness in [0, 1] (1), max_running_requests ≥ 1
 // (none), and mocker's optimistic_prefill boolean (false: a disaggregated
 // SGLang prefill waits for the decode side's reservation; true: it computes
 // first and can strand KV like vLLM).
@@ -98,6 +104,8 @@ func argErr(field, format string, a ...any) *ArgError {
 //     nil. handoff_session_timeout_ms cannot be 0: it is what guarantees a
 //     held source is reclaimed, so use a large value instead.
 //   - dp_size above 1 is rejected: run more workers instead of DP ranks.
+//   - Ranges are Dynamo's; docs/fidelity.md lists where mocker's behaviour
+//     still differs and what dynamo_compat changes.
 //
 // Dynamo keys that describe deployment rather than the modeled engine are
 // accepted with their types checked and then ignored, so a config copied
@@ -953,19 +961,21 @@ func argRejectPositive(key, why string) argKeySpec {
 //     kv_transfer_timing_mode are one of their lowercase values;
 //   - num_gpu_blocks, block_size, max_model_len, max_num_seqs and
 //     max_num_batched_tokens (when set) are at least 1, num_gpu_blocks at
-//     most 2147483647; max_model_len is set only for vllm;
-//   - speedup_ratio is a finite number ≥ 0, decode_speedup_ratio a finite
-//     number > 0;
+//     most 2147483647, block_size at least 2 for vllm (Dynamo's range);
+//     max_model_len is set only for vllm;
+//   - speedup_ratio and decode_speedup_ratio are finite numbers ≥ 0;
 //   - dp_size is 1;
 //   - kv_bytes_per_token, kv_transfer_bandwidth and
 //     kv_transfer_abort_timeout_ms are ≥ 0 when set (the bandwidth finite);
 //     handoff_session_timeout_ms is at least 1;
 //   - sglang, when set: schedule_policy "fifo" or "lpm"; page_size,
 //     max_prefill_tokens, chunked_prefill_size, clip_max_new_tokens and
-//     max_running_requests at least 1; schedule_conservativeness a finite
-//     number ≥ 0;
-//     and for an sglang engine page_size equals block_size and
-//     chunked_prefill_size is a multiple of it.
+//     max_running_requests at least 1; schedule_conservativeness in
+//     [0, 1]; and for an sglang engine page_size equals block_size and
+//     chunked_prefill_size is a multiple of it;
+//   - timing_model, when set: a known type; "fixed" with prefill_ms and
+//     decode_ms finite and ≥ 0, the others without them; "interpolated"
+//     exactly when planner_profile_data is set.
 func (a Args) Validate() error {
 	checks := []func() *ArgError{
 		func() *ArgError {

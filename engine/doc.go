@@ -91,12 +91,22 @@
 //     the longer prompt among equals (SGLang's tie-break); EventPreempted
 //     counts the pages it stopped using, not shared prefix pages another
 //     request still locks.
-//   - schedule_conservativeness may exceed 1: the initial ratio is
-//     min(0.7 × it, 1), as in SGLang.
-//   - Metrics.Waiting counts queued requests, bootstrap ones and
-//     destinations still waiting for their reservation included, but not
-//     reserved destinations awaiting Activate, which ReservedRequests
-//     reports (in both models).
+//   - The last running request is retracted only while an activated
+//     destination waits for its running slot (its KV is in place, so it
+//     can run in the room freed).
+//   - After a retraction the new-token ratio resets to its initial value;
+//     dynamo_compat re-estimates it as Dynamo main does.
+//   - Metrics.Waiting counts queued requests, bootstrap ones,
+//     destinations still waiting for their reservation and activated ones
+//     waiting for a slot, but not reserved destinations awaiting Activate,
+//     which ReservedRequests reports (in both models); DynamoWaiting adds
+//     them, as Dynamo's waiting_requests does.
+//
+// # Fidelity with Dynamo
+//
+// Where mocker's results can differ from Dynamo main's, what each does, and
+// the switches that reproduce Dynamo's numbers (dynamo_compat, for the
+// engine and for the router) are listed in one place: docs/fidelity.md.
 //
 // # Modeled time and wall time
 //
