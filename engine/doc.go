@@ -224,11 +224,11 @@
 //
 // The destination is admitted by its own scheduler as a reservation of
 // blocks for the whole prompt (resident prefix blocks reused), and, as in
-// Dynamo and vLLM, of KV only: it takes no max_num_seqs slot. A vLLM
-// destination is reserved as soon as the blocks exist, on arrival or at
-// the change that frees them (a hold released, a cancellation, a pass's
-// end), stamped then, and fresh requests are not admitted while one
-// waits; an SGLang destination is reserved by its passes' admission,
+// Dynamo and vLLM, of KV only: it keeps no max_num_seqs slot. A vLLM
+// destination is reserved as soon as the blocks and a free running slot
+// exist (the slot is not kept), on arrival or at the change that frees
+// them (a hold released, a cancellation, a pass's end), stamped then, and
+// fresh requests are not admitted while one waits; an SGLang destination is reserved by its passes' admission,
 // within their page budget. There is no destination timer; a reservation
 // waits until Activate or CancelDestination, because the source's
 // deadlines are authoritative. Activate makes it a request whose prompt is

@@ -129,3 +129,96 @@ func TestDynamo_FailureOnMaxCapacity(t *testing.T) {
 	assert.False(t, ok)
 	require.NoError(t, m.p.audit())
 }
+
+// Dynamo's vLLM destination tests (lib/mocker/src/scheduler/vllm/tests.rs,
+// mod destination_lifecycle), on a decode worker built as theirs is:
+// block_size 4, 12 blocks, max_num_batched_tokens 16, max_num_seqs 1,
+// prefix caching on.
+func dynamoDecodeArgs() Args {
+	return decodeArgs(12, func(a *Args) {
+		a.MaxNumBatchedTokens = intp(16)
+		a.MaxNumSeqs = intp(1)
+	})
+}
+
+// destination_transfer_footprint_excludes_decode_headroom: a 10-token
+// prompt reserves a transfer footprint of 12 tokens (3 blocks of 4),
+// whatever its max output (1 or 128).
+func TestDynamo_DestinationTransferFootprintExcludesDecodeHeadroom(t *testing.T) {
+	for _, maxOut := range []int{1, 128} {
+		w := newWorker(t, dynamoDecodeArgs())
+		var r record
+		tokens := make([]uint32, 10)
+		for i := range tokens {
+			tokens[i] = uint32(i)
+		}
+		require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: tokens, MaxTokens: maxOut}))
+		drive(t, w, &r, 0)
+		res := r.eventsFor(EventDecodeReserved, 1)
+		require.Len(t, res, 1, "reserved at once")
+		assert.Equal(t, 12, res[0].MissingTokens, "max output %d", maxOut)
+	}
+}
+
+// handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission: a
+// destination for tokens 0..7 arrives while a blocker holds the one
+// running slot: it is not reserved (no event, no blocks) until the blocker
+// completes; then it reserves with 4 transferable tokens (block 0..3 is
+// cached from an earlier request). A second blocker is admitted while the
+// reservation is held; the activated request waits, keeping its blocks,
+// until that blocker completes, then runs and completes, leaving no active
+// block.
+func TestDynamo_HandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission(t *testing.T) {
+	w := newWorker(t, dynamoDecodeArgs())
+	var r record
+	seq := func(from, n uint32) []uint32 {
+		out := make([]uint32, n)
+		for i := range out {
+			out[i] = from + uint32(i)
+		}
+		return out
+	}
+	require.NoError(t, w.Submit(0, Request{ID: 10003, Tokens: seq(0, 4), MaxTokens: 1}, Release))
+	now := drive(t, w, &r, 0)
+
+	require.NoError(t, w.Submit(now, Request{ID: 10004, Tokens: seq(100, 4), MaxTokens: 3}, Release))
+	out := w.Step(now)
+	require.NotNil(t, out)
+	r.add(out)
+	require.Equal(t, 1, w.Metrics().Running)
+
+	before := w.Metrics().ActiveBlocks
+	require.NoError(t, w.Reserve(now, Request{ID: 10001, Tokens: seq(0, 8), MaxTokens: 2}))
+	assert.Empty(t, r.eventsFor(EventDecodeReserved, 10001))
+	assert.Equal(t, before, w.Metrics().ActiveBlocks, "nothing reserved while the slot is taken")
+
+	now = drive(t, w, &r, out.End)
+	blocker, ok := r.completion(10004)
+	require.True(t, ok)
+	res := r.eventsFor(EventDecodeReserved, 10001)
+	require.Len(t, res, 1)
+	assert.Equal(t, blocker.At, res[0].At, "reserved when the blocker completed")
+	assert.Equal(t, 4, res[0].MissingTokens, "block 0..3 was cached")
+	reservedBlocks := res[0].Blocks
+
+	require.NoError(t, w.Submit(now, Request{ID: 10005, Tokens: seq(200, 4), MaxTokens: 3}, Release))
+	out = w.Step(now)
+	require.NotNil(t, out)
+	r.add(out)
+	require.Equal(t, 1, w.Metrics().Running, "admitted while the reservation is held")
+	occupied := w.Metrics().ActiveBlocks
+	require.True(t, w.Activate(out.Start, 10001))
+	m := w.Metrics()
+	assert.Equal(t, occupied, m.ActiveBlocks)
+	assert.Equal(t, 1, m.Waiting, "the activated request waits for the slot")
+	assert.Equal(t, 1, m.Running)
+	assert.Equal(t, 2, reservedBlocks)
+
+	driveAll(t, w, &r, out.End)
+	c2, ok := r.completion(10005)
+	require.True(t, ok)
+	c, ok := r.completion(10001)
+	require.True(t, ok)
+	assert.Greater(t, c.At, c2.At)
+	assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+}

@@ -12,9 +12,11 @@ import (
 // on every change that frees KV, pauses fresh admissions while it waits,
 // and an activated request then queues for a running slot.
 
-// TestFidelity_ReservationTakesNoSlot: with max_num_seqs 1 and a running
-// request, Dynamo still reserves a destination whose KV fits; mocker's
-// former rule (reserve_takes_slot) waited for the slot.
+// TestFidelity_ReservationTakesNoSlot: with max_num_seqs 1, a destination
+// reserved while the slot is free does not keep it: the request queued
+// before it is admitted and runs while the reservation waits for Activate.
+// mocker's former rule (reserve_takes_slot) reserved only once that
+// request had completed.
 func TestFidelity_ReservationTakesNoSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name       string

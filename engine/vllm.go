@@ -246,10 +246,11 @@ func (v *VLLM) freeHold(now float64, id uint64, events *[]Event) {
 
 // Reserve implements Handoffs: req becomes a destination waiting for
 // blocks for its whole prompt (with prefix reuse). As in Dynamo and vLLM it
-// takes KV only, no running slot, and is tried at once and again on every
-// change that frees blocks (a hold released, a cancellation, a pass's end),
-// not only in passes; while any destination waits, fresh requests are not
-// admitted. It never times out here; the source's deadlines are
+// keeps KV only, no running slot (it is admitted only while a slot is free,
+// as any request is, but does not hold it), and is tried at once and again
+// on every change that frees blocks or slots (a hold released, a
+// cancellation, a pass's end), not only in passes; while any destination
+// waits, fresh requests are not admitted. It never times out here; the source's deadlines are
 // authoritative and end it through CancelDestination.
 func (v *VLLM) Reserve(now float64, req Request, events *[]Event) error {
 	if v.prefillWorker {
@@ -394,9 +395,8 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	v.freeBlocks(s)
 	*events = append(*events, Event{Kind: EventCancelled, At: now, RequestID: id, Blocks: n})
 	v.recycle(s)
-	if n > 0 {
-		v.reservePending(now, events)
-	}
+	// Blocks or a running slot may have been freed.
+	v.reservePending(now, events)
 	return true
 }
 
@@ -799,12 +799,15 @@ func (v *VLLM) admit(now float64, out *Output) {
 
 // reserve admits the destination at the head of the pending queue as a
 // reservation: blocks for its whole prompt, reusing resident prefix blocks.
-// Nothing is computed, so no token budget is used, and no running slot is
-// taken. It reports false, leaving the head in place, when the blocks are
-// not available. The destination misses whole blocks: MissingTokens is the
+// Nothing is computed, so no token budget is used. Like any admission it
+// needs a free running slot, but it does not keep one. It reports false,
+// leaving the head in place, when the slot or the blocks are not
+// available. The destination misses whole blocks: MissingTokens is the
 // missing blocks times block_size, the footprint a transfer moves.
 func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
-	if v.slotReserve && len(v.running)+v.slotsReserved() >= v.maxSeqs {
+	// Dynamo admits a destination like a waiting request, so only while a
+	// running slot is free; but the reservation then keeps none.
+	if len(v.running)+v.slotsReserved() >= v.maxSeqs {
 		return false
 	}
 	blocks := ceilDiv(len(s.tokens), v.bs)
