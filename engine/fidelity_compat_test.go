@@ -205,3 +205,28 @@ func TestFidelity_DynamoRanges(t *testing.T) {
 	}
 	assert.Equal(t, ends[1], ends[0])
 }
+
+// TestFidelity_SGLangPriorityOrder (item 3): Dynamo main orders SGLang's
+// waiting queue by priority, higher first. With one running slot, a
+// priority-5 request submitted after a priority-0 one runs first under
+// dynamo_compat; mocker's default serves arrival order.
+func TestFidelity_SGLangPriorityOrder(t *testing.T) {
+	for _, tc := range []struct {
+		compat bool
+		first  uint64
+	}{
+		{false, 1},
+		{true, 2},
+	} {
+		w := newWorker(t, sglangArgs(64, func(a *Args) {
+			a.MaxNumSeqs = intp(1)
+			a.DynamoCompat = tc.compat
+		}))
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(100, 8), MaxTokens: 2, Priority: 0}, Release))
+		require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(200, 8), MaxTokens: 2, Priority: 5}, Release))
+		driveAll(t, w, &r, 0)
+		require.Len(t, r.completions, 2)
+		assert.Equal(t, tc.first, r.completions[0].RequestID, "dynamo_compat %v", tc.compat)
+	}
+}

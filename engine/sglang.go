@@ -518,6 +518,11 @@ func (g *SGLang) admit(now float64, out *Output) {
 		from = 1
 	}
 	g.sortLPM(from)
+	if g.compat {
+		// Dynamo main orders the queue by priority, higher first; the
+		// stable sort keeps arrival (or lpm) order among equals.
+		slices.SortStableFunc(g.waiting[from:], func(a, b *sgReq) int { return b.priority - a.priority })
+	}
 
 	remTotal := float64(g.cache.available() * g.page)
 	for _, r := range g.running {

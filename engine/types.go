@@ -13,6 +13,10 @@ type Request struct {
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
 	// and prefill workers always produce exactly one token.
 	MaxTokens int
+	// Priority orders an SGLang worker's waiting queue under dynamo_compat,
+	// as Dynamo main does: higher values first (SGLang's default
+	// direction), arrival order among equals. Otherwise it is ignored.
+	Priority int
 }
 
 // CompletionPolicy says what happens to a request's KV blocks when it
