@@ -82,7 +82,8 @@
 //     running slot is free, and each request's match is remembered until
 //     the tree changes.
 //   - The new-token ratio decays only on decode passes that retracted
-//     nobody, as in SGLang; Dynamo decays it every pass.
+//     nobody, as in SGLang; Dynamo decays it every pass, as dynamo_compat
+//     does.
 //   - An extend pass costs the prefill of its batch plus one decode step
 //     over the prompts it completes, which samples their first tokens (as
 //     Dynamo times it), so time to first token is prefill plus one step.

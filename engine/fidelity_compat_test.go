@@ -230,3 +230,27 @@ func TestFidelity_SGLangPriorityOrder(t *testing.T) {
 		assert.Equal(t, tc.first, r.completions[0].RequestID, "dynamo_compat %v", tc.compat)
 	}
 }
+
+// TestFidelity_SGLangRatioDecaysEveryPass (item 3): Dynamo decays the
+// new-token ratio by (init − min)/600 on every pass. After one extend pass
+// with the defaults (init 0.7, min 0.14 × 0.7 = 0.098):
+//
+//	0.7 − (0.7 − 0.098)/600 = 0.698996667
+//
+// mocker decays only on decode passes, so it is still 0.7.
+func TestFidelity_SGLangRatioDecaysEveryPass(t *testing.T) {
+	for _, tc := range []struct {
+		compat bool
+		want   float64
+	}{
+		{false, 0.7},
+		{true, 0.7 - (0.7-0.098)/600},
+	} {
+		w := newWorker(t, sglangArgs(64, func(a *Args) { a.DynamoCompat = tc.compat }))
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: 4}, Release))
+		out := w.Step(0)
+		require.NotNil(t, out)
+		require.Equal(t, 8, out.PrefillTokens, "an extend pass")
+		assert.InDelta(t, tc.want, w.Scheduler().(*SGLang).NewTokenRatio(), 1e-12, "dynamo_compat %v", tc.compat)
+	}
+}

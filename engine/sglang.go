@@ -747,6 +747,10 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 		g.emit(r, end, out)
 	}
 	g.compactRunning()
+	if g.compat {
+		// Dynamo decays the ratio on every pass, extend passes too.
+		g.ratio = max(g.minRatio, g.ratio-g.ratioDecay)
+	}
 	return PassRan
 }
 
