@@ -105,3 +105,30 @@ func TestFidelity_ConfigKeys(t *testing.T) {
 		assert.Error(t, err, bad)
 	}
 }
+
+// TestDynamo_KVRoutingDocsExample mirrors the worked example of Dynamo's
+// KV routing docs (docs/router/kv_cache_routing.md): with overlap weight 1
+// three workers cost 1·8 + 10 = 18, 1·5 + 5 = 10 and 1·2 + 9 = 11 blocks,
+// and the second wins. Built from a 2-block request (8 tokens, none
+// cached): prefill blocks = (pending + 8)/4, decode blocks = active + 2.
+// Both cost formulas give the same numbers.
+func TestDynamo_KVRoutingDocsExample(t *testing.T) {
+	t.Parallel()
+	states := []state{
+		{prefill: 24, active: 8}, // (24+8)/4 = 8, 8+2 = 10: 18
+		{prefill: 12, active: 3}, // (12+8)/4 = 5, 3+2 = 5: 10
+		{prefill: 0, active: 7},  // 8/4 = 2, 7+2 = 9: 11
+	}
+	for _, compat := range []bool{false, true} {
+		cfg := DefaultConfig()
+		cfg.Mode = ModeKV
+		cfg.DynamoCompat = compat
+		req := prompt("r", 2, 0)
+		r := build(t, cfg, req, states)
+		assert.Equal(t, uint64(2), pickOnce(r, req, 1, true), "dynamo_compat %v", compat)
+		want := []float64{18, 10, 11}
+		for i, w := range r.cands {
+			assert.InDelta(t, want[i], w.cost, 1e-12, "worker %d, dynamo_compat %v", i+1, compat)
+		}
+	}
+}
