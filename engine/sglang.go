@@ -375,6 +375,8 @@ func (g *SGLang) audit() error {
 		}
 	}
 	switch {
+	case len(g.running)+g.slotsReserved() > g.maxRunning:
+		return fmt.Errorf("%d running (with slot-holding reservations) exceed the cap %d", len(g.running)+g.slotsReserved(), g.maxRunning)
 	case private != g.cache.private:
 		return fmt.Errorf("requests own %d private pages, cache counts %d", private, g.cache.private)
 	case heldPrivate != g.heldPrivate:

@@ -13,7 +13,7 @@ type seqState uint8
 
 const (
 	stWaiting   seqState = iota
-	stAwaitKV            // a destination waiting for blocks to reserve
+	stAwaitKV            // a destination waiting for its reservation
 	stReserved           // a destination holding blocks, awaiting Activate
 	stActivated          // an activated destination waiting for a running slot
 	stRunning
@@ -74,7 +74,8 @@ type VLLM struct {
 	waiting seqDeque
 	// pending are destinations waiting for their reservation, in arrival
 	// order; activated are destinations whose KV arrived, waiting for a
-	// running slot. Neither takes a slot before it runs.
+	// running slot. Neither keeps a slot before it runs (unless
+	// reserve_takes_slot).
 	pending   seqDeque
 	activated seqDeque
 	running   []*seq
@@ -250,8 +251,9 @@ func (v *VLLM) freeHold(now float64, id uint64, events *[]Event) {
 // as any request is, but does not hold it), and is tried at once and again
 // on every change that frees blocks or slots (a hold released, a
 // cancellation, a pass's end), not only in passes; while any destination
-// waits, fresh requests are not admitted. It never times out here; the source's deadlines are
-// authoritative and end it through CancelDestination.
+// waits, fresh requests are not admitted. It never times out here; the
+// source's deadlines are authoritative and end it through
+// CancelDestination.
 func (v *VLLM) Reserve(now float64, req Request, events *[]Event) error {
 	if v.prefillWorker {
 		return errPrefillDestination(req.ID)
@@ -293,8 +295,8 @@ func (v *VLLM) destNeverFits(s *seq) neverFit {
 }
 
 // reservePending reserves blocks for the waiting destinations, in arrival
-// order, until one does not fit. It runs whenever blocks may have been
-// freed. The reservations are stamped at now, or at the End of the pass
+// order, until one does not fit. It runs whenever blocks or running slots
+// may have been freed. The reservations are stamped at now, or at the End of the pass
 // in flight if later: that pass's allocations and releases are already in
 // the pool.
 //
@@ -400,9 +402,9 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	return true
 }
 
-// HasWork implements Scheduler. Destinations waiting for blocks are not
-// work: they are retried when blocks are freed, never by polling (except
-// under reserve_takes_slot, where passes reserve).
+// HasWork implements Scheduler. Destinations waiting for their reservation
+// are not work: they are retried when blocks or slots are freed, never by
+// polling (except under reserve_takes_slot, where passes reserve).
 func (v *VLLM) HasWork() bool {
 	return len(v.running) > 0 || v.waiting.len() > 0 || v.activated.len() > 0 || len(v.done) > 0 || len(v.rejected) > 0 ||
 		v.slotReserve && v.pending.len() > 0
@@ -429,8 +431,28 @@ func (v *VLLM) Metrics() Metrics {
 	return m
 }
 
-// audit checks the pool's counters against a recount.
-func (v *VLLM) audit() error { return v.pool.audit() }
+// audit checks the pool's counters against a recount, and the slot rule:
+// the running set never exceeds max_num_seqs (with the reservations, under
+// reserve_takes_slot), and the destination queues hold only their states.
+func (v *VLLM) audit() error {
+	if err := v.pool.audit(); err != nil {
+		return err
+	}
+	if n := len(v.running) + v.slotsReserved(); n > v.maxSeqs {
+		return fmt.Errorf("%d running (with slot-holding reservations) exceed max_num_seqs %d", n, v.maxSeqs)
+	}
+	for i := range v.pending.len() {
+		if s := v.pending.at(i); s.state != stAwaitKV {
+			return fmt.Errorf("request %d pending for a reservation in state %d", s.id, s.state)
+		}
+	}
+	for i := range v.activated.len() {
+		if s := v.activated.at(i); s.state != stActivated {
+			return fmt.Errorf("request %d waiting for a slot after activation in state %d", s.id, s.state)
+		}
+	}
+	return nil
+}
 
 // freeBlocks drops s's KV. Blocks are released tail first, as vLLM does, so
 // the LRU evicts a sequence's tail before the prefix others may share.
@@ -754,8 +776,9 @@ func (v *VLLM) admit(now float64, out *Output) {
 		s := v.waiting.front()
 		fresh := s.out == 0 && s.preempts == 0
 		if fresh && v.pending.len() > 0 && !v.slotReserve {
-			// A destination is waiting for blocks: fresh admissions pause
-			// so they do not take the blocks it waits for, as in Dynamo.
+			// A destination is waiting for its reservation: fresh
+			// admissions pause so they do not take what it waits for, as
+			// in Dynamo.
 			return
 		}
 		length := len(s.tokens)
