@@ -122,3 +122,67 @@ func TestDynamo_ApproxIndexerE2EPruning(t *testing.T) {
 	}
 	assert.Equal(t, 2, a.Len())
 }
+
+// storeEv and removeEv build events as Dynamo's test_utils do: block i has
+// tokens hash i and block hash i·100.
+func storeEv(id uint64, locals []uint64, parent uint64) kv.Event {
+	ev := kv.Event{Kind: kv.Stored, ID: id}
+	if parent != 0 {
+		ev.Parent, ev.HasParent = kv.SeqHash(parent), true
+	}
+	for _, l := range locals {
+		ev.Blocks = append(ev.Blocks, kv.Block{Hash: kv.SeqHash(l * 100), TokensHash: kv.LocalHash(l)})
+	}
+	return ev
+}
+
+func removeEv(id uint64, locals []uint64) kv.Event {
+	ev := kv.Event{Kind: kv.Removed, ID: id}
+	for _, l := range locals {
+		ev.RemovedHashes = append(ev.RemovedHashes, kv.SeqHash(l*100))
+	}
+	return ev
+}
+
+// test_radix_tree (lib/kv-router/src/radix_tree.rs): worker 0 stores
+// [1,2,3], worker 1 [1,4,5]; the query [1,2,3] scores 3 and 1. Worker 1
+// removes 5 then 4 (lookup sizes 2, then 1) and stores [2,6,7] under its
+// block 100: the query then scores 3 and 2, worker 1's lookup holds 4
+// blocks, and block 200 has both workers.
+func TestDynamo_RadixTree(t *testing.T) {
+	t.Parallel()
+	x := New()
+	q := []kv.LocalHash{1, 2, 3}
+	require.NoError(t, x.Apply(0, storeEv(1, []uint64{1, 2, 3}, 0)))
+	assert.Equal(t, map[uint64]int{0: 3}, depths(x, q...))
+	assert.Equal(t, 3, x.TreeSize(0))
+
+	require.NoError(t, x.Apply(1, storeEv(1, []uint64{1, 4, 5}, 0)))
+	assert.Equal(t, map[uint64]int{0: 3, 1: 1}, depths(x, q...))
+	assert.Equal(t, 3, x.TreeSize(0))
+	assert.Equal(t, 3, x.TreeSize(1))
+
+	require.NoError(t, x.Apply(1, removeEv(2, []uint64{5})))
+	assert.Equal(t, 2, x.TreeSize(1))
+	require.NoError(t, x.Apply(1, removeEv(3, []uint64{4})))
+	assert.Equal(t, 1, x.TreeSize(1))
+	assert.Equal(t, 3, x.TreeSize(0))
+
+	require.NoError(t, x.Apply(1, storeEv(4, []uint64{2, 6, 7}, 100)))
+	assert.Equal(t, map[uint64]int{0: 3, 1: 2}, depths(x, q...))
+	assert.Equal(t, 3, x.TreeSize(0))
+	assert.Equal(t, 4, x.TreeSize(1))
+	assert.Equal(t, map[uint64]int{0: 2, 1: 2}, depths(x, 1, 2), "block 200 has both workers")
+}
+
+// test_radix_tree_apply_event_errors: an unknown parent (12345), removing
+// unknown blocks, and a block that is its own parent (parent 100, first
+// block 100) are each an error.
+func TestDynamo_RadixTreeApplyEventErrors(t *testing.T) {
+	t.Parallel()
+	x := New()
+	require.ErrorIs(t, x.Apply(0, storeEv(0, []uint64{1, 2, 3}, 12345)), ErrUnknownParent)
+	require.ErrorIs(t, x.Apply(0, removeEv(0, []uint64{1, 2, 3})), ErrBlockNotFound)
+	require.NoError(t, x.Apply(0, storeEv(4, []uint64{1}, 0)))
+	require.ErrorIs(t, x.Apply(0, storeEv(5, []uint64{1, 2, 3}, 100)), ErrSelfParent)
+}
