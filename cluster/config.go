@@ -627,12 +627,22 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 			var n int64
 			n, err = jsonval.Int(field, v, 0, math.MaxInt64)
 			rc.Seed = uint64(n)
+		case "router_prune_target_ratio":
+			rc.RouterPruneTargetRatio, err = jsonval.Float(field, v, jsonval.AboveZero, 1)
+		case "prefill_load_scale":
+			var f float64
+			f, err = jsonval.Float(field, v, 0, math.Inf(1))
+			rc.PrefillLoadScale = &f
+		case "decode_active_request_weight":
+			rc.DecodeActiveRequestWeight, err = jsonval.Float(field, v, 0, math.Inf(1))
+		case "dynamo_compat":
+			rc.DynamoCompat, err = boolValue(field, v)
 		case "router_mode":
 			err = fmt.Errorf("%s: set the mode with the cluster's router key", field)
 		case "block_size":
 			err = fmt.Errorf("%s: the router takes the workers' block_size; set it in args", field)
 		default:
-			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, active_prefill_tokens_threshold_frac, busy_threshold, overlap_score_weight, router_max_tree_size, router_request_ttl_secs, router_temperature, router_ttl_secs, seed, use_kv_events", field)
+			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, active_prefill_tokens_threshold_frac, busy_threshold, decode_active_request_weight, dynamo_compat, overlap_score_weight, prefill_load_scale, router_max_tree_size, router_prune_target_ratio, router_request_ttl_secs, router_temperature, router_ttl_secs, seed, use_kv_events", field)
 		}
 		if err != nil {
 			return rc, false, err

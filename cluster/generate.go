@@ -152,7 +152,6 @@ func (c *Cluster) arrive(h *call) {
 	p := r.prefill
 	spec.PrefillName, spec.DecodeName = p.name, r.decode.name
 	spec.TransferMode = p.args.KVTransferTimingMode
-	spec.BlockSize = p.args.BlockSize
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
 	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name}
 	r.m = handoff.New(spec)

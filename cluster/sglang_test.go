@@ -17,6 +17,10 @@ func sglangSaturated(optimistic bool) Config {
 	cfg.Engine = "sglang"
 	cfg.Args["kv_bytes_per_token"] = 65536
 	cfg.Args["kv_transfer_bandwidth"] = 10.0
+	// The decode's one sequence slot is the bottleneck only if a
+	// reservation takes it, as mocker's former rule had it (by default a
+	// reservation takes KV only, and the decode's KV bounds the queue).
+	cfg.Decode.Args["reserve_takes_slot"] = true
 	if optimistic {
 		cfg.Args["sglang"] = map[string]any{"optimistic_prefill": true}
 	}

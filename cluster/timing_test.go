@@ -133,8 +133,10 @@ func TestDisagg_NoAbortOnIdleClusterAtHighSpeedup(t *testing.T) {
 func TestSGLang_BootstrapTimeoutWithdrawsReservation(t *testing.T) {
 	const session = 300
 	c := start(t, Config{Disagg: true, Engine: "sglang",
-		Args:   map[string]any{"speedup_ratio": 100, "handoff_session_timeout_ms": session},
-		Decode: PoolConfig{Args: map[string]any{"max_num_seqs": 1}}})
+		Args: map[string]any{"speedup_ratio": 100, "handoff_session_timeout_ms": session},
+		// A reservation holds the decode's one slot (reserve_takes_slot),
+		// so the second request cannot reserve while the first decodes.
+		Decode: PoolConfig{Args: map[string]any{"max_num_seqs": 1, "reserve_takes_slot": true}}})
 
 	// The first request takes the decode's one slot for far longer than
 	// the session timeout (thousands of decode steps of at least 1 ms).

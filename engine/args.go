@@ -63,10 +63,9 @@ type SGLangArgs struct {
 	// ClipMaxNewTokens caps how many future output tokens admission reserves
 	// for each running request.
 	ClipMaxNewTokens int `json:"clip_max_new_tokens"`
-	// ScheduleConservativeness, a finite number ≥ 0, scales the initial
-	// new-token ratio admission uses to reserve room for running requests'
-	// growth: the ratio starts at min(0.7 × it, 1), as in SGLang, so values
-	// above 1 are more conservative up to about 1.43.
+	// ScheduleConservativeness, in [0, 1] as Dynamo allows, scales the
+	// initial new-token ratio admission uses to reserve room for running
+	// requests' growth: the ratio starts at 0.7 × it.
 	ScheduleConservativeness float64 `json:"schedule_conservativeness"`
 	// MaxRunningRequests caps the running set; nil leaves max_num_seqs in
 	// charge.
@@ -104,7 +103,8 @@ type Args struct {
 	// SpeedupRatio divides modeled time to get wall time in the live driver;
 	// 0 means no scaling. Reported times stay modeled.
 	SpeedupRatio float64 `json:"speedup_ratio"`
-	// DecodeSpeedupRatio divides decode time only (speculative decoding).
+	// DecodeSpeedupRatio divides decode time only (speculative decoding);
+	// 0 means no extra speedup, as in Dynamo.
 	DecodeSpeedupRatio float64 `json:"decode_speedup_ratio"`
 	// DPSize is the number of data-parallel ranks; only 1 is modeled.
 	DPSize int `json:"dp_size"`
@@ -130,14 +130,58 @@ type Args struct {
 	HandoffSessionTimeoutMs int64 `json:"handoff_session_timeout_ms"`
 	// RouterLoadIncludesHeld makes the router-facing load count held blocks.
 	RouterLoadIncludesHeld bool `json:"router_load_includes_held"`
+	// ReserveTakesSlot (mocker's, default false) brings back mocker's
+	// former rule that a destination reservation takes a max_num_seqs slot
+	// from reservation to completion. Dynamo and vLLM reserve KV only; see
+	// docs/fidelity.md.
+	ReserveTakesSlot bool `json:"reserve_takes_slot"`
 
 	// PlannerProfileData is the path of a profile table for
 	// perf.FromProfile. Empty: the polynomial model.
 	PlannerProfileData string `json:"planner_profile_data,omitempty"`
+	// TimingModel picks the timing model as Dynamo main's timing_model
+	// does. Nil: polynomial, or interpolated when PlannerProfileData is
+	// set.
+	TimingModel *TimingModelArgs `json:"timing_model,omitempty"`
+
+	// DynamoCompat makes the worker reproduce Dynamo main's numbers where
+	// mocker differs from it on purpose (docs/fidelity.md): the polynomial
+	// decode model's utilisation unclamped (and SGLang's logical KV not
+	// capped at the pool), integer mean prompt, prefix and context lengths
+	// for the timing model, and SGLang's new-token ratio re-estimated after
+	// a retraction instead of reset and decayed on extend passes too, and
+	// SGLang's waiting queue ordered by Request.Priority.
+	DynamoCompat bool `json:"dynamo_compat"`
 
 	// SGLang holds the SGLang knobs. ParseArgs always fills it for an sglang
 	// engine; it is ignored for vLLM.
 	SGLang *SGLangArgs `json:"sglang,omitempty"`
+}
+
+// TimingModelType names a timing model, as Dynamo's timing_model type does.
+type TimingModelType string
+
+// Timing model types.
+const (
+	// TimingPolynomial is Dynamo's fitted polynomial (perf.Polynomial).
+	TimingPolynomial TimingModelType = "polynomial"
+	// TimingInterpolated interpolates the profile in planner_profile_data
+	// (perf.Interpolated); it requires that path.
+	TimingInterpolated TimingModelType = "interpolated"
+	// TimingFixed costs every prefill pass prefill_ms and every decode step
+	// decode_ms (perf.Fixed).
+	TimingFixed TimingModelType = "fixed"
+)
+
+// TimingModelArgs is Dynamo main's timing_model object: {"type": "fixed",
+// "prefill_ms": 2, "decode_ms": 1}. ParseArgs also takes the bare type
+// string ("polynomial").
+type TimingModelArgs struct {
+	Type TimingModelType `json:"type"`
+	// PrefillMs and DecodeMs are the fixed model's latencies, finite and
+	// ≥ 0, both required for TimingFixed and unset otherwise.
+	PrefillMs *float64 `json:"prefill_ms,omitempty"`
+	DecodeMs  *float64 `json:"decode_ms,omitempty"`
 }
 
 // MaxNumSeqsOrInf returns the running-set cap, math.MaxInt when unbounded.

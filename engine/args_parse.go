@@ -48,24 +48,30 @@ func argErr(field, format string, a ...any) *ArgError {
 //	KEY                           ACCEPTS                                DEFAULT
 //	engine_type                   "vllm" | "sglang"                      "vllm"
 //	num_gpu_blocks                integer ≥ 1                            16384
-//	block_size                    integer ≥ 0, 0 = by engine             vllm 64, sglang page_size or 1
+//	block_size                    integer ≥ 0, 0 = by engine; vllm ≥ 2   vllm 64, sglang page_size or 1
 //	max_model_len                 integer ≥ 1, vllm only                 none
 //	max_num_seqs                  integer ≥ 1, null = unbounded          256
 //	max_num_batched_tokens        integer ≥ 1, null = unbounded          8192
 //	enable_prefix_caching         boolean                                true
 //	enable_chunked_prefill        boolean                                true
 //	speedup_ratio                 number ≥ 0, 0 = no scaling             1
-//	decode_speedup_ratio          number > 0                             1
+//	decode_speedup_ratio          number ≥ 0, 0 = no extra speedup       1
 //	dp_size                       1 (more ranks are not modeled)         1
 //	worker_type                   "aggregated" | "prefill" | "decode"    "aggregated"
 //	preemption_mode               "lifo" | "fifo"                        "lifo"
-//	kv_bytes_per_token            integer ≥ 0                            none
+//	kv_bytes_per_token            integer ≥ 0 (also kv_cache_bytes_per_token,
+//	                              kv_transfer_bytes_per_token)           none
 //	kv_transfer_bandwidth         number ≥ 0 GB/s, 0 = no delay          none
 //	kv_transfer_timing_mode       "full_prompt" | "destination_missing"  "full_prompt"
 //	kv_transfer_abort_timeout_ms  integer ≥ 0 ms, 0 = none               none
 //	handoff_session_timeout_ms    integer ≥ 1 ms                         300000
 //	router_load_includes_held     boolean                                false
+//	reserve_takes_slot            boolean (mocker's former slot rule)    false
+//	dynamo_compat                 boolean                                false
 //	planner_profile_data          path of a perf.FromProfile table       none: polynomial
+//	timing_model                  "polynomial" | "interpolated" |        polynomial, interpolated
+//	                              {"type":"fixed","prefill_ms":p,        with planner_profile_data
+//	                               "decode_ms":d}
 //	sglang                        object, see below                      SGLang defaults
 //
 // The sglang object (read only when engine_type is sglang, and filled with
@@ -74,7 +80,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // equal block_size when both are given, max_prefill_tokens ≥ 1 (16384),
 // chunked_prefill_size ≥ 1 and a multiple of block_size (8192, rounded down
 // to a multiple of block_size when not given), clip_max_new_tokens ≥ 1
-// (4096), schedule_conservativeness ≥ 0 (1), max_running_requests ≥ 1
+// (4096), schedule_conservativeness in [0, 1] (1), max_running_requests ≥ 1
 // (none), and mocker's optimistic_prefill boolean (false: a disaggregated
 // SGLang prefill waits for the decode side's reservation; true: it computes
 // first and can strand KV like vLLM).
@@ -98,6 +104,8 @@ func argErr(field, format string, a ...any) *ArgError {
 //     nil. handoff_session_timeout_ms cannot be 0: it is what guarantees a
 //     held source is reclaimed, so use a large value instead.
 //   - dp_size above 1 is rejected: run more workers instead of DP ranks.
+//   - Ranges are Dynamo's; docs/fidelity.md lists where mocker's behaviour
+//     still differs and what dynamo_compat changes.
 //
 // Dynamo keys that describe deployment rather than the modeled engine are
 // accepted with their types checked and then ignored, so a config copied
@@ -220,6 +228,23 @@ type argParser struct {
 	isDecode     bool
 	workerSet    bool
 	sglangRaw    map[string]any
+	// kvBytesKey is the key that set kv_bytes_per_token, which three
+	// Dynamo spellings may set; two that disagree are an error.
+	kvBytesKey string
+}
+
+// setKVBytes stores a kv_bytes_per_token value given under key.
+func (p *argParser) setKVBytes(key string, v any) error {
+	n, err := argIntValue(key, v, argWantNonNegative)
+	if err != nil {
+		return err
+	}
+	if p.kvBytesKey != "" && *p.a.KVBytesPerToken != n {
+		return argErr(key, "%d contradicts %s %d; they name the same quantity, give one", n, p.kvBytesKey, *p.a.KVBytesPerToken)
+	}
+	p.kvBytesKey = key
+	p.a.KVBytesPerToken = &n
+	return nil
 }
 
 type argKeySpec struct {
@@ -265,7 +290,7 @@ var modeledArgKeys = []argKeySpec{
 	{"enable_prefix_caching", argBoolInto(func(p *argParser) *bool { return &p.a.EnablePrefixCaching })},
 	{"enable_chunked_prefill", argBoolInto(func(p *argParser) *bool { return &p.a.EnableChunkedPrefill })},
 	{"speedup_ratio", argFloatInto(func(p *argParser) *float64 { return &p.a.SpeedupRatio }, argWantNonNegativeNumber)},
-	{"decode_speedup_ratio", argFloatInto(func(p *argParser) *float64 { return &p.a.DecodeSpeedupRatio }, argWantPositiveNumber)},
+	{"decode_speedup_ratio", argFloatInto(func(p *argParser) *float64 { return &p.a.DecodeSpeedupRatio }, argWantNonNegativeNumber)},
 	{"dp_size", argIntInto(func(p *argParser) *int { return &p.a.DPSize }, argWantPositive)},
 	{"worker_type", func(p *argParser, _ string, v any) error {
 		s, err := argEnumValue("worker_type", v, "aggregated", "prefill", "decode")
@@ -286,7 +311,10 @@ var modeledArgKeys = []argKeySpec{
 		p.a.PreemptionMode = PreemptionMode(s)
 		return nil
 	}},
-	{"kv_bytes_per_token", argOptIntInto(func(p *argParser) **int { return &p.a.KVBytesPerToken }, argWantNonNegative)},
+	{"kv_bytes_per_token", func(p *argParser, k string, v any) error { return p.setKVBytes(k, v) }},
+	// Dynamo main's names for the same quantity.
+	{"kv_cache_bytes_per_token", func(p *argParser, k string, v any) error { return p.setKVBytes(k, v) }},
+	{"kv_transfer_bytes_per_token", func(p *argParser, k string, v any) error { return p.setKVBytes(k, v) }},
 	{"kv_transfer_bandwidth", func(p *argParser, _ string, v any) error {
 		f, err := argFloatValue("kv_transfer_bandwidth", v, argWantNonNegativeNumber)
 		if err != nil {
@@ -322,6 +350,16 @@ var modeledArgKeys = []argKeySpec{
 		return nil
 	}},
 	{"router_load_includes_held", argBoolInto(func(p *argParser) *bool { return &p.a.RouterLoadIncludesHeld })},
+	{"dynamo_compat", argBoolInto(func(p *argParser) *bool { return &p.a.DynamoCompat })},
+	{"timing_model", func(p *argParser, _ string, v any) error {
+		tm, err := argTimingModel(v)
+		if err != nil {
+			return err
+		}
+		p.a.TimingModel = tm
+		return nil
+	}},
+	{"reserve_takes_slot", argBoolInto(func(p *argParser) *bool { return &p.a.ReserveTakesSlot })},
 	{"planner_profile_data", func(p *argParser, _ string, v any) error {
 		s, err := argStringValue("planner_profile_data", v, "a file path")
 		if err != nil {
@@ -442,6 +480,55 @@ var argSGLangKeys = []argKeySpec{
 	{"schedule_conservativeness", argFloatInto(func(p *argParser) *float64 { return &p.a.SGLang.ScheduleConservativeness }, argWantNonNegativeNumber)},
 	{"max_running_requests", argOptIntInto(func(p *argParser) **int { return &p.a.SGLang.MaxRunningRequests }, argWantPositive)},
 	{"optimistic_prefill", argBoolInto(func(p *argParser) *bool { return &p.a.SGLang.OptimisticPrefill })},
+}
+
+// argTimingModel reads timing_model: a type string, or an object with
+// type and, for "fixed", prefill_ms and decode_ms.
+func argTimingModel(v any) (*TimingModelArgs, error) {
+	types := []string{string(TimingPolynomial), string(TimingInterpolated), string(TimingFixed)}
+	if _, isStr := v.(string); isStr {
+		s, err := argEnumValue("timing_model", v, types...)
+		if err != nil {
+			return nil, err
+		}
+		return &TimingModelArgs{Type: TimingModelType(s)}, nil
+	}
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil, argErr("timing_model", "want a type string or an object with \"type\", got %s", jsonval.Describe(v))
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tm := &TimingModelArgs{}
+	for _, k := range keys {
+		switch k {
+		case "type":
+			s, err := argEnumValue("timing_model.type", m[k], types...)
+			if err != nil {
+				return nil, err
+			}
+			tm.Type = TimingModelType(s)
+		case "prefill_ms", "decode_ms":
+			f, err := argFloatValue("timing_model."+k, m[k], argWantNonNegativeNumber)
+			if err != nil {
+				return nil, err
+			}
+			if k == "prefill_ms" {
+				tm.PrefillMs = &f
+			} else {
+				tm.DecodeMs = &f
+			}
+		default:
+			return nil, argErr("timing_model."+k, "unknown key; valid keys are type, prefill_ms, decode_ms")
+		}
+	}
+	if tm.Type == "" {
+		return nil, argErr("timing_model.type", "is required: one of %s", strings.Join(types, ", "))
+	}
+	return tm, nil
 }
 
 // Type descriptions used in "want ..." messages.
@@ -874,19 +961,21 @@ func argRejectPositive(key, why string) argKeySpec {
 //     kv_transfer_timing_mode are one of their lowercase values;
 //   - num_gpu_blocks, block_size, max_model_len, max_num_seqs and
 //     max_num_batched_tokens (when set) are at least 1, num_gpu_blocks at
-//     most 2147483647; max_model_len is set only for vllm;
-//   - speedup_ratio is a finite number ≥ 0, decode_speedup_ratio a finite
-//     number > 0;
+//     most 2147483647, block_size at least 2 for vllm (Dynamo's range);
+//     max_model_len is set only for vllm;
+//   - speedup_ratio and decode_speedup_ratio are finite numbers ≥ 0;
 //   - dp_size is 1;
 //   - kv_bytes_per_token, kv_transfer_bandwidth and
 //     kv_transfer_abort_timeout_ms are ≥ 0 when set (the bandwidth finite);
 //     handoff_session_timeout_ms is at least 1;
 //   - sglang, when set: schedule_policy "fifo" or "lpm"; page_size,
 //     max_prefill_tokens, chunked_prefill_size, clip_max_new_tokens and
-//     max_running_requests at least 1; schedule_conservativeness a finite
-//     number ≥ 0;
-//     and for an sglang engine page_size equals block_size and
-//     chunked_prefill_size is a multiple of it.
+//     max_running_requests at least 1; schedule_conservativeness in
+//     [0, 1]; and for an sglang engine page_size equals block_size and
+//     chunked_prefill_size is a multiple of it;
+//   - timing_model, when set: a known type; "fixed" with prefill_ms and
+//     decode_ms finite and ≥ 0, the others without them; "interpolated"
+//     exactly when planner_profile_data is set.
 func (a Args) Validate() error {
 	checks := []func() *ArgError{
 		func() *ArgError {
@@ -905,6 +994,12 @@ func (a Args) Validate() error {
 			return argAtLeast("num_gpu_blocks", a.NumGPUBlocks, 1, "")
 		},
 		func() *ArgError {
+			if a.EngineType == EngineVLLM && a.BlockSize == 1 {
+				// Dynamo's vLLM mocker requires 2: a one-token block makes
+				// the last-token recompute rule drop every prefix hit
+				// shorter than the prompt, which no real vLLM config uses.
+				return argErr("block_size", "must be at least 2 for engine_type \"vllm\", as in Dynamo, got 1 (sglang accepts page size 1)")
+			}
 			return argAtLeast("block_size", a.BlockSize, 1, " (ParseArgs resolves 0 by engine: vllm 64, sglang page_size)")
 		},
 		func() *ArgError {
@@ -927,8 +1022,8 @@ func (a Args) Validate() error {
 			return nil
 		},
 		func() *ArgError {
-			if math.IsNaN(a.DecodeSpeedupRatio) || math.IsInf(a.DecodeSpeedupRatio, 0) || a.DecodeSpeedupRatio <= 0 {
-				return argErr("decode_speedup_ratio", "must be a finite number > 0 (1 means no extra decode speedup), got %g", a.DecodeSpeedupRatio)
+			if math.IsNaN(a.DecodeSpeedupRatio) || math.IsInf(a.DecodeSpeedupRatio, 0) || a.DecodeSpeedupRatio < 0 {
+				return argErr("decode_speedup_ratio", "must be a finite number ≥ 0 (0 or 1 mean no extra decode speedup, as in Dynamo), got %g", a.DecodeSpeedupRatio)
 			}
 			return nil
 		},
@@ -987,11 +1082,42 @@ func (a Args) Validate() error {
 			return nil
 		},
 		a.validateSGLang,
+		a.validateTimingModel,
 	}
 	for _, c := range checks {
 		if err := c(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (a Args) validateTimingModel() *ArgError {
+	tm := a.TimingModel
+	if tm == nil {
+		return nil
+	}
+	okMs := func(f *float64) bool { return f != nil && !math.IsNaN(*f) && !math.IsInf(*f, 0) && *f >= 0 }
+	switch tm.Type {
+	case TimingPolynomial, TimingInterpolated, TimingFixed:
+	default:
+		return argErr("timing_model.type", `want "polynomial", "interpolated" or "fixed", got %q`, tm.Type)
+	}
+	if tm.Type == TimingFixed {
+		if !okMs(tm.PrefillMs) {
+			return argErr("timing_model.prefill_ms", "the fixed model needs a finite latency ≥ 0 ms")
+		}
+		if !okMs(tm.DecodeMs) {
+			return argErr("timing_model.decode_ms", "the fixed model needs a finite latency ≥ 0 ms")
+		}
+	} else if tm.PrefillMs != nil || tm.DecodeMs != nil {
+		return argErr("timing_model", "prefill_ms and decode_ms belong to the \"fixed\" model, not %q", tm.Type)
+	}
+	switch {
+	case tm.Type == TimingInterpolated && a.PlannerProfileData == "":
+		return argErr("timing_model", `"interpolated" needs planner_profile_data, the profile to interpolate`)
+	case tm.Type != TimingInterpolated && a.PlannerProfileData != "":
+		return argErr("timing_model", "%q contradicts planner_profile_data, which selects the interpolated model; drop one", tm.Type)
 	}
 	return nil
 }
@@ -1022,8 +1148,8 @@ func (a Args) validateSGLang() *ArgError {
 			return err
 		}
 	}
-	if c := sg.ScheduleConservativeness; !(c >= 0) || math.IsInf(c, 1) {
-		return argErr("sglang.schedule_conservativeness", "must be a finite number ≥ 0, got %g", c)
+	if c := sg.ScheduleConservativeness; !(c >= 0 && c <= 1) {
+		return argErr("sglang.schedule_conservativeness", "must be between 0 and 1, as in Dynamo, got %g (SGLang itself accepts more, but Dynamo's mocker does not, and mocker keeps its range)", c)
 	}
 	if err := argOptAtLeast("sglang.max_running_requests", sg.MaxRunningRequests, ""); err != nil {
 		return err

@@ -137,7 +137,15 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"zero model len", `{"max_model_len":0}`, "max_model_len", []string{"at least 1"}},
 		{"model len with sglang", `{"engine_type":"sglang","max_model_len":4096}`, "max_model_len", []string{"only with engine_type \"vllm\""}},
 		{"negative speedup", `{"speedup_ratio":-1}`, "speedup_ratio", []string{"≥ 0"}},
-		{"zero decode speedup", `{"decode_speedup_ratio":0}`, "decode_speedup_ratio", []string{"> 0"}},
+		{"negative decode speedup", `{"decode_speedup_ratio":-1}`, "decode_speedup_ratio", []string{"≥ 0", "as in Dynamo"}},
+		{"vllm block size one", `{"block_size":1}`, "block_size", []string{"at least 2", "as in Dynamo"}},
+		{"conservativeness above one", `{"engine_type":"sglang","sglang":{"schedule_conservativeness":1.3}}`, "sglang.schedule_conservativeness", []string{"between 0 and 1", "1.3"}},
+		{"fixed timing without decode", `{"timing_model":{"type":"fixed","prefill_ms":2}}`, "timing_model.decode_ms", []string{"fixed model"}},
+		{"timing model unknown key", `{"timing_model":{"type":"fixed","prefill":2}}`, "timing_model.prefill", []string{"prefill_ms"}},
+		{"timing model unknown type", `{"timing_model":"aic"}`, "timing_model", []string{`"fixed"`}},
+		{"interpolated without profile", `{"timing_model":"interpolated"}`, "timing_model", []string{"planner_profile_data"}},
+		{"fixed with profile", `{"timing_model":{"type":"fixed","prefill_ms":1,"decode_ms":1},"planner_profile_data":"p.json"}`, "timing_model", []string{"contradicts planner_profile_data"}},
+		{"kv bytes spellings disagree", `{"kv_bytes_per_token":10,"kv_cache_bytes_per_token":20}`, "kv_cache_bytes_per_token", []string{"contradicts kv_bytes_per_token 10"}},
 		{"zero dp", `{"dp_size":0}`, "dp_size", []string{"at least 1"}},
 		{"dp above one", `{"dp_size":2}`, "dp_size", []string{"only 1 is modeled", "2 workers"}},
 		{"negative kv bytes", `{"kv_bytes_per_token":-1}`, "kv_bytes_per_token", []string{"≥ 0"}},
@@ -146,7 +154,7 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"zero session timeout", `{"handoff_session_timeout_ms":0}`, "handoff_session_timeout_ms", []string{"at least 1"}},
 		{"page size mismatch", `{"engine_type":"sglang","block_size":16,"sglang":{"page_size":32}}`, "sglang.page_size", []string{"must equal block_size (16)", "got 32"}},
 		{"chunk not multiple", `{"engine_type":"sglang","block_size":16,"sglang":{"chunked_prefill_size":100}}`, "sglang.chunked_prefill_size", []string{"multiple of block_size (16)", "got 100"}},
-		{"negative conservativeness", `{"engine_type":"sglang","sglang":{"schedule_conservativeness":-0.5}}`, "sglang.schedule_conservativeness", []string{"≥ 0", "-0.5"}},
+		{"negative conservativeness", `{"engine_type":"sglang","sglang":{"schedule_conservativeness":-0.5}}`, "sglang.schedule_conservativeness", []string{"between 0 and 1", "-0.5"}},
 		{"zero page size", `{"engine_type":"sglang","sglang":{"page_size":0}}`, "sglang.page_size", []string{"at least 1"}},
 		{"zero running requests", `{"engine_type":"sglang","sglang":{"max_running_requests":0}}`, "sglang.max_running_requests", []string{"at least 1"}},
 		{"string optimistic", `{"engine_type":"sglang","sglang":{"optimistic_prefill":"yes"}}`, "sglang.optimistic_prefill", []string{"want a boolean"}},
@@ -229,8 +237,9 @@ func TestParseArgs_NullGivesDefault(t *testing.T) {
 	assert.Equal(t, math.MaxInt, a.MaxNumSeqsOrInf())
 	assert.Equal(t, math.MaxInt, a.MaxNumBatchedTokensOrInf())
 
-	// SGLang takes a conservativeness above 1 (the ratio it sets is capped).
-	assert.InDelta(t, 1.5, argsParse(t, `{"engine_type":"sglang","sglang":{"schedule_conservativeness":1.5}}`).SGLang.ScheduleConservativeness, 0)
+	// Dynamo's range for the conservativeness is [0, 1]; 1.5 is refused.
+	_, err := ParseArgs([]byte(`{"engine_type":"sglang","sglang":{"schedule_conservativeness":1.5}}`))
+	require.Error(t, err)
 
 	sg := argsParse(t, `{"engine_type":"sglang","sglang":{"page_size":null,"schedule_policy":null,"max_running_requests":null}}`)
 	assert.Equal(t, 1, sg.SGLang.PageSize)
@@ -304,7 +313,7 @@ func TestParseArgs_RoundTripProperty(t *testing.T) {
 		}
 		engine := rapid.SampledFrom([]string{"vllm", "VLLM", "sglang", "SGLang"}).Draw(t, "engine")
 		m["engine_type"] = engine
-		block := rapid.IntRange(1, 128).Draw(t, "block")
+		block := rapid.IntRange(2, 128).Draw(t, "block")
 		maybe("block_size", func() any { return block })
 		maybe("num_gpu_blocks", func() any { return rapid.IntRange(1, 1<<20).Draw(t, "blocks") })
 		maybe("max_num_seqs", func() any {

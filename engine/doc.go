@@ -88,7 +88,8 @@
 //     running slot is free, and each request's match is remembered until
 //     the tree changes.
 //   - The new-token ratio decays only on decode passes that retracted
-//     nobody, as in SGLang; Dynamo decays it every pass.
+//     nobody, as in SGLang; Dynamo decays it every pass, as dynamo_compat
+//     does.
 //   - An extend pass costs the prefill of its batch plus one decode step
 //     over the prompts it completes, which samples their first tokens (as
 //     Dynamo times it), so time to first token is prefill plus one step.
@@ -97,12 +98,22 @@
 //     the longer prompt among equals (SGLang's tie-break); EventPreempted
 //     counts the pages it stopped using, not shared prefix pages another
 //     request still locks.
-//   - schedule_conservativeness may exceed 1: the initial ratio is
-//     min(0.7 × it, 1), as in SGLang.
-//   - Metrics.Waiting counts queued requests, bootstrap ones and
-//     destinations still waiting for their reservation included, but not
-//     reserved destinations awaiting Activate, which ReservedRequests
-//     reports (in both models).
+//   - The last running request is retracted only while an activated
+//     destination waits for its running slot (its KV is in place, so it
+//     can run in the room freed).
+//   - After a retraction the new-token ratio resets to its initial value;
+//     dynamo_compat re-estimates it as Dynamo main does.
+//   - Metrics.Waiting counts queued requests, bootstrap ones,
+//     destinations still waiting for their reservation and activated ones
+//     waiting for a slot, but not reserved destinations awaiting Activate,
+//     which ReservedRequests reports (in both models); DynamoWaiting adds
+//     them, as Dynamo's waiting_requests does.
+//
+// # Fidelity with Dynamo
+//
+// Where mocker's results can differ from Dynamo main's, what each does, and
+// the switches that reproduce Dynamo's numbers (dynamo_compat, for the
+// engine and for the router) are listed in one place: docs/fidelity.md.
 //
 // # Modeled time and wall time
 //
@@ -176,6 +187,9 @@
 // (EventHoldReleased), decode_kv_wait_start, decode_kv_reserved (with
 // MissingTokens and the wait), decode_kv_activated and decode_kv_cancelled.
 //
+// Where mocker and Dynamo differ, and how to get Dynamo's numbers (the
+// dynamo_compat argument), is listed in docs/fidelity.md.
+//
 // The abort clock starts at the SourceHeld moment, never at submit: the
 // hold's deadline is the earlier of kv_transfer_abort_timeout_ms (when set)
 // and handoff_session_timeout_ms after it, so without an abort timeout the
@@ -186,13 +200,18 @@
 // with TransferTokens: the whole prompt, or the MissingTokens the
 // reservation reported.
 //
-// The destination is admitted by its own scheduler, like any request:
-// blocks for the whole prompt (resident prefix blocks reused) and a
-// max_num_seqs slot, which it keeps while reserved. There is no
-// destination timer; a reservation waits until Activate or
-// CancelDestination, because the source's deadlines are authoritative.
-// Activate makes it a running request whose prompt is computed and whose
-// token 0 came from the prefill, so it decodes tokens 1 to MaxTokens-1,
+// The destination is admitted by its own scheduler as a reservation of
+// blocks for the whole prompt (resident prefix blocks reused), and, as in
+// Dynamo and vLLM, of KV only: it keeps no max_num_seqs slot. A vLLM
+// destination is reserved as soon as the blocks and a free running slot
+// exist (the slot is not kept), on arrival or at the change that frees
+// them (a hold released, a cancellation, a pass's end), stamped then, and
+// fresh requests are not admitted while one waits; an SGLang destination is reserved by its passes' admission,
+// within their page budget. There is no destination timer; a reservation
+// waits until Activate or CancelDestination, because the source's
+// deadlines are authoritative. Activate makes it a request whose prompt is
+// computed and whose token 0 came from the prefill; it waits for a running
+// slot, ahead of the waiting queue, and then decodes tokens 1 to MaxTokens-1,
 // stopping at max_model_len exactly where the same request served
 // aggregated would. The destination keeps a placeholder id (0) for that
 // first token, whose real id only the prefill side knows; the placeholder

@@ -207,6 +207,9 @@ func conservationRun(rt *rapid.T, engine string) {
 		}
 		bw, bpt := 1.0, 1_000_000
 		a.KVTransferBandwidth, a.KVBytesPerToken = &bw, &bpt
+		// Both reservation rules, and Dynamo's timing and queue rules.
+		a.ReserveTakesSlot = rapid.Bool().Draw(rt, "reserve_takes_slot")
+		a.DynamoCompat = rapid.Bool().Draw(rt, "dynamo_compat")
 		if a.SGLang != nil {
 			a.SGLang.OptimisticPrefill = rapid.Bool().Draw(rt, "optimistic")
 			a.SGLang.SchedulePolicy = rapid.SampledFrom([]string{SGLangPolicyFIFO, SGLangPolicyLPM}).Draw(rt, "policy")
@@ -234,7 +237,8 @@ func conservationRun(rt *rapid.T, engine string) {
 	newReq := func() Request {
 		prefix := seqTokens(uint32(1000*rapid.IntRange(0, 2).Draw(rt, "prefix")), rapid.IntRange(0, 12).Draw(rt, "plen"))
 		tail := seqTokens(uint32(100000+int(nextID)*100), rapid.IntRange(1, 20).Draw(rt, "tlen"))
-		return Request{ID: nextID, Tokens: append(prefix, tail...), MaxTokens: rapid.IntRange(1, 8).Draw(rt, "max")}
+		return Request{ID: nextID, Tokens: append(prefix, tail...), MaxTokens: rapid.IntRange(1, 8).Draw(rt, "max"),
+			Priority: rapid.IntRange(0, 2).Draw(rt, "priority")}
 	}
 	steps := rapid.IntRange(1, 80).Draw(rt, "steps")
 	for range steps {

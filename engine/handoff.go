@@ -29,7 +29,8 @@ type Handoffs interface {
 	// each stamped at its own deadline; it reports whether any fired.
 	FireDue(now float64, events *[]Event) bool
 	// Reserve queues req as a destination waiting for remote KV; the
-	// scheduler's admission later reserves its blocks and a sequence slot.
+	// scheduler reserves its blocks (KV only, no sequence slot) when they
+	// are available.
 	Reserve(now float64, req Request, events *[]Event) error
 	// Activate turns the reservation id into a running request whose prompt
 	// is computed and whose first token came from the prefill side; false
@@ -53,9 +54,11 @@ func TransferTokens(mode TransferTimingMode, promptTokens, missingTokens int) in
 }
 
 // holdReleaser is the hook a scheduler gives its handoffBook: free the KV
-// of request id, whose hold the book has just ended, and forget the request.
+// of request id, whose hold the book has just ended at now, and forget the
+// request. Freed blocks are a capacity change, so the scheduler may reserve
+// waiting destinations there, appending their events to events.
 type holdReleaser interface {
-	freeHold(id uint64)
+	freeHold(now float64, id uint64, events *[]Event)
 }
 
 type holdPhase uint8
@@ -132,6 +135,7 @@ func (b *handoffBook) fillMetrics(m *Metrics) {
 	m.TransferringRequests = b.transferring
 	m.ReservedRequests = b.reservedReqs
 	m.ReservedBlocks = b.reservedBlocks
+	m.DynamoWaiting = m.Waiting + b.reservedReqs
 }
 
 // startHold records that request id became SourceHeld at `at` with blocks
@@ -257,7 +261,7 @@ func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason En
 	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: h.blocks,
 		Outcome: outcome, Reason: reason, DurationMs: max(0, now-h.at)})
 	b.spare = append(b.spare, h)
-	b.owner.freeHold(id)
+	b.owner.freeHold(now, id, events)
 	return true
 }
 

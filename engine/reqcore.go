@@ -22,6 +22,8 @@ type reqCore struct {
 	locals []kv.LocalHash
 	cached int // prompt tokens served from cache at admission
 	policy CompletionPolicy
+	// priority is Request.Priority.
+	priority int
 	// admitted is set once the request first got KV; cached is fixed then.
 	admitted bool
 
@@ -71,6 +73,7 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	}
 	c.tokens = append(c.tokens[:0], req.Tokens...)
 	c.policy = policy
+	c.priority = req.Priority
 	c.arrival = now
 	if hashBlock > 0 {
 		c.locals, c.hashes = kv.BlockHashes(c.tokens, hashBlock, c.locals[:0], c.hashes[:0])

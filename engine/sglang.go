@@ -21,6 +21,9 @@ const (
 	// sglangDecaySteps is the number of decode passes over which the ratio
 	// decays from its initial value to its floor.
 	sglangDecaySteps = 600
+	// sglangRetractDecodeSteps is the decode steps Dynamo's re-estimate
+	// after a retraction credits each running request with.
+	sglangRetractDecodeSteps = 20
 	// sglangLPMMaxQueue is the longest waiting queue lpm still sorts; a
 	// longer one is served FIFO, as matching every entry gets too costly.
 	sglangLPMMaxQueue = 128
@@ -29,10 +32,11 @@ const (
 type sgState uint8
 
 const (
-	sgWaiting  sgState = iota
-	sgBoot             // a destination-first prefill waiting for its decode side
-	sgAwaitKV          // a destination queued for admission as a reservation
-	sgReserved         // a destination holding pages and a slot, awaiting Activate
+	sgWaiting   sgState = iota
+	sgBoot              // a destination-first prefill waiting for its decode side
+	sgAwaitKV           // a destination queued for admission as a reservation
+	sgReserved          // a destination holding pages, awaiting Activate
+	sgActivated         // an activated destination waiting for a running slot
 	sgRunning
 	sgHeld
 	sgDone
@@ -101,6 +105,8 @@ type SGLang struct {
 	prefillWorker bool
 	decodeWorker  bool
 	includeHeld   bool
+	slotReserve   bool // a reservation takes a running slot (reserve_takes_slot)
+	compat        bool // dynamo_compat
 	decodeSpeedup float64
 	optimistic    bool
 	model         perf.Model
@@ -113,9 +119,12 @@ type SGLang struct {
 	rng     *rand.Rand
 	waiting []*sgReq // a request mid chunked prefill, if any, is first
 	running []*sgReq
-	byID    map[uint64]*sgReq
-	spare   []*sgReq
-	batch   []*sgReq // this pass's extend or decode batch
+	// activated are destinations whose KV arrived, waiting for a running
+	// slot.
+	activated []*sgReq
+	byID      map[uint64]*sgReq
+	spare     []*sgReq
+	batch     []*sgReq // this pass's extend or decode batch
 
 	heldPrivate int // private pages of held requests
 	retractions uint64
@@ -160,9 +169,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		return nil, &ArgError{Field: "num_gpu_blocks", Message: fmt.Sprintf("%d exceeds the model's limit of %d", args.NumGPUBlocks, math.MaxInt32)}
 	}
 	sg := args.SGLang
-	if model == nil {
-		model = perf.Polynomial{}
-	}
+	model = timingModel(args, model)
 	g := &SGLang{
 		page:          args.BlockSize,
 		total:         args.NumGPUBlocks,
@@ -175,6 +182,8 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		prefillWorker: args.WorkerType == WorkerPrefill,
 		decodeWorker:  args.WorkerType == WorkerDecode,
 		includeHeld:   args.RouterLoadIncludesHeld,
+		slotReserve:   args.ReserveTakesSlot,
+		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		optimistic:    sg.OptimisticPrefill,
 		model:         model,
@@ -265,7 +274,9 @@ func (g *SGLang) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]
 
 // freeHold is the handoffBook hook: the hold on id ended, so its path is
 // unlocked (the pages stay cached, evictable) and its private pages freed.
-func (g *SGLang) freeHold(id uint64) {
+// Waiting destinations are retried by the next pass's admission, where
+// SGLang reserves.
+func (g *SGLang) freeHold(_ float64, id uint64, _ *[]Event) {
 	r := g.byID[id]
 	g.cache.unhold(r.last)
 	for _, p := range r.pages {
@@ -290,6 +301,8 @@ func (g *SGLang) Cancel(now float64, id uint64, events *[]Event) bool {
 		g.leaveBoot(r)
 	case sgWaiting:
 		g.waiting = removeReq(g.waiting, r)
+	case sgActivated:
+		g.activated = removeReq(g.activated, r)
 	case sgRunning:
 		g.running = removeReq(g.running, r)
 	}
@@ -311,7 +324,7 @@ func removeReq(list []*sgReq, r *sgReq) []*sgReq {
 // HasWork implements Scheduler.
 // Requests in the bootstrap queue are not work: they wait for an input.
 func (g *SGLang) HasWork() bool {
-	return len(g.running) > 0 || len(g.waiting) > 0 || len(g.done) > 0 || len(g.expired) > 0
+	return len(g.running) > 0 || len(g.waiting) > 0 || len(g.activated) > 0 || len(g.done) > 0 || len(g.expired) > 0
 }
 
 // Metrics implements Scheduler.
@@ -326,7 +339,7 @@ func (g *SGLang) Metrics() Metrics {
 		HeldBlocks:         held,
 		RouterActiveBlocks: c.active() - held,
 		Running:            len(g.running),
-		Waiting:            len(g.waiting) + g.bootLive,
+		Waiting:            len(g.waiting) + g.bootLive + len(g.activated),
 		Preemptions:        g.retractions,
 	}
 	g.fillMetrics(&m)
@@ -362,6 +375,8 @@ func (g *SGLang) audit() error {
 		}
 	}
 	switch {
+	case len(g.running)+g.slotsReserved() > g.maxRunning:
+		return fmt.Errorf("%d running (with slot-holding reservations) exceed the cap %d", len(g.running)+g.slotsReserved(), g.maxRunning)
 	case private != g.cache.private:
 		return fmt.Errorf("requests own %d private pages, cache counts %d", private, g.cache.private)
 	case heldPrivate != g.heldPrivate:
@@ -490,9 +505,14 @@ func (g *SGLang) sortLPM(from int) {
 // ends the batch and stays first in the queue.
 func (g *SGLang) admit(now float64, out *Output) {
 	g.batch = g.batch[:0]
-	if len(g.waiting) == 0 || len(g.running)+g.reservedReqs >= g.maxRunning {
-		// With no running slot free nobody can join, so neither ordering
-		// the queue nor looking at its head would change anything.
+	awaiting := len(g.dests) - g.reservedReqs
+	if g.slotReserve {
+		awaiting = 0
+	}
+	if len(g.waiting) == 0 || len(g.running)+g.slotsReserved() >= g.maxRunning && awaiting == 0 {
+		// With no running slot free nobody can join (a reservation needs
+		// no slot, but none is waiting), so neither ordering the queue nor
+		// looking at its head would change anything.
 		return
 	}
 	from := 0
@@ -500,6 +520,11 @@ func (g *SGLang) admit(now float64, out *Output) {
 		from = 1
 	}
 	g.sortLPM(from)
+	if g.compat {
+		// Dynamo main orders the queue by priority, higher first; the
+		// stable sort keeps arrival (or lpm) order among equals.
+		slices.SortStableFunc(g.waiting[from:], func(a, b *sgReq) int { return b.priority - a.priority })
+	}
 
 	remTotal := float64(g.cache.available() * g.page)
 	for _, r := range g.running {
@@ -514,7 +539,8 @@ func (g *SGLang) admit(now float64, out *Output) {
 	i := 0
 	for ; i < len(g.waiting); i++ {
 		r := g.waiting[i]
-		if len(g.running)+len(g.batch)+g.reservedReqs >= g.maxRunning {
+		// A reservation takes pages but no running slot, as in Dynamo.
+		if (r.state != sgAwaitKV || g.slotReserve) && len(g.running)+len(g.batch)+g.slotsReserved() >= g.maxRunning {
 			break
 		}
 		idle := len(g.running) == 0 && len(g.batch) == 0 && g.reservedReqs == 0
@@ -650,6 +676,20 @@ func (g *SGLang) Pass(now float64, out *Output) PassResult {
 	out.Completions = append(out.Completions, g.done...)
 	out.Rejections = append(out.Rejections, g.expired...)
 	g.done, g.expired = g.done[:0], g.expired[:0]
+	// Activated destinations take the free running slots first: their KV
+	// is in place and each only needs its next token.
+	n := 0
+	for n < len(g.activated) && (g.slotReserve || len(g.running) < g.maxRunning) {
+		r := g.activated[n]
+		r.state = sgRunning
+		g.running = append(g.running, r)
+		n++
+	}
+	if n > 0 {
+		k := copy(g.activated, g.activated[n:])
+		clear(g.activated[k:])
+		g.activated = g.activated[:k]
+	}
 	reserved := g.reservedReqs
 	g.admit(now, out)
 	var res PassResult
@@ -669,13 +709,12 @@ func (g *SGLang) Pass(now float64, out *Output) PassResult {
 
 func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 	var prefillMs, decodeMs float64
-	b := float64(len(g.batch))
 	if g.decodeWorker {
 		// A decode worker's prompt KV comes from elsewhere; its extend pass
 		// costs a decode step.
 		decodeMs = g.decodeMs(len(g.batch), g.sumISL)
 	} else {
-		prefillMs = g.model.PrefillMs(len(g.batch), g.sumISL/b, g.sumPrefix/b)
+		prefillMs = g.model.PrefillMs(len(g.batch), meanLen(g.sumISL, len(g.batch), g.compat), meanLen(g.sumPrefix, len(g.batch), g.compat))
 		if !g.prefillWorker {
 			// Sampling the first tokens of the prompts this pass completes
 			// costs a decode step over them, as in Dynamo, so the time to
@@ -710,6 +749,10 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 		g.emit(r, end, out)
 	}
 	g.compactRunning()
+	if g.compat {
+		// Dynamo decays the ratio on every pass, extend passes too.
+		g.ratio = max(g.minRatio, g.ratio-g.ratioDecay)
+	}
 	return PassRan
 }
 
@@ -717,7 +760,12 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 // context tokens; the active KV is the logical context, capped at the pool.
 func (g *SGLang) decodeMs(batch int, ctx float64) float64 {
 	pool := float64(g.total * g.page)
-	d := g.model.DecodeMs(batch, min(ctx, pool), pool, ctx/float64(batch))
+	active := min(ctx, pool)
+	if g.compat {
+		// Dynamo passes the logical KV, however far past the pool.
+		active = ctx
+	}
+	d := g.model.DecodeMs(batch, active, pool, meanLen(ctx, batch, g.compat))
 	return max(perf.MinDecodeMs, d) / g.decodeSpeedup
 }
 
@@ -746,6 +794,9 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 		}
 		g.retract(v, now, out)
 		retracted = true
+	}
+	if retracted && g.compat {
+		g.ratio = g.reestimateRatio()
 	}
 	g.batch = g.batch[:0]
 	ctx := 0
@@ -798,16 +849,42 @@ func (g *SGLang) emit(r *sgReq, end float64, out *Output) {
 	}
 }
 
+// slotsReserved is how many running slots destinations take before they
+// run: none, unless reserve_takes_slot gives each reservation one.
+func (g *SGLang) slotsReserved() int {
+	if !g.slotReserve {
+		return 0
+	}
+	return g.reservedReqs + len(g.activated)
+}
+
+// reestimateRatio is the new-token ratio Dynamo main sets after a
+// retraction, from the requests still running:
+// min(1, (decoded + sglangRetractDecodeSteps·n) / (max_new + 1)), with
+// decoded their output tokens so far, n their number and max_new their
+// output caps. mocker resets the ratio to its initial value instead (as
+// SGLang did before estimating); dynamo_compat selects this one.
+func (g *SGLang) reestimateRatio() float64 {
+	decoded, maxNew := 0, 0
+	for _, r := range g.running {
+		decoded += r.out
+		maxNew += r.maxOut
+	}
+	return min(1, float64(decoded+sglangRetractDecodeSteps*len(g.running))/float64(maxNew+1))
+}
+
 // victim picks the request to retract: the one with the fewest output
 // tokens (the least work lost), the longer prompt among equals, as SGLang
-// does. The last running request is never retracted; a request mid
-// chunked prefill is always a candidate.
+// does. The last running request is retracted only while an activated
+// destination waits for its slot (that one's KV is in place, so it can run
+// in the room the retraction frees); a request mid chunked prefill is
+// always a candidate.
 func (g *SGLang) victim() *sgReq {
 	var v *sgReq
 	better := func(r *sgReq) bool {
 		return v == nil || r.out < v.out || (r.out == v.out && len(r.tokens) >= len(v.tokens))
 	}
-	if len(g.running) > 1 {
+	if len(g.running) > 1 || len(g.activated) > 0 {
 		for _, r := range g.running {
 			if better(r) {
 				v = r

@@ -3,8 +3,8 @@ package engine
 import "fmt"
 
 // Reserve implements Handoffs: req waits in the normal queue until
-// admission can give it pages for its whole prompt (reusing cached pages)
-// and a running slot, as a reservation. It never times out here; the
+// admission can give it pages for its whole prompt (reusing cached pages),
+// as a reservation; like Dynamo's, it takes no running slot. It never times out here; the
 // source's deadlines are authoritative and end it through
 // CancelDestination.
 func (g *SGLang) Reserve(now float64, req Request, events *[]Event) error {
@@ -41,6 +41,9 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 		hits, last = g.cache.match(r.hashes[:full])
 	}
 	missing := r.prompt - hits*g.page
+	// A transfer moves whole pages: the reservation reports the missing
+	// pages' footprint.
+	missingPages := ceilDiv(missing, g.page) * g.page
 	growth := min(r.maxOut-1, g.clip)
 	// Locking the reused pages takes the unlocked ones out of the
 	// evictable room the budget counted.
@@ -58,7 +61,7 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 	r.growth = growth
 	g.reservedGrowth += growth
 	r.state = sgReserved
-	g.noteReserved(now, r.id, r.depth+len(r.pages), missing, &out.Events)
+	g.noteReserved(now, r.id, r.depth+len(r.pages), missingPages, &out.Events)
 	return true, cost
 }
 
@@ -81,8 +84,9 @@ func (g *SGLang) Activate(now float64, id uint64, events *[]Event) bool {
 		return true
 	}
 	r.tokens = append(r.tokens, placeholderToken)
-	r.state = sgRunning
-	g.running = append(g.running, r)
+	// It runs once a running slot is free (reservations take none).
+	r.state = sgActivated
+	g.activated = append(g.activated, r)
 	return true
 }
 

@@ -198,21 +198,26 @@ func TestSGLang_ReleaseHeldRejectsOtherOutcomes(t *testing.T) {
 	assert.Zero(t, w.Metrics().HeldRequests)
 }
 
-func TestSGLang_ConservativenessAboveOne(t *testing.T) {
+// TestSGLang_ConservativenessRange: the initial ratio is 0.7 × the
+// conservativeness, which Dynamo (and so mocker) takes in [0, 1].
+func TestSGLang_ConservativenessRange(t *testing.T) {
 	for _, tc := range []struct {
 		c, want float64
 	}{
 		{0, 0},
 		{0.5, 0.35},
 		{1, 0.7},
-		{1.2, 0.84},
-		{2, 1},
-		{10, 1},
 	} {
 		g, err := NewSGLang(sglangArgs(8, func(a *Args) { a.SGLang.ScheduleConservativeness = tc.c }), nil, 1)
 		require.NoError(t, err, "conservativeness %g", tc.c)
 		assert.InDelta(t, tc.want, g.NewTokenRatio(), 1e-12, "conservativeness %g", tc.c)
 		assert.InDelta(t, 0.14*tc.want, g.minRatio, 1e-12)
+	}
+	for _, c := range []float64{1.2, 2, 10} {
+		_, err := NewSGLang(sglangArgs(8, func(a *Args) { a.SGLang.ScheduleConservativeness = c }), nil, 1)
+		var ae *ArgError
+		require.ErrorAs(t, err, &ae, "conservativeness %g", c)
+		assert.Equal(t, "sglang.schedule_conservativeness", ae.Field)
 	}
 }
 

@@ -13,6 +13,10 @@ type Request struct {
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
 	// and prefill workers always produce exactly one token.
 	MaxTokens int
+	// Priority orders an SGLang worker's waiting queue under dynamo_compat,
+	// as Dynamo main does: higher values first (SGLang's default
+	// direction), arrival order among equals. Otherwise it is ignored.
+	Priority int
 }
 
 // CompletionPolicy says what happens to a request's KV blocks when it
@@ -162,8 +166,9 @@ const (
 	// KV (Reserve).
 	EventDecodeWaitStart
 	// EventDecodeReserved: the destination's scheduler admitted the request
-	// as a reservation of Blocks blocks and a sequence slot. MissingTokens
-	// are the prompt tokens not already resident; DurationMs is the wait.
+	// as a reservation of Blocks blocks (KV only, no sequence slot).
+	// MissingTokens is the footprint of the prompt blocks not already
+	// resident, in whole blocks; DurationMs is the wait.
 	EventDecodeReserved
 	// EventDestinationActivated: the transfer was acknowledged and the
 	// reservation became a running request. DurationMs is the time since
@@ -257,7 +262,9 @@ type Event struct {
 	TransferTokens int
 	DelayMs        float64
 	// MissingTokens is set on EventDecodeReserved: what a
-	// destination_missing transfer is charged for.
+	// destination_missing transfer is charged for, the missing prompt
+	// blocks times block_size (a transfer moves whole blocks, as Dynamo
+	// charges it: 10 tokens missing at block_size 4 move 12).
 	MissingTokens int
 }
 
@@ -288,14 +295,21 @@ type Metrics struct {
 	HeldRequests int
 	// TransferringRequests counts holds whose transfer has started.
 	TransferringRequests int
-	// ReservedRequests counts destination reservations not yet activated;
-	// each occupies a max_num_seqs slot alongside Running.
+	// ReservedRequests counts destination reservations not yet activated.
+	// As in Dynamo and vLLM they hold KV but no max_num_seqs slot; an
+	// activated one waits for a slot (in Waiting) before it runs.
 	ReservedRequests int
 	// ReservedBlocks counts the blocks those reservations reference, per
 	// reservation. They are active blocks, so they count in the capacity
 	// view and in the router-facing view (decode load) alike.
 	ReservedBlocks int
 	Preemptions    uint64
+	// DynamoWaiting is Waiting as Dynamo's waiting_requests counts it:
+	// reserved destinations awaiting Activate included (Waiting +
+	// ReservedRequests). Compare it with Dynamo's metric; mocker's Waiting
+	// keeps reservations apart because they wait for a transfer, not for
+	// the scheduler.
+	DynamoWaiting int
 	// Passes counts forward passes that did work.
 	Passes uint64
 }

@@ -12,9 +12,10 @@ import (
 type seqState uint8
 
 const (
-	stWaiting  seqState = iota
-	stAwaitKV           // a destination queued for admission as a reservation
-	stReserved          // a destination holding blocks and a slot, awaiting Activate
+	stWaiting   seqState = iota
+	stAwaitKV            // a destination waiting for its reservation
+	stReserved           // a destination holding blocks, awaiting Activate
+	stActivated          // an activated destination waiting for a running slot
 	stRunning
 	stHeld
 	stDone
@@ -60,6 +61,9 @@ type VLLM struct {
 	decodeWorker  bool
 	fifo          bool
 	includeHeld   bool
+	slotReserve   bool // a reservation takes a running slot (reserve_takes_slot)
+	compat        bool // dynamo_compat
+	admitting     bool // in a pass's admission phase
 	decodeSpeedup float64
 	model         perf.Model
 
@@ -68,16 +72,29 @@ type VLLM struct {
 	pool    *blockPool
 	rng     *rand.Rand
 	waiting seqDeque
-	running []*seq
-	byID    map[uint64]*seq
-	spare   []*seq
-	ready   []*seq
+	// pending are destinations waiting for their reservation, in arrival
+	// order; activated are destinations whose KV arrived, waiting for a
+	// running slot. Neither keeps a slot before it runs (unless
+	// reserve_takes_slot).
+	pending   seqDeque
+	activated seqDeque
+	running   []*seq
+	byID      map[uint64]*seq
+	spare     []*seq
+	ready     []*seq
 	// done holds completions decided outside a pass (an activated
 	// destination with nothing left to decode); the next pass reports them.
 	done []Completion
 	// truncated are requests the waiting phase found too long for the pool
 	// after they streamed tokens; the pass finishes them at its end.
 	truncated []*seq
+	// rejected are destinations refused at Reserve; the next pass reports
+	// them.
+	rejected []Rejection
+	// passEnd is the End of the latest pass: a reservation attempted
+	// while that pass is in flight is stamped there, since the pass has
+	// already taken and freed blocks as of its End.
+	passEnd float64
 
 	preemptions uint64
 
@@ -108,9 +125,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if args.NumGPUBlocks <= 0 || args.NumGPUBlocks > math.MaxInt32 {
 		return nil, fmt.Errorf("num_gpu_blocks %d: must be between 1 and %d", args.NumGPUBlocks, math.MaxInt32)
 	}
-	if model == nil {
-		model = perf.Polynomial{}
-	}
+	model = timingModel(args, model)
 	v := &VLLM{
 		bs:            args.BlockSize,
 		total:         args.NumGPUBlocks,
@@ -123,6 +138,8 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		decodeWorker:  args.WorkerType == WorkerDecode,
 		fifo:          args.PreemptionMode == PreemptFIFO,
 		includeHeld:   args.RouterLoadIncludesHeld,
+		slotReserve:   args.ReserveTakesSlot,
+		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
 		rng:           rand.New(rand.NewPCG(seed, 0x6d6f636b6572)),
@@ -200,7 +217,11 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), min(v.maxModelLen, v.total*v.bs+1))
 	s.state = st
 	v.byID[s.id] = s
-	v.waiting.pushBack(s)
+	if st == stAwaitKV {
+		v.pending.pushBack(s)
+	} else {
+		v.waiting.pushBack(s)
+	}
 	return s, nil
 }
 
@@ -212,29 +233,88 @@ func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Ev
 	return v.endHold(now, id, outcome, EndReleased, events)
 }
 
-// freeHold is the handoffBook hook: the hold on id ended, so its blocks go
-// back to the pool (tail first) and the request is forgotten.
-func (v *VLLM) freeHold(id uint64) {
+// freeHold is the handoffBook hook: the hold on id ended at now, so its
+// blocks go back to the pool (tail first), the request is forgotten, and
+// the destinations waiting for blocks try again.
+func (v *VLLM) freeHold(now float64, id uint64, events *[]Event) {
 	s := v.byID[id]
 	for i := len(s.blocks) - 1; i >= 0; i-- {
 		v.pool.releaseHold(s.blocks[i])
 	}
 	v.recycle(s)
+	v.reservePending(now, events)
 }
 
-// Reserve implements Handoffs: req waits in the normal queue until
-// admission can give it blocks for its whole prompt (with prefix reuse) and
-// a sequence slot. It never times out here; the source's deadlines are
-// authoritative and end it through CancelDestination.
+// Reserve implements Handoffs: req becomes a destination waiting for
+// blocks for its whole prompt (with prefix reuse). As in Dynamo and vLLM it
+// keeps KV only, no running slot (it is admitted only while a slot is free,
+// as any request is, but does not hold it), and is tried at once and again
+// on every change that frees blocks or slots (a hold released, a
+// cancellation, a pass's end), not only in passes; while any destination
+// waits, fresh requests are not admitted. It never times out here; the
+// source's deadlines are authoritative and end it through
+// CancelDestination.
 func (v *VLLM) Reserve(now float64, req Request, events *[]Event) error {
 	if v.prefillWorker {
 		return errPrefillDestination(req.ID)
 	}
-	if _, err := v.enqueue(now, req, Release, stAwaitKV); err != nil {
+	s, err := v.enqueue(now, req, Release, stAwaitKV)
+	if err != nil {
 		return err
 	}
 	v.waitStart(now, req.ID, events)
+	at := max(now, v.passEnd)
+	if why := v.destNeverFits(s); why.reason != "" {
+		v.pending.remove(s)
+		v.endDest(at, s.id, EventDestinationCancelled, events)
+		v.rejected = append(v.rejected, Rejection{RequestID: s.id, At: at, Code: why.code, Reason: why.reason})
+		v.recycle(s)
+		return nil
+	}
+	v.reservePending(now, events)
 	return nil
+}
+
+// neverFit says why a destination can never be reserved.
+type neverFit struct {
+	code   RejectCode
+	reason string
+}
+
+// destNeverFits reports why destination s can never be reserved here, the
+// zero value when it can.
+func (v *VLLM) destNeverFits(s *seq) neverFit {
+	if s.prompt >= v.maxModelLen {
+		return neverFit{RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen)}
+	}
+	if blocks := ceilDiv(len(s.tokens), v.bs); blocks > v.total {
+		return neverFit{RejectNeverFits, fmt.Sprintf("sequence of %d tokens needs %d blocks of %d but num_gpu_blocks is %d",
+			len(s.tokens), blocks, v.bs, v.total)}
+	}
+	return neverFit{}
+}
+
+// reservePending reserves blocks for the waiting destinations, in arrival
+// order, until one does not fit. It runs whenever blocks or running slots
+// may have been freed. The reservations are stamped at now, or at the End of the pass
+// in flight if later: that pass's allocations and releases are already in
+// the pool.
+//
+// Under reserve_takes_slot (mocker's former rule) reservations are made
+// only by a pass's admission, after the waiting queue, as they were then.
+func (v *VLLM) reservePending(now float64, events *[]Event) bool {
+	if v.slotReserve && !v.admitting {
+		return false
+	}
+	at := max(now, v.passEnd)
+	any := false
+	for v.pending.len() > 0 {
+		if !v.reserve(v.pending.front(), at, events) {
+			break
+		}
+		any = true
+	}
+	return any
 }
 
 // Activate implements Handoffs.
@@ -258,13 +338,15 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 		v.done = append(v.done, c)
 		v.freeBlocks(s)
 		v.recycle(s)
+		v.reservePending(now, events)
 		return true
 	}
-	// The first token's KV is computed by the next pass, which then emits
-	// token 1; blocks are indexed there too, so KV events stay in passes.
+	// The first token's KV is computed by the pass that runs it, which
+	// then emits token 1; blocks are indexed there too, so KV events stay
+	// in passes. Until a running slot is free it waits, holding its KV.
 	s.tokens = append(s.tokens, placeholderToken)
-	s.state = stRunning
-	v.running = append(v.running, s)
+	s.state = stActivated
+	v.activated.pushBack(s)
 	return true
 }
 
@@ -276,7 +358,7 @@ func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
 	}
 	switch s.state {
 	case stAwaitKV:
-		v.waiting.remove(s)
+		v.pending.remove(s)
 	case stReserved:
 		v.freeBlocks(s)
 	default:
@@ -284,6 +366,7 @@ func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
 	}
 	v.endDest(now, id, EventDestinationCancelled, events)
 	v.recycle(s)
+	v.reservePending(now, events)
 	return true
 }
 
@@ -300,6 +383,8 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 		return v.CancelDestination(now, id, events)
 	case stWaiting:
 		v.waiting.remove(s)
+	case stActivated:
+		v.activated.remove(s)
 	case stRunning:
 		for i, r := range v.running {
 			if r == s {
@@ -312,11 +397,18 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	v.freeBlocks(s)
 	*events = append(*events, Event{Kind: EventCancelled, At: now, RequestID: id, Blocks: n})
 	v.recycle(s)
+	// Blocks or a running slot may have been freed.
+	v.reservePending(now, events)
 	return true
 }
 
-// HasWork implements Scheduler.
-func (v *VLLM) HasWork() bool { return len(v.running) > 0 || v.waiting.len() > 0 || len(v.done) > 0 }
+// HasWork implements Scheduler. Destinations waiting for their reservation
+// are not work: they are retried when blocks or slots are freed, never by
+// polling (except under reserve_takes_slot, where passes reserve).
+func (v *VLLM) HasWork() bool {
+	return len(v.running) > 0 || v.waiting.len() > 0 || v.activated.len() > 0 || len(v.done) > 0 || len(v.rejected) > 0 ||
+		v.slotReserve && v.pending.len() > 0
+}
 
 // Metrics implements Scheduler.
 func (v *VLLM) Metrics() Metrics {
@@ -329,7 +421,7 @@ func (v *VLLM) Metrics() Metrics {
 		HeldBlocks:         p.heldOnly,
 		RouterActiveBlocks: p.active - p.heldOnly,
 		Running:            len(v.running),
-		Waiting:            v.waiting.len(),
+		Waiting:            v.waiting.len() + v.pending.len() + v.activated.len(),
 		Preemptions:        v.preemptions,
 	}
 	v.fillMetrics(&m)
@@ -339,8 +431,28 @@ func (v *VLLM) Metrics() Metrics {
 	return m
 }
 
-// audit checks the pool's counters against a recount.
-func (v *VLLM) audit() error { return v.pool.audit() }
+// audit checks the pool's counters against a recount, and the slot rule:
+// the running set never exceeds max_num_seqs (with the reservations, under
+// reserve_takes_slot), and the destination queues hold only their states.
+func (v *VLLM) audit() error {
+	if err := v.pool.audit(); err != nil {
+		return err
+	}
+	if n := len(v.running) + v.slotsReserved(); n > v.maxSeqs {
+		return fmt.Errorf("%d running (with slot-holding reservations) exceed max_num_seqs %d", n, v.maxSeqs)
+	}
+	for i := range v.pending.len() {
+		if s := v.pending.at(i); s.state != stAwaitKV {
+			return fmt.Errorf("request %d pending for a reservation in state %d", s.id, s.state)
+		}
+	}
+	for i := range v.activated.len() {
+		if s := v.activated.at(i); s.state != stActivated {
+			return fmt.Errorf("request %d waiting for a slot after activation in state %d", s.id, s.state)
+		}
+	}
+	return nil
+}
 
 // freeBlocks drops s's KV. Blocks are released tail first, as vLLM does, so
 // the LRU evicts a sequence's tail before the prefix others may share.
@@ -535,10 +647,6 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 
 func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *Output) {
 	v.waiting.popFront()
-	if s.state == stAwaitKV {
-		// The wait that decode_kv_wait_start opened closes here too.
-		v.endDest(now, s.id, EventDestinationCancelled, &out.Events)
-	}
 	out.Rejections = append(out.Rejections, Rejection{RequestID: s.id, At: now, Code: code, Reason: reason})
 	v.recycle(s)
 }
@@ -555,6 +663,17 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 		out.Completions = append(out.Completions, v.done...)
 		v.done = v.done[:0]
 	}
+	if len(v.rejected) > 0 {
+		out.Rejections = append(out.Rejections, v.rejected...)
+		v.rejected = v.rejected[:0]
+	}
+	// Activated destinations take the free running slots first: their KV
+	// is already in place, and each only needs its next token.
+	for v.activated.len() > 0 && (v.slotReserve || len(v.running) < v.maxSeqs) {
+		s := v.activated.popFront()
+		s.state = stRunning
+		v.running = append(v.running, s)
+	}
 
 	// Running phase, in order. Preempted entries stay in place as
 	// non-running until compaction.
@@ -569,6 +688,11 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	// means the pool is short, and the victim must not be overtaken.
 	if !v.preempted {
 		v.admit(now, out)
+		if v.slotReserve {
+			v.admitting = true
+			v.reservePending(now, &out.Events)
+			v.admitting = false
+		}
 	}
 
 	// Emission: every running request whose KV covers its whole sequence
@@ -584,7 +708,8 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
 		v.finishTruncated(now, out)
 		out.KVEvents = v.pool.ev.flush(out.KVEvents)
-		if v.preempted {
+		reserved := v.reservePending(now, &out.Events)
+		if v.preempted || reserved || len(out.Completions)+len(out.Rejections) > 0 {
 			return PassChanged
 		}
 		return PassIdle
@@ -592,12 +717,11 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 	var prefillMs, decodeMs float64
 	if v.batch > 0 && !v.decodeWorker {
-		b := float64(v.batch)
-		prefillMs = v.model.PrefillMs(v.batch, v.sumISL/b, v.sumPrefix/b)
+		prefillMs = v.model.PrefillMs(v.batch, meanLen(v.sumISL, v.batch, v.compat), meanLen(v.sumPrefix, v.batch, v.compat))
 	}
 	if len(v.ready) > 0 && !v.prefillWorker {
 		d := v.model.DecodeMs(len(v.ready), float64(v.pool.active*v.bs), float64(v.total*v.bs),
-			float64(ctx)/float64(len(v.ready)))
+			meanLen(float64(ctx), len(v.ready), v.compat))
 		// Floor first, then divide, as Dynamo does: decode_speedup_ratio
 		// may take a step under 1 ms.
 		decodeMs = max(perf.MinDecodeMs, d) / v.decodeSpeedup
@@ -621,6 +745,10 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	}
 	v.finishTruncated(end, out)
 	out.KVEvents = v.pool.ev.flush(out.KVEvents)
+	// The pass ends with its finished requests' blocks freed: the
+	// destinations waiting for blocks try again then.
+	v.passEnd = end
+	v.reservePending(end, &out.Events)
 	return PassRan
 }
 
@@ -644,9 +772,15 @@ func (v *VLLM) finishTruncated(end float64, out *Output) {
 // the pool at all is finished as a Truncated completion instead: its
 // client already holds part of an answer.
 func (v *VLLM) admit(now float64, out *Output) {
-	for v.waiting.len() > 0 && len(v.running)+v.reservedReqs < v.maxSeqs {
+	for v.waiting.len() > 0 && len(v.running)+v.slotsReserved() < v.maxSeqs {
 		s := v.waiting.front()
 		fresh := s.out == 0 && s.preempts == 0
+		if fresh && v.pending.len() > 0 && !v.slotReserve {
+			// A destination is waiting for its reservation: fresh
+			// admissions pause so they do not take what it waits for, as
+			// in Dynamo.
+			return
+		}
 		length := len(s.tokens)
 		if s.prompt >= v.maxModelLen {
 			v.reject(s, now, RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen), out)
@@ -664,12 +798,6 @@ func (v *VLLM) admit(now float64, out *Output) {
 			continue
 		}
 		hits, activeHits := v.prefixHits(s)
-		if s.state == stAwaitKV {
-			if !v.reserve(s, now, blocks, hits, activeHits, out) {
-				return
-			}
-			continue
-		}
 		if uncached := s.prompt - min(hits*v.bs, s.prompt); fresh && !v.chunked && uncached > v.maxBatched {
 			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached prompt tokens exceed max_num_batched_tokens %d with chunked prefill off",
 				uncached, v.maxBatched), out)
@@ -692,11 +820,21 @@ func (v *VLLM) admit(now float64, out *Output) {
 	}
 }
 
-// reserve admits the destination at the head of the queue as a reservation:
-// blocks for its whole prompt, reusing resident prefix blocks, and a slot.
-// Nothing is computed, so the token budget is untouched. It reports false,
-// leaving the head in place, when the blocks are not available.
-func (v *VLLM) reserve(s *seq, now float64, blocks, hits, activeHits int, out *Output) bool {
+// reserve admits the destination at the head of the pending queue as a
+// reservation: blocks for its whole prompt, reusing resident prefix blocks.
+// Nothing is computed, so no token budget is used. Like any admission it
+// needs a free running slot, but it does not keep one. It reports false,
+// leaving the head in place, when the slot or the blocks are not
+// available. The destination misses whole blocks: MissingTokens is the
+// missing blocks times block_size, the footprint a transfer moves.
+func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
+	// Dynamo admits a destination like a waiting request, so only while a
+	// running slot is free; but the reservation then keeps none.
+	if len(v.running)+v.slotsReserved() >= v.maxSeqs {
+		return false
+	}
+	blocks := ceilDiv(len(s.tokens), v.bs)
+	hits, activeHits := v.prefixHits(s)
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.
 	if blocks-activeHits > v.total-v.pool.active {
@@ -718,10 +856,19 @@ func (v *VLLM) reserve(s *seq, now float64, blocks, hits, activeHits int, out *O
 	}
 	s.stored = hits
 	s.cached = hits * v.bs
-	v.waiting.popFront()
+	v.pending.popFront()
 	s.state = stReserved
-	v.noteReserved(now, s.id, len(s.blocks), s.prompt-s.cached, &out.Events)
+	v.noteReserved(now, s.id, len(s.blocks), (blocks-hits)*v.bs, events)
 	return true
+}
+
+// slotsReserved is how many running slots destinations take before they
+// run: none, unless reserve_takes_slot gives each reservation one.
+func (v *VLLM) slotsReserved() int {
+	if !v.slotReserve {
+		return 0
+	}
+	return v.reservedReqs + v.activated.len()
 }
 
 // finish ends s after its last token: its blocks are released, or held for a

@@ -350,7 +350,8 @@ func TestNew_ValidatesArgs(t *testing.T) {
 		mod   func(*Args)
 	}{
 		{"handoff_session_timeout_ms", func(a *Args) { a.HandoffSessionTimeoutMs = 0 }},
-		{"decode_speedup_ratio", func(a *Args) { a.DecodeSpeedupRatio = 0 }},
+		{"decode_speedup_ratio", func(a *Args) { a.DecodeSpeedupRatio = -1 }},
+		{"block_size", func(a *Args) { a.BlockSize = 1 }},
 		{"worker_type", func(a *Args) { a.WorkerType = "both" }},
 		{"dp_size", func(a *Args) { a.DPSize = 2 }},
 	} {

@@ -220,12 +220,10 @@ type Spec struct {
 	// PrefillName and DecodeName name the workers in messages (aggregated:
 	// both the one worker).
 	PrefillName, DecodeName string
-	// TransferMode is the source's kv_transfer_timing_mode.
+	// TransferMode is the source's kv_transfer_timing_mode; with
+	// destination_missing the transfer moves the destination's missing
+	// tokens, which the engine reports in whole blocks.
 	TransferMode engine.TransferTimingMode
-	// BlockSize rounds destination_missing transfers up to whole blocks
-	// when RoundTransfers is set.
-	BlockSize      int
-	RoundTransfers bool
 	// SessionTimeoutMs is the source's handoff_session_timeout_ms, for the
 	// message of a destination-first timeout.
 	SessionTimeoutMs int64
@@ -369,11 +367,7 @@ func (m *Machine) reject(ev WorkerRejection) {
 // transferTokens is the size of the transfer the source models.
 func (m *Machine) transferTokens() int {
 	s := &m.spec
-	n := engine.TransferTokens(s.TransferMode, len(s.Request.Tokens), m.rec.Missing)
-	if s.RoundTransfers && s.BlockSize > 0 && n < len(s.Request.Tokens) {
-		n = min((n+s.BlockSize-1)/s.BlockSize*s.BlockSize, len(s.Request.Tokens))
-	}
-	return n
+	return engine.TransferTokens(s.TransferMode, len(s.Request.Tokens), m.rec.Missing)
 }
 
 // cleanup withdraws the request from both workers: a prefill that holds KV

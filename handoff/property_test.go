@@ -15,7 +15,7 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		order := rapid.SampledFrom([]Order{Aggregated, SourceFirst, DestinationFirst}).Draw(rt, "order")
 		m := New(Spec{Order: order, Request: engine.Request{ID: 1, Tokens: make([]uint32, 40), MaxTokens: 3},
-			PrefillName: "p", DecodeName: "d", TransferMode: engine.TransferFullPrompt, BlockSize: 16})
+			PrefillName: "p", DecodeName: "d", TransferMode: engine.TransferFullPrompt})
 		sides := []Side{Prefill, Decode}
 		events := []func(*rapid.T) Event{
 			func(*rapid.T) Event { return Start{} },

@@ -25,7 +25,7 @@ var update = flag.Bool("update", false, "rewrite the transcripts' expected outpu
 //
 // Events:
 //
-//	spec order=source-first|destination-first|aggregated [mode=full_prompt|destination_missing] [round]
+//	spec order=source-first|destination-first|aggregated [mode=full_prompt|destination_missing]
 //	start
 //	event prefill|decode KIND [at=] [blocks=] [outcome=] [reason=] [dur=] [missing=] [delay=]
 //	complete prefill|decode [at=] [arrival=] [first=] [out=] [held]
@@ -71,8 +71,8 @@ func replay(t *testing.T, transcript string) string {
 		kv := keyValues(f[1:])
 		if f[0] == "spec" {
 			spec := Spec{Request: engine.Request{ID: 7, Tokens: tokens, MaxTokens: 4},
-				PrefillName: "prefill-0", DecodeName: "decode-0", BlockSize: 16, SessionTimeoutMs: 500,
-				TransferMode: engine.TransferTimingMode(kv.str("mode", "full_prompt")), RoundTransfers: kv.has("round")}
+				PrefillName: "prefill-0", DecodeName: "decode-0", SessionTimeoutMs: 500,
+				TransferMode: engine.TransferTimingMode(kv.str("mode", "full_prompt"))}
 			switch kv.str("order", "") {
 			case "source-first":
 				spec.Order = SourceFirst

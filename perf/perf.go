@@ -62,7 +62,16 @@ const MinDecodeMs = 1.0
 //	decode(u)  = max(MinDecodeMs, −25.74·u² + 54.01·u + 5.74)
 //
 // It ignores context length: decode cost follows pool pressure only.
-type Polynomial struct{}
+//
+// The fit is a parabola that peaks at u ≈ 1.05 and falls below the floor
+// past u ≈ 2.2, so mocker clamps u at 1: a step never gets cheaper as load
+// grows. Dynamo main does not clamp; Unclamped reproduces that, and with it
+// an overfull batch (SGLang's logical KV can exceed the pool) steps at the
+// 1 ms floor.
+type Polynomial struct {
+	// Unclamped leaves u unclamped, as Dynamo main computes it.
+	Unclamped bool
+}
 
 // PrefillMs implements Model.
 func (Polynomial) PrefillMs(batch int, meanISL, meanPrefix float64) float64 {
@@ -74,13 +83,44 @@ func (Polynomial) PrefillMs(batch int, meanISL, meanPrefix float64) float64 {
 }
 
 // DecodeMs implements Model.
-func (Polynomial) DecodeMs(batch int, activeKVTokens, totalKVTokens, _ float64) float64 {
+func (p Polynomial) DecodeMs(batch int, activeKVTokens, totalKVTokens, _ float64) float64 {
 	if batch <= 0 {
 		return 0
 	}
 	u := 1.0
 	if totalKVTokens > 0 {
-		u = math.Min(1, activeKVTokens/totalKVTokens)
+		u = activeKVTokens / totalKVTokens
+		if !p.Unclamped {
+			u = math.Min(1, u)
+		}
 	}
 	return math.Max(MinDecodeMs, -25.74*u*u+54.01*u+5.74)
+}
+
+// Fixed is Dynamo's constant-latency model (timing_model type "fixed"): a
+// pass that computes prompt tokens costs PrefillMs, a decode step
+// DecodeMs, whatever the batch. The engine still floors a decode step at
+// MinDecodeMs.
+type Fixed struct {
+	// Prefill is the time of any pass that computes prompt tokens, in ms
+	// (Dynamo's prefill_ms).
+	Prefill float64
+	// Decode is the time of any decode step, in ms (Dynamo's decode_ms).
+	Decode float64
+}
+
+// PrefillMs implements Model.
+func (f Fixed) PrefillMs(batch int, meanISL, meanPrefix float64) float64 {
+	if batch <= 0 || !(meanISL-meanPrefix > 0) {
+		return 0
+	}
+	return f.Prefill
+}
+
+// DecodeMs implements Model.
+func (f Fixed) DecodeMs(batch int, _, _, _ float64) float64 {
+	if batch <= 0 {
+		return 0
+	}
+	return f.Decode
 }

@@ -66,8 +66,25 @@ type Config struct {
 	// stay cached.
 	RouterTTLSecs float64 `json:"router_ttl_secs"`
 	// RouterMaxTreeSize bounds approximate mode's index, in blocks; past it
-	// the oldest are evicted down to 80%.
+	// the oldest are evicted down to RouterPruneTargetRatio of it.
 	RouterMaxTreeSize int `json:"router_max_tree_size"`
+	// RouterPruneTargetRatio is the fraction of RouterMaxTreeSize an
+	// over-full approximate index is pruned down to, in (0, 1].
+	RouterPruneTargetRatio float64 `json:"router_prune_target_ratio"`
+	// PrefillLoadScale is Dynamo main's name for OverlapScoreWeight (which
+	// Dynamo keeps as a deprecated alias); when set it takes precedence.
+	PrefillLoadScale *float64 `json:"prefill_load_scale,omitempty"`
+	// DecodeActiveRequestWeight adds this many cost units per request in
+	// flight on a worker to the kv cost, as Dynamo main does; 0 (the
+	// default) leaves the cost as the classic one.
+	DecodeActiveRequestWeight float64 `json:"decode_active_request_weight"`
+	// DynamoCompat selects Dynamo main's kv cost and tie-break instead of
+	// mocker's (docs/fidelity.md): prefill_load_scale × max(raw prefill
+	// blocks − overlap, 0) + decode blocks + decode_active_request_weight ×
+	// requests in flight, ties broken uniformly at random. mocker's
+	// default breaks ties by the smaller indexed tree first, as the
+	// classic router and its e2e test do.
+	DynamoCompat bool `json:"dynamo_compat"`
 	// ActiveDecodeBlocksThreshold, when set, marks a worker busy while its
 	// active blocks (reported or predicted) exceed this fraction of its
 	// total blocks. Nil disables the check.
@@ -100,7 +117,9 @@ const (
 	DefaultOverlapScoreWeight = 1.0
 	DefaultRouterTTLSecs      = 120.0
 	DefaultRouterMaxTreeSize  = 1 << 20
-	DefaultBlockSize          = 64
+	// DefaultRouterPruneTargetRatio is Dynamo's router_prune_target_ratio.
+	DefaultRouterPruneTargetRatio = 0.8
+	DefaultBlockSize              = 64
 	// DefaultRouterRequestTTLSecs is Dynamo's five minutes.
 	DefaultRouterRequestTTLSecs = 300.0
 	// DefaultMaxBatchedTokens stands in for a worker's
@@ -119,6 +138,8 @@ func DefaultConfig() Config {
 		RouterTTLSecs:      DefaultRouterTTLSecs,
 		RouterMaxTreeSize:  DefaultRouterMaxTreeSize,
 		BlockSize:          DefaultBlockSize,
+
+		RouterPruneTargetRatio: DefaultRouterPruneTargetRatio,
 
 		RouterRequestTTLSecs: DefaultRouterRequestTTLSecs,
 	}
@@ -143,6 +164,15 @@ func ParseConfig(data []byte) (Config, error) {
 	return cfg, nil
 }
 
+// PrefillScale is the weight of the prefill term of the kv cost:
+// PrefillLoadScale when set, else OverlapScoreWeight.
+func (c Config) PrefillScale() float64 {
+	if c.PrefillLoadScale != nil {
+		return *c.PrefillLoadScale
+	}
+	return c.OverlapScoreWeight
+}
+
 func finite(f float64) bool { return !math.IsNaN(f) && !math.IsInf(f, 0) }
 
 // Validate reports the first field that is out of range, by its JSON name.
@@ -161,6 +191,15 @@ func (c Config) Validate() error {
 	}
 	if c.RouterMaxTreeSize <= 0 {
 		return fmt.Errorf("router config: router_max_tree_size %d must be > 0", c.RouterMaxTreeSize)
+	}
+	if r := c.RouterPruneTargetRatio; !(r > 0 && r <= 1) {
+		return fmt.Errorf("router config: router_prune_target_ratio %v must be in (0, 1] (default %v)", r, DefaultRouterPruneTargetRatio)
+	}
+	if s := c.PrefillLoadScale; s != nil && (!finite(*s) || *s < 0) {
+		return fmt.Errorf("router config: prefill_load_scale %v must be a finite number >= 0", *s)
+	}
+	if w := c.DecodeActiveRequestWeight; !finite(w) || w < 0 {
+		return fmt.Errorf("router config: decode_active_request_weight %v must be a finite number >= 0", w)
 	}
 	if t := c.ActiveDecodeBlocksThreshold; t != nil && (!finite(*t) || *t <= 0 || *t > 1) {
 		return fmt.Errorf("router config: active_decode_blocks_threshold %v must be a fraction in (0, 1], or absent to disable", *t)

@@ -37,10 +37,17 @@
 // going to the worker with fewer indexed blocks and then to a uniform draw;
 // above 0 a worker is sampled with probability proportional to
 // exp(−(cost − min)/((max − min)·temperature)).
+// decode_active_request_weight (default 0) adds that many cost units per
+// request in flight. With dynamo_compat the cost is Dynamo main's,
+// prefill_load_scale × max((pending + isl)/bs − overlap, 0) + decode_blocks
+// + the request weight (the same numbers at default settings), and ties are
+// a uniform draw; docs/fidelity.md lists what differs and why.
 //
 // The index is fed by the workers' KV events (Router implements kv.Sink).
 // With use_kv_events off, the router instead records each routed prompt as
-// cached on the chosen worker for router_ttl_secs (approximate mode).
+// cached on the chosen worker for router_ttl_secs (approximate mode); past
+// router_max_tree_size blocks it prunes the oldest down to
+// router_prune_target_ratio (0.8) of that bound.
 //
 // # The index, and where it differs from Dynamo
 //

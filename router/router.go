@@ -184,6 +184,11 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		if err != nil {
 			return nil, fmt.Errorf("router config: %w", err)
 		}
+		if cfg.RouterPruneTargetRatio != 0 {
+			if err := a.SetPruneTargetRatio(cfg.RouterPruneTargetRatio); err != nil {
+				return nil, fmt.Errorf("router config: %w", err)
+			}
+		}
 		r.approx, r.index = a, a.Indexer
 	}
 	for _, o := range opts {
@@ -366,7 +371,7 @@ func (r *Router) route(req *Request, now time.Time) (uint64, error) {
 	if err := r.candidates(RoleAggregated, req, &r.cands); err != nil {
 		return 0, err
 	}
-	w := r.pick(r.cands, req, r.cfg.OverlapScoreWeight, true, true)
+	w := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
 	st := reqState{}
 	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: slices.Clone(req.SeqHashes)}
 	r.charge(&st.legs[0])
@@ -412,7 +417,7 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 	if err := r.candidates(RoleDecode, req, &r.dcands); err != nil {
 		return 0, 0, err
 	}
-	p := r.pick(r.cands, req, r.cfg.OverlapScoreWeight, true, true)
+	p := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
 	// The decode leg charges blocks, not uncached tokens, and weighs no
 	// overlap: its pick needs no index walk.
 	d := r.pick(r.dcands, req, 0, false, false)

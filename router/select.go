@@ -92,6 +92,14 @@ func compareLoad(a, b *worker) int {
 //	prefill_blocks = (pending prefill tokens + prompt tokens not cached) / block size
 //	decode_blocks  = predicted active blocks + request blocks not already active
 //	cost           = weight × prefill_blocks + decode_blocks
+//	               + decode_active_request_weight × requests in flight
+//
+// and breaks ties by the smaller indexed tree, then at random. Under
+// dynamo_compat it applies Dynamo main's instead, which differs only where
+// the overlap exceeds the raw prefill (it clamps the difference at 0) and
+// in the tie-break (uniform at random):
+//
+//	prefill_blocks = max((pending prefill tokens + prompt tokens) / block size − overlap blocks, 0)
 func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
 	for _, w := range cands {
 		w.shared = 0
@@ -111,14 +119,30 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 	bs := float64(r.cfg.BlockSize)
 	n := len(req.SeqHashes)
 	lo, hi := math.Inf(1), math.Inf(-1)
+	compat := r.cfg.DynamoCompat
 	for _, w := range cands {
-		prefill := float64(w.prefill+uncached(req, w.overlap, r.cfg.BlockSize)) / bs
+		var prefill float64
+		if compat {
+			raw := float64(w.prefill+req.PromptTokens) / bs
+			prefill = max(raw-float64(w.overlap), 0)
+		} else {
+			prefill = float64(w.prefill+uncached(req, w.overlap, r.cfg.BlockSize)) / bs
+		}
 		decode := float64(w.active + n - w.shared)
-		w.cost = weight*prefill + decode
+		w.cost = weight*prefill + decode + r.cfg.DecodeActiveRequestWeight*float64(w.inflight)
 		lo, hi = min(lo, w.cost), max(hi, w.cost)
 	}
 	if t := r.cfg.RouterTemperature; t > 0 {
 		return r.softmax(cands, lo, hi, t)
+	}
+	if compat {
+		r.ties = r.ties[:0]
+		for _, w := range cands {
+			if w.cost == lo {
+				r.ties = append(r.ties, w)
+			}
+		}
+		return r.ties[r.rng.IntN(len(r.ties))]
 	}
 	// Ties go to the worker with the fewest indexed blocks (the one whose
 	// cache is least loaded), then uniformly at random.

@@ -1,6 +1,9 @@
 // cascade.js — reproduces a KV stranding cascade, and proves it ends cleanly.
 //
-// One decode worker with two sequence slots serves two prefill workers.
+// One decode worker with two sequence slots serves two prefill workers, and
+// each handoff reservation holds one of those slots until its request
+// completes (reserve_takes_slot, mocker's former rule; Dynamo and vLLM
+// reserve KV only, and at this load strand far less: see docs/fidelity.md).
 // Decode saturates at once; every finished prefill then pins its KV while it
 // waits for a decode slot, held blocks fill the prefill pools, the router
 // marks full prefill workers busy and refuses new prefills, and the abort
@@ -34,7 +37,7 @@ const cluster = mocker.cluster({
   engine: 'vllm',
   router: 'round-robin',
   prefill: { workers: 2, args: { num_gpu_blocks: 320 } },
-  decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2 } },
+  decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2, reserve_takes_slot: true } },
   args: {
     block_size: 16,
     speedup_ratio: parseFloat(__ENV.SPEEDUP || '10'),

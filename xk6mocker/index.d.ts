@@ -122,6 +122,15 @@ declare module 'k6/x/mocker' {
     is_decode?: boolean;
     preemption_mode?: 'lifo' | 'fifo';
     kv_bytes_per_token?: number | null;
+    /** Dynamo main's name for kv_bytes_per_token. */
+    kv_cache_bytes_per_token?: number | null;
+    /** Another name for kv_bytes_per_token. */
+    kv_transfer_bytes_per_token?: number | null;
+    /** A decode reservation also takes a max_num_seqs slot (mocker's former rule). */
+    reserve_takes_slot?: boolean;
+    /** Reproduce Dynamo main's numbers where mocker differs on purpose (docs/fidelity.md). */
+    dynamo_compat?: boolean;
+    timing_model?: 'polynomial' | 'interpolated' | { type: 'polynomial' | 'interpolated' | 'fixed'; prefill_ms?: number; decode_ms?: number };
     /** GB/s; 0 means transfers take no time. */
     kv_transfer_bandwidth?: number | null;
     kv_transfer_timing_mode?: 'full_prompt' | 'destination_missing';
@@ -157,6 +166,14 @@ declare module 'k6/x/mocker' {
     router_ttl_secs?: number;
     router_max_tree_size?: number;
     router_request_ttl_secs?: number;
+    /** Fraction of router_max_tree_size the approximate indexer prunes down to (Dynamo's default 0.8). */
+    router_prune_target_ratio?: number;
+    /** Dynamo main's name for overlap_score_weight. */
+    prefill_load_scale?: number;
+    /** Cost units per request in flight on a decode worker (Dynamo main). */
+    decode_active_request_weight?: number;
+    /** Dynamo main's kv cost formula and random tie-break. */
+    dynamo_compat?: boolean;
     seed?: number;
   }
 

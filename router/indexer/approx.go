@@ -12,9 +12,10 @@ import (
 const (
 	DefaultTTL     = 120 * time.Second
 	DefaultMaxSize = 1 << 20
-	// pruneTarget is the fraction of MaxSize an over-full index shrinks to,
-	// so eviction runs in batches rather than on every insert.
-	pruneTarget = 0.8
+	// DefaultPruneTargetRatio is the fraction of MaxSize an over-full index
+	// shrinks to, so eviction runs in batches rather than on every insert
+	// (Dynamo's router_prune_target_ratio).
+	DefaultPruneTargetRatio = 0.8
 )
 
 type approxKey struct {
@@ -31,12 +32,13 @@ type approxEntry struct {
 // records the blocks of each request it routes as held by the chosen worker
 // for a TTL, on the guess that the worker keeps them cached about that long.
 // Re-inserting a block refreshes its TTL. Past MaxSize blocks the oldest are
-// evicted down to 80% of MaxSize. Time is passed in, never read, so tests
+// evicted down to the prune target ratio (80% by default) of MaxSize. Time is passed in, never read, so tests
 // and virtual-time runs control expiry. Not safe for concurrent use.
 type Approx struct {
 	*Indexer
 	ttl     time.Duration
 	maxSize int
+	prune   float64
 	expiry  map[approxKey]time.Time
 	// queue is a min-heap by expiry with exactly one entry per key in
 	// expiry, so its size follows the live blocks, not the insert rate. A
@@ -66,8 +68,20 @@ func NewApprox(ttl time.Duration, maxSize int) (*Approx, error) {
 		Indexer: New(),
 		ttl:     ttl,
 		maxSize: maxSize,
+		prune:   DefaultPruneTargetRatio,
 		expiry:  make(map[approxKey]time.Time),
 	}, nil
+}
+
+// SetPruneTargetRatio sets the fraction of the size bound an over-full
+// index is pruned down to (Dynamo's router_prune_target_ratio, default
+// DefaultPruneTargetRatio). It must be in (0, 1].
+func (a *Approx) SetPruneTargetRatio(ratio float64) error {
+	if !(ratio > 0 && ratio <= 1) {
+		return fmt.Errorf("approximate index: prune target ratio %v must be in (0, 1]", ratio)
+	}
+	a.prune = ratio
+	return nil
 }
 
 // Insert records the blocks of one request (local and sequence hashes, same
@@ -93,7 +107,7 @@ func (a *Approx) Insert(worker uint64, locals []kv.LocalHash, seqs []kv.SeqHash,
 		a.expiry[k] = exp
 	}
 	if len(a.expiry) > a.maxSize {
-		target := int(pruneTarget * float64(a.maxSize))
+		target := int(a.prune * float64(a.maxSize))
 		for len(a.expiry) > target && a.pop(time.Time{}, true) {
 		}
 	}

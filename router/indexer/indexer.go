@@ -18,6 +18,11 @@ var (
 	// ErrBlockNotFound means a Removed event named blocks the index does not
 	// hold for that worker; the blocks it did hold were still removed.
 	ErrBlockNotFound = errors.New("removed event names unknown blocks")
+	// ErrSelfParent means a Stored event named a block as its own parent:
+	// its parent hash, or the block before it in the event, has the
+	// block's own hash. Dynamo's tree rejects such an event, since it
+	// would make a block its own ancestor.
+	ErrSelfParent = errors.New("stored event names a block as its own parent")
 )
 
 // kidsInline is how many children a node keeps in a slice before switching
@@ -239,6 +244,14 @@ func (x *Indexer) checkGap(ws *workerState, ev kv.Event) {
 }
 
 func (x *Indexer) store(ws *workerState, ev kv.Event) error {
+	parent, hasParent := ev.Parent, ev.HasParent
+	for _, b := range ev.Blocks {
+		if hasParent && b.Hash == parent {
+			x.stats.DroppedEvents++
+			return fmt.Errorf("worker %d event %d: block %#x: %w", ws.id, ev.ID, uint64(b.Hash), ErrSelfParent)
+		}
+		parent, hasParent = b.Hash, true
+	}
 	cur := &x.root
 	if ev.HasParent {
 		p := ws.blocks[ev.Parent]

@@ -262,6 +262,17 @@ func TestIndexer_MatchesModel(t *testing.T) {
 					}
 					ev.Blocks = append(ev.Blocks, b)
 				}
+				// A block whose parent (the event's parent, or the block
+				// before it) has its own hash is refused, event and all.
+				self, prev, hasPrev := false, ev.Parent, ev.HasParent
+				for _, b := range ev.Blocks {
+					self = self || hasPrev && b.Hash == prev
+					prev, hasPrev = b.Hash, true
+				}
+				if self {
+					require.ErrorIs(t, x.Apply(w, ev), ErrSelfParent)
+					break
+				}
 				require.NoError(t, x.Apply(w, ev))
 				if held == nil {
 					held = map[kv.SeqHash][]kv.LocalHash{}
