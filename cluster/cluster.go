@@ -271,11 +271,4 @@ func (c *Cluster) closeServers() error {
 	return errors.Join(errs...)
 }
 
-// isClosed reports whether Close was called.
-func (c *Cluster) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
-
 func routerID(id uint64) string { return fmt.Sprintf("req-%d", id) }

@@ -5,15 +5,16 @@
 //
 // # Shape
 //
-// Every worker is an engine.Worker on its own live driver goroutine, named
-// by pool and index ("worker-0" aggregated, "prefill-0", "decode-1"); all of
-// them share one modeled clock origin, so modeled times from different
-// workers compare. Every prefill worker has a bootstrap.Server on
-// TransferHost (loopback by default, any free port), and the decode side of
-// a handoff really connects to it over TCP. The workers' outputs go through
-// one dispatcher goroutine that updates request state, keeps the forensic
-// log, feeds the router (KV events, load after every pass, first token and
-// completion) and tells the transfer servers how each hold ended.
+// Every worker is an engine.Worker, named by pool and index ("worker-0"
+// aggregated, "prefill-0", "decode-1"). One goroutine, the cluster's loop,
+// owns them all, the router's view of them and every request's handoff
+// machine (package handoff), on one discrete-event queue in modeled time
+// (engine.Virtual). Generate and the other methods talk to the loop through
+// its mailbox. Every prefill worker has a bootstrap.Server on TransferHost
+// (loopback by default, any free port), and the decode side of a handoff
+// really connects to it over TCP, through one kept-alive connection per
+// prefill server. RunVirtual runs the same loop on virtual time with the
+// transfer protocol in memory (or, on request, over the same sockets).
 //
 // # Defaults
 //
@@ -32,12 +33,13 @@
 //
 // # The handoff
 //
-// vLLM is source-first: the router picks a prefill and a decode worker; the
+// The lifecycle is package handoff's state machine; the loop carries out
+// its actions. vLLM is source-first: the router picks a prefill and a decode worker; the
 // prefill computes the prompt and the first token and holds the KV
 // (prefill_kv_pin_start; its abort clock starts now); the cluster opens a
 // transfer room under a fresh transfer id and hands the decode side the
-// vLLM params {transfer_id, prefill_host, prefill_port}. The decode worker
-// reserves blocks and a sequence slot through its own scheduler
+// vLLM params {transfer_id, prefill_host, prefill_port, transfer_token}. The
+// decode worker reserves blocks through its own scheduler
 // (decode_kv_wait_start, then decode_kv_reserved), then connects to the
 // prefill's transfer server. The connection starts the modeled transfer on
 // the prefill (transfer_start), whose end releases the hold as transferred
@@ -46,13 +48,15 @@
 // kv_transfer_abort_timeout_ms (or handoff_session_timeout_ms) passes first,
 // the hold ends as aborted, the server answers ABORT to the decode whenever
 // it connects, the decode frees its reservation and the request ends
-// "aborted".
+// "aborted". A hold given up because the request was refused (a decode
+// that can never fit it), withdrawn or cut short ends "cancelled", counted
+// apart from deadline aborts.
 //
 // SGLang is destination-first: the request reaches both workers at once;
 // the prefill waits in its bootstrap queue, computing and holding nothing,
 // while the decode worker reserves (decode_kv_wait_start,
 // decode_kv_reserved); the reservation tells the prefill its destination is
-// ready (engine.Live.DestinationReadyAt), so it leaves its bootstrap queue
+// ready (engine.DestinationReady), so it leaves its bootstrap queue
 // and computes. If the decode cannot reserve within
 // handoff_session_timeout_ms, the prefill is dropped from its bootstrap
 // queue, the pending reservation is withdrawn and the request ends
@@ -62,7 +66,7 @@
 // the hold lasts the modeled transfer: a saturated decode pool makes
 // requests wait for a reservation before any KV exists, instead of
 // stranding held KV until it aborts. The decode reads SGLang's params
-// {bootstrap_host, bootstrap_port, bootstrap_room}, waits at the transfer
+// {bootstrap_host, bootstrap_port, bootstrap_room, bootstrap_token}, waits at the transfer
 // server for ACK, activates and decodes. With sglang.optimistic_prefill the
 // prefill computes at once and the handoff runs source-first, stranding and
 // aborting like vLLM's.
@@ -75,28 +79,24 @@
 //
 // # Modeled time and wall time
 //
-// Every time a Result, an event or Stats reports is modeled time. The
-// requests of a load script arrive at the cluster's clock (wall time since
-// New × speedup_ratio), because script pacing — durations, arrival rates,
-// sleeps — is wall time; that part is not speed-invariant. Each later step
-// of a handoff is stamped from the modeled time of the event that caused
-// it, not from the wall clock: the decode reserves at the instant the
-// prefill began to hold (source-first) or the request arrived
-// (destination-first); the transfer starts at the decode's reservation
-// (remembered per transfer, and used when the decode's connection reaches
-// the prefill's transfer server); the decode activates at the source's
-// release; an aborted reservation is freed at the abort; the prefill is
-// readied at the decode's reservation. The goroutines and loopback sockets
-// between the steps therefore cost no modeled time: on an idle cluster a
-// handoff's pin lasts the decode's wait plus the transfer, at any speedup.
-// A worker that is already past a step's time applies it at its own time
-// (engine.Live), so under load a step can still wait for a busy worker,
-// as it would on real hardware; and a worker that falls behind the wall
-// clock delivers its outputs late to the others, which is the one way host
-// latency can still reach modeled times, under heavy load at high speedups.
-// A claim stamped before a hold's abort deadline that arrives within a
-// wall-clock grace after it still wins (engine.DefaultDeadlineGrace, cut to
-// engine.BusyDeadlineGrace on a prefill worker with work waiting).
+// Every time a Result, an event or Stats reports is modeled time. New's
+// loop is paced against the wall clock: it processes the events of modeled
+// time t once the wall clock reaches t / speedup_ratio since New. A request
+// from Generate arrives at the loop's modeled now: the wall clock's modeled
+// time while the loop keeps up, never a time the loop has already passed.
+// Every later step of a request is an event on the same queue, so no
+// worker ever sees another's output late: when the host cannot keep up,
+// the whole cluster runs late together, modeled results do not change, and
+// the lag is measured (ClockLag, Lag). A handoff step whose reply must come
+// back through a socket (the transfer server seeing the decode, its ACK or
+// ABORT) holds a ticket in the queue at the step's modeled time: the loop
+// does not pass it until the reply is in, so socket latency never becomes
+// modeled time and never decides an abort. The same arrivals at the same
+// modeled times therefore give the same results paced at any speedup, with
+// the CPU busy or not, as on virtual time (RunVirtual). What the wall clock
+// still decides is the offered load: a script's durations, rates and
+// sleeps are wall time, so the arrivals they produce depend on how fast the
+// script runs.
 //
 // # Capacity refusals
 //

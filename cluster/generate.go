@@ -63,19 +63,6 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	return c.await(ctx, h)
 }
 
-// generateAt is Generate for an arrival at modeled time at (or the loop's
-// now, if that is later).
-func (c *Cluster) generateAt(ctx context.Context, at float64, req Request) Result {
-	if err := req.validate(); err != nil {
-		return Result{Outcome: OutcomeError, Error: err.Error()}
-	}
-	h := &call{req: req, reply: make(chan Result, 1)}
-	if !c.send(arriveMsg{h: h, at: at, stamped: true}) {
-		return Result{Outcome: OutcomeError, Error: errClosed}
-	}
-	return c.await(ctx, h)
-}
-
 func (c *Cluster) await(ctx context.Context, h *call) Result {
 	select {
 	case res := <-h.reply:

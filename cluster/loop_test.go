@@ -47,15 +47,19 @@ func saturatedShape(engine string, seed uint64, extra map[string]any) Config {
 }
 
 // burst is n arrivals spread over spanMs modeled ms, drawn from seed:
-// prompts of 64 to 512 tokens sharing one of four prefixes.
-func burst(seed uint64, n int, spanMs float64) []Arrival {
+// prompts of 64 to 512 tokens sharing one of four prefixes, up to 24
+// output tokens.
+func burst(seed uint64, n int, spanMs float64) []Arrival { return burstUpTo(seed, n, spanMs, 24) }
+
+// burstUpTo is burst with at most maxTokens output tokens a request.
+func burstUpTo(seed uint64, n int, spanMs float64, maxTokens int) []Arrival {
 	out := make([]Arrival, n)
 	x := seed*0x9e3779b97f4a7c15 + 1
 	next := func(k uint64) uint64 { x ^= x << 13; x ^= x >> 7; x ^= x << 17; return x % k }
 	for i := range out {
 		prompt := 64 + int(next(449))
 		out[i] = Arrival{AtMs: float64(next(uint64(spanMs*1000))) / 1000, Request: Request{
-			PromptTokens: prompt, MaxTokens: 1 + int(next(24)),
+			PromptTokens: prompt, MaxTokens: 1 + int(next(uint64(maxTokens))),
 			Prefix: fmt.Sprintf("p%d", next(4)), PrefixTokens: prompt / 2,
 		}}
 	}
@@ -156,9 +160,10 @@ func TestPaced_ResultsAreTheVirtualOnes(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		shape := rapid.SampledFrom(loopShapes).Draw(rt, "shape")
 		speedup := rapid.SampledFrom([]float64{1, 10, 200}).Draw(rt, "speedup")
-		n := rapid.IntRange(1, 24).Draw(rt, "requests")
-		// About 30 ms of wall time per trace, whatever the speedup.
-		arr := burst(rapid.Uint64().Draw(rt, "trace"), n, 30*speedup)
+		n := rapid.IntRange(1, 16).Draw(rt, "requests")
+		// About 20 ms of wall time of arrivals, whatever the speedup, and
+		// short generations, so that a trace at speedup 1 stays short too.
+		arr := burstUpTo(rapid.Uint64().Draw(rt, "trace"), n, 20*speedup, 6)
 		cfg := shape.cfg(5)
 		cfg.Args["speedup_ratio"] = speedup
 		virt, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})

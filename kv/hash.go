@@ -2,6 +2,7 @@ package kv
 
 import (
 	"encoding/binary"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 )
@@ -47,6 +48,9 @@ func BlockHashes(tokens []uint32, blockSize int, locals []LocalHash, seqs []SeqH
 	if blockSize <= 0 {
 		return locals, seqs
 	}
+	n := len(tokens) / blockSize
+	locals = slices.Grow(locals, n)
+	seqs = slices.Grow(seqs, n)
 	var parent SeqHash
 	for i := 0; i+blockSize <= len(tokens); i += blockSize {
 		l := HashTokens(tokens[i : i+blockSize])
