@@ -27,7 +27,7 @@ const cluster = mocker.cluster({
   engine: 'vllm',
   router: 'kv',
   prefill: { workers: 2, args: { num_gpu_blocks: 1024 } },
-  decode: { workers: 2, args: { num_gpu_blocks: parseInt(__ENV.DEC_BLOCKS || "384", 10), max_num_seqs: 6 } },
+  decode: { workers: 2, args: { num_gpu_blocks: 384, max_num_seqs: 6 } },
   args: {
     block_size: 16,
     speedup_ratio: parseFloat(__ENV.SPEEDUP || '10'),

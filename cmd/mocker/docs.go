@@ -177,7 +177,11 @@ func writeArgsText(w io.Writer, keys []string) error {
 		for _, d := range in {
 			head := "  " + d.Key
 			if len(d.Aliases) > 0 {
-				head += " (alias " + strings.Join(d.Aliases, ", ") + ")"
+				alias := " (alias " + strings.Join(d.Aliases, ", ") + ")"
+				if len([]rune(head+alias)) > 78 {
+					alias = "\n      (alias " + strings.Join(d.Aliases, ", ") + ")"
+				}
+				head += alias
 			}
 			fmt.Fprintf(&b, "%s\n", head)
 			fmt.Fprintf(&b, "      type %s; default %s; Dynamo: %s\n", d.Type, d.Default, d.Dynamo)

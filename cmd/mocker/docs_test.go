@@ -45,7 +45,7 @@ func TestArgs_ListsEveryEngineArg(t *testing.T) {
 	assert.Empty(t, stderr)
 	require.NotEmpty(t, engine.ArgDocs)
 	for _, d := range engine.ArgDocs {
-		assert.Regexpf(t, `(?m)^  `+regexp.QuoteMeta(d.Key)+`( \(alias .*\))?\n      type `+regexp.QuoteMeta(d.Type)+
+		assert.Regexpf(t, `(?m)^  `+regexp.QuoteMeta(d.Key)+`( \(alias .*\)|\n      \(alias .*\))?\n      type `+regexp.QuoteMeta(d.Type)+
 			`; default `+regexp.QuoteMeta(d.Default)+`; Dynamo: `+regexp.QuoteMeta(d.Dynamo)+`\n`, stdout, "%s: key, type, default and Dynamo", d.Key)
 		assert.Containsf(t, strings.Join(strings.Fields(stdout), " "), d.Meaning, "%s: meaning", d.Key)
 	}
