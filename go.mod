@@ -3,6 +3,8 @@ module github.com/kvstrand/mocker
 go 1.26.0
 
 require (
+	github.com/chromedp/cdproto v0.160.3
+	github.com/chromedp/chromedp v0.23.1
 	github.com/containerd/errdefs v1.0.0
 	github.com/grafana/sobek v0.0.0-20260429085637-a66d4790012b
 	github.com/moby/moby/api v1.56.1
@@ -47,6 +49,7 @@ require (
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/ebitengine/purego v0.10.1 // indirect
 	github.com/felixge/httpsnoop v1.1.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/go-ole/go-ole v1.3.0 // indirect
