@@ -106,7 +106,21 @@ func seconds(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) + "s"
 
 func render(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
 	c := vgsvg.New(w, h)
-	p.Draw(draw.New(c))
+	dc := draw.New(c)
+	// The legend goes in a column right of the plot, where it hides no
+	// data: p draws without it.
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	r := legend.Rectangle(dc)
+	if lw := r.Max.X - r.Min.X; lw > 0 {
+		lw += vg.Points(10)
+		p.Draw(draw.Crop(dc, 0, -lw, 0, 0))
+		legend.Top, legend.Left = true, true
+		legend.YOffs = -vg.Points(24) // level with the plot's top, below the title
+		legend.Draw(draw.Crop(dc, w-lw+vg.Points(6), 0, 0, 0))
+	} else {
+		p.Draw(dc)
+	}
 	var b bytes.Buffer
 	if _, err := c.WriteTo(&b); err != nil {
 		return "", err
@@ -316,7 +330,10 @@ func outcomesChart(c *Cluster) (chart, error) {
 	}
 	p := newPlot(ch.Title, "requests / modeled s")
 	timeAxis(p, c.SpeedupRatio)
-	perS := 1000 / s.IntervalMs
+	// Counts per bucket are spiky at the series' finest interval: they are
+	// summed over groups of buckets, at most outcomeBars of them.
+	groups, k := mergePoints(s, outcomeBars)
+	perS := 1000 / (s.IntervalMs * float64(k))
 	series := []struct {
 		name string
 		col  color.Color
@@ -327,9 +344,9 @@ func outcomesChart(c *Cluster) (chart, error) {
 		{cluster.OutcomeRejected, colRejected, func(p *cluster.SeriesPoint) uint64 { return p.Rejected }},
 	}
 	for _, sr := range series {
-		xys := make(plotter.XYs, len(s.Points))
-		for i := range s.Points {
-			xys[i] = plotter.XY{X: at(s, &s.Points[i]), Y: float64(sr.get(&s.Points[i])) * perS}
+		xys := make(plotter.XYs, len(groups))
+		for i := range groups {
+			xys[i] = plotter.XY{X: groups[i].AtMs / 1000, Y: float64(sr.get(&groups[i])) * perS}
 		}
 		if err := line(p, sr.name, xys, sr.col, false); err != nil {
 			return ch, err
@@ -346,9 +363,9 @@ func outcomesChart(c *Cluster) (chart, error) {
 	}
 	for _, m := range markers {
 		var xys plotter.XYs
-		for i := range s.Points {
-			if n := m.get(&s.Points[i]); n > 0 {
-				xys = append(xys, plotter.XY{X: at(s, &s.Points[i]), Y: float64(n) * perS})
+		for i := range groups {
+			if n := m.get(&groups[i]); n > 0 {
+				xys = append(xys, plotter.XY{X: groups[i].AtMs / 1000, Y: float64(n) * perS})
 			}
 		}
 		if len(xys) == 0 {
@@ -363,8 +380,32 @@ func outcomesChart(c *Cluster) (chart, error) {
 		p.Legend.Add(m.name, sc)
 	}
 	svg, err := render(p, chartWidth, chartHeight)
-	ch.SVG, ch.Points = svg, 3*len(s.Points)
+	ch.SVG, ch.Points = svg, 3*len(groups)
 	return ch, err
+}
+
+// outcomeBars bounds the points of the outcomes chart.
+const outcomeBars = 100
+
+// mergePoints sums the outcome counts of s over groups of consecutive
+// points, k of them per group, so that at most n remain; each group's
+// AtMs is its end.
+func mergePoints(s *cluster.Series, n int) (groups []cluster.SeriesPoint, k int) {
+	k = (len(s.Points) + n - 1) / n
+	out := make([]cluster.SeriesPoint, 0, n)
+	for i := 0; i < len(s.Points); i += k {
+		var g cluster.SeriesPoint
+		for _, p := range s.Points[i:min(i+k, len(s.Points))] {
+			g.Completed += p.Completed
+			g.Aborted += p.Aborted
+			g.Rejected += p.Rejected
+			g.HoldAborts += p.HoldAborts
+			g.PrefillRefusals += p.PrefillRefusals
+		}
+		g.AtMs = s.Points[i].AtMs + float64(k)*s.IntervalMs
+		out = append(out, g)
+	}
+	return out, k
 }
 
 func quantileChart(kind, title, caption string, ds []Distribution) (chart, error) {
@@ -445,7 +486,6 @@ func timelineChart(c *Cluster) (chart, error) {
 		}
 		p.Legend.Add(name, swatch{outcomeColor(o)})
 	}
-	p.Legend.Left = false
 	// full page width: drawn twice as wide as the other charts so that
 	// its text is their size
 	h := max(chartHeight, 3*vg.Centimeter+vg.Length(len(hs))*0.09*vg.Centimeter)

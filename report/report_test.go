@@ -134,3 +134,30 @@ func TestHarnessFigures_ThresholdsAndChecks(t *testing.T) {
 	assert.Equal(t, []checkView{{Path: "g::ok", Passes: 3, Fails: 1}}, hv.Checks)
 	assert.Contains(t, hv.Figures, [2]string{"iterations", "30 (10/s wall)"})
 }
+
+func TestMergePoints_KeepsEveryCount(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{1, 7, 100, 101, 511, 512} {
+		s := bigCluster("c", 2).Series
+		s.Points = s.Points[:n]
+		groups, k := mergePoints(&s, outcomeBars)
+		assert.LessOrEqual(t, len(groups), outcomeBars)
+		var want, got cluster.SeriesPoint
+		for _, p := range s.Points {
+			want.Completed += p.Completed
+			want.Aborted += p.Aborted
+			want.Rejected += p.Rejected
+			want.HoldAborts += p.HoldAborts
+			want.PrefillRefusals += p.PrefillRefusals
+		}
+		for _, g := range groups {
+			got.Completed += g.Completed
+			got.Aborted += g.Aborted
+			got.Rejected += g.Rejected
+			got.HoldAborts += g.HoldAborts
+			got.PrefillRefusals += g.PrefillRefusals
+		}
+		assert.Equal(t, want, got, "%d points", n)
+		assert.Equal(t, (n+outcomeBars-1)/outcomeBars, k)
+	}
+}
