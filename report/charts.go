@@ -173,6 +173,17 @@ func clusterCharts(c *Cluster) ([]chart, error) {
 	return out, nil
 }
 
+// workersWith lists the series' worker indexes whose role is role.
+func workersWith(s *cluster.Series, role string) []int {
+	var out []int
+	for i, r := range s.Roles {
+		if r == role {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
 // workersOf lists the series' worker indexes whose role is not skip.
 func workersOf(s *cluster.Series, skip string) []int {
 	var out []int
@@ -196,7 +207,7 @@ func heldChart(c *Cluster) (chart, error) {
 	ch := chart{Kind: "held", Title: "Held KV blocks per prefill worker (stacked)", PeakHeld: &peak,
 		Caption: fmt.Sprintf("Blocks held for a handoff, the most in each bucket of %s modeled. Peak %d held blocks across the cluster.",
 			seconds(s.IntervalMs/1000), peak)}
-	ws := workersOf(s, "decode")
+	ws := workersWith(s, "prefill") // only a prefill worker holds KV for a handoff
 	if len(s.Points) == 0 || len(ws) == 0 {
 		return ch, nil
 	}
@@ -306,9 +317,8 @@ func reservedChart(c *Cluster) (chart, error) {
 	s := &c.Series
 	ch := chart{Kind: "reserved", Title: "Decode reservations waiting for their KV",
 		Caption: "Blocks each decode worker reserved for a transfer that has not landed yet."}
-	ws := workersOf(s, "prefill")
-	if len(s.Points) == 0 || len(ws) == len(s.Roles) {
-		// no prefill worker: nothing is ever reserved for a transfer
+	ws := workersWith(s, "decode") // aggregated workers reserve nothing
+	if len(s.Points) == 0 || len(ws) == 0 {
 		return ch, nil
 	}
 	p := newPlot(ch.Title, "reserved blocks")

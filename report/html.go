@@ -6,6 +6,7 @@ import (
 	"math"
 	"sort"
 	"strings"
+	"time"
 )
 
 // page is what the template renders.
@@ -61,6 +62,7 @@ func build(r Report) (page, error) {
 				{"peak held blocks", fmt.Sprint(st.PeakHeldBlocks)},
 				{"prefill refusals", fmt.Sprint(st.PrefillRejections)},
 				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of wall time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},
+				{"host lag", fmt.Sprintf("at most %s behind the wall clock", c.ClockLagPeak.Round(time.Millisecond))},
 			},
 		}
 		pg.Clusters = append(pg.Clusters, cv)

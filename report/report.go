@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/kvstrand/mocker/cluster"
 )
@@ -42,6 +43,10 @@ type Cluster struct {
 	PinDurations []Distribution
 	// Routed counts the requests the router sent to each worker.
 	Routed []Routed
+	// ClockLagPeak is the furthest the cluster's loop fell behind the wall
+	// clock: while it lags, modeled time runs slower than wall ×
+	// SpeedupRatio.
+	ClockLagPeak time.Duration
 }
 
 // Distribution is a set of durations as its percentiles.

@@ -161,3 +161,21 @@ func TestMergePoints_KeepsEveryCount(t *testing.T) {
 		assert.Equal(t, (n+outcomeBars-1)/outcomeBars, k)
 	}
 }
+
+func TestWrite_AggregatedClusterHasNoHandoffCharts(t *testing.T) {
+	t.Parallel()
+	c := bigCluster("agg", 2)
+	for i := range c.Series.Roles {
+		c.Series.Roles[i] = "aggregated"
+	}
+	c.Holds, c.PinDurations = nil, nil
+	var b bytes.Buffer
+	require.NoError(t, Write(&b, Report{Clusters: []Cluster{c}}))
+	html := b.String()
+	for _, kind := range []string{"held", "reserved", "timeline", "pin"} {
+		assert.NotContains(t, html, `data-chart="`+kind+`"`, "an aggregated worker holds and reserves nothing")
+	}
+	for _, kind := range []string{"blocks", "queue", "outcomes", "ttft", "routed"} {
+		assert.Contains(t, html, `data-chart="`+kind+`"`)
+	}
+}
