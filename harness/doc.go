@@ -30,7 +30,11 @@
 // ID to key plugin state by, OnEnd to release what the run created (called
 // once after teardown and the summary, also after an abort, a signal or a
 // failed init) and AddSummarySection for text-summary sections about this
-// run only. RegisterSummaryHook adds process-wide sections.
+// run only. RegisterSummaryHook adds process-wide sections. The RunContext
+// also implements SummaryDataRun (keys of the end-of-test data),
+// ProgressRun (lines under the scenario rows of the progress display) and
+// SummaryObserverRun (the end-of-test data once built, before
+// handleSummary), reached by type assertion.
 //
 // On Config.Stderr, unless Config.Quiet, Run prints a start banner (the
 // script, the outputs and one line per scenario, worded as k6 words them)

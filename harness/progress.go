@@ -174,6 +174,7 @@ func (p *progress) lines() []string {
 		rows = append(rows, s.progressCells())
 	}
 	out = append(out, alignColumns(rows)...)
+	out = append(out, t.progressLines()...)
 	if p.width > 0 {
 		for i, l := range out {
 			out[i] = cut(l, p.width-1)

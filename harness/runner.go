@@ -106,6 +106,8 @@ type testRun struct {
 	running    bool
 	vusSampled atomic.Bool
 
+	pluginHooks // ProgressRun and SummaryObserverRun
+
 	endMu    sync.Mutex
 	endFns   []func()
 	sections []func(io.Writer)

@@ -128,6 +128,7 @@ func (t *testRun) writeSummary(v0 *vu, d time.Duration) error {
 		}
 	}
 	plugins := t.addSummaryData(data)
+	t.observeSummaryData(data, t.logger.Error)
 	if t.cfg.SummaryExport != "" {
 		if err := writeLegacyExport(t.cfg.SummaryExport, data, plugins); err != nil {
 			return exitErrorf(ExitInvalidConfig, "--summary-export %s: %v", t.cfg.SummaryExport, err)

@@ -137,4 +137,10 @@
 // requests are not in the metrics; the KV handoff section of the summary,
 // whose counters come from the cluster and include them, shows how many
 // there were ("outside iterations").
+//
+// The module adds a line per cluster to the progress display (held blocks
+// now and at the peak, holds aborted, prefills refused) and, for a run
+// started with a context from WithReport, hands the run's report.Report
+// over once the end-of-test data is built: `mocker run --report` writes it
+// as HTML.
 package xk6mocker

@@ -51,6 +51,8 @@ func runFor(vu harness.VU) *run {
 	closing.Add(1)
 	rc.AddSummarySection(r.writeSummary)
 	addSummaryData(rc, r)
+	addProgress(rc, r)
+	addReport(rc, r, reportFunc(vu.Context()))
 	rc.OnEnd(func() {
 		defer closing.Done()
 		runsMu.Lock()
@@ -134,6 +136,7 @@ type entry struct {
 	mu       sync.Mutex
 	closed   bool
 	pinHist  metrics.Histogram // hold durations seen in results
+	seen     observed          // what the report shows of the results
 	final    cluster.Stats     // at close
 	finalHld []cluster.Hold
 	finalLag cluster.LagReport
@@ -177,14 +180,14 @@ func (e *entry) generate(ctx context.Context, req cluster.Request) cluster.Resul
 	return e.c.Generate(ctx, req)
 }
 
-// observe keeps what the summary needs from one result.
+// observe keeps what the summary and the report need from one result.
 func (e *entry) observe(res cluster.Result) {
-	if res.PinOutcome == "" {
-		return
-	}
 	e.mu.Lock()
-	e.pinHist.Add(res.PinMs)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	e.seen.add(res)
+	if res.PinOutcome != "" {
+		e.pinHist.Add(res.PinMs)
+	}
 }
 
 func (e *entry) stats() cluster.Stats {

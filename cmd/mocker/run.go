@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/xk6mocker"
 )
 
 // exitUsage is returned for command-line mistakes (unknown flag, missing
@@ -44,6 +45,8 @@ Flags:
   -o, --out json=FILE           write every sample to FILE as NDJSON (.gz: gzipped)
       --summary-export FILE     write k6's legacy summary JSON to FILE
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
+      --report FILE             write an HTML report of the run to FILE: each
+                                cluster's history and the thresholds (self-contained)
   -q, --quiet                   no start banner and no progress display
       --no-color                no ANSI colours in the summary
       --no-setup                skip setup()
@@ -141,7 +144,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 // runFlags holds the values of the `mocker run` flags.
 type runFlags struct {
 	vus, iterations                                 int64
-	duration, summaryExport, trendStats             string
+	duration, summaryExport, trendStats, report     string
 	env, outs                                       listFlag
 	quiet, noColor, noSetup, noTeardown, systemEnvs bool
 }
@@ -172,6 +175,7 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	}
 	fs.StringVar(&f.summaryExport, "summary-export", "", "")
 	fs.StringVar(&f.trendStats, "summary-trend-stats", "", "")
+	fs.StringVar(&f.report, "report", "", "")
 	fs.BoolVar(&f.noColor, "no-color", false, "")
 	fs.BoolVar(&f.noSetup, "no-setup", false, "")
 	fs.BoolVar(&f.noTeardown, "no-teardown", false, "")
@@ -258,9 +262,22 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		return harness.ExitInvalidConfig
 	}
 
+	var rep *reportWriter
+	if f.report != "" {
+		if err := checkWritable(f.report); err != nil {
+			fmt.Fprintf(stderr, "mocker run: --report %s: the file cannot be written: %v\n", f.report, err)
+			return harness.ExitInvalidConfig
+		}
+		rep = &reportWriter{path: f.report, title: cfg.Script, stderr: stderr}
+		ctx = xk6mocker.WithReport(ctx, rep.write)
+	}
+
 	err = harness.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(stderr, "mocker run: %v\n", err)
+	}
+	if rep != nil {
+		rep.done()
 	}
 	return harness.ExitCode(err)
 }

@@ -1,0 +1,248 @@
+package report
+
+import (
+	"fmt"
+	"html/template"
+	"math"
+	"sort"
+	"strings"
+	"time"
+)
+
+// page is what the template renders.
+type page struct {
+	Title    string
+	Harness  *harnessView
+	Clusters []clusterView
+}
+
+type clusterView struct {
+	Name, Heading string
+	PeakHeld      int
+	Figures       [][2]string
+	Charts        []chart
+}
+
+type harnessView struct {
+	Figures    [][2]string
+	Thresholds []thresholdView
+	Checks     []checkView
+}
+
+type thresholdView struct {
+	Metric, Source, Observed string
+	OK                       bool
+}
+
+type checkView struct {
+	Path          string
+	Passes, Fails int64
+}
+
+func build(r Report) (page, error) {
+	pg := page{Title: r.Title}
+	if r.Summary != nil {
+		pg.Harness = harnessFigures(r.Summary)
+	}
+	for i := range r.Clusters {
+		c := &r.Clusters[i]
+		charts, err := clusterCharts(c)
+		if err != nil {
+			return page{}, err
+		}
+		st := c.Stats
+		cv := clusterView{
+			Name:     c.Name,
+			Heading:  fmt.Sprintf("cluster %q: %s, router %s, %s", c.Name, c.Engine, c.Router, c.Topology),
+			PeakHeld: c.PeakHeldBlocks(),
+			Charts:   charts,
+			Figures: [][2]string{
+				{"requests", fmt.Sprintf("%d (completed %d, aborted %d, rejected %d, error %d)", st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored)},
+				{"holds", fmt.Sprintf("%d started, %d transferred, %d aborted, %d cancelled", st.Pins, st.PinsReleased, st.PinsAborted, st.PinsCancelled)},
+				{"peak held blocks", fmt.Sprint(st.PeakHeldBlocks)},
+				{"prefill refusals", fmt.Sprint(st.PrefillRejections)},
+				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of wall time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},
+				{"host lag", fmt.Sprintf("at most %s behind the wall clock", c.ClockLagPeak.Round(time.Millisecond))},
+			},
+		}
+		pg.Clusters = append(pg.Clusters, cv)
+	}
+	return pg, nil
+}
+
+// harnessFigures reads the harness's figures from the end-of-test data.
+func harnessFigures(data map[string]any) *harnessView {
+	hv := &harnessView{}
+	ms := asMap(data["metrics"])
+	values := func(name string) map[string]any { return asMap(asMap(ms[name])["values"]) }
+	if d, ok := asMap(data["state"])["testRunDurationMs"].(float64); ok {
+		hv.Figures = append(hv.Figures, [2]string{"test run duration (wall)", seconds(d / 1000)})
+	}
+	if v := values("vus"); v != nil {
+		hv.Figures = append(hv.Figures, [2]string{"VUs", fmt.Sprintf("min %s, max %s", num(v["min"]), num(v["max"]))})
+	}
+	if v := values("vus_max"); v != nil {
+		hv.Figures = append(hv.Figures, [2]string{"VUs initialised", num(v["value"])})
+	}
+	if v := values("iterations"); v != nil {
+		hv.Figures = append(hv.Figures, [2]string{"iterations", fmt.Sprintf("%s (%s/s wall)", num(v["count"]), num(v["rate"]))})
+	}
+	if v := values("iteration_duration"); v != nil {
+		hv.Figures = append(hv.Figures, [2]string{"iteration duration (wall)", fmt.Sprintf("avg %s, p(95) %s", msText(v["avg"]), msText(v["p(95)"]))})
+	}
+	if v := values("checks"); v != nil {
+		hv.Figures = append(hv.Figures, [2]string{"checks", fmt.Sprintf("%s passed of %s", num(v["passes"]), num(sum(v["passes"], v["fails"])))})
+	}
+	names := make([]string, 0, len(ms))
+	for k := range ms {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		m := asMap(ms[name])
+		ths := asMap(m["thresholds"])
+		srcs := make([]string, 0, len(ths))
+		for s := range ths {
+			srcs = append(srcs, s)
+		}
+		sort.Strings(srcs)
+		for _, src := range srcs {
+			th := asMap(ths[src])
+			ok, _ := th["ok"].(bool)
+			obs := num(th["observed"])
+			if m["contains"] == "time" && !strings.Contains(src, "rate") && !strings.Contains(src, "count") {
+				obs = msText(th["observed"])
+			}
+			if th["noSamples"] == true {
+				obs = "no samples"
+			}
+			hv.Thresholds = append(hv.Thresholds, thresholdView{Metric: name, Source: src, Observed: obs, OK: ok})
+		}
+	}
+	walkChecks(asMap(data["root_group"]), &hv.Checks)
+	return hv
+}
+
+func walkChecks(g map[string]any, out *[]checkView) {
+	if g == nil {
+		return
+	}
+	checks, _ := g["checks"].([]any)
+	for _, c := range checks {
+		cm := asMap(c)
+		path, _ := cm["path"].(string)
+		*out = append(*out, checkView{Path: strings.TrimPrefix(path, "::"), Passes: toInt(cm["passes"]), Fails: toInt(cm["fails"])})
+	}
+	groups, _ := g["groups"].([]any)
+	for _, sub := range groups {
+		walkChecks(asMap(sub), out)
+	}
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+func toInt(v any) int64 {
+	switch n := v.(type) {
+	case float64:
+		return int64(n)
+	case int64:
+		return n
+	case uint64:
+		return int64(n)
+	case int:
+		return int64(n)
+	}
+	return 0
+}
+
+func sum(a, b any) any {
+	x, _ := a.(float64)
+	y, _ := b.(float64)
+	return x + y
+}
+
+func num(v any) string {
+	f, ok := v.(float64)
+	if !ok {
+		return "-"
+	}
+	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+		return fmt.Sprintf("%.0f", f)
+	}
+	return fmt.Sprintf("%.4g", f)
+}
+
+func msText(v any) string {
+	f, ok := v.(float64)
+	if !ok {
+		return "-"
+	}
+	switch {
+	case f >= 1000:
+		return fmt.Sprintf("%.2fs", f/1000)
+	case f >= 1:
+		return fmt.Sprintf("%.2fms", f)
+	}
+	return fmt.Sprintf("%.0fµs", f*1000)
+}
+
+var pageTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>mocker report{{with .Title}}: {{.}}{{end}}</title>
+<style>
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 1em 2em; color: #222; }
+h1 { font-size: 1.5em; margin-bottom: .2em; }
+h2 { font-size: 1.2em; border-bottom: 1px solid #ccc; padding-bottom: .2em; margin-top: 2em; }
+table { border-collapse: collapse; margin: .5em 0 1em; }
+td, th { padding: .15em .8em .15em 0; text-align: left; vertical-align: top; }
+th { font-weight: 600; color: #555; }
+.pass { color: #2e7d32; font-weight: 600; }
+.fail { color: #c62828; font-weight: 600; }
+.charts { display: grid; grid-template-columns: repeat(auto-fill, minmax(560px, 1fr)); gap: 1em; }
+figure { margin: 0; border: 1px solid #e0e0e0; border-radius: 4px; padding: .5em; }
+figure.timeline { grid-column: 1 / -1; }
+figure svg { width: 100%; height: auto; display: block; }
+figcaption { font-size: .85em; color: #555; margin-top: .3em; }
+.peak { font-weight: 600; }
+</style>
+</head>
+<body>
+<h1>mocker report</h1>
+{{with .Title}}<p>script: <code>{{.}}</code></p>{{end}}
+<p>Times are modeled (the clusters' clock) unless marked wall; modeled = wall × speedup_ratio.</p>
+{{with .Harness}}
+<section id="harness">
+<h2>Harness</h2>
+<table class="figures">{{range .Figures}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
+{{if .Thresholds}}<h3>Thresholds</h3>
+<table class="thresholds"><tr><th></th><th>metric</th><th>threshold</th><th>value</th></tr>
+{{range .Thresholds}}<tr data-ok="{{.OK}}"><td class="{{if .OK}}pass{{else}}fail{{end}}">{{if .OK}}✓ pass{{else}}✗ fail{{end}}</td><td><code>{{.Metric}}</code></td><td><code>{{.Source}}</code></td><td>{{.Observed}}</td></tr>
+{{end}}</table>{{end}}
+{{if .Checks}}<h3>Checks</h3>
+<table class="checks"><tr><th>check</th><th>passes</th><th>fails</th></tr>
+{{range .Checks}}<tr><td>{{.Path}}</td><td>{{.Passes}}</td><td{{if .Fails}} class="fail"{{end}}>{{.Fails}}</td></tr>
+{{end}}</table>{{end}}
+</section>
+{{end}}
+{{range .Clusters}}
+<section class="cluster" data-cluster="{{.Name}}">
+<h2>{{.Heading}}</h2>
+<table class="figures">{{range .Figures}}<tr><th>{{index . 0}}</th><td>{{index . 1}}</td></tr>{{end}}</table>
+<div class="charts">
+{{range .Charts}}<figure class="chart {{.Kind}}" data-chart="{{.Kind}}" data-points="{{.Points}}"{{with .PeakHeld}} data-peak-held-blocks="{{.}}"{{end}}>
+{{.SVG}}
+<figcaption>{{.Caption}}{{with .PeakHeld}} <span class="peak">peak held blocks: <span class="peak-value">{{.}}</span></span>{{end}}</figcaption>
+</figure>
+{{end}}</div>
+</section>
+{{else}}<p>No mock cluster was used in this run.</p>
+{{end}}
+</body>
+</html>
+`))

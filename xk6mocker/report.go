@@ -1,0 +1,153 @@
+package xk6mocker
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/report"
+)
+
+// reportKey is the context key of WithReport.
+type reportKey struct{}
+
+// WithReport returns a copy of ctx that, given to harness.Run, asks for the
+// run's report: f receives it once the run's end-of-test data is built
+// (after teardown, before handleSummary or the text summary, also when the
+// run was interrupted), while the clusters are still open. The report's
+// Title is left for f to set. f is not called when the script never
+// imports k6/x/mocker.
+func WithReport(ctx context.Context, f func(report.Report)) context.Context {
+	return context.WithValue(ctx, reportKey{}, f)
+}
+
+func reportFunc(ctx context.Context) func(report.Report) {
+	if ctx == nil {
+		return nil
+	}
+	f, _ := ctx.Value(reportKey{}).(func(report.Report))
+	return f
+}
+
+// addReport hands the run's report to f when the harness has built the
+// end-of-test data.
+func addReport(rc harness.RunContext, r *run, f func(report.Report)) {
+	if f == nil {
+		return
+	}
+	if so, ok := rc.(harness.SummaryObserverRun); ok {
+		so.OnSummaryData(func(data map[string]any) { f(r.report(data)) })
+	}
+}
+
+// report assembles the run's report from its clusters and data.
+func (r *run) report(data map[string]any) report.Report {
+	r.mu.Lock()
+	list := r.sortedEntries()
+	r.mu.Unlock()
+	out := report.Report{Summary: data}
+	for _, e := range list {
+		out.Clusters = append(out.Clusters, e.report())
+	}
+	return out
+}
+
+func (e *entry) report() report.Cluster {
+	st := e.stats()
+	rc := report.Cluster{
+		Name: e.name, Engine: e.engine, Router: e.router, Topology: e.topology,
+		SpeedupRatio: e.speedup, Stats: st, Series: e.c.Series(), Holds: e.holds(),
+	}
+	_, rc.ClockLagPeak = e.c.ClockLag()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	rc.TTFT = distribution("all", &e.seen.ttft)
+	for _, o := range sortedKeys(e.seen.pins) {
+		rc.PinDurations = append(rc.PinDurations, distribution(o, e.seen.pins[o]))
+	}
+	for _, w := range st.Workers {
+		rc.Routed = append(rc.Routed, report.Routed{Worker: w.Name, Role: w.Role, Requests: e.seen.routed[w.Name]})
+	}
+	return rc
+}
+
+// observed is what the report shows of the results a cluster returned,
+// in memory bounded by the number of workers and outcomes.
+type observed struct {
+	ttft   metrics.Histogram
+	pins   map[string]*metrics.Histogram // hold durations by outcome
+	routed map[string]uint64             // requests per worker
+}
+
+func (o *observed) add(res cluster.Result) {
+	if res.OutputTokens > 0 {
+		o.ttft.Add(res.TTFTMs)
+	}
+	if res.PinOutcome != "" {
+		if o.pins == nil {
+			o.pins = map[string]*metrics.Histogram{}
+		}
+		h := o.pins[res.PinOutcome]
+		if h == nil {
+			h = new(metrics.Histogram)
+			o.pins[res.PinOutcome] = h
+		}
+		h.Add(res.PinMs)
+	}
+	if o.routed == nil {
+		o.routed = map[string]uint64{}
+	}
+	if res.PrefillWorker != "" {
+		o.routed[res.PrefillWorker]++
+	}
+	if res.DecodeWorker != "" && res.DecodeWorker != res.PrefillWorker {
+		o.routed[res.DecodeWorker]++
+	}
+}
+
+// distribution reads h as its 101 percentiles.
+func distribution(label string, h *metrics.Histogram) report.Distribution {
+	d := report.Distribution{Label: label, Count: h.Count()}
+	if d.Count == 0 {
+		return d
+	}
+	d.Quantiles = make([]float64, 101)
+	for i := range d.Quantiles {
+		d.Quantiles[i] = h.Percentile(float64(i))
+	}
+	return d
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// addProgress adds one line per cluster to the progress display: held
+// blocks now and at the peak, holds aborted and prefills refused so far.
+func addProgress(rc harness.RunContext, r *run) {
+	if pr, ok := rc.(harness.ProgressRun); ok {
+		pr.AddProgress(r.progressText)
+	}
+}
+
+func (r *run) progressText() string {
+	r.mu.Lock()
+	list := r.sortedEntries()
+	r.mu.Unlock()
+	var b strings.Builder
+	for _, e := range list {
+		st := e.stats()
+		fmt.Fprintf(&b, "cluster %s  held %d/%d blocks (now/peak)  %d aborts  %d refusals\n",
+			e.name, st.HeldBlocks, st.PeakHeldBlocks, st.PinsAborted, st.PrefillRejections)
+	}
+	return b.String()
+}
