@@ -1,0 +1,5 @@
+//go:build !race
+
+package xk6mocker
+
+const raceEnabled = false
