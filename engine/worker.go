@@ -202,9 +202,9 @@ func (w *Worker) nextContestedDeadline() (t float64, ok bool) {
 }
 
 // Reserve makes req a handoff destination waiting for remote KV
-// (EventDecodeWaitStart). The scheduler admits it through its normal
-// admission as a reservation, blocks for its whole prompt with prefix reuse
-// plus a max_num_seqs slot (EventDecodeReserved, with MissingTokens), and
+// (EventDecodeWaitStart). The scheduler reserves blocks for its whole
+// prompt with prefix reuse (EventDecodeReserved, with MissingTokens in
+// whole blocks) and no max_num_seqs slot unless reserve_takes_slot says so;
 // it then waits, without any timer, for Activate or CancelDestination. It
 // fails for an empty prompt, an id the worker knows, a prefill worker, or a
 // scheduler without handoffs.

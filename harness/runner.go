@@ -639,7 +639,7 @@ func (t *testRun) openOutputs() ([]metrics.Output, error) {
 		}
 	}
 	if p := t.cfg.SummaryExport; p != "" {
-		if err := checkWritable(p); err != nil {
+		if err := CheckWritable(p); err != nil {
 			closeAll()
 			return nil, exitErrorf(ExitInvalidConfig, "--summary-export %s: the file cannot be written: %v", p, err)
 		}
@@ -647,9 +647,10 @@ func (t *testRun) openOutputs() ([]metrics.Output, error) {
 	return outs, nil
 }
 
-// checkWritable makes sure path can be created or written, without
-// changing an existing file and without leaving a new one behind.
-func checkWritable(path string) error {
+// CheckWritable makes sure path can be created or written, without
+// changing an existing file and without leaving a new one behind: how an
+// output path is checked before a run starts.
+func CheckWritable(path string) error {
 	_, statErr := os.Stat(path)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {

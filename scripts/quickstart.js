@@ -5,13 +5,16 @@
 // comes and goes. Every request pins KV on a prefill worker until a decode
 // worker has room for it; when decode is full, pins last longer, and the
 // ones that wait past the abort timeout are given up: at the defaults
-// about one request in ten (16 s of wall time). The end-of-test summary
+// about one request in five (16 s of wall time). The peak of 20 users
+// keeps decode clearly past saturation, so that share holds from run to
+// run; near the edge of saturation (16 users or so) a closed loop can tip
+// either way with the host's timing. The end-of-test summary
 // shows the latencies, the pins, transfers and aborts, and a "KV handoff"
 // section with the longest holds (prefill → decode).
 //
 // Run:  bin/mocker run scripts/quickstart.js      (what `make run` runs)
 //   -e DURATION=16s   length of the ramp (up, steady, down; wall time)
-//   -e VUS=16         peak number of VUs
+//   -e VUS=20         peak number of VUs
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms)
 //   -e SPEEDUP=10     speedup_ratio: modeled ms per wall ms
 //   -e THINK_MS=0     each user's think time between requests (modeled ms)
@@ -20,7 +23,7 @@ import { check } from 'k6';
 import { millis } from './lib/duration.js';
 
 const DURATION_MS = millis(__ENV.DURATION || '16s');
-const VUS = parseInt(__ENV.VUS || '16', 10);
+const VUS = parseInt(__ENV.VUS || '20', 10);
 const THINK_MS = parseFloat(__ENV.THINK_MS || '0');
 
 const cluster = mocker.cluster({
@@ -52,7 +55,7 @@ export const options = {
   },
   thresholds: {
     // most requests complete even though decode is the bottleneck
-    mocker_request_failed: ['rate<0.25'],
+    mocker_request_failed: ['rate<0.35'],
     // the handoff happened: KV was pinned and transferred
     mocker_kv_pins: ['count>0'],
     'mocker_kv_pin_duration{outcome:transferred}': ['p(50)<1500'],

@@ -1,11 +1,8 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 
 	"github.com/kvstrand/mocker/report"
 )
@@ -36,21 +33,3 @@ func (w *reportWriter) done() {
 	}
 }
 
-// checkWritable makes sure path can be created or written, without
-// changing an existing file and without leaving a new one behind.
-func checkWritable(path string) error {
-	_, statErr := os.Stat(path)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			return pe.Err
-		}
-		return err
-	}
-	err = f.Close()
-	if errors.Is(statErr, fs.ErrNotExist) {
-		_ = os.Remove(path)
-	}
-	return err
-}

@@ -264,7 +264,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 
 	var rep *reportWriter
 	if f.report != "" {
-		if err := checkWritable(f.report); err != nil {
+		if err := harness.CheckWritable(f.report); err != nil {
 			fmt.Fprintf(stderr, "mocker run: --report %s: the file cannot be written: %v\n", f.report, err)
 			return harness.ExitInvalidConfig
 		}
