@@ -32,4 +32,3 @@ func (w *reportWriter) done() {
 		fmt.Fprintf(w.stderr, "mocker run: --report %s: no report written: the run ended before its summary or the script does not import k6/x/mocker\n", w.path)
 	}
 }
-
