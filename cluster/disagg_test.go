@@ -139,34 +139,29 @@ func TestDisagg_StrandedHoldsAbortAfterTimeout(t *testing.T) {
 
 func TestDisagg_CascadeRefusesPrefills(t *testing.T) {
 	cfg := Config{
-		Disagg:        true,
-		Args:          map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 3000},
+		Disagg: true,
+		Args:   map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 3000},
+		// The decode's one sequence slot is taken by each reservation
+		// (reserve_takes_slot), so the holds behind a long generation wait
+		// for it.
 		Prefill:       PoolConfig{Args: map[string]any{"num_gpu_blocks": 32}},
-		Decode:        PoolConfig{Args: map[string]any{"max_num_seqs": 1}},
+		Decode:        PoolConfig{Args: map[string]any{"max_num_seqs": 1, "reserve_takes_slot": true}},
 		RouterOptions: map[string]any{"busy_threshold": 0.5},
 	}
-	c := start(t, cfg)
-	// A long generation occupies the decode's one slot; the holds behind it
-	// fill the prefill pool until it is busy.
+	// Ten requests 100 modeled ms apart, each held before the next: the
+	// first one's long generation occupies the decode's slot, the holds
+	// behind it fill the prefill pool past its busy threshold, and the
+	// router refuses the rest. On virtual time the arrivals land exactly there, whatever the
+	// host is doing.
 	const n = 10
-	results := make([]Result, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 400})
-		}()
-		// Pace on the cluster's state: the next request arrives once this
-		// one has held KV or been refused.
-		waitFor(t, "request to hold or be refused", func() bool {
-			s := c.Stats()
-			return s.Pins+s.Rejected >= uint64(i+1)
-		})
+	arr := make([]Arrival, n)
+	for i := range arr {
+		arr[i] = Arrival{AtMs: 100 * float64(i), Request: Request{PromptTokens: 64, MaxTokens: 400}}
 	}
-	wg.Wait()
+	run, err := RunVirtual(cfg, arr, VirtualOptions{})
+	require.NoError(t, err)
 	var refused int
-	for _, r := range results {
+	for _, r := range run.Results {
 		if r.Outcome == OutcomeRejected {
 			refused++
 			assert.True(t, r.PrefillRejected)
@@ -175,9 +170,11 @@ func TestDisagg_CascadeRefusesPrefills(t *testing.T) {
 		}
 	}
 	assert.Positive(t, refused, "a full prefill pool refuses new prefills")
-	s := drainAndCheck(t, c)
+	assert.Less(t, refused, n, "the first requests held before the pool filled")
+	s := run.Stats
 	assert.Equal(t, uint64(refused), s.PrefillRejections)
 	assert.Equal(t, uint64(refused), s.Rejected)
+	assert.Zero(t, s.HeldBlocks+s.ReservedBlocks+s.ActiveBlocks, "nothing left behind")
 }
 
 func TestDisagg_ForensicLogRecordsEveryTransition(t *testing.T) {
