@@ -75,6 +75,7 @@ type workerNode struct {
 	id     uint64 // router id
 	args   engine.Args
 	w      *engine.Worker
+	handle WorkerHandle // how the loop reaches it
 	server *bootstrap.Server
 	last   engine.Metrics // from its last output
 }
@@ -154,6 +155,9 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	c.v = engine.NewVirtual(c.engineWorkers()...)
 	c.v.OnOutput = c.onOutput
 	c.v.OnInput = c.onInput
+	for i, n := range c.workers {
+		n.handle = &localWorker{v: c.v, idx: i, w: n.w}
+	}
 	if !opts.virtual {
 		c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
 	}

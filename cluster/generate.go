@@ -177,7 +177,7 @@ func (c *Cluster) act(r *request, a handoff.Action) {
 		if a.Side == handoff.Decode {
 			w = r.decode
 		}
-		c.v.Schedule(c.v.Now(), w.idx, a.Input)
+		w.handle.Apply(a.Input)
 	case handoff.OpenRoom:
 		c.link.open(r.prefill, r.tid)
 	case handoff.Connect:

@@ -100,7 +100,7 @@ func (c *Cluster) run() {
 	for {
 		if c.stopping && c.active == 0 {
 			for _, w := range c.workers {
-				w.last = w.w.Metrics()
+				w.last = w.handle.Metrics()
 			}
 			c.ended = true
 			c.publish()

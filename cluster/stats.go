@@ -90,7 +90,7 @@ func (c *Cluster) statsNow() Stats {
 		s.NowMs = c.stamp()
 	}
 	for i, w := range c.workers {
-		m := w.w.Metrics()
+		m := w.handle.Metrics()
 		if c.ended {
 			m = w.last // what the workers last reported, frozen at Close
 		}
@@ -177,7 +177,7 @@ func (c *Cluster) checkDrained() {
 		return
 	}
 	for _, w := range c.workers {
-		if m := w.w.Metrics(); m.HeldRequests > 0 || m.ReservedBlocks > 0 || m.Running > 0 || m.Waiting > 0 || m.ActiveBlocks > 0 {
+		if m := w.handle.Metrics(); m.HeldRequests > 0 || m.ReservedBlocks > 0 || m.Running > 0 || m.Waiting > 0 || m.ActiveBlocks > 0 {
 			return
 		}
 	}
