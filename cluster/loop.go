@@ -122,6 +122,7 @@ func (c *Cluster) run() {
 				c.lag.observe(-d)
 			}
 			c.advance(at)
+			c.publish()
 			c.poll()
 			continue
 		case ok && blocked && c.stopping:
