@@ -27,6 +27,7 @@ type Cluster struct {
 	workers   []*workerNode
 	byRole    map[engine.WorkerType][]*workerNode
 	destFirst bool // SGLang without optimistic prefill: the decode reserves first
+	maxPrompt int  // the longest prompt a worker of the first pool can hold
 
 	// clock paces the loop; nil runs it as fast as the CPU allows.
 	clock   *wallClock
@@ -135,6 +136,12 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		done:     make(chan struct{}),
 	}
 	c.nextBits.Store(math.Float64bits(math.Inf(1)))
+	// The first pool is the one a request enters (aggregated, or prefill).
+	a := res.pools[0].args
+	c.maxPrompt = a.NumGPUBlocks * a.BlockSize
+	if a.MaxModelLen != nil {
+		c.maxPrompt = min(c.maxPrompt, *a.MaxModelLen)
+	}
 	c.started = time.Now()
 	c.forensic.keepAll = opts.keepEvents
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {

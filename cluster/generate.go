@@ -93,6 +93,21 @@ func (c *Cluster) lateReply(h *call) Result {
 	}
 }
 
+// tooLong says why a prompt is longer than any worker it could go to can
+// hold, "" when it is not: checked before any token is drawn, so an
+// oversized prompt costs nothing. The engine refuses the borderline ones.
+func (c *Cluster) tooLong(req Request) string {
+	n := req.PromptTokens
+	if len(req.Tokens) > 0 {
+		n = len(req.Tokens)
+	}
+	if n <= c.maxPrompt {
+		return ""
+	}
+	return fmt.Sprintf("prompt of %d tokens is longer than any %s worker holds (%d tokens: num_gpu_blocks × block_size, or max_model_len)",
+		n, c.res.pools[0].role, c.maxPrompt)
+}
+
 // arrive starts a request on the loop at its modeled time: route it, build
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
@@ -107,6 +122,13 @@ func (c *Cluster) arrive(h *call) {
 	c.nextID++
 	id := c.nextID
 	c.stats.requests++
+	if msg := c.tooLong(h.req); msg != "" {
+		res := Result{Outcome: OutcomeRejected, Error: msg}
+		c.count(&res)
+		c.series.ended(c.v.Now(), &res)
+		h.reply <- res
+		return
+	}
 	tokens := h.req.Tokens
 	if !c.opts.shareTokens || len(tokens) == 0 {
 		tokens = promptTokens(h.req, c.cfg.Seed, id)

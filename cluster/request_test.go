@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -33,4 +34,19 @@ func TestRequest_ValidateMaxTokens(t *testing.T) {
 			assert.Equal(t, tc.want, r.MaxTokens)
 		})
 	}
+}
+
+// TestGenerate_PromptLongerThanAnyWorkerIsRefusedFirst: a prompt no worker
+// of the entry pool can hold is refused before a single token is drawn,
+// naming the limit; one that fits goes to the engine as usual.
+func TestGenerate_PromptLongerThanAnyWorkerIsRefusedFirst(t *testing.T) {
+	c := start(t, Config{Disagg: true, Prefill: PoolConfig{Args: map[string]any{"num_gpu_blocks": 64}}})
+	res := c.Generate(context.Background(), Request{PromptTokens: 64*16 + 1, MaxTokens: 2})
+	assert.Equal(t, OutcomeRejected, res.Outcome)
+	assert.Contains(t, res.Error, "prompt of 1025 tokens is longer than any prefill worker holds (1024 tokens")
+	st := c.Stats()
+	assert.Equal(t, uint64(1), st.Requests)
+	assert.Equal(t, uint64(1), st.Rejected, "counted as refused")
+	ok := c.Generate(context.Background(), Request{PromptTokens: 512, MaxTokens: 2})
+	assert.Equal(t, OutcomeCompleted, ok.Outcome, ok.Error)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // Executor names, as in k6.
@@ -131,20 +132,19 @@ func (f *fieldReader) int(key string, def int64) (int64, error) {
 	if !ok || string(raw) == "null" {
 		return def, nil
 	}
-	var v float64
-	if err := json.Unmarshal(raw, &v); err != nil {
-		return 0, configErr("%s.%s: want a number, got %s", f.path, key, raw)
+	// One reader for numbers from scripts and JSON across mocker, so the
+	// message has one shape: "<field>: want an integer in [0, 2^53], got …".
+	var v any
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	if err := dec.Decode(&v); err != nil {
+		return 0, configErr("%s.%s: want an integer ≥ 0, got %s", f.path, key, raw)
 	}
-	if v != math.Trunc(v) {
-		return 0, configErr("%s.%s: want an integer, got %s", f.path, key, raw)
+	n, err := jsonval.Int(f.path+"."+key, v, 0, 1<<53)
+	if err != nil {
+		return 0, configErr("%v", err)
 	}
-	if v < 0 {
-		return 0, configErr("%s.%s: must not be negative, got %s", f.path, key, raw)
-	}
-	if v > 1<<53 {
-		return 0, configErr("%s.%s: too large, got %s", f.path, key, raw)
-	}
-	return int64(v), nil
+	return n, nil
 }
 
 func (f *fieldReader) str(key, def string) (string, error) {

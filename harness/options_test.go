@@ -16,7 +16,7 @@ func TestParseOptions_RejectsBadConfigNamingTheField(t *testing.T) {
 		{"unknown executor", `{"scenarios":{"a":{"executor":"externally-controlled"}}}`, `scenarios.a.executor: unknown executor "externally-controlled"`},
 		{"missing executor", `{"scenarios":{"a":{"vus":1}}}`, `scenarios.a.executor: required`},
 		{"unknown field", `{"scenarios":{"a":{"executor":"constant-vus","duration":"1s","rate":3}}}`, `scenarios.a.rate: unknown field`},
-		{"negative vus", `{"scenarios":{"a":{"executor":"constant-vus","vus":-1,"duration":"1s"}}}`, `scenarios.a.vus: must not be negative`},
+		{"negative vus", `{"scenarios":{"a":{"executor":"constant-vus","vus":-1,"duration":"1s"}}}`, `scenarios.a.vus: want an integer in [0, 9007199254740992], got -1`},
 		{"missing duration", `{"scenarios":{"a":{"executor":"constant-vus","vus":1}}}`, `scenarios.a.duration: required`},
 		{"bad stage duration", `{"scenarios":{"ramp":{"executor":"ramping-vus","stages":[{"duration":"1s","target":1},{"duration":"5x","target":0}]}}}`, `scenarios.ramp.stages[1].duration: invalid duration "5x"`},
 		{"stage without target", `{"scenarios":{"r":{"executor":"ramping-vus","stages":[{"duration":"1s"}]}}}`, `scenarios.r.stages[0].target: required`},

@@ -98,10 +98,10 @@ func span(lo, hi float64, unbounded bool) string {
 	}
 }
 
-// formatNumber prints integers in full up to 1e15 and anything else in the
-// shortest form.
+// formatNumber prints integers in full up to 2^53 (every one of them exact
+// in a float64) and anything else in the shortest form.
 func formatNumber(f float64) string {
-	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
+	if f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
 		return strconv.FormatFloat(f, 'f', -1, 64)
 	}
 	return strconv.FormatFloat(f, 'g', -1, 64)
