@@ -68,12 +68,16 @@ type Cluster struct {
 	started  time.Time
 }
 
-// workerNode is one worker and, for a prefill worker, its transfer server.
+// workerNode is one data-parallel rank of a worker (the worker itself when
+// its dp_size is 1) and, for a prefill worker, the worker's transfer
+// server, shared by its ranks.
 type workerNode struct {
 	idx    int
-	name   string
+	name   string // the worker's name, shared by its ranks
+	rank   int    // data-parallel rank within the worker
+	ranks  int    // the worker's dp_size
 	role   engine.WorkerType
-	id     uint64 // router id
+	id     uint64 // router id, one per rank
 	args   engine.Args
 	w      *engine.Worker
 	handle WorkerHandle // how the loop reaches it
@@ -188,39 +192,56 @@ func (c *Cluster) startWorkers(servers bool) error {
 			return fmt.Errorf("%s.planner_profile_data: %w", p.path, err)
 		}
 		for i := range p.workers {
-			n := &workerNode{idx: len(c.workers), name: fmt.Sprintf("%s-%d", roleName(p.role), i), role: p.role, id: seq, args: p.args}
-			seq++
-			n.w, err = engine.New(p.args, model, c.cfg.Seed^(n.id+1)*0x9e3779b97f4a7c15)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.path, err)
-			}
-			n.last = n.w.Metrics()
-			if p.role == engine.WorkerPrefill && servers {
-				n.server, err = bootstrap.Listen(bootstrap.Config{
-					Addr:            c.cfg.TransferHost + ":0",
-					AdvertisedHost:  c.cfg.AdvertisedHost,
-					OnDecodeArrived: c.link.arrived,
-					MaxConns:        c.cfg.TransferMaxConns,
-					Logger:          c.log.With("worker", n.name),
-				})
+			name := fmt.Sprintf("%s-%d", roleName(p.role), i)
+			// One engine worker, router target and KV event stream per
+			// data-parallel rank; the ranks share the worker's name and
+			// transfer server.
+			var server *bootstrap.Server
+			for rank := range p.args.DPSize {
+				n := &workerNode{idx: len(c.workers), name: name, rank: rank, ranks: p.args.DPSize, role: p.role, id: seq, args: p.args}
+				seq++
+				n.w, err = engine.New(p.args, model, c.cfg.Seed^(n.id+1)*0x9e3779b97f4a7c15)
 				if err != nil {
-					return fmt.Errorf("transfer server of %s (transfer_host %q, advertised_host %q): %w",
-						n.name, c.cfg.TransferHost, c.cfg.AdvertisedHost, err)
+					return fmt.Errorf("%s: %w", p.path, err)
 				}
-			}
-			info := router.WorkerInfo{ID: n.id, Role: router.Role(p.role),
-				TotalBlocks: p.args.NumGPUBlocks, BlockSize: p.args.BlockSize}
-			if p.args.MaxNumBatchedTokens != nil {
-				info.MaxBatchedTokens = *p.args.MaxNumBatchedTokens
-			}
-			c.workers = append(c.workers, n)
-			c.byRole[p.role] = append(c.byRole[p.role], n)
-			if err := c.router.AddWorker(info); err != nil {
-				return fmt.Errorf("%s: %w", n.name, err)
+				n.last = n.w.Metrics()
+				if p.role == engine.WorkerPrefill && servers && rank == 0 {
+					server, err = bootstrap.Listen(bootstrap.Config{
+						Addr:            c.cfg.TransferHost + ":0",
+						AdvertisedHost:  c.cfg.AdvertisedHost,
+						OnDecodeArrived: c.link.arrived,
+						MaxConns:        c.cfg.TransferMaxConns,
+						Logger:          c.log.With("worker", n.name),
+					})
+					if err != nil {
+						return fmt.Errorf("transfer server of %s (transfer_host %q, advertised_host %q): %w",
+							n.name, c.cfg.TransferHost, c.cfg.AdvertisedHost, err)
+					}
+				}
+				n.server = server
+				info := router.WorkerInfo{ID: n.id, Role: router.Role(p.role), DPRank: uint32(rank),
+					TotalBlocks: p.args.NumGPUBlocks, BlockSize: p.args.BlockSize}
+				if p.args.MaxNumBatchedTokens != nil {
+					info.MaxBatchedTokens = *p.args.MaxNumBatchedTokens
+				}
+				c.workers = append(c.workers, n)
+				c.byRole[p.role] = append(c.byRole[p.role], n)
+				if err := c.router.AddWorker(info); err != nil {
+					return fmt.Errorf("%s: %w", n.label(), err)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// label names the rank in messages: the worker's name, with its rank
+// when the worker has more than one.
+func (n *workerNode) label() string {
+	if n.ranks <= 1 {
+		return n.name
+	}
+	return fmt.Sprintf("%s dp_rank %d", n.name, n.rank)
 }
 
 func roleName(r engine.WorkerType) string {
@@ -273,7 +294,7 @@ func (c *Cluster) Close() error {
 func (c *Cluster) closeServers() error {
 	var errs []error
 	for _, w := range c.workers {
-		if w.server != nil {
+		if w.server != nil && w.rank == 0 { // the ranks share it
 			if err := w.server.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("transfer server of %s: %w", w.name, err))
 			}

@@ -44,7 +44,9 @@ const (
 // rather than an allocation the machine cannot make or a timer that
 // overflows.
 const (
-	// MaxWorkers bounds the workers of one cluster, every pool together.
+	// MaxWorkers bounds the workers of one cluster, every pool together,
+	// and their data-parallel ranks: workers × dp_size summed over the
+	// pools (each rank is a scheduler and a KV pool of its own).
 	MaxWorkers = 1024
 	// MinSpeedupRatio and MaxSpeedupRatio bound speedup_ratio and
 	// decode_speedup_ratio (0 still means no scaling). Below the minimum a
@@ -434,6 +436,9 @@ func resolve(cfg Config) (resolved, error) {
 		if err := checkTimes(cfg, p); err != nil {
 			return r, err
 		}
+	}
+	if err := checkRanks(cfg, r.pools); err != nil {
+		return r, err
 	}
 	if err := checkMemory(cfg, r.pools); err != nil {
 		return r, err
@@ -845,6 +850,20 @@ func argPath(cfg Config, p pool, key string) string {
 	return p.path + "." + key
 }
 
+// checkRanks bounds the data-parallel ranks of the whole cluster, before
+// any is built.
+func checkRanks(cfg Config, pools []pool) error {
+	total := 0
+	for _, p := range pools {
+		if p.args.DPSize > MaxWorkers || p.workers*p.args.DPSize > MaxWorkers-total {
+			return fmt.Errorf("%s: %d workers × dp_size %d ranks over the pools exceed %d ranks per cluster; lower dp_size or workers",
+				argPath(cfg, p, "dp_size"), p.workers, p.args.DPSize, MaxWorkers)
+		}
+		total += p.workers * p.args.DPSize
+	}
+	return nil
+}
+
 // checkMemory refuses pools whose estimated memory exceeds the limit,
 // before engine.New allocates them.
 func checkMemory(cfg Config, pools []pool) error {
@@ -863,13 +882,17 @@ func checkMemory(cfg Config, pools []pool) error {
 	if total/(1<<20) <= limitMB {
 		return nil
 	}
-	return fmt.Errorf("%s: %d blocks × %d workers (%d bytes a block) need about %s for the KV pools of this cluster, over the limit of %s (%s); lower num_gpu_blocks or workers, or set max_memory_mb",
-		argPath(cfg, worst, "num_gpu_blocks"), worst.args.NumGPUBlocks, worst.workers, BytesPerBlock,
+	ranks := ""
+	if worst.args.DPSize > 1 {
+		ranks = fmt.Sprintf(" × dp_size %d", worst.args.DPSize)
+	}
+	return fmt.Errorf("%s: %d blocks × %d workers%s (%d bytes a block) need about %s for the KV pools of this cluster, over the limit of %s (%s); lower num_gpu_blocks or workers, or set max_memory_mb",
+		argPath(cfg, worst, "num_gpu_blocks"), worst.args.NumGPUBlocks, worst.workers, ranks, BytesPerBlock,
 		formatMB(total/(1<<20)), formatMB(limitMB), why)
 }
 
 func poolBytes(p pool) float64 {
-	return float64(p.args.NumGPUBlocks) * float64(p.workers) * BytesPerBlock
+	return float64(p.args.NumGPUBlocks) * float64(p.workers) * float64(max(p.args.DPSize, 1)) * BytesPerBlock
 }
 
 func formatMB(mb float64) string {

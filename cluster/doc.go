@@ -6,7 +6,12 @@
 // # Shape
 //
 // Every worker is an engine.Worker, named by pool and index ("worker-0"
-// aggregated, "prefill-0", "decode-1"). One goroutine, the cluster's loop,
+// aggregated, "prefill-0", "decode-1"); a worker with dp_size n is n of
+// them, its data-parallel ranks, each its own scheduler, KV pool, router
+// target and KV event stream (events carry the rank), under the worker's
+// one name and, for a prefill, its one transfer server. Results, holds,
+// events and stats name the rank beside the worker (prefill_dp_rank,
+// decode_dp_rank, dp_rank). One goroutine, the cluster's loop,
 // owns them all, the router's view of them and every request's handoff
 // machine (package handoff), on one discrete-event queue in modeled time
 // (engine.Virtual). Generate and the other methods talk to the loop through
@@ -119,6 +124,6 @@
 // # Invariants
 //
 // CheckInvariants, called after Drain, checks DESIGN §9: block conservation
-// per worker, request conservation, holds and transfers accounted for, no
+// per worker (per rank), request conservation, holds and transfers accounted for, no
 // KV held, reserved or active once drained, and causality per request.
 package cluster

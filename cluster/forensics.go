@@ -28,6 +28,10 @@ type Event struct {
 	TransferID    uint64  `json:"transfer_id,omitempty"`
 	PrefillWorker string  `json:"prefill_worker,omitempty"`
 	DecodeWorker  string  `json:"decode_worker,omitempty"`
+	// PrefillDPRank and DecodeDPRank are the workers' data-parallel ranks
+	// (0, and left out, for workers with one rank).
+	PrefillDPRank int `json:"prefill_dp_rank,omitempty"`
+	DecodeDPRank  int `json:"decode_dp_rank,omitempty"`
 	// Blocks is the KV held (pin events).
 	Blocks int `json:"blocks,omitempty"`
 	// Outcome and DurationMs are set on prefill_kv_pin_end.
@@ -46,7 +50,11 @@ type Hold struct {
 	RequestID     uint64 `json:"request_id"`
 	PrefillWorker string `json:"prefill_worker"`
 	DecodeWorker  string `json:"decode_worker"`
-	Blocks        int    `json:"blocks"`
+	// PrefillDPRank and DecodeDPRank are the data-parallel ranks within
+	// those workers: the prefill rank's pool held the KV.
+	PrefillDPRank int `json:"prefill_dp_rank"`
+	DecodeDPRank  int `json:"decode_dp_rank"`
+	Blocks        int `json:"blocks"`
 	// StartMs is the modeled time the hold began (the prefill's first
 	// token); EndMs when it ended, 0 while it lasts.
 	StartMs float64 `json:"start_ms"`
@@ -61,7 +69,8 @@ type Hold struct {
 	Outcome string `json:"outcome"`
 }
 
-// HoldEdge aggregates every hold between one prefill and one decode worker.
+// HoldEdge aggregates every hold between one prefill and one decode worker,
+// over all their data-parallel ranks.
 type HoldEdge struct {
 	PrefillWorker string  `json:"prefill_worker"`
 	DecodeWorker  string  `json:"decode_worker"`
@@ -113,6 +122,9 @@ func (f *forensics) record(ev Event) {
 		slog.String("prefill_worker", ev.PrefillWorker),
 		slog.String("decode_worker", ev.DecodeWorker),
 	}
+	if ev.PrefillDPRank != 0 || ev.DecodeDPRank != 0 {
+		attrs = append(attrs, slog.Int("prefill_dp_rank", ev.PrefillDPRank), slog.Int("decode_dp_rank", ev.DecodeDPRank))
+	}
 	switch ev.Name {
 	case EventPinStart:
 		attrs = append(attrs, slog.Int("blocks", ev.Blocks))
@@ -127,7 +139,8 @@ func (f *forensics) record(ev Event) {
 func (f *forensics) holdStarted(h Hold) {
 	f.open[h.RequestID] = &h
 	f.record(Event{Name: EventPinStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
-		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker, Blocks: h.Blocks})
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
+		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks})
 }
 
 // transferStarted marks the hold of reqID claimed. It reports false when
@@ -145,7 +158,8 @@ func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
 	}
 	h.Claimed, h.TransferStartMs = true, at
 	f.record(Event{Name: EventTransferStart, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
-		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker})
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
+		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank})
 	if !open {
 		// Both copies, if the hold is in the longest ones too.
 		for i := range f.longest {
@@ -179,7 +193,8 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 	}
 	h.EndMs, h.DurationMs, h.Outcome = at, duration, outcome
 	f.record(Event{Name: EventPinEnd, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
-		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
+		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
+		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
 
 	key := [2]string{h.PrefillWorker, h.DecodeWorker}
 	e := f.edges[key]

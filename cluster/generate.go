@@ -159,10 +159,10 @@ func (c *Cluster) arrive(h *call) {
 		}
 	}
 	p := r.prefill
-	spec.PrefillName, spec.DecodeName = p.name, r.decode.name
+	spec.PrefillName, spec.DecodeName = p.label(), r.decode.label()
 	spec.TransferMode = p.args.KVTransferTimingMode
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
-	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name}
+	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name, PrefillDPRank: p.rank, DecodeDPRank: r.decode.rank}
 	r.m = handoff.New(spec)
 	c.reqs[id] = r
 	c.active++
@@ -316,6 +316,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 		}
 	}
 	for _, ev := range out.KVEvents {
+		ev.DPRank = uint32(w.rank) // each rank's engine numbers its own events
 		c.router.KVEvent(w.id, ev)
 	}
 	load := router.Load{
@@ -366,14 +367,17 @@ func inputID(in engine.Input) uint64 {
 // record keeps the counters and the forensic log of one lifecycle event.
 func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 	decodeName, prefillName := "", ""
+	decodeRank, prefillRank := 0, 0
 	var tid uint64
 	if r != nil {
 		decodeName, prefillName, tid = r.decode.name, r.prefill.name, r.tid
+		decodeRank, prefillRank = r.decode.rank, r.prefill.rank
 	}
 	switch e.Kind {
 	case engine.EventHoldStarted:
 		c.stats.pins++
-		h := Hold{RequestID: e.RequestID, PrefillWorker: w.name, DecodeWorker: decodeName, Blocks: e.Blocks, StartMs: e.At}
+		h := Hold{RequestID: e.RequestID, PrefillWorker: w.name, DecodeWorker: decodeName, Blocks: e.Blocks, StartMs: e.At,
+			PrefillDPRank: w.rank, DecodeDPRank: decodeRank}
 		if r != nil {
 			c.nextTID++
 			r.tid = c.nextTID
@@ -405,12 +409,13 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 	case engine.EventDecodeWaitStart:
 		if r != nil {
 			c.forensic.record(Event{Name: EventDecodeWait, AtMs: e.At, RequestID: e.RequestID, TransferID: tid,
-				PrefillWorker: prefillName, DecodeWorker: w.name})
+				PrefillWorker: prefillName, DecodeWorker: w.name, PrefillDPRank: prefillRank, DecodeDPRank: w.rank})
 		}
 	case engine.EventDecodeReserved:
 		if r != nil {
 			c.forensic.record(Event{Name: EventDecodeReserved, AtMs: e.At, RequestID: e.RequestID, TransferID: tid,
-				PrefillWorker: prefillName, DecodeWorker: w.name, MissingTokens: e.MissingTokens, WaitMs: e.DurationMs})
+				PrefillWorker: prefillName, DecodeWorker: w.name, PrefillDPRank: prefillRank, DecodeDPRank: w.rank,
+				MissingTokens: e.MissingTokens, WaitMs: e.DurationMs})
 		}
 	}
 }
@@ -465,11 +470,11 @@ func markTruncated(res *Result, w *workerNode, comp engine.Completion) {
 	seq := comp.PromptTokens + comp.OutputTokens
 	if m := w.args.MaxModelLen; m != nil && seq >= *m {
 		res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence (%d tokens) reached %s's max_model_len %d",
-			comp.OutputTokens, seq, w.name, *m)
+			comp.OutputTokens, seq, w.label(), *m)
 		return
 	}
 	res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence outgrew %s's KV pool (%d tokens: num_gpu_blocks %d × block_size %d)",
-		comp.OutputTokens, w.name, w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
+		comp.OutputTokens, w.label(), w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
 }
 
 // fill adds what the request's machine knows to res: timings, the hold and

@@ -29,6 +29,15 @@ var loopShapes = []struct {
 		return Config{Engine: "vllm", Workers: 2, Router: "kv", Seed: seed,
 			Args: map[string]any{"num_gpu_blocks": 256, "max_num_seqs": 4}}
 	}},
+	{"vllm-disagg-dp", func(seed uint64) Config {
+		// Two data-parallel ranks on each side, the decode's each with
+		// one sequence slot: still saturated, rank by rank.
+		cfg := saturatedShape("vllm", seed, nil)
+		cfg.Prefill.Args["dp_size"] = 2
+		cfg.Decode.Args["dp_size"] = 2
+		cfg.Decode.Args["max_num_seqs"] = 1
+		return cfg
+	}},
 }
 
 // saturatedShape is a disaggregated cluster whose one decode worker has two

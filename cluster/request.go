@@ -84,6 +84,12 @@ type Result struct {
 	// "decode-1"); an aggregated request names its one worker in both.
 	PrefillWorker string `json:"prefill_worker,omitempty"`
 	DecodeWorker  string `json:"decode_worker,omitempty"`
+	// PrefillDPRank and DecodeDPRank are the data-parallel ranks within
+	// those workers that served the request (each worker's dp_size ranks
+	// are routed to separately, so the two sides' ranks are independent);
+	// 0 for workers with one rank, and for requests never routed.
+	PrefillDPRank int `json:"prefill_dp_rank"`
+	DecodeDPRank  int `json:"decode_dp_rank"`
 	// TransferID is the handoff's transfer id; 0 for aggregated requests
 	// and requests that never held KV.
 	TransferID uint64 `json:"transfer_id"`

@@ -1,5 +1,7 @@
 package cluster
 
+import "fmt"
+
 // The cluster records its occupancy and outcomes over modeled time itself,
 // on the loop, so a report or an export does not depend on sampling from
 // VUs. Memory is bounded: points are fixed-interval buckets of modeled
@@ -16,8 +18,11 @@ const seriesStartMs = 50.0
 type Series struct {
 	// IntervalMs is the width of each point's bucket, in modeled ms.
 	IntervalMs float64 `json:"interval_ms"`
-	// Workers names the workers, in the order of each point's Workers.
+	// Workers names the workers, in the order of each point's Workers;
+	// a worker with dp_size n is named n times, once per rank, with its
+	// rank at the same index of DPRanks.
 	Workers []string      `json:"workers"`
+	DPRanks []int         `json:"dp_ranks"`
 	Roles   []string      `json:"roles"`
 	Points  []SeriesPoint `json:"points"`
 }
@@ -141,6 +146,7 @@ func (c *Cluster) Series() Series {
 		out.IntervalMs = c.series.interval
 		for _, w := range c.workers {
 			out.Workers = append(out.Workers, w.name)
+			out.DPRanks = append(out.DPRanks, w.rank)
 			out.Roles = append(out.Roles, string(w.role))
 		}
 		out.Points = make([]SeriesPoint, len(c.series.points))
@@ -150,4 +156,19 @@ func (c *Cluster) Series() Series {
 		}
 	})
 	return out
+}
+
+// Label names the i-th worker of each point: its worker's name, with its
+// data-parallel rank when that worker has several ("prefill-0 dp_rank 2").
+func (s *Series) Label(i int) string {
+	name := s.Workers[i]
+	if i >= len(s.DPRanks) {
+		return name
+	}
+	for j, n := range s.Workers {
+		if n == name && j < len(s.DPRanks) && s.DPRanks[j] > 0 {
+			return fmt.Sprintf("%s dp_rank %d", name, s.DPRanks[i])
+		}
+	}
+	return name
 }

@@ -50,8 +50,11 @@ type Stats struct {
 }
 
 // WorkerStats is one worker's occupancy, in blocks and requests.
+// A worker with dp_size n has n entries, one per data-parallel rank, each
+// its own scheduler and pool, all with the worker's Name.
 type WorkerStats struct {
 	Name           string `json:"name"`
+	DPRank         int    `json:"dp_rank"`
 	Role           string `json:"role"`
 	TotalBlocks    int    `json:"total_blocks"`
 	ActiveBlocks   int    `json:"active_blocks"`
@@ -63,7 +66,8 @@ type WorkerStats struct {
 	Waiting        int    `json:"waiting"`
 	HeldRequests   int    `json:"held_requests"`
 	Passes         uint64 `json:"passes"`
-	// TransferAddr is a prefill worker's transfer server ("host:port").
+	// TransferAddr is a prefill worker's transfer server ("host:port"),
+	// shared by its ranks.
 	TransferAddr string `json:"transfer_addr,omitempty"`
 }
 
@@ -95,7 +99,7 @@ func (c *Cluster) statsNow() Stats {
 			m = w.last // what the workers last reported, frozen at Close
 		}
 		s.Workers[i] = WorkerStats{
-			Name: w.name, Role: string(w.role),
+			Name: w.name, DPRank: w.rank, Role: string(w.role),
 			TotalBlocks: m.TotalBlocks, ActiveBlocks: m.ActiveBlocks, InactiveBlocks: m.InactiveBlocks,
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
@@ -192,13 +196,33 @@ func busyReason(s Stats) string {
 	if s.InFlight > 0 {
 		return fmt.Sprintf("%d requests in flight", s.InFlight)
 	}
-	for _, w := range s.Workers {
+	labels := workerLabels(s.Workers)
+	for i, w := range s.Workers {
 		if w.HeldRequests > 0 || w.ReservedBlocks > 0 || w.Running > 0 || w.Waiting > 0 || w.ActiveBlocks > 0 {
 			return fmt.Sprintf("%s busy (held %d requests, reserved %d blocks, running %d, waiting %d, active %d blocks)",
-				w.Name, w.HeldRequests, w.ReservedBlocks, w.Running, w.Waiting, w.ActiveBlocks)
+				labels[i], w.HeldRequests, w.ReservedBlocks, w.Running, w.Waiting, w.ActiveBlocks)
 		}
 	}
 	return "nothing"
+}
+
+// workerLabels names each entry of ws in messages: the worker's name, with
+// its rank when the worker has several.
+func workerLabels(ws []WorkerStats) []string {
+	ranked := make(map[string]bool)
+	for _, w := range ws {
+		if w.DPRank > 0 {
+			ranked[w.Name] = true
+		}
+	}
+	out := make([]string, len(ws))
+	for i, w := range ws {
+		out[i] = w.Name
+		if ranked[w.Name] {
+			out[i] = fmt.Sprintf("%s dp_rank %d", w.Name, w.DPRank)
+		}
+	}
+	return out
 }
 
 // invariantState is what CheckInvariants judges, taken on the loop.
@@ -211,7 +235,7 @@ type invariantState struct {
 }
 
 // CheckInvariants checks DESIGN §9 on the cluster now: block conservation
-// per worker, request and pin conservation, modeled time never going back
+// per worker (per data-parallel rank, each its own pool), request and pin conservation, modeled time never going back
 // for a request, and, when nothing is in flight, that no worker holds,
 // reserves or runs anything and every transfer ended. It returns every
 // violation found.
@@ -228,10 +252,11 @@ func (c *Cluster) CheckInvariants() error {
 func (st invariantState) check() error {
 	s := st.s
 	var errs []error
-	for _, w := range s.Workers {
+	labels := workerLabels(s.Workers)
+	for i, w := range s.Workers {
 		if w.ActiveBlocks+w.InactiveBlocks+w.FreeBlocks != w.TotalBlocks {
 			errs = append(errs, fmt.Errorf("%s: active %d + inactive %d + free %d != total %d blocks",
-				w.Name, w.ActiveBlocks, w.InactiveBlocks, w.FreeBlocks, w.TotalBlocks))
+				labels[i], w.ActiveBlocks, w.InactiveBlocks, w.FreeBlocks, w.TotalBlocks))
 		}
 	}
 	ended := s.Completed + s.Aborted + s.Rejected + s.Errored
@@ -247,10 +272,10 @@ func (st invariantState) check() error {
 		errs = append(errs, fmt.Errorf("%d requests went back in modeled time, e.g. %s", st.causality, st.example))
 	}
 	if st.settled && s.InFlight == 0 {
-		for _, w := range s.Workers {
+		for i, w := range s.Workers {
 			if w.HeldBlocks != 0 || w.HeldRequests != 0 || w.ReservedBlocks != 0 || w.ActiveBlocks != 0 {
 				errs = append(errs, fmt.Errorf("%s after drain: held %d blocks (%d requests), reserved %d, active %d; want all 0",
-					w.Name, w.HeldBlocks, w.HeldRequests, w.ReservedBlocks, w.ActiveBlocks))
+					labels[i], w.HeldBlocks, w.HeldRequests, w.ReservedBlocks, w.ActiveBlocks))
 			}
 		}
 		if st.open != 0 {

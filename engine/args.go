@@ -106,7 +106,9 @@ type Args struct {
 	// DecodeSpeedupRatio divides decode time only (speculative decoding);
 	// 0 means no extra speedup, as in Dynamo.
 	DecodeSpeedupRatio float64 `json:"decode_speedup_ratio"`
-	// DPSize is the number of data-parallel ranks; only 1 is modeled.
+	// DPSize is the number of data-parallel ranks of the worker, each its
+	// own scheduler and KV pool of NumGPUBlocks blocks. A Worker models one
+	// rank; a cluster runs DPSize of them under one worker name.
 	DPSize int `json:"dp_size"`
 	// WorkerType is the part of serving this worker plays.
 	WorkerType WorkerType `json:"worker_type"`

@@ -56,7 +56,7 @@ func argErr(field, format string, a ...any) *ArgError {
 //	enable_chunked_prefill        boolean                                true
 //	speedup_ratio                 number ≥ 0, 0 = no scaling             1
 //	decode_speedup_ratio          number ≥ 0, 0 = no extra speedup       1
-//	dp_size                       1 (more ranks are not modeled)         1
+//	dp_size                       integer ≥ 1 (ranks per worker)         1
 //	worker_type                   "aggregated" | "prefill" | "decode"    "aggregated"
 //	preemption_mode               "lifo" | "fifo"                        "lifo"
 //	kv_bytes_per_token            integer ≥ 0 (also kv_cache_bytes_per_token,
@@ -103,7 +103,6 @@ func argErr(field, format string, a ...any) *ArgError {
 //   - kv_transfer_abort_timeout_ms 0 means no abort timeout and is stored as
 //     nil. handoff_session_timeout_ms cannot be 0: it is what guarantees a
 //     held source is reclaimed, so use a large value instead.
-//   - dp_size above 1 is rejected: run more workers instead of DP ranks.
 //   - Ranges are Dynamo's; docs/fidelity.md lists where mocker's behaviour
 //     still differs and what dynamo_compat changes.
 //
@@ -964,7 +963,7 @@ func argRejectPositive(key, why string) argKeySpec {
 //     most 2147483647, block_size at least 2 for vllm (Dynamo's range);
 //     max_model_len is set only for vllm;
 //   - speedup_ratio and decode_speedup_ratio are finite numbers ≥ 0;
-//   - dp_size is 1;
+//   - dp_size is at least 1;
 //   - kv_bytes_per_token, kv_transfer_bandwidth and
 //     kv_transfer_abort_timeout_ms are ≥ 0 when set (the bandwidth finite);
 //     handoff_session_timeout_ms is at least 1;
@@ -1030,9 +1029,6 @@ func (a Args) Validate() error {
 		func() *ArgError {
 			if a.DPSize < 1 {
 				return argErr("dp_size", "must be at least 1, got %d", a.DPSize)
-			}
-			if a.DPSize > 1 {
-				return argErr("dp_size", "only 1 is modeled, got %d; run %d workers instead of data-parallel ranks", a.DPSize, a.DPSize)
 			}
 			return nil
 		},

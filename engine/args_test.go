@@ -147,7 +147,6 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"fixed with profile", `{"timing_model":{"type":"fixed","prefill_ms":1,"decode_ms":1},"planner_profile_data":"p.json"}`, "timing_model", []string{"contradicts planner_profile_data"}},
 		{"kv bytes spellings disagree", `{"kv_bytes_per_token":10,"kv_cache_bytes_per_token":20}`, "kv_cache_bytes_per_token", []string{"contradicts kv_bytes_per_token 10"}},
 		{"zero dp", `{"dp_size":0}`, "dp_size", []string{"at least 1"}},
-		{"dp above one", `{"dp_size":2}`, "dp_size", []string{"only 1 is modeled", "2 workers"}},
 		{"negative kv bytes", `{"kv_bytes_per_token":-1}`, "kv_bytes_per_token", []string{"≥ 0"}},
 		{"negative bandwidth", `{"kv_transfer_bandwidth":-0.5}`, "kv_transfer_bandwidth", []string{"GB/s", "≥ 0"}},
 		{"negative abort timeout", `{"kv_transfer_abort_timeout_ms":-1}`, "kv_transfer_abort_timeout_ms", []string{"≥ 0"}},
@@ -434,9 +433,9 @@ func TestParseArgsLayers_Overlay(t *testing.T) {
 	assert.True(t, a.SGLang.OptimisticPrefill)
 
 	// A later layer's value wins even when it fixes an earlier invalid one.
-	b, err := ParseArgsLayers([]byte(`{"dp_size":4}`), []byte(`{"dp_size":1}`))
+	b, err := ParseArgsLayers([]byte(`{"block_size":1}`), []byte(`{"block_size":4}`))
 	require.NoError(t, err)
-	assert.Equal(t, 1, b.DPSize)
+	assert.Equal(t, 4, b.BlockSize)
 
 	// Malformed layers are named by position.
 	_, err = ParseArgsLayers([]byte(`{}`), []byte(`{`))

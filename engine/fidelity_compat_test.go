@@ -185,7 +185,8 @@ func TestFidelity_DynamoRanges(t *testing.T) {
 		{`{"engine_type":"sglang","sglang":{"schedule_conservativeness":1}}`, true},
 		{`{"decode_speedup_ratio":0}`, true},
 		{`{"decode_speedup_ratio":-0.5}`, false},
-		{`{"dp_size":2}`, false}, // out of scope: mocker models one rank
+		{`{"dp_size":0}`, false},
+		{`{"dp_size":4}`, true},
 	} {
 		_, err := ParseArgs([]byte(tc.in))
 		if tc.ok {

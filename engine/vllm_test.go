@@ -353,7 +353,7 @@ func TestNew_ValidatesArgs(t *testing.T) {
 		{"decode_speedup_ratio", func(a *Args) { a.DecodeSpeedupRatio = -1 }},
 		{"block_size", func(a *Args) { a.BlockSize = 1 }},
 		{"worker_type", func(a *Args) { a.WorkerType = "both" }},
-		{"dp_size", func(a *Args) { a.DPSize = 2 }},
+		{"dp_size", func(a *Args) { a.DPSize = 0 }},
 	} {
 		t.Run(tc.field, func(t *testing.T) {
 			args := smallArgs(8, tc.mod)

@@ -236,7 +236,7 @@ func heldChart(c *Cluster) (chart, error) {
 		l.Color = col
 		l.FillColor = fade(col)
 		p.Add(l)
-		p.Legend.Add(s.Workers[ws[li]], l)
+		p.Legend.Add(s.Label(ws[li]), l)
 	}
 	total := make(plotter.XYs, len(s.Points))
 	for pi := range s.Points {
@@ -264,7 +264,7 @@ func workerLines(p *plot.Plot, c *Cluster, ws []int, suffix string, dashed bool,
 		for pi := range s.Points {
 			xys[pi] = plotter.XY{X: at(s, &s.Points[pi]), Y: float64(value(s.Points[pi].Workers[w]))}
 		}
-		if err := line(p, s.Workers[w]+suffix, xys, plotutil.Color(i), dashed); err != nil {
+		if err := line(p, s.Label(w)+suffix, xys, plotutil.Color(i), dashed); err != nil {
 			return err
 		}
 	}

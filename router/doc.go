@@ -68,10 +68,23 @@
 // only until its last descendant goes, and a later Stored of the same block
 // under the same parent reconnects the whole prefix.
 //
-// The data-parallel rank is not part of the tree key: a worker is one
-// (worker, rank 0) pair, because the engines here model data_parallel_size
-// 1. An event's dp_rank is used only to detect gaps in its event ids, per
-// rank; a worker announcing several ranks would have their blocks merged.
+// # Data-parallel ranks
+//
+// A worker with data_parallel_size n is n routing targets, one per
+// (worker, rank) pair, each registered with its own ID and
+// WorkerInfo.DPRank. Everything Dynamo keeps per (worker, dp_rank) is
+// therefore per target here: the index's blocks, the predicted load, the
+// in-flight count, the busy check, and the choice itself, made among all
+// ranks of all free workers as Dynamo's selector does. A transport that
+// carries Dynamo's (worker_id, dp_rank) maps each pair to its target ID
+// before calling KVEvent or UpdateLoad; an event's dp_rank is then used
+// only to detect gaps in its event ids, per rank.
+//
+// Where this differs from Dynamo: Dynamo takes a worker out of rotation
+// only when all its ranks are busy; here each busy rank leaves rotation on
+// its own, so a worker with one saturated rank still receives requests on
+// its others, and a request is refused only when every rank of the pool is
+// busy.
 //
 // # Disaggregated requests
 //

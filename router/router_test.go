@@ -482,3 +482,56 @@ func TestRouter_BusyThresholdsAreStrict(t *testing.T) {
 		})
 	}
 }
+
+// TestRouter_DataParallelRanks registers two workers of four data-parallel
+// ranks each, one target per (worker, rank), as Dynamo's router-decision
+// test does (2 × dp 4). A prefix stored by one rank is indexed for that
+// rank only, and every request sharing the prefix goes to that (worker,
+// rank) pair.
+func TestRouter_DataParallelRanks(t *testing.T) {
+	t.Parallel()
+	const ranks = 4
+	target := func(worker, rank uint64) uint64 { return worker*100 + rank }
+	var infos []router.WorkerInfo
+	for _, w := range []uint64{1, 2} {
+		for rank := range uint64(ranks) {
+			infos = append(infos, router.WorkerInfo{ID: target(w, rank), Role: router.RoleAggregated,
+				DPRank: uint32(rank), TotalBlocks: 100, BlockSize: bs})
+		}
+	}
+	r := newRouter(t, nil, infos...)
+
+	ls, ss := kv.BlockHashes(tokens("ABCD"), bs, nil, nil)
+	ev := kv.Event{Kind: kv.Stored, DPRank: 2}
+	for i := range ls {
+		ev.Blocks = append(ev.Blocks, kv.Block{Hash: ss[i], TokensHash: ls[i]})
+	}
+	want := target(2, 2)
+	r.KVEvent(want, ev)
+
+	ws := r.Workers()
+	require.Len(t, ws, 2*ranks, "one target per (worker, rank)")
+	for _, w := range ws {
+		assert.Equal(t, uint32(w.Info.ID%100), w.Info.DPRank, "target %d", w.Info.ID)
+		if w.Info.ID == want {
+			assert.Equal(t, 4, w.TreeSize)
+		} else {
+			assert.Zero(t, w.TreeSize, "target %d: another rank's blocks are not its own", w.Info.ID)
+		}
+	}
+
+	for i, suffix := range []string{"E", "F", "G", "H", "I", "J", "K", "L"} {
+		id := fmt.Sprintf("r%d", i)
+		assert.Equal(t, want, route(t, r, id, "ABCD"+suffix), "request %s", id)
+		if i < 7 { // the last stays in flight
+			r.PrefillDone(id)
+			r.Free(id)
+		}
+	}
+	got, ok := r.Worker(want)
+	require.True(t, ok)
+	assert.Equal(t, 1, got.InFlight, "load is the rank's own")
+	assert.Equal(t, 5, got.ActiveBlocks)
+	other, _ := r.Worker(target(2, 0))
+	assert.Zero(t, other.InFlight, "rank 0 of the same worker carries none of it")
+}

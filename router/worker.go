@@ -29,10 +29,20 @@ func (r Role) index() (int, error) {
 	return 0, fmt.Errorf("role %q is not valid; valid roles: aggregated, prefill, decode", string(r))
 }
 
-// WorkerInfo describes a worker as discovery announces it.
+// WorkerInfo describes a routing target as discovery announces it: one
+// data-parallel rank of a worker. A worker with data_parallel_size n is n
+// targets, each with its own ID (its own load, in-flight count and index
+// entries) and DPRank set, so the router places requests on (worker, rank)
+// pairs.
 type WorkerInfo struct {
+	// ID names the target in routing decisions, KV events and load
+	// reports; unique per (worker, rank).
 	ID   uint64
 	Role Role
+	// DPRank is the target's data-parallel rank within its worker, 0 for
+	// a worker with one rank. The router reports it and does not route by
+	// it: the ID already tells ranks apart.
+	DPRank uint32
 	// TotalBlocks is the worker's KV capacity, used by the busy threshold
 	// until the worker reports its own total in a Load.
 	TotalBlocks int

@@ -37,7 +37,8 @@
 //
 //	generate(req)       blocks the VU until the request ends; returns its result
 //	generateAsync(req)  the same as a Promise, settled on the VU's event loop
-//	stats()             occupancy and counters now
+//	stats()             occupancy and counters now; workers lists one
+//	                    entry per data-parallel rank (name, dp_rank, …)
 //	drain(timeoutMs)    waits up to timeoutMs of wall time (default 30000) for
 //	                    in-flight work, holds included, to end; returns
 //	                    stats() plus drained (bool) and, when it gave up,
@@ -79,8 +80,10 @@
 // "rejected", "error"), error (null when completed in full), ttft_ms, itl_ms,
 // e2e_ms, pin_ms, transfer_ms, decode_wait_ms (modeled milliseconds, 0 when
 // not applicable), output_tokens, cached_tokens, prefill_worker,
-// decode_worker, transfer_id (0 for aggregated requests, whose
-// prefill_worker and decode_worker both name the one worker), and also
+// decode_worker, prefill_dp_rank and decode_dp_rank (the data-parallel
+// ranks within those workers that served the request; 0 with dp_size 1),
+// transfer_id (0 for aggregated requests, whose prefill_worker and
+// decode_worker both name the one worker), and also
 // pinned, pin_outcome ("transferred"; "aborted" when its abort or session
 // deadline ended the hold; "cancelled" when the request was refused or
 // withdrawn while it held; "" without a hold) and prefill_rejected,

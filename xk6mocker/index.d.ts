@@ -114,8 +114,8 @@ declare module 'k6/x/mocker' {
     /** Modeled time per wall time (cluster default 10). */
     speedup_ratio?: number;
     decode_speedup_ratio?: number;
-    /** Only 1 is modeled. */
-    dp_size?: 1;
+    /** Data-parallel ranks per worker (default 1), each its own scheduler and pool of num_gpu_blocks. */
+    dp_size?: number;
     /** Set by the cluster from the pool; a different value is an error. */
     worker_type?: 'aggregated' | 'prefill' | 'decode';
     is_prefill?: boolean;
@@ -241,6 +241,9 @@ declare module 'k6/x/mocker' {
     cached_tokens: number;
     prefill_worker: string;
     decode_worker: string;
+    /** The data-parallel ranks within those workers that served the request (0 with dp_size 1). */
+    prefill_dp_rank: number;
+    decode_dp_rank: number;
     /** 0 for aggregated requests. */
     transfer_id: number;
     pinned: boolean;
@@ -251,9 +254,10 @@ declare module 'k6/x/mocker' {
     truncated: boolean;
   }
 
-  /** One worker's occupancy. */
+  /** One worker's occupancy: one entry per data-parallel rank, all with the worker's name. */
   export interface WorkerStats {
     name: string;
+    dp_rank: number;
     role: 'aggregated' | 'prefill' | 'decode';
     total_blocks: number;
     active_blocks: number;
@@ -310,6 +314,8 @@ declare module 'k6/x/mocker' {
     request_id: number;
     prefill_worker: string;
     decode_worker: string;
+    prefill_dp_rank: number;
+    decode_dp_rank: number;
     blocks: number;
     start_ms: number;
     /** 0 while it lasts. */

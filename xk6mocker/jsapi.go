@@ -429,6 +429,8 @@ func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
 		{"cached_tokens", r.CachedTokens},
 		{"prefill_worker", r.PrefillWorker},
 		{"decode_worker", r.DecodeWorker},
+		{"prefill_dp_rank", r.PrefillDPRank},
+		{"decode_dp_rank", r.DecodeDPRank},
 		{"transfer_id", float64(r.TransferID)},
 		{"pinned", r.Pinned},
 		{"pin_outcome", r.PinOutcome},

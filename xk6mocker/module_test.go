@@ -104,6 +104,8 @@ type result struct {
 	CachedTokens    int      `json:"cached_tokens"`
 	PrefillWorker   string   `json:"prefill_worker"`
 	DecodeWorker    string   `json:"decode_worker"`
+	PrefillDPRank   *int     `json:"prefill_dp_rank"`
+	DecodeDPRank    *int     `json:"decode_dp_rank"`
 	TransferID      *float64 `json:"transfer_id"`
 	Pinned          bool     `json:"pinned"`
 	PinOutcome      string   `json:"pin_outcome"`
@@ -124,6 +126,7 @@ type statsView struct {
 	Drained        bool `json:"drained"`
 	Workers        []struct {
 		Name        string `json:"name"`
+		DPRank      *int   `json:"dp_rank"`
 		Role        string `json:"role"`
 		TotalBlocks int    `json:"total_blocks"`
 		FreeBlocks  *int   `json:"free_blocks"`
@@ -135,14 +138,16 @@ func TestGenerate_ResultFields(t *testing.T) {
 	require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
 	var out struct {
 		Disagg, Agg, AggAgain, Explicit, TooLong, Truncated result
-		Stats, Drained, AggDrained                          statsView
+		Stats, Drained, AggDrained, RankedStats             statsView
 		Holds                                               []map[string]any
+		Ranked                                              []result
 	}
 	raw := map[string]json.RawMessage{}
 	require.NoError(t, json.Unmarshal([]byte(res.stdout), &raw), "stdout: %s", res.stdout)
 	for key, dst := range map[string]any{
 		"disagg": &out.Disagg, "agg": &out.Agg, "agg_again": &out.AggAgain, "explicit": &out.Explicit, "too_long": &out.TooLong, "truncated": &out.Truncated,
 		"stats": &out.Stats, "drained": &out.Drained, "agg_drained": &out.AggDrained, "holds": &out.Holds,
+		"ranked": &out.Ranked, "ranked_stats": &out.RankedStats,
 	} {
 		require.Containsf(t, raw, key, "setup data lacks %s", key)
 		require.NoErrorf(t, json.Unmarshal(raw[key], dst), "%s: %s", key, raw[key])
@@ -156,6 +161,25 @@ func TestGenerate_ResultFields(t *testing.T) {
 				assert.GreaterOrEqualf(t, *p, 0.0, "%s", name)
 			}
 		}
+	})
+	t.Run("data-parallel ranks are named beside their worker", func(t *testing.T) {
+		require.Len(t, out.Ranked, 2)
+		for i, r := range out.Ranked {
+			require.Equal(t, "completed", r.Outcome, "error: %v", r.Error)
+			assert.Equal(t, "prefill-0", r.PrefillWorker)
+			require.NotNil(t, r.PrefillDPRank)
+			assert.Equal(t, i, *r.PrefillDPRank, "round-robin over the worker's two ranks")
+			require.NotNil(t, r.DecodeDPRank)
+			assert.Zero(t, *r.DecodeDPRank)
+		}
+		ws := out.RankedStats.Workers
+		require.Len(t, ws, 3, "two prefill ranks and the decode worker")
+		for i, w := range ws[:2] {
+			assert.Equal(t, "prefill-0", w.Name)
+			require.NotNil(t, w.DPRank)
+			assert.Equal(t, i, *w.DPRank)
+		}
+		assert.True(t, out.RankedStats.Drained)
 	})
 	t.Run("disaggregated request hands off between two workers", func(t *testing.T) {
 		r := out.Disagg

@@ -69,10 +69,26 @@ func (e *entry) report() report.Cluster {
 	for _, o := range sortedKeys(e.seen.pins) {
 		rc.PinDurations = append(rc.PinDurations, distribution(o, e.seen.pins[o]))
 	}
-	for _, w := range st.Workers {
-		rc.Routed = append(rc.Routed, report.Routed{Worker: w.Name, Role: w.Role, Requests: e.seen.routed[w.Name]})
-	}
+	rc.Routed = routedPer(st.Workers, e.seen.routed)
 	return rc
+}
+
+// routedPer lists the requests routed to each worker rank, named by the
+// worker alone when it has one rank.
+func routedPer(ws []cluster.WorkerStats, routed map[rankOf]uint64) []report.Routed {
+	ranked := map[string]bool{} // workers with more than one data-parallel rank
+	for _, w := range ws {
+		ranked[w.Name] = ranked[w.Name] || w.DPRank > 0
+	}
+	out := make([]report.Routed, 0, len(ws))
+	for _, w := range ws {
+		label := w.Name
+		if ranked[w.Name] {
+			label = fmt.Sprintf("%s dp_rank %d", w.Name, w.DPRank)
+		}
+		out = append(out, report.Routed{Worker: label, Role: w.Role, Requests: routed[rankOf{w.Name, w.DPRank}]})
+	}
+	return out
 }
 
 // observed is what the report shows of the results a cluster returned,
@@ -80,7 +96,13 @@ func (e *entry) report() report.Cluster {
 type observed struct {
 	ttft   metrics.Histogram
 	pins   map[string]*metrics.Histogram // hold durations by outcome
-	routed map[string]uint64             // requests per worker
+	routed map[rankOf]uint64             // requests per worker rank
+}
+
+// rankOf names one data-parallel rank of a worker.
+type rankOf struct {
+	worker string
+	rank   int
 }
 
 func (o *observed) add(res cluster.Result) {
@@ -99,13 +121,13 @@ func (o *observed) add(res cluster.Result) {
 		h.Add(res.PinMs)
 	}
 	if o.routed == nil {
-		o.routed = map[string]uint64{}
+		o.routed = map[rankOf]uint64{}
 	}
 	if res.PrefillWorker != "" {
-		o.routed[res.PrefillWorker]++
+		o.routed[rankOf{res.PrefillWorker, res.PrefillDPRank}]++
 	}
 	if res.DecodeWorker != "" && res.DecodeWorker != res.PrefillWorker {
-		o.routed[res.DecodeWorker]++
+		o.routed[rankOf{res.DecodeWorker, res.DecodeDPRank}]++
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 	"github.com/kvstrand/mocker/report"
 )
@@ -82,4 +83,27 @@ func TestProgress_ShowsHeldBlocksAbortsAndRefusals(t *testing.T) {
 		assert.LessOrEqual(t, peak, c.Stats.PeakHeldBlocks)
 		assert.LessOrEqual(t, aborts, c.Stats.PinsAborted)
 	}
+}
+
+// TestReport_RoutedPerRank: the report counts requests per data-parallel
+// rank, naming a rank beside its worker only when the worker has several.
+func TestReport_RoutedPerRank(t *testing.T) {
+	var o observed
+	for _, r := range []cluster.Result{
+		{PrefillWorker: "prefill-0", PrefillDPRank: 1, DecodeWorker: "decode-0"},
+		{PrefillWorker: "prefill-0", PrefillDPRank: 1, DecodeWorker: "decode-0"},
+		{PrefillWorker: "prefill-0", PrefillDPRank: 0, DecodeWorker: "decode-0"},
+	} {
+		o.add(r)
+	}
+	ws := []cluster.WorkerStats{
+		{Name: "prefill-0", DPRank: 0, Role: "prefill"},
+		{Name: "prefill-0", DPRank: 1, Role: "prefill"},
+		{Name: "decode-0", Role: "decode"},
+	}
+	assert.Equal(t, []report.Routed{
+		{Worker: "prefill-0 dp_rank 0", Role: "prefill", Requests: 1},
+		{Worker: "prefill-0 dp_rank 1", Role: "prefill", Requests: 2},
+		{Worker: "decode-0", Role: "decode", Requests: 3},
+	}, routedPer(ws, o.routed))
 }

@@ -102,7 +102,7 @@ func TestDocsCmd_SelectionsFlagsAndMistakes(t *testing.T) {
 		{name: "a nested arg", args: []string{"args", "sglang.optimistic_prefill"}, stdoutHas: []string{"sglang.optimistic_prefill", "Dynamo: no (mocker's)"}},
 		{name: "two metrics", args: []string{"metrics", "mocker_kv_aborts", "mocker_ttft"},
 			stdoutHas: []string{"mocker_kv_aborts", "mocker_ttft"}, stdoutNot: []string{"mocker_e2e"}},
-		{name: "one arg in Markdown", args: []string{"args", "--markdown", "dp_size"}, stdoutHas: []string{"| `dp_size` | 1 | 1 |"}, stdoutNot: []string{"| `engine_type`"}},
+		{name: "one arg in Markdown", args: []string{"args", "--markdown", "dp_size"}, stdoutHas: []string{"| `dp_size` | integer ≥ 1 | 1 |"}, stdoutNot: []string{"| `engine_type`"}},
 		{name: "unknown arg", args: []string{"args", "num_gpu_block"}, code: exitUsage, stdoutNone: true,
 			stderrHas: "mocker args: num_gpu_block: not an engine argument; run 'mocker args' for the list"},
 		{name: "unknown metric", args: []string{"metrics", "mocker_pins"}, code: exitUsage, stdoutNone: true,

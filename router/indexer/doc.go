@@ -13,7 +13,8 @@
 // Nodes that no worker holds and that have no children are pruned; a node
 // no worker holds keeps its children (unlike Dynamo's tree), since the
 // workers' maps may still point at them. Event ids are checked for gaps
-// per dp rank; the rank is not part of the tree key.
+// per dp rank. The rank is not part of the tree key: the router gives each
+// (worker, rank) pair its own worker id, so blocks are kept per pair.
 //
 // Approx wraps an Indexer for workers that publish no events: the router
 // inserts each routed prompt for the chosen worker with a TTL.

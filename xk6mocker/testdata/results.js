@@ -10,6 +10,13 @@ const disagg = mocker.cluster({
 });
 const agg = mocker.cluster({ name: 'agg', workers: 1, args: { speedup_ratio: 100 } });
 const short = mocker.cluster({ name: 'short', disagg: true, args: { speedup_ratio: 100, max_model_len: 80 } });
+const ranked = mocker.cluster({
+  name: 'ranked',
+  router: 'round-robin',
+  prefill: { workers: 1, args: { dp_size: 2 } },
+  decode: { workers: 1 },
+  args: { speedup_ratio: 100 },
+});
 
 export const options = { iterations: 1 };
 
@@ -22,6 +29,8 @@ export function setup() {
     too_long: agg.generate({ prompt_tokens: 1000000 }),
     truncated: short.generate({ prompt_tokens: 64, max_tokens: 50 }),
   };
+  out.ranked = [0, 1].map(() => ranked.generate({ prompt_tokens: 64, max_tokens: 2 }));
+  out.ranked_stats = ranked.drain(10000);
   short.drain(10000);
   out.stats = disagg.stats();
   out.holds = disagg.holds();
