@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -445,18 +446,8 @@ func (c *Cluster) sortedRequests() []*request {
 	for _, r := range c.reqs {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(a, b *request) int { return cmpUint(a.id, b.id) })
+	slices.SortFunc(out, func(a, b *request) int { return cmp.Compare(a.id, b.id) })
 	return out
-}
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // markTruncated flags a completion that stopped short of max_tokens

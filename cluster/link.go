@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/kvstrand/mocker/bootstrap"
@@ -118,9 +120,8 @@ func (c *Cluster) feed(r *request, ev handoff.Event) {
 // giveUpExchanges ends every exchange whose reply did not come while the
 // cluster closes: the decode saw an error.
 func (c *Cluster) giveUpExchanges() {
-	for tid, x := range c.exch {
+	for _, tid := range slices.Sorted(maps.Keys(c.exch)) {
 		c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: errClosed}})
-		_ = x
 	}
 }
 

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -76,15 +77,7 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 	}
 	// Arrivals in time order, ties in the order given, so the queue sees
 	// them as a script would send them.
-	slices.SortStableFunc(batch.arrivals, func(a, b arriveMsg) int {
-		switch {
-		case a.at < b.at:
-			return -1
-		case a.at > b.at:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(batch.arrivals, func(a, b arriveMsg) int { return cmp.Compare(a.at, b.at) })
 	c.send(batch)
 	for i, h := range calls {
 		if h != nil {
