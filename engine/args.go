@@ -100,8 +100,8 @@ type Args struct {
 	// EnableChunkedPrefill off makes a prompt wait until it fits the
 	// remaining budget of one pass.
 	EnableChunkedPrefill bool `json:"enable_chunked_prefill"`
-	// SpeedupRatio divides modeled time to get wall time in the live driver;
-	// 0 means no scaling. Reported times stay modeled.
+	// SpeedupRatio divides modeled time to get wall time in the cluster's
+	// paced loop; 0 means no scaling. Reported times stay modeled.
 	SpeedupRatio float64 `json:"speedup_ratio"`
 	// DecodeSpeedupRatio divides decode time only (speculative decoding);
 	// 0 means no extra speedup, as in Dynamo.
