@@ -111,6 +111,10 @@ type options struct {
 // naming the field, e.g. "decode.args.num_gpu_blocks: ...".
 func New(cfg Config) (*Cluster, error) { return newCluster(cfg, options{}) }
 
+// modeledEpoch is the instant modeled time 0 stands for when a component
+// that takes a time.Time (the router's TTLs) runs on the modeled clock.
+var modeledEpoch = time.Unix(0, 0).UTC()
+
 func newCluster(cfg Config, opts options) (*Cluster, error) {
 	res, err := resolve(cfg)
 	if err != nil {
@@ -120,11 +124,21 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	rt, err := router.New(res.router, router.WithLogger(log))
+	// The router's TTLs (router_ttl_secs, router_request_ttl_secs) run on
+	// the cluster's modeled clock, like every other time in the cluster:
+	// the router is only called from the loop, which owns that clock.
+	var c *Cluster
+	modeled := func() time.Time {
+		if c == nil || c.v == nil {
+			return modeledEpoch
+		}
+		return modeledEpoch.Add(time.Duration(c.v.Now() * float64(time.Millisecond)))
+	}
+	rt, err := router.New(res.router, router.WithLogger(log), router.WithClock(modeled))
 	if err != nil {
 		return nil, fmt.Errorf("router_options: %w", err)
 	}
-	c := &Cluster{
+	c = &Cluster{
 		cfg:      res.cfg,
 		res:      res,
 		log:      log,

@@ -98,7 +98,9 @@
 // does not pass it until the reply is in, so socket latency never becomes
 // modeled time and never decides an abort. The same arrivals at the same
 // modeled times therefore give the same results paced at any speedup, with
-// the CPU busy or not, as on virtual time (RunVirtual). What the wall clock
+// the CPU busy or not, as on virtual time (RunVirtual). The router's TTLs
+// (router_ttl_secs, router_request_ttl_secs) are modeled seconds too. What
+// the wall clock
 // still decides is the offered load: a script's durations, rates and
 // sleeps are wall time, so the arrivals they produce depend on how fast the
 // script runs.

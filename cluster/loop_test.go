@@ -225,3 +225,39 @@ func TestSeries_RecordsTheCascadeBounded(t *testing.T) {
 	assert.Equal(t, run.Stats.PeakHeldBlocks, peak, "the series' peak is the run's")
 	assert.Positive(t, peak)
 }
+
+// TestVirtual_RouterTTLsRunOnModeledTime: the router's TTLs run on the
+// cluster's modeled clock. A request still decoding 3 modeled seconds after
+// it was routed has outlived router_request_ttl_secs 1 and is dropped from
+// the router's load tracking when the next request is routed, although the
+// whole virtual run takes milliseconds of wall time; and two runs agree
+// byte for byte.
+func TestVirtual_RouterTTLsRunOnModeledTime(t *testing.T) {
+	cfg := Config{Engine: "vllm", Workers: 2, Router: "kv", Seed: 3,
+		RouterOptions: map[string]any{"router_request_ttl_secs": 1}}
+	arr := []Arrival{
+		{AtMs: 0, Request: Request{PromptTokens: 64, MaxTokens: 2000}},
+		{AtMs: 3000, Request: Request{PromptTokens: 64, MaxTokens: 2}},
+	}
+	c, err := newCluster(cfg, options{virtual: true, memory: true})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, c.Close()) }()
+	msgs := make([]arriveMsg, len(arr))
+	for i, a := range arr {
+		msgs[i] = arriveMsg{h: &call{req: a.Request, reply: make(chan Result, 1)}, at: a.AtMs, stamped: true}
+		require.NoError(t, msgs[i].h.req.validate())
+	}
+	c.send(batchMsg{arrivals: msgs})
+	for _, m := range msgs {
+		<-m.h.reply
+	}
+	var expired uint64
+	c.query(func() { expired = c.router.Stats().ExpiredRequests })
+	assert.Equal(t, uint64(1), expired, "the first request outlived its TTL in modeled time")
+
+	a, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
+	require.NoError(t, err)
+	b, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
+	require.NoError(t, err)
+	assert.Equal(t, runJSON(t, a), runJSON(t, b))
+}
