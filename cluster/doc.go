@@ -100,10 +100,9 @@
 // modeled times therefore give the same results paced at any speedup, with
 // the CPU busy or not, as on virtual time (RunVirtual). The router's TTLs
 // (router_ttl_secs, router_request_ttl_secs) are modeled seconds too. What
-// the wall clock
-// still decides is the offered load: a script's durations, rates and
-// sleeps are wall time, so the arrivals they produce depend on how fast the
-// script runs.
+// the wall clock still decides is the offered load: a script's durations,
+// rates and sleeps are wall time, so the arrivals they produce depend on
+// how fast the script runs.
 //
 // # Capacity refusals
 //
