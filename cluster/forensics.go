@@ -290,3 +290,15 @@ func (h *holdHeap) Pop() any {
 	*h = old[:len(old)-1]
 	return x
 }
+
+// LongestFirst orders hs by duration, longest first (ties by transfer id),
+// in place, and returns the first n of them: how every summary lists holds.
+func LongestFirst(hs []Hold, n int) []Hold {
+	slices.SortStableFunc(hs, func(a, b Hold) int {
+		if a.DurationMs != b.DurationMs {
+			return cmp.Compare(b.DurationMs, a.DurationMs)
+		}
+		return cmp.Compare(a.TransferID, b.TransferID)
+	})
+	return hs[:min(n, len(hs))]
+}

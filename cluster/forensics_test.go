@@ -64,3 +64,11 @@ func TestForensics_TransferStartAfterEndCompletesRecord(t *testing.T) {
 	assert.True(t, holds[0].Claimed)
 	assert.Equal(t, 15.0, holds[0].TransferStartMs)
 }
+
+func TestLongestFirst_OrdersByDurationThenTransfer(t *testing.T) {
+	hs := []Hold{{TransferID: 3, DurationMs: 5}, {TransferID: 2, DurationMs: 9}, {TransferID: 1, DurationMs: 5}, {TransferID: 4, DurationMs: 1}}
+	got := LongestFirst(hs, 3)
+	require.Len(t, got, 3)
+	assert.Equal(t, []uint64{2, 1, 3}, []uint64{got[0].TransferID, got[1].TransferID, got[2].TransferID})
+	assert.Len(t, LongestFirst(hs, 10), 4, "n beyond the list keeps them all")
+}

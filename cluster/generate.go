@@ -233,7 +233,6 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 	c.router.Free(r.rid)
 	c.active--
 	c.reply(r, res)
-	c.checkDrained()
 }
 
 func (c *Cluster) reply(r *request, res Result) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"sort"
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
@@ -92,16 +91,7 @@ func longestHolds(hs []cluster.Hold, n int, nowMs float64) []cluster.Hold {
 		}
 		out = append(out, h)
 	}
-	sort.SliceStable(out, func(i, j int) bool {
-		if out[i].DurationMs != out[j].DurationMs {
-			return out[i].DurationMs > out[j].DurationMs
-		}
-		return out[i].TransferID < out[j].TransferID
-	})
-	if len(out) > n {
-		out = out[:n]
-	}
-	return out
+	return cluster.LongestFirst(out, n)
 }
 
 // Write renders r as one HTML document.

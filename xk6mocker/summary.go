@@ -3,7 +3,6 @@ package xk6mocker
 import (
 	"fmt"
 	"io"
-	"sort"
 	"strings"
 
 	"github.com/kvstrand/mocker/cluster"
@@ -194,16 +193,7 @@ func longestHolds(hs []cluster.Hold, n int) []cluster.Hold {
 			ended = append(ended, h)
 		}
 	}
-	sort.SliceStable(ended, func(i, j int) bool {
-		if ended[i].DurationMs != ended[j].DurationMs {
-			return ended[i].DurationMs > ended[j].DurationMs
-		}
-		return ended[i].TransferID < ended[j].TransferID
-	})
-	if len(ended) > n {
-		ended = ended[:n]
-	}
-	return ended
+	return cluster.LongestFirst(ended, n)
 }
 
 func orDash(s string) string {
