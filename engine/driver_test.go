@@ -173,3 +173,26 @@ func TestRejectCode_Labels(t *testing.T) {
 		assert.Equal(t, want, code.String())
 	}
 }
+
+// TestVirtual_RefusedInputReachesOnInput: with OnInput set, a Submit the
+// worker refuses is reported with its error and the run goes on; without
+// it, the refusal stops the run.
+func TestVirtual_RefusedInputReachesOnInput(t *testing.T) {
+	w := newWorker(t, smallArgs(64))
+	v := NewVirtual(w)
+	var refused []error
+	v.OnInput = func(r InputResult) {
+		if r.Reply.Err != nil {
+			refused = append(refused, r.Reply.Err)
+		}
+	}
+	v.Schedule(0, 0, Submit{Request: Request{ID: 1}})
+	v.Schedule(1, 0, Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
+	require.NoError(t, v.Run())
+	require.Len(t, refused, 1, "the empty prompt is refused and reported")
+	assert.Zero(t, w.Metrics().ActiveBlocks, "the good request ran to its end")
+
+	quiet := NewVirtual(newWorker(t, smallArgs(64)))
+	quiet.Schedule(0, 0, Submit{Request: Request{ID: 1}})
+	require.Error(t, quiet.Run(), "nobody listens: the refusal stops the run")
+}

@@ -98,7 +98,8 @@ type Virtual struct {
 	// It may schedule more inputs; it must not keep out past the call.
 	OnOutput func(worker int, out *Output)
 	// OnInput, when set, receives the result of every scheduled Input as it
-	// is applied. It may schedule more inputs.
+	// is applied, a refused Submit or Reserve (Reply.Err) included, which
+	// then does not stop the run. It may schedule more inputs.
 	OnInput func(r InputResult)
 }
 
@@ -119,7 +120,8 @@ func (v *Virtual) Workers() int { return len(v.workers) }
 
 // Schedule hands in to worker at modeled time at (clamped to now). A
 // Submit's or Reserve's token slice is read when the input fires, so it
-// must stay unchanged until then; an error from either stops the run.
+// must stay unchanged until then; a refusal of either stops the run unless
+// OnInput is set to hear it.
 func (v *Virtual) Schedule(at float64, worker int, in Input) {
 	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), in: in})
 }
@@ -292,12 +294,10 @@ func (v *Virtual) apply(w int, in Input) {
 		return
 	}
 	r := v.workers[w].Apply(v.now, in)
-	if r.Err != nil {
-		switch in.(type) {
-		case Submit, Reserve:
-			v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, r.Err)
-			return
-		}
+	if r.Err != nil && v.OnInput == nil {
+		// Nobody hears the refusal: stop the run with it.
+		v.err = fmt.Errorf("virtual: worker %d at %.3f ms: %w", w, v.now, r.Err)
+		return
 	}
 	if v.OnInput != nil {
 		v.OnInput(InputResult{At: v.now, Worker: w, Input: in, Reply: r})
