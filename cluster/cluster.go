@@ -38,7 +38,6 @@ type Cluster struct {
 	// Everything below is owned by the loop goroutine.
 	v        *engine.Virtual
 	reqs     map[uint64]*request
-	rooms    map[uint64]*request // by transfer id, until the request ends
 	exch     map[uint64]*exchange
 	nextID   uint64
 	nextTID  uint64
@@ -146,7 +145,6 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		byRole:   make(map[engine.WorkerType][]*workerNode),
 		speedup:  speedup(res.pools[0].args),
 		reqs:     make(map[uint64]*request),
-		rooms:    make(map[uint64]*request),
 		exch:     make(map[uint64]*exchange),
 		forensic: newForensics(log),
 		opts:     opts,

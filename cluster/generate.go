@@ -227,7 +227,6 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 	c.series.ended(c.v.Now(), &res)
 	delete(c.reqs, r.id)
 	if r.tid != 0 {
-		delete(c.rooms, r.tid)
 		c.link.forget(r.prefill, r.tid)
 	}
 	c.router.Free(r.rid)
@@ -381,7 +380,6 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 		if r != nil {
 			c.nextTID++
 			r.tid = c.nextTID
-			c.rooms[r.tid] = r
 			h.TransferID = r.tid
 		}
 		c.forensic.holdStarted(h)
