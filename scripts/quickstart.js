@@ -5,7 +5,7 @@
 // comes and goes. Every request pins KV on a prefill worker until a decode
 // worker has room for it; when decode is full, pins last longer, and the
 // ones that wait past the abort timeout are given up: at the defaults
-// about one request in five (16 s of wall time). The peak of 20 users
+// about one request in four (16 s of wall time). The peak of 20 users
 // keeps decode clearly past saturation, so that share holds from run to
 // run; near the edge of saturation (16 users or so) a closed loop can tip
 // either way with the host's timing. The end-of-test summary
