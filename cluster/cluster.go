@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,10 +47,19 @@ type Cluster struct {
 	stats    counters
 	forensic *forensics
 	series   seriesRec
-	drainers []chan struct{}
+	drainers []func()
 	stopping bool
 	ended    bool                         // the loop has returned; Stats reads the workers' last reports
 	onFinish func(r *request, res Result) // RunVirtual's collector
+
+	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
+	// Settle runs the loop, under stepMu, which also guards the calls
+	// handed in since the last Settle.
+	stepMu  sync.Mutex
+	newGate func() Gate
+	pending []*call
+	watched map[context.Context]int // contexts of calls in flight
+	nextMs  float64                 // the next event's time as Next last reported it
 
 	mail chan message
 	done chan struct{} // the loop has ended
@@ -102,6 +112,7 @@ type options struct {
 	memory      bool // transfers through the in-memory link, no sockets
 	keepEvents  bool // keep the whole forensic log, not only the recent events
 	shareTokens bool // use a request's explicit tokens without copying them
+	stepped     bool // no loop goroutine: Settle runs the loop (NewStepped)
 }
 
 // New starts a cluster: its workers, the router and a transfer server per
@@ -184,7 +195,9 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	if !opts.virtual {
 		c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
 	}
-	go c.run()
+	if !opts.stepped {
+		go c.run()
+	}
 	return c, nil
 }
 
@@ -295,7 +308,11 @@ func (c *Cluster) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
-		c.send(closeMsg{})
+		if c.opts.stepped {
+			c.closeStepped()
+		} else {
+			c.send(closeMsg{})
+		}
 		<-c.done
 		c.link.shutdown()
 		c.closeErr = c.closeServers()

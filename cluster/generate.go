@@ -14,8 +14,14 @@ import (
 
 // call is one Generate call as the loop sees it. r is set by the loop.
 type call struct {
-	req        Request
-	reply      chan Result
+	req   Request
+	reply chan Result
+	// A stepped cluster's calls (Submit) get their result through done,
+	// on the goroutine settling the cluster, and are stopped when ctx
+	// ends; key orders the calls handed in at one instant.
+	done       func(Result)
+	ctx        context.Context
+	key        Key
 	r          *request // owned by the loop
 	stopReason string   // a stop that came before the arrival was handled
 }
@@ -56,6 +62,9 @@ const errClosed = "cluster closed"
 func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
+	}
+	if c.opts.stepped {
+		return c.generateStepped(ctx, req)
 	}
 	h := &call{req: req, reply: make(chan Result, 1)}
 	if !c.send(arriveMsg{h: h}) {
@@ -113,11 +122,11 @@ func (c *Cluster) tooLong(req Request) string {
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
 	if h.stopReason != "" {
-		h.reply <- Result{Outcome: OutcomeError, Error: h.stopReason}
+		h.give(Result{Outcome: OutcomeError, Error: h.stopReason})
 		return
 	}
 	if c.stopping {
-		h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		h.give(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	c.nextID++
@@ -127,7 +136,7 @@ func (c *Cluster) arrive(h *call) {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
 		c.series.ended(c.v.Now(), &res)
-		h.reply <- res
+		h.give(res)
 		return
 	}
 	tokens := h.req.Tokens
@@ -238,7 +247,17 @@ func (c *Cluster) reply(r *request, res Result) {
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}
-	r.h.reply <- res
+	c.unwatch(r.h)
+	r.h.give(res)
+}
+
+// give hands the call its result.
+func (h *call) give(res Result) {
+	if h.done != nil {
+		h.done(res)
+		return
+	}
+	h.reply <- res
 }
 
 func outcomeOf(p handoff.Phase) string {

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"math"
 	"sync/atomic"
 	"time"
@@ -60,6 +61,11 @@ func (batchMsg) isMessage()  {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
+	if c.opts.stepped {
+		if _, ok := m.(linkMsg); !ok {
+			panic(fmt.Sprintf("cluster: %T sent to a stepped cluster", m))
+		}
+	}
 	select {
 	case c.mail <- m:
 		return true
@@ -71,6 +77,12 @@ func (c *Cluster) send(m message) bool {
 // query runs fn on the loop and waits for it; after the loop ended it runs
 // fn here, where nothing else touches the loop's state any more.
 func (c *Cluster) query(fn func()) {
+	if c.opts.stepped {
+		c.stepMu.Lock()
+		defer c.stepMu.Unlock()
+		fn()
+		return
+	}
 	q := queryMsg{fn: fn, done: make(chan struct{})}
 	if !c.send(q) {
 		fn()
@@ -212,7 +224,8 @@ func (c *Cluster) handle(m message) {
 		done := m.done
 		c.v.Call(c.stamp()+m.ms, func() { close(done) })
 	case drainMsg:
-		c.drainers = append(c.drainers, m.done)
+		done := m.done
+		c.drainers = append(c.drainers, func() { close(done) })
 		c.checkDrained()
 	case closeMsg:
 		c.stopping = true
@@ -226,7 +239,7 @@ func (c *Cluster) handle(m message) {
 // accept schedules an arrival at its modeled time.
 func (c *Cluster) accept(m arriveMsg) {
 	if c.stopping {
-		m.h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		m.h.give(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	// A stamped arrival keeps its own time unless the loop has passed it;

@@ -141,6 +141,9 @@ func (c *Cluster) Events() []Event {
 // script's think time that neither the speedup nor a lagging host changes
 // in modeled terms. It returns early when ctx ends or the cluster closes.
 func (c *Cluster) Sleep(ctx context.Context, ms float64) error {
+	if c.opts.stepped {
+		return c.sleepStepped(ctx, ms)
+	}
 	done := make(chan struct{})
 	if !c.send(sleepMsg{ms: ms, done: done}) {
 		return errors.New("sleep: " + errClosed)
@@ -160,6 +163,9 @@ func (c *Cluster) Sleep(ctx context.Context, ms float64) error {
 // Stats then. It fails when ctx ends first, saying what is still busy, or
 // when the cluster closes.
 func (c *Cluster) Drain(ctx context.Context) (Stats, error) {
+	if c.opts.stepped {
+		return c.drainStepped(ctx)
+	}
 	done := make(chan struct{})
 	if !c.send(drainMsg{done: done}) {
 		return c.Stats(), errors.New("drain: " + errClosed)
@@ -186,7 +192,7 @@ func (c *Cluster) checkDrained() {
 		}
 	}
 	for _, d := range c.drainers {
-		close(d)
+		d()
 	}
 	c.drainers = nil
 }

@@ -15,6 +15,9 @@ func (t *testRun) writeBanner(w io.Writer) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "     script: %s\n", t.cfg.Script)
 	fmt.Fprintf(&b, "     output: %s\n", outputsDescription(t.cfg.Outputs, t.cfg.SummaryExport))
+	if t.vclock != nil {
+		fmt.Fprintf(&b, "      clock: virtual, from %s (time moves only when every VU waits)\n", t.vclock.epoch.Format(time.RFC3339))
+	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  scenarios: %s:\n", scenariosHeadline(t.opts.Scenarios))
 	for _, sc := range t.opts.Scenarios {

@@ -16,12 +16,12 @@ type eventLoop struct {
 	spare   []func() error
 	pending int
 	gen     uint64 // bumped by reset; stale slots are ignored
-	wake    chan struct{}
+	wake    Gate   // opened when a slot is filled
 	onReset func() // forgets work that would fill slots later (timers)
 }
 
-func newEventLoop() *eventLoop {
-	return &eventLoop{wake: make(chan struct{}, 1)}
+func newEventLoop(c Clock) *eventLoop {
+	return &eventLoop{wake: c.NewGate()}
 }
 
 func (l *eventLoop) registerCallback() func(func() error) {
@@ -40,10 +40,7 @@ func (l *eventLoop) registerCallback() func(func() error) {
 			l.pending--
 			l.queue = append(l.queue, f)
 			l.mu.Unlock()
-			select {
-			case l.wake <- struct{}{}:
-			default:
-			}
+			l.wake.Open()
 		})
 	}
 }
@@ -59,12 +56,10 @@ func (l *eventLoop) drain(ctx context.Context) error {
 			if pending == 0 {
 				return nil
 			}
-			select {
-			case <-l.wake:
-				continue
-			case <-ctx.Done():
+			if !l.wake.Wait(ctx) {
 				return ctx.Err()
 			}
+			continue
 		}
 		batch := l.queue
 		l.queue = l.spare[:0]
@@ -91,10 +86,6 @@ func (l *eventLoop) reset() {
 		l.queue = l.queue[:0]
 	}
 	l.mu.Unlock()
-	select {
-	case <-l.wake:
-	default:
-	}
 	if l.onReset != nil {
 		l.onReset()
 	}

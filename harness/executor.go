@@ -19,6 +19,7 @@ type scenarioRun struct {
 	vus []*vu // initialised before the test starts
 
 	startedAt  time.Time
+	regularEnd time.Time // when the regular duration ends
 	started    atomic.Bool
 	finished   atomic.Bool
 	stopped    atomic.Bool  // finished because the test was cancelled
@@ -38,7 +39,7 @@ func (s *scenarioRun) elapsed() time.Duration {
 	if !s.started.Load() {
 		return 0
 	}
-	return time.Since(s.startedAt)
+	return s.t.clock.Now().Sub(s.startedAt)
 }
 
 // progress is exec.scenario.progress: the share of the planned work done,
@@ -68,27 +69,23 @@ func (s *scenarioRun) share() float64 {
 func (s *scenarioRun) run(ctx context.Context) {
 	defer func() {
 		if s.started.Load() {
-			s.ranFor.Store(int64(time.Since(s.startedAt)))
+			s.ranFor.Store(int64(s.t.clock.Now().Sub(s.startedAt)))
 		}
 		s.stopped.Store(ctx.Err() != nil)
 		s.finished.Store(true)
 	}()
-	if s.cfg.StartTime > 0 {
-		timer := time.NewTimer(s.cfg.StartTime)
-		select {
-		case <-timer.C:
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		}
+	clock := s.t.clock
+	if s.cfg.StartTime > 0 && !clock.Sleep(ctx, s.cfg.StartTime) {
+		return
 	}
-	s.startedAt = time.Now()
+	s.startedAt = clock.Now()
 	s.started.Store(true)
 	total := s.cfg.totalDuration()
-	regular, cancelRegular := context.WithDeadline(ctx, s.startedAt.Add(total))
+	regular, cancelRegular := clock.WithTimeout(ctx, total)
 	defer cancelRegular()
-	hard, cancelHard := context.WithDeadline(ctx, s.startedAt.Add(total+s.cfg.GracefulStop))
+	hard, cancelHard := clock.WithTimeout(ctx, total+s.cfg.GracefulStop)
 	defer cancelHard()
+	s.regularEnd = s.startedAt.Add(total)
 
 	switch s.cfg.Executor {
 	case ExecSharedIterations:
@@ -117,7 +114,7 @@ func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() boo
 	active()
 	defer s.t.vusActive.Add(-1)
 	defer s.active.Add(-1)
-	for running(regular) && next() {
+	for s.running(regular) && next() {
 		if v.runIteration(fn) == iterInterrupted {
 			return
 		}
@@ -129,19 +126,20 @@ func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() boo
 // its VU becomes active; once all have (or returned), the test's first
 // vus sample is taken if no scenario took it yet.
 func (s *scenarioRun) eachVU(f func(v *vu, active func())) {
-	var wg, ready sync.WaitGroup
-	ready.Add(len(s.vus))
+	wg := newTasks(s.t.clock)
+	var left atomic.Int64
+	left.Store(int64(len(s.vus)))
 	for _, v := range s.vus {
-		once := sync.OnceFunc(ready.Done)
+		once := sync.OnceFunc(func() {
+			if left.Add(-1) == 0 {
+				s.t.vusStarted(int64(len(s.vus)))
+			}
+		})
 		wg.Go(func() {
 			defer once()
 			f(v, once)
 		})
 	}
-	wg.Go(func() {
-		ready.Wait()
-		s.t.vusStarted(int64(len(s.vus)))
-	})
 	wg.Wait()
 }
 
@@ -179,21 +177,20 @@ func (s *scenarioRun) runLooping(regular, hard context.Context) {
 }
 
 // running reports whether the regular duration still lasts. It reads the
-// clock as well as regular.Err: the context learns of its deadline from a
-// timer goroutine, which a busy machine can run late, and no iteration may
-// start after the scenario's end.
-func running(regular context.Context) bool {
+// clock as well as regular.Err: on the wall clock the context learns of
+// its deadline from a timer goroutine, which a busy machine can run late,
+// and no iteration may start after the scenario's end.
+func (s *scenarioRun) running(regular context.Context) bool {
 	if regular.Err() != nil {
 		return false
 	}
-	d, ok := regular.Deadline()
-	return !ok || time.Now().Before(d)
+	return s.regularEnd.IsZero() || s.t.clock.Now().Before(s.regularEnd)
 }
 
 // drop counts iterations that were planned but never started.
 func (s *scenarioRun) drop(n int64) {
 	s.dropped.Add(n)
-	s.t.push(metrics.Sample{Metric: s.t.bm.droppedIterations, Tags: s.tags, Time: time.Now(), Value: float64(n)})
+	s.t.push(metrics.Sample{Metric: s.t.bm.droppedIterations, Tags: s.tags, Time: s.t.clock.Now(), Value: float64(n)})
 }
 
 // rampingTarget is the VU count (or rate) the stages ask for at elapsed,
@@ -216,26 +213,22 @@ func rampingTarget(start int64, stages []Stage, elapsed time.Duration) int64 {
 type rampSlot struct {
 	v      *vu
 	active atomic.Bool
-	wake   chan struct{}
+	wake   Gate
 	mu     sync.Mutex
 	cancel context.CancelFunc
 }
 
-func (sl *rampSlot) signal() {
-	select {
-	case sl.wake <- struct{}{}:
-	default:
-	}
-}
+func (sl *rampSlot) signal() { sl.wake.Open() }
 
 func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 	slots := make([]*rampSlot, len(s.vus))
 	for i, v := range s.vus {
-		slots[i] = &rampSlot{v: v, wake: make(chan struct{}, 1)}
+		slots[i] = &rampSlot{v: v, wake: s.t.clock.NewGate()}
 	}
+	clock := s.t.clock
 	var (
 		timersMu sync.Mutex
-		timers   []*time.Timer
+		timers   []func() bool
 	)
 	apply := func(target int64) {
 		for i, sl := range slots {
@@ -255,32 +248,27 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 			sl.mu.Unlock()
 			if cancel != nil {
 				timersMu.Lock()
-				timers = append(timers, time.AfterFunc(s.cfg.GracefulRampDown, cancel))
+				timers = append(timers, clock.AfterFunc(s.cfg.GracefulRampDown, func() {
+					cancel()
+					clock.cancelled()
+				}))
 				timersMu.Unlock()
 			}
 		}
 	}
 	apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0))
 
-	var wg sync.WaitGroup
+	wg := newTasks(clock)
 	for _, sl := range slots {
 		wg.Go(func() { s.rampVU(sl, regular, hard) })
 	}
-	ticker := time.NewTicker(10 * time.Millisecond)
-loop:
-	for {
-		select {
-		case <-regular.Done():
-			break loop
-		case <-ticker.C:
-			apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, time.Since(s.startedAt)))
-		}
+	for clock.Sleep(regular, 10*time.Millisecond) {
+		apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt)))
 	}
-	ticker.Stop()
 	wg.Wait()
 	timersMu.Lock()
-	for _, tm := range timers {
-		tm.Stop()
+	for _, stop := range timers {
+		stop()
 	}
 	timersMu.Unlock()
 }
@@ -289,14 +277,12 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	v := sl.v
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
-	for running(regular) {
+	for s.running(regular) {
 		if !sl.active.Load() {
-			select {
-			case <-sl.wake:
-				continue
-			case <-regular.Done():
+			if !sl.wake.Wait(regular) {
 				return
 			}
+			continue
 		}
 		iterCtx, cancel := context.WithCancel(hard)
 		sl.mu.Lock()
@@ -412,27 +398,22 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 		initialized = int64(len(s.vus))
 		initing     atomic.Bool
 		warned      bool
-		wg          sync.WaitGroup
 	)
+	clock := t.clock
+	wg := newTasks(clock)
 	sched := newArrivalSchedule(s.cfg)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
 	for {
 		off, ok := sched.next()
 		if !ok {
 			// No start is left in the plan (the rate ramps down to 0): the
 			// scenario still lasts its planned duration, as in k6.
-			<-regular.Done()
+			clock.NewGate().Wait(regular)
 			break
 		}
-		if wait := time.Until(s.startedAt.Add(off)); wait > 0 {
-			timer.Reset(wait)
-			select {
-			case <-timer.C:
-			case <-regular.Done():
-			}
+		if wait := s.startedAt.Add(off).Sub(clock.Now()); wait > 0 {
+			clock.Sleep(regular, wait)
 		}
-		if !running(regular) {
+		if !s.running(regular) {
 			// The loop woke after the scenario's end. The starts the plan
 			// still holds are dropped, this one included, so that started
 			// and dropped iterations always add up to the plan; a test that

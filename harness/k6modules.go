@@ -78,7 +78,7 @@ func (v *vu) check(call sobek.FunctionCall) sobek.Value {
 		}
 	}
 	all := true
-	now := time.Now()
+	now := v.t.clock.Now()
 	for _, name := range sets.Keys() {
 		if strings.Contains(name, "::") {
 			throwf(rt, "check name %q must not contain '::'", name)
@@ -151,9 +151,9 @@ func (v *vu) groupCall(name string, fn sobek.Callable) sobek.Value {
 	v.group = outer + "::" + name
 	v.t.groups.group(v.group)
 	v.recomputeTags()
-	start := time.Now()
+	start := v.t.clock.Now()
 	res, err := fn(sobek.Undefined())
-	end := time.Now()
+	end := v.t.clock.Now()
 	tags := v.tags
 	v.group = outer
 	v.recomputeTags()
@@ -177,11 +177,7 @@ func (v *vu) sleep(secs float64) {
 		return
 	}
 	d := time.Duration(secs * float64(time.Second))
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-	case <-v.ctx.Done():
+	if !v.t.clock.Sleep(v.ctx, d) {
 		// The script must not go on as if it had slept: stop it here
 		// rather than when the context's interrupt lands.
 		v.interruptIfActive()
@@ -247,7 +243,7 @@ func (v *vu) metricAdd(m *metrics.Metric, call sobek.FunctionCall) sobek.Value {
 		}
 	}
 	if v.ctx.Err() == nil {
-		v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: time.Now(), Value: value})
+		v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: v.t.clock.Now(), Value: value})
 	}
 	return rt.ToValue(true)
 }

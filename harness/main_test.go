@@ -47,6 +47,7 @@ type runResult struct {
 	stdout  string
 	stderr  string
 	summary map[string]any // --summary-export content
+	export  []byte         // the --summary-export file as written
 }
 
 // metric returns a field of one metric from the legacy summary export. It
@@ -116,6 +117,7 @@ func runFile(t *testing.T, path string, mod func(*Config)) runResult {
 	err := Run(context.Background(), cfg)
 	res := runResult{err: err, stdout: stdout.String(), stderr: stderr.String()}
 	if b, rerr := os.ReadFile(export); rerr == nil {
+		res.export = b
 		require.NoError(t, json.Unmarshal(b, &res.summary))
 	}
 	return res

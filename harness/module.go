@@ -93,6 +93,11 @@ type VU interface {
 	// Run is the test run the VU belongs to, shared by all its VUs: the
 	// place for state and resources that live as long as the run.
 	Run() RunContext
+	// Clock is the run's clock (safe from any goroutine). A module that
+	// reads the time or makes the VU wait for something that needs time
+	// to pass uses it: under `--clock virtual` the wall clock stands
+	// still and only this one moves. See Clock and Gate.
+	Clock() Clock
 }
 
 // RunContext is one test run (one call of Run) as plugins see it. Its

@@ -79,6 +79,9 @@ type Options struct {
 	NoTeardown        bool
 	SetupTimeout      time.Duration
 	TeardownTimeout   time.Duration
+	// RandomSeed seeds every VU's Math.random (each VU its own stream
+	// from it); nil leaves it to the clock (see Config.RandomSeed).
+	RandomSeed *int64
 
 	// Raw is the options object as the script exported it, re-exposed to the
 	// script as exec.test.options.
@@ -94,6 +97,7 @@ type Overrides struct {
 	SummaryTrendStats []string
 	NoSetup           bool
 	NoTeardown        bool
+	RandomSeed        *int64
 }
 
 var scenarioNameRE = regexp.MustCompile(`^[0-9a-zA-Z_-]+$`)
@@ -542,6 +546,16 @@ func ParseOptions(raw []byte, ov Overrides) (*Options, error) {
 		}
 	}
 	opts.NoSetup = opts.NoSetup || ov.NoSetup
+	if f.has("randomSeed") {
+		seed, err := f.int("randomSeed", 0)
+		if err != nil {
+			return nil, err
+		}
+		opts.RandomSeed = &seed
+	}
+	if ov.RandomSeed != nil {
+		opts.RandomSeed = ov.RandomSeed
+	}
 	opts.NoTeardown = opts.NoTeardown || ov.NoTeardown
 
 	opts.SummaryTrendStats = append([]string(nil), metrics.DefaultTrendStats...)
@@ -821,6 +835,8 @@ var k6Options = map[string]bool{
 	"cloud": true, "noCookiesReset": true, "discardResponseBodies": true,
 	"consoleOutput": true, "localIPs": true, "metricSamplesBufferSize": true,
 	"noUsageReport": true, "maxVUs": true, "linger": true,
+	// ours: seeds Math.random (k6 has no such option)
+	"randomSeed": true,
 }
 
 // unknownOptionKeys returns the sorted top-level keys of the exported

@@ -166,8 +166,12 @@ func (p *progress) allDone() bool {
 
 func (p *progress) lines() []string {
 	t := p.t
+	when := clock(t.elapsed())
+	if t.vclock != nil {
+		when = fmt.Sprintf("%s virtual, %s", when, t.speedFactor())
+	}
 	out := []string{fmt.Sprintf("running (%s), %d/%d VUs, %d complete and %d interrupted iterations",
-		clock(t.elapsed()), t.vusActive.Load(), t.vusInitialized.Load(),
+		when, t.vusActive.Load(), t.vusInitialized.Load(),
 		t.iterationsCompleted.Load(), t.iterationsInterrupted.Load())}
 	rows := make([][]string, 0, len(t.scenarios))
 	for _, s := range t.scenarios {
@@ -286,4 +290,14 @@ func clock(d time.Duration) string {
 		return fmt.Sprintf("%dm%04.1fs", m, sec)
 	}
 	return fmt.Sprintf("%.1fs", sec)
+}
+
+// speedFactor says how much faster than the wall clock a virtual run goes:
+// virtual time so far over wall time so far.
+func (t *testRun) speedFactor() string {
+	wall := time.Since(t.wallStart)
+	if wall <= 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f× wall", float64(t.elapsed())/float64(wall))
 }

@@ -58,8 +58,18 @@ type Config struct {
 	// lines are cut to fit it. 0 means unknown (no cutting).
 	TermWidth int
 
-	// clock, when set, replaces the wall clock as the timers' time source.
-	clock Clock
+	// VirtualClock runs the script on virtual time (`--clock virtual`):
+	// every time the script and its plugins read or wait on comes from a
+	// VirtualClock, which advances only when every VU and participant is
+	// blocked. The run is as fast as the CPU allows and its results do not
+	// depend on the host.
+	VirtualClock bool
+	// VirtualEpoch is where a virtual clock starts (Date.now() at the
+	// start of the run); zero means DefaultVirtualEpoch.
+	VirtualEpoch time.Time
+
+	// clock, when set, replaces the run's clock (tests).
+	clock runClock
 
 	// observeRun, when set, gets the wall time the scenarios took (the
 	// benchmark measures per-iteration cost without init and summary).
@@ -86,7 +96,10 @@ type testRun struct {
 	env         map[string]string
 	files       fileCache
 	groups      *groupTree
-	clock       Clock // the time source of timers
+	clock       runClock // the run's time source (wall or virtual)
+	vclock      *VirtualClock
+	randomSeed  *int64 // options.randomSeed, once the options are read
+	wallStart   time.Time
 	shared      sharedArrays
 	logger      *slog.Logger
 	stderr      *stderrWriter
@@ -144,9 +157,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if t.env == nil {
 		t.env = map[string]string{}
 	}
-	if cfg.clock != nil {
+	switch {
+	case cfg.clock != nil:
 		t.clock = cfg.clock
+	case cfg.VirtualClock:
+		t.vclock = NewVirtualClock(cfg.VirtualEpoch)
+		t.clock = t.vclock
 	}
+	t.wallStart = time.Now()
 	defer t.end()
 	if err := t.registerBuiltins(); err != nil {
 		return err
@@ -314,7 +332,7 @@ func (t *testRun) elapsed() time.Duration {
 	if !t.begun.Load() {
 		return 0
 	}
-	return time.Since(t.start)
+	return t.clock.Now().Sub(t.start)
 }
 
 // push hands samples to the collector; samples before the collector exists
@@ -414,9 +432,17 @@ func (t *testRun) load(v0 *vu) error {
 }
 
 func (t *testRun) run(parent context.Context) (retErr error) {
-	ctx, cancel := context.WithCancelCause(parent)
+	ctx, cancelCtx := context.WithCancelCause(parent)
+	// Whoever cancels the run (an abort, a threshold, a signal) wakes what
+	// waits on the clock for it before time moves on.
+	cancel := func(cause error) {
+		cancelCtx(cause)
+		t.clock.cancelled()
+	}
 	defer cancel(nil)
 	t.ctx, t.cancel = ctx, cancel
+	stopSweep := context.AfterFunc(parent, t.clock.cancelled)
+	defer stopSweep()
 	warned := make(chan struct{})
 	stopWatch := context.AfterFunc(parent, func() {
 		defer close(warned)
@@ -481,6 +507,11 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
 	}
 	t.optionsJSON = t.opts.consolidatedJSON()
+	if t.randomSeed = t.opts.RandomSeed; t.randomSeed != nil {
+		// VU 0 was made before the options were read.
+		seed := uint64(*t.randomSeed)
+		v0.rng.Seed(seed, 0)
+	}
 	for _, sc := range t.opts.Scenarios {
 		if _, ok := v0.fns[sc.Exec]; !ok {
 			return exitErrorf(ExitInvalidConfig, "scenarios.%s.exec: the script exports no function %q", sc.Name, sc.Exec)
@@ -510,13 +541,14 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 
 	// As in k6 the test run's clock (testRunDurationMs, Counter rates)
 	// includes setup and teardown.
-	t.start = time.Now()
+	t.start = t.clock.Now()
 	t.begun.Store(true)
 	ticks, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
-	var tickWG sync.WaitGroup
+	tickWG := newTasks(t.clock)
 	tickWG.Go(func() { t.everySecond(ticks) })
 	defer func() {
 		stopTicks()
+		t.clock.cancelled()
 		tickWG.Wait()
 	}()
 
@@ -527,7 +559,7 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 				// Stopped from outside during setup: as in k6, teardown is
 				// skipped (setup did not finish) but the summary is written.
 				t.phase.Store(phaseSummary)
-				runDuration := time.Since(t.start)
+				runDuration := t.elapsed()
 				t.coll.Evaluate(runDuration)
 				_ = t.writeSummary(v0, runDuration)
 			}
@@ -541,16 +573,18 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	t.gaugeMu.Unlock()
 	scenariosStart := time.Now()
 	bg, stopBG := context.WithCancel(ctx)
+	bgTasks := newTasks(t.clock)
 	// The display stops once the scenarios have stopped, not as soon as
 	// the test is cancelled: its last picture shows how they ended.
 	shown, stopShown := context.WithCancel(context.WithoutCancel(ctx))
+	bgTasks.Go(func() { t.evaluateThresholds(bg) })
+	// The display is not a task: it only reads, on the wall clock.
 	var bgWG sync.WaitGroup
-	bgWG.Go(func() { t.evaluateThresholds(bg) })
 	if !t.cfg.Quiet {
 		p := newProgress(t)
 		bgWG.Go(func() { p.run(shown) })
 	}
-	var wg sync.WaitGroup
+	wg := newTasks(t.clock)
 	for _, s := range t.scenarios {
 		wg.Go(func() { s.run(ctx) })
 	}
@@ -560,6 +594,8 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	t.gaugeMu.Unlock()
 	stopBG()
 	stopShown()
+	t.clock.cancelled()
+	bgTasks.Wait()
 	bgWG.Wait()
 	if t.cfg.observeRun != nil {
 		t.cfg.observeRun(time.Since(scenariosStart))
@@ -575,11 +611,16 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		}
 	}
 	t.phase.Store(phaseSummary)
-	runDuration := time.Since(t.start)
+	runDuration := t.elapsed()
 
 	failed, _ := t.coll.Evaluate(runDuration)
 	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {
 		phaseErr = err
+	}
+	if t.vclock != nil {
+		wall := time.Since(t.wallStart)
+		t.logger.Info(fmt.Sprintf("virtual clock: ran %s of script time in %s of wall time (%s)",
+			runDuration.Round(time.Millisecond), wall.Round(time.Millisecond), t.speedFactor()))
 	}
 	return t.finalError(phaseErr, failed)
 }
@@ -740,7 +781,7 @@ func (t *testRun) releaseVUs() {
 }
 
 func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
-	ctx, cancel := context.WithTimeout(t.ctx, t.opts.SetupTimeout)
+	ctx, cancel := t.clock.WithTimeout(t.ctx, t.opts.SetupTimeout)
 	defer cancel()
 	release := v0.activate(ctx)
 	defer release()
@@ -757,7 +798,7 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 		if t.aborted.Load() {
 			return exitErrorf(ExitScriptAborted, "test aborted in setup: %s", t.abortReason)
 		}
-		if ctx.Err() == context.DeadlineExceeded {
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return exitErrorf(ExitSetupTimeout, "setup() did not finish within setupTimeout (%s)", t.opts.SetupTimeout)
 		}
 		return scriptError("setup", err)
@@ -784,7 +825,7 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 	v0.recomputeTags()
 	defer func() { v0.group = ""; v0.recomputeTags() }()
 	if err := v0.call(fn, v0.callData()); err != nil {
-		if ctx.Err() == context.DeadlineExceeded {
+		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return exitErrorf(ExitTeardownTimeout, "teardown() did not finish within teardownTimeout (%s)", t.opts.TeardownTimeout)
 		}
 		return scriptError("teardown", err)
@@ -795,7 +836,7 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 // pushVUGauges emits vus (at least atLeast: a starting batch of VUs that
 // already ran through short work still counts) and vus_max.
 func (t *testRun) pushVUGauges(atLeast int64) {
-	now := time.Now()
+	now := t.clock.Now()
 	tags := metrics.NewTags(t.opts.Tags)
 	t.push(
 		metrics.Sample{Metric: t.bm.vus, Tags: tags, Time: now, Value: float64(max(t.vusActive.Load(), atLeast))},
@@ -826,35 +867,21 @@ func (t *testRun) vusStarted(n int64) {
 // samples to the outputs so that an NDJSON file can be followed live and
 // keeps what was measured if the process dies.
 func (t *testRun) everySecond(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			t.sampleVUs(0)
-			t.coll.Flush()
-		}
+	for t.clock.Sleep(ctx, time.Second) {
+		t.sampleVUs(0)
+		t.coll.Flush()
 	}
 }
 
 // evaluateThresholds checks thresholds every 2 s; a failing abortOnFail
 // threshold stops the test.
 func (t *testRun) evaluateThresholds(ctx context.Context) {
-	tick := time.NewTicker(thresholdInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	for t.clock.Sleep(ctx, thresholdInterval) {
+		if _, abort := t.coll.EvaluateRunning(t.elapsed()); abort {
+			t.thAborted.Store(true)
+			t.logger.Error("thresholds with abortOnFail were crossed; stopping the test")
+			t.cancel(errors.New("thresholds crossed"))
 			return
-		case <-tick.C:
-			if _, abort := t.coll.EvaluateRunning(t.elapsed()); abort {
-				t.thAborted.Store(true)
-				t.logger.Error("thresholds with abortOnFail were crossed; stopping the test")
-				t.cancel(errors.New("thresholds crossed"))
-				return
-			}
 		}
 	}
 }
@@ -867,5 +894,5 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // contextWithTimeout gives end-of-test work its own deadline that a
 // cancelled test context (abort) does not cut short.
 func contextWithTimeout(t *testRun, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(t.ctx), d)
+	return t.clock.WithTimeout(context.WithoutCancel(t.ctx), d)
 }

@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"cmp"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,6 +25,12 @@ type timers struct {
 }
 
 type timer struct {
+	id     int64
+	due    time.Time // when it fires, on the clock
+	fn     sobek.Callable
+	args   []sobek.Value
+	delay  time.Duration
+	repeat bool
 	stop   func() bool
 	settle func(func() error) // fills the timer's event-loop slot
 }
@@ -67,28 +75,55 @@ func (ts *timers) set(call sobek.FunctionCall, repeat bool) sobek.Value {
 // arm reserves an event-loop slot for the timer's next firing and starts
 // the clock on it.
 func (ts *timers) arm(id int64, fn sobek.Callable, args []sobek.Value, delay time.Duration, repeat bool) {
-	tm := &timer{settle: ts.v.loop.registerCallback()}
+	tm := &timer{id: id, due: ts.clock.Now().Add(delay), fn: fn, args: args, delay: delay, repeat: repeat,
+		settle: ts.v.loop.registerCallback()}
 	ts.mu.Lock()
 	ts.pending[id] = tm
 	ts.mu.Unlock()
 	tm.stop = ts.clock.AfterFunc(delay, func() {
-		tm.settle(func() error {
-			ts.mu.Lock()
-			current := ts.pending[id] == tm
-			if current {
-				delete(ts.pending, id)
-			}
-			ts.mu.Unlock()
-			if !current {
-				return nil // cleared after it fired, before it ran
-			}
-			if repeat {
-				ts.arm(id, fn, args, delay, repeat)
-			}
-			_, err := fn(sobek.Undefined(), args...)
-			return err
-		})
+		tm.settle(func() error { return ts.fire(tm) })
 	})
+}
+
+// fire runs tm's callback on the VU goroutine, after those of the timers
+// due no later than tm that have not run yet: on the wall clock two timers
+// fire on goroutines of their own and may reach the event loop in either
+// order, but a script's timers run in the order of their deadlines (then
+// of creation), as in JS.
+func (ts *timers) fire(tm *timer) error {
+	ts.mu.Lock()
+	if ts.pending[tm.id] != tm {
+		ts.mu.Unlock()
+		return nil // cleared, or already run ahead of its own firing
+	}
+	var due []*timer
+	for _, o := range ts.pending {
+		if !o.due.After(tm.due) {
+			due = append(due, o)
+		}
+	}
+	for _, o := range due {
+		delete(ts.pending, o.id)
+	}
+	ts.mu.Unlock()
+	slices.SortFunc(due, func(a, b *timer) int {
+		if c := a.due.Compare(b.due); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	for _, o := range due {
+		if o != tm && o.stop() {
+			o.settle(func() error { return nil }) // its slot: it runs here
+		}
+		if o.repeat {
+			ts.arm(o.id, o.fn, o.args, o.delay, o.repeat)
+		}
+		if _, err := o.fn(sobek.Undefined(), o.args...); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // clear cancels a timer; unknown or finished ids are ignored, as in JS.

@@ -49,6 +49,8 @@ type vu struct {
 	checkCache       map[checkKey]checkEntry
 	samples          [2]metrics.Sample
 
+	rng *rand.PCG // Math.random's source
+
 	imu    sync.Mutex // orders interrupts against activation changes
 	genInt uint64
 }
@@ -80,6 +82,7 @@ func (v *vu) InInit() bool                { return v.inInit }
 func (v *vu) Registry() *metrics.Registry { return v.t.reg }
 func (v *vu) Tags() metrics.Tags          { return v.tags }
 func (v *vu) Run() RunContext             { return v.t }
+func (v *vu) Clock() Clock                { return v.t.clock }
 
 func (v *vu) RegisterCallback() func(func() error) { return v.loop.registerCallback() }
 
@@ -98,7 +101,7 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 			tags = tags.With(k, extra[k])
 		}
 	}
-	v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: time.Now(), Value: value})
+	v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: v.t.clock.Now(), Value: value})
 }
 
 // newVU creates a runtime and evaluates the script's init context in it.
@@ -119,7 +122,7 @@ func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 	rt := sobek.New()
 	rt.SetFieldNameMapper(sobek.TagFieldNameMapper("js", true))
 	v := &vu{
-		t: t, id: id, rt: rt, loop: newEventLoop(), ctx: ctx, inInit: true,
+		t: t, id: id, rt: rt, loop: newEventLoop(t.clock), ctx: ctx, inInit: true,
 		fns: map[string]sobek.Callable{}, envObjs: map[string]*sobek.Object{},
 		checkCache: map[checkKey]checkEntry{},
 	}
@@ -127,9 +130,21 @@ func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 	v.loop.onReset = v.timers.reset
 	v.tags = metrics.NewTags(t.opts0Tags())
 	v.baseTags = v.tags
-	seed := uint64(time.Now().UnixNano()) ^ id*0x9E3779B97F4A7C15
-	src := rand.New(rand.NewPCG(seed, id))
-	rt.SetRandSource(src.Float64)
+	// Math.random is seeded per VU: from the time on the wall clock, from
+	// --random-seed (or options.randomSeed) when given, and from 0 on a
+	// virtual clock, where the same script must give the same run.
+	var seed uint64
+	switch {
+	case t.randomSeed != nil:
+		seed = uint64(*t.randomSeed)
+	case t.clock.Virtual():
+		seed = 0
+	default:
+		seed = uint64(time.Now().UnixNano())
+	}
+	v.rng = rand.NewPCG(seed^id*0x9E3779B97F4A7C15, id)
+	rt.SetRandSource(rand.New(v.rng).Float64)
+	rt.SetTimeSource(t.clock.Now)
 	t.loader.vus.Store(rt, v)
 	if err := v.setGlobals(); err != nil {
 		t.loader.vus.Delete(rt)
@@ -398,7 +413,7 @@ const (
 // iteration metrics for a completed run.
 func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	t := v.t
-	start := time.Now()
+	start := t.clock.Now()
 	v.scenarioIterBase = v.sc.iterInTest.Add(1) - 1
 	err := v.call(fn, v.callData())
 	v.iterInScenario++
@@ -415,7 +430,7 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	if err != nil && !isAbort(err) {
 		t.logException(err, v.sc.cfg)
 	}
-	end := time.Now()
+	end := t.clock.Now()
 	t.iterationsCompleted.Add(1)
 	v.samples[0] = metrics.Sample{Metric: t.bm.iterations, Tags: v.tags, Time: end, Value: 1}
 	v.samples[1] = metrics.Sample{Metric: t.bm.iterationDuration, Tags: v.tags, Time: end, Value: float64(end.Sub(start)) / float64(time.Millisecond)}

@@ -51,7 +51,7 @@ func (inst *instance) jsCluster(call sobek.FunctionCall) sobek.Value {
 	if err != nil {
 		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
 	}
-	e, err := inst.run.cluster(cfg)
+	e, err := inst.run.cluster(cfg, inst.vu.Clock())
 	if err != nil {
 		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
 	}
@@ -83,6 +83,15 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		}
 		ctx := inst.vu.Context()
 		settle := inst.vu.RegisterCallback()
+		if e.stepped {
+			inst.submit(e, ctx, req, func(res cluster.Result) {
+				settle(func() error {
+					inst.emit(e, res)
+					return resolve(resultObject(rt, res))
+				})
+			})
+			return rt.ToValue(p)
+		}
 		go func() {
 			res := e.generate(ctx, req)
 			settle(func() error {
@@ -106,7 +115,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			}
 		}
 		vuCtx := inst.vu.Context()
-		ctx, cancel := context.WithTimeout(vuCtx, timeout)
+		ctx, cancel := inst.vu.Clock().WithTimeout(vuCtx, timeout)
 		defer cancel()
 		st, err := e.drain(ctx)
 		inst.sampleHeld(e, heldNow{st.HeldBlocks, st.PeakHeldBlocks})
@@ -142,6 +151,18 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 // is exactly when requests take long and the gauge matters.
 func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Result {
 	ctx := inst.vu.Context()
+	if e.stepped {
+		// On the virtual clock the VU waits on a gate of the clock; the
+		// held-blocks gauge is sampled as each request ends.
+		g := inst.vu.Clock().NewGate()
+		var res cluster.Result
+		inst.submit(e, ctx, req, func(r cluster.Result) {
+			res = r
+			g.Open()
+		})
+		g.Wait(nil)
+		return res
+	}
 	done := make(chan cluster.Result, 1)
 	go func() { done <- e.generate(ctx, req) }()
 	tick := time.NewTicker(heldSampleEvery)
@@ -156,6 +177,18 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 			}
 		}
 	}
+}
+
+// submit hands req to a stepped cluster, keyed by this VU and its call
+// count so that requests made at one virtual instant always arrive in the
+// same order.
+func (inst *instance) submit(e *entry, ctx context.Context, req cluster.Request, done func(cluster.Result)) {
+	if e.isClosed() {
+		done(closedResult(e))
+		return
+	}
+	inst.calls++
+	e.c.Submit(ctx, req, cluster.Key{Source: inst.vu.ID(), Seq: inst.calls}, done)
 }
 
 // sleepModeled blocks the VU for ms of the cluster's modeled time, on the

@@ -46,6 +46,12 @@ var hookMu sync.Mutex
 // checked right before it closes; the test fails if any is violated.
 func runScript(t *testing.T, name string, env map[string]string, outputs ...string) runResult {
 	t.Helper()
+	return runScriptWith(t, name, env, func(c *harness.Config) { c.Outputs = outputs })
+}
+
+// runScriptWith is runScript with the run's config changed by mod.
+func runScriptWith(t *testing.T, name string, env map[string]string, mod func(*harness.Config)) runResult {
+	t.Helper()
 	hookMu.Lock()
 	defer hookMu.Unlock()
 	var (
@@ -63,15 +69,18 @@ func runScript(t *testing.T, name string, env map[string]string, outputs ...stri
 	}
 	defer func() { beforeClose = nil }()
 	var stdout, stderr bytes.Buffer
-	err := harness.Run(context.Background(), harness.Config{
+	cfg := harness.Config{
 		Script:  filepath.Join("testdata", name),
 		Env:     env,
-		Outputs: outputs,
 		Quiet:   true,
 		NoColor: true,
 		Stdout:  &stdout,
 		Stderr:  &stderr,
-	})
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	err := harness.Run(context.Background(), cfg)
 	closing.Wait()
 	res := runResult{code: harness.ExitCode(err), err: err, stdout: stdout.String(), stderr: stderr.String(), clusters: seen}
 	for _, c := range seen {

@@ -84,7 +84,8 @@ type instance struct {
 	rt     *sobek.Runtime
 	run    *run
 	m      moduleMetrics
-	regErr error // a script declared one of our metric names with another type
+	regErr error  // a script declared one of our metric names with another type
+	calls  uint64 // requests this VU handed to stepped clusters
 }
 
 // NewModuleInstance registers the module's metrics in the run's registry

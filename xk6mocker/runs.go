@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ func (r *run) sortedEntries() []*entry {
 
 // cluster returns the run's cluster called cfg.Name, building it on first
 // use.
-func (r *run) cluster(cfg cluster.Config) (*entry, error) {
+func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	name := cfg.Name
 	if name == "" {
 		name = cluster.DefaultName
@@ -108,13 +109,63 @@ func (r *run) cluster(cfg cluster.Config) (*entry, error) {
 		}
 		return e, nil
 	}
-	c, err := cluster.New(cfg)
+	if !clock.Virtual() {
+		c, err := cluster.New(cfg)
+		if err != nil {
+			return nil, err
+		}
+		e := newEntry(name, c, cfg, speedup)
+		r.clusters[name] = e
+		return e, nil
+	}
+	// On the run's virtual clock the cluster is one of the clock's
+	// participants: its modeled time is the clock's time × speedup_ratio,
+	// as on the wall clock, and it moves only when the clock does.
+	if cfg.Transport != nil {
+		return nil, errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock wall (or MOCKER_CLOCK=wall), or remove transport to run the in-process cluster")
+	}
+	c, err := cluster.NewStepped(cfg, func() cluster.Gate { return clock.NewGate() })
 	if err != nil {
 		return nil, err
 	}
 	e := newEntry(name, c, cfg, speedup)
+	e.stepped = true
+	e.clock = clock
+	e.leave = clock.Join(&participant{c: c, speedup: speedup})
 	r.clusters[name] = e
 	return e, nil
+}
+
+// participant is a stepped cluster as the harness clock sees it: offsets
+// on the clock are modeled time / speedup_ratio.
+type participant struct {
+	c       *cluster.Cluster
+	speedup float64
+	// The next event as last reported: the clock wakes the cluster at an
+	// offset rounded up to whole nanoseconds, which must still reach the
+	// event once converted back.
+	has    bool
+	nextAt time.Duration
+	nextMs float64
+}
+
+func (p *participant) Settle(now time.Duration) {
+	ms := float64(now) / float64(time.Millisecond) * p.speedup
+	if p.has && now >= p.nextAt {
+		ms = max(ms, p.nextMs)
+	}
+	p.c.Settle(ms)
+}
+
+func (p *participant) Next() (time.Duration, bool) {
+	ms, ok := p.c.Next()
+	p.has = ok
+	if !ok {
+		return 0, false
+	}
+	p.nextMs = ms
+	p.nextAt = time.Duration(math.Ceil(ms / p.speedup * float64(time.Millisecond)))
+	return p.nextAt, true
 }
 
 // entry is one cluster of a run, with what the plugin learns about it from
@@ -124,6 +175,12 @@ type entry struct {
 	cfg                            cluster.Config
 	speedup                        float64 // modeled ms per wall ms
 	c                              *cluster.Cluster
+	// A cluster on the run's virtual clock (NewStepped): requests go
+	// through Submit, ordered by VU and call, and leave ends its part in
+	// the clock once closed.
+	stepped bool
+	clock   harness.Clock
+	leave   func()
 
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
 	// lastPeak is the cluster's peak held blocks as last pushed to
@@ -171,13 +228,20 @@ func topology(cfg cluster.Config) string {
 
 // generate runs one request; after the run ended it fails cleanly.
 func (e *entry) generate(ctx context.Context, req cluster.Request) cluster.Result {
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
-		return cluster.Result{Outcome: cluster.OutcomeError, Error: "cluster " + e.name + " is closed: the test run has ended"}
+	if e.isClosed() {
+		return closedResult(e)
 	}
 	return e.c.Generate(ctx, req)
+}
+
+func (e *entry) isClosed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+func closedResult(e *entry) cluster.Result {
+	return cluster.Result{Outcome: cluster.OutcomeError, Error: "cluster " + e.name + " is closed: the test run has ended"}
 }
 
 // observe keeps what the summary and the report need from one result.
@@ -240,6 +304,11 @@ func (e *entry) sleep(ctx context.Context, ms float64) error {
 	if closed {
 		return nil
 	}
+	if e.stepped {
+		// Modeled time is the clock's × speedup_ratio, exactly.
+		e.clock.Sleep(ctx, time.Duration(ms/e.speedup*float64(time.Millisecond)))
+		return ctx.Err()
+	}
 	return e.c.Sleep(ctx, ms)
 }
 
@@ -278,6 +347,9 @@ func (e *entry) close() {
 	e.finalHld = e.c.Holds()
 	e.finalLag = e.c.Lag()
 	_ = e.c.Close() // the run is over: nobody is left to tell
+	if e.leave != nil {
+		e.leave()
+	}
 	e.closed = true
 }
 

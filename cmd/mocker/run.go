@@ -47,6 +47,15 @@ Flags:
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
       --report FILE             write an HTML report of the run to FILE: each
                                 cluster's history and the thresholds (self-contained)
+      --clock wall|virtual      what time the script runs on (default wall, or
+                                MOCKER_CLOCK): virtual runs as fast as the CPU
+                                allows and gives the same results on any host;
+                                the mode to use for CI thresholds
+      --virtual-epoch T         where a virtual clock starts (Date.now() at the
+                                start), RFC 3339; default 2026-01-01T00:00:00Z
+      --random-seed N           seed Math.random in every VU (overrides
+                                options.randomSeed; 0 by default on a virtual
+                                clock)
   -q, --quiet                   no start banner and no progress display
       --no-color                no ANSI colours in the summary
       --no-setup                skip setup()
@@ -145,6 +154,8 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 type runFlags struct {
 	vus, iterations                                 int64
 	duration, summaryExport, trendStats, report     string
+	clock, epoch                                    string
+	seed                                            int64
 	env, outs                                       listFlag
 	quiet, noColor, noSetup, noTeardown, systemEnvs bool
 }
@@ -176,6 +187,9 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&f.summaryExport, "summary-export", "", "")
 	fs.StringVar(&f.trendStats, "summary-trend-stats", "", "")
 	fs.StringVar(&f.report, "report", "", "")
+	fs.StringVar(&f.clock, "clock", "", "")
+	fs.StringVar(&f.epoch, "virtual-epoch", "", "")
+	fs.Int64Var(&f.seed, "random-seed", 0, "")
 	fs.BoolVar(&f.noColor, "no-color", false, "")
 	fs.BoolVar(&f.noSetup, "no-setup", false, "")
 	fs.BoolVar(&f.noTeardown, "no-teardown", false, "")
@@ -234,6 +248,8 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		cfg.Env[k] = v
 	}
 	var badValue error
+	clockMode := os.Getenv("MOCKER_CLOCK")
+	clockFrom := "MOCKER_CLOCK"
 	fs.Visit(func(given *flag.Flag) {
 		switch given.Name {
 		case "u", "vus":
@@ -249,6 +265,22 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 				return
 			}
 			cfg.Overrides.Duration = &d
+		case "clock":
+			clockMode, clockFrom = f.clock, "--clock"
+		case "virtual-epoch":
+			t, err := time.Parse(time.RFC3339, f.epoch)
+			if err != nil {
+				badValue = fmt.Errorf("--virtual-epoch: want an RFC 3339 time such as 2026-01-01T00:00:00Z, got %q", f.epoch)
+				return
+			}
+			cfg.VirtualEpoch = t
+		case "random-seed":
+			if f.seed < 0 {
+				badValue = fmt.Errorf("--random-seed: want an integer ≥ 0, got %d", f.seed)
+				return
+			}
+			v := f.seed
+			cfg.Overrides.RandomSeed = &v
 		case "summary-trend-stats":
 			for _, s := range strings.Split(f.trendStats, ",") {
 				if s = strings.TrimSpace(s); s != "" {
@@ -257,6 +289,18 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 			}
 		}
 	})
+	switch clockMode {
+	case "", "wall":
+	case "virtual":
+		cfg.VirtualClock = true
+	default:
+		if badValue == nil {
+			badValue = fmt.Errorf("%s: want wall or virtual, got %q", clockFrom, clockMode)
+		}
+	}
+	if !cfg.VirtualEpoch.IsZero() && !cfg.VirtualClock && badValue == nil {
+		badValue = errors.New("--virtual-epoch: only means something with --clock virtual")
+	}
 	if badValue != nil {
 		fmt.Fprintf(stderr, "mocker run: %v\n", badValue)
 		return harness.ExitInvalidConfig

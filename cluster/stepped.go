@@ -1,0 +1,258 @@
+package cluster
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// A stepped cluster is the cluster's loop driven by an outside clock, such
+// as the harness's virtual clock under `mocker run --clock virtual`. It has
+// no goroutine and never reads the wall clock: requests handed in with
+// Submit wait until the clock calls Settle with the modeled time it has
+// reached; Settle applies them in Key order (never in goroutine order),
+// runs every event due by then and hands out the results that are ready.
+// The clock asks Next when the cluster next needs it. The same calls at
+// the same instants therefore give the same results on any host.
+
+// Gate is how a caller of a stepped cluster waits while modeled time
+// passes: a binary semaphore the outside clock knows about (the harness's
+// Gate), so that the clock may move on while the caller waits. Wait
+// reports whether the gate was opened (false: ctx ended first; a nil ctx
+// never ends).
+type Gate interface {
+	Wait(ctx context.Context) bool
+	Open()
+}
+
+// Key orders the requests handed to a stepped cluster at one instant: by
+// Source (a script's VU id), then Seq (that VU's call count).
+type Key struct{ Source, Seq uint64 }
+
+// NewStepped builds a cluster driven by an outside clock (see Settle and
+// Next): no loop goroutine, no wall clock. newGate makes the gates that
+// Generate, Sleep and Drain wait on. The transfers still go through each
+// prefill worker's transfer server; Settle waits for their replies, which
+// take no modeled time.
+func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
+	if newGate == nil {
+		return nil, errors.New("cluster.NewStepped: newGate is nil")
+	}
+	c, err := newCluster(cfg, options{virtual: true, stepped: true})
+	if err != nil {
+		return nil, err
+	}
+	c.newGate = newGate
+	return c, nil
+}
+
+// Submit hands req to a stepped cluster: it arrives at the modeled time
+// of the next Settle, after the requests handed in before it with a
+// smaller key. done gets the result, exactly once, on the goroutine that
+// calls Settle (or at once for a request that is invalid or comes after
+// Close); it must not block. When ctx ends before the result, the request
+// is stopped at the next Settle and done gets outcome "error" once its KV
+// is released.
+func (c *Cluster) Submit(ctx context.Context, req Request, key Key, done func(Result)) {
+	if !c.opts.stepped {
+		panic("cluster: Submit needs a cluster built by NewStepped")
+	}
+	if err := req.validate(); err != nil {
+		done(Result{Outcome: OutcomeError, Error: err.Error()})
+		return
+	}
+	c.stepMu.Lock()
+	if c.ended || c.stopping {
+		c.stepMu.Unlock()
+		done(Result{Outcome: OutcomeError, Error: errClosed})
+		return
+	}
+	c.pending = append(c.pending, &call{req: req, done: done, ctx: ctx, key: key})
+	c.stepMu.Unlock()
+}
+
+// Settle brings a stepped cluster to modeled time nowMs: the events due
+// before it, then the requests handed in since the last Settle (in Key
+// order, stamped nowMs), the stops of requests whose context ended, and
+// the events these cause at nowMs. Results are handed out as they become
+// ready. A nowMs behind the cluster's clock counts as its clock.
+func (c *Cluster) Settle(nowMs float64) {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	if c.ended {
+		return
+	}
+	c.runTo(nowMs)
+	if len(c.pending) > 0 {
+		in := c.pending
+		c.pending = nil
+		slices.SortStableFunc(in, func(a, b *call) int {
+			if d := cmp.Compare(a.key.Source, b.key.Source); d != 0 {
+				return d
+			}
+			return cmp.Compare(a.key.Seq, b.key.Seq)
+		})
+		for _, h := range in {
+			c.watch(h)
+			c.accept(arriveMsg{h: h})
+		}
+	}
+	c.stopEnded()
+	c.runTo(nowMs)
+	c.publish()
+}
+
+// Next is the modeled time of a stepped cluster's next event; false when
+// it has none (then only a new request wakes it).
+func (c *Cluster) Next() (float64, bool) {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	if c.ended {
+		return 0, false
+	}
+	at, _, ok := c.v.Next()
+	if len(c.pending) > 0 {
+		// Requests wait for the next Settle, which should come now.
+		at, ok = c.v.Now(), true
+	}
+	return at, ok
+}
+
+// runTo processes the events up to modeled time limit, waiting for the
+// transfer servers' replies the queue stops at.
+func (c *Cluster) runTo(limit float64) {
+	for {
+		c.advance(limit)
+		at, blocked, ok := c.v.Next()
+		if !ok || !blocked || at > limit {
+			return
+		}
+		c.handle(<-c.mail)
+	}
+}
+
+// watch remembers a call's context, so that Settle stops the call once it
+// ends.
+func (c *Cluster) watch(h *call) {
+	if h.ctx == nil || h.ctx.Done() == nil {
+		return
+	}
+	if c.watched == nil {
+		c.watched = map[context.Context]int{}
+	}
+	c.watched[h.ctx]++
+}
+
+// unwatch forgets a finished call's context.
+func (c *Cluster) unwatch(h *call) {
+	if h.ctx == nil || c.watched == nil {
+		return
+	}
+	if n, ok := c.watched[h.ctx]; ok {
+		if n <= 1 {
+			delete(c.watched, h.ctx)
+		} else {
+			c.watched[h.ctx] = n - 1
+		}
+	}
+}
+
+// stopEnded stops, in request order, the requests whose context has
+// ended. The contexts a stepped cluster's callers use end while the clock
+// stands at an instant, so every Settle of that instant sees it the same.
+func (c *Cluster) stopEnded() {
+	ended := false
+	for ctx := range c.watched {
+		if ctx.Err() != nil {
+			ended = true
+			break
+		}
+	}
+	if !ended {
+		return
+	}
+	for _, r := range c.sortedRequests() {
+		if ctx := r.h.ctx; ctx != nil && ctx.Err() != nil {
+			delete(c.watched, ctx)
+			c.stopRequest(r, ctx.Err().Error())
+		}
+	}
+}
+
+// generateStepped is Generate on a stepped cluster.
+func (c *Cluster) generateStepped(ctx context.Context, req Request) Result {
+	g := c.newGate()
+	var res Result
+	c.Submit(ctx, req, Key{}, func(r Result) {
+		res = r
+		g.Open()
+	})
+	g.Wait(nil)
+	return res
+}
+
+// sleepStepped is Sleep on a stepped cluster: ms after the cluster's now.
+func (c *Cluster) sleepStepped(ctx context.Context, ms float64) error {
+	g := c.newGate()
+	c.stepMu.Lock()
+	if c.ended || c.stopping {
+		c.stepMu.Unlock()
+		return errors.New("sleep: " + errClosed)
+	}
+	c.v.Call(c.v.Now()+ms, g.Open)
+	c.stepMu.Unlock()
+	if !g.Wait(ctx) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// drainStepped is Drain on a stepped cluster.
+func (c *Cluster) drainStepped(ctx context.Context) (Stats, error) {
+	g := c.newGate()
+	c.stepMu.Lock()
+	if c.ended {
+		c.stepMu.Unlock()
+		return c.Stats(), errors.New("drain: " + errClosed)
+	}
+	c.drainers = append(c.drainers, g.Open)
+	c.checkDrained()
+	c.stepMu.Unlock()
+	if !g.Wait(ctx) {
+		s := c.Stats()
+		return s, fmt.Errorf("drain: %s: %w", busyReason(s), ctx.Err())
+	}
+	return c.Stats(), nil
+}
+
+// closeStepped ends a stepped cluster: every request in flight or handed
+// in is cut short (outcome "error", "cluster closed") once its KV is
+// released, without waiting for modeled time to pass.
+func (c *Cluster) closeStepped() {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	for _, h := range c.pending {
+		h.give(Result{Outcome: OutcomeError, Error: errClosed})
+	}
+	c.pending = nil
+	c.handle(closeMsg{})
+	for !(c.stopping && c.active == 0) {
+		at, blocked, ok := c.v.Next()
+		if !ok {
+			break
+		}
+		if blocked {
+			c.handle(<-c.mail)
+			continue
+		}
+		c.advance(at)
+	}
+	for _, w := range c.workers {
+		w.last = w.handle.Metrics()
+	}
+	c.ended = true
+	c.publish()
+	close(c.done)
+}

@@ -1,0 +1,369 @@
+package harness
+
+import (
+	"cmp"
+	"container/heap"
+	"slices"
+	"context"
+	"sync"
+	"time"
+)
+
+// DefaultVirtualEpoch is the instant a virtual clock starts at unless the
+// run says otherwise (--virtual-epoch): Date.now() in a script reads it at
+// the start of the run, whatever day the run happens on.
+var DefaultVirtualEpoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
+
+// VirtualClock is a clock on which time moves only when nothing in the run
+// can move without it, the way testing/synctest's bubble works for Go
+// tests but for a script run. Every VU and executor goroutine is a task of
+// the clock, and the tasks take turns: one runs at a time, the others wait
+// in Sleep, on a Gate, or in the queue of tasks ready to run. When the
+// running task blocks, the next ready one runs; when none is ready, the
+// clock lets its participants settle the present instant and, if that
+// wakes nobody, jumps to the earliest pending timer or participant event.
+//
+// Taking turns makes a run a function of its script, options and seed
+// alone: tasks wake in the order their timers, gates and participants'
+// results say (never in the order the Go scheduler picks), so shared
+// iterations, iteration numbers, Math.random streams, the order requests
+// reach a cluster and the order samples are summed are the same on every
+// run, on any host, however busy. A run is then as fast as one CPU allows.
+//
+// The zero value is not usable; see NewVirtualClock.
+type VirtualClock struct {
+	mu       sync.Mutex
+	epoch    time.Time
+	now      time.Duration
+	busy     bool            // a task (or the stepper) has the turn
+	runq     []chan struct{} // tasks ready to run, in the order they woke
+	stepping bool
+	seq      uint64 // orders timers
+	parkSeq  uint64 // orders parked gates
+	timers   timerHeap
+	parts    []*participant
+	parked   map[*vgate]struct{}
+	// stalled is set while nothing runs and nothing is scheduled: only a
+	// gate opened from outside the run (or a cancellation) moves it on.
+	stalled bool
+}
+
+// NewVirtualClock returns a virtual clock whose Now starts at epoch (the
+// zero time means DefaultVirtualEpoch). The goroutine that creates it
+// holds the first turn: time moves only once it blocks on the clock (or
+// calls Done).
+func NewVirtualClock(epoch time.Time) *VirtualClock {
+	if epoch.IsZero() {
+		epoch = DefaultVirtualEpoch
+	}
+	return &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+}
+
+// Now returns the epoch plus the virtual time elapsed.
+func (c *VirtualClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.epoch.Add(c.now)
+}
+
+// Elapsed is the virtual time since the clock started.
+func (c *VirtualClock) Elapsed() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Virtual is true.
+func (c *VirtualClock) Virtual() bool { return true }
+
+// Done ends the creating goroutine's turn for good (see NewVirtualClock),
+// for a caller that will not block on the clock itself.
+func (c *VirtualClock) Done() { c.exitTask() }
+
+type vtimer struct {
+	at    time.Duration
+	seq   uint64
+	f     func()
+	index int // in the heap; -1 once fired or stopped
+}
+
+type timerHeap []*vtimer
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if h[i].at != h[j].at {
+		return h[i].at < h[j].at
+	}
+	return h[i].seq < h[j].seq
+}
+func (h timerHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *timerHeap) Push(x any) {
+	t := x.(*vtimer)
+	t.index = len(*h)
+	*h = append(*h, t)
+}
+func (h *timerHeap) Pop() any {
+	old := *h
+	t := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	t.index = -1
+	return t
+}
+
+// AfterFunc schedules f at now+d; f runs on the goroutine stepping the
+// clock, before anything it wakes goes on.
+func (c *VirtualClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	c.seq++
+	t := &vtimer{at: c.now + max(d, 0), seq: c.seq, f: f}
+	heap.Push(&c.timers, t)
+	c.stalled = false
+	c.mu.Unlock()
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if t.index < 0 {
+			return false
+		}
+		heap.Remove(&c.timers, t.index)
+		return true
+	}
+}
+
+// Sleep blocks until d has passed on the clock or ctx ends.
+func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx == nil || ctx.Err() == nil
+	}
+	g := c.NewGate()
+	stop := c.AfterFunc(d, g.Open)
+	ok := g.Wait(ctx)
+	stop()
+	return ok
+}
+
+// WithTimeout returns a context cancelled once d has passed on the clock,
+// with context.DeadlineExceeded as its cause.
+func (c *VirtualClock) WithTimeout(parent context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	stop := c.AfterFunc(d, func() {
+		cancel(context.DeadlineExceeded)
+		c.sweep()
+	})
+	return ctx, func() {
+		stop()
+		cancel(context.Canceled)
+		c.cancelled()
+	}
+}
+
+// Join adds p to the participants; they settle in the order they joined.
+func (c *VirtualClock) Join(p Participant) func() {
+	c.mu.Lock()
+	part := &participant{p: p}
+	c.parts = append(c.parts, part)
+	c.stalled = false
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for i, q := range c.parts {
+			if q == part {
+				c.parts = append(c.parts[:i], c.parts[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+type participant struct{ p Participant }
+
+// goTask starts f as a task; it runs when its turn comes.
+func (c *VirtualClock) goTask(f func()) {
+	turn := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.readyLocked(turn)
+	c.mu.Unlock()
+	go func() {
+		<-turn
+		defer c.exitTask()
+		f()
+	}()
+}
+
+// exitTask ends the running task's turn for good.
+func (c *VirtualClock) exitTask() {
+	c.mu.Lock()
+	c.busy = false
+	c.dispatchLocked()
+	c.mu.Unlock()
+}
+
+// readyLocked queues a task whose turn channel is turn, and hands it the
+// turn if nothing runs.
+func (c *VirtualClock) readyLocked(turn chan struct{}) {
+	c.runq = append(c.runq, turn)
+	c.stalled = false
+	c.dispatchLocked()
+}
+
+// dispatchLocked gives the turn to the next ready task when nothing runs;
+// when no task is ready it steps the clock until one is, or until nothing
+// is left to happen. It runs on whichever goroutine ended a turn (before
+// that goroutine blocks or exits) or readied a task while nothing ran.
+func (c *VirtualClock) dispatchLocked() {
+	if c.busy || c.stepping {
+		return
+	}
+	for len(c.runq) == 0 && !c.stalled {
+		c.stepping, c.busy = true, true
+		moved := c.stepOnce()
+		c.stepping, c.busy = false, false
+		if !moved && len(c.runq) == 0 {
+			c.stalled = true
+		}
+	}
+	if len(c.runq) == 0 {
+		return
+	}
+	next := c.runq[0]
+	c.runq[0] = nil
+	c.runq = c.runq[1:]
+	c.busy = true
+	next <- struct{}{}
+}
+
+// cancelled wakes the waiters whose context has ended.
+func (c *VirtualClock) cancelled() { c.sweep() }
+
+func (c *VirtualClock) sweep() {
+	c.mu.Lock()
+	c.sweepLocked()
+	c.mu.Unlock()
+}
+
+// sweepLocked readies the parked waiters whose context has ended, in the
+// order they parked.
+func (c *VirtualClock) sweepLocked() {
+	var ended []*vgate
+	for g := range c.parked {
+		if g.ctx != nil && g.ctx.Err() != nil {
+			ended = append(ended, g)
+		}
+	}
+	slices.SortFunc(ended, func(a, b *vgate) int { return cmp.Compare(a.parkSeq, b.parkSeq) })
+	for _, g := range ended {
+		c.wakeLocked(g)
+	}
+}
+
+// wakeLocked readies a parked waiter.
+func (c *VirtualClock) wakeLocked(g *vgate) {
+	delete(c.parked, g)
+	g.parked = false
+	c.readyLocked(g.turn)
+}
+
+// vgate is a Gate of a virtual clock.
+type vgate struct {
+	c       *VirtualClock
+	token   bool
+	parked  bool
+	parkSeq uint64
+	ctx     context.Context
+	turn    chan struct{}
+}
+
+// NewGate returns a gate on the clock.
+func (c *VirtualClock) NewGate() Gate { return &vgate{c: c, turn: make(chan struct{}, 1)} }
+
+func (g *vgate) Open() {
+	c := g.c
+	c.mu.Lock()
+	g.token = true
+	if g.parked {
+		c.wakeLocked(g)
+	}
+	c.mu.Unlock()
+}
+
+// Wait ends the caller's turn until the gate opens (or ctx ends); the
+// caller must be a task of the clock.
+func (g *vgate) Wait(ctx context.Context) bool {
+	c := g.c
+	c.mu.Lock()
+	if !g.token {
+		if ctx != nil && ctx.Err() != nil {
+			c.mu.Unlock()
+			return false
+		}
+		c.parkSeq++
+		g.parked, g.parkSeq, g.ctx = true, c.parkSeq, ctx
+		c.parked[g] = struct{}{}
+		c.busy = false
+		c.dispatchLocked()
+		c.mu.Unlock()
+		// A context cancelled on the clock wakes its waiters at once (see
+		// sweepLocked); one that ends on the wall clock (a signal, a
+		// caller's deadline) wakes them from here.
+		stop := func() bool { return false }
+		if ctx != nil {
+			stop = context.AfterFunc(ctx, c.sweep)
+		}
+		<-g.turn
+		stop()
+		c.mu.Lock()
+		g.ctx = nil
+	}
+	ok := g.token
+	g.token = false
+	c.mu.Unlock()
+	return ok
+}
+
+// stepOnce settles the present instant and, if that readied no task,
+// moves to the next instant and fires its timers. It returns false when
+// nothing is left to happen. Called and returns with c.mu held; releases
+// it while participants and timers run (Opens then only queue tasks: the
+// stepper has the turn).
+func (c *VirtualClock) stepOnce() bool {
+	now := c.now
+	parts := make([]*participant, len(c.parts))
+	copy(parts, c.parts)
+	c.mu.Unlock()
+	for _, p := range parts {
+		p.p.Settle(now)
+	}
+	next, ok := time.Duration(0), false
+	for _, p := range parts {
+		if t, has := p.p.Next(); has && (!ok || t < next) {
+			next, ok = t, true
+		}
+	}
+	c.mu.Lock()
+	if len(c.runq) > 0 {
+		return true // someone woke: they run at this instant
+	}
+	if len(c.timers) > 0 && (!ok || c.timers[0].at <= next) {
+		next, ok = c.timers[0].at, true
+	}
+	if !ok {
+		return false
+	}
+	if next > c.now {
+		c.now = next
+	}
+	for len(c.timers) > 0 && c.timers[0].at <= c.now {
+		t := heap.Pop(&c.timers).(*vtimer)
+		c.mu.Unlock()
+		t.f()
+		c.mu.Lock()
+		c.sweepLocked()
+	}
+	return true
+}

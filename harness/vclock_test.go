@@ -1,0 +1,232 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// virtual runs a script on the virtual clock.
+func virtual(c *Config) { c.VirtualClock = true }
+
+func TestVirtualClock_TimersFireInTimeThenCreationOrder(t *testing.T) {
+	t.Parallel()
+	c := NewVirtualClock(time.Time{})
+	var got []string
+	c.AfterFunc(2*time.Second, func() { got = append(got, "b@2s") })
+	c.AfterFunc(time.Second, func() { got = append(got, "a@1s") })
+	c.AfterFunc(2*time.Second, func() { got = append(got, "c@2s") })
+	stop := c.AfterFunc(1500*time.Millisecond, func() { got = append(got, "stopped") })
+	assert.True(t, stop())
+	assert.False(t, stop(), "a stopped timer cannot be stopped twice")
+	require.True(t, c.Sleep(context.Background(), 3*time.Second))
+	assert.Equal(t, []string{"a@1s", "b@2s", "c@2s"}, got)
+	assert.Equal(t, 3*time.Second, c.Elapsed())
+	assert.Equal(t, DefaultVirtualEpoch.Add(3*time.Second), c.Now())
+}
+
+func TestVirtualClock_TasksTakeTurnsInWakeOrder(t *testing.T) {
+	t.Parallel()
+	// Ten tasks sleep different amounts; however the Go scheduler runs
+	// them, each wakes alone, in the order of its deadline, at its instant.
+	for range 20 {
+		c := NewVirtualClock(time.Time{})
+		var mu sync.Mutex
+		var order []int
+		var at []time.Duration
+		ts := newTasks(c)
+		for i := range 10 {
+			ts.Go(func() {
+				c.Sleep(nil, time.Duration(10-i)*time.Millisecond)
+				mu.Lock()
+				order = append(order, i)
+				at = append(at, c.Elapsed())
+				mu.Unlock()
+			})
+		}
+		ts.Wait()
+		assert.Equal(t, []int{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}, order)
+		for k, d := range at {
+			assert.Equal(t, time.Duration(k+1)*time.Millisecond, d)
+		}
+	}
+}
+
+func TestVirtualClock_CancelledWaitersWakeBeforeTimeMoves(t *testing.T) {
+	t.Parallel()
+	c := NewVirtualClock(time.Time{})
+	ctx, cancel := c.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	var woke time.Duration
+	ts := newTasks(c)
+	ts.Go(func() {
+		assert.False(t, c.NewGate().Wait(ctx), "the gate never opens; the context ends")
+		woke = c.Elapsed()
+	})
+	ts.Go(func() { c.Sleep(nil, time.Hour) })
+	ts.Wait()
+	assert.Equal(t, time.Second, woke, "woken at the deadline, not when the other task's hour ended")
+	assert.ErrorIs(t, context.Cause(ctx), context.DeadlineExceeded)
+}
+
+func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
+	t.Parallel()
+	c := NewVirtualClock(time.Time{})
+	p := &fakeParticipant{c: c, events: []time.Duration{3 * time.Millisecond, 7 * time.Millisecond}}
+	c.Join(p)
+	g := c.NewGate()
+	p.wake = g
+	require.True(t, g.Wait(nil), "the participant's first event opens the gate")
+	assert.Equal(t, 3*time.Millisecond, c.Elapsed())
+	require.True(t, g.Wait(nil))
+	assert.Equal(t, 7*time.Millisecond, c.Elapsed())
+	assert.Equal(t, []time.Duration{0, 3 * time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond}, p.settled[:4])
+}
+
+type fakeParticipant struct {
+	c       *VirtualClock
+	events  []time.Duration
+	settled []time.Duration
+	wake    Gate
+}
+
+func (p *fakeParticipant) Settle(now time.Duration) {
+	p.settled = append(p.settled, now)
+	for len(p.events) > 0 && p.events[0] <= now {
+		p.events = p.events[1:]
+		p.wake.Open()
+	}
+}
+
+func (p *fakeParticipant) Next() (time.Duration, bool) {
+	if len(p.events) == 0 {
+		return 0, false
+	}
+	return p.events[0], true
+}
+
+// TestVirtual_ExecutorsRunExactlyTheDocumentedIterations: on the virtual
+// clock an executor does exactly what k6's documentation says it plans,
+// with no timing tolerance.
+func TestVirtual_ExecutorsRunExactlyTheDocumentedIterations(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, scenario, sleep string
+		want                  float64
+	}{
+		{"constant-arrival-rate: rate × duration", `{ executor: 'constant-arrival-rate', rate: 10, timeUnit: '1s', duration: '10s', preAllocatedVUs: 5 }`, "0.3", 100},
+		{"ramping-arrival-rate: the area under the rate", `{ executor: 'ramping-arrival-rate', startRate: 0, timeUnit: '1s', preAllocatedVUs: 10, stages: [{ duration: '10s', target: 10 }] }`, "0.2", 50},
+		{"constant-vus: duration / iteration time per VU", `{ executor: 'constant-vus', vus: 3, duration: '10s' }`, "1", 30},
+		{"per-vu-iterations", `{ executor: 'per-vu-iterations', vus: 4, iterations: 5 }`, "0.5", 20},
+		{"shared-iterations", `{ executor: 'shared-iterations', vus: 3, iterations: 7 }`, "0.5", 7},
+		// Slot i joins when the target passes i (2.5 s, 5 s, 7.5 s; the
+		// fourth at the very end): 8 + 5 + 3 one-second iterations.
+		{"ramping-vus", `{ executor: 'ramping-vus', startVUs: 0, stages: [{ duration: '10s', target: 4 }] }`, "1", 16},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runScript(t, `
+import { sleep } from 'k6';
+export const options = { scenarios: { s: `+tc.scenario+` } };
+export default function () { sleep(`+tc.sleep+`); }
+`, virtual)
+			require.NoError(t, res.err, res.stderr)
+			assert.Equal(t, tc.want, res.metric(t, "iterations", "count"))
+			assert.Zero(t, res.metricOrZero(t, "dropped_iterations", "count"))
+		})
+	}
+}
+
+func TestVirtual_TimeIsTheClocksEverywhere(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `
+import { sleep, group } from 'k6';
+import exec from 'k6/execution';
+export const options = { vus: 2, iterations: 4 };
+export function setup() {
+  if (Date.now() !== Date.parse('2026-01-01T00:00:00Z')) throw new Error('Date.now() is ' + new Date().toISOString());
+}
+export default function () {
+  const t0 = Date.now();
+  group('g', () => sleep(1.25));
+  if (Date.now() - t0 !== 1250) throw new Error('slept ' + (Date.now() - t0));
+}
+`, virtual)
+	require.NoError(t, res.err, res.stderr)
+	assert.NotContains(t, res.stderr, "Error")
+	assert.Equal(t, 1250.0, res.metric(t, "iteration_duration", "min"))
+	assert.Equal(t, 1250.0, res.metric(t, "iteration_duration", "max"))
+	assert.Equal(t, 1250.0, res.metric(t, "group_duration", "max"))
+}
+
+func TestVirtual_EpochAndSeedAreTheRunsToChoose(t *testing.T) {
+	t.Parallel()
+	src := `
+export const options = { iterations: 3, vus: 3, randomSeed: 42 };
+export default function () { console.log('R' + __VU + '=' + Math.random() + ' T=' + Date.now()); }
+`
+	epoch := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
+	a := runScript(t, src, func(c *Config) { virtual(c); c.VirtualEpoch = epoch })
+	b := runScript(t, src, func(c *Config) { virtual(c); c.VirtualEpoch = epoch })
+	require.NoError(t, a.err, a.stderr)
+	assert.Contains(t, a.stderr, fmt.Sprintf("T=%d", epoch.UnixMilli()))
+	assert.Equal(t, a.stderr, b.stderr, "the same seed gives the same numbers")
+	c := runScript(t, strings.Replace(src, "randomSeed: 42", "randomSeed: 43", 1), virtual)
+	assert.NotEqual(t, valueAfter(lineWith(a.stderr, "R1=")), valueAfter(lineWith(c.stderr, "R1=")), "another seed, other numbers")
+}
+
+func lineWith(s, sub string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			return l[strings.Index(l, sub):]
+		}
+	}
+	return ""
+}
+
+func valueAfter(s string) string {
+	_, v, _ := strings.Cut(s, "=")
+	v, _, _ = strings.Cut(v, " ")
+	return v
+}
+
+// TestVirtual_SameScriptSameSummaryByte: shared iterations taken by
+// whichever VU is free, random think times, an arrival-rate scenario that
+// runs short of VUs, thresholds — the summary export is byte-identical
+// from run to run.
+func TestVirtual_SameScriptSameSummaryByte(t *testing.T) {
+	t.Parallel()
+	src := `
+import { sleep, check } from 'k6';
+import exec from 'k6/execution';
+import { Trend } from 'k6/metrics';
+const who = new Trend('who');
+export const options = {
+  scenarios: {
+    shared: { executor: 'shared-iterations', vus: 5, iterations: 40 },
+    open: { executor: 'constant-arrival-rate', rate: 30, timeUnit: '1s', duration: '5s', preAllocatedVUs: 3, maxVUs: 4, exec: 'open' },
+    ramp: { executor: 'ramping-vus', stages: [{ duration: '3s', target: 6 }, { duration: '2s', target: 0 }], exec: 'open' },
+  },
+  thresholds: { iterations: ['count>10'] },
+};
+export default function () {
+  who.add(exec.vu.idInTest * 1000 + exec.scenario.iterationInTest);
+  sleep(Math.random() / 3);
+}
+export function open() { check(Math.random(), { small: (r) => r < 0.5 }); sleep(Math.random()); }
+`
+	first := runScript(t, src, virtual)
+	require.NoError(t, first.err, first.stderr)
+	for range 3 {
+		again := runScript(t, src, virtual)
+		require.NoError(t, again.err, again.stderr)
+		assert.Equal(t, string(first.export), string(again.export))
+	}
+}
