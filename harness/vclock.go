@@ -3,8 +3,8 @@ package harness
 import (
 	"cmp"
 	"container/heap"
-	"slices"
 	"context"
+	"slices"
 	"sync"
 	"time"
 )
