@@ -32,15 +32,17 @@ type Gate interface {
 type Key struct{ Source, Seq uint64 }
 
 // NewStepped builds a cluster driven by an outside clock (see Settle and
-// Next): no loop goroutine, no wall clock. newGate makes the gates that
-// Generate, Sleep and Drain wait on. The transfers still go through each
-// prefill worker's transfer server; Settle waits for their replies, which
-// take no modeled time.
+// Next): no loop goroutine, no wall clock, no socket. newGate makes the
+// gates that Generate, Sleep and Drain wait on. The transfer handshake
+// goes through the in-memory link: the same exchanges, tickets and
+// outcomes as over each prefill worker's transfer server (the results are
+// identical, TestVirtual_SocketsChangeNothing), without a system call per
+// step of a run that must be as fast as the CPU allows.
 func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
 	if newGate == nil {
 		return nil, errors.New("cluster.NewStepped: newGate is nil")
 	}
-	c, err := newCluster(cfg, options{virtual: true, stepped: true})
+	c, err := newCluster(cfg, options{virtual: true, stepped: true, memory: true})
 	if err != nil {
 		return nil, err
 	}

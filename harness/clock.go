@@ -148,10 +148,16 @@ type runClock interface {
 	// cancelled tells the clock that contexts may have been cancelled, so
 	// that those waiting on them wake before time moves on.
 	cancelled()
+	// yield lets time move on before the caller goes on: on a virtual
+	// clock it waits for the next instant at which anything happens (a
+	// task that never waits on the clock would otherwise hold time still
+	// for ever); on the wall clock time moves anyway.
+	yield(ctx context.Context)
 }
 
 func (WallClock) goTask(f func()) { go f() }
 func (WallClock) cancelled()      {}
+func (WallClock) yield(context.Context) {}
 
 // tasks is a sync.WaitGroup whose goroutines are clock tasks and whose
 // Wait lets a virtual clock advance.

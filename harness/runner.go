@@ -99,6 +99,7 @@ type testRun struct {
 	clock       runClock // the run's time source (wall or virtual)
 	vclock      *VirtualClock
 	randomSeed  *int64 // options.randomSeed, once the options are read
+	zeroWarned  sync.Once
 	wallStart   time.Time
 	shared      sharedArrays
 	logger      *slog.Logger
@@ -623,6 +624,13 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 			runDuration.Round(time.Millisecond), wall.Round(time.Millisecond), t.speedFactor()))
 	}
 	return t.finalError(phaseErr, failed)
+}
+
+// warnZeroIteration says once that iterations take no virtual time.
+func (t *testRun) warnZeroIteration() {
+	t.zeroWarned.Do(func() {
+		t.logger.Warn("an iteration took no virtual time (it never slept or waited on a plugin): on the virtual clock each such iteration waits for the next instant anything happens; give iterations a think time with sleep()")
+	})
 }
 
 // finalError applies k6's precedence: an abort, then script errors, then

@@ -46,6 +46,8 @@ type VirtualClock struct {
 	// stalled is set while nothing runs and nothing is scheduled: only a
 	// gate opened from outside the run (or a cancellation) moves it on.
 	stalled bool
+	// yielders wait for the clock's next instant (yield).
+	yielders []*vgate
 }
 
 // NewVirtualClock returns a virtual clock whose Now starts at epoch (the
@@ -238,6 +240,16 @@ func (c *VirtualClock) dispatchLocked() {
 	next <- struct{}{}
 }
 
+// yield waits for the next instant at which anything happens (see
+// runClock).
+func (c *VirtualClock) yield(ctx context.Context) {
+	g := c.NewGate().(*vgate)
+	c.mu.Lock()
+	c.yielders = append(c.yielders, g)
+	c.mu.Unlock()
+	g.Wait(ctx)
+}
+
 // cancelled wakes the waiters whose context has ended.
 func (c *VirtualClock) cancelled() { c.sweep() }
 
@@ -357,6 +369,13 @@ func (c *VirtualClock) stepOnce() bool {
 	}
 	if next > c.now {
 		c.now = next
+		for _, g := range c.yielders {
+			g.token = true
+			if g.parked {
+				c.wakeLocked(g)
+			}
+		}
+		c.yielders = c.yielders[:0]
 	}
 	for len(c.timers) > 0 && c.timers[0].at <= c.now {
 		t := heap.Pop(&c.timers).(*vtimer)

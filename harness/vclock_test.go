@@ -169,15 +169,18 @@ export default function () {
 func TestVirtual_EpochAndSeedAreTheRunsToChoose(t *testing.T) {
 	t.Parallel()
 	src := `
+import { sleep } from 'k6';
 export const options = { iterations: 3, vus: 3, randomSeed: 42 };
-export default function () { console.log('R' + __VU + '=' + Math.random() + ' T=' + Date.now()); }
+export default function () { console.log('R' + __VU + '=' + Math.random() + ' T=' + Date.now()); sleep(0.1); }
 `
 	epoch := time.Date(2030, 5, 6, 7, 8, 9, 0, time.UTC)
 	a := runScript(t, src, func(c *Config) { virtual(c); c.VirtualEpoch = epoch })
 	b := runScript(t, src, func(c *Config) { virtual(c); c.VirtualEpoch = epoch })
 	require.NoError(t, a.err, a.stderr)
 	assert.Contains(t, a.stderr, fmt.Sprintf("T=%d", epoch.UnixMilli()))
-	assert.Equal(t, a.stderr, b.stderr, "the same seed gives the same numbers")
+	for _, vu := range []string{"R1=", "R2=", "R3="} {
+		assert.Equal(t, lineWith(a.stderr, vu), lineWith(b.stderr, vu), "the same seed gives VU %s the same numbers", vu)
+	}
 	c := runScript(t, strings.Replace(src, "randomSeed: 42", "randomSeed: 43", 1), virtual)
 	assert.NotEqual(t, valueAfter(lineWith(a.stderr, "R1=")), valueAfter(lineWith(c.stderr, "R1=")), "another seed, other numbers")
 }
@@ -229,4 +232,27 @@ export function open() { check(Math.random(), { small: (r) => r < 0.5 }); sleep(
 		require.NoError(t, again.err, again.stderr)
 		assert.Equal(t, string(first.export), string(again.export))
 	}
+}
+
+// TestVirtual_IterationsThatNeverWaitStillLetTimeMove: a default function
+// that never sleeps takes no virtual time; rather than spin at one instant
+// for ever, each such iteration waits for the clock's next instant, and
+// the run says so.
+func TestVirtual_IterationsThatNeverWaitStillLetTimeMove(t *testing.T) {
+	t.Parallel()
+	looping := runScript(t, `
+export const options = { vus: 2, duration: '3s' };
+export default function () {}
+`, virtual)
+	require.NoError(t, looping.err, looping.stderr)
+	assert.Contains(t, looping.stderr, "took no virtual time")
+	assert.Equal(t, 6.0, looping.metric(t, "iterations", "count"), "one per VU per second: the gauges' 1 s tick is the only other instant")
+
+	paced := runScript(t, `
+export const options = { scenarios: { s: { executor: 'constant-arrival-rate', rate: 10, timeUnit: '1s', duration: '2s', preAllocatedVUs: 1 } } };
+export default function () {}
+`, virtual)
+	require.NoError(t, paced.err, paced.stderr)
+	assert.Equal(t, 20.0, paced.metric(t, "iterations", "count"))
+	assert.Zero(t, paced.metricOrZero(t, "dropped_iterations", "count"), "the VU is back in the pool by the next start")
 }

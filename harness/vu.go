@@ -431,6 +431,13 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 		t.logException(err, v.sc.cfg)
 	}
 	end := t.clock.Now()
+	if end.Equal(start) && t.vclock != nil {
+		// An iteration that never waited on the clock took no virtual
+		// time; the next one starts at the clock's next instant, or a VU
+		// that never waits would hold time (and the run) still for ever.
+		t.warnZeroIteration()
+		t.clock.yield(v.ctx)
+	}
 	t.iterationsCompleted.Add(1)
 	v.samples[0] = metrics.Sample{Metric: t.bm.iterations, Tags: v.tags, Time: end, Value: 1}
 	v.samples[1] = metrics.Sample{Metric: t.bm.iterationDuration, Tags: v.tags, Time: end, Value: float64(end.Sub(start)) / float64(time.Millisecond)}

@@ -21,10 +21,12 @@
 // cascade.
 //
 // Run:  bin/mocker run scripts/cascade.js
-//   -e DURATION=10s   how long the VUs push (wall time)
+//       bin/mocker run --clock virtual scripts/cascade.js   (for CI: the same
+//       result on every run, in a fraction of the time)
+//   -e DURATION=10s   how long the VUs push (script time: wall, or virtual)
 //   -e VUS=24         concurrent users
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms; aborts need ≤ 1000)
-//   -e SPEEDUP=10     speedup_ratio: modeled ms per wall ms
+//   -e SPEEDUP=10     speedup_ratio: modeled ms per script ms
 //   -e BACKOFF_MS=500 a refused client's back-off before it retries (modeled ms)
 import mocker from 'k6/x/mocker';
 import { Counter } from 'k6/metrics';

@@ -19,11 +19,13 @@
 // turns the same rates into a lighter load in modeled time.
 //
 // Run:  bin/mocker run scripts/pressure.js
-//   -e DURATION=20s       length of the ramp (wall time)
+//       bin/mocker run --clock virtual scripts/pressure.js   (for CI: the same
+//       result on every run, in a fraction of the time)
+//   -e DURATION=20s       length of the ramp (script time: wall, or virtual)
 //   -e START_RATE=5       requests per wall second at the start
 //   -e PEAK_RATE=40       requests per wall second at the end of the ramp
 //   -e MAX_VUS=200        VUs the executor may use for requests in flight
-//   -e SPEEDUP=10         speedup_ratio: modeled ms per wall ms
+//   -e SPEEDUP=10         speedup_ratio: modeled ms per script ms
 //   -e WAIT_P95_MS=1000   saturation: p(95) of decode wait above this (modeled ms)
 //   -e HELD_MAX=400       saturation: peak held blocks above this (of 896)
 //   -e TTFT_P95_MS=3000   p(95) of TTFT of completed requests below this (modeled ms)

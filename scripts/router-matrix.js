@@ -17,12 +17,14 @@
 // --summary-export them.
 //
 // Run:  bin/mocker run -e ROUTER=kv -e ENGINE=vllm scripts/router-matrix.js
+//       bin/mocker run --clock virtual scripts/router-matrix.js   (for CI: the same
+//       result on every run, in a fraction of the time)
 //   -e ROUTER=round-robin|kv|least-loaded|random   (default kv)
 //   -e ENGINE=vllm|sglang                          (default vllm)
-//   -e DURATION=10s    how long requests arrive (wall time)
+//   -e DURATION=10s    how long requests arrive (script time: wall, or virtual)
 //   -e RATE=20         requests per wall second
 //   -e PREFIXES=24     distinct conversations (shared prefixes)
-//   -e SPEEDUP=10      speedup_ratio: modeled ms per wall ms
+//   -e SPEEDUP=10      speedup_ratio: modeled ms per script ms
 //   -e KV_HITS=0.6     kv: the cache-hit rate must be above this
 //   -e OTHER_HITS=0.05 other modes: the cache-hit rate must be above this
 //

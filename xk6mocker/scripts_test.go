@@ -3,32 +3,34 @@ package xk6mocker
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// scriptRuns are the short settings each scenario in scripts/ runs with
-// here, one entry per run; a script missing from the map still runs, with
-// its defaults, so a new script cannot go untested.
+// scriptRuns are the settings each scenario in scripts/ runs with here,
+// one entry per run, on the virtual clock at its full default length; a
+// script missing from the map runs once with its defaults, so a new script
+// cannot go untested.
 var scriptRuns = map[string][]map[string]string{
-	"quickstart.js": {{"DURATION": "4s", "VUS": "8"}},
-	"pressure.js":   {{"DURATION": "4s", "START_RATE": "10", "PEAK_RATE": "40"}},
-	"cascade.js":    {{"DURATION": "3s", "VUS": "16"}},
 	"router-matrix.js": {
-		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "round-robin", "ENGINE": "vllm"},
-		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "kv", "ENGINE": "vllm"},
-		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "least-loaded", "ENGINE": "vllm"},
-		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "random", "ENGINE": "vllm"},
-		{"DURATION": "3s", "RATE": "20", "PREFIXES": "6", "ROUTER": "kv", "ENGINE": "sglang"},
+		{"ROUTER": "round-robin", "ENGINE": "vllm"},
+		{"ROUTER": "kv", "ENGINE": "vllm"},
+		{"ROUTER": "least-loaded", "ENGINE": "vllm"},
+		{"ROUTER": "random", "ENGINE": "vllm"},
+		{"ROUTER": "kv", "ENGINE": "sglang"},
 	},
 }
 
@@ -37,27 +39,53 @@ var scriptRuns = map[string][]map[string]string{
 // and run with its thresholds by TestScripts_PassTheirThresholds.
 const readmeExample = "testdata/readme.js"
 
-// TestScripts_PassTheirThresholds runs every script in scripts/ through the
-// mocker binary with short settings and expects exit code 0: each one's
-// thresholds hold (cascade.js's assert that holds and aborts happen and that
-// nothing leaks after drain).
-func TestScripts_PassTheirThresholds(t *testing.T) {
-	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
-		t.Skip("builds the mocker binary and runs every scenario script; -short skips it unless CI=true")
-	}
+// buildMocker builds the mocker binary for tests that run it as users do.
+func buildMocker(t *testing.T) (bin, root string) {
+	t.Helper()
 	root, err := filepath.Abs("..")
 	require.NoError(t, err)
-	scripts, err := filepath.Glob(filepath.Join(root, "scripts", "*.js"))
-	require.NoError(t, err)
-	require.NotEmpty(t, scripts, "no scripts in %s/scripts", root)
-	sort.Strings(scripts)
-
-	bin := filepath.Join(t.TempDir(), "mocker")
+	bin = filepath.Join(t.TempDir(), "mocker")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/mocker")
 	build.Dir = root
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, "building the mocker binary: %s", out)
+	return bin, root
+}
 
+// runMocker runs the mocker binary and returns its exit code and output.
+func runMocker(t *testing.T, bin, dir string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = dir
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return code, out.String(), errOut.String()
+}
+
+// TestScripts_PassTheirThresholds runs every script in scripts/ (and the
+// README's example) through the mocker binary on the virtual clock, as the
+// README tells CI users to, at full length, and expects exit code 0: each
+// one's thresholds hold (cascade.js's assert that holds and aborts happen
+// and that nothing leaks after drain). Each runs twice — the second time
+// with an NDJSON output and two goroutines burning CPU beside it — and
+// must write the same --summary-export byte for byte: the verdict does
+// not depend on the host or on the outputs.
+func TestScripts_PassTheirThresholds(t *testing.T) {
+	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
+		t.Skip("builds the mocker binary and runs every scenario script; -short skips it unless CI=true")
+	}
+	bin, root := buildMocker(t)
+	scripts, err := filepath.Glob(filepath.Join(root, "scripts", "*.js"))
+	require.NoError(t, err)
+	require.NotEmpty(t, scripts, "no scripts in %s/scripts", root)
+	sort.Strings(scripts)
 	readme, err := filepath.Abs(readmeExample)
 	require.NoError(t, err)
 	for _, script := range append(scripts, readme) {
@@ -72,10 +100,8 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 				name += "/" + env["ENGINE"] + "-" + env["ROUTER"]
 			}
 			t.Run(name, func(t *testing.T) {
-				args := []string{"run", "-q", "--no-color"}
-				if script == readme {
-					args = append(args, "-d", "3s") // the example runs 10s
-				}
+				dir := t.TempDir()
+				args := []string{"run", "-q", "--no-color", "--clock", "virtual"}
 				keys := make([]string, 0, len(env))
 				for k := range env {
 					keys = append(keys, k)
@@ -84,24 +110,59 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 				for _, k := range keys {
 					args = append(args, "-e", k+"="+env[k])
 				}
-				cmd := exec.Command(bin, append(args, script)...)
-				cmd.Dir = root
-				var stdout, stderr bytes.Buffer
-				cmd.Stdout, cmd.Stderr = &stdout, &stderr
-				err := cmd.Run()
-				code := 0
-				var ee *exec.ExitError
-				if errors.As(err, &ee) {
-					code = ee.ExitCode()
-				} else {
+				var exports [2]string
+				for i := range exports {
+					path := filepath.Join(dir, fmt.Sprintf("summary-%d.json", i))
+					runArgs := append(slices.Clone(args), "--summary-export", path)
+					if i == 1 {
+						runArgs = append(runArgs, "-o", "json="+filepath.Join(dir, "samples.json"))
+						stop := burnCPU(2)
+						defer stop()
+					}
+					code, stdout, stderr := runMocker(t, bin, root, append(runArgs, script)...)
+					require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+					assert.Contains(t, stdout, "█ KV HANDOFF")
+					assert.NotContains(t, stdout, "✗ '", "a threshold was crossed")
+					b, err := os.ReadFile(path)
 					require.NoError(t, err)
+					exports[i] = string(b)
 				}
-				require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
-				assert.Contains(t, stdout.String(), "█ KV HANDOFF")
-				assert.NotContains(t, stdout.String(), "✗ '", "a threshold was crossed")
+				assert.Equal(t, exports[0], exports[1], "the second run's summary differs")
 			})
 		}
 	}
+}
+
+// burnCPU keeps n goroutines busy until stop is called.
+func burnCPU(n int) (stop func()) {
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			x := 0
+			for !done.Load() {
+				x++
+			}
+			_ = x
+		})
+	}
+	return func() {
+		done.Store(true)
+		wg.Wait()
+	}
+}
+
+// TestScripts_QuickstartOnTheWallClock: `make run` runs the quickstart on
+// the wall clock; a short, unsaturated run of it passes its thresholds
+// there too.
+func TestScripts_QuickstartOnTheWallClock(t *testing.T) {
+	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
+		t.Skip("builds the mocker binary; -short skips it unless CI=true")
+	}
+	bin, root := buildMocker(t)
+	code, stdout, stderr := runMocker(t, bin, root, "run", "-q", "--no-color", "-e", "DURATION=3s", "-e", "VUS=6", "scripts/quickstart.js")
+	require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "█ KV HANDOFF")
 }
 
 // skipUnderShort says whether a slow test skips: only under -short, and
