@@ -155,8 +155,8 @@ type runClock interface {
 	yield(ctx context.Context)
 }
 
-func (WallClock) goTask(f func()) { go f() }
-func (WallClock) cancelled()      {}
+func (WallClock) goTask(f func())       { go f() }
+func (WallClock) cancelled()            {}
 func (WallClock) yield(context.Context) {}
 
 // tasks is a sync.WaitGroup whose goroutines are clock tasks and whose
