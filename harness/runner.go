@@ -407,6 +407,12 @@ func scriptError(phase string, err error) *ExitError {
 	if ae != nil || errors.As(err, &ae) {
 		return &ExitError{Code: ExitScriptAborted, Err: fmt.Errorf("%s: %w", phase, ae)}
 	}
+	// A module that throws an *ExitError (a Go error value) chooses the
+	// exit code, e.g. ExitInvalidConfig for an option it cannot honour.
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		return &ExitError{Code: ee.Code, Err: fmt.Errorf("%s: %w", phase, ee.Err)}
+	}
 	return &ExitError{Code: ExitScriptException, Err: fmt.Errorf("%s: %s", phase, exceptionText(err))}
 }
 

@@ -398,6 +398,10 @@ declare module 'k6/x/mocker' {
     clock_lag_peak_ms: number;
     /** Set when that lag was over a tenth of the run: the host could not keep up. */
     lag_warning?: string;
+    /** How far the cluster's modeled clock got: script time × speedup_ratio, in ms. */
+    modeled_ms: number;
+    /** The cluster's speedup_ratio. */
+    speedup_ratio: number;
   }
 
   /** handleSummary's data.mocker, also in the --summary-export file. */

@@ -14,6 +14,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness"
 	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
@@ -52,6 +53,11 @@ func (inst *instance) jsCluster(call sobek.FunctionCall) sobek.Value {
 		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
 	}
 	e, err := inst.run.cluster(cfg, inst.vu.Clock())
+	var exit *harness.ExitError
+	if errors.As(err, &exit) {
+		// The error sets the run's exit code (the harness unwraps it).
+		panic(rt.NewGoError(&harness.ExitError{Code: exit.Code, Err: fmt.Errorf("mocker.cluster: %w", exit.Err)}))
+	}
 	if err != nil {
 		throw(rt, fmt.Errorf("mocker.cluster: %w", err))
 	}

@@ -92,6 +92,9 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		name = cluster.DefaultName
 		cfg.Name = name
 	}
+	if clock.Virtual() && cfg.Transport != nil {
+		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock wall (or MOCKER_CLOCK=wall), or remove transport to run the in-process cluster")}
+	}
 	// A bad field is reported as such, whatever already runs under the
 	// name.
 	speedup, err := cfg.SpeedupRatio()
@@ -121,9 +124,6 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	// On the run's virtual clock the cluster is one of the clock's
 	// participants: its modeled time is the clock's time × speedup_ratio,
 	// as on the wall clock, and it moves only when the clock does.
-	if cfg.Transport != nil {
-		return nil, errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock wall (or MOCKER_CLOCK=wall), or remove transport to run the in-process cluster")
-	}
 	c, err := cluster.NewStepped(cfg, func() cluster.Gate { return clock.NewGate() })
 	if err != nil {
 		return nil, err
@@ -197,6 +197,7 @@ type entry struct {
 	final    cluster.Stats     // at close
 	finalHld []cluster.Hold
 	finalLag cluster.LagReport
+	finalNow float64
 }
 
 func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, speedup float64) *entry {
@@ -282,6 +283,16 @@ func (e *entry) lag() cluster.LagReport {
 	return e.c.Lag()
 }
 
+// modeledNow is e's modeled clock in ms (where it stopped once closed).
+func (e *entry) modeledNow() float64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return e.finalNow
+	}
+	return e.c.Now()
+}
+
 // heldNow is a cluster's held blocks now and at the peak.
 type heldNow struct{ now, peak int }
 
@@ -346,6 +357,7 @@ func (e *entry) close() {
 	e.final = e.c.Stats()
 	e.finalHld = e.c.Holds()
 	e.finalLag = e.c.Lag()
+	e.finalNow = e.c.Now()
 	_ = e.c.Close() // the run is over: nobody is left to tell
 	if e.leave != nil {
 		e.leave()

@@ -47,6 +47,10 @@ type ClusterSummary struct {
 	// less modeled load than it says (modeled results are still exact).
 	ClockLagPeakMs float64 `json:"clock_lag_peak_ms"`
 	LagWarning     string  `json:"lag_warning,omitempty"`
+	// ModeledMs is how far the cluster's modeled clock got (script time
+	// × speedup_ratio, from the cluster's start); SpeedupRatio the ratio.
+	ModeledMs    float64 `json:"modeled_ms"`
+	SpeedupRatio float64 `json:"speedup_ratio"`
 }
 
 // RequestCounts counts a cluster's requests by how they ended.
@@ -127,6 +131,8 @@ func (e *entry) summary() ClusterSummary {
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
 	s.LagWarning = lagWarning(lag, e.speedup)
+	s.ModeledMs = e.modeledNow()
+	s.SpeedupRatio = e.speedup
 	return s
 }
 
@@ -168,6 +174,7 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	}
 	line("peak held blocks", fmt.Sprint(s.PeakHeldBlocks))
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
+	line("modeled time", fmt.Sprintf("%s (script time × speedup_ratio %g)", ms(s.ModeledMs), s.SpeedupRatio))
 	if s.LagWarning != "" {
 		line("clock lag", "WARN "+s.LagWarning)
 	}

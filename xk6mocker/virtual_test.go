@@ -4,10 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 )
 
@@ -34,4 +36,24 @@ func TestVirtual_VUsBlockedEveryWayAtOnce(t *testing.T) {
 		require.NoError(t, err)
 	}
 	assert.Equal(t, string(exports[0]), string(exports[1]))
+}
+
+// TestVirtual_RefusesTheDistributedTransport: workers in other processes
+// run on the wall clock, so a cluster with a transport is refused on the
+// virtual clock, with the option named and exit code 104.
+func TestVirtual_RefusesTheDistributedTransport(t *testing.T) {
+	r := &run{clusters: map[string]*entry{}}
+	cfg := cluster.Config{Transport: &cluster.TransportConfig{}}
+	_, err := r.cluster(cfg, harness.NewVirtualClock(time.Time{}))
+	var exit *harness.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, harness.ExitInvalidConfig, exit.Code)
+	assert.Contains(t, err.Error(), "--clock virtual")
+	assert.Contains(t, err.Error(), "transport")
+}
+
+func TestVirtual_TransportScriptExits104(t *testing.T) {
+	res := runScriptWith(t, "virtual_transport.js", nil, func(c *harness.Config) { c.VirtualClock = true })
+	assert.Equal(t, harness.ExitInvalidConfig, res.code, "stderr: %s", res.stderr)
+	assert.Contains(t, res.err.Error(), "--clock virtual")
 }
