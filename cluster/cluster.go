@@ -48,9 +48,15 @@ type Cluster struct {
 	forensic *forensics
 	series   seriesRec
 	drainers []func()
-	stopping bool
-	ended    bool                         // the loop has returned; Stats reads the workers' last reports
-	onFinish func(r *request, res Result) // RunVirtual's collector
+	// Holds keep a paced loop's modeled time still for callers that got a
+	// result and have not acted on it yet (GenerateHoldingTime).
+	holds     map[uint64]struct{}
+	holdSeq   uint64
+	holdTouch time.Time // wall time of the last hold taken or released
+	holdsLost uint64    // holds that ran out (holdMax)
+	stopping  bool
+	ended     bool                         // the loop has returned; Stats reads the workers' last reports
+	onFinish  func(r *request, res Result) // RunVirtual's collector
 
 	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
 	// Settle runs the loop, under stepMu, which also guards the calls

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
@@ -19,9 +20,13 @@ type call struct {
 	// A stepped cluster's calls (Submit) get their result through done,
 	// on the goroutine settling the cluster, and are stopped when ctx
 	// ends; key orders the calls handed in at one instant.
-	done       func(Result)
-	ctx        context.Context
-	key        Key
+	done func(Result)
+	ctx  context.Context
+	key  Key
+	// A GenerateHoldingTime call: wantHold asks for a hold with the result
+	// (hold is its id, set before the reply is sent).
+	wantHold   bool
+	hold       uint64
 	r          *request // owned by the loop
 	stopReason string   // a stop that came before the arrival was handled
 }
@@ -71,6 +76,85 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 		return Result{Outcome: OutcomeError, Error: errClosed}
 	}
 	return c.await(ctx, h)
+}
+
+// TimeHold is modeled time held still for a closed-loop caller between a
+// result and its next step (GenerateHoldingTime); the zero TimeHold holds
+// nothing.
+type TimeHold struct{ id uint64 }
+
+// holdMax bounds how long (wall time) holds may keep a paced loop still
+// without being taken or released: a caller that computes for longer
+// than that, or forgets its hold, lets modeled time go on.
+const holdMax = 100 * time.Millisecond
+
+// GenerateHoldingTime is Generate for a caller that loops: it sends its next
+// request as soon as it has acted on the last result. The request
+// releases prev as it arrives, and the result comes with a new hold: until
+// the caller releases it (ReleaseTime, or its next GenerateHoldingTime), the
+// paced loop does not move modeled time past the instant the result was
+// ready (for at most holdMax of wall time without news of any hold). The
+// caller's own think time, however long the host takes over it, is then
+// no modeled time, as on the virtual clock: the next request arrives at
+// the instant the last one ended. On a virtual or stepped cluster it is
+// Generate (the zero TimeHold).
+func (c *Cluster) GenerateHoldingTime(ctx context.Context, req Request, prev TimeHold) (Result, TimeHold) {
+	if c.clock == nil || c.opts.stepped {
+		c.ReleaseTime(prev)
+		return c.Generate(ctx, req), TimeHold{}
+	}
+	if err := req.validate(); err != nil {
+		c.ReleaseTime(prev)
+		return Result{Outcome: OutcomeError, Error: err.Error()}, TimeHold{}
+	}
+	h := &call{req: req, reply: make(chan Result, 1), wantHold: true}
+	if !c.send(arriveMsg{h: h, release: prev.id}) {
+		return Result{Outcome: OutcomeError, Error: errClosed}, TimeHold{}
+	}
+	res := c.await(ctx, h)
+	return res, TimeHold{id: h.hold}
+}
+
+// ReleaseTime lets modeled time go on past h (no-op for the zero
+// TimeHold or a hold already released or run out).
+func (c *Cluster) ReleaseTime(h TimeHold) {
+	if h.id == 0 || c.opts.stepped {
+		return
+	}
+	c.send(releaseMsg{id: h.id})
+}
+
+// takeHold starts a hold at the loop's now.
+func (c *Cluster) takeHold() uint64 {
+	if c.holds == nil {
+		c.holds = map[uint64]struct{}{}
+	}
+	c.holdSeq++
+	c.holds[c.holdSeq] = struct{}{}
+	c.holdTouch = time.Now()
+	return c.holdSeq
+}
+
+// releaseHold ends a hold.
+func (c *Cluster) releaseHold(id uint64) {
+	if _, ok := c.holds[id]; ok {
+		delete(c.holds, id)
+		c.holdTouch = time.Now()
+	}
+}
+
+// holding reports whether holds keep modeled time still now; holds with
+// no news for holdMax run out.
+func (c *Cluster) holding() bool {
+	if len(c.holds) == 0 {
+		return false
+	}
+	if time.Since(c.holdTouch) > holdMax {
+		c.holdsLost += uint64(len(c.holds))
+		clear(c.holds)
+		return false
+	}
+	return true
 }
 
 func (c *Cluster) await(ctx context.Context, h *call) Result {
@@ -248,6 +332,9 @@ func (c *Cluster) reply(r *request, res Result) {
 		c.onFinish(r, res)
 	}
 	c.unwatch(r.h)
+	if r.h.wantHold && c.clock != nil && !c.stopping {
+		r.h.hold = c.takeHold()
+	}
 	r.h.give(res)
 }
 

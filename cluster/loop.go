@@ -22,8 +22,9 @@ import (
 type message interface{ isMessage() }
 
 type arriveMsg struct {
-	h  *call
-	at float64 // modeled time, when stamped is set
+	h       *call
+	release uint64  // a hold the arrival ends (GenerateHoldingTime)
+	at      float64 // modeled time, when stamped is set
 	// stamped arrivals keep their own time (RunVirtual, tests); others are
 	// stamped with the loop's now.
 	stamped bool
@@ -47,17 +48,19 @@ type sleepMsg struct {
 	done chan struct{}
 }
 type drainMsg struct{ done chan struct{} }
+type releaseMsg struct{ id uint64 }
 type closeMsg struct{}
 type batchMsg struct{ arrivals []arriveMsg }
 
-func (arriveMsg) isMessage() {}
-func (stopMsg) isMessage()   {}
-func (linkMsg) isMessage()   {}
-func (queryMsg) isMessage()  {}
-func (sleepMsg) isMessage()  {}
-func (drainMsg) isMessage()  {}
-func (closeMsg) isMessage()  {}
-func (batchMsg) isMessage()  {}
+func (arriveMsg) isMessage()  {}
+func (stopMsg) isMessage()    {}
+func (linkMsg) isMessage()    {}
+func (queryMsg) isMessage()   {}
+func (sleepMsg) isMessage()   {}
+func (drainMsg) isMessage()   {}
+func (closeMsg) isMessage()   {}
+func (batchMsg) isMessage()   {}
+func (releaseMsg) isMessage() {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
@@ -123,6 +126,12 @@ func (c *Cluster) run() {
 		switch {
 		case ok && !blocked:
 			stuckSince = time.Time{}
+			if c.clock != nil && !c.stopping && at > c.v.Now() && c.holding() {
+				// A caller acts on a result: modeled time waits for it.
+				timer.Reset(holdMax - time.Since(c.holdTouch))
+				wake = timer.C
+				break
+			}
 			if c.clock != nil && !c.stopping {
 				d := c.clock.wallAt(at) - c.clock.elapsed()
 				if d > 0 {
@@ -195,7 +204,7 @@ func (c *Cluster) publish() {
 // modeled time, but never before what the loop has processed nor past its
 // next event.
 func (c *Cluster) stamp() float64 {
-	if c.clock != nil && !c.stopping {
+	if c.clock != nil && !c.stopping && !c.holding() {
 		c.v.AdvanceTo(c.clock.modeled())
 	}
 	return c.v.Now()
@@ -217,6 +226,8 @@ func (c *Cluster) handle(m message) {
 		}
 	case linkMsg:
 		c.onLinkMsg(m)
+	case releaseMsg:
+		c.releaseHold(m.id)
 	case queryMsg:
 		m.fn()
 		close(m.done)
@@ -252,6 +263,9 @@ func (c *Cluster) accept(m arriveMsg) {
 	}
 	h := m.h
 	c.v.Call(at, func() { c.arrive(h) })
+	if m.release != 0 {
+		c.releaseHold(m.release)
+	}
 }
 
 // wallClock maps modeled time to the wall clock: modeled = wall since start

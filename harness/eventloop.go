@@ -18,6 +18,7 @@ type eventLoop struct {
 	gen     uint64 // bumped by reset; stale slots are ignored
 	wake    Gate   // opened when a slot is filled
 	onReset func() // forgets work that would fill slots later (timers)
+	onWait  func() // the VU is about to wait for a slot to be filled
 }
 
 func newEventLoop(c Clock) *eventLoop {
@@ -55,6 +56,9 @@ func (l *eventLoop) drain(ctx context.Context) error {
 			l.mu.Unlock()
 			if pending == 0 {
 				return nil
+			}
+			if l.onWait != nil {
+				l.onWait()
 			}
 			if !l.wake.Wait(ctx) {
 				return ctx.Err()

@@ -107,6 +107,7 @@ func (s *scenarioRun) run(ctx context.Context) {
 func (s *scenarioRun) loop(v *vu, regular, hard context.Context, next func() bool, active func()) {
 	release := v.activate(hard)
 	defer release()
+	defer v.waiting()
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
 	s.active.Add(1)
@@ -277,8 +278,10 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	v := sl.v
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
+	defer v.waiting()
 	for s.running(regular) {
 		if !sl.active.Load() {
+			v.waiting()
 			if !sl.wake.Wait(regular) {
 				return
 			}
@@ -460,6 +463,7 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 func (s *scenarioRun) arrivalIteration(v *vu, hard context.Context) {
 	release := v.activate(hard)
 	defer release()
+	defer v.waiting()
 	if v.sc != s {
 		v.enterScenario(s)
 	}

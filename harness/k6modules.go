@@ -177,6 +177,7 @@ func (v *vu) sleep(secs float64) {
 		return
 	}
 	d := time.Duration(secs * float64(time.Second))
+	v.waiting()
 	if !v.t.clock.Sleep(v.ctx, d) {
 		// The script must not go on as if it had slept: stop it here
 		// rather than when the context's interrupt lands.

@@ -98,6 +98,12 @@ type VU interface {
 	// to pass uses it: under `--clock virtual` the wall clock stands
 	// still and only this one moves. See Clock and Gate.
 	Clock() Clock
+	// WhenWaiting registers f to run once, on the VU goroutine, the next
+	// time the VU waits: in sleep(), for a promise or timer to settle, or
+	// between iterations when its executor does not start the next one at
+	// once. A plugin that holds simulated time still while a VU acts on a
+	// result releases it there.
+	WhenWaiting(f func())
 }
 
 // RunContext is one test run (one call of Run) as plugins see it. Its

@@ -799,6 +799,7 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 	defer cancel()
 	release := v0.activate(ctx)
 	defer release()
+	defer v0.waiting()
 	v0.group = "::setup"
 	v0.recomputeTags()
 	defer func() { v0.group = ""; v0.recomputeTags() }()
@@ -835,6 +836,7 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 	defer cancel()
 	release := v0.activate(ctx)
 	defer release()
+	defer v0.waiting()
 	v0.group = "::teardown"
 	v0.recomputeTags()
 	defer func() { v0.group = ""; v0.recomputeTags() }()

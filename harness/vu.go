@@ -49,7 +49,8 @@ type vu struct {
 	checkCache       map[checkKey]checkEntry
 	samples          [2]metrics.Sample
 
-	rng *rand.PCG // Math.random's source
+	rng       *rand.PCG // Math.random's source
+	waitHooks []func()  // WhenWaiting
 
 	imu    sync.Mutex // orders interrupts against activation changes
 	genInt uint64
@@ -83,6 +84,19 @@ func (v *vu) Registry() *metrics.Registry { return v.t.reg }
 func (v *vu) Tags() metrics.Tags          { return v.tags }
 func (v *vu) Run() RunContext             { return v.t }
 func (v *vu) Clock() Clock                { return v.t.clock }
+
+func (v *vu) WhenWaiting(f func()) { v.waitHooks = append(v.waitHooks, f) }
+
+// waiting runs the WhenWaiting hooks: the VU is about to wait.
+func (v *vu) waiting() {
+	for len(v.waitHooks) > 0 {
+		hooks := v.waitHooks
+		v.waitHooks = nil
+		for _, f := range hooks {
+			f()
+		}
+	}
+}
 
 func (v *vu) RegisterCallback() func(func() error) { return v.loop.registerCallback() }
 
@@ -128,6 +142,7 @@ func (t *testRun) makeVU(ctx context.Context, id uint64) (*vu, error) {
 	}
 	v.timers = newTimers(v, t.clock)
 	v.loop.onReset = v.timers.reset
+	v.loop.onWait = v.waiting
 	v.tags = metrics.NewTags(t.opts0Tags())
 	v.baseTags = v.tags
 	// Math.random is seeded per VU: from the time on the wall clock, from

@@ -120,6 +120,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 				throw(rt, err)
 			}
 		}
+		inst.releaseHolds()
 		vuCtx := inst.vu.Context()
 		ctx, cancel := inst.vu.Clock().WithTimeout(vuCtx, timeout)
 		defer cancel()
@@ -169,20 +170,62 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 		g.Wait(nil)
 		return res
 	}
-	done := make(chan cluster.Result, 1)
-	go func() { done <- e.generate(ctx, req) }()
+	// On the wall clock the VU holds the cluster's modeled time still from
+	// one result to its next step (its next request, or its next wait):
+	// the time the host takes over the script's JavaScript is no modeled
+	// time, so a closed loop offers the same load however busy the host.
+	type held struct {
+		res  cluster.Result
+		hold cluster.TimeHold
+	}
+	prev := inst.holds[e]
+	delete(inst.holds, e)
+	done := make(chan held, 1)
+	go func() {
+		if e.isClosed() {
+			done <- held{res: closedResult(e)}
+			return
+		}
+		res, h := e.c.GenerateHoldingTime(ctx, req, prev)
+		done <- held{res, h}
+	}()
 	tick := time.NewTicker(heldSampleEvery)
 	defer tick.Stop()
 	for {
 		select {
-		case res := <-done:
-			return res
+		case r := <-done:
+			inst.keepHold(e, r.hold)
+			return r.res
 		case now := <-tick.C:
 			if e.sampleDue(now, heldSampleEvery) {
 				inst.sampleHeld(e, e.held())
 			}
 		}
 	}
+}
+
+// keepHold keeps h until the VU next waits.
+func (inst *instance) keepHold(e *entry, h cluster.TimeHold) {
+	if h == (cluster.TimeHold{}) {
+		return
+	}
+	if inst.holds == nil {
+		inst.holds = map[*entry]cluster.TimeHold{}
+	}
+	inst.holds[e] = h
+	if !inst.waitHooked {
+		inst.waitHooked = true
+		inst.vu.WhenWaiting(inst.releaseHolds)
+	}
+}
+
+// releaseHolds lets the clusters' modeled time go on: the VU waits.
+func (inst *instance) releaseHolds() {
+	inst.waitHooked = false
+	for e, h := range inst.holds {
+		e.c.ReleaseTime(h)
+	}
+	clear(inst.holds)
 }
 
 // submit hands req to a stepped cluster, keyed by this VU and its call
@@ -204,6 +247,7 @@ func (inst *instance) sleepModeled(e *entry, ms float64) {
 	if ms <= 0 {
 		return
 	}
+	inst.releaseHolds()
 	_ = e.sleep(inst.vu.Context(), ms)
 }
 

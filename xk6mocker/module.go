@@ -6,6 +6,7 @@ import (
 
 	"github.com/grafana/sobek"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 	"github.com/kvstrand/mocker/harness/metrics"
 )
@@ -86,6 +87,10 @@ type instance struct {
 	m      moduleMetrics
 	regErr error  // a script declared one of our metric names with another type
 	calls  uint64 // requests this VU handed to stepped clusters
+	// holds keep each wall-clock cluster's modeled time still until the
+	// VU next waits (see generateBlocking).
+	holds      map[*entry]cluster.TimeHold
+	waitHooked bool
 }
 
 // NewModuleInstance registers the module's metrics in the run's registry

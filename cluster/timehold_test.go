@@ -1,0 +1,47 @@
+package cluster
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPaced_HeldTimeKeepsTheCallersThinkTimeOutOfTheModel: a closed loop
+// that takes a while (wall time) between a result and its next request
+// offers, with GenerateHoldingTime, its next request at the instant the
+// last one ended; with Generate, the host's time between the two becomes
+// modeled time. The cluster's modeled clock after ten requests tells
+// which.
+func TestPaced_HeldTimeKeepsTheCallersThinkTimeOutOfTheModel(t *testing.T) {
+	const think = 5 * time.Millisecond // 50 modeled ms at speedup 10
+	loop := func(held bool) (gap float64) {
+		c := start(t, Config{Workers: 1, Args: map[string]any{"speedup_ratio": 10}})
+		// The first request arrives at the wall clock's modeled now.
+		var first float64
+		var hold TimeHold
+		var busy float64
+		for i := range 10 {
+			var res Result
+			if held {
+				res, hold = c.GenerateHoldingTime(context.Background(), Request{PromptTokens: 64, MaxTokens: 4}, hold)
+			} else {
+				res = c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 4})
+			}
+			require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
+			if i == 0 {
+				c.query(func() { first = c.v.Now() - res.E2EMs })
+			}
+			busy += res.E2EMs
+			time.Sleep(think)
+		}
+		c.ReleaseTime(hold)
+		var now float64
+		c.query(func() { now = c.v.Now() })
+		return now - first - busy
+	}
+	assert.Less(t, loop(true), 1.0, "held: each request arrives as the last one ends")
+	assert.Greater(t, loop(false), 9*50.0, "not held: the host's think time is modeled time")
+}
