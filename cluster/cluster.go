@@ -65,7 +65,6 @@ type Cluster struct {
 	newGate func() Gate
 	pending []*call
 	watched map[context.Context]int // contexts of calls in flight
-	nextMs  float64                 // the next event's time as Next last reported it
 
 	mail chan message
 	done chan struct{} // the loop has ended

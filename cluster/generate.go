@@ -121,7 +121,7 @@ func (c *Cluster) ReleaseTime(h TimeHold) {
 	if h.id == 0 || c.opts.stepped {
 		return
 	}
-	c.send(releaseMsg{id: h.id})
+	c.send(releaseMsg(h))
 }
 
 // takeHold starts a hold at the loop's now.

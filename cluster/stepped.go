@@ -191,7 +191,7 @@ func (c *Cluster) generateStepped(ctx context.Context, req Request) Result {
 		res = r
 		g.Open()
 	})
-	g.Wait(nil)
+	g.Wait(context.Background())
 	return res
 }
 

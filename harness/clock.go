@@ -198,6 +198,6 @@ func (ts *tasks) Wait() {
 		if n == 0 {
 			return
 		}
-		ts.gate.Wait(nil)
+		ts.gate.Wait(context.Background())
 	}
 }

@@ -43,7 +43,7 @@ func TestVirtualClock_TasksTakeTurnsInWakeOrder(t *testing.T) {
 		ts := newTasks(c)
 		for i := range 10 {
 			ts.Go(func() {
-				c.Sleep(nil, time.Duration(10-i)*time.Millisecond)
+				c.Sleep(context.Background(), time.Duration(10-i)*time.Millisecond)
 				mu.Lock()
 				order = append(order, i)
 				at = append(at, c.Elapsed())
@@ -69,7 +69,7 @@ func TestVirtualClock_CancelledWaitersWakeBeforeTimeMoves(t *testing.T) {
 		assert.False(t, c.NewGate().Wait(ctx), "the gate never opens; the context ends")
 		woke = c.Elapsed()
 	})
-	ts.Go(func() { c.Sleep(nil, time.Hour) })
+	ts.Go(func() { c.Sleep(context.Background(), time.Hour) })
 	ts.Wait()
 	assert.Equal(t, time.Second, woke, "woken at the deadline, not when the other task's hour ended")
 	assert.ErrorIs(t, context.Cause(ctx), context.DeadlineExceeded)
@@ -82,9 +82,9 @@ func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
 	c.Join(p)
 	g := c.NewGate()
 	p.wake = g
-	require.True(t, g.Wait(nil), "the participant's first event opens the gate")
+	require.True(t, g.Wait(context.Background()), "the participant's first event opens the gate")
 	assert.Equal(t, 3*time.Millisecond, c.Elapsed())
-	require.True(t, g.Wait(nil))
+	require.True(t, g.Wait(context.Background()))
 	assert.Equal(t, 7*time.Millisecond, c.Elapsed())
 	assert.Equal(t, []time.Duration{0, 3 * time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond}, p.settled[:4])
 }
@@ -187,8 +187,8 @@ export default function () { console.log('R' + __VU + '=' + Math.random() + ' T=
 
 func lineWith(s, sub string) string {
 	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, sub) {
-			return l[strings.Index(l, sub):]
+		if i := strings.Index(l, sub); i >= 0 {
+			return l[i:]
 		}
 	}
 	return ""

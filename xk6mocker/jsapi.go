@@ -167,7 +167,7 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 			res = r
 			g.Open()
 		})
-		g.Wait(nil)
+		g.Wait(context.Background())
 		return res
 	}
 	// On the wall clock the VU holds the cluster's modeled time still from

@@ -1,0 +1,57 @@
+//go:build unix
+
+package xk6mocker
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness"
+)
+
+// processCPU is the CPU time (user + system) this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchmarkVirtualQuickstart runs scripts/quickstart.js on the virtual
+// clock through the whole harness — JavaScript VUs, metrics, thresholds,
+// the stepped cluster — for one modeled minute of its shape (ramping to 16
+// VUs past decode saturation, holds aborting) per b.N, and reports
+// simulated requests per CPU second and virtual seconds per wall second.
+func BenchmarkVirtualQuickstart(b *testing.B) {
+	script, err := filepath.Abs(filepath.Join("..", "scripts", "quickstart.js"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var requests uint64
+	var virtual time.Duration
+	cpu0, wall0 := processCPU(), time.Now()
+	for b.Loop() {
+		var stdout, stderr bytes.Buffer
+		cfg := harness.Config{
+			Script: script, Env: map[string]string{"DURATION": "60s", "VUS": "16"},
+			Quiet: true, NoColor: true, Stdout: &stdout, Stderr: &stderr, VirtualClock: true,
+		}
+		beforeClose = func(_ string, c *cluster.Cluster) { requests += c.Stats().Requests }
+		if err := harness.Run(context.Background(), cfg); err != nil {
+			b.Fatalf("%v\n%s", err, stderr.String())
+		}
+		closing.Wait()
+		virtual += time.Minute
+	}
+	beforeClose = nil
+	cpu, wall := processCPU()-cpu0, time.Since(wall0)
+	b.ReportMetric(float64(requests)/cpu.Seconds(), "sim_req/CPU-s")
+	b.ReportMetric(float64(cpu.Microseconds())/float64(requests), "CPU-µs/req")
+	b.ReportMetric(virtual.Seconds()/wall.Seconds(), "virtual-s/wall-s")
+}
