@@ -102,7 +102,16 @@
 // (router_ttl_secs, router_request_ttl_secs) are modeled seconds too. What
 // the wall clock still decides is the offered load: a script's durations,
 // rates and sleeps are wall time, so the arrivals they produce depend on
-// how fast the script runs.
+// how fast the script runs. GenerateHoldingTime takes the caller's own
+// time out of it for closed loops: modeled time stands still from a result
+// until the caller's next request (or ReleaseTime).
+//
+// NewStepped builds the same cluster without a goroutine or a wall clock,
+// for an outside clock to drive (the harness's virtual clock under `mocker
+// run --clock virtual`): Submit hands in a request keyed by caller and call
+// order, Settle brings the loop to a modeled time (requests handed in at
+// one instant apply in key order, never in goroutine order) and Next says
+// when it next needs the clock.
 //
 // # Capacity refusals
 //

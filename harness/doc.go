@@ -44,6 +44,27 @@
 // k6-style lines, `INFO[0003] message  key=value`, above the progress
 // display; stdout holds only the summary.
 //
+// # Clocks
+//
+// Everything in a run that reads or waits on time goes through the run's
+// Clock: executor schedules, sleep(), Date, timers, iteration and group
+// durations, sample timestamps, setup and teardown timeouts, the threshold
+// and gauge ticks, and plugins (VU.Clock). Config.VirtualClock (`mocker run
+// --clock virtual`) replaces the wall clock with a VirtualClock: the run's
+// goroutines become tasks that take turns, and time moves only when every
+// task waits — in Sleep, on a Gate, or for a Participant's next event — to
+// the earliest wake-up. A run is then a function of its script, options
+// and seed (Math.random is seeded from options.randomSeed, 0 by default on
+// the virtual clock): the summary export, handleSummary data and NDJSON are
+// the same byte for byte on any host. A plugin makes a VU wait for a result
+// on a Gate whose producer opens it; something with events of its own (a
+// simulated cluster) joins the clock as a Participant, which settles each
+// instant before time moves on and says when it next needs the clock. A
+// module can throw a *ExitError to choose the run's exit code (e.g.
+// ExitInvalidConfig for an option it cannot honour on the virtual clock).
+// VU.WhenWaiting tells a plugin when the VU is about to wait (sleep, a
+// promise or timer, between iterations).
+//
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
 // teardown still runs with its own timeout, the summary is written, and the
@@ -62,6 +83,11 @@
 //     the one maintained package that does has deprecated ripemd160);
 //   - setup data that cannot be encoded as JSON (NaN, Infinity, a
 //     function) fails the test with 107, where k6 reports a generic error;
+//   - on the virtual clock an iteration that never waits takes no time; it
+//     then waits for the clock's next instant rather than spin for ever;
+//     options.randomSeed (and --random-seed) seed Math.random, which k6
+//     does not offer;
+//   - JS timers run in the order of their deadlines on the wall clock too;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)
 //     and script errors (107) take precedence over both.
