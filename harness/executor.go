@@ -8,12 +8,13 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // scenarioRun is one scenario's execution: its VUs and counters.
 type scenarioRun struct {
 	t    *testRun
-	cfg  *Scenario
+	cfg  *options.Scenario
 	tags metrics.Tags // options.tags + scenario tags + scenario name
 
 	vus []*vu // initialised before the test starts
@@ -56,10 +57,10 @@ func (s *scenarioRun) progress() float64 {
 // 1 for a scenario the test stopped early.
 func (s *scenarioRun) share() float64 {
 	var p float64
-	if planned := s.cfg.plannedIterations(); planned > 0 {
+	if planned := s.cfg.PlannedIterations(); planned > 0 {
 		p = float64(s.completed.Load()) / float64(planned)
 	} else {
-		p = float64(s.elapsed()) / float64(s.cfg.totalDuration())
+		p = float64(s.elapsed()) / float64(s.cfg.TotalDuration())
 	}
 	return math.Min(1, math.Max(0, p))
 }
@@ -80,7 +81,7 @@ func (s *scenarioRun) run(ctx context.Context) {
 	}
 	s.startedAt = clock.Now()
 	s.started.Store(true)
-	total := s.cfg.totalDuration()
+	total := s.cfg.TotalDuration()
 	regular, cancelRegular := clock.WithTimeout(ctx, total)
 	defer cancelRegular()
 	hard, cancelHard := clock.WithTimeout(ctx, total+s.cfg.GracefulStop)
@@ -88,15 +89,15 @@ func (s *scenarioRun) run(ctx context.Context) {
 	s.regularEnd = s.startedAt.Add(total)
 
 	switch s.cfg.Executor {
-	case ExecSharedIterations:
+	case options.ExecSharedIterations:
 		s.runSharedIterations(regular, hard)
-	case ExecPerVUIterations:
+	case options.ExecPerVUIterations:
 		s.runPerVUIterations(regular, hard)
-	case ExecConstantVUs:
+	case options.ExecConstantVUs:
 		s.runLooping(regular, hard)
-	case ExecRampingVUs:
+	case options.ExecRampingVUs:
 		s.runRampingVUs(regular, hard)
-	case ExecConstantArrival, ExecRampingArrivalRate:
+	case options.ExecConstantArrival, options.ExecRampingArrivalRate:
 		s.runArrivalRate(ctx, regular, hard)
 	}
 }
@@ -195,7 +196,7 @@ func (s *scenarioRun) drop(n int64) {
 
 // rampingTarget is the VU count (or rate) the stages ask for at elapsed,
 // interpolated linearly and truncated towards the previous value.
-func rampingTarget(start int64, stages []Stage, elapsed time.Duration) int64 {
+func rampingTarget(start int64, stages []options.Stage, elapsed time.Duration) int64 {
 	from := start
 	for _, st := range stages {
 		if elapsed < st.Duration {
@@ -313,7 +314,7 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 type arrivalSchedule struct {
 	unit   time.Duration
 	start  int64
-	stages []Stage
+	stages []options.Stage
 	// constant rate
 	rate  int64 // constant-arrival-rate: starts per unit
 	total time.Duration
@@ -326,9 +327,9 @@ type arrivalSchedule struct {
 	exhausted bool
 }
 
-func newArrivalSchedule(sc *Scenario) *arrivalSchedule {
-	a := &arrivalSchedule{unit: sc.TimeUnit, total: sc.totalDuration()}
-	if sc.Executor == ExecConstantArrival {
+func newArrivalSchedule(sc *options.Scenario) *arrivalSchedule {
+	a := &arrivalSchedule{unit: sc.TimeUnit, total: sc.TotalDuration()}
+	if sc.Executor == options.ExecConstantArrival {
 		a.rate = sc.Rate
 		return a
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // vuTracker is a script fragment that records, per VU, how many iterations
@@ -211,7 +213,7 @@ export function mark() { perVU.add(1, { scenario_seen: exec.scenario.name }); }
 
 func TestRampingTarget_InterpolatesBetweenStages(t *testing.T) {
 	t.Parallel()
-	stages := []Stage{{Duration: 100 * time.Millisecond, Target: 10}, {Duration: 0, Target: 3}, {Duration: 100 * time.Millisecond, Target: 0}}
+	stages := []options.Stage{{Duration: 100 * time.Millisecond, Target: 10}, {Duration: 0, Target: 3}, {Duration: 100 * time.Millisecond, Target: 0}}
 	tests := []struct {
 		at   time.Duration
 		want int64
@@ -230,17 +232,17 @@ func TestArrivalSchedule_CountsMatchTheRateIntegral(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
-		sc   Scenario
+		sc   options.Scenario
 		want int
 	}{
-		{"constant", Scenario{Executor: ExecConstantArrival, Rate: 10, TimeUnit: time.Second, Duration: 2 * time.Second}, 20},
-		{"constant per minute", Scenario{Executor: ExecConstantArrival, Rate: 120, TimeUnit: time.Minute, Duration: 3 * time.Second}, 6},
-		{"constant, period not a whole number of ns", Scenario{Executor: ExecConstantArrival, Rate: 3, TimeUnit: time.Second, Duration: time.Second}, 3},
-		{"constant 7 per 3s", Scenario{Executor: ExecConstantArrival, Rate: 7, TimeUnit: 3 * time.Second, Duration: 3 * time.Second}, 7},
-		{"ramp up", Scenario{Executor: ExecRampingArrivalRate, StartRate: 0, TimeUnit: time.Second,
-			Stages: []Stage{{Duration: 2 * time.Second, Target: 10}}}, 10},
-		{"ramp down then hold", Scenario{Executor: ExecRampingArrivalRate, StartRate: 20, TimeUnit: time.Second,
-			Stages: []Stage{{Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 5}}}, 13},
+		{"constant", options.Scenario{Executor: options.ExecConstantArrival, Rate: 10, TimeUnit: time.Second, Duration: 2 * time.Second}, 20},
+		{"constant per minute", options.Scenario{Executor: options.ExecConstantArrival, Rate: 120, TimeUnit: time.Minute, Duration: 3 * time.Second}, 6},
+		{"constant, period not a whole number of ns", options.Scenario{Executor: options.ExecConstantArrival, Rate: 3, TimeUnit: time.Second, Duration: time.Second}, 3},
+		{"constant 7 per 3s", options.Scenario{Executor: options.ExecConstantArrival, Rate: 7, TimeUnit: 3 * time.Second, Duration: 3 * time.Second}, 7},
+		{"ramp up", options.Scenario{Executor: options.ExecRampingArrivalRate, StartRate: 0, TimeUnit: time.Second,
+			Stages: []options.Stage{{Duration: 2 * time.Second, Target: 10}}}, 10},
+		{"ramp down then hold", options.Scenario{Executor: options.ExecRampingArrivalRate, StartRate: 20, TimeUnit: time.Second,
+			Stages: []options.Stage{{Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 5}}}, 13},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -253,11 +255,11 @@ func TestArrivalSchedule_CountsMatchTheRateIntegral(t *testing.T) {
 					break
 				}
 				require.GreaterOrEqual(t, off, prev, "start times must not go backwards")
-				require.Less(t, off, tc.sc.totalDuration())
+				require.Less(t, off, tc.sc.TotalDuration())
 				prev = off
 				n++
 			}
-			if tc.sc.Executor == ExecConstantArrival {
+			if tc.sc.Executor == options.ExecConstantArrival {
 				assert.Equal(t, tc.want, n, "a constant rate plans exactly rate × duration / timeUnit starts")
 				return
 			}

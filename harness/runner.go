@@ -21,6 +21,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // Config is one `run` of a script: what the CLI parsed.
@@ -85,7 +86,7 @@ type builtinMetrics struct {
 // testRun is the state shared by every VU of one Run.
 type testRun struct {
 	cfg         Config
-	opts        *Options
+	opts        *options.Options
 	reg         *metrics.Registry
 	coll        *metrics.Collector
 	bm          builtinMetrics
@@ -358,7 +359,7 @@ func (t *testRun) logLine(level, msg string) {
 
 // logException reports a script error thrown by an iteration; as in k6 the
 // test goes on.
-func (t *testRun) logException(err error, sc *Scenario) {
+func (t *testRun) logException(err error, sc *options.Scenario) {
 	t.logger.Error(exceptionText(err), "executor", sc.Executor, "scenario", sc.Name)
 }
 
@@ -500,13 +501,13 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		}
 		rawOpts = []byte(s)
 	}
-	if t.opts, err = ParseOptions(rawOpts, t.cfg.Overrides); err != nil {
+	if t.opts, err = parseOptions(rawOpts, t.cfg.Overrides); err != nil {
 		return err
 	}
-	for _, k := range unknownOptionKeys(rawOpts) {
+	for _, k := range options.UnknownKeys(rawOpts) {
 		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
 	}
-	t.optionsJSON = t.opts.consolidatedJSON()
+	t.optionsJSON = t.opts.ConsolidatedJSON()
 	if t.randomSeed = t.opts.RandomSeed; t.randomSeed != nil {
 		// VU 0 was made before the options were read.
 		seed := uint64(*t.randomSeed)
@@ -738,7 +739,7 @@ func (t *testRun) initScenarios(ctx context.Context) error {
 		}
 		tags = tags.With("scenario", sc.Name)
 		s := &scenarioRun{t: t, cfg: sc, tags: tags}
-		s.vus = make([]*vu, sc.initialVUs())
+		s.vus = make([]*vu, sc.InitialVUs())
 		for i := range s.vus {
 			jobs = append(jobs, job{s, i})
 		}
