@@ -432,7 +432,38 @@ func (t *testRun) load(v0 *vu) error {
 	return nil
 }
 
+// run goes through the phases of a test, as k6 does: init (VU 0, the
+// options, the outputs and every scenario's VUs), setup, the scenarios,
+// teardown and the summary. A failed init or setup ends the run there;
+// teardown and the summary run even after an abort.
 func (t *testRun) run(parent context.Context) (retErr error) {
+	ctx, unwatch := t.watch(parent)
+	defer unwatch()
+
+	v0, err := t.initPhase(ctx)
+	defer func() {
+		if err := t.release(); err != nil && retErr == nil {
+			retErr = err
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	defer t.startClock(ctx)()
+
+	if err := t.setupPhase(parent, v0); err != nil {
+		return err
+	}
+	t.scenariosPhase(ctx)
+	teardownErr := t.teardownPhase(v0)
+	return t.summaryPhase(v0, teardownErr)
+}
+
+// watch gives the run its own context under parent (t.ctx, t.cancel) and
+// reports a stop from outside: it wakes what waits on the clock and logs
+// what still runs in the current phase. The returned func undoes it once
+// that warning is out.
+func (t *testRun) watch(parent context.Context) (context.Context, func()) {
 	ctx, cancelCtx := context.WithCancelCause(parent)
 	// Whoever cancels the run (an abort, a threshold, a signal) wakes what
 	// waits on the clock for it before time moves on.
@@ -440,54 +471,78 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		cancelCtx(cause)
 		t.clock.cancelled()
 	}
-	defer cancel(nil)
 	t.ctx, t.cancel = ctx, cancel
 	stopSweep := context.AfterFunc(parent, t.clock.cancelled)
-	defer stopSweep()
 	warned := make(chan struct{})
 	stopWatch := context.AfterFunc(parent, func() {
 		defer close(warned)
 		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + ")" + t.phase.Load().stopNote())
 	})
-	defer func() {
+	return ctx, func() {
 		if !stopWatch() {
 			<-warned // the warning comes before whatever the caller prints next
 		}
-	}()
+		stopSweep()
+		cancel(nil)
+	}
+}
 
+// initPhase opens the outputs, initialises VU 0 (which reads the options
+// and later runs setup, teardown and handleSummary), starts the metrics
+// collector and initialises every scenario's starting VUs. Whatever step
+// it gets to, release undoes.
+func (t *testRun) initPhase(ctx context.Context) (*vu, error) {
 	// Output files are checked before anything runs: a typo in a path
 	// must not cost a whole test.
 	outs, err := t.openOutputs()
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ownOuts := true
-	defer func() {
-		if ownOuts {
-			for _, o := range outs {
-				_ = o.Close()
-			}
-		}
-	}()
+	v0, err := t.initPrimaryVU(ctx)
+	if err == nil {
+		err = t.startCollector(outs)
+	}
+	if err != nil {
+		closeOutputs(outs) // no collector took them
+		return nil, err
+	}
+	if !t.cfg.Quiet {
+		t.writeBanner(t.stderr)
+	}
+	if err := t.initScenarios(ctx); err != nil {
+		return nil, err
+	}
+	return v0, nil
+}
 
+// initPrimaryVU loads the script into VU 0, runs its init code and reads
+// the options it exports.
+func (t *testRun) initPrimaryVU(ctx context.Context) (*vu, error) {
 	abs, err := filepath.Abs(t.cfg.Script)
 	if err != nil {
-		return exitErrorf(ExitScriptException, "script %q: %v", t.cfg.Script, err)
+		return nil, exitErrorf(ExitScriptException, "script %q: %v", t.cfg.Script, err)
 	}
 	t.scriptPath = abs
 	t.loader = newLoader(builtinModules())
-	// VU 0 reads options and later runs setup, teardown and handleSummary.
 	v0, err := t.makeVU(ctx, 0)
 	if err != nil {
-		return scriptError("init", err)
+		return nil, scriptError("init", err)
 	}
-	defer t.loader.vus.Delete(v0.rt)
 	if err := t.load(v0); err != nil {
-		return err
+		return nil, err
 	}
 	if err := v0.init(ctx); err != nil {
-		return scriptError("init", err)
+		return nil, scriptError("init", err)
 	}
+	if err := t.readOptions(v0); err != nil {
+		return nil, err
+	}
+	return v0, nil
+}
+
+// readOptions parses the options VU 0 exports, with the CLI overrides,
+// and checks that every scenario's exec function exists.
+func (t *testRun) readOptions(v0 *vu) error {
 	rawOpts := []byte("null")
 	if o, ok := v0.exports["options"]; ok && !sobek.IsUndefined(o) {
 		// JSON would turn NaN and Infinity into null, which reads as "not
@@ -501,6 +556,7 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		}
 		rawOpts = []byte(s)
 	}
+	var err error
 	if t.opts, err = parseOptions(rawOpts, t.cfg.Overrides); err != nil {
 		return err
 	}
@@ -519,60 +575,101 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		}
 	}
 	v0.tags = metrics.NewTags(t.opts.Tags)
+	return nil
+}
 
+// startCollector parses the thresholds and hands outs to a new collector,
+// which closes them when the run is released.
+func (t *testRun) startCollector(outs []metrics.Output) error {
 	ths, err := metrics.ParseThresholds(t.opts.Thresholds, t.reg)
 	if err != nil {
 		return &ExitError{Code: ExitInvalidConfig, Err: fmt.Errorf("thresholds: %w", err)}
 	}
 	t.coll = metrics.NewCollector(t.reg, ths, outs...)
-	ownOuts = false
-	defer func() {
-		if err := t.coll.Close(); err != nil && retErr == nil {
-			retErr = fmt.Errorf("closing outputs: %w", err)
+	return nil
+}
+
+// release undoes init: the VUs leave the loader and the collector closes
+// the outputs.
+func (t *testRun) release() error {
+	if t.loader != nil {
+		t.releaseVUs()
+	}
+	if t.coll != nil {
+		if err := t.coll.Close(); err != nil {
+			return fmt.Errorf("closing outputs: %w", err)
 		}
-	}()
-
-	if !t.cfg.Quiet {
-		t.writeBanner(t.stderr)
 	}
-	if err := t.initScenarios(ctx); err != nil {
-		return err
-	}
-	defer t.releaseVUs()
+	return nil
+}
 
-	// As in k6 the test run's clock (testRunDurationMs, Counter rates)
-	// includes setup and teardown.
+// startClock starts the test run's clock, which as in k6 includes setup
+// and teardown (testRunDurationMs, Counter rates), and the samples taken
+// every second; the returned func stops them.
+func (t *testRun) startClock(ctx context.Context) func() {
 	t.start = t.clock.Now()
 	t.begun.Store(true)
 	ticks, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
 	tickWG := newTasks(t.clock)
 	tickWG.Go(func() { t.everySecond(ticks) })
-	defer func() {
+	return func() {
 		stopTicks()
 		t.clock.cancelled()
 		tickWG.Wait()
-	}()
-
-	if fn, ok := v0.fns["setup"]; ok && !t.opts.NoSetup {
-		t.phase.Store(phaseSetup)
-		if err := t.runSetup(v0, fn); err != nil {
-			if parent.Err() != nil {
-				// Stopped from outside during setup: as in k6, teardown is
-				// skipped (setup did not finish) but the summary is written.
-				t.phase.Store(phaseSummary)
-				runDuration := t.elapsed()
-				t.coll.Evaluate(runDuration)
-				_ = t.writeSummary(v0, runDuration)
-			}
-			return err
-		}
 	}
-	t.phase.Store(phaseScenarios)
+}
 
+// setupPhase runs the script's setup, unless it has none or noSetup says
+// so. Its error ends the run.
+func (t *testRun) setupPhase(parent context.Context, v0 *vu) error {
+	fn, ok := v0.fns["setup"]
+	if !ok || t.opts.NoSetup {
+		return nil
+	}
+	t.phase.Store(phaseSetup)
+	err := t.runSetup(v0, fn)
+	if err != nil && parent.Err() != nil {
+		// Stopped from outside during setup: as in k6, teardown is
+		// skipped (setup did not finish) but the summary is written.
+		t.phase.Store(phaseSummary)
+		runDuration := t.elapsed()
+		t.coll.Evaluate(runDuration)
+		_ = t.writeSummary(v0, runDuration)
+	}
+	return err
+}
+
+// scenariosPhase runs every scenario to its end, with the thresholds
+// checked and the progress shown beside them.
+func (t *testRun) scenariosPhase(ctx context.Context) {
+	t.phase.Store(phaseScenarios)
+	t.setRunning(true)
+	began := time.Now()
+	stopMonitors := t.startMonitors(ctx)
+	wg := newTasks(t.clock)
+	for _, s := range t.scenarios {
+		wg.Go(func() { s.run(ctx) })
+	}
+	wg.Wait()
+	t.setRunning(false)
+	stopMonitors()
+	if t.cfg.observeRun != nil {
+		t.cfg.observeRun(time.Since(began))
+	}
+}
+
+// setRunning says whether the scenarios run, which is when the VU gauges
+// are sampled.
+func (t *testRun) setRunning(running bool) {
 	t.gaugeMu.Lock()
-	t.running = true
+	t.running = running
 	t.gaugeMu.Unlock()
-	scenariosStart := time.Now()
+}
+
+// startMonitors starts what runs beside the scenarios: the threshold
+// checks and the progress display. The returned func stops both and waits
+// for them.
+func (t *testRun) startMonitors(ctx context.Context) func() {
 	bg, stopBG := context.WithCancel(ctx)
 	bgTasks := newTasks(t.clock)
 	// The display stops once the scenarios have stopped, not as soon as
@@ -585,35 +682,33 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		p := newProgress(t)
 		bgWG.Go(func() { p.run(shown) })
 	}
-	wg := newTasks(t.clock)
-	for _, s := range t.scenarios {
-		wg.Go(func() { s.run(ctx) })
+	return func() {
+		stopBG()
+		stopShown()
+		t.clock.cancelled()
+		bgTasks.Wait()
+		bgWG.Wait()
 	}
-	wg.Wait()
-	t.gaugeMu.Lock()
-	t.running = false
-	t.gaugeMu.Unlock()
-	stopBG()
-	stopShown()
-	t.clock.cancelled()
-	bgTasks.Wait()
-	bgWG.Wait()
-	if t.cfg.observeRun != nil {
-		t.cfg.observeRun(time.Since(scenariosStart))
-	}
+}
 
-	// Teardown runs even when the test was aborted (exec.test.abort, an
-	// abortOnFail threshold, a signal), on a context those do not cancel.
-	var phaseErr error
-	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown {
-		t.phase.Store(phaseTeardown)
-		if err := t.runTeardown(v0, fn); err != nil {
-			phaseErr = err
-		}
+// teardownPhase runs the script's teardown, unless it has none or
+// noTeardown says so. It runs even when the test was aborted
+// (exec.test.abort, an abortOnFail threshold, a signal), on a context
+// those do not cancel.
+func (t *testRun) teardownPhase(v0 *vu) error {
+	fn, ok := v0.fns["teardown"]
+	if !ok || t.opts.NoTeardown {
+		return nil
 	}
+	t.phase.Store(phaseTeardown)
+	return t.runTeardown(v0, fn)
+}
+
+// summaryPhase evaluates the thresholds, writes the summary and returns
+// the run's outcome; phaseErr is what teardown returned.
+func (t *testRun) summaryPhase(v0 *vu, phaseErr error) error {
 	t.phase.Store(phaseSummary)
 	runDuration := t.elapsed()
-
 	failed, _ := t.coll.Evaluate(runDuration)
 	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {
 		phaseErr = err
@@ -656,11 +751,7 @@ func (t *testRun) failedThresholdMetrics() string {
 
 func (t *testRun) openOutputs() ([]metrics.Output, error) {
 	var outs []metrics.Output
-	closeAll := func() {
-		for _, o := range outs {
-			_ = o.Close()
-		}
-	}
+	closeAll := func() { closeOutputs(outs) }
 	for _, o := range t.cfg.Outputs {
 		kind, arg, _ := strings.Cut(o, "=")
 		switch kind {
@@ -687,6 +778,13 @@ func (t *testRun) openOutputs() ([]metrics.Output, error) {
 		}
 	}
 	return outs, nil
+}
+
+// closeOutputs closes outputs that no collector owns.
+func closeOutputs(outs []metrics.Output) {
+	for _, o := range outs {
+		_ = o.Close()
+	}
 }
 
 // CheckWritable makes sure path can be created or written, without
