@@ -78,7 +78,8 @@ type Options struct {
 	SetupTimeout      time.Duration
 	TeardownTimeout   time.Duration
 	// RandomSeed seeds every VU's Math.random (each VU its own stream
-	// from it); nil leaves it to the clock (see Config.RandomSeed).
+	// from it); nil leaves the seed to the runner (the harness takes the
+	// wall time, or 0 on a virtual clock).
 	RandomSeed *int64
 
 	// Raw is the options object as the script exported it, re-exposed to the
@@ -107,9 +108,11 @@ type fieldReader struct {
 }
 
 // Error is an invalid option. Its message names the offending field
-// ("scenarios.a.duration: required"); a runner maps it to its
-// invalid-configuration exit code.
-type Error struct{ Err error }
+// ("scenarios.a.duration: required"); the harness maps it to exit code
+// 104 (invalid configuration), as k6 does.
+type Error struct {
+	Err error // what is wrong, field path first
+}
 
 func (e *Error) Error() string { return e.Err.Error() }
 
