@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // writeBanner prints what is about to run, before any VU starts: the
@@ -21,7 +23,7 @@ func (t *testRun) writeBanner(w io.Writer) {
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  scenarios: %s:\n", scenariosHeadline(t.opts.Scenarios))
 	for _, sc := range t.opts.Scenarios {
-		fmt.Fprintf(&b, "           * %s: %s\n", sc.Name, sc.description())
+		fmt.Fprintf(&b, "           * %s: %s\n", sc.Name, describeScenario(sc))
 	}
 	b.WriteString("\n")
 	_, _ = io.WriteString(w, b.String())
@@ -47,41 +49,41 @@ func outputsDescription(outputs []string, summaryExport string) string {
 // scenariosHeadline sums up the scenarios: how many, the most VUs they may
 // hold (each scenario keeps its own VUs, so their maxima add up) and when
 // the last one is cut off at the latest.
-func scenariosHeadline(scs []*Scenario) string {
+func scenariosHeadline(scs []*options.Scenario) string {
 	var vus int64
 	var longest time.Duration
 	for _, sc := range scs {
-		vus += sc.maxVUs()
-		longest = max(longest, sc.StartTime+sc.totalDuration()+sc.GracefulStop)
+		vus += sc.PeakVUs()
+		longest = max(longest, sc.StartTime+sc.TotalDuration()+sc.GracefulStop)
 	}
 	return fmt.Sprintf("%s, %s, %s max duration (incl. graceful stop)",
 		plural(int64(len(scs)), "scenario"), plural(vus, "max VU"), bannerDur(longest))
 }
 
-// description is the scenario in one line, worded as k6 words it, with
+// describeScenario is the scenario in one line, worded as k6 words it, with
 // the settings that decide when it stops in parentheses.
-func (sc *Scenario) description() string {
+func describeScenario(sc *options.Scenario) string {
 	var what string
 	var extra []string
 	switch sc.Executor {
-	case ExecSharedIterations:
+	case options.ExecSharedIterations:
 		what = fmt.Sprintf("%s shared among %s", plural(sc.Iterations, "iteration"), plural(sc.VUs, "VU"))
 		extra = append(extra, "maxDuration: "+bannerDur(sc.MaxDuration))
-	case ExecPerVUIterations:
+	case options.ExecPerVUIterations:
 		what = fmt.Sprintf("%s for each of %s", plural(sc.Iterations, "iteration"), plural(sc.VUs, "VU"))
 		extra = append(extra, "maxDuration: "+bannerDur(sc.MaxDuration))
-	case ExecConstantVUs:
+	case options.ExecConstantVUs:
 		what = fmt.Sprintf("%s for %s", plural(sc.VUs, "looping VU"), bannerDur(sc.Duration))
-	case ExecRampingVUs:
-		what = fmt.Sprintf("Up to %s for %s over %s", plural(sc.maxVUs(), "looping VU"),
-			bannerDur(sc.totalDuration()), plural(int64(len(sc.Stages)), "stage"))
+	case options.ExecRampingVUs:
+		what = fmt.Sprintf("Up to %s for %s over %s", plural(sc.PeakVUs(), "looping VU"),
+			bannerDur(sc.TotalDuration()), plural(int64(len(sc.Stages)), "stage"))
 		extra = append(extra, "gracefulRampDown: "+bannerDur(sc.GracefulRampDown))
-	case ExecConstantArrival:
+	case options.ExecConstantArrival:
 		what = fmt.Sprintf("%s iterations/s for %s", perSecond(sc.Rate, sc.TimeUnit), bannerDur(sc.Duration))
 		extra = append(extra, arrivalVUs(sc)...)
-	case ExecRampingArrivalRate:
-		what = fmt.Sprintf("Up to %s iterations/s for %s over %s", perSecond(max(sc.StartRate, maxTarget(sc.Stages)), sc.TimeUnit),
-			bannerDur(sc.totalDuration()), plural(int64(len(sc.Stages)), "stage"))
+	case options.ExecRampingArrivalRate:
+		what = fmt.Sprintf("Up to %s iterations/s for %s over %s", perSecond(max(sc.StartRate, options.MaxTarget(sc.Stages)), sc.TimeUnit),
+			bannerDur(sc.TotalDuration()), plural(int64(len(sc.Stages)), "stage"))
 		extra = append(extra, arrivalVUs(sc)...)
 	default:
 		what = sc.Executor
@@ -98,7 +100,7 @@ func (sc *Scenario) description() string {
 
 // arrivalVUs names the VU budget of an arrival-rate scenario; the
 // pre-allocated count is shown only when more VUs may be added on demand.
-func arrivalVUs(sc *Scenario) []string {
+func arrivalVUs(sc *options.Scenario) []string {
 	if sc.PreAllocatedVUs == sc.MaxVUs {
 		return []string{"maxVUs: " + itoa(sc.MaxVUs)}
 	}

@@ -9,6 +9,11 @@
 // harness/metrics package; k6's built-in HTTP, WebSocket, gRPC and data
 // metrics are known by name so that their thresholds evaluate (empty).
 //
+// What never needs a runtime lives in sub-packages: harness/options reads
+// the exported options (scenarios, executors, thresholds config) with the
+// CLI overrides, and harness/schedule holds the executors' plans (ramping
+// targets, arrival-rate start times) as pure functions of elapsed time.
+//
 // The harness knows nothing of what a script exercises: that comes from
 // plugins, Go-backed JS modules registered by import path as xk6
 // extensions are:

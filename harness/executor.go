@@ -8,12 +8,14 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/options"
+	"github.com/kvstrand/mocker/harness/schedule"
 )
 
 // scenarioRun is one scenario's execution: its VUs and counters.
 type scenarioRun struct {
 	t    *testRun
-	cfg  *Scenario
+	cfg  *options.Scenario
 	tags metrics.Tags // options.tags + scenario tags + scenario name
 
 	vus []*vu // initialised before the test starts
@@ -56,10 +58,10 @@ func (s *scenarioRun) progress() float64 {
 // 1 for a scenario the test stopped early.
 func (s *scenarioRun) share() float64 {
 	var p float64
-	if planned := s.cfg.plannedIterations(); planned > 0 {
+	if planned := s.cfg.PlannedIterations(); planned > 0 {
 		p = float64(s.completed.Load()) / float64(planned)
 	} else {
-		p = float64(s.elapsed()) / float64(s.cfg.totalDuration())
+		p = float64(s.elapsed()) / float64(s.cfg.TotalDuration())
 	}
 	return math.Min(1, math.Max(0, p))
 }
@@ -80,7 +82,7 @@ func (s *scenarioRun) run(ctx context.Context) {
 	}
 	s.startedAt = clock.Now()
 	s.started.Store(true)
-	total := s.cfg.totalDuration()
+	total := s.cfg.TotalDuration()
 	regular, cancelRegular := clock.WithTimeout(ctx, total)
 	defer cancelRegular()
 	hard, cancelHard := clock.WithTimeout(ctx, total+s.cfg.GracefulStop)
@@ -88,15 +90,15 @@ func (s *scenarioRun) run(ctx context.Context) {
 	s.regularEnd = s.startedAt.Add(total)
 
 	switch s.cfg.Executor {
-	case ExecSharedIterations:
+	case options.ExecSharedIterations:
 		s.runSharedIterations(regular, hard)
-	case ExecPerVUIterations:
+	case options.ExecPerVUIterations:
 		s.runPerVUIterations(regular, hard)
-	case ExecConstantVUs:
+	case options.ExecConstantVUs:
 		s.runLooping(regular, hard)
-	case ExecRampingVUs:
+	case options.ExecRampingVUs:
 		s.runRampingVUs(regular, hard)
-	case ExecConstantArrival, ExecRampingArrivalRate:
+	case options.ExecConstantArrival, options.ExecRampingArrivalRate:
 		s.runArrivalRate(ctx, regular, hard)
 	}
 }
@@ -194,21 +196,6 @@ func (s *scenarioRun) drop(n int64) {
 	s.t.push(metrics.Sample{Metric: s.t.bm.droppedIterations, Tags: s.tags, Time: s.t.clock.Now(), Value: float64(n)})
 }
 
-// rampingTarget is the VU count (or rate) the stages ask for at elapsed,
-// interpolated linearly and truncated towards the previous value.
-func rampingTarget(start int64, stages []Stage, elapsed time.Duration) int64 {
-	from := start
-	for _, st := range stages {
-		if elapsed < st.Duration {
-			frac := float64(elapsed) / float64(st.Duration)
-			return from + int64(float64(st.Target-from)*frac)
-		}
-		elapsed -= st.Duration
-		from = st.Target
-	}
-	return from
-}
-
 // rampSlot is one VU of a ramping-vus scenario, active while the target VU
 // count is above its index.
 type rampSlot struct {
@@ -257,14 +244,14 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 			}
 		}
 	}
-	apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0))
+	apply(schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0))
 
 	wg := newTasks(clock)
 	for _, sl := range slots {
 		wg.Go(func() { s.rampVU(sl, regular, hard) })
 	}
 	for clock.Sleep(regular, 10*time.Millisecond) {
-		apply(rampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt)))
+		apply(schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt)))
 	}
 	wg.Wait()
 	timersMu.Lock()
@@ -311,86 +298,6 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	}
 }
 
-// arrivalSchedule yields iteration start offsets for the arrival-rate
-// executors: iteration k starts when the integral of the rate reaches k.
-type arrivalSchedule struct {
-	unit   time.Duration
-	start  int64
-	stages []Stage
-	// constant rate
-	rate  int64 // constant-arrival-rate: starts per unit
-	total time.Duration
-
-	k         int64
-	stageIdx  int
-	stageFrom float64 // rate per second at the stage start
-	stageT0   float64 // seconds
-	stageN0   float64 // iterations started before the stage
-	exhausted bool
-}
-
-func newArrivalSchedule(sc *Scenario) *arrivalSchedule {
-	a := &arrivalSchedule{unit: sc.TimeUnit, total: sc.totalDuration()}
-	if sc.Executor == ExecConstantArrival {
-		a.rate = sc.Rate
-		return a
-	}
-	a.stages = sc.Stages
-	a.start = sc.StartRate
-	a.stageFrom = a.perSecond(sc.StartRate)
-	return a
-}
-
-func (a *arrivalSchedule) perSecond(r int64) float64 { return float64(r) / a.unit.Seconds() }
-
-// next returns the start offset of the next iteration, or false when the
-// schedule has no more starts before its end.
-func (a *arrivalSchedule) next() (time.Duration, bool) {
-	if a.rate > 0 {
-		// k·unit/rate, not k·(unit/rate): a period rounded to whole
-		// nanoseconds would fit an extra start before the end (3/s over
-		// 1s would start a 4th iteration at 999,999,999 ns).
-		off := time.Duration(float64(a.k) * float64(a.unit) / float64(a.rate))
-		if off >= a.total {
-			return 0, false
-		}
-		a.k++
-		return off, true
-	}
-	target := float64(a.k)
-	for !a.exhausted && a.stageIdx < len(a.stages) {
-		st := a.stages[a.stageIdx]
-		d := st.Duration.Seconds()
-		r0, r1 := a.stageFrom, a.perSecond(st.Target)
-		x := target - a.stageN0
-		if d > 0 {
-			acc := (r1 - r0) / (2 * d)
-			disc := r0*r0 + 4*acc*x
-			if disc >= 0 {
-				den := r0 + math.Sqrt(disc)
-				tau := 0.0
-				if den > 0 {
-					tau = 2 * x / den
-				} else if x > 0 {
-					tau = math.Inf(1)
-				}
-				// a start exactly on the boundary belongs to the next stage
-				if tau < d-1e-9 {
-					tau = max(tau, 0)
-					a.k++
-					return time.Duration((a.stageT0 + tau) * float64(time.Second)), true
-				}
-			}
-			a.stageN0 += (r0 + r1) / 2 * d
-		}
-		a.stageT0 += d
-		a.stageFrom = r1
-		a.stageIdx++
-	}
-	a.exhausted = true
-	return 0, false
-}
-
 func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 	t := s.t
 	pool := make(chan *vu, s.cfg.MaxVUs)
@@ -404,9 +311,9 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 	)
 	clock := t.clock
 	wg := newTasks(clock)
-	sched := newArrivalSchedule(s.cfg)
+	sched := schedule.NewArrivals(s.cfg)
 	for {
-		off, ok := sched.next()
+		off, ok := sched.Next()
 		if !ok {
 			// No start is left in the plan (the rate ramps down to 0): the
 			// scenario still lasts its planned duration, as in k6.
@@ -423,7 +330,7 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 			// was stopped drops nothing more, as in k6.
 			if testCtx.Err() == nil {
 				n := int64(1)
-				for _, more := sched.next(); more; _, more = sched.next() {
+				for _, more := sched.Next(); more; _, more = sched.Next() {
 					n++
 				}
 				s.drop(n)

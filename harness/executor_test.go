@@ -209,63 +209,6 @@ export function mark() { perVU.add(1, { scenario_seen: exec.scenario.name }); }
 	assert.Equal(t, 2.0, res.metric(t, "iterations", "count"))
 }
 
-func TestRampingTarget_InterpolatesBetweenStages(t *testing.T) {
-	t.Parallel()
-	stages := []Stage{{Duration: 100 * time.Millisecond, Target: 10}, {Duration: 0, Target: 3}, {Duration: 100 * time.Millisecond, Target: 0}}
-	tests := []struct {
-		at   time.Duration
-		want int64
-	}{
-		{0, 0}, {50 * time.Millisecond, 5}, {99 * time.Millisecond, 9},
-		{100 * time.Millisecond, 3}, {150 * time.Millisecond, 2}, {250 * time.Millisecond, 0},
-	}
-	for _, tc := range tests {
-		t.Run(fmt.Sprint(tc.at), func(t *testing.T) {
-			assert.Equal(t, tc.want, rampingTarget(0, stages, tc.at))
-		})
-	}
-}
-
-func TestArrivalSchedule_CountsMatchTheRateIntegral(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name string
-		sc   Scenario
-		want int
-	}{
-		{"constant", Scenario{Executor: ExecConstantArrival, Rate: 10, TimeUnit: time.Second, Duration: 2 * time.Second}, 20},
-		{"constant per minute", Scenario{Executor: ExecConstantArrival, Rate: 120, TimeUnit: time.Minute, Duration: 3 * time.Second}, 6},
-		{"constant, period not a whole number of ns", Scenario{Executor: ExecConstantArrival, Rate: 3, TimeUnit: time.Second, Duration: time.Second}, 3},
-		{"constant 7 per 3s", Scenario{Executor: ExecConstantArrival, Rate: 7, TimeUnit: 3 * time.Second, Duration: 3 * time.Second}, 7},
-		{"ramp up", Scenario{Executor: ExecRampingArrivalRate, StartRate: 0, TimeUnit: time.Second,
-			Stages: []Stage{{Duration: 2 * time.Second, Target: 10}}}, 10},
-		{"ramp down then hold", Scenario{Executor: ExecRampingArrivalRate, StartRate: 20, TimeUnit: time.Second,
-			Stages: []Stage{{Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 0}, {Duration: time.Second, Target: 5}}}, 13},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			s := newArrivalSchedule(&tc.sc)
-			n := 0
-			var prev time.Duration
-			for {
-				off, ok := s.next()
-				if !ok {
-					break
-				}
-				require.GreaterOrEqual(t, off, prev, "start times must not go backwards")
-				require.Less(t, off, tc.sc.totalDuration())
-				prev = off
-				n++
-			}
-			if tc.sc.Executor == ExecConstantArrival {
-				assert.Equal(t, tc.want, n, "a constant rate plans exactly rate × duration / timeUnit starts")
-				return
-			}
-			assert.InDelta(t, tc.want, n, 1)
-		})
-	}
-}
-
 func TestRunning_StopsAtTheDeadlineEvenBeforeTheContextKnows(t *testing.T) {
 	t.Parallel()
 	cancelled, cancel := context.WithCancel(context.Background())

@@ -125,7 +125,7 @@ func newProgress(t *testRun) *progress {
 func (t *testRun) plannedDuration() time.Duration {
 	var d time.Duration
 	for _, s := range t.scenarios {
-		d = max(d, s.cfg.StartTime+s.cfg.totalDuration())
+		d = max(d, s.cfg.StartTime+s.cfg.TotalDuration())
 	}
 	return d
 }
@@ -202,13 +202,13 @@ func (s *scenarioRun) progressCells() []string {
 		state = "running"
 	}
 	var when, iters string
-	if planned := s.cfg.plannedIterations(); planned > 0 {
+	if planned := s.cfg.PlannedIterations(); planned > 0 {
 		// the iteration count is the plan; maxDuration is only a cap
 		when = clock(el)
 		iters = fmt.Sprintf("%d/%d iters", s.completed.Load(), planned)
 	} else {
-		total := clock(s.cfg.totalDuration())
-		when = fmt.Sprintf("%*s/%s", len(total), clock(min(el, s.cfg.totalDuration())), total)
+		total := clock(s.cfg.TotalDuration())
+		when = fmt.Sprintf("%*s/%s", len(total), clock(min(el, s.cfg.TotalDuration())), total)
 		iters = fmt.Sprintf("%d iters", s.completed.Load())
 	}
 	// The share is floored so that 100% means all is done; the state is
@@ -218,7 +218,7 @@ func (s *scenarioRun) progressCells() []string {
 		fmt.Sprintf("[%3.0f%%]", math.Floor(s.share()*100)),
 		fmt.Sprintf("%-7s", state),
 		when,
-		fmt.Sprintf("%d/%d VUs", s.active.Load(), s.cfg.maxVUs()),
+		fmt.Sprintf("%d/%d VUs", s.active.Load(), s.cfg.PeakVUs()),
 		iters,
 	}
 	// a rate over less than a second of work says little and jumps about

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // screen replays what a terminal would show for out: printable text,
@@ -133,7 +135,7 @@ export default function () { if (__ITER == 3) console.log('IMPORTANT LOG LINE');
 // finishedRun is a testRun with one scenario that has already finished.
 func finishedRun(width int) *testRun {
 	t := &testRun{cfg: Config{StderrTTY: width > 0, TermWidth: width}}
-	sc := &scenarioRun{t: t, cfg: &Scenario{Name: "a-scenario-with-a-rather-long-name", Executor: ExecPerVUIterations, VUs: 1, Iterations: 1, MaxDuration: time.Minute}}
+	sc := &scenarioRun{t: t, cfg: &options.Scenario{Name: "a-scenario-with-a-rather-long-name", Executor: options.ExecPerVUIterations, VUs: 1, Iterations: 1, MaxDuration: time.Minute}}
 	sc.startedAt = time.Now().Add(-2 * time.Second)
 	sc.started.Store(true)
 	sc.ranFor.Store(int64(1500 * time.Millisecond))

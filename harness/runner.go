@@ -2,16 +2,13 @@ package harness
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,6 +18,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // Config is one `run` of a script: what the CLI parsed.
@@ -85,7 +83,7 @@ type builtinMetrics struct {
 // testRun is the state shared by every VU of one Run.
 type testRun struct {
 	cfg         Config
-	opts        *Options
+	opts        *options.Options
 	reg         *metrics.Registry
 	coll        *metrics.Collector
 	bm          builtinMetrics
@@ -178,26 +176,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	return err
 }
-
-// runPhase is the part of the run in progress, for the message logged when
-// the run is stopped from outside.
-type runPhase struct{ note string }
-
-// stopNote says what still runs after a stop in this phase; a nil phase is
-// init, after which nothing more runs.
-func (p *runPhase) stopNote() string {
-	if p == nil {
-		return ""
-	}
-	return p.note
-}
-
-var (
-	phaseSetup     = &runPhase{"; setup did not finish, so teardown is skipped (as in k6); the summary still runs"}
-	phaseScenarios = &runPhase{"; teardown and the summary still run"}
-	phaseTeardown  = &runPhase{"; teardown goes on (up to teardownTimeout) and the summary still runs"}
-	phaseSummary   = &runPhase{"; the summary is still written"}
-)
 
 // runIDs numbers the runs of the process.
 var runIDs atomic.Uint64
@@ -359,7 +337,7 @@ func (t *testRun) logLine(level, msg string) {
 
 // logException reports a script error thrown by an iteration; as in k6 the
 // test goes on.
-func (t *testRun) logException(err error, sc *Scenario) {
+func (t *testRun) logException(err error, sc *options.Scenario) {
 	t.logger.Error(exceptionText(err), "executor", sc.Executor, "scenario", sc.Name)
 }
 
@@ -416,264 +394,9 @@ func scriptError(phase string, err error) *ExitError {
 	return &ExitError{Code: ExitScriptException, Err: fmt.Errorf("%s: %s", phase, exceptionText(err))}
 }
 
-// load parses and links the script and its static imports. v0 is the
-// primary VU: Go modules are instantiated in its runtime while linking, so
-// their export names are known (see goModuleRecord).
-func (t *testRun) load(v0 *vu) error {
-	t.loader.setPrimary(v0)
-	defer t.loader.setPrimary(nil) // later VUs instantiate on their own goroutines
-	rec, err := t.loader.loadFile(t.scriptPath)
-	if err != nil {
-		return exitErrorf(ExitScriptException, "%v", err)
-	}
-	if err := rec.Link(); err != nil {
-		return exitErrorf(ExitScriptException, "linking %s: %v", t.cfg.Script, err)
-	}
-	cyc, ok := rec.(sobek.CyclicModuleRecord)
-	if !ok {
-		return exitErrorf(ExitScriptException, "script %s is not an ES module", t.cfg.Script)
-	}
-	t.main = cyc
-	rec.GetExportedNames(func(names []string) { t.exportNames = append([]string(nil), names...) })
-	return nil
-}
-
-func (t *testRun) run(parent context.Context) (retErr error) {
-	ctx, cancelCtx := context.WithCancelCause(parent)
-	// Whoever cancels the run (an abort, a threshold, a signal) wakes what
-	// waits on the clock for it before time moves on.
-	cancel := func(cause error) {
-		cancelCtx(cause)
-		t.clock.cancelled()
-	}
-	defer cancel(nil)
-	t.ctx, t.cancel = ctx, cancel
-	stopSweep := context.AfterFunc(parent, t.clock.cancelled)
-	defer stopSweep()
-	warned := make(chan struct{})
-	stopWatch := context.AfterFunc(parent, func() {
-		defer close(warned)
-		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + ")" + t.phase.Load().stopNote())
-	})
-	defer func() {
-		if !stopWatch() {
-			<-warned // the warning comes before whatever the caller prints next
-		}
-	}()
-
-	// Output files are checked before anything runs: a typo in a path
-	// must not cost a whole test.
-	outs, err := t.openOutputs()
-	if err != nil {
-		return err
-	}
-	ownOuts := true
-	defer func() {
-		if ownOuts {
-			for _, o := range outs {
-				_ = o.Close()
-			}
-		}
-	}()
-
-	abs, err := filepath.Abs(t.cfg.Script)
-	if err != nil {
-		return exitErrorf(ExitScriptException, "script %q: %v", t.cfg.Script, err)
-	}
-	t.scriptPath = abs
-	t.loader = newLoader(builtinModules())
-	// VU 0 reads options and later runs setup, teardown and handleSummary.
-	v0, err := t.makeVU(ctx, 0)
-	if err != nil {
-		return scriptError("init", err)
-	}
-	defer t.loader.vus.Delete(v0.rt)
-	if err := t.load(v0); err != nil {
-		return err
-	}
-	if err := v0.init(ctx); err != nil {
-		return scriptError("init", err)
-	}
-	rawOpts := []byte("null")
-	if o, ok := v0.exports["options"]; ok && !sobek.IsUndefined(o) {
-		// JSON would turn NaN and Infinity into null, which reads as "not
-		// set": a silent default instead of the value the script meant.
-		if err := checkFiniteOptions(o); err != nil {
-			return err
-		}
-		s, err := jsonStringify(v0.rt, o)
-		if err != nil {
-			return exitErrorf(ExitInvalidConfig, "options: cannot be converted to JSON: %v", err)
-		}
-		rawOpts = []byte(s)
-	}
-	if t.opts, err = ParseOptions(rawOpts, t.cfg.Overrides); err != nil {
-		return err
-	}
-	for _, k := range unknownOptionKeys(rawOpts) {
-		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
-	}
-	t.optionsJSON = t.opts.consolidatedJSON()
-	if t.randomSeed = t.opts.RandomSeed; t.randomSeed != nil {
-		// VU 0 was made before the options were read.
-		seed := uint64(*t.randomSeed)
-		v0.rng.Seed(seed, 0)
-	}
-	for _, sc := range t.opts.Scenarios {
-		if _, ok := v0.fns[sc.Exec]; !ok {
-			return exitErrorf(ExitInvalidConfig, "scenarios.%s.exec: the script exports no function %q", sc.Name, sc.Exec)
-		}
-	}
-	v0.tags = metrics.NewTags(t.opts.Tags)
-
-	ths, err := metrics.ParseThresholds(t.opts.Thresholds, t.reg)
-	if err != nil {
-		return &ExitError{Code: ExitInvalidConfig, Err: fmt.Errorf("thresholds: %w", err)}
-	}
-	t.coll = metrics.NewCollector(t.reg, ths, outs...)
-	ownOuts = false
-	defer func() {
-		if err := t.coll.Close(); err != nil && retErr == nil {
-			retErr = fmt.Errorf("closing outputs: %w", err)
-		}
-	}()
-
-	if !t.cfg.Quiet {
-		t.writeBanner(t.stderr)
-	}
-	if err := t.initScenarios(ctx); err != nil {
-		return err
-	}
-	defer t.releaseVUs()
-
-	// As in k6 the test run's clock (testRunDurationMs, Counter rates)
-	// includes setup and teardown.
-	t.start = t.clock.Now()
-	t.begun.Store(true)
-	ticks, stopTicks := context.WithCancel(context.WithoutCancel(ctx))
-	tickWG := newTasks(t.clock)
-	tickWG.Go(func() { t.everySecond(ticks) })
-	defer func() {
-		stopTicks()
-		t.clock.cancelled()
-		tickWG.Wait()
-	}()
-
-	if fn, ok := v0.fns["setup"]; ok && !t.opts.NoSetup {
-		t.phase.Store(phaseSetup)
-		if err := t.runSetup(v0, fn); err != nil {
-			if parent.Err() != nil {
-				// Stopped from outside during setup: as in k6, teardown is
-				// skipped (setup did not finish) but the summary is written.
-				t.phase.Store(phaseSummary)
-				runDuration := t.elapsed()
-				t.coll.Evaluate(runDuration)
-				_ = t.writeSummary(v0, runDuration)
-			}
-			return err
-		}
-	}
-	t.phase.Store(phaseScenarios)
-
-	t.gaugeMu.Lock()
-	t.running = true
-	t.gaugeMu.Unlock()
-	scenariosStart := time.Now()
-	bg, stopBG := context.WithCancel(ctx)
-	bgTasks := newTasks(t.clock)
-	// The display stops once the scenarios have stopped, not as soon as
-	// the test is cancelled: its last picture shows how they ended.
-	shown, stopShown := context.WithCancel(context.WithoutCancel(ctx))
-	bgTasks.Go(func() { t.evaluateThresholds(bg) })
-	// The display is not a task: it only reads, on the wall clock.
-	var bgWG sync.WaitGroup
-	if !t.cfg.Quiet {
-		p := newProgress(t)
-		bgWG.Go(func() { p.run(shown) })
-	}
-	wg := newTasks(t.clock)
-	for _, s := range t.scenarios {
-		wg.Go(func() { s.run(ctx) })
-	}
-	wg.Wait()
-	t.gaugeMu.Lock()
-	t.running = false
-	t.gaugeMu.Unlock()
-	stopBG()
-	stopShown()
-	t.clock.cancelled()
-	bgTasks.Wait()
-	bgWG.Wait()
-	if t.cfg.observeRun != nil {
-		t.cfg.observeRun(time.Since(scenariosStart))
-	}
-
-	// Teardown runs even when the test was aborted (exec.test.abort, an
-	// abortOnFail threshold, a signal), on a context those do not cancel.
-	var phaseErr error
-	if fn, ok := v0.fns["teardown"]; ok && !t.opts.NoTeardown {
-		t.phase.Store(phaseTeardown)
-		if err := t.runTeardown(v0, fn); err != nil {
-			phaseErr = err
-		}
-	}
-	t.phase.Store(phaseSummary)
-	runDuration := t.elapsed()
-
-	failed, _ := t.coll.Evaluate(runDuration)
-	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {
-		phaseErr = err
-	}
-	if t.vclock != nil {
-		wall := time.Since(t.wallStart)
-		t.logger.Info(fmt.Sprintf("virtual clock: ran %s of script time in %s of wall time (%s)",
-			runDuration.Round(time.Millisecond), wall.Round(time.Millisecond), t.speedFactor()))
-	}
-	return t.finalError(phaseErr, failed)
-}
-
-// warnZeroIteration says once that iterations take no virtual time.
-func (t *testRun) warnZeroIteration() {
-	t.zeroWarned.Do(func() {
-		t.logger.Warn("an iteration took no virtual time (it never slept or waited on a plugin): on the virtual clock each such iteration waits for the next instant anything happens; give iterations a think time with sleep()")
-	})
-}
-
-// finalError applies k6's precedence: an abort, then script errors, then
-// crossed thresholds, then exec.test.fail().
-func (t *testRun) finalError(phaseErr error, thresholdsFailed bool) error {
-	if t.aborted.Load() {
-		return exitErrorf(ExitScriptAborted, "test aborted: %s", t.abortReason)
-	}
-	if phaseErr != nil {
-		return phaseErr
-	}
-	if thresholdsFailed || t.thAborted.Load() {
-		names := t.failedThresholdMetrics()
-		if t.thAborted.Load() {
-			return exitErrorf(ExitThresholdsFailed, "thresholds on metrics '%s' were crossed; at least one has abortOnFail enabled, stopping test prematurely", names)
-		}
-		return exitErrorf(ExitThresholdsFailed, "thresholds on metrics '%s' have been crossed", names)
-	}
-	if t.failed.Load() {
-		return exitErrorf(ExitTestFailed, "test marked as failed by exec.test.fail()")
-	}
-	return nil
-}
-
-// failedThresholdMetrics names the metrics whose thresholds failed at the
-// last evaluation.
-func (t *testRun) failedThresholdMetrics() string {
-	return strings.Join(metrics.FailedKeys(t.coll.Results(), false), ", ")
-}
-
 func (t *testRun) openOutputs() ([]metrics.Output, error) {
 	var outs []metrics.Output
-	closeAll := func() {
-		for _, o := range outs {
-			_ = o.Close()
-		}
-	}
+	closeAll := func() { closeOutputs(outs) }
 	for _, o := range t.cfg.Outputs {
 		kind, arg, _ := strings.Cut(o, "=")
 		switch kind {
@@ -700,6 +423,13 @@ func (t *testRun) openOutputs() ([]metrics.Output, error) {
 		}
 	}
 	return outs, nil
+}
+
+// closeOutputs closes outputs that no collector owns.
+func closeOutputs(outs []metrics.Output) {
+	for _, o := range outs {
+		_ = o.Close()
+	}
 }
 
 // CheckWritable makes sure path can be created or written, without
@@ -731,122 +461,6 @@ func (t *testRun) initVU(ctx context.Context) (*vu, error) {
 	}
 	t.vusInitialized.Add(1)
 	return v, nil
-}
-
-// initScenarios initialises every scenario's starting VUs in parallel.
-func (t *testRun) initScenarios(ctx context.Context) error {
-	type job struct {
-		s   *scenarioRun
-		idx int
-	}
-	var jobs []job
-	for _, sc := range t.opts.Scenarios {
-		tags := metrics.NewTags(t.opts.Tags)
-		keys := make([]string, 0, len(sc.Tags))
-		for k := range sc.Tags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			tags = tags.With(k, sc.Tags[k])
-		}
-		tags = tags.With("scenario", sc.Name)
-		s := &scenarioRun{t: t, cfg: sc, tags: tags}
-		s.vus = make([]*vu, sc.initialVUs())
-		for i := range s.vus {
-			jobs = append(jobs, job{s, i})
-		}
-		t.scenarios = append(t.scenarios, s)
-	}
-	ids := make([]uint64, len(jobs))
-	for i := range jobs {
-		ids[i] = t.nextVUID.Add(1)
-	}
-	errs := make([]error, len(jobs))
-	sem := make(chan struct{}, 4)
-	var wg sync.WaitGroup
-	for i, j := range jobs {
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			v, err := t.newVU(ctx, ids[i])
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			t.vusInitialized.Add(1)
-			j.s.vus[j.idx] = v
-		})
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return scriptError("init", err)
-		}
-	}
-	return nil
-}
-
-func (t *testRun) releaseVUs() {
-	t.loader.vus.Range(func(k, _ any) bool {
-		t.loader.vus.Delete(k)
-		return true
-	})
-}
-
-func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
-	ctx, cancel := t.clock.WithTimeout(t.ctx, t.opts.SetupTimeout)
-	defer cancel()
-	release := v0.activate(ctx)
-	defer release()
-	defer v0.waiting()
-	v0.group = "::setup"
-	v0.recomputeTags()
-	defer func() { v0.group = ""; v0.recomputeTags() }()
-	ret, err := v0.callValue(fn)
-	if err == nil && ctx.Err() != nil {
-		// setup returned, but only because its context ended under it
-		// (sleep wakes up on cancellation): it did not finish.
-		err = context.Cause(ctx)
-	}
-	if err != nil {
-		if t.aborted.Load() {
-			return exitErrorf(ExitScriptAborted, "test aborted in setup: %s", t.abortReason)
-		}
-		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-			return exitErrorf(ExitSetupTimeout, "setup() did not finish within setupTimeout (%s)", t.opts.SetupTimeout)
-		}
-		return scriptError("setup", err)
-	}
-	if ret != nil && !sobek.IsUndefined(ret) {
-		// As k6 does: the exported Go value goes through encoding/json, so
-		// an undefined property arrives as null (key kept), a Date as its
-		// RFC 3339 string, and NaN, Infinity or a function are errors.
-		b, err := json.Marshal(ret.Export())
-		if err != nil {
-			return exitErrorf(ExitScriptException, "setup: the data it returned cannot be passed to the VUs as JSON: %v", err)
-		}
-		t.setupJSON = string(b)
-	}
-	return nil
-}
-
-func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
-	ctx, cancel := contextWithTimeout(t, t.opts.TeardownTimeout)
-	defer cancel()
-	release := v0.activate(ctx)
-	defer release()
-	defer v0.waiting()
-	v0.group = "::teardown"
-	v0.recomputeTags()
-	defer func() { v0.group = ""; v0.recomputeTags() }()
-	if err := v0.call(fn, v0.callData()); err != nil {
-		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
-			return exitErrorf(ExitTeardownTimeout, "teardown() did not finish within teardownTimeout (%s)", t.opts.TeardownTimeout)
-		}
-		return scriptError("teardown", err)
-	}
-	return nil
 }
 
 // pushVUGauges emits vus (at least atLeast: a starting batch of VUs that

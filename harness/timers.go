@@ -158,6 +158,10 @@ func (ts *timers) reset() {
 	}
 }
 
+// maxDurationMs is the largest duration, in milliseconds, a time.Duration
+// holds.
+const maxDurationMs = float64(math.MaxInt64 / int64(time.Millisecond))
+
 // timerDelay reads a delay in milliseconds as browsers do: missing, NaN or
 // negative means 0.
 func timerDelay(v sobek.Value) time.Duration {

@@ -16,6 +16,7 @@ import (
 	"github.com/grafana/sobek"
 
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/options"
 )
 
 // vu is one virtual user: a runtime with the script evaluated in it, plus
@@ -203,7 +204,7 @@ func (v *vu) setGlobals() error {
 
 // envObject builds __ENV: the -e variables with the scenario's env over
 // them. Objects are cached per scenario so activation does not allocate.
-func (v *vu) envObject(sc *Scenario) *sobek.Object {
+func (v *vu) envObject(sc *options.Scenario) *sobek.Object {
 	key := ""
 	if sc != nil && len(sc.Env) > 0 {
 		key = sc.Name
