@@ -266,3 +266,17 @@ export default function () {}
 	assert.Equal(t, 20.0, paced.metric(t, "iterations", "count"))
 	assert.Zero(t, paced.metricOrZero(t, "dropped_iterations", "count"), "the VU is back in the pool by the next start")
 }
+
+// TestVirtual_MinIterationDuration: k6's minIterationDuration makes every
+// iteration last at least that long, here on the virtual clock exactly.
+func TestVirtual_MinIterationDuration(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `
+export const options = { vus: 2, duration: '10s', minIterationDuration: '500ms' };
+export default function () {}
+`, virtual)
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, 40.0, res.metric(t, "iterations", "count"))
+	assert.Equal(t, 500.0, res.metric(t, "iteration_duration", "min"))
+	assert.NotContains(t, res.stderr, "took no virtual time")
+}

@@ -447,6 +447,12 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 		t.logException(err, v.sc.cfg)
 	}
 	end := t.clock.Now()
+	if min := t.opts.MinIterationDuration; min > 0 && end.Sub(start) < min {
+		// k6's minIterationDuration: the iteration lasts at least that.
+		v.waiting()
+		t.clock.Sleep(v.ctx, min-end.Sub(start))
+		end = t.clock.Now()
+	}
 	if end.Equal(start) && t.vclock != nil {
 		// An iteration that never waited on the clock took no virtual
 		// time; the next one starts at the clock's next instant, or a VU

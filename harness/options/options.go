@@ -77,6 +77,9 @@ type Options struct {
 	NoTeardown        bool
 	SetupTimeout      time.Duration
 	TeardownTimeout   time.Duration
+	// MinIterationDuration is k6's minIterationDuration: an iteration that
+	// ends sooner waits out the rest before the next one starts.
+	MinIterationDuration time.Duration
 	// RandomSeed seeds every VU's Math.random (each VU its own stream
 	// from it); nil leaves the seed to the runner (the harness takes the
 	// wall time, or 0 on a virtual clock).
@@ -482,6 +485,9 @@ func Parse(raw []byte, ov Overrides) (*Options, error) {
 	f := &fieldReader{path: "options", raw: top, used: map[string]bool{}}
 	var err error
 	if opts.Tags, err = f.strMap("tags"); err != nil {
+		return nil, err
+	}
+	if opts.MinIterationDuration, err = f.dur("minIterationDuration", 0); err != nil {
 		return nil, err
 	}
 	if opts.SetupTimeout, err = f.dur("setupTimeout", opts.SetupTimeout); err != nil {
