@@ -336,8 +336,12 @@ func testPushModule(vu VU) ModuleInstance {
 	if err != nil {
 		panic(err)
 	}
+	tagged := metrics.NewTags(map[string]string{"src": "tagged"})
 	return ExportsFunc(func() Exports {
-		return Exports{Default: map[string]any{"hit": func() { vu.Push(m, 1, map[string]string{"src": "go"}) }}}
+		return Exports{Default: map[string]any{
+			"hit":       func() { vu.Push(m, 1, map[string]string{"src": "go"}) },
+			"hitTagged": func() { vu.PushTagged(m, 1, tagged) },
+		}}
 	})
 }
 
@@ -348,6 +352,24 @@ func TestRun_PushFromModuleCarriesVUTags(t *testing.T) {
 import plugin from 'k6/x/testpush';
 export const options = { iterations: 3, thresholds: { 'plugin_hits{scenario:default,src:go}': ['count==3'] } };
 export default function () { plugin.hit(); }
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+}
+
+// TestRun_PushTaggedFollowsTheVUsTags: PushTagged caches its merges, yet a
+// sample carries the VU's tags of the moment (here the group).
+func TestRun_PushTaggedFollowsTheVUsTags(t *testing.T) {
+	t.Parallel()
+	registerPushOnce.Do(func() { Register("k6/x/testpush", ModuleFunc(testPushModule)) })
+	res := runScript(t, `
+import plugin from 'k6/x/testpush';
+import { group } from 'k6';
+export const options = { iterations: 3, thresholds: {
+  'plugin_hits{src:tagged}': ['count==6'],
+  'plugin_hits{src:tagged,group:::g}': ['count==3'],
+  'plugin_hits{src:tagged,scenario:default}': ['count==6'],
+} };
+export default function () { plugin.hitTagged(); group('g', () => plugin.hitTagged()); }
 `, nil)
 	require.NoError(t, res.err, res.stderr)
 }

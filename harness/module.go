@@ -83,6 +83,11 @@ type VU interface {
 	// Call it on the VU goroutine (from other goroutines, inside a
 	// RegisterCallback function).
 	Push(m *metrics.Metric, value float64, extra map[string]string)
+	// PushTagged is Push with the extra tags as a tag set built once
+	// (metrics.NewTags): the merge with the VU's tags is cached, so a
+	// plugin that pushes many samples per call pays for it once per tag
+	// combination rather than per sample.
+	PushTagged(m *metrics.Metric, value float64, extra metrics.Tags)
 	// RegisterCallback reserves a slot in the VU's event loop and returns
 	// the function that fills it. The iteration (or init, setup...) does not
 	// end until every reserved slot has been filled and its function run on

@@ -50,8 +50,9 @@ type vu struct {
 	checkCache       map[checkKey]checkEntry
 	samples          [2]metrics.Sample
 
-	rng       *rand.PCG // Math.random's source
-	waitHooks []func()  // WhenWaiting
+	rng       *rand.PCG                 // Math.random's source
+	merged    map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
+	waitHooks []func()                  // WhenWaiting
 
 	imu    sync.Mutex // orders interrupts against activation changes
 	genInt uint64
@@ -114,6 +115,33 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 		sort.Strings(keys)
 		for _, k := range keys {
 			tags = tags.With(k, extra[k])
+		}
+	}
+	v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: v.t.clock.Now(), Value: value})
+}
+
+// mergeKey names one merge of the VU's tags with extra tags by identity:
+// a tag set is immutable, and the VU's changes only when its scenario,
+// group or custom tags do.
+type mergeKey struct{ base, extra metrics.TagsID }
+
+// maxMerged bounds PushTagged's cache; it starts over when full.
+const maxMerged = 256
+
+func (v *vu) PushTagged(m *metrics.Metric, value float64, extra metrics.Tags) {
+	if v.inInit || v.ctx.Err() != nil || m == nil {
+		return
+	}
+	tags := v.tags
+	if extra.Len() > 0 {
+		key := mergeKey{v.tags.ID(), extra.ID()}
+		var ok bool
+		if tags, ok = v.merged[key]; !ok {
+			if v.merged == nil || len(v.merged) >= maxMerged {
+				v.merged = make(map[mergeKey]metrics.Tags)
+			}
+			tags = v.tags.Merge(extra)
+			v.merged[key] = tags
 		}
 	}
 	v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: v.t.clock.Now(), Value: value})

@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/harness/metrics"
 	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
@@ -282,6 +283,18 @@ func (inst *instance) sampleHeld(e *entry, st heldNow) {
 	inst.vu.Push(inst.m.held, float64(v), e.tags())
 }
 
+// tagSet is tags as a tag set, built once per combination: emit pushes a
+// dozen samples per request.
+func (e *entry) tagSet(kv ...string) metrics.Tags {
+	key := strings.Join(kv, "\x00")
+	if t, ok := e.tagSets.Load(key); ok {
+		return t.(metrics.Tags)
+	}
+	t := metrics.NewTags(e.tags(kv...))
+	e.tagSets.Store(key, t)
+	return t
+}
+
 // tags are the tags of every sample about e, plus kv pairs.
 func (e *entry) tags(kv ...string) map[string]string {
 	m := map[string]string{"cluster": e.name, "engine": e.engine, "router": e.router}
@@ -301,8 +314,8 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 		return
 	}
 	e.recorded.Add(1)
-	tags := e.tags
-	push := inst.vu.Push
+	tags := e.tagSet
+	push := inst.vu.PushTagged
 	m := inst.m
 	outcome := res.Outcome
 	push(m.requests, 1, tags("outcome", outcome))

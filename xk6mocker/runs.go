@@ -182,6 +182,8 @@ type entry struct {
 	clock   harness.Clock
 	leave   func()
 
+	tagSets sync.Map // tagSet's cache: string → metrics.Tags
+
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
 	// lastPeak is the cluster's peak held blocks as last pushed to
 	// mocker_kv_held_blocks: a sample that finds a higher peak carries it.

@@ -102,6 +102,22 @@ func (t Tags) Get(key string) (string, bool) {
 	return t.pairs[i].value, true
 }
 
+// TagsID identifies a tag set value by identity (not content): equal
+// IDs mean the same, unchanged set.
+type TagsID struct {
+	p *tagPair
+	n int
+}
+
+// ID returns t's identity: tag sets are immutable, so a cache may key by
+// it; two sets with the same content built apart have different IDs.
+func (t Tags) ID() TagsID {
+	if len(t.pairs) == 0 {
+		return TagsID{}
+	}
+	return TagsID{&t.pairs[0], len(t.pairs)}
+}
+
 // Len returns the number of tags.
 func (t Tags) Len() int { return len(t.pairs) }
 
