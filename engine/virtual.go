@@ -119,9 +119,9 @@ func (v *Virtual) Worker(i int) *Worker { return v.workers[i] }
 func (v *Virtual) Workers() int { return len(v.workers) }
 
 // Schedule hands in to worker at modeled time at (clamped to now). A
-// Submit's or Reserve's token slice is read when the input fires, so it
-// must stay unchanged until then; a refusal of either stops the run unless
-// OnInput is set to hear it.
+// Submit's or Reserve's token and hash slices are read when the input
+// fires, so they must stay unchanged until then; a refusal of either stops
+// the run unless OnInput is set to hear it.
 func (v *Virtual) Schedule(at float64, worker int, in Input) {
 	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), in: in})
 }
