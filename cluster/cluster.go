@@ -36,20 +36,21 @@ type Cluster struct {
 	link    transferLink
 
 	// Everything below is owned by the loop goroutine.
-	v        *engine.Virtual
-	reqs     map[uint64]*request
-	exch     map[uint64]*exchange
-	nextID   uint64
-	nextTID  uint64
-	active   int // requests in flight
-	heldNow  int // held blocks across workers, from the last outputs
-	stats    counters
-	forensic *forensics
-	series   seriesRec
-	drainers []chan struct{}
-	stopping bool
-	ended    bool                         // the loop has returned; Stats reads the workers' last reports
-	onFinish func(r *request, res Result) // RunVirtual's collector
+	v          *engine.Virtual
+	reqs       map[uint64]*request
+	exch       map[uint64]*exchange
+	nextID     uint64
+	nextTID    uint64
+	active     int // requests in flight
+	heldNow    int // held blocks across workers, from the last outputs
+	stats      counters
+	forensic   *forensics
+	hashSpares hashSpares
+	series     seriesRec
+	drainers   []chan struct{}
+	stopping   bool
+	ended      bool                         // the loop has returned; Stats reads the workers' last reports
+	onFinish   func(r *request, res Result) // RunVirtual's collector
 
 	mail chan message
 	done chan struct{} // the loop has ended

@@ -9,6 +9,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -31,6 +32,53 @@ type request struct {
 	tid     uint64 // transfer id, once the prefill holds
 	closed  bool   // its transfer room was closed
 	base    Result
+	hashes  promptHashes
+}
+
+// promptHashes are a prompt's block hashes, computed once at arrival for
+// the router and both workers (each would otherwise hash the prompt
+// again). Their storage is recycled across requests (see takeHashes).
+type promptHashes struct {
+	locals []kv.LocalHash
+	seqs   []kv.SeqHash
+}
+
+// hashSpares recycles promptHashes storage. A worker copies the hashes when
+// its Submit or Reserve fires, and the loop schedules inputs at its now, so
+// an input carrying a request's hashes may still be queued at the instant
+// the request ends, never later: storage retired at retiredAt is reused
+// only once the clock has passed it.
+type hashSpares struct {
+	spare, retired []promptHashes
+	retiredAt      float64
+}
+
+// take returns storage for a prompt's hashes at modeled time now.
+func (s *hashSpares) take(now float64) promptHashes {
+	s.settle(now)
+	n := len(s.spare)
+	if n == 0 {
+		return promptHashes{}
+	}
+	h := s.spare[n-1]
+	s.spare = s.spare[:n-1]
+	return h
+}
+
+// retire gives back the storage of a request that ended at now.
+func (s *hashSpares) retire(now float64, h promptHashes) {
+	s.settle(now)
+	s.retired = append(s.retired, promptHashes{locals: h.locals[:0], seqs: h.seqs[:0]})
+	s.retiredAt = now
+}
+
+// settle makes spare what was retired before now.
+func (s *hashSpares) settle(now float64) {
+	if now > s.retiredAt && len(s.retired) > 0 {
+		s.spare = append(s.spare, s.retired...)
+		clear(s.retired)
+		s.retired = s.retired[:0]
+	}
 }
 
 func (r *request) side(w *workerNode) handoff.Side {
@@ -136,8 +184,12 @@ func (c *Cluster) arrive(h *call) {
 	}
 	r := &request{id: id, h: h, rid: routerID(id)}
 	h.r = r
-	rreq := &router.Request{ID: r.rid, Tokens: tokens}
-	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens}}
+	bs := c.res.router.BlockSize // every pool's block size
+	r.hashes = c.hashSpares.take(c.v.Now())
+	r.hashes.locals, r.hashes.seqs = kv.BlockHashes(tokens, bs, r.hashes.locals, r.hashes.seqs)
+	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: r.hashes.locals, SeqHashes: r.hashes.seqs}
+	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens,
+		HashBlockSize: bs, LocalHashes: r.hashes.locals, SeqHashes: r.hashes.seqs}}
 	if !c.cfg.Disagg {
 		wid, err := c.router.Route(rreq)
 		if err != nil {
@@ -235,6 +287,8 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 }
 
 func (c *Cluster) reply(r *request, res Result) {
+	c.hashSpares.retire(c.v.Now(), r.hashes)
+	r.hashes = promptHashes{}
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}
