@@ -32,33 +32,27 @@ type request struct {
 	tid     uint64 // transfer id, once the prefill holds
 	closed  bool   // its transfer room was closed
 	base    Result
-	hashes  promptHashes
+	hashes  *kv.Hashes // the prompt's, until the request ends
 }
 
-// promptHashes are a prompt's block hashes, computed once at arrival for
-// the router and both workers (each would otherwise hash the prompt
-// again). Their storage is recycled across requests (see takeHashes).
-type promptHashes struct {
-	locals []kv.LocalHash
-	seqs   []kv.SeqHash
-}
-
-// hashSpares recycles promptHashes storage. A worker copies the hashes when
-// its Submit or Reserve fires, and the loop schedules inputs at its now, so
-// an input carrying a request's hashes may still be queued at the instant
-// the request ends, never later: storage retired at retiredAt is reused
-// only once the clock has passed it.
+// hashSpares recycles the storage of prompt hashes, which the loop
+// computes once per request at arrival for the router and both workers
+// (each would otherwise hash the prompt again). A worker copies the hashes
+// when its Submit or Reserve fires, and the loop schedules inputs at its
+// now, so an input carrying a request's hashes may still be queued at the
+// instant the request ends, never later: storage retired at retiredAt is
+// reused only once the clock has passed it.
 type hashSpares struct {
-	spare, retired []promptHashes
+	spare, retired []*kv.Hashes
 	retiredAt      float64
 }
 
 // take returns storage for a prompt's hashes at modeled time now.
-func (s *hashSpares) take(now float64) promptHashes {
+func (s *hashSpares) take(now float64) *kv.Hashes {
 	s.settle(now)
 	n := len(s.spare)
 	if n == 0 {
-		return promptHashes{}
+		return &kv.Hashes{}
 	}
 	h := s.spare[n-1]
 	s.spare = s.spare[:n-1]
@@ -66,9 +60,10 @@ func (s *hashSpares) take(now float64) promptHashes {
 }
 
 // retire gives back the storage of a request that ended at now.
-func (s *hashSpares) retire(now float64, h promptHashes) {
+func (s *hashSpares) retire(now float64, h *kv.Hashes) {
 	s.settle(now)
-	s.retired = append(s.retired, promptHashes{locals: h.locals[:0], seqs: h.seqs[:0]})
+	h.Locals, h.Seqs = h.Locals[:0], h.Seqs[:0]
+	s.retired = append(s.retired, h)
 	s.retiredAt = now
 }
 
@@ -184,12 +179,12 @@ func (c *Cluster) arrive(h *call) {
 	}
 	r := &request{id: id, h: h, rid: routerID(id)}
 	h.r = r
-	bs := c.res.router.BlockSize // every pool's block size
-	r.hashes = c.hashSpares.take(c.v.Now())
-	r.hashes.locals, r.hashes.seqs = kv.BlockHashes(tokens, bs, r.hashes.locals, r.hashes.seqs)
-	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: r.hashes.locals, SeqHashes: r.hashes.seqs}
-	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens,
-		HashBlockSize: bs, LocalHashes: r.hashes.locals, SeqHashes: r.hashes.seqs}}
+	hs := c.hashSpares.take(c.v.Now())
+	hs.BlockSize = c.res.router.BlockSize // every pool's block size
+	hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
+	r.hashes = hs
+	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
+	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	if !c.cfg.Disagg {
 		wid, err := c.router.Route(rreq)
 		if err != nil {
@@ -288,7 +283,7 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 
 func (c *Cluster) reply(r *request, res Result) {
 	c.hashSpares.retire(c.v.Now(), r.hashes)
-	r.hashes = promptHashes{}
+	r.hashes = nil
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}

@@ -77,9 +77,9 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	// read again.
 	c.tailAt = c.prompt
 	if hashBlock > 0 {
-		if req.hashedBy(hashBlock) {
-			c.locals = append(c.locals[:0], req.LocalHashes...)
-			c.hashes = append(c.hashes[:0], req.SeqHashes...)
+		if h := req.Hashes; h.Covers(c.prompt, hashBlock) {
+			c.locals = append(c.locals[:0], h.Locals...)
+			c.hashes = append(c.hashes[:0], h.Seqs...)
 		} else {
 			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals[:0], c.hashes[:0])
 		}
@@ -96,13 +96,6 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	c.policy = policy
 	c.priority = req.Priority
 	c.arrival = now
-}
-
-// hashedBy reports whether r carries the hashes of all its complete blocks
-// of block tokens.
-func (r *Request) hashedBy(block int) bool {
-	n := len(r.Tokens) / block
-	return r.HashBlockSize == block && len(r.LocalHashes) == n && len(r.SeqHashes) == n
 }
 
 // recycled is c emptied for reuse, keeping its slices' storage.

@@ -35,11 +35,14 @@ func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 					// Shared prefixes, partial last blocks, then a hit.
 					toks := seqTokens(uint32(100*(i%2)), 9+5*i)
 					req := Request{ID: uint64(i + 1), Tokens: toks, MaxTokens: 7}
-					req.HashBlockSize, req.LocalHashes, req.SeqHashes = hashes(toks)
+					bs, locals, seqs := hashes(toks)
+					if bs > 0 {
+						req.Hashes = &kv.Hashes{BlockSize: bs, Locals: locals, Seqs: seqs}
+					}
 					require.NoError(t, w.Submit(now, req, Release))
 					clear(toks)
-					clear(req.LocalHashes)
-					clear(req.SeqHashes)
+					clear(locals)
+					clear(seqs)
 					emit(w.Step(now))
 				}
 				for {

@@ -11,16 +11,12 @@ type Request struct {
 	ID uint64
 	// Tokens is the prompt. It must not be empty.
 	Tokens []uint32
-	// LocalHashes and SeqHashes, when given, are the hashes of the
-	// prompt's complete blocks of HashBlockSize tokens, as kv.BlockHashes
-	// computes them from Tokens. A caller that hashed the prompt already
-	// (to route it) passes them on, so that a worker whose block size is
-	// HashBlockSize need not hash it again; a worker with another block
-	// size, or given hashes that do not cover every complete block, hashes
-	// Tokens itself.
-	HashBlockSize int
-	LocalHashes   []kv.LocalHash
-	SeqHashes     []kv.SeqHash
+	// Hashes, when given, are the hashes of the prompt's complete blocks. A
+	// caller that hashed the prompt already (to route it) passes them on,
+	// so that a worker whose block size is Hashes.BlockSize need not hash
+	// it again; a worker with another block size, or given hashes that do
+	// not cover every complete block, hashes Tokens itself.
+	Hashes *kv.Hashes
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
 	// and prefill workers always produce exactly one token.
 	MaxTokens int
