@@ -19,6 +19,30 @@ type call struct {
 	reply      chan Result
 	r          *request // owned by the loop
 	stopReason string   // a stop that came before the arrival was handled
+	// batch, when set, collects the result instead of reply: RunVirtual's
+	// arrivals, which need no channel each.
+	batch *batchResults
+	index int // the result's place in batch
+}
+
+// batchResults collects the results of a batch of calls on the loop;
+// done is closed once every one of them has its result.
+type batchResults struct {
+	results []Result
+	left    int
+	done    chan struct{}
+}
+
+// deliver gives the caller its result. It runs on the loop.
+func (h *call) deliver(res Result) {
+	if b := h.batch; b != nil {
+		b.results[h.index] = res
+		if b.left--; b.left == 0 {
+			close(b.done)
+		}
+		return
+	}
+	h.reply <- res
 }
 
 // request is one request in flight: its handoff machine and workers.
@@ -156,11 +180,11 @@ func (c *Cluster) tooLong(req Request) string {
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
 	if h.stopReason != "" {
-		h.reply <- Result{Outcome: OutcomeError, Error: h.stopReason}
+		h.deliver(Result{Outcome: OutcomeError, Error: h.stopReason})
 		return
 	}
 	if c.stopping {
-		h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	c.nextID++
@@ -170,7 +194,7 @@ func (c *Cluster) arrive(h *call) {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
 		c.series.ended(c.v.Now(), &res)
-		h.reply <- res
+		h.deliver(res)
 		return
 	}
 	tokens := h.req.Tokens
@@ -287,7 +311,7 @@ func (c *Cluster) reply(r *request, res Result) {
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}
-	r.h.reply <- res
+	r.h.deliver(res)
 }
 
 func outcomeOf(p handoff.Phase) string {

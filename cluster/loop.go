@@ -226,7 +226,7 @@ func (c *Cluster) handle(m message) {
 // accept schedules an arrival at its modeled time.
 func (c *Cluster) accept(m arriveMsg) {
 	if c.stopping {
-		m.h.reply <- Result{Outcome: OutcomeError, Error: errClosed}
+		m.h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	// A stamped arrival keeps its own time unless the loop has passed it;
