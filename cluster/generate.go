@@ -49,7 +49,8 @@ func (h *call) deliver(res Result) {
 type request struct {
 	id      uint64
 	h       *call
-	m       *handoff.Machine
+	m       *handoff.Machine // machine, once routed
+	machine handoff.Machine
 	rid     string // router id
 	prefill *workerNode
 	decode  *workerNode
@@ -235,7 +236,8 @@ func (c *Cluster) arrive(h *call) {
 	spec.TransferMode = p.args.KVTransferTimingMode
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
 	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name, PrefillDPRank: p.rank, DecodeDPRank: r.decode.rank}
-	r.m = handoff.New(spec)
+	r.m = &r.machine
+	r.m.Init(spec)
 	c.reqs[id] = r
 	c.active++
 	c.step(r, handoff.Start{})
