@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/kvstrand/mocker/kv"
 )
@@ -73,23 +74,28 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	if prefillOnly {
 		c.maxOut = 1
 	}
+	// The sequence's longest possible length on this worker.
+	longest := c.prompt
+	if room := maxLen - c.prompt; room > 0 {
+		longest += min(c.maxOut, room)
+	}
 	// Without prefix caching nothing is ever hashed, so no token id is
 	// read again.
 	c.tailAt = c.prompt
 	if hashBlock > 0 {
+		// Room for the hashes of every block the sequence can fill, so
+		// that hashing generated blocks never regrows the arenas.
+		blocks := longest / hashBlock
+		c.locals, c.hashes = slices.Grow(c.locals[:0], blocks), slices.Grow(c.hashes[:0], blocks)
 		if h := req.Hashes; h.Covers(c.prompt, hashBlock) {
-			c.locals = append(c.locals[:0], h.Locals...)
-			c.hashes = append(c.hashes[:0], h.Seqs...)
+			c.locals = append(c.locals, h.Locals...)
+			c.hashes = append(c.hashes, h.Seqs...)
 		} else {
-			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals[:0], c.hashes[:0])
+			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals, c.hashes)
 		}
 		c.tailAt = len(c.hashes) * hashBlock
 	}
-	want := c.prompt - c.tailAt
-	if room := maxLen - c.prompt; room > 0 {
-		want += min(c.maxOut, room)
-	}
-	if cap(c.tail) < want {
+	if want := longest - c.tailAt; cap(c.tail) < want {
 		c.tail = make([]uint32, 0, want)
 	}
 	c.tail = append(c.tail[:0], req.Tokens[c.tailAt:]...)
