@@ -54,9 +54,8 @@ type request struct {
 	rid     string // router id
 	prefill *workerNode
 	decode  *workerNode
-	tid     uint64 // transfer id, once the prefill holds
-	closed  bool   // its transfer room was closed
-	base    Result
+	tid     uint64     // transfer id, once the prefill holds
+	closed  bool       // its transfer room was closed
 	hashes  *kv.Hashes // the prompt's, until the request ends
 }
 
@@ -235,7 +234,6 @@ func (c *Cluster) arrive(h *call) {
 	spec.PrefillName, spec.DecodeName = p.label(), r.decode.label()
 	spec.TransferMode = p.args.KVTransferTimingMode
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
-	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name, PrefillDPRank: p.rank, DecodeDPRank: r.decode.rank}
 	r.m = &r.machine
 	r.m.Init(spec)
 	c.reqs[id] = r
@@ -287,7 +285,7 @@ func (c *Cluster) act(r *request, a handoff.Action) {
 
 // finish ends r: its result to the caller, its counts, the router freed.
 func (c *Cluster) finish(r *request, f handoff.Finish) {
-	res := r.base
+	res := Result{PrefillWorker: r.prefill.name, DecodeWorker: r.decode.name, PrefillDPRank: r.prefill.rank, DecodeDPRank: r.decode.rank}
 	res.Outcome = outcomeOf(f.Phase)
 	res.Error = f.Error
 	rec := r.m.Record()
