@@ -194,9 +194,7 @@ func (c *Cluster) handle(m message) {
 	case arriveMsg:
 		c.accept(m)
 	case batchMsg:
-		for _, a := range m.arrivals {
-			c.accept(a)
-		}
+		c.acceptBatch(m.arrivals)
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
