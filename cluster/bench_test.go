@@ -39,6 +39,13 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 // arrivals faster than decode serves them so that holds queue and some
 // abort. It reports simulated requests per CPU second of the whole
 // process (sim_req/cpu_s) and allocation per request.
+//
+// At the default gap (6.5 ms) arrivals also outrun what the holds'
+// turnover lets the prefill workers admit, so their queues grow through
+// the run and the cost per request grows with b.N: compare versions at a
+// fixed -benchtime=Nx. GAP_MS=12 is about the fastest arrival rate the
+// cluster serves in a steady state (decode saturated, about half the holds
+// aborting, time to first token flat); GAP_MS=2 is deep saturation.
 func BenchmarkVirtualDisagg(b *testing.B) {
 	gapMs := 6.5
 	if v := os.Getenv("GAP_MS"); v != "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,17 +38,18 @@ type Cluster struct {
 	link    transferLink
 
 	// Everything below is owned by the loop goroutine.
-	v        *engine.Virtual
-	reqs     map[uint64]*request
-	exch     map[uint64]*exchange
-	nextID   uint64
-	nextTID  uint64
-	active   int // requests in flight
-	heldNow  int // held blocks across workers, from the last outputs
-	stats    counters
-	forensic *forensics
-	series   seriesRec
-	drainers []func()
+	v          *engine.Virtual
+	reqs       map[uint64]*request
+	exch       map[uint64]*exchange
+	nextID     uint64
+	nextTID    uint64
+	active     int // requests in flight
+	heldNow    int // held blocks across workers, from the last outputs
+	stats      counters
+	forensic   *forensics
+	hashSpares hashSpares
+	series     seriesRec
+	drainers   []func()
 	// Holds keep a paced loop's modeled time still for callers that got a
 	// result and have not acted on it yet (GenerateHoldingTime).
 	holds     map[uint64]struct{}
@@ -337,4 +339,9 @@ func (c *Cluster) closeServers() error {
 	return errors.Join(errs...)
 }
 
-func routerID(id uint64) string { return fmt.Sprintf("req-%d", id) }
+// routerID names request id for the router: "req-<id>", built in one
+// allocation (Sprintf takes three).
+func routerID(id uint64) string {
+	var buf [24]byte
+	return string(strconv.AppendUint(append(buf[:0], "req-"...), id, 10))
+}

@@ -86,7 +86,7 @@ type HoldEdge struct {
 // most recent ones, plus a ring of recent events. Guarded by Cluster.mu.
 type forensics struct {
 	log     *slog.Logger
-	open    map[uint64]*Hold // by request id
+	open    map[uint64]Hold // by request id
 	longest holdHeap
 	recent  []Hold
 	next    int // ring cursor in recent
@@ -98,7 +98,7 @@ type forensics struct {
 }
 
 func newForensics(log *slog.Logger) *forensics {
-	return &forensics{log: log, open: make(map[uint64]*Hold), edges: make(map[[2]string]*HoldEdge)}
+	return &forensics{log: log, open: make(map[uint64]Hold), edges: make(map[[2]string]*HoldEdge)}
 }
 
 // record keeps ev and writes it to the log.
@@ -137,7 +137,7 @@ func (f *forensics) record(ev Event) {
 }
 
 func (f *forensics) holdStarted(h Hold) {
-	f.open[h.RequestID] = &h
+	f.open[h.RequestID] = h
 	f.record(Event{Name: EventPinStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks})
@@ -147,8 +147,8 @@ func (f *forensics) holdStarted(h Hold) {
 // the hold had already ended (its end was delivered first); the kept
 // records of it are then completed.
 func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
-	h := f.open[reqID]
-	open := h != nil
+	held, open := f.open[reqID]
+	h := &held
 	if !open {
 		h = f.ended(reqID)
 		if h == nil {
@@ -160,7 +160,9 @@ func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
 	f.record(Event{Name: EventTransferStart, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank})
-	if !open {
+	if open {
+		f.open[reqID] = *h
+	} else {
 		// Both copies, if the hold is in the longest ones too.
 		for i := range f.longest {
 			if f.longest[i].RequestID == reqID {
@@ -183,8 +185,8 @@ func (f *forensics) ended(reqID uint64) *Hold {
 
 // holdEnded closes the open hold of reqID and returns it.
 func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string, transferred bool) (Hold, bool) {
-	h := f.open[reqID]
-	if h == nil {
+	h, ok := f.open[reqID]
+	if !ok {
 		return Hold{}, false
 	}
 	delete(f.open, reqID)
@@ -212,19 +214,19 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 	e.MaxMs = max(e.MaxMs, duration)
 
 	if len(f.recent) < maxRecentHolds {
-		f.recent = append(f.recent, *h)
+		f.recent = append(f.recent, h)
 	} else {
-		f.recent[f.next] = *h
+		f.recent[f.next] = h
 		f.next = (f.next + 1) % maxRecentHolds
 	}
 	switch {
 	case len(f.longest) < maxForensicHolds:
-		heap.Push(&f.longest, *h)
+		heap.Push(&f.longest, h)
 	case duration > f.longest[0].DurationMs:
-		f.longest[0] = *h
+		f.longest[0] = h
 		heap.Fix(&f.longest, 0)
 	}
-	return *h, true
+	return h, true
 }
 
 // holds returns the open holds, the longest and the most recent ended ones,
@@ -239,7 +241,7 @@ func (f *forensics) holds() []Hold {
 		}
 	}
 	for _, h := range f.open {
-		add(*h)
+		add(h)
 	}
 	for _, h := range f.longest {
 		add(h)

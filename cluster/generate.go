@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -29,19 +30,89 @@ type call struct {
 	hold       uint64
 	r          *request // owned by the loop
 	stopReason string   // a stop that came before the arrival was handled
+	// batch, when set, collects the result instead of reply: RunVirtual's
+	// arrivals, which need no channel each.
+	batch *batchResults
+	index int // the result's place in batch
+}
+
+// batchResults collects the results of a batch of calls on the loop;
+// done is closed once every one of them has its result.
+type batchResults struct {
+	results []Result
+	left    int
+	done    chan struct{}
+}
+
+// deliver gives the caller its result. It runs on the loop.
+func (h *call) deliver(res Result) {
+	if h.done != nil {
+		h.done(res)
+		return
+	}
+	if b := h.batch; b != nil {
+		b.results[h.index] = res
+		if b.left--; b.left == 0 {
+			close(b.done)
+		}
+		return
+	}
+	h.reply <- res
 }
 
 // request is one request in flight: its handoff machine and workers.
 type request struct {
 	id      uint64
 	h       *call
-	m       *handoff.Machine
+	m       *handoff.Machine // machine, once routed
+	machine handoff.Machine
 	rid     string // router id
 	prefill *workerNode
 	decode  *workerNode
-	tid     uint64 // transfer id, once the prefill holds
-	closed  bool   // its transfer room was closed
-	base    Result
+	tid     uint64     // transfer id, once the prefill holds
+	closed  bool       // its transfer room was closed
+	hashes  *kv.Hashes // the prompt's, until the request ends
+}
+
+// hashSpares recycles the storage of prompt hashes, which the loop
+// computes once per request at arrival for the router and both workers
+// (each would otherwise hash the prompt again). A worker copies the hashes
+// when its Submit or Reserve fires, and the loop schedules inputs at its
+// now, so an input carrying a request's hashes may still be queued at the
+// instant the request ends, never later: storage retired at retiredAt is
+// reused only once the clock has passed it.
+type hashSpares struct {
+	spare, retired []*kv.Hashes
+	retiredAt      float64
+}
+
+// take returns storage for a prompt's hashes at modeled time now.
+func (s *hashSpares) take(now float64) *kv.Hashes {
+	s.settle(now)
+	n := len(s.spare)
+	if n == 0 {
+		return &kv.Hashes{}
+	}
+	h := s.spare[n-1]
+	s.spare = s.spare[:n-1]
+	return h
+}
+
+// retire gives back the storage of a request that ended at now.
+func (s *hashSpares) retire(now float64, h *kv.Hashes) {
+	s.settle(now)
+	h.Locals, h.Seqs = h.Locals[:0], h.Seqs[:0]
+	s.retired = append(s.retired, h)
+	s.retiredAt = now
+}
+
+// settle makes spare what was retired before now.
+func (s *hashSpares) settle(now float64) {
+	if now > s.retiredAt && len(s.retired) > 0 {
+		s.spare = append(s.spare, s.retired...)
+		clear(s.retired)
+		s.retired = s.retired[:0]
+	}
 }
 
 func (r *request) side(w *workerNode) handoff.Side {
@@ -206,11 +277,11 @@ func (c *Cluster) tooLong(req Request) string {
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
 	if h.stopReason != "" {
-		h.give(Result{Outcome: OutcomeError, Error: h.stopReason})
+		h.deliver(Result{Outcome: OutcomeError, Error: h.stopReason})
 		return
 	}
 	if c.stopping {
-		h.give(Result{Outcome: OutcomeError, Error: errClosed})
+		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	c.nextID++
@@ -220,7 +291,7 @@ func (c *Cluster) arrive(h *call) {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
 		c.series.ended(c.v.Now(), &res)
-		h.give(res)
+		h.deliver(res)
 		return
 	}
 	tokens := h.req.Tokens
@@ -229,8 +300,12 @@ func (c *Cluster) arrive(h *call) {
 	}
 	r := &request{id: id, h: h, rid: routerID(id)}
 	h.r = r
-	rreq := &router.Request{ID: r.rid, Tokens: tokens}
-	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens}}
+	hs := c.hashSpares.take(c.v.Now())
+	hs.BlockSize = c.res.router.BlockSize // every pool's block size
+	hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
+	r.hashes = hs
+	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
+	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	if !c.cfg.Disagg {
 		wid, err := c.router.Route(rreq)
 		if err != nil {
@@ -256,8 +331,8 @@ func (c *Cluster) arrive(h *call) {
 	spec.PrefillName, spec.DecodeName = p.label(), r.decode.label()
 	spec.TransferMode = p.args.KVTransferTimingMode
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
-	r.base = Result{PrefillWorker: p.name, DecodeWorker: r.decode.name, PrefillDPRank: p.rank, DecodeDPRank: r.decode.rank}
-	r.m = handoff.New(spec)
+	r.m = &r.machine
+	r.m.Init(spec)
 	c.reqs[id] = r
 	c.active++
 	c.step(r, handoff.Start{})
@@ -307,7 +382,7 @@ func (c *Cluster) act(r *request, a handoff.Action) {
 
 // finish ends r: its result to the caller, its counts, the router freed.
 func (c *Cluster) finish(r *request, f handoff.Finish) {
-	res := r.base
+	res := Result{PrefillWorker: r.prefill.name, DecodeWorker: r.decode.name, PrefillDPRank: r.prefill.rank, DecodeDPRank: r.decode.rank}
 	res.Outcome = outcomeOf(f.Phase)
 	res.Error = f.Error
 	rec := r.m.Record()
@@ -328,6 +403,8 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 }
 
 func (c *Cluster) reply(r *request, res Result) {
+	c.hashSpares.retire(c.v.Now(), r.hashes)
+	r.hashes = nil
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}
@@ -335,16 +412,7 @@ func (c *Cluster) reply(r *request, res Result) {
 	if r.h.wantHold && c.clock != nil && !c.stopping {
 		r.h.hold = c.takeHold()
 	}
-	r.h.give(res)
-}
-
-// give hands the call its result.
-func (h *call) give(res Result) {
-	if h.done != nil {
-		h.done(res)
-		return
-	}
-	h.reply <- res
+	r.h.deliver(res)
 }
 
 func outcomeOf(p handoff.Phase) string {

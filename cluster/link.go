@@ -129,39 +129,41 @@ func (c *Cluster) giveUpExchanges() {
 // ABORT and tombstones, answered in the loop at once.
 type memLink struct {
 	c     *Cluster
-	rooms map[uint64]*memRoom
+	rooms map[uint64]memRoom
 }
 
 type memRoom struct {
 	resolved, transferred, waiting bool
 }
 
-func newMemLink(c *Cluster) *memLink { return &memLink{c: c, rooms: make(map[uint64]*memRoom)} }
+func newMemLink(c *Cluster) *memLink { return &memLink{c: c, rooms: make(map[uint64]memRoom)} }
 
 func (l *memLink) arrived(uint64, uint64) {}
 
-func (l *memLink) open(_ *workerNode, tid uint64) { l.rooms[tid] = &memRoom{} }
+func (l *memLink) open(_ *workerNode, tid uint64) { l.rooms[tid] = memRoom{} }
 
 func (l *memLink) close(_ *workerNode, tid uint64, transferred bool) {
-	room := l.rooms[tid]
-	if room == nil || room.resolved {
+	room, ok := l.rooms[tid]
+	if !ok || room.resolved {
 		return
 	}
 	room.resolved, room.transferred = true, transferred
+	l.rooms[tid] = room
 	if room.waiting {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
 	}
 }
 
 func (l *memLink) connect(_ *workerNode, tid, reqID uint64) {
-	room := l.rooms[tid]
+	room, ok := l.rooms[tid]
 	switch {
-	case room == nil:
+	case !ok:
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: "transfer room not open"}})
 	case room.resolved:
 		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
 	default:
 		room.waiting = true
+		l.rooms[tid] = room
 		l.c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: true})
 	}
 }

@@ -227,9 +227,7 @@ func (c *Cluster) handle(m message) {
 	case arriveMsg:
 		c.accept(m)
 	case batchMsg:
-		for _, a := range m.arrivals {
-			c.accept(a)
-		}
+		c.acceptBatch(m.arrivals)
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
@@ -262,7 +260,7 @@ func (c *Cluster) handle(m message) {
 // accept schedules an arrival at its modeled time.
 func (c *Cluster) accept(m arriveMsg) {
 	if c.stopping {
-		m.h.give(Result{Outcome: OutcomeError, Error: errClosed})
+		m.h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	// A stamped arrival keeps its own time unless the loop has passed it;

@@ -236,7 +236,7 @@ func (c *Cluster) closeStepped() {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
 	for _, h := range c.pending {
-		h.give(Result{Outcome: OutcomeError, Error: errClosed})
+		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 	}
 	c.pending = nil
 	c.handle(closeMsg{})

@@ -59,7 +59,7 @@ func (m *mirrorPool) active() map[uint64]int {
 	for id, s := range m.private {
 		out[id] = int(m.p.blocks[s].ref)
 	}
-	for h, s := range m.p.index {
+	for h, s := range m.p.index.All() {
 		if r := m.p.blocks[s].ref; r > 0 {
 			out[uint64(h)] = int(r)
 		}

@@ -29,7 +29,7 @@ type pblock struct {
 type blockPool struct {
 	blocks   []pblock
 	free     []int32
-	index    map[kv.SeqHash]int32
+	index    kv.Index[int32]
 	lruHead  int32 // least recently used inactive block
 	lruTail  int32
 	active   int
@@ -43,7 +43,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 	p := &blockPool{
 		blocks:  make([]pblock, total),
 		free:    make([]int32, total),
-		index:   make(map[kv.SeqHash]int32, total),
+		index:   kv.NewIndex[int32](total),
 		lruHead: noSlot,
 		lruTail: noSlot,
 		ev:      kvRecorder{emit: emit},
@@ -57,8 +57,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 
 // lookup returns the indexed block for h.
 func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
-	s, ok := p.index[h]
-	return s, ok
+	return p.index.Get(h)
 }
 
 // isActive reports whether slot is referenced.
@@ -118,7 +117,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.lruRemove(s)
 		p.inactive--
 		b := &p.blocks[s]
-		delete(p.index, b.hash)
+		p.index.Delete(b.hash)
 		p.ev.removed(b.hash)
 	} else {
 		return noSlot, false
@@ -182,11 +181,12 @@ func (p *blockPool) retire(s int32) {
 func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
 	b := &p.blocks[s]
 	b.hash = h
-	if _, dup := p.index[h]; dup {
+	slot, added := p.index.Ref(h)
+	if !added {
 		return
 	}
+	*slot = s
 	b.indexed = true
-	p.index[h] = s
 	p.ev.stored(h, local, parent, hasParent)
 }
 
@@ -222,7 +222,7 @@ func (p *blockPool) audit() error {
 	case active+inactive+len(p.free) != len(p.blocks):
 		return fmt.Errorf("active %d + inactive %d + free %d != total %d", active, inactive, len(p.free), len(p.blocks))
 	}
-	for h, s := range p.index {
+	for h, s := range p.index.All() {
 		if !p.blocks[s].indexed || p.blocks[s].hash != h {
 			return fmt.Errorf("index entry %x points at block %d holding %x", uint64(h), s, uint64(p.blocks[s].hash))
 		}

@@ -35,7 +35,7 @@ type rnode struct {
 type radixCache struct {
 	nodes []rnode
 	free  []int32
-	index map[kv.SeqHash]int32
+	index kv.Index[int32]
 	heap  []int32 // unlocked leaves, ordered by (access, slot)
 	tick  uint64
 
@@ -58,7 +58,7 @@ func newRadixCache(total int, emit bool) *radixCache {
 	c := &radixCache{
 		nodes:   make([]rnode, total),
 		free:    make([]int32, total),
-		index:   make(map[kv.SeqHash]int32, total),
+		index:   kv.NewIndex[int32](total),
 		ev:      kvRecorder{emit: emit},
 		version: 1,
 	}
@@ -86,7 +86,7 @@ func (c *radixCache) available() int { return len(c.free) + c.evictable }
 func (c *radixCache) match(hashes []kv.SeqHash) (n int, last int32) {
 	last = noSlot
 	for _, h := range hashes {
-		s, ok := c.index[h]
+		s, ok := c.index.Get(h)
 		if !ok {
 			break
 		}
@@ -215,7 +215,7 @@ func (c *radixCache) alloc() (int32, bool) {
 func (c *radixCache) evict(s int32) {
 	b := &c.nodes[s]
 	c.heapRemove(b.heap)
-	delete(c.index, b.hash)
+	c.index.Delete(b.hash)
 	c.ev.removed(b.hash)
 	if p := b.parent; p != noSlot {
 		pb := &c.nodes[p]
@@ -246,7 +246,7 @@ func (c *radixCache) release(s int32) {
 // becomes a new locked leaf under parent and a Stored event is recorded.
 // It returns the node that now ends the caller's locked path.
 func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) int32 {
-	if e, ok := c.index[h]; ok {
+	if e, ok := c.index.Get(h); ok {
 		c.release(s)
 		// The caller's lock already covers e's ancestors (they are the
 		// path down to parent), so only e itself gains one.
@@ -257,7 +257,7 @@ func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) i
 	c.inTree++
 	c.version++
 	c.nodes[s] = rnode{hash: h, parent: parent, lock: 1, heap: noSlot, inTree: true}
-	c.index[h] = s
+	c.index.Put(h, s)
 	var ph kv.SeqHash
 	if parent != noSlot {
 		pb := &c.nodes[parent]
@@ -367,7 +367,7 @@ func (c *radixCache) audit() error {
 			}
 			kids[b.parent]++
 		}
-		if s, ok := c.index[b.hash]; !ok || s != int32(i) {
+		if s, ok := c.index.Get(b.hash); !ok || s != int32(i) {
 			return fmt.Errorf("page %d: hash %x not indexed to it", i, uint64(b.hash))
 		}
 	}
@@ -396,8 +396,8 @@ func (c *radixCache) audit() error {
 		return fmt.Errorf("evictable counter %d, recount %d", c.evictable, evictable)
 	case heldOnly != c.heldOnly:
 		return fmt.Errorf("held-only counter %d, recount %d", c.heldOnly, heldOnly)
-	case len(c.index) != inTree:
-		return fmt.Errorf("index has %d entries for %d tree pages", len(c.index), inTree)
+	case c.index.Len() != inTree:
+		return fmt.Errorf("index has %d entries for %d tree pages", c.index.Len(), inTree)
 	case c.private < 0 || inTree+c.private+len(c.free) != len(c.nodes):
 		return fmt.Errorf("tree %d + private %d + free %d != total %d", inTree, c.private, len(c.free), len(c.nodes))
 	}

@@ -46,7 +46,7 @@ func TestRadix_LRUEvictsUnlockedLeavesOnly(t *testing.T) {
 		removed = append(removed, e.RemovedHashes...)
 	}
 	assert.Equal(t, []kv.SeqHash{ah[2], ah[1], ah[0], dh[1]}, removed)
-	_, stillB := c.index[bh[1]]
+	_, stillB := c.index.Get(bh[1])
 	assert.True(t, stillB, "locked pages are never evicted")
 
 	// d's root page is the only evictable one left; after it, nothing.

@@ -3,18 +3,27 @@ package engine
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/kvstrand/mocker/kv"
 )
 
 // reqCore is what every scheduler model keeps of a request whatever its KV
-// layout: the token sequence and its block hashes, the output progress and
+// layout: the sequence's length and block hashes, the output progress and
 // the figures a Completion reports. The vLLM seq and the SGLang sgReq embed
 // it, so admission, token emission and handoff activation read the same in
 // both models.
+//
+// Token ids matter only to block hashes, so the prompt is not copied: its
+// full blocks are hashed at arrival, and only the ids after them (the
+// partial last block, then generated tokens) are kept, for the blocks
+// hashed as they fill.
 type reqCore struct {
 	id     uint64
-	tokens []uint32 // prompt, then generated tokens
+	length int // tokens in the sequence: prompt, then generated
+	// tail holds the sequence's tokens from position tailAt on.
+	tail   []uint32
+	tailAt int
 	prompt int
 	maxOut int
 	out    int // tokens generated
@@ -52,37 +61,58 @@ func errPrefillDestination(id uint64) error {
 // fill starts c as req arriving at now. A prefill worker generates only the
 // first token (prefillOnly). maxLen is the longest the sequence can ever
 // grow on this worker (its pool, its max_model_len): token storage is
-// reserved up front for the prompt and its output up to that length, so a
+// reserved up front for the tail and its output up to that length, so a
 // huge max_tokens costs nothing until the length rules stop it. With
 // hashBlock > 0 (prefix caching on) the prompt's full blocks of that many
-// tokens are hashed at once; the token slice and hash arenas of a recycled
-// request are reused.
+// tokens are hashed at once, or taken from req when it carries them; the
+// tail and hash arenas of a recycled request are reused.
 func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int) {
 	c.id = req.ID
 	c.prompt = len(req.Tokens)
+	c.length = c.prompt
 	c.maxOut = max(1, req.MaxTokens)
 	if prefillOnly {
 		c.maxOut = 1
 	}
-	want := c.prompt
+	// The sequence's longest possible length on this worker.
+	longest := c.prompt
 	if room := maxLen - c.prompt; room > 0 {
-		want += min(c.maxOut, room)
+		longest += min(c.maxOut, room)
 	}
-	if cap(c.tokens) < want {
-		c.tokens = make([]uint32, 0, want)
+	// Without prefix caching nothing is ever hashed, so no token id is
+	// read again.
+	c.tailAt = c.prompt
+	if hashBlock > 0 {
+		// Room for the hashes of every block the sequence can fill, so
+		// that hashing generated blocks never regrows the arenas.
+		blocks := longest / hashBlock
+		c.locals, c.hashes = slices.Grow(c.locals[:0], blocks), slices.Grow(c.hashes[:0], blocks)
+		if h := req.Hashes; h.Covers(c.prompt, hashBlock) {
+			c.locals = append(c.locals, h.Locals...)
+			c.hashes = append(c.hashes, h.Seqs...)
+		} else {
+			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals, c.hashes)
+		}
+		c.tailAt = len(c.hashes) * hashBlock
 	}
-	c.tokens = append(c.tokens[:0], req.Tokens...)
+	if want := longest - c.tailAt; cap(c.tail) < want {
+		c.tail = make([]uint32, 0, want)
+	}
+	c.tail = append(c.tail[:0], req.Tokens[c.tailAt:]...)
 	c.policy = policy
 	c.priority = req.Priority
 	c.arrival = now
-	if hashBlock > 0 {
-		c.locals, c.hashes = kv.BlockHashes(c.tokens, hashBlock, c.locals[:0], c.hashes[:0])
-	}
 }
 
 // recycled is c emptied for reuse, keeping its slices' storage.
 func (c *reqCore) recycled() reqCore {
-	return reqCore{tokens: c.tokens[:0], hashes: c.hashes[:0], locals: c.locals[:0]}
+	return reqCore{tail: c.tail[:0], hashes: c.hashes[:0], locals: c.locals[:0]}
+}
+
+// push appends a token to the sequence.
+func (c *reqCore) push(tok uint32) {
+	c.tail = append(c.tail, tok)
+	c.length++
 }
 
 // ensureHashes extends c's block hashes to cover its first n blocks of
@@ -90,7 +120,8 @@ func (c *reqCore) recycled() reqCore {
 // request arrives; blocks of generated tokens when they are first needed.
 func (c *reqCore) ensureHashes(n, block int) {
 	for i := len(c.hashes); i < n; i++ {
-		l := kv.HashTokens(c.tokens[i*block : (i+1)*block])
+		at := i*block - c.tailAt
+		l := kv.HashTokens(c.tail[at : at+block])
 		h := kv.SeqHash(l)
 		if i > 0 {
 			h = kv.ChainHash(c.hashes[i-1], l)
@@ -104,7 +135,7 @@ func (c *reqCore) ensureHashes(n, block int) {
 // first token stamps the request's time to first token.
 func (c *reqCore) generate(rng *rand.Rand, end float64, out *Output) {
 	tok := 1000 + rng.Uint32N(1000)
-	c.tokens = append(c.tokens, tok)
+	c.push(tok)
 	idx := c.out
 	c.out++
 	if idx == 0 {

@@ -417,7 +417,7 @@ func (g *SGLang) prefix(r *sgReq) (pages int, last int32) {
 		return 0, noSlot
 	}
 	c := g.cache
-	limit := (len(r.tokens) - 1) / g.page
+	limit := (r.length - 1) / g.page
 	if r.matchVer == c.version && r.matchLimit == limit {
 		return r.matchPages, r.matchLast
 	}
@@ -473,7 +473,7 @@ func (g *SGLang) insert(r *sgReq) {
 // neverFits explains why r could not complete even alone on an empty pool,
 // or returns "".
 func (g *SGLang) neverFits(r *sgReq) string {
-	need := len(r.tokens) + r.maxOut - r.out - 1
+	need := r.length + r.maxOut - r.out - 1
 	if pages := ceilDiv(need, g.page); pages > g.total {
 		return fmt.Sprintf("prompt of %d tokens plus %d more output tokens needs %d pages of %d tokens but num_gpu_blocks is %d",
 			r.prompt, r.maxOut-r.out, pages, g.page, g.total)
@@ -566,7 +566,7 @@ func (g *SGLang) admit(now float64, out *Output) {
 		if !continuing {
 			done = hits * g.page
 		}
-		extend := len(r.tokens) - done
+		extend := r.length - done
 		limit := remChunk
 		if continuing && !idle {
 			limit = min(limit, int(remTotal))
@@ -722,9 +722,9 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 			// vLLM, is charged the prefill alone).
 			n, ctx := 0, 0
 			for _, r := range g.batch {
-				if r.kvLen == len(r.tokens) {
+				if r.kvLen == r.length {
 					n++
-					ctx += len(r.tokens)
+					ctx += r.length
 				}
 			}
 			if n > 0 {
@@ -738,7 +738,7 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 	out.PrefillMs, out.DecodeMs = prefillMs, decodeMs
 	out.PrefillTokens = g.prefillToks
 	for _, r := range g.batch {
-		if r.kvLen < len(r.tokens) {
+		if r.kvLen < r.length {
 			continue // a chunk: no token yet
 		}
 		// The prompt's full pages are cached as soon as they are computed
@@ -882,7 +882,7 @@ func (g *SGLang) reestimateRatio() float64 {
 func (g *SGLang) victim() *sgReq {
 	var v *sgReq
 	better := func(r *sgReq) bool {
-		return v == nil || r.out < v.out || (r.out == v.out && len(r.tokens) >= len(v.tokens))
+		return v == nil || r.out < v.out || (r.out == v.out && r.length >= v.length)
 	}
 	if len(g.running) > 1 || len(g.activated) > 0 {
 		for _, r := range g.running {

@@ -83,7 +83,7 @@ func (g *SGLang) Activate(now float64, id uint64, events *[]Event) bool {
 		g.recycle(r)
 		return true
 	}
-	r.tokens = append(r.tokens, placeholderToken)
+	r.push(placeholderToken)
 	// It runs once a running slot is free (reservations take none).
 	r.state = sgActivated
 	g.activated = append(g.activated, r)

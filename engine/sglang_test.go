@@ -304,7 +304,7 @@ func TestSGLang_VictimChoice(t *testing.T) {
 	g, err := NewSGLang(sglangArgs(8), nil, 1)
 	require.NoError(t, err)
 	mk := func(out, tokens int) *sgReq {
-		return &sgReq{reqCore: reqCore{out: out, tokens: make([]uint32, tokens)}, state: sgRunning}
+		return &sgReq{reqCore: reqCore{out: out, length: tokens}, state: sgRunning}
 	}
 	a, b, c := mk(5, 20), mk(2, 10), mk(7, 30)
 	g.running = []*sgReq{a, b, c}
@@ -314,7 +314,7 @@ func TestSGLang_VictimChoice(t *testing.T) {
 	assert.Same(t, d, g.victim(), "the longer sequence among equals")
 	g.running = []*sgReq{a}
 	assert.Nil(t, g.victim(), "the last running request is never retracted")
-	chunk := &sgReq{reqCore: reqCore{out: 9, tokens: make([]uint32, 20)}, kvLen: 8, state: sgWaiting}
+	chunk := &sgReq{reqCore: reqCore{out: 9, length: 20}, kvLen: 8, state: sgWaiting}
 	g.waiting = []*sgReq{chunk}
 	assert.Same(t, chunk, g.victim(), "a request mid chunked prefill can always go")
 }

@@ -2,14 +2,21 @@ package engine
 
 import "github.com/kvstrand/mocker/kv"
 
-// Request is one generation request as a worker sees it. The worker copies
-// Tokens at Submit, so callers may reuse the slice afterwards.
+// Request is one generation request as a worker sees it. The worker keeps
+// what it needs of Tokens and the hashes at Submit (or Reserve), so callers
+// may reuse the slices afterwards.
 type Request struct {
 	// ID names the request in every output; it must be unique among the
 	// requests a worker currently knows (waiting, running or held).
 	ID uint64
 	// Tokens is the prompt. It must not be empty.
 	Tokens []uint32
+	// Hashes, when given, are the hashes of the prompt's complete blocks. A
+	// caller that hashed the prompt already (to route it) passes them on,
+	// so that a worker whose block size is Hashes.BlockSize need not hash
+	// it again; a worker with another block size, or given hashes that do
+	// not cover every complete block, hashes Tokens itself.
+	Hashes *kv.Hashes
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
 	// and prefill workers always produce exactly one token.
 	MaxTokens int

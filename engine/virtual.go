@@ -90,6 +90,7 @@ type Virtual struct {
 	src     ArrivalSource
 	err     error
 	tickets map[uint64]ticketFill
+	batches []*vbatch // CallEach runs, kept aside from q
 
 	// OnOutput, when set, receives every worker Output at its End (the
 	// clock reads End during the call). The events that precede a pass
@@ -119,9 +120,9 @@ func (v *Virtual) Worker(i int) *Worker { return v.workers[i] }
 func (v *Virtual) Workers() int { return len(v.workers) }
 
 // Schedule hands in to worker at modeled time at (clamped to now). A
-// Submit's or Reserve's token slice is read when the input fires, so it
-// must stay unchanged until then; a refusal of either stops the run unless
-// OnInput is set to hear it.
+// Submit's or Reserve's token and hash slices are read when the input
+// fires, so they must stay unchanged until then; a refusal of either stops
+// the run unless OnInput is set to hear it.
 func (v *Virtual) Schedule(at float64, worker int, in Input) {
 	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), in: in})
 }
@@ -130,6 +131,61 @@ func (v *Virtual) Schedule(at float64, worker int, in Input) {
 // events of that time. fn may schedule more events.
 func (v *Virtual) Call(at float64, fn func()) {
 	v.push(vevent{at: max(at, v.now), kind: vCall, call: fn})
+}
+
+// CallEach runs fn(i) at modeled time at(i) for every i in [0, n), each in
+// the place among the events of its time that n calls to Call, made now in
+// order, would give it; the times must not decrease, and are clamped to
+// now as Call's are. The calls wait aside from the event queue, so a long
+// batch (a run's arrivals) costs neither queue space nor a closure each,
+// and the queue stays as small as what is in flight.
+func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
+	if n <= 0 {
+		return
+	}
+	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn})
+	v.seq += uint64(n)
+}
+
+// vbatch is a CallEach run: call i has sequence number seq0+i.
+type vbatch struct {
+	seq0    uint64
+	next, n int
+	floor   float64 // now when the run was scheduled
+	at      func(i int) float64
+	fn      func(i int)
+}
+
+func (b *vbatch) head() (at float64, seq uint64) {
+	return max(b.at(b.next), b.floor), b.seq0 + uint64(b.next)
+}
+
+// first locates the earliest pending event: the queue's head (batch < 0)
+// or the next call of batches[batch]. ok is false when nothing is pending.
+func (v *Virtual) first() (at float64, batch int, ok bool) {
+	batch = -1
+	var seq uint64
+	if len(v.q) > 0 {
+		at, seq, ok = v.q[0].at, v.q[0].seq, true
+	}
+	for i, b := range v.batches {
+		if bat, bseq := b.head(); !ok || bat < at || (bat == at && bseq < seq) {
+			at, seq, batch, ok = bat, bseq, i, true
+		}
+	}
+	return at, batch, ok
+}
+
+// fireBatch runs the next call of batches[i] at its time.
+func (v *Virtual) fireBatch(i int) {
+	b := v.batches[i]
+	v.now, _ = b.head()
+	k := b.next
+	b.next++
+	if b.next == b.n {
+		v.batches = append(v.batches[:i], v.batches[i+1:]...)
+	}
+	b.fn(k)
 }
 
 // Ticket reserves a place at modeled time at (clamped to now) for an event
@@ -200,24 +256,24 @@ func (v *Virtual) pull() {
 // event is a ticket still waiting to be filled. ok is false when the queue
 // is empty.
 func (v *Virtual) Next() (at float64, blocked, ok bool) {
-	if len(v.q) == 0 {
+	at, batch, ok := v.first()
+	if !ok {
 		return 0, false, false
 	}
-	e := &v.q[0]
-	if e.kind == vTicket {
-		if f := v.tickets[e.seq]; !f.filled {
-			return e.at, true, true
+	if batch < 0 && v.q[0].kind == vTicket {
+		if f := v.tickets[v.q[0].seq]; !f.filled {
+			return at, true, true
 		}
 	}
-	return e.at, false, true
+	return at, false, true
 }
 
 // AdvanceTo moves the clock forward to t without processing anything, for
 // a driver that stamps inputs with the time its wall clock allows. It
 // never moves past the earliest queued event nor backwards.
 func (v *Virtual) AdvanceTo(t float64) {
-	if len(v.q) > 0 {
-		t = min(t, v.q[0].at)
+	if at, _, ok := v.first(); ok {
+		t = min(t, at)
 	}
 	v.now = max(v.now, t)
 }
@@ -230,9 +286,14 @@ func (v *Virtual) Run() error { return v.RunUntil(-1) }
 // RunUntil processes events up to modeled time until (negative: no limit)
 // and leaves the clock there, or stops early at an unfilled ticket.
 func (v *Virtual) RunUntil(until float64) error {
-	for len(v.q) > 0 && v.err == nil {
-		if until >= 0 && v.q[0].at > until {
+	for v.err == nil {
+		at, batch, ok := v.first()
+		if !ok || (until >= 0 && at > until) {
 			break
+		}
+		if batch >= 0 {
+			v.fireBatch(batch)
+			continue
 		}
 		if _, blocked, _ := v.Next(); blocked {
 			return v.err

@@ -287,9 +287,9 @@ func (v *VLLM) destNeverFits(s *seq) neverFit {
 	if s.prompt >= v.maxModelLen {
 		return neverFit{RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen)}
 	}
-	if blocks := ceilDiv(len(s.tokens), v.bs); blocks > v.total {
+	if blocks := ceilDiv(s.length, v.bs); blocks > v.total {
 		return neverFit{RejectNeverFits, fmt.Sprintf("sequence of %d tokens needs %d blocks of %d but num_gpu_blocks is %d",
-			len(s.tokens), blocks, v.bs, v.total)}
+			s.length, blocks, v.bs, v.total)}
 	}
 	return neverFit{}
 }
@@ -344,7 +344,7 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 	// The first token's KV is computed by the pass that runs it, which
 	// then emits token 1; blocks are indexed there too, so KV events stay
 	// in passes. Until a running slot is free it waits, holding its KV.
-	s.tokens = append(s.tokens, placeholderToken)
+	s.push(placeholderToken)
 	s.state = stActivated
 	v.activated.pushBack(s)
 	return true
@@ -473,7 +473,7 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 	if !v.caching {
 		return 0, 0
 	}
-	limit := (len(s.tokens) - 1) / v.bs
+	limit := (s.length - 1) / v.bs
 	s.ensureHashes(limit, v.bs)
 	for hits < limit {
 		slot, ok := v.pool.lookup(s.hashes[hits])
@@ -521,7 +521,7 @@ const (
 // schedule gives s up to the remaining budget of tokens, allocating blocks
 // and preempting when allowed.
 func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) schedStatus {
-	length := len(s.tokens)
+	length := s.length
 	effective, hits := s.computed, 0
 	if s.computed == 0 && len(s.blocks) == 0 {
 		hits, _ = v.prefixHits(s)
@@ -700,9 +700,9 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	v.ready = v.ready[:0]
 	ctx := 0
 	for _, s := range v.running {
-		if s.computed >= len(s.tokens) {
+		if s.computed >= s.length {
 			v.ready = append(v.ready, s)
-			ctx += len(s.tokens)
+			ctx += s.length
 		}
 	}
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
@@ -735,7 +735,7 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	finished := false
 	for _, s := range v.ready {
 		s.generate(v.rng, end, out)
-		if s.out >= s.maxOut || len(s.tokens) >= v.maxModelLen {
+		if s.out >= s.maxOut || s.length >= v.maxModelLen {
 			v.finish(s, end, out)
 			finished = true
 		}
@@ -781,7 +781,7 @@ func (v *VLLM) admit(now float64, out *Output) {
 			// in Dynamo.
 			return
 		}
-		length := len(s.tokens)
+		length := s.length
 		if s.prompt >= v.maxModelLen {
 			v.reject(s, now, RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen), out)
 			continue
@@ -833,7 +833,7 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	if len(v.running)+v.slotsReserved() >= v.maxSeqs {
 		return false
 	}
-	blocks := ceilDiv(len(s.tokens), v.bs)
+	blocks := ceilDiv(s.length, v.bs)
 	hits, activeHits := v.prefixHits(s)
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.

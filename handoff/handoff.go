@@ -269,10 +269,26 @@ type Machine struct {
 	pending       *Finish // the end, waiting for the prefill to be done
 	finished      bool
 	out           []Action
+	// end backs pending, and outBuf out for the few actions of a step, so
+	// that a step allocates nothing of its own.
+	end    Finish
+	outBuf [4]Action
 }
 
 // New builds the machine of one request, in phase Routed.
-func New(spec Spec) *Machine { return &Machine{spec: spec} }
+func New(spec Spec) *Machine {
+	m := new(Machine)
+	m.Init(spec)
+	return m
+}
+
+// Init makes m the machine of a new request, in phase Routed, as New
+// does, for a driver that keeps each machine inside its own record of the
+// request. A machine in use must not be copied: it points into itself.
+func (m *Machine) Init(spec Spec) {
+	*m = Machine{spec: spec}
+	m.out = m.outBuf[:0]
+}
 
 // Phase is where the request is.
 func (m *Machine) Phase() Phase { return m.phase }
@@ -308,7 +324,8 @@ func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
 // finish ends the request with phase, once the prefill is done with it.
 func (m *Machine) finish(phase Phase, err string) {
 	if m.pending == nil {
-		m.pending = &Finish{Phase: phase, Error: err}
+		m.end = Finish{Phase: phase, Error: err}
+		m.pending = &m.end
 	}
 }
 

@@ -17,6 +17,24 @@ type LocalHash uint64
 // (Dynamo's sequence / external block hash).
 type SeqHash uint64
 
+// Hashes are the local and sequence hashes of a token sequence's complete
+// blocks of BlockSize tokens, as BlockHashes computes them: what a caller
+// that hashed a prompt once passes on, so that nobody hashes it again.
+type Hashes struct {
+	BlockSize int
+	Locals    []LocalHash
+	Seqs      []SeqHash
+}
+
+// Covers reports whether h holds the hashes of every complete block of a
+// sequence of n tokens in blocks of blockSize.
+func (h *Hashes) Covers(n, blockSize int) bool {
+	if h == nil || h.BlockSize != blockSize || blockSize <= 0 {
+		return false
+	}
+	return len(h.Locals) == n/blockSize && len(h.Seqs) == n/blockSize
+}
+
 // HashTokens returns the local hash of one block of tokens.
 func HashTokens(tokens []uint32) LocalHash {
 	var stack [256]byte

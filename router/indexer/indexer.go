@@ -100,7 +100,7 @@ type workerState struct {
 	slot int
 	// blocks maps the worker's own block keys (sequence hashes) to the tree
 	// node holding that block, so Removed events need no tree walk.
-	blocks map[kv.SeqHash]*node
+	blocks kv.Index[*node]
 	// extra counts, per node, the worker's keys on it beyond the first. An
 	// engine may name one position (same tokens, same parent) with two
 	// block hashes; the worker's bit on the node must stay until its last
@@ -185,7 +185,7 @@ func (x *Indexer) worker(id uint64) *workerState {
 	if ws := x.workers[id]; ws != nil {
 		return ws
 	}
-	ws := &workerState{id: id, blocks: make(map[kv.SeqHash]*node)}
+	ws := &workerState{id: id}
 	if n := len(x.free); n > 0 {
 		ws.slot = x.free[n-1]
 		x.free = x.free[:n-1]
@@ -254,7 +254,7 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 	}
 	cur := &x.root
 	if ev.HasParent {
-		p := ws.blocks[ev.Parent]
+		p, _ := ws.blocks.Get(ev.Parent)
 		if p == nil {
 			x.stats.UnknownParent++
 			x.stats.DroppedEvents++
@@ -269,7 +269,8 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 			cur.addChild(c)
 			x.stats.Nodes++
 		}
-		if old := ws.blocks[b.Hash]; old != c {
+		key, _ := ws.blocks.Ref(b.Hash)
+		if old := *key; old != c {
 			if c.workers.has(ws.slot) {
 				// Another key of this worker already names c.
 				if ws.extra == nil {
@@ -279,7 +280,7 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 			} else {
 				c.workers.set(ws.slot)
 			}
-			ws.blocks[b.Hash] = c
+			*key = c
 			if old != nil {
 				// The worker reused a block key at another position; the
 				// old position loses that key.
@@ -297,12 +298,11 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
 	missing := 0
 	for _, h := range hashes {
-		n := ws.blocks[h]
+		n, _ := ws.blocks.Delete(h)
 		if n == nil {
 			missing++
 			continue
 		}
-		delete(ws.blocks, h)
 		x.stats.IndexedBlocks--
 		x.release(ws, n)
 	}
@@ -348,11 +348,11 @@ func (x *Indexer) prune(n *node) {
 }
 
 func (x *Indexer) clearWorker(ws *workerState) {
-	for h, n := range ws.blocks {
-		delete(ws.blocks, h)
+	for _, n := range ws.blocks.All() {
 		x.release(ws, n)
 		x.stats.IndexedBlocks--
 	}
+	ws.blocks.Clear()
 }
 
 // RemoveWorker drops every block of worker id and forgets the worker. It
@@ -373,7 +373,7 @@ func (x *Indexer) RemoveWorker(id uint64) bool {
 // TreeSize returns how many blocks the index holds for worker id.
 func (x *Indexer) TreeSize(id uint64) int {
 	if ws := x.workers[id]; ws != nil {
-		return len(ws.blocks)
+		return ws.blocks.Len()
 	}
 	return 0
 }
@@ -453,7 +453,7 @@ func (x *Indexer) emit(w uint64, base, depth int, dst []Score) []Score {
 		slot := base + bits.TrailingZeros64(w)
 		w &= w - 1
 		if ws := x.slots[slot]; ws != nil {
-			dst = append(dst, Score{Worker: ws.id, Depth: depth, TreeSize: len(ws.blocks)})
+			dst = append(dst, Score{Worker: ws.id, Depth: depth, TreeSize: ws.blocks.Len()})
 		}
 	}
 	return dst

@@ -1,0 +1,86 @@
+package engine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/kv"
+)
+
+// TestRequest_GivenHashesChangeNothing: a request that carries its
+// prompt's block hashes (as the cluster passes on the ones it routed by)
+// runs exactly as one the worker hashes itself, and hashes for another
+// block size, or not covering every block, are ignored. The worker keeps
+// none of the caller's slices: they may change after Submit.
+func TestRequest_GivenHashesChangeNothing(t *testing.T) {
+	for _, e := range []struct {
+		name string
+		args func(n int, mod ...func(*Args)) Args
+	}{{"vllm", smallArgs}, {"sglang", sglangArgs}} {
+		t.Run(e.name, func(t *testing.T) {
+			run := func(hashes func(toks []uint32) (int, []kv.LocalHash, []kv.SeqHash)) string {
+				w := newWorker(t, e.args(64))
+				var sb strings.Builder
+				now := 0.0
+				emit := func(out *Output) {
+					if out != nil {
+						serialize(&sb, 0, out)
+						now = max(now, out.End)
+					}
+				}
+				for i := range 6 {
+					// Shared prefixes, partial last blocks, then a hit.
+					toks := seqTokens(uint32(100*(i%2)), 9+5*i)
+					req := Request{ID: uint64(i + 1), Tokens: toks, MaxTokens: 7}
+					bs, locals, seqs := hashes(toks)
+					if bs > 0 {
+						req.Hashes = &kv.Hashes{BlockSize: bs, Locals: locals, Seqs: seqs}
+					}
+					require.NoError(t, w.Submit(now, req, Release))
+					clear(toks)
+					clear(locals)
+					clear(seqs)
+					emit(w.Step(now))
+				}
+				for {
+					at, ok := w.NextWake()
+					if !ok {
+						break
+					}
+					now = max(now, at)
+					emit(w.Step(now))
+				}
+				checkWorker(t, w)
+				return sb.String()
+			}
+			own := run(func([]uint32) (int, []kv.LocalHash, []kv.SeqHash) { return 0, nil, nil })
+			assert.Contains(t, own, "kv ", "the runs announce blocks")
+			given := run(func(toks []uint32) (int, []kv.LocalHash, []kv.SeqHash) {
+				l, s := kv.BlockHashes(toks, 4, nil, nil)
+				return 4, l, s
+			})
+			assert.Equal(t, own, given, "given hashes: the same run")
+			wrong := run(func(toks []uint32) (int, []kv.LocalHash, []kv.SeqHash) {
+				l, s := kv.BlockHashes(toks, 4, nil, nil)
+				for i := range s {
+					s[i]++
+				}
+				return 4, l, s
+			})
+			assert.NotEqual(t, own, wrong, "given hashes are the ones used")
+			other := run(func(toks []uint32) (int, []kv.LocalHash, []kv.SeqHash) {
+				l, s := kv.BlockHashes(toks, 2, nil, nil)
+				return 2, l, s
+			})
+			assert.Equal(t, own, other, "hashes for another block size are ignored")
+			short := run(func(toks []uint32) (int, []kv.LocalHash, []kv.SeqHash) {
+				l, s := kv.BlockHashes(toks[:4], 4, nil, nil)
+				return 4, l, s
+			})
+			assert.Equal(t, own, short, "hashes not covering every block are ignored")
+		})
+	}
+}

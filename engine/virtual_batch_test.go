@@ -1,0 +1,65 @@
+package engine
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// TestVirtual_CallEachIsCallsInOrder: a CallEach run fires exactly where
+// the same calls made one by one with Call would, among calls scheduled
+// before and after it and by the calls themselves, ties included.
+func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		times := func(label string) []float64 {
+			ts := rapid.SliceOfN(rapid.IntRange(0, 6), 0, 12).Draw(t, label)
+			out := make([]float64, len(ts))
+			for i, x := range ts {
+				out[i] = float64(x)
+			}
+			return out
+		}
+		before, after := times("before"), times("after")
+		batch := times("batch")
+		slices.Sort(batch)
+		start := float64(rapid.IntRange(0, 3).Draw(t, "start"))
+		spawn := rapid.IntRange(0, 3).Draw(t, "spawn")
+
+		run := func(each bool) []string {
+			v := NewVirtual()
+			var log []string
+			call := func(name string, at float64) {
+				v.Call(at, func() {
+					log = append(log, name)
+					// Some calls schedule more at their own time and later.
+					if len(log)%4 == 0 {
+						for k := range spawn {
+							v.Call(v.Now()+float64(k), func() { log = append(log, name+"'") })
+						}
+					}
+				})
+			}
+			v.AdvanceTo(start)
+			for i, at := range before {
+				call("b"+string(rune('a'+i)), at)
+			}
+			if each {
+				v.CallEach(len(batch), func(i int) float64 { return batch[i] }, func(i int) {
+					log = append(log, "x"+string(rune('a'+i)))
+				})
+			} else {
+				for i, at := range batch {
+					v.Call(at, func() { log = append(log, "x"+string(rune('a'+i))) })
+				}
+			}
+			for i, at := range after {
+				call("a"+string(rune('a'+i)), at)
+			}
+			require.NoError(t, v.Run())
+			return log
+		}
+		require.Equal(t, run(false), run(true))
+	})
+}

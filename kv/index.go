@@ -1,0 +1,140 @@
+package kv
+
+import "iter"
+
+// Index maps sequence hashes to values: a worker pool's prefix index, a
+// router's record of each worker's blocks. It is a hash table with open
+// addressing and linear probing whose deletions shift the entries that
+// follow back into the gap instead of leaving a marker, so the constant
+// store-and-evict churn of a full pool keeps its probes short (a Go map's
+// deleted-slot markers pile up under it, and these lookups were the
+// hottest map work of a cluster run). Sequence hashes are XXH3 outputs,
+// so their low bits index the table as they are. The zero value is an
+// empty index; it is not safe for concurrent use.
+type Index[V any] struct {
+	entries []indexEntry[V]
+	mask    uint64
+	n       int
+}
+
+type indexEntry[V any] struct {
+	hash SeqHash
+	used bool
+	val  V
+}
+
+// NewIndex returns an index with room for n hashes before it grows.
+func NewIndex[V any](n int) Index[V] {
+	var x Index[V]
+	x.resize(n)
+	return x
+}
+
+// resize makes room for n hashes at a load of at most one half.
+func (x *Index[V]) resize(n int) {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	old := x.entries
+	x.entries, x.mask, x.n = make([]indexEntry[V], size), uint64(size-1), 0
+	for i := range old {
+		if e := &old[i]; e.used {
+			*x.slotFor(e.hash) = *e
+			x.n++
+		}
+	}
+}
+
+// find is the position of the entry holding h, or of the empty entry
+// where h belongs.
+func (x *Index[V]) find(h SeqHash) uint64 {
+	i := uint64(h) & x.mask
+	for x.entries[i].used && x.entries[i].hash != h {
+		i = (i + 1) & x.mask
+	}
+	return i
+}
+
+func (x *Index[V]) slotFor(h SeqHash) *indexEntry[V] { return &x.entries[x.find(h)] }
+
+// Len is the number of hashes held.
+func (x *Index[V]) Len() int { return x.n }
+
+// Get returns the value held for h.
+func (x *Index[V]) Get(h SeqHash) (V, bool) {
+	if x.n > 0 {
+		if e := x.slotFor(h); e.used {
+			return e.val, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// Ref returns the value held for h, adding h with a zero value if absent
+// (added reports it), in one probe. The pointer is valid until the next
+// addition.
+func (x *Index[V]) Ref(h SeqHash) (v *V, added bool) {
+	if 2*(x.n+1) > len(x.entries) {
+		x.resize(x.n + 1)
+	}
+	e := x.slotFor(h)
+	if !e.used {
+		e.hash, e.used = h, true
+		x.n++
+		added = true
+	}
+	return &e.val, added
+}
+
+// Put holds v for h.
+func (x *Index[V]) Put(h SeqHash, v V) {
+	p, _ := x.Ref(h)
+	*p = v
+}
+
+// Delete removes h and returns the value it held.
+func (x *Index[V]) Delete(h SeqHash) (V, bool) {
+	var zero V
+	if x.n == 0 {
+		return zero, false
+	}
+	i := x.find(h)
+	if !x.entries[i].used {
+		return zero, false
+	}
+	v := x.entries[i].val
+	// Every entry up to the next empty one whose probe passes through the
+	// gap at i moves into it, which opens a gap where it was.
+	for j := (i + 1) & x.mask; x.entries[j].used; j = (j + 1) & x.mask {
+		k := uint64(x.entries[j].hash) & x.mask
+		// The entry at j stays if its home lies cyclically in (i, j].
+		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
+		}
+		x.entries[i] = x.entries[j]
+		i = j
+	}
+	x.entries[i] = indexEntry[V]{}
+	x.n--
+	return v, true
+}
+
+// Clear removes every hash, keeping the table's storage.
+func (x *Index[V]) Clear() {
+	clear(x.entries)
+	x.n = 0
+}
+
+// All yields every hash held and its value, in no set order. The index
+// must not change during the iteration.
+func (x *Index[V]) All() iter.Seq2[SeqHash, V] {
+	return func(yield func(SeqHash, V) bool) {
+		for i := range x.entries {
+			if e := &x.entries[i]; e.used && !yield(e.hash, e.val) {
+				return
+			}
+		}
+	}
+}
