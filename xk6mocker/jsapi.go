@@ -190,6 +190,15 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 		res, h := e.c.GenerateHoldingTime(ctx, req, prev)
 		done <- held{res, h}
 	}()
+	// One waiting VU at a time samples the gauge: a ticker per waiting VU
+	// would wake the process hundreds of times a second for one sample
+	// per period.
+	if !e.sampler.CompareAndSwap(false, true) {
+		r := <-done
+		inst.keepHold(e, r.hold)
+		return r.res
+	}
+	defer e.sampler.Store(false)
 	tick := time.NewTicker(heldSampleEvery)
 	defer tick.Stop()
 	for {

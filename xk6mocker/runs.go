@@ -185,6 +185,7 @@ type entry struct {
 	tagSets sync.Map // tagSet's cache: string → metrics.Tags
 
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
+	sampler    atomic.Bool  // a VU waiting in generate samples the gauge
 	// lastPeak is the cluster's peak held blocks as last pushed to
 	// mocker_kv_held_blocks: a sample that finds a higher peak carries it.
 	lastPeak atomic.Int64
