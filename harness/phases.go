@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -224,16 +223,7 @@ func (t *testRun) initScenarios(ctx context.Context) error {
 	}
 	var jobs []job
 	for _, sc := range t.opts.Scenarios {
-		tags := metrics.NewTags(t.opts.Tags)
-		keys := make([]string, 0, len(sc.Tags))
-		for k := range sc.Tags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			tags = tags.With(k, sc.Tags[k])
-		}
-		tags = tags.With("scenario", sc.Name)
+		tags := metrics.NewTags(t.opts.Tags).Merge(metrics.NewTags(sc.Tags)).With("scenario", sc.Name)
 		s := &scenarioRun{t: t, cfg: sc, tags: tags}
 		s.vus = make([]*vu, sc.InitialVUs())
 		for i := range s.vus {

@@ -417,17 +417,7 @@ func (v *vu) enterScenario(sc *scenarioRun) {
 }
 
 func (v *vu) recomputeTags() {
-	t := v.baseTags
-	if len(v.customTags) > 0 {
-		keys := make([]string, 0, len(v.customTags))
-		for k := range v.customTags {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			t = t.With(k, v.customTags[k])
-		}
-	}
+	t := v.baseTags.Merge(metrics.NewTags(v.customTags))
 	v.tags = t.With("group", v.group)
 }
 
