@@ -22,20 +22,20 @@ import (
 // blocks, 16384 blocks, real time) with a pool a laptop simulates in a blink;
 // any key given in args or a pool's args wins over them.
 const (
-	DefaultName           = "default"
-	DefaultEngine         = "vllm"
-	DefaultRouter         = "round-robin"
-	DefaultWorkers        = 2 // aggregated pool size
-	DefaultPoolWorkers    = 1 // prefill and decode pool sizes
-	DefaultMaxTokens      = 16
-	DefaultBlockSize      = 16
-	DefaultNumGPUBlocks   = 1024
-	DefaultSpeedupRatio   = 10.0
-	DefaultTransferHost   = "127.0.0.1"
-	vocabSize             = 32000
-	maxForensicHolds      = 64   // longest holds kept by Holds
-	maxRecentHolds        = 256  // most recent ended holds kept by Holds
-	maxRecentEvents       = 1024 // forensic events kept by Events
+	DefaultName         = "default"
+	DefaultEngine       = "vllm"
+	DefaultRouter       = "round-robin"
+	DefaultWorkers      = 2 // aggregated pool size
+	DefaultPoolWorkers  = 1 // prefill and decode pool sizes
+	DefaultMaxTokens    = 16
+	DefaultBlockSize    = 16
+	DefaultNumGPUBlocks = 1024
+	DefaultSpeedupRatio = 10.0
+	DefaultTransferHost = "127.0.0.1"
+	vocabSize           = 32000
+	maxForensicHolds    = 64   // longest holds kept by Holds
+	maxRecentHolds      = 256  // most recent ended holds kept by Holds
+	maxRecentEvents     = 1024 // forensic events kept by Events
 )
 
 // Bounds checked when a config is resolved, before any worker is built, so
@@ -350,7 +350,7 @@ func (c Config) SpeedupRatio() (float64, error) {
 // resolve applies defaults and validates cfg, naming the field at fault.
 func resolve(cfg Config) (resolved, error) {
 	var r resolved
-	if err := cfg.Transport.validate(); err != nil {
+	if err := cfg.Transport.Validate(); err != nil {
 		return r, err
 	}
 	for _, layer := range []struct {

@@ -62,10 +62,10 @@ func transportFactory() TransportFactory {
 type RemoteWorker interface {
 	// Apply hands in to the worker (at its own now).
 	Apply(in engine.Input)
-	// OpenRoom opens transfer room tid on the worker's transfer server;
-	// the worker answers with a RemoteRoom item carrying the handoff
-	// params the decode needs.
-	OpenRoom(tid uint64)
+	// OpenRoom opens transfer room tid for request reqID on the worker's
+	// transfer server; the worker answers with a RemoteRoom item carrying
+	// the handoff params the decode needs.
+	OpenRoom(tid, reqID uint64)
 	// CloseRoom tells the worker's transfer server how tid's hold ended.
 	CloseRoom(tid uint64, transferred bool)
 	// Connect makes the worker (a decode) connect to the transfer room
@@ -429,7 +429,19 @@ type remoteLink struct {
 
 func (l *remoteLink) arrived(uint64, uint64) {}
 
-func (l *remoteLink) open(p *workerNode, tid uint64) { p.handle.(*remoteHandle).rw.OpenRoom(tid) }
+func (l *remoteLink) open(p *workerNode, tid uint64) {
+	// The link's interface names the transfer only; the params' token
+	// binds the request too. Requests in flight are few, so a scan is
+	// cheaper than a second index kept in step with the first.
+	var reqID uint64
+	for id, r := range l.c.reqs {
+		if r.tid == tid {
+			reqID = id
+			break
+		}
+	}
+	p.handle.(*remoteHandle).rw.OpenRoom(tid, reqID)
+}
 
 func (l *remoteLink) close(p *workerNode, tid uint64, transferred bool) {
 	if !p.gone {

@@ -27,8 +27,9 @@ func (t *TransportConfig) NamespaceOrDefault() string {
 	return t.Namespace
 }
 
-// validate checks a transport config; nil (in process) is valid.
-func (t *TransportConfig) validate() error {
+// Validate checks a transport config, naming the field at fault; nil (in
+// process) is valid.
+func (t *TransportConfig) Validate() error {
 	if t == nil {
 		return nil
 	}

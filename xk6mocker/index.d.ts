@@ -390,6 +390,8 @@ declare module 'k6/x/mocker' {
     router: RouterMode;
     /** '2 prefill / 2 decode', '4 aggregated'. */
     topology: string;
+    /** How the workers are reached: 'in-process', 'local' or 'etcd+nats'. */
+    transport: string;
     requests: RequestCounts;
     holds: HoldCounts;
     /** null when no hold ended. */
