@@ -242,6 +242,10 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	return c, nil
 }
 
+// Transport is the distributed transport the cluster runs on; nil for an
+// in-process cluster.
+func (c *Cluster) Transport() Transport { return c.transport }
+
 // TransportName names the transport the cluster's workers are reached by:
 // "in-process", or the distributed transport's name.
 func (c *Cluster) TransportName() string {
