@@ -17,10 +17,10 @@ import (
 // once and held prefill KV piles up.
 func saturatedConfig(engineName string) cluster.Config {
 	return cluster.Config{
-		Name:   "dist-" + engineName,
-		Engine: engineName,
-		Disagg: true,
-		Router: "round-robin",
+		Name:    "dist-" + engineName,
+		Engine:  engineName,
+		Disagg:  true,
+		Router:  "round-robin",
 		Prefill: cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 320}},
 		Decode: cluster.PoolConfig{Workers: 1, Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2,
 			"reserve_takes_slot": true}},
