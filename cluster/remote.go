@@ -350,8 +350,8 @@ func (c *Cluster) leave(name, reason string) {
 			continue
 		}
 		phase := r.m.Phase()
-		if r.prefill != n && phase == handoff.Activated {
-			continue // the decode runs it alone now
+		if r.decode != n && phase == handoff.Activated {
+			continue // a lost prefill: the decode runs it alone now
 		}
 		if r.prefill != n {
 			switch phase {
