@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -112,6 +113,24 @@ func TestAttach_RunsOnRegisteredWorkers(t *testing.T) {
 	}
 	assert.Subset(t, keys, []string{"instances", "mdc", "mocker", "prefill", "backend", "att"})
 
+	// Dynamo's event plane, as `nats sub 'namespace.att.>'` shows it.
+	nc, err := nats.Connect(ls.natsURL)
+	require.NoError(t, err)
+	defer nc.Close()
+	var mu sync.Mutex
+	topics := map[string]int{}
+	sub, err := nc.Subscribe("namespace.att.>", func(m *nats.Msg) {
+		env, _, err := unpack(m.Data)
+		if err == nil {
+			mu.Lock()
+			topics[m.Subject+" "+env.(map[string]any)["topic"].(string)]++
+			mu.Unlock()
+		}
+	})
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	require.NoError(t, nc.Flush())
+
 	c, err := cluster.New(attachConfig(ls, "att"))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
@@ -129,6 +148,14 @@ func TestAttach_RunsOnRegisteredWorkers(t *testing.T) {
 	_, err = c.Drain(ctx)
 	require.NoError(t, err)
 	require.NoError(t, c.CheckInvariants())
+	require.NoError(t, nc.Flush())
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		// A prefill stores the prompts' blocks; the decode's load moves.
+		return topics["namespace.att.component.prefill.kv-events kv-events"] > 0 &&
+			topics["namespace.att.component.backend.endpoint.generate.kv_metrics kv_metrics"] > 0
+	}, 10*time.Second, 10*time.Millisecond, "event plane messages")
 }
 
 // TestAttach_BlockSizeMismatchIsRefusedByName: a worker whose block_size

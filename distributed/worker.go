@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -133,7 +134,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer nc.Close()
 
-	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096)}
+	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096),
+		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
+		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role)}
 	l.v = engine.NewVirtual(ew)
 	l.w = ew
 	l.v.OnOutput = l.onOutput
@@ -269,6 +272,9 @@ type workerLoop struct {
 	seq      uint64
 	items    []item
 	draining bool
+	events   eventPublisher // Dynamo's event plane
+	kvSubj   string
+	loadSubj string
 }
 
 func (l *workerLoop) post(m workerMsg) { l.in <- m }
@@ -305,6 +311,16 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	if err != nil {
 		return err
 	}
+	channel, err := json.Marshal(map[string]any{
+		"type":        "EventChannel",
+		"scope":       map[string]any{"kind": "component", "namespace": ns, "component": componentOf(role)},
+		"topic":       topicKVEvents,
+		"instance_id": id,
+		"transport":   map[string]any{"kind": "Nats", "config": map[string]any{"subject_prefix": strings.TrimSuffix(l.kvSubj, "."+topicKVEvents)}},
+	})
+	if err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	// Create-if-absent, as Dynamo writes them: a key already there is
@@ -314,6 +330,7 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(instanceKey(ns, role, id), string(ep), clientv3.WithLease(lease)),
 			clientv3.OpPut(mdcKey(ns, role, id), string(mdc), clientv3.WithLease(lease)),
+			clientv3.OpPut(eventChannelKey(ns, role, l.events.id), string(channel), clientv3.WithLease(lease)),
 			clientv3.OpPut(key, string(regJSON), clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
@@ -521,6 +538,21 @@ func (l *workerLoop) connect(c command) {
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	l.items = append(l.items, item{Output: outputOf(out)})
+	now := time.Now()
+	worker := uint64(l.id)
+	for _, ev := range out.KVEvents {
+		l.publish(l.kvSubj, l.events.envelope(topicKVEvents, routerEvent(worker, ev), now))
+	}
+	if used := out.Metrics.RouterActiveBlocks; used != l.events.lastLoad {
+		l.events.lastLoad = used
+		l.publish(l.loadSubj, l.events.envelope(topicMetrics, activeLoad(worker, out.Metrics), now))
+	}
+}
+
+func (l *workerLoop) publish(subj string, data []byte) {
+	if err := l.nc.Publish(subj, data); err != nil {
+		l.log.Warn("event not published", "subject", subj, "err", err)
+	}
 }
 
 func (l *workerLoop) onInput(r engine.InputResult) {
