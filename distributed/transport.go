@@ -87,6 +87,7 @@ type remote struct {
 	reg   Registration
 	shift float64 // ms to add to the worker's modeled times
 	next  uint64  // the frame seq expected next
+	seen  bool    // a frame came already
 }
 
 func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *slog.Logger) (*transport, error) {
@@ -279,17 +280,20 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.log.Warn("unreadable frame", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if f.Seq != w.next {
-		// NATS core delivers at most once: a lost frame loses request
-		// steps and KV events. Say so; the requests it touched end at
-		// their timeouts or at Close.
-		t.log.Warn("frames lost", "worker", w.reg.Name, "expected_seq", w.next, "got_seq", f.Seq)
-	}
-	w.next = f.Seq + 1
+	expected := w.next
+	gap := w.seen && f.Seq != expected
+	w.seen, w.next = true, f.Seq+1
 	items, err := remoteItems(&f, w.shift)
 	if err != nil {
 		t.log.Warn("bad frame", "worker", w.reg.Name, "err", err)
 		return
+	}
+	if gap {
+		// NATS core delivers at most once: a lost frame loses KV events
+		// (the indexer resyncs: it drops the worker's tree and relearns
+		// it) and request steps (their requests end at Close).
+		t.log.Warn("frames lost", "worker", w.reg.Name, "expected_seq", expected, "got_seq", f.Seq)
+		items = append([]cluster.RemoteItem{{Resync: true}}, items...)
 	}
 	t.host.Deliver(w.reg.Name, items)
 }
