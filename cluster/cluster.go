@@ -68,6 +68,12 @@ type Cluster struct {
 	pending []*call
 	watched map[context.Context]int // contexts of calls in flight
 
+	// Remote workers (remote.go): set when the Config has a Transport.
+	remote       bool
+	rlink        *remoteLink
+	transport    Transport
+	nextWorkerID uint64
+
 	mail chan message
 	done chan struct{} // the loop has ended
 
@@ -99,6 +105,10 @@ type workerNode struct {
 	handle WorkerHandle // how the loop reaches it
 	server *bootstrap.Server
 	last   engine.Metrics // from its last output
+	// gone marks a remote worker that was lost; transferAddr is a remote
+	// prefill's advertised transfer server.
+	gone         bool
+	transferAddr string
 }
 
 // counters are the cluster-wide aggregates, owned by the loop.
@@ -180,6 +190,9 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	c.forensic.keepAll = opts.keepEvents
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
+	}
+	if res.cfg.Transport != nil {
+		return c.startRemote()
 	}
 	if opts.memory {
 		c.link = newMemLink(c)
@@ -318,11 +331,17 @@ func (c *Cluster) Close() error {
 		if c.opts.stepped {
 			c.closeStepped()
 		} else {
+			if c.remote {
+				go c.abandonAfter(remoteCloseGrace)
+			}
 			c.send(closeMsg{})
 		}
 		<-c.done
 		c.link.shutdown()
 		c.closeErr = c.closeServers()
+		if c.transport != nil {
+			c.closeErr = errors.Join(c.closeErr, c.transport.Close())
+		}
 	})
 	return c.closeErr
 }

@@ -22,21 +22,20 @@ import (
 // blocks, 16384 blocks, real time) with a pool a laptop simulates in a blink;
 // any key given in args or a pool's args wins over them.
 const (
-	DefaultName           = "default"
-	DefaultEngine         = "vllm"
-	DefaultRouter         = "round-robin"
-	DefaultWorkers        = 2 // aggregated pool size
-	DefaultPoolWorkers    = 1 // prefill and decode pool sizes
-	DefaultMaxTokens      = 16
-	DefaultBlockSize      = 16
-	DefaultNumGPUBlocks   = 1024
-	DefaultSpeedupRatio   = 10.0
-	DefaultTransferHost   = "127.0.0.1"
-	vocabSize             = 32000
-	maxForensicHolds      = 64   // longest holds kept by Holds
-	maxRecentHolds        = 256  // most recent ended holds kept by Holds
-	maxRecentEvents       = 1024 // forensic events kept by Events
-	errDistributedMissing = "distributed transport is not available yet; remove transport to run the in-process cluster"
+	DefaultName         = "default"
+	DefaultEngine       = "vllm"
+	DefaultRouter       = "round-robin"
+	DefaultWorkers      = 2 // aggregated pool size
+	DefaultPoolWorkers  = 1 // prefill and decode pool sizes
+	DefaultMaxTokens    = 16
+	DefaultBlockSize    = 16
+	DefaultNumGPUBlocks = 1024
+	DefaultSpeedupRatio = 10.0
+	DefaultTransferHost = "127.0.0.1"
+	vocabSize           = 32000
+	maxForensicHolds    = 64   // longest holds kept by Holds
+	maxRecentHolds      = 256  // most recent ended holds kept by Holds
+	maxRecentEvents     = 1024 // forensic events kept by Events
 )
 
 // Bounds checked when a config is resolved, before any worker is built, so
@@ -149,9 +148,16 @@ type PoolConfig struct {
 
 // TransportConfig locates the services of the distributed transport.
 type TransportConfig struct {
-	Etcd      []string `json:"etcd"`
-	NATS      string   `json:"nats"`
-	Namespace string   `json:"namespace"`
+	// Etcd are the etcd endpoints workers register in.
+	Etcd []string `json:"etcd"`
+	// NATS is the NATS server URL requests and events travel through.
+	NATS string `json:"nats"`
+	// Namespace scopes the workers this cluster uses (default
+	// DefaultNamespace).
+	Namespace string `json:"namespace"`
+	// Local starts an embedded etcd and NATS and spawns the pools as
+	// `mocker worker` child processes (the script's `transport: 'local'`).
+	Local bool `json:"local,omitempty"`
 }
 
 // RouterOptionsHelp explains the busy thresholds a script sets in
@@ -260,6 +266,9 @@ func poolFromMap(path string, v any) (PoolConfig, error) {
 }
 
 func transportFromMap(path string, v any) (*TransportConfig, error) {
+	if s, ok := v.(string); ok {
+		return transportFromString(path, s)
+	}
 	obj, err := objectValue(path, v)
 	if err != nil || obj == nil {
 		return nil, err
@@ -289,8 +298,10 @@ func transportFromMap(path string, v any) (*TransportConfig, error) {
 			t.NATS, err = stringValue(field, obj[k])
 		case "namespace":
 			t.Namespace, err = stringValue(field, obj[k])
+		case "local":
+			t.Local, err = boolValue(field, obj[k])
 		default:
-			err = fmt.Errorf("%s: unknown key; valid keys: etcd, namespace, nats", field)
+			err = fmt.Errorf("%s: unknown key; valid keys: etcd, local, namespace, nats", field)
 		}
 		if err != nil {
 			return nil, err
@@ -339,8 +350,8 @@ func (c Config) SpeedupRatio() (float64, error) {
 // resolve applies defaults and validates cfg, naming the field at fault.
 func resolve(cfg Config) (resolved, error) {
 	var r resolved
-	if cfg.Transport != nil {
-		return r, errors.New("transport: " + errDistributedMissing)
+	if err := cfg.Transport.Validate(); err != nil {
+		return r, err
 	}
 	for _, layer := range []struct {
 		path string

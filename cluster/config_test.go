@@ -64,7 +64,9 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"router option range", map[string]any{"router_options": map[string]any{"router_ttl_secs": 0}}, "router_options: router config: router_ttl_secs"},
 		{"prefill token fraction range", map[string]any{"router_options": map[string]any{"active_prefill_tokens_threshold_frac": 0}}, "router_options.active_prefill_tokens_threshold_frac: want a number > 0, got 0"},
 		{"request ttl range", map[string]any{"router_options": map[string]any{"router_request_ttl_secs": -1}}, "router_options.router_request_ttl_secs: want a number ≥ 0, got -1"},
-		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: distributed transport is not available yet"},
+		{"transport", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222"}}, "transport: no distributed transport is linked"},
+		{"transport local string", map[string]any{"transport": "remote"}, "transport: want 'local' or {etcd"},
+		{"transport namespace", map[string]any{"transport": map[string]any{"etcd": []any{"http://127.0.0.1:2379"}, "nats": "nats://127.0.0.1:4222", "namespace": "a.b"}}, "transport.namespace: \"a.b\": use letters"},
 		{"transfer host needs an advertised host", map[string]any{"disagg": true, "prefill": map[string]any{"workers": 2}, "transfer_host": "0.0.0.0"}, "transfer server of prefill-0"},
 		{"transport field", map[string]any{"transport": map[string]any{"etcd": 5}}, "transport.etcd: want a list of endpoint URLs, got number 5"},
 		{"NaN in args", map[string]any{"args": map[string]any{"speedup_ratio": math.NaN()}}, "args.speedup_ratio: want a finite number, got NaN"},
@@ -103,7 +105,7 @@ func TestNew_GoConfigErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "decode.workers: want an integer in [1, 1024], got -2")
 	_, err = New(Config{Transport: &TransportConfig{NATS: "nats://x"}})
-	require.ErrorContains(t, err, "distributed transport is not available yet")
+	require.ErrorContains(t, err, "transport.etcd: want at least one endpoint URL")
 }
 
 func TestNew_DisaggDefaultsAndArgLayers(t *testing.T) {

@@ -170,7 +170,8 @@ const holdMax = 100 * time.Millisecond
 // the instant the last one ended. On a virtual or stepped cluster it is
 // Generate (the zero TimeHold).
 func (c *Cluster) GenerateHoldingTime(ctx context.Context, req Request, prev TimeHold) (Result, TimeHold) {
-	if c.clock == nil || c.opts.stepped {
+	if c.clock == nil || c.opts.stepped || c.remote {
+		// Remote workers keep their own clocks: nothing here to hold.
 		c.ReleaseTime(prev)
 		return c.Generate(ctx, req), TimeHold{}
 	}

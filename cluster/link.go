@@ -50,6 +50,11 @@ type exchange struct {
 // connect starts the decode's connection for r's room.
 func (c *Cluster) connect(r *request) {
 	x := &exchange{r: r, closed: r.closed}
+	if c.remote { // remote replies take no ticket: see onRemoteLink
+		c.exch[r.tid] = x
+		c.link.connect(r.prefill, r.tid, r.id)
+		return
+	}
 	x.t1, x.t1Open = c.v.Ticket(c.v.Now()), true
 	c.exch[r.tid] = x
 	c.link.connect(r.prefill, r.tid, r.id)
@@ -62,7 +67,7 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 	x := c.exch[r.tid]
 	if x != nil {
 		x.closed = true
-		if x.arrived && !x.got && !x.t2Open {
+		if x.arrived && !x.got && !x.t2Open && !c.remote {
 			x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
 		}
 	}

@@ -106,6 +106,8 @@ func (c *Cluster) statsNow() Stats {
 		}
 		if w.server != nil {
 			s.Workers[i].TransferAddr = w.server.AdvertisedAddr()
+		} else {
+			s.Workers[i].TransferAddr = w.transferAddr
 		}
 		s.HeldBlocks += m.HeldBlocks
 		s.ReservedBlocks += m.ReservedBlocks

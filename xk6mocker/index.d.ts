@@ -177,11 +177,14 @@ declare module 'k6/x/mocker' {
     seed?: number;
   }
 
-  /** Services of the distributed transport (not available yet). */
+  /** Services of the distributed transport: attach to `mocker worker` processes registered in etcd under namespace. */
   export interface TransportConfig {
     etcd?: string | string[];
     nats?: string;
+    /** Default 'mocker'. */
     namespace?: string;
+    /** Same as transport: 'local'. */
+    local?: boolean;
   }
 
   /** What mocker.cluster() takes; every key is optional. */
@@ -209,7 +212,8 @@ declare module 'k6/x/mocker' {
     transfer_max_conns?: number;
     /** Bound on the memory the KV pools may take, in MB (default: half the machine's). */
     max_memory_mb?: number;
-    transport?: TransportConfig;
+    /** 'local': embedded etcd and NATS, the pools spawned as `mocker worker` child processes. */
+    transport?: TransportConfig | 'local';
   }
 
   /** One request: prompt_tokens (or tokens) is required. */
@@ -386,6 +390,8 @@ declare module 'k6/x/mocker' {
     router: RouterMode;
     /** '2 prefill / 2 decode', '4 aggregated'. */
     topology: string;
+    /** How the workers are reached: 'in-process', 'local' or 'etcd+nats'. */
+    transport: string;
     requests: RequestCounts;
     holds: HoldCounts;
     /** null when no hold ended. */

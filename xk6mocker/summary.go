@@ -27,11 +27,14 @@ func (r *run) writeSummary(w io.Writer) {
 // section of the text summary and, under mocker.clusters[name], the
 // summary data of handleSummary and --summary-export. Times are modeled ms.
 type ClusterSummary struct {
-	Engine   string        `json:"engine"`
-	Router   string        `json:"router"`
-	Topology string        `json:"topology"` // "2 prefill / 2 decode", "4 aggregated"
-	Requests RequestCounts `json:"requests"`
-	Holds    HoldCounts    `json:"holds"`
+	Engine   string `json:"engine"`
+	Router   string `json:"router"`
+	Topology string `json:"topology"` // "2 prefill / 2 decode", "4 aggregated"
+	// Transport is how the workers are reached: "in-process", "local"
+	// (child processes over an embedded etcd and NATS) or "etcd+nats".
+	Transport string        `json:"transport"`
+	Requests  RequestCounts `json:"requests"`
+	Holds     HoldCounts    `json:"holds"`
 	// HoldDurationMs describes the holds whose end a request saw; nil when
 	// none did.
 	HoldDurationMs *HoldDurations `json:"hold_duration_ms"`
@@ -112,7 +115,7 @@ func (r *run) summaryData() SummaryData {
 // summary reads e's figures now.
 func (e *entry) summary() ClusterSummary {
 	st := e.stats()
-	s := ClusterSummary{Engine: e.engine, Router: e.router, Topology: e.topology}
+	s := ClusterSummary{Engine: e.engine, Router: e.router, Topology: e.topology, Transport: e.c.TransportName()}
 	rq := &s.Requests
 	rq.Total, rq.Completed, rq.Aborted, rq.Rejected, rq.Error = st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored
 	if ended, rec := st.Completed+st.Aborted+st.Rejected+st.Errored, e.recorded.Load(); ended > rec {
@@ -149,7 +152,11 @@ func lagWarning(lag cluster.LagReport, speedup float64) string {
 func writeEntrySummary(w io.Writer, e *entry) {
 	s := e.summary()
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n  █ KV HANDOFF  cluster %q: %s, router %s, %s\n\n", e.name, s.Engine, s.Router, s.Topology)
+	topo := s.Topology
+	if s.Transport != "in-process" {
+		topo += ", transport " + s.Transport
+	}
+	fmt.Fprintf(&b, "\n  █ KV HANDOFF  cluster %q: %s, router %s, %s\n\n", e.name, s.Engine, s.Router, topo)
 	line := func(label, value string) {
 		fmt.Fprintf(&b, "    %s%s: %s\n", label, strings.Repeat(".", max(2, 22-len([]rune(label)))), value)
 	}

@@ -5,6 +5,7 @@
 // Usage:
 //
 //	mocker run [flags] script.js   run a k6-style load script (see `mocker run -h`)
+//	mocker worker [flags]          run one distributed worker (see `mocker worker -h`)
 //	mocker args [KEY...]           print the engine arguments (see `mocker args -h`)
 //	mocker metrics [NAME...]       print the metrics of k6/x/mocker
 //	mocker version                 print the version
@@ -34,6 +35,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:])
+	case "worker":
+		return workerCmd(args[1:], stderr)
 	case "args", "metrics":
 		return docsCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
@@ -60,6 +63,7 @@ func usage(w io.Writer) {
 
 Usage:
   mocker run [flags] script.js   run a k6-style load script against mock workers
+  mocker worker --role R ...     run one worker for a distributed cluster (etcd + NATS)
   mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
   mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
   mocker version                 print the version
@@ -70,7 +74,7 @@ Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the ex
 }
 
 // commandUsage is each command's help, for 'mocker help COMMAND'.
-var commandUsage = map[string]string{"run": runUsage, "args": argsUsage, "metrics": metricsUsage}
+var commandUsage = map[string]string{"run": runUsage, "worker": workerUsage, "args": argsUsage, "metrics": metricsUsage}
 
 func versionString() string {
 	if version != "" {

@@ -1,0 +1,529 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/router"
+)
+
+// A cluster whose Config has a Transport runs no engine worker itself: its
+// loop keeps the router, the handoff machines, forensics and stats, and
+// reaches workers in other processes through a Transport (package
+// distributed). The transport joins workers as it discovers them, hands
+// the loop what they report (Deliver) and takes them away when they are
+// lost (Leave). The handoff machine, generate.go and the stats are the
+// in-process ones: a remote worker is one more WorkerHandle.
+
+// Transport is a live connection to workers in other processes.
+type Transport interface {
+	// Close stops the transport and whatever it started (in local mode,
+	// the child workers, etcd and NATS). The cluster calls it once, after
+	// its loop has ended.
+	Close() error
+	// Name says which transport this is, for summaries ("local",
+	// "etcd+nats").
+	Name() string
+}
+
+// TransportFactory starts a transport for cfg (cfg.Transport is set) and
+// joins the workers it finds to host before it returns, so a cluster that
+// New returns has workers to route to.
+type TransportFactory func(cfg Config, host *RemoteHost) (Transport, error)
+
+var transports struct {
+	mu sync.Mutex
+	f  TransportFactory
+}
+
+// RegisterTransport installs the factory New uses for a Config with a
+// Transport. Package distributed registers itself from its init, so a
+// program that imports it can run distributed clusters; the cluster
+// package never imports a transport.
+func RegisterTransport(f TransportFactory) {
+	transports.mu.Lock()
+	transports.f = f
+	transports.mu.Unlock()
+}
+
+func transportFactory() TransportFactory {
+	transports.mu.Lock()
+	defer transports.mu.Unlock()
+	return transports.f
+}
+
+// RemoteWorker is what the loop needs of a worker in another process. The
+// calls come from the loop's goroutine and must not block on the worker:
+// their effects come back through RemoteHost.Deliver.
+type RemoteWorker interface {
+	// Apply hands in to the worker (at its own now).
+	Apply(in engine.Input)
+	// OpenRoom opens transfer room tid for request reqID on the worker's
+	// transfer server; the worker answers with a RemoteRoom item carrying
+	// the handoff params the decode needs.
+	OpenRoom(tid, reqID uint64)
+	// CloseRoom tells the worker's transfer server how tid's hold ended.
+	CloseRoom(tid uint64, transferred bool)
+	// Connect makes the worker (a decode) connect to the transfer room
+	// params name and report the answer as a RemoteStatus item.
+	Connect(tid, reqID uint64, params []byte)
+}
+
+// RemoteInfo describes a worker that joins.
+type RemoteInfo struct {
+	// Name is the worker's name, unique among the live workers; results
+	// and stats name workers by it.
+	Name string
+	// Role and Args are the worker's; Args.BlockSize, speedup_ratio and
+	// the engine must match the cluster's.
+	Role engine.WorkerType
+	Args engine.Args
+	// TransferAddr is a prefill worker's advertised transfer server.
+	TransferAddr string
+}
+
+// RemoteItem is one thing a remote worker reported, in the order it
+// happened there. Exactly one field is set. Times are already on the
+// cluster's modeled clock (see RemoteHost.Epoch).
+type RemoteItem struct {
+	Output  *engine.Output
+	Input   *engine.InputResult // Worker is ignored
+	Room    *RemoteRoom
+	Arrived *RemoteArrived
+	Status  *RemoteStatus
+	// Resync says reports were lost before this point: the router forgets
+	// the worker's indexed blocks (as a Cleared KV event would) and
+	// relearns them from its next events, rather than route on a tree
+	// that silently drifted from the worker's.
+	Resync bool
+}
+
+// RemoteRoom is a prefill worker's answer to OpenRoom.
+type RemoteRoom struct {
+	TID    uint64
+	Params []byte // the vLLM or SGLang handoff params, JSON
+	Err    string // the room could not be opened
+}
+
+// RemoteArrived is a prefill's transfer server seeing the decode of room
+// TID.
+type RemoteArrived struct{ TID, ReqID uint64 }
+
+// RemoteStatus is the answer a decode got from the transfer server.
+type RemoteStatus struct {
+	TID    uint64
+	Status handoff.Status
+	Err    string
+}
+
+// RemoteHost is the cluster as its transport sees it. Its methods are safe
+// for concurrent use; they post to the cluster's loop.
+type RemoteHost struct{ c *Cluster }
+
+// Epoch is the wall-clock instant of the cluster's modeled time 0, and
+// Speedup its speedup_ratio: modeled ms = (wall − Epoch) in ms × Speedup.
+// A transport maps its workers' clocks onto this one.
+func (h *RemoteHost) Epoch() (time.Time, float64) { return h.c.clock.start, h.c.speedup }
+
+// Pools are the cluster's pools after defaults: the roles a joining
+// worker may have, with the args (block_size, speedup_ratio, engine) it
+// must agree with, and the sizes local mode spawns.
+func (h *RemoteHost) Pools() []RemotePool {
+	out := make([]RemotePool, len(h.c.res.pools))
+	for i, p := range h.c.res.pools {
+		out[i] = RemotePool{Role: p.role, Workers: p.workers, Args: p.args}
+	}
+	return out
+}
+
+// RemotePool is one pool of the cluster's config.
+type RemotePool struct {
+	Role    engine.WorkerType
+	Workers int
+	Args    engine.Args
+}
+
+// Join adds a worker to the cluster and its router. It refuses, naming the
+// worker, one whose role the cluster does not use, or whose engine,
+// block_size, speedup_ratio or dp_size differs from its pool's.
+func (h *RemoteHost) Join(info RemoteInfo, w RemoteWorker) error {
+	var err error
+	ok := h.c.tryQuery(func() { err = h.c.join(info, w) })
+	if !ok {
+		return errors.New(errClosed)
+	}
+	return err
+}
+
+// Leave takes a lost worker away: out of the router and its indexer, and
+// every request in flight on it ends "error" with a message naming it and
+// reason.
+func (h *RemoteHost) Leave(name, reason string) {
+	h.c.post(func() { h.c.leave(name, reason) })
+}
+
+// Deliver hands the loop what worker name reported, in order.
+func (h *RemoteHost) Deliver(name string, items []RemoteItem) {
+	h.c.post(func() { h.c.deliver(name, items) })
+}
+
+// Workers counts the live workers of each role.
+func (h *RemoteHost) Workers() map[engine.WorkerType]int {
+	n := map[engine.WorkerType]int{}
+	h.c.tryQuery(func() {
+		for _, w := range h.c.workers {
+			if !w.gone {
+				n[w.role]++
+			}
+		}
+	})
+	return n
+}
+
+// post runs fn on the loop without waiting for it.
+func (c *Cluster) post(fn func()) {
+	c.send(queryMsg{fn: fn, done: make(chan struct{})})
+}
+
+// tryQuery runs fn on the loop and waits; false when the loop has ended.
+func (c *Cluster) tryQuery(fn func()) bool {
+	q := queryMsg{fn: fn, done: make(chan struct{})}
+	if !c.send(q) {
+		return false
+	}
+	select {
+	case <-q.done:
+		return true
+	case <-c.done:
+		select {
+		case <-q.done:
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// remoteHandle is a remote worker behind the WorkerHandle seam; its
+// occupancy is what it last reported.
+type remoteHandle struct {
+	rw RemoteWorker
+	n  *workerNode
+}
+
+func (h *remoteHandle) Apply(in engine.Input)   { h.rw.Apply(in) }
+func (h *remoteHandle) Metrics() engine.Metrics { return h.n.last }
+
+// startRemote finishes New for a cluster of remote workers: a loop with no
+// engine worker of its own, paced against the wall clock (remote workers
+// pace themselves by it), and the transport.
+func (c *Cluster) startRemote() (*Cluster, error) {
+	f := transportFactory()
+	if f == nil {
+		return nil, errors.New("transport: no distributed transport is linked into this program (import github.com/kvstrand/mocker/distributed)")
+	}
+	if c.opts.virtual {
+		return nil, errors.New("transport: a distributed cluster runs on the wall clock; virtual time needs the in-process cluster")
+	}
+	c.remote = true
+	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}}
+	c.link = rl
+	c.rlink = rl
+	c.v = engine.NewVirtual()
+	c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
+	c.started = c.clock.start
+	go c.run()
+	t, err := f(c.cfg, &RemoteHost{c: c})
+	if err != nil {
+		c.transport = nil
+		_ = c.Close()
+		return nil, err
+	}
+	c.transport = t
+	return c, nil
+}
+
+// Transport is the distributed transport the cluster runs on; nil for an
+// in-process cluster.
+func (c *Cluster) Transport() Transport { return c.transport }
+
+// TransportName names the transport the cluster's workers are reached by:
+// "in-process", or the distributed transport's name.
+func (c *Cluster) TransportName() string {
+	if c.transport != nil {
+		return c.transport.Name()
+	}
+	return "in-process"
+}
+
+// join adds a remote worker, on the loop.
+func (c *Cluster) join(info RemoteInfo, rw RemoteWorker) error {
+	if c.stopping {
+		return errors.New(errClosed)
+	}
+	var p *pool
+	for i := range c.res.pools {
+		if c.res.pools[i].role == info.Role {
+			p = &c.res.pools[i]
+		}
+	}
+	a := info.Args
+	switch {
+	case p == nil:
+		return fmt.Errorf("worker %s refused: role %s, but this cluster's pools are %s", info.Name, info.Role, c.poolRoles())
+	case string(a.EngineType) != c.cfg.Engine:
+		return fmt.Errorf("worker %s refused: engine %s, but the cluster's is %s", info.Name, a.EngineType, c.cfg.Engine)
+	case a.BlockSize != p.args.BlockSize:
+		return fmt.Errorf("worker %s refused: block_size %d differs from the cluster's %d", info.Name, a.BlockSize, p.args.BlockSize)
+	case speedup(a) != c.speedup:
+		return fmt.Errorf("worker %s refused: speedup_ratio %g differs from the cluster's %g", info.Name, speedup(a), c.speedup)
+	case a.DPSize > 1:
+		return fmt.Errorf("worker %s refused: dp_size %d; distributed workers run one rank each", info.Name, a.DPSize)
+	}
+	for _, w := range c.workers {
+		if w.name == info.Name && !w.gone {
+			return fmt.Errorf("worker %s refused: a live worker already has that name", info.Name)
+		}
+	}
+	n := &workerNode{idx: len(c.workers), name: info.Name, ranks: 1, role: info.Role, id: c.nextWorkerID, args: a,
+		transferAddr: info.TransferAddr}
+	c.nextWorkerID++
+	n.last = engine.Metrics{TotalBlocks: a.NumGPUBlocks, FreeBlocks: a.NumGPUBlocks}
+	n.handle = &remoteHandle{rw: rw, n: n}
+	ri := router.WorkerInfo{ID: n.id, Role: router.Role(info.Role), TotalBlocks: a.NumGPUBlocks, BlockSize: a.BlockSize}
+	if a.MaxNumBatchedTokens != nil {
+		ri.MaxBatchedTokens = *a.MaxNumBatchedTokens
+	}
+	if err := c.router.AddWorker(ri); err != nil {
+		return fmt.Errorf("worker %s: %w", info.Name, err)
+	}
+	c.workers = append(c.workers, n)
+	c.byRole[info.Role] = append(c.byRole[info.Role], n)
+	wp := WorkerPoint{Free: n.last.FreeBlocks}
+	c.series.cur = append(c.series.cur, wp)
+	for i := range c.series.points {
+		for len(c.series.points[i].Workers) < len(c.series.cur) {
+			c.series.points[i].Workers = append(c.series.points[i].Workers, WorkerPoint{})
+		}
+	}
+	c.log.Info("worker joined", "worker", info.Name, "role", info.Role, "transfer_addr", info.TransferAddr)
+	return nil
+}
+
+func (c *Cluster) poolRoles() string {
+	s := ""
+	for i, p := range c.res.pools {
+		if i > 0 {
+			s += " and "
+		}
+		s += string(p.role)
+	}
+	return s
+}
+
+func (c *Cluster) liveNode(name string) *workerNode {
+	for _, w := range c.workers {
+		if w.name == name && !w.gone {
+			return w
+		}
+	}
+	return nil
+}
+
+// leave removes a lost worker, on the loop. Its requests end now, naming
+// it. A surviving prefill that holds KV for a lost decode keeps it until
+// its own abort (or session) timeout frees it, as a real source would; a
+// surviving side with nothing held is told to drop the request.
+func (c *Cluster) leave(name, reason string) {
+	n := c.liveNode(name)
+	if n == nil {
+		return
+	}
+	n.gone = true
+	c.router.RemoveWorker(n.id)
+	c.heldNow -= n.last.HeldBlocks
+	// What it held is gone with it: drain must not wait for it.
+	n.last = engine.Metrics{}
+	c.log.Warn("worker lost", "worker", name, "reason", reason)
+	msg := fmt.Sprintf("worker %s lost: %s", name, reason)
+	for _, r := range c.sortedRequests() {
+		if r.prefill != n && r.decode != n {
+			continue
+		}
+		phase := r.m.Phase()
+		if r.decode != n && phase == handoff.Activated {
+			continue // a lost prefill: the decode runs it alone now
+		}
+		if r.prefill != n {
+			switch phase {
+			case handoff.Held, handoff.Reserved, handoff.Transferring:
+				// the source keeps its hold until its own deadline
+			default:
+				r.prefill.handle.Apply(engine.Cancel{ID: r.id})
+			}
+		}
+		if r.decode != n && r.decode != r.prefill {
+			r.decode.handle.Apply(engine.CancelDestination{ID: r.id})
+		}
+		if r.tid != 0 {
+			delete(c.exch, r.tid)
+		}
+		c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: msg})
+	}
+	c.checkDrained()
+}
+
+// deliver folds a remote worker's report into the loop, in order.
+func (c *Cluster) deliver(name string, items []RemoteItem) {
+	n := c.liveNode(name)
+	if n == nil || c.ended {
+		return
+	}
+	c.stamp()
+	for _, it := range items {
+		switch {
+		case it.Output != nil:
+			c.onOutput(n.idx, it.Output)
+		case it.Input != nil:
+			ir := *it.Input
+			ir.Worker = n.idx
+			c.onInput(ir)
+		case it.Room != nil:
+			c.rlink.roomOpened(n, *it.Room)
+		case it.Arrived != nil:
+			c.onRemoteLink(it.Arrived.TID, it.Arrived.ReqID, true, linkStatus{})
+		case it.Status != nil:
+			c.onRemoteLink(it.Status.TID, 0, false, linkStatus{status: it.Status.Status, err: it.Status.Err})
+		case it.Resync:
+			c.log.Warn("worker reports lost; its indexed KV blocks are dropped", "worker", name)
+			c.router.KVEvent(n.id, kv.Event{Kind: kv.Cleared})
+		}
+	}
+	c.checkDrained()
+}
+
+// onRemoteLink is onLinkMsg without tickets: a remote worker's clock runs
+// on its own, so the loop does not hold modeled time for its replies; they
+// take effect when they come.
+func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
+	x := c.exch[tid]
+	if x == nil || (arrived && reqID != x.r.id) {
+		return
+	}
+	if arrived {
+		if x.arrived {
+			return
+		}
+		x.arrived = true
+		c.feed(x.r, handoff.DecodeArrived{})
+		return
+	}
+	if x.got {
+		return
+	}
+	x.got = true
+	delete(c.exch, tid)
+	c.feed(x.r, handoff.TransferStatus{Status: st.status, Err: st.err})
+}
+
+// remoteLink carries the transfer-room steps to remote workers: rooms live
+// on the prefill worker's transfer server, the decode worker connects to
+// it over TCP, and each reports what it saw.
+type remoteLink struct {
+	c       *Cluster
+	params  map[uint64][]byte // tid → the params the prefill handed out
+	waiting map[uint64]uint64 // tid → request id of a connect waiting for its params
+}
+
+func (l *remoteLink) arrived(uint64, uint64) {}
+
+func (l *remoteLink) open(p *workerNode, tid uint64) {
+	// The link's interface names the transfer only; the params' token
+	// binds the request too. Requests in flight are few, so a scan is
+	// cheaper than a second index kept in step with the first.
+	var reqID uint64
+	for id, r := range l.c.reqs {
+		if r.tid == tid {
+			reqID = id
+			break
+		}
+	}
+	p.handle.(*remoteHandle).rw.OpenRoom(tid, reqID)
+}
+
+func (l *remoteLink) close(p *workerNode, tid uint64, transferred bool) {
+	if !p.gone {
+		p.handle.(*remoteHandle).rw.CloseRoom(tid, transferred)
+	}
+}
+
+func (l *remoteLink) connect(p *workerNode, tid, reqID uint64) {
+	params, ok := l.params[tid]
+	if !ok {
+		// The prefill's answer to OpenRoom is still on its way.
+		l.waiting[tid] = reqID
+		return
+	}
+	l.dial(tid, reqID, params)
+}
+
+func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
+	x := l.c.exch[tid]
+	if x == nil {
+		return
+	}
+	d := x.r.decode
+	if d.gone {
+		return
+	}
+	d.handle.(*remoteHandle).rw.Connect(tid, reqID, params)
+}
+
+func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
+	if room.Err != "" {
+		if _, ok := l.waiting[room.TID]; ok {
+			delete(l.waiting, room.TID)
+		}
+		l.c.onRemoteLink(room.TID, 0, false, linkStatus{status: handoff.Error, err: "transfer room not opened: " + room.Err})
+		return
+	}
+	l.params[room.TID] = room.Params
+	if reqID, ok := l.waiting[room.TID]; ok {
+		delete(l.waiting, room.TID)
+		l.dial(room.TID, reqID, room.Params)
+	}
+}
+
+func (l *remoteLink) forget(_ *workerNode, tid uint64) {
+	delete(l.params, tid)
+	delete(l.waiting, tid)
+}
+
+func (l *remoteLink) shutdown() {}
+
+// remoteCloseGrace bounds how long Close waits for remote workers to
+// answer the cancellations of the requests in flight before it ends them
+// itself.
+const remoteCloseGrace = 10 * time.Second
+
+// abandonAfter ends every request still in flight once the grace period
+// passes: a worker that stopped answering must not hold Close forever.
+func (c *Cluster) abandonAfter(d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return
+	case <-t.C:
+	}
+	c.post(func() {
+		for _, r := range c.sortedRequests() {
+			c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: errClosed})
+		}
+	})
+}

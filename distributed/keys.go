@@ -1,0 +1,124 @@
+package distributed
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/kvstrand/mocker/engine"
+)
+
+// Discovery keys. Every key of a worker is written under its lease, so
+// they all go when the lease does (revoked on a clean shutdown, expired
+// 10 s after the worker stops keeping it alive).
+//
+// Dynamo's (reference/dynamo-distributed.md §1), so a Dynamo user's
+// `etcdctl get --prefix v1/` reads what they expect:
+//
+//	v1/instances/{ns}/{component}/generate/{instance:x}   Endpoint
+//	v1/mdc/{ns}/{component}/generate/{instance:x}         Model (card_json)
+//
+// with component "prefill" for prefill workers and "backend" for decode
+// and aggregated ones, as Dynamo's mocker registers them. Ours, the one
+// the router watches, with everything it needs to use the worker:
+//
+//	v1/mocker/{ns}/{instance:x}                           Registration
+const (
+	leaseTTLSeconds = 10
+	endpointName    = "generate"
+)
+
+func componentOf(role engine.WorkerType) string {
+	if role == engine.WorkerPrefill {
+		return "prefill"
+	}
+	return "backend"
+}
+
+func instanceKey(ns string, role engine.WorkerType, id int64) string {
+	return fmt.Sprintf("v1/instances/%s/%s/%s/%x", ns, componentOf(role), endpointName, id)
+}
+
+func mdcKey(ns string, role engine.WorkerType, id int64) string {
+	return fmt.Sprintf("v1/mdc/%s/%s/%s/%x", ns, componentOf(role), endpointName, id)
+}
+
+func registrationPrefix(ns string) string { return "v1/mocker/" + ns + "/" }
+
+func registrationKey(ns string, id int64) string {
+	return fmt.Sprintf("%s%x", registrationPrefix(ns), id)
+}
+
+// instanceOfKey reads the instance id from a key's hex tail.
+func instanceOfKey(key string) (int64, error) {
+	i := strings.LastIndexByte(key, '/')
+	id, err := strconv.ParseUint(key[i+1:], 16, 64)
+	return int64(id), err
+}
+
+func cmdSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.cmd", ns, id) }
+func outSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.out", ns, id) }
+func outWildcard(ns string) string          { return fmt.Sprintf("mocker.%s.*.out", ns) }
+
+// Registration is a worker's record under v1/mocker/{ns}/{instance:x}:
+// what a router needs to route to it and to read its frames.
+type Registration struct {
+	// InstanceID is the worker's lease id, as Dynamo's instance ids are.
+	InstanceID int64 `json:"instance_id"`
+	// Name is unique among a namespace's live workers ("prefill-0").
+	Name      string            `json:"name"`
+	Role      engine.WorkerType `json:"role"`
+	Engine    string            `json:"engine"`
+	Namespace string            `json:"namespace"`
+	// Args are the worker's engine arguments after defaults.
+	Args json.RawMessage `json:"args"`
+	// EpochUnixNano is the wall instant of the worker's modeled time 0:
+	// its modeled ms = (wall − epoch) in ms × speedup_ratio.
+	EpochUnixNano int64 `json:"epoch_unix_nano"`
+	// CmdSubject and OutSubject are its request plane (ours).
+	CmdSubject string `json:"cmd_subject"`
+	OutSubject string `json:"out_subject"`
+	// TransferAddr is a prefill's transfer server, host:port on the
+	// advertised host.
+	TransferAddr string `json:"transfer_addr,omitempty"`
+	PID          int    `json:"pid"`
+}
+
+// endpointValue is Dynamo's Endpoint discovery value.
+func endpointValue(ns string, role engine.WorkerType, id int64) ([]byte, error) {
+	return json.Marshal(map[string]any{
+		"type": "Endpoint", "namespace": ns, "component": componentOf(role), "endpoint": endpointName,
+		"instance_id": id, "transport": map[string]any{"nats_tcp": cmdSubject(ns, id)},
+	})
+}
+
+// modelValue is Dynamo's Model discovery value, its card carrying the
+// runtime_config a router reads.
+func modelValue(ns string, role engine.WorkerType, id int64, a engine.Args, bootstrapHost string, bootstrapPort int) ([]byte, error) {
+	rc := map[string]any{
+		"total_kv_blocks": a.NumGPUBlocks, "data_parallel_start_rank": 0, "data_parallel_size": max(a.DPSize, 1),
+		"enable_local_indexer": true,
+	}
+	if a.MaxNumSeqs != nil {
+		rc["max_num_seqs"] = *a.MaxNumSeqs
+	}
+	if a.MaxNumBatchedTokens != nil {
+		rc["max_num_batched_tokens"] = *a.MaxNumBatchedTokens
+	}
+	if bootstrapPort != 0 {
+		rc["disaggregated_endpoint"] = map[string]any{"bootstrap_host": bootstrapHost, "bootstrap_port": bootstrapPort}
+	}
+	card := map[string]any{
+		"display_name": "mocker", "kv_cache_block_size": a.BlockSize, "model_type": "Chat",
+		"worker_type": string(role), "runtime_config": rc,
+	}
+	cardJSON, err := json.Marshal(card)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{
+		"type": "Model", "namespace": ns, "component": componentOf(role), "endpoint": endpointName,
+		"instance_id": id, "card_json": json.RawMessage(cardJSON),
+	})
+}

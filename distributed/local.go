@@ -1,0 +1,275 @@
+package distributed
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	natsserver "github.com/nats-io/nats-server/v2/server"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/engine"
+)
+
+// WorkerBinaryEnv names the environment variable that overrides the
+// binary local mode spawns as `BIN worker ...`; by default it is this
+// program (os.Executable), which is right for the mocker binary and wrong
+// for a test binary.
+const WorkerBinaryEnv = "MOCKER_WORKER_BIN"
+
+// localStartWait bounds how long local mode waits for its children to
+// register.
+const localStartWait = 60 * time.Second
+
+// localServices is what local mode started: etcd, NATS and the workers.
+type localServices struct {
+	dir      string
+	etcd     *embed.Etcd
+	etcdURL  string
+	nats     *natsserver.Server
+	natsURL  string
+	mu       sync.Mutex
+	children []*child
+}
+
+// child is one spawned `mocker worker`.
+type child struct {
+	name   string
+	cmd    *exec.Cmd
+	stderr *tailBuffer
+	done   chan struct{}
+	err    error
+}
+
+// startLocal starts an embedded etcd and NATS server, attaches to them and
+// spawns the cluster's pools as child worker processes.
+func startLocal(cfg cluster.Config, host *cluster.RemoteHost, log *slog.Logger) (cluster.Transport, error) {
+	ls, err := startServices()
+	if err != nil {
+		return nil, err
+	}
+	ns := cfg.Transport.NamespaceOrDefault()
+	t, err := attach(host, []string{ls.etcdURL}, ls.natsURL, ns, log)
+	if err != nil {
+		return nil, errors.Join(err, ls.close())
+	}
+	t.local = ls
+	t.name = "local"
+	bin := os.Getenv(WorkerBinaryEnv)
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			_ = t.Close()
+			return nil, fmt.Errorf("transport local: finding this program to spawn workers: %w", err)
+		}
+	}
+	seq := uint64(0)
+	for _, p := range host.Pools() {
+		argsJSON, err := json.Marshal(p.Args)
+		if err != nil {
+			_ = t.Close()
+			return nil, err
+		}
+		for i := range p.Workers {
+			name := fmt.Sprintf("%s-%d", poolName(p.Role), i)
+			seq++
+			argv := []string{"worker", "--name", name, "--role", string(p.Role), "--engine", cfg.Engine, "--namespace", ns,
+				"--etcd", ls.etcdURL, "--nats", ls.natsURL, "--args", string(argsJSON),
+				"--listen-host", cfg.TransferHost, "--seed", strconv.FormatUint(cfg.Seed^seq*0x9e3779b97f4a7c15, 10)}
+			if cfg.AdvertisedHost != "" {
+				argv = append(argv, "--advertise-host", cfg.AdvertisedHost)
+			}
+			if err := ls.spawn(bin, name, argv); err != nil {
+				_ = t.Close()
+				return nil, err
+			}
+		}
+	}
+	err = t.await(localStartWait, func(n map[engine.WorkerType]int) bool {
+		for _, p := range host.Pools() {
+			if n[p.Role] < p.Workers {
+				return false
+			}
+		}
+		return true
+	}, ls.exited)
+	if err != nil {
+		_ = t.Close()
+		return nil, err
+	}
+	return t, nil
+}
+
+func poolName(r engine.WorkerType) string {
+	if r == engine.WorkerAggregated {
+		return "worker"
+	}
+	return string(r)
+}
+
+func freeURL(scheme string) (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return scheme + "://" + addr, nil
+}
+
+func startServices() (*localServices, error) {
+	ls := &localServices{}
+	var err error
+	if ls.dir, err = os.MkdirTemp("", "mocker-etcd-"); err != nil {
+		return nil, fmt.Errorf("transport local: %w", err)
+	}
+	clientURL, err := freeURL("http")
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("transport local: %w", err), ls.close())
+	}
+	peerURL, err := freeURL("http")
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("transport local: %w", err), ls.close())
+	}
+	cu, _ := url.Parse(clientURL)
+	pu, _ := url.Parse(peerURL)
+	ec := embed.NewConfig()
+	ec.Name = "mocker-local"
+	ec.Dir = ls.dir
+	// Its shutdown logs errors that are only the listeners closing.
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	ec.ListenClientUrls = []url.URL{*cu}
+	ec.AdvertiseClientUrls = []url.URL{*cu}
+	ec.ListenPeerUrls = []url.URL{*pu}
+	ec.AdvertisePeerUrls = []url.URL{*pu}
+	ec.InitialCluster = ec.Name + "=" + peerURL
+	if ls.etcd, err = embed.StartEtcd(ec); err != nil {
+		return nil, errors.Join(fmt.Errorf("transport local: embedded etcd: %w", err), ls.close())
+	}
+	select {
+	case <-ls.etcd.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		return nil, errors.Join(errors.New("transport local: embedded etcd not ready after 30s"), ls.close())
+	}
+	ls.etcdURL = clientURL
+	ls.nats, err = natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		MaxPayload: 8 << 20})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("transport local: embedded NATS: %w", err), ls.close())
+	}
+	go ls.nats.Start()
+	if !ls.nats.ReadyForConnections(10 * time.Second) {
+		return nil, errors.Join(errors.New("transport local: embedded NATS not ready after 10s"), ls.close())
+	}
+	ls.natsURL = ls.nats.ClientURL()
+	return ls, nil
+}
+
+func (ls *localServices) spawn(bin, name string, argv []string) error {
+	cmd := exec.Command(bin, argv...)
+	ch := &child{name: name, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	cmd.Stdout = ch.stderr
+	cmd.Stderr = ch.stderr
+	setChildAttrs(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("transport local: starting worker %s (%s): %w", name, bin, err)
+	}
+	go func() {
+		ch.err = cmd.Wait()
+		close(ch.done)
+	}()
+	ls.mu.Lock()
+	ls.children = append(ls.children, ch)
+	ls.mu.Unlock()
+	return nil
+}
+
+// exited reports a child that ended while the cluster waits for it.
+func (ls *localServices) exited() error {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, ch := range ls.children {
+		select {
+		case <-ch.done:
+			return fmt.Errorf("transport local: worker %s exited (%v): %s", ch.name, ch.err, bytes.TrimSpace(ch.stderr.Bytes()))
+		default:
+		}
+	}
+	return nil
+}
+
+// Children lists the spawned workers' names and process ids.
+func (ls *localServices) pids() map[string]int {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	out := map[string]int{}
+	for _, ch := range ls.children {
+		out[ch.name] = ch.cmd.Process.Pid
+	}
+	return out
+}
+
+// close stops the workers (SIGTERM: they drain and revoke their leases),
+// then NATS and etcd.
+func (ls *localServices) close() error {
+	ls.mu.Lock()
+	children := ls.children
+	ls.children = nil
+	ls.mu.Unlock()
+	for _, ch := range children {
+		_ = ch.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, ch := range children {
+		select {
+		case <-ch.done:
+		case <-time.After(15 * time.Second):
+			_ = ch.cmd.Process.Kill()
+			<-ch.done
+		}
+	}
+	if ls.nats != nil {
+		ls.nats.Shutdown()
+		ls.nats.WaitForShutdown()
+	}
+	if ls.etcd != nil {
+		ls.etcd.Close()
+	}
+	if ls.dir != "" {
+		return os.RemoveAll(ls.dir)
+	}
+	return nil
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.b...)
+}

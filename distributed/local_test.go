@@ -1,0 +1,97 @@
+package distributed
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// saturatedConfig is scripts/cascade.js's cluster: one decode worker with
+// two sequence slots behind two prefill workers, so decode saturates at
+// once and held prefill KV piles up.
+func saturatedConfig(engineName string) cluster.Config {
+	return cluster.Config{
+		Name:    "dist-" + engineName,
+		Engine:  engineName,
+		Disagg:  true,
+		Router:  "round-robin",
+		Prefill: cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 320}},
+		Decode: cluster.PoolConfig{Workers: 1, Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2,
+			"reserve_takes_slot": true}},
+		// Each handoff step crosses processes (a few wall ms in all), which
+		// speedup_ratio turns into modeled time: a moderate speedup keeps
+		// that small next to the decode's own pace.
+		Args: map[string]any{"block_size": 16, "speedup_ratio": 5, "kv_bytes_per_token": 131072,
+			"kv_transfer_bandwidth": 25, "kv_transfer_abort_timeout_ms": 1000},
+		RouterOptions: map[string]any{"busy_threshold": 0.85},
+		Transport:     &cluster.TransportConfig{Local: true},
+	}
+}
+
+// TestLocal_SaturatedDisaggDrainsAndConserves runs a disaggregated cluster
+// whose workers are real `mocker worker` processes over an embedded etcd
+// and NATS, under far more concurrency than decode has slots, and checks
+// the invariants every cluster test checks: every pool drains to zero
+// held, reserved and active blocks, and every request is counted once.
+func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
+	for _, eng := range []string{"vllm", "sglang"} {
+		t.Run(eng, func(t *testing.T) {
+			cfg := saturatedConfig(eng)
+			if eng == "sglang" {
+				cfg.Decode.Args = map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2}
+			}
+			c, err := cluster.New(cfg)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, c.Close()) }()
+			assert.Equal(t, "local", c.TransportName())
+
+			const vus, perVU = 24, 6
+			results := make(chan cluster.Result, vus*perVU)
+			var wg sync.WaitGroup
+			for range vus {
+				wg.Go(func() {
+					for range perVU {
+						results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 1024, MaxTokens: 32})
+					}
+				})
+			}
+			wg.Wait()
+			close(results)
+			counts := map[string]int{}
+			for r := range results {
+				counts[r.Outcome]++
+				if r.Outcome != cluster.OutcomeCompleted && counts[r.Outcome] < 3 {
+					t.Logf("%s: %s (pin %.1f ms, decode wait %.1f ms)", r.Outcome, r.Error, r.PinMs, r.DecodeWaitMs)
+				}
+				if r.Outcome == cluster.OutcomeError {
+					t.Errorf("request errored: %s", r.Error)
+				}
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			s, err := c.Drain(ctx)
+			require.NoError(t, err)
+			for _, w := range s.Workers {
+				assert.Zero(t, w.HeldBlocks, "%s held", w.Name)
+				assert.Zero(t, w.ReservedBlocks, "%s reserved", w.Name)
+				assert.Zero(t, w.ActiveBlocks, "%s active", w.Name)
+				assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s busy", w.Name)
+			}
+			assert.Len(t, s.Workers, 3)
+			assert.EqualValues(t, vus*perVU, s.Requests)
+			assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
+			assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+			assert.EqualValues(t, counts[cluster.OutcomeCompleted], s.Completed)
+			assert.Positive(t, s.Pins, "saturated decode: prefill KV was held")
+			assert.Positive(t, s.Completed)
+			require.NoError(t, c.CheckInvariants())
+			t.Logf("%s: %v; holds %d (released %d, aborted %d), peak held %d", eng, counts, s.Pins, s.PinsReleased, s.PinsAborted, s.PeakHeldBlocks)
+		})
+	}
+}

@@ -1,0 +1,261 @@
+package distributed
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/kv"
+)
+
+// The request plane between the router and a worker is ours (Dynamo's
+// request framing is between its own peers and may differ, see
+// reference/dynamo-distributed.md §7): JSON on two NATS subjects per
+// worker, both in the registration.
+//
+//	mocker.{ns}.{instance:x}.cmd   router → worker: one command per message
+//	mocker.{ns}.{instance:x}.out   worker → routers: one frame per loop turn
+//
+// A command is an engine input or a transfer-room step; a frame is what
+// the worker's loop produced since the previous frame, in order (pass
+// outputs, input replies, room answers), numbered by seq so a router sees
+// a gap. Times in a frame are the worker's modeled ms; its registration
+// carries the wall instant of its modeled 0, which maps them onto the
+// router's clock.
+
+// Command ops.
+const (
+	opSubmit            = "submit"
+	opReserve           = "reserve"
+	opReleaseHeld       = "release_held"
+	opCancel            = "cancel"
+	opStartTransfer     = "start_transfer"
+	opActivate          = "activate"
+	opCancelDestination = "cancel_destination"
+	opDestinationReady  = "destination_ready"
+	opOpenRoom          = "open_room"
+	opCloseRoom         = "close_room"
+	opConnect           = "connect"
+)
+
+// command is one router → worker message.
+type command struct {
+	Op        string   `json:"op"`
+	ID        uint64   `json:"id,omitempty"`
+	Tokens    []uint32 `json:"tokens,omitempty"`
+	MaxTokens int      `json:"max_tokens,omitempty"`
+	Priority  int      `json:"priority,omitempty"`
+	Hold      bool     `json:"hold,omitempty"`    // submit: the Hold policy
+	Outcome   uint8    `json:"outcome,omitempty"` // release_held
+	N         int      `json:"n,omitempty"`       // start_transfer, destination_ready: tokens
+	// Transfer-room steps.
+	TID         uint64          `json:"tid,omitempty"`
+	Transferred bool            `json:"transferred,omitempty"`
+	Params      json.RawMessage `json:"params,omitempty"`
+}
+
+func commandOf(in engine.Input) command {
+	switch in := in.(type) {
+	case engine.Submit:
+		r := in.Request
+		return command{Op: opSubmit, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority, Hold: in.Policy == engine.Hold}
+	case engine.Reserve:
+		r := in.Request
+		return command{Op: opReserve, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority}
+	case engine.ReleaseHeld:
+		return command{Op: opReleaseHeld, ID: in.ID, Outcome: uint8(in.Outcome)}
+	case engine.Cancel:
+		return command{Op: opCancel, ID: in.ID}
+	case engine.StartTransfer:
+		return command{Op: opStartTransfer, ID: in.ID, N: in.Tokens}
+	case engine.Activate:
+		return command{Op: opActivate, ID: in.ID}
+	case engine.CancelDestination:
+		return command{Op: opCancelDestination, ID: in.ID}
+	case engine.DestinationReady:
+		return command{Op: opDestinationReady, ID: in.ID, N: in.Tokens}
+	}
+	return command{}
+}
+
+// input is the engine input a command carries; nil for a room step.
+func (c command) input() (engine.Input, error) {
+	req := engine.Request{ID: c.ID, Tokens: c.Tokens, MaxTokens: c.MaxTokens, Priority: c.Priority}
+	switch c.Op {
+	case opSubmit:
+		p := engine.Release
+		if c.Hold {
+			p = engine.Hold
+		}
+		return engine.Submit{Request: req, Policy: p}, nil
+	case opReserve:
+		return engine.Reserve{Request: req}, nil
+	case opReleaseHeld:
+		return engine.ReleaseHeld{ID: c.ID, Outcome: engine.Outcome(c.Outcome)}, nil
+	case opCancel:
+		return engine.Cancel{ID: c.ID}, nil
+	case opStartTransfer:
+		return engine.StartTransfer{ID: c.ID, Tokens: c.N}, nil
+	case opActivate:
+		return engine.Activate{ID: c.ID}, nil
+	case opCancelDestination:
+		return engine.CancelDestination{ID: c.ID}, nil
+	case opDestinationReady:
+		return engine.DestinationReady{ID: c.ID, Tokens: c.N}, nil
+	case opOpenRoom, opCloseRoom, opConnect:
+		return nil, nil
+	}
+	return nil, fmt.Errorf("unknown command op %q", c.Op)
+}
+
+// frame is one worker → router message.
+type frame struct {
+	Seq   uint64 `json:"seq"`
+	Items []item `json:"items"`
+}
+
+// item is one entry of a frame; exactly one field is set.
+type item struct {
+	Output  *wireOutput  `json:"output,omitempty"`
+	Input   *wireInput   `json:"input,omitempty"`
+	Room    *wireRoom    `json:"room,omitempty"`
+	Arrived *wireArrived `json:"arrived,omitempty"`
+	Status  *wireStatus  `json:"status,omitempty"`
+}
+
+// wireOutput is engine.Output as the router needs it: a prefill's tokens
+// other than the first are left out (nothing downstream reads them, and
+// they are most of a decode pass's size).
+type wireOutput struct {
+	Start       float64             `json:"start"`
+	End         float64             `json:"end"`
+	Ran         bool                `json:"ran,omitempty"`
+	FirstTokens []engine.Token      `json:"first_tokens,omitempty"`
+	Completions []engine.Completion `json:"completions,omitempty"`
+	Rejections  []engine.Rejection  `json:"rejections,omitempty"`
+	Events      []engine.Event      `json:"events,omitempty"`
+	// KVEvents are in Dynamo's KvCacheEvent JSON shape (kv.Event's).
+	KVEvents []kv.Event     `json:"kv_events,omitempty"`
+	Metrics  engine.Metrics `json:"metrics"`
+}
+
+type wireInput struct {
+	At      float64 `json:"at"`
+	Cmd     command `json:"cmd"`
+	OK      bool    `json:"ok"`
+	Err     string  `json:"err,omitempty"`
+	DelayMs float64 `json:"delay_ms,omitempty"`
+}
+
+type wireRoom struct {
+	TID    uint64          `json:"tid"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Err    string          `json:"err,omitempty"`
+}
+
+type wireArrived struct {
+	TID   uint64 `json:"tid"`
+	ReqID uint64 `json:"request_id"`
+}
+
+type wireStatus struct {
+	TID    uint64 `json:"tid"`
+	Status string `json:"status"` // ack | abort | error
+	Err    string `json:"err,omitempty"`
+}
+
+// outputOf copies what the router needs of out (which the engine reuses).
+func outputOf(out *engine.Output) *wireOutput {
+	w := &wireOutput{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
+	for _, t := range out.Tokens {
+		if t.Index == 0 {
+			w.FirstTokens = append(w.FirstTokens, t)
+		}
+	}
+	w.Completions = append(w.Completions, out.Completions...)
+	w.Rejections = append(w.Rejections, out.Rejections...)
+	w.Events = append(w.Events, out.Events...)
+	for _, e := range out.KVEvents {
+		e.Blocks = append([]kv.Block(nil), e.Blocks...)
+		e.RemovedHashes = append([]kv.SeqHash(nil), e.RemovedHashes...)
+		w.KVEvents = append(w.KVEvents, e)
+	}
+	return w
+}
+
+// engineOutput rebuilds an engine.Output on the router's clock (shift ms
+// added to every instant).
+func (w *wireOutput) engineOutput(shift float64) *engine.Output {
+	out := &engine.Output{Start: w.Start + shift, End: w.End + shift, Ran: w.Ran, Metrics: w.Metrics,
+		Tokens: w.FirstTokens, Completions: w.Completions, Rejections: w.Rejections, Events: w.Events, KVEvents: w.KVEvents}
+	for i := range out.Tokens {
+		out.Tokens[i].At += shift
+	}
+	for i := range out.Completions {
+		c := &out.Completions[i]
+		c.At += shift
+		c.Arrival += shift
+		c.FirstTokenAt += shift
+	}
+	for i := range out.Rejections {
+		out.Rejections[i].At += shift
+	}
+	for i := range out.Events {
+		out.Events[i].At += shift
+	}
+	return out
+}
+
+func statusName(s handoff.Status) string {
+	switch s {
+	case handoff.ACK:
+		return "ack"
+	case handoff.Abort:
+		return "abort"
+	}
+	return "error"
+}
+
+func statusOf(s string) handoff.Status {
+	switch s {
+	case "ack":
+		return handoff.ACK
+	case "abort":
+		return handoff.Abort
+	}
+	return handoff.Error
+}
+
+// remoteItems turns a frame into the cluster's items, on its clock.
+func remoteItems(f *frame, shift float64) ([]cluster.RemoteItem, error) {
+	out := make([]cluster.RemoteItem, 0, len(f.Items))
+	for _, it := range f.Items {
+		switch {
+		case it.Output != nil:
+			out = append(out, cluster.RemoteItem{Output: it.Output.engineOutput(shift)})
+		case it.Input != nil:
+			in, err := it.Input.Cmd.input()
+			if err != nil {
+				return nil, err
+			}
+			if in == nil {
+				continue
+			}
+			r := engine.Reply{OK: it.Input.OK, DelayMs: it.Input.DelayMs}
+			if it.Input.Err != "" {
+				r.Err = errors.New(it.Input.Err)
+			}
+			out = append(out, cluster.RemoteItem{Input: &engine.InputResult{At: it.Input.At + shift, Input: in, Reply: r}})
+		case it.Room != nil:
+			out = append(out, cluster.RemoteItem{Room: &cluster.RemoteRoom{TID: it.Room.TID, Params: it.Room.Params, Err: it.Room.Err}})
+		case it.Arrived != nil:
+			out = append(out, cluster.RemoteItem{Arrived: &cluster.RemoteArrived{TID: it.Arrived.TID, ReqID: it.Arrived.ReqID}})
+		case it.Status != nil:
+			out = append(out, cluster.RemoteItem{Status: &cluster.RemoteStatus{TID: it.Status.TID, Status: statusOf(it.Status.Status), Err: it.Status.Err}})
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,583 @@
+package distributed
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kvstrand/mocker/bootstrap"
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/perf"
+)
+
+// WorkerConfig is one `mocker worker` process.
+type WorkerConfig struct {
+	// Name is the worker's name among the namespace's workers; default
+	// "{role}-{host}-{pid}".
+	Name   string
+	Role   engine.WorkerType
+	Engine string // vllm | sglang
+	// Namespace scopes keys and subjects; default cluster.DefaultNamespace.
+	Namespace string
+	Etcd      []string
+	NATS      string
+	// Args are engine arguments, a JSON object of Dynamo's MockEngineArgs
+	// keys, over the defaults mocker.cluster() uses (block_size 16,
+	// num_gpu_blocks 1024, speedup_ratio 10).
+	Args []byte
+	// ListenHost is what the transfer server binds; AdvertiseHost what
+	// decode workers dial (required when ListenHost is 0.0.0.0 or ::).
+	ListenHost, AdvertiseHost string
+	// DrainTimeout bounds how long a stopping worker waits for its work to
+	// end before it leaves anyway; default 30 s.
+	DrainTimeout time.Duration
+	// Seed drives the engine's output tokens.
+	Seed   uint64
+	Logger *slog.Logger
+}
+
+// dialTimeout bounds how long a worker or a router waits for etcd or NATS
+// before it gives up, naming the URL.
+const dialTimeout = 5 * time.Second
+
+// workerArgs resolves cfg's engine args.
+func workerArgs(cfg WorkerConfig) (engine.Args, error) {
+	defaults, _ := json.Marshal(map[string]any{
+		"block_size": cluster.DefaultBlockSize, "num_gpu_blocks": cluster.DefaultNumGPUBlocks, "speedup_ratio": cluster.DefaultSpeedupRatio,
+	})
+	forced, _ := json.Marshal(map[string]any{"engine_type": cfg.Engine, "worker_type": string(cfg.Role)})
+	layers := [][]byte{defaults}
+	if len(cfg.Args) > 0 {
+		layers = append(layers, cfg.Args)
+	}
+	a, err := engine.ParseArgsLayers(append(layers, forced)...)
+	if err != nil {
+		return a, fmt.Errorf("--args: %w", err)
+	}
+	if a.DPSize > 1 {
+		return a, fmt.Errorf("--args: dp_size %d: a distributed worker runs one rank; start one worker per rank", a.DPSize)
+	}
+	return a, nil
+}
+
+// RunWorker runs one worker until ctx ends, then drains it (new work is
+// refused, what it has finishes or times out) and leaves: its lease is
+// revoked, so its keys go at once. It returns an error when it cannot
+// start (bad args, etcd or NATS unreachable: the message names the URL) or
+// loses its registration.
+func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	switch cfg.Role {
+	case engine.WorkerPrefill, engine.WorkerDecode, engine.WorkerAggregated:
+	default:
+		return fmt.Errorf("--role: %q; want prefill, decode or aggregated", cfg.Role)
+	}
+	if cfg.Engine == "" {
+		cfg.Engine = string(engine.EngineVLLM)
+	}
+	if cfg.Namespace == "" {
+		cfg.Namespace = cluster.DefaultNamespace
+	}
+	tc := cluster.TransportConfig{Etcd: cfg.Etcd, NATS: cfg.NATS, Namespace: cfg.Namespace}
+	if err := tc.Validate(); err != nil {
+		return err
+	}
+	args, err := workerArgs(cfg)
+	if err != nil {
+		return err
+	}
+	model, err := perf.FromProfile(args.PlannerProfileData)
+	if err != nil {
+		return fmt.Errorf("--args: planner_profile_data: %w", err)
+	}
+	ew, err := engine.New(args, model, cfg.Seed)
+	if err != nil {
+		return fmt.Errorf("--args: %w", err)
+	}
+	if cfg.ListenHost == "" {
+		cfg.ListenHost = "127.0.0.1"
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		cfg.Name = fmt.Sprintf("%s-%s-%d", cfg.Role, host, os.Getpid())
+	}
+	if cfg.DrainTimeout == 0 {
+		cfg.DrainTimeout = 30 * time.Second
+	}
+	log = log.With("worker", cfg.Name)
+
+	ec, err := dialEtcd(ctx, cfg.Etcd)
+	if err != nil {
+		return err
+	}
+	defer ec.Close()
+	nc, err := dialNATS(cfg.NATS, cfg.Name)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096),
+		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
+		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role)}
+	l.v = engine.NewVirtual(ew)
+	l.w = ew
+	l.v.OnOutput = l.onOutput
+	l.v.OnInput = l.onInput
+	if cfg.Role == engine.WorkerPrefill {
+		l.server, err = bootstrap.Listen(bootstrap.Config{
+			Addr:            net.JoinHostPort(cfg.ListenHost, "0"),
+			AdvertisedHost:  cfg.AdvertiseHost,
+			OnDecodeArrived: func(tid, reqID uint64) { l.post(workerMsg{arrived: &wireArrived{TID: tid, ReqID: reqID}}) },
+			Logger:          log,
+		})
+		if err != nil {
+			return fmt.Errorf("transfer server (--listen-host %q, --advertise-host %q): %w", cfg.ListenHost, cfg.AdvertiseHost, err)
+		}
+		defer l.server.Close()
+	}
+
+	// The lease's id is the instance id, as in Dynamo.
+	gctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	lease, err := ec.Grant(gctx, leaseTTLSeconds)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd %s: lease: %w", strings.Join(cfg.Etcd, ","), err)
+	}
+	id := int64(lease.ID)
+	l.id = id
+	l.outSubj = outSubject(cfg.Namespace, id)
+	sub, err := nc.Subscribe(cmdSubject(cfg.Namespace, id), func(m *nats.Msg) {
+		var c command
+		if err := json.Unmarshal(m.Data, &c); err != nil {
+			log.Warn("bad command", "err", err)
+			return
+		}
+		l.post(workerMsg{cmd: &c})
+	})
+	if err != nil {
+		return fmt.Errorf("nats %s: subscribe: %w", cfg.NATS, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		return fmt.Errorf("nats %s: %w", cfg.NATS, err)
+	}
+
+	l.start = time.Now()
+	l.speedup = args.SpeedupRatio
+	if l.speedup <= 0 {
+		l.speedup = 1
+	}
+	kaCtx, kaStop := context.WithCancel(context.Background())
+	defer kaStop()
+	ka, err := ec.KeepAlive(kaCtx, lease.ID)
+	if err != nil {
+		return fmt.Errorf("etcd %s: keep-alive: %w", strings.Join(cfg.Etcd, ","), err)
+	}
+	if err := l.register(ctx, ec, lease.ID); err != nil {
+		return err
+	}
+	log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
+
+	lost := make(chan struct{})
+	go func() {
+		for range ka {
+		}
+		close(lost)
+	}()
+	runErr := l.run(ctx, lost)
+
+	// Leave: the lease's revocation removes every key at once.
+	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
+	_, _ = ec.Revoke(rctx, lease.ID)
+	rcancel()
+	kaStop()
+	<-lost
+	l.wg.Wait()
+	_ = nc.Flush()
+	return runErr
+}
+
+func dialEtcd(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
+	urls := strings.Join(endpoints, ",")
+	ec, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: %w", urls, err)
+	}
+	// The client connects lazily: ask for something to know it is there.
+	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	if _, err := ec.Get(sctx, "v1/mocker/"); err != nil {
+		_ = ec.Close()
+		return nil, fmt.Errorf("etcd %s unreachable: %w", urls, err)
+	}
+	return ec, nil
+}
+
+func dialNATS(url, name string) (*nats.Conn, error) {
+	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(64<<20))
+	if err != nil {
+		return nil, fmt.Errorf("nats %s unreachable: %w", url, err)
+	}
+	return nc, nil
+}
+
+// workerMsg is what reaches the worker's loop: a command, a transfer
+// server's cue, or a decode's answer.
+type workerMsg struct {
+	cmd     *command
+	arrived *wireArrived
+	status  *wireStatus
+}
+
+// workerLoop owns the engine worker: its own discrete-event queue paced
+// against the wall clock (modeled = wall since start × speedup_ratio), as
+// the in-process cluster's loop paces its workers.
+type workerLoop struct {
+	cfg     WorkerConfig
+	args    engine.Args
+	log     *slog.Logger
+	nc      *nats.Conn
+	id      int64
+	outSubj string
+	v       *engine.Virtual
+	w       *engine.Worker
+	server  *bootstrap.Server
+	client  bootstrap.Client
+	start   time.Time
+	speedup float64
+	in      chan workerMsg
+	wg      sync.WaitGroup
+	cctx    context.Context // cancels pending decode connections
+	ccancel context.CancelFunc
+
+	seq      uint64
+	items    []item
+	draining bool
+	events   eventPublisher // Dynamo's event plane
+	kvSubj   string
+	loadSubj string
+}
+
+func (l *workerLoop) post(m workerMsg) { l.in <- m }
+
+func (l *workerLoop) transferAddr() string {
+	if l.server == nil {
+		return ""
+	}
+	return l.server.AdvertisedAddr()
+}
+
+func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease clientv3.LeaseID) error {
+	ns, role, id := l.cfg.Namespace, l.cfg.Role, l.id
+	argsJSON, err := json.Marshal(l.args)
+	if err != nil {
+		return err
+	}
+	reg := Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
+		EpochUnixNano: l.start.UnixNano(), CmdSubject: cmdSubject(ns, id), OutSubject: l.outSubj,
+		TransferAddr: l.transferAddr(), PID: os.Getpid()}
+	regJSON, err := json.Marshal(reg)
+	if err != nil {
+		return err
+	}
+	ep, err := endpointValue(ns, role, id)
+	if err != nil {
+		return err
+	}
+	host, port := "", 0
+	if l.server != nil {
+		host, port = l.server.AdvertisedHost(), l.server.Port()
+	}
+	mdc, err := modelValue(ns, role, id, l.args, host, port)
+	if err != nil {
+		return err
+	}
+	channel, err := json.Marshal(map[string]any{
+		"type":        "EventChannel",
+		"scope":       map[string]any{"kind": "component", "namespace": ns, "component": componentOf(role)},
+		"topic":       topicKVEvents,
+		"instance_id": id,
+		"transport":   map[string]any{"kind": "Nats", "config": map[string]any{"subject_prefix": strings.TrimSuffix(l.kvSubj, "."+topicKVEvents)}},
+	})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	defer cancel()
+	// Create-if-absent, as Dynamo writes them: a key already there is
+	// another instance's.
+	key := registrationKey(ns, id)
+	resp, err := ec.Txn(rctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(instanceKey(ns, role, id), string(ep), clientv3.WithLease(lease)),
+			clientv3.OpPut(mdcKey(ns, role, id), string(mdc), clientv3.WithLease(lease)),
+			clientv3.OpPut(eventChannelKey(ns, role, l.events.id), string(channel), clientv3.WithLease(lease)),
+			clientv3.OpPut(key, string(regJSON), clientv3.WithLease(lease))).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcd %s: register: %w", strings.Join(l.cfg.Etcd, ","), err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("etcd: %s is already registered", key)
+	}
+	return nil
+}
+
+func (l *workerLoop) modeled() float64 {
+	return float64(time.Since(l.start)) / float64(time.Millisecond) * l.speedup
+}
+
+func (l *workerLoop) wallAt(modeled float64) time.Duration {
+	return time.Duration(modeled / l.speedup * float64(time.Millisecond))
+}
+
+// run is the worker's loop. When ctx ends it drains: new requests are
+// refused, and it returns once nothing is running, waiting, held or
+// reserved (or DrainTimeout passes). lost ends it at once: without its
+// lease the worker is no longer part of any cluster.
+func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
+	l.cctx, l.ccancel = context.WithCancel(context.Background())
+	defer l.ccancel()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	stop := ctx.Done()
+	var drainDeadline <-chan time.Time
+	for {
+		if l.draining && l.idle() {
+			l.log.Info("worker drained")
+			return nil
+		}
+		var wake <-chan time.Time
+		if at, _, ok := l.v.Next(); ok {
+			d := l.wallAt(at) - time.Since(l.start)
+			if d <= 0 {
+				_ = l.v.RunUntil(at)
+				l.flush()
+				continue
+			}
+			timer.Reset(d)
+			wake = timer.C
+		}
+		select {
+		case m := <-l.in:
+			timer.Stop()
+			l.v.AdvanceTo(l.modeled())
+			l.handle(m)
+			// Take what else is waiting, so one frame carries the lot.
+			for more := true; more; {
+				select {
+				case m := <-l.in:
+					l.handle(m)
+				default:
+					more = false
+				}
+			}
+			_ = l.v.RunUntil(l.v.Now())
+			l.flush()
+		case <-wake:
+		case <-stop:
+			timer.Stop()
+			stop = nil
+			l.draining = true
+			l.log.Info("worker draining", "timeout", l.cfg.DrainTimeout)
+			t := time.NewTimer(l.cfg.DrainTimeout)
+			defer t.Stop()
+			drainDeadline = t.C
+		case <-drainDeadline:
+			m := l.w.Metrics()
+			l.log.Warn("drain timed out; leaving with work in flight", "running", m.Running, "waiting", m.Waiting, "held", m.HeldRequests)
+			return nil
+		case <-lost:
+			return errors.New("lost the etcd lease; the worker is no longer registered")
+		}
+	}
+}
+
+func (l *workerLoop) idle() bool {
+	m := l.w.Metrics()
+	return m.Running == 0 && m.Waiting == 0 && m.HeldRequests == 0 && m.ReservedRequests == 0
+}
+
+// handle applies one message at the loop's now.
+func (l *workerLoop) handle(m workerMsg) {
+	switch {
+	case m.arrived != nil:
+		l.items = append(l.items, item{Arrived: m.arrived})
+	case m.status != nil:
+		l.items = append(l.items, item{Status: m.status})
+	case m.cmd != nil:
+		l.command(*m.cmd)
+	}
+}
+
+func (l *workerLoop) command(c command) {
+	switch c.Op {
+	case opOpenRoom:
+		l.openRoom(c.TID, c.ID)
+		return
+	case opCloseRoom:
+		if l.server == nil {
+			return
+		}
+		var err error
+		if c.Transferred {
+			err = l.server.Complete(c.TID)
+		} else {
+			err = l.server.Abort(c.TID)
+		}
+		if err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+			l.log.Warn("transfer outcome not delivered", "transfer_id", c.TID, "err", err)
+		}
+		return
+	case opConnect:
+		l.connect(c)
+		return
+	}
+	in, err := c.input()
+	if err != nil {
+		l.log.Warn("bad command", "err", err)
+		return
+	}
+	if l.draining && (c.Op == opSubmit || c.Op == opReserve) {
+		// Refused as the engine refuses a bad input: the router's machine
+		// ends the request saying why.
+		c.Tokens = nil
+		l.items = append(l.items, item{Input: &wireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " is draining (shutting down)"}})
+		return
+	}
+	l.v.Schedule(l.v.Now(), 0, in)
+}
+
+// openRoom opens a transfer room and answers with the handoff params the
+// decode needs, in the engine's own shape.
+func (l *workerLoop) openRoom(tid, reqID uint64) {
+	if l.server == nil {
+		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: "worker " + l.cfg.Name + " has no transfer server (not a prefill worker)"}})
+		return
+	}
+	if err := l.server.Open(tid); err != nil {
+		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
+		return
+	}
+	// The room is the transfer id; the token binds the router's request
+	// id, which the decode presents with it.
+	var params any
+	if l.cfg.Engine == string(engine.EngineSGLang) {
+		params = l.server.SGLangParams(tid, reqID)
+	} else {
+		params = l.server.VLLMParams(tid, reqID)
+	}
+	raw, err := json.Marshal(params)
+	if err != nil {
+		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
+		return
+	}
+	l.items = append(l.items, item{Room: &wireRoom{TID: tid, Params: raw}})
+}
+
+// connect is the decode side of a transfer: dial the source's transfer
+// server named in the params and report its answer.
+func (l *workerLoop) connect(c command) {
+	var addr string
+	var room uint64
+	var token bootstrap.Token
+	var err error
+	if l.cfg.Engine == string(engine.EngineSGLang) {
+		var p bootstrap.SGLangParams
+		p, _, err = bootstrap.ParseSGLangParams(json.RawMessage(c.Params))
+		addr, room, token = p.Addr(), p.BootstrapRoom, p.BootstrapToken
+	} else {
+		var p bootstrap.VLLMParams
+		p, _, err = bootstrap.ParseVLLMParams(json.RawMessage(c.Params))
+		addr, room, token = p.Addr(), p.TransferID, p.TransferToken
+	}
+	if err != nil {
+		l.items = append(l.items, item{Status: &wireStatus{TID: c.TID, Status: statusName(handoff.Error), Err: err.Error()}})
+		return
+	}
+	tid, reqID := c.TID, c.ID
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		st, err := l.client.Await(l.cctx, addr, room, reqID, token)
+		ws := &wireStatus{TID: tid, Status: statusName(handoff.Error)}
+		switch {
+		case st == bootstrap.StatusACK:
+			ws.Status = statusName(handoff.ACK)
+		case errors.Is(err, bootstrap.ErrAborted):
+			ws.Status, ws.Err = statusName(handoff.Abort), err.Error()
+		case err != nil:
+			ws.Err = err.Error()
+		}
+		select {
+		case l.in <- workerMsg{status: ws}:
+		case <-l.cctx.Done():
+		}
+	}()
+}
+
+func (l *workerLoop) onOutput(_ int, out *engine.Output) {
+	l.items = append(l.items, item{Output: outputOf(out)})
+	now := time.Now()
+	worker := uint64(l.id)
+	for _, ev := range out.KVEvents {
+		l.publish(l.kvSubj, l.events.envelope(topicKVEvents, routerEvent(worker, ev), now))
+	}
+	if used := out.Metrics.RouterActiveBlocks; used != l.events.lastLoad {
+		l.events.lastLoad = used
+		l.publish(l.loadSubj, l.events.envelope(topicMetrics, activeLoad(worker, out.Metrics), now))
+	}
+}
+
+func (l *workerLoop) publish(subj string, data []byte) {
+	if err := l.nc.Publish(subj, data); err != nil {
+		l.log.Warn("event not published", "subject", subj, "err", err)
+	}
+}
+
+func (l *workerLoop) onInput(r engine.InputResult) {
+	c := commandOf(r.Input)
+	c.Tokens = nil // the router knows them; the reply names the request
+	wi := &wireInput{At: r.At, Cmd: c, OK: r.Reply.OK, DelayMs: r.Reply.DelayMs}
+	if r.Reply.Err != nil {
+		wi.Err = r.Reply.Err.Error()
+	}
+	l.items = append(l.items, item{Input: wi})
+}
+
+// flush publishes what the loop produced as one frame.
+func (l *workerLoop) flush() {
+	if len(l.items) == 0 {
+		return
+	}
+	data, err := json.Marshal(frame{Seq: l.seq, Items: l.items})
+	l.items = l.items[:0]
+	if err != nil {
+		l.log.Error("frame not encoded", "err", err)
+		return
+	}
+	l.seq++
+	if err := l.nc.Publish(l.outSubj, data); err != nil {
+		l.log.Warn("frame not published", "seq", l.seq-1, "err", err)
+	}
+}
