@@ -59,6 +59,10 @@ type Cluster struct {
 	stopping  bool
 	ended     bool                         // the loop has returned; Stats reads the workers' last reports
 	onFinish  func(r *request, res Result) // RunVirtual's collector
+	// snap, when set, takes RunVirtual's figures once the loop has
+	// processed every event up to the last result's instant (it is given
+	// the next event's time) and reports whether it did.
+	snap func(next float64, more bool) bool
 
 	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
 	// Settle runs the loop, under stepMu, which also guards the calls

@@ -42,6 +42,9 @@ type batchResults struct {
 	results []Result
 	left    int
 	done    chan struct{}
+	// onDone, when set, runs on the loop as the last result is written,
+	// and closes done itself (later).
+	onDone func()
 }
 
 // deliver gives the caller its result. It runs on the loop.
@@ -53,7 +56,11 @@ func (h *call) deliver(res Result) {
 	if b := h.batch; b != nil {
 		b.results[h.index] = res
 		if b.left--; b.left == 0 {
-			close(b.done)
+			if b.onDone != nil {
+				b.onDone() // it closes done
+			} else {
+				close(b.done)
+			}
 		}
 		return
 	}

@@ -130,6 +130,9 @@ func (c *Cluster) run() {
 			return
 		}
 		at, blocked, ok := c.v.Next()
+		if c.snap != nil && c.snap(at, ok) {
+			c.snap = nil
+		}
 		var wake <-chan time.Time
 		switch {
 		case ok && !blocked:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -77,10 +78,19 @@ func burstUpTo(seed uint64, n int, spanMs float64, maxTokens int) []Arrival {
 
 func runJSON(t *testing.T, run VirtualRun) string {
 	t.Helper()
+	// Stats and Series too: they are taken at the last result's instant,
+	// never where the loop's leftover timers happened to be. The transfer
+	// servers' ports are the host's.
+	run.Stats.Workers = slices.Clone(run.Stats.Workers)
+	for i := range run.Stats.Workers {
+		run.Stats.Workers[i].TransferAddr = ""
+	}
 	b, err := json.Marshal(struct {
 		Results []Result
 		Events  []Event
-	}{run.Results, run.Events})
+		Stats   Stats
+		Series  Series
+	}{run.Results, run.Events, run.Stats, run.Series})
 	require.NoError(t, err)
 	return string(b)
 }

@@ -142,7 +142,14 @@ func (s *seriesRec) holdAborted(t float64) { s.bucket(t).HoldAborts++ }
 // Series returns the cluster's history so far.
 func (c *Cluster) Series() Series {
 	var out Series
-	c.query(func() {
+	c.query(func() { out = c.seriesNow() })
+	return out
+}
+
+// seriesNow copies the history; on the loop.
+func (c *Cluster) seriesNow() Series {
+	var out Series
+	{
 		out.IntervalMs = c.series.interval
 		for _, w := range c.workers {
 			out.Workers = append(out.Workers, w.name)
@@ -154,7 +161,7 @@ func (c *Cluster) Series() Series {
 			p.Workers = append([]WorkerPoint(nil), p.Workers...)
 			out.Points[i] = p
 		}
-	})
+	}
 	return out
 }
 

@@ -79,7 +79,29 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 		results.left++
 		batch.arrivals = append(batch.arrivals, arriveMsg{h: &calls[i], at: a.AtMs, stamped: true})
 	}
+	// The run's figures are taken on the loop as its last result is
+	// written: whatever the loop does after (a timer left over) must not
+	// reach them, or the same arrivals could report another now.
+	snapped := false
+	results.onDone = func() {
+		// At the end of the instant: the hold releases and frees that
+		// follow the last result at the same modeled time count.
+		at := c.v.Now()
+		c.snap = func(next float64, more bool) bool {
+			if more && next <= at {
+				return false
+			}
+			run.Stats = c.statsNow()
+			run.Stats.NowMs = at // the instant, not the wall clock's (paced)
+			run.Events = c.forensic.all
+			run.Series = c.seriesNow()
+			snapped = true
+			close(results.done)
+			return true
+		}
+	}
 	if results.left == 0 {
+		results.onDone = nil
 		close(results.done)
 	}
 	// Arrivals in time order, ties in the order given, so the queue sees
@@ -97,11 +119,13 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 			}
 		}
 	}
-	c.query(func() {
-		run.Stats = c.statsNow()
-		run.Events = c.forensic.all
-	})
-	run.Series = c.Series()
+	if !snapped {
+		c.query(func() {
+			run.Stats = c.statsNow()
+			run.Events = c.forensic.all
+			run.Series = c.seriesNow()
+		})
+	}
 	if err := c.Close(); err != nil && !errors.Is(err, context.Canceled) {
 		return run, err
 	}
