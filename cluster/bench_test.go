@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/kvstrand/mocker/internal/cputime"
 )
 
 // The benchmarks measure the cluster's own cost per request at a speedup
@@ -67,14 +69,14 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 		arr[i] = Arrival{AtMs: float64(i) * gapMs, Request: Request{Tokens: ring[i%prompts], MaxTokens: 100}}
 	}
 	b.ReportAllocs()
-	cpu0 := processCPU()
+	cpu0 := cputime.Self()
 	b.ResetTimer()
 	run, err := RunVirtual(cfg, arr, VirtualOptions{})
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
 	}
-	if cpu := processCPU() - cpu0; cpu > 0 {
+	if cpu := cputime.Self() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(b.N)/cpu.Seconds(), "sim_req/cpu_s")
 	}
 	s := run.Stats

@@ -6,22 +6,13 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
+	"github.com/kvstrand/mocker/internal/cputime"
 )
-
-// processCPU is the CPU time (user + system) this process has used.
-func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
 
 // BenchmarkVirtualQuickstart runs scripts/quickstart.js on the virtual
 // clock through the whole harness — JavaScript VUs, metrics, thresholds,
@@ -35,7 +26,7 @@ func BenchmarkVirtualQuickstart(b *testing.B) {
 	}
 	var requests uint64
 	var virtual time.Duration
-	cpu0, wall0 := processCPU(), time.Now()
+	cpu0, wall0 := cputime.Self(), time.Now()
 	for b.Loop() {
 		var stdout, stderr bytes.Buffer
 		cfg := harness.Config{
@@ -50,7 +41,7 @@ func BenchmarkVirtualQuickstart(b *testing.B) {
 		virtual += time.Minute
 	}
 	beforeClose = nil
-	cpu, wall := processCPU()-cpu0, time.Since(wall0)
+	cpu, wall := cputime.Self()-cpu0, time.Since(wall0)
 	b.ReportMetric(float64(requests)/cpu.Seconds(), "sim_req/CPU-s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(requests), "CPU-µs/req")
 	b.ReportMetric(virtual.Seconds()/wall.Seconds(), "virtual-s/wall-s")
