@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -420,6 +421,9 @@ func (c *Cluster) reply(r *request, res Result) {
 	if r.h.wantHold && c.clock != nil && !c.stopping {
 		r.h.hold = c.takeHold()
 	}
+	// A caller that reads Now after its result sees at least the result's
+	// instant, even when a paced loop runs ahead of the wall clock.
+	c.nowBits.Store(math.Float64bits(c.v.Now()))
 	r.h.deliver(res)
 }
 
