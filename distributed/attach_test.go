@@ -225,3 +225,23 @@ func TestAttach_WorkerLossFailsItsRequestsNamingIt(t *testing.T) {
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored)
 	assert.EqualValues(t, 3, s.Errored)
 }
+
+// TestAttach_ClustersComeAndGoOnTheSameWorkers: workers outlive the
+// clusters that use them; a second cluster's request and transfer ids
+// must not collide with what the workers remember of the first's.
+func TestAttach_ClustersComeAndGoOnTheSameWorkers(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	startWorkers(t, ls, "again",
+		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`)},
+		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
+	for range 2 {
+		c, err := cluster.New(attachConfig(ls, "again"))
+		require.NoError(t, err)
+		for range 3 {
+			r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
+			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+		}
+		require.NoError(t, c.Close())
+	}
+}
