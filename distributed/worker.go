@@ -504,11 +504,11 @@ func (l *workerLoop) connect(c command) {
 	var err error
 	if l.cfg.Engine == string(engine.EngineSGLang) {
 		var p bootstrap.SGLangParams
-		p, _, err = bootstrap.ParseSGLangParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseSGLangParams(c.Params)
 		addr, room, token = p.Addr(), p.BootstrapRoom, p.BootstrapToken
 	} else {
 		var p bootstrap.VLLMParams
-		p, _, err = bootstrap.ParseVLLMParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseVLLMParams(c.Params)
 		addr, room, token = p.Addr(), p.TransferID, p.TransferToken
 	}
 	if err != nil {
