@@ -10,7 +10,7 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short vet bench lint build fuzz clean
+.PHONY: run test test-short e2e vet bench lint build fuzz clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
@@ -23,6 +23,10 @@ build:
 ## test: vet, then every test with the race detector (container tests need Docker)
 test: vet
 	$(GO) test -race -count=1 -timeout 45m ./...
+
+## e2e: the router-mode × engine matrix over etcd, NATS and worker containers (needs Docker; make test runs it too)
+e2e:
+	$(GO) test -race -count=1 -timeout 15m -v ./e2e
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

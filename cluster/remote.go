@@ -231,12 +231,18 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 		return nil, errors.New("transport: a distributed cluster runs on the wall clock; virtual time needs the in-process cluster")
 	}
 	c.remote = true
-	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}}
+	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}, failed: map[uint64]string{}}
 	c.link = rl
 	c.rlink = rl
 	c.v = engine.NewVirtual()
 	c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
 	c.started = c.clock.start
+	// Workers outlive a cluster and may serve several: request and
+	// transfer ids start from the clock, so a later (or a concurrent)
+	// cluster never reuses an id a worker or its transfer server still
+	// remembers (a completed room's tombstone refuses a reused id).
+	base := uint64(c.clock.start.UnixNano())
+	c.nextID, c.nextTID = base, base
 	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})
 	if err != nil {
@@ -438,6 +444,7 @@ type remoteLink struct {
 	c       *Cluster
 	params  map[uint64][]byte // tid → the params the prefill handed out
 	waiting map[uint64]uint64 // tid → request id of a connect waiting for its params
+	failed  map[uint64]string // tid → why its room could not be opened
 }
 
 func (l *remoteLink) arrived(uint64, uint64) {}
@@ -463,6 +470,10 @@ func (l *remoteLink) close(p *workerNode, tid uint64, transferred bool) {
 }
 
 func (l *remoteLink) connect(p *workerNode, tid, reqID uint64) {
+	if msg, ok := l.failed[tid]; ok {
+		l.refuse(tid, msg)
+		return
+	}
 	params, ok := l.params[tid]
 	if !ok {
 		// The prefill's answer to OpenRoom is still on its way.
@@ -484,12 +495,24 @@ func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
 	d.handle.(*remoteHandle).rw.Connect(tid, reqID, params)
 }
 
+// refuse answers the decode's connection for tid with an error, as a
+// transfer server refusing it would. It runs from the queue, not inside
+// the machine step that asked for the connection.
+func (l *remoteLink) refuse(tid uint64, msg string) {
+	l.c.v.Call(l.c.v.Now(), func() {
+		l.c.onRemoteLink(tid, 0, false, linkStatus{status: handoff.Error, err: msg})
+	})
+}
+
 func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
 	if room.Err != "" {
+		msg := "transfer room not opened: " + room.Err
 		if _, ok := l.waiting[room.TID]; ok {
 			delete(l.waiting, room.TID)
+			l.refuse(room.TID, msg)
+			return
 		}
-		l.c.onRemoteLink(room.TID, 0, false, linkStatus{status: handoff.Error, err: "transfer room not opened: " + room.Err})
+		l.failed[room.TID] = msg
 		return
 	}
 	l.params[room.TID] = room.Params
@@ -502,6 +525,7 @@ func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
 func (l *remoteLink) forget(_ *workerNode, tid uint64) {
 	delete(l.params, tid)
 	delete(l.waiting, tid)
+	delete(l.failed, tid)
 }
 
 func (l *remoteLink) shutdown() {}

@@ -225,3 +225,58 @@ func TestAttach_WorkerLossFailsItsRequestsNamingIt(t *testing.T) {
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored)
 	assert.EqualValues(t, 3, s.Errored)
 }
+
+// TestAttach_ClustersComeAndGoOnTheSameWorkers: workers outlive the
+// clusters that use them; a second cluster's request and transfer ids
+// must not collide with what the workers remember of the first's.
+func TestAttach_ClustersComeAndGoOnTheSameWorkers(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	startWorkers(t, ls, "again",
+		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`)},
+		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
+	for range 2 {
+		c, err := cluster.New(attachConfig(ls, "again"))
+		require.NoError(t, err)
+		for range 3 {
+			r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
+			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+		}
+		require.NoError(t, c.Close())
+	}
+}
+
+// TestWorker_StopDrainsThenLeaves: a stopping worker (SIGTERM in `mocker
+// worker`) refuses new requests, lets the ones it has finish, and only then
+// revokes its lease.
+func TestWorker_StopDrainsThenLeaves(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	ws := startWorkers(t, ls, "drain",
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`)})
+	c, err := cluster.New(cluster.Config{Name: "drain", Workers: 1, Args: map[string]any{"speedup_ratio": 1},
+		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "drain"}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	long := make(chan cluster.Result, 1)
+	go func() { long <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 200}) }()
+	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == 1 }, 30*time.Second, 5*time.Millisecond)
+
+	ws.cancel["w0"]()
+	// The worker keeps its registration while it drains, so a new
+	// request still reaches it, and is refused by name.
+	require.Eventually(t, func() bool {
+		r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 1})
+		return r.Outcome == cluster.OutcomeError && strings.Contains(r.Error, "worker w0 is draining")
+	}, 30*time.Second, 5*time.Millisecond)
+	r := <-long
+	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	assert.Equal(t, 200, r.OutputTokens)
+	require.NoError(t, <-ws.errs["w0"])
+
+	ec := etcdClient(t, ls)
+	resp, err := ec.Get(context.Background(), "v1/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	require.NoError(t, err)
+	assert.Zero(t, resp.Count, "the revoked lease took every key of the worker")
+}

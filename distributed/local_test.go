@@ -3,6 +3,7 @@ package distributed
 import (
 	"context"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 

@@ -251,10 +251,34 @@ func (t *transport) del(key string) {
 	}
 	t.mu.Lock()
 	w := t.workers[id]
-	delete(t.workers, id)
 	t.mu.Unlock()
-	if w != nil {
-		t.host.Leave(w.reg.Name, fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id))
+	if w == nil {
+		return
+	}
+	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
+	// Leave through the worker's own frame stream, behind its last
+	// frames; directly if the marker does not come back (NATS is down).
+	data, _ := json.Marshal(frame{Leave: reason})
+	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
+		t.leave(id, reason)
+		return
+	}
+	time.AfterFunc(leaveMarkerWait, func() { t.leave(id, reason) })
+}
+
+// leaveMarkerWait bounds how long a departure waits for its marker.
+const leaveMarkerWait = 2 * time.Second
+
+// leave removes worker id once, whichever of the marker and the timer
+// comes first.
+func (t *transport) leave(id int64, reason string) {
+	t.mu.Lock()
+	w := t.workers[id]
+	delete(t.workers, id)
+	closed := t.closed
+	t.mu.Unlock()
+	if w != nil && !closed {
+		t.host.Leave(w.reg.Name, reason)
 	}
 }
 
@@ -278,6 +302,10 @@ func (t *transport) onFrame(m *nats.Msg) {
 	var f frame
 	if err := json.Unmarshal(m.Data, &f); err != nil {
 		t.log.Warn("unreadable frame", "worker", w.reg.Name, "err", err)
+		return
+	}
+	if f.Leave != "" {
+		t.leave(id, f.Leave)
 		return
 	}
 	expected := w.next

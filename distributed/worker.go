@@ -204,7 +204,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}()
 	runErr := l.run(ctx, lost)
 
-	// Leave: the lease's revocation removes every key at once.
+	// Leave: the lease's revocation removes every key at once. The last
+	// frames reach the NATS server first, so they come before the
+	// departure at a router.
+	_ = nc.Flush()
 	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
 	_, _ = ec.Revoke(rctx, lease.ID)
 	rcancel()
@@ -413,9 +416,16 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 	}
 }
 
+// idle: nothing in the engine, and nothing it computed still waiting to be
+// delivered (a pass's output is due at the pass's end, after the engine
+// already counts its requests done).
 func (l *workerLoop) idle() bool {
 	m := l.w.Metrics()
-	return m.Running == 0 && m.Waiting == 0 && m.HeldRequests == 0 && m.ReservedRequests == 0
+	if m.Running != 0 || m.Waiting != 0 || m.HeldRequests != 0 || m.ReservedRequests != 0 {
+		return false
+	}
+	_, _, pending := l.v.Next()
+	return !pending
 }
 
 // handle applies one message at the loop's now.
@@ -504,11 +514,11 @@ func (l *workerLoop) connect(c command) {
 	var err error
 	if l.cfg.Engine == string(engine.EngineSGLang) {
 		var p bootstrap.SGLangParams
-		p, _, err = bootstrap.ParseSGLangParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseSGLangParams(c.Params)
 		addr, room, token = p.Addr(), p.BootstrapRoom, p.BootstrapToken
 	} else {
 		var p bootstrap.VLLMParams
-		p, _, err = bootstrap.ParseVLLMParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseVLLMParams(c.Params)
 		addr, room, token = p.Addr(), p.TransferID, p.TransferToken
 	}
 	if err != nil {
