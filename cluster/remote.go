@@ -238,10 +238,11 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
 	c.started = c.clock.start
 	// Workers outlive a cluster and may serve several: request and
-	// transfer ids start from the clock, so a later (or a concurrent)
-	// cluster never reuses an id a worker or its transfer server still
-	// remembers (a completed room's tombstone refuses a reused id).
-	base := uint64(c.clock.start.UnixNano())
+	// transfer ids start from the clock (a thousand per ms, wrapping after
+	// about 11 days, far beyond any tombstone's life), so a later cluster
+	// never reuses an id a worker or its transfer server still remembers
+	// (a completed room's tombstone refuses a reused id).
+	base := uint64(c.clock.start.UnixMilli()%1e9) * 1000
 	c.nextID, c.nextTID = base, base
 	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})

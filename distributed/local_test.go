@@ -106,6 +106,9 @@ func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
 	cfg := saturatedConfig("vllm")
 	cfg.Name = "killed"
 	cfg.Prefill.Workers = 1
+	// No hold may end before the kill, however slow the host: 4 wall
+	// seconds, well inside the 10 s the dead worker's lease outlives it.
+	cfg.Args["kv_transfer_abort_timeout_ms"] = 20000
 	c, err := cluster.New(cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
@@ -119,7 +122,12 @@ func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
 	}
 	require.Eventually(t, func() bool {
 		s := c.Stats()
-		return s.Pins >= n && s.Workers[1].Running == 2
+		for _, w := range s.Workers {
+			if w.Name == "decode-0" {
+				return s.Pins >= n && w.Running == 2
+			}
+		}
+		return false
 	}, time.Minute, 10*time.Millisecond, "decode busy and holds waiting for it")
 
 	pid := c.Transport().(*transport).local.pids()["decode-0"]

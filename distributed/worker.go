@@ -424,8 +424,10 @@ func (l *workerLoop) idle() bool {
 	if m.Running != 0 || m.Waiting != 0 || m.HeldRequests != 0 || m.ReservedRequests != 0 {
 		return false
 	}
-	_, _, pending := l.v.Next()
-	return !pending
+	// A pass in flight ends (and is delivered) at the time inputs would
+	// take effect.
+	now := l.v.Now()
+	return l.w.InputAt(now) <= now
 }
 
 // handle applies one message at the loop's now.
