@@ -20,7 +20,12 @@ func saturated() Config {
 }
 
 func TestGenerate_ContextCancelReleasesEverything(t *testing.T) {
-	c := start(t, saturated())
+	// At speedup 1 the long request decodes for at least 150 ms of wall
+	// time, so the second one is still holding when the cancel lands,
+	// however busy the host is.
+	cfg := saturated()
+	cfg.Args = map[string]any{"speedup_ratio": 1}
+	c := start(t, cfg)
 	long := make(chan Result, 1)
 	go func() { long <- c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 150}) }()
 	waitFor(t, "the long request to hold", func() bool { return c.Stats().Pins >= 1 })
