@@ -1,4 +1,4 @@
-# mocker — make run | make test | make bench | make lint
+# mocker — make run | make test | make e2e | make bench | make lint
 GO            ?= go
 BIN           := $(CURDIR)/bin
 GOLANGCI_VER  := v2.15.0
@@ -8,7 +8,7 @@ RUN_FLAGS     ?=
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short vet bench lint build fuzz clean
+.PHONY: run test test-short e2e images vet bench lint build fuzz clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster)
 run: build
@@ -21,6 +21,16 @@ build:
 ## test: vet, then every test with the race detector (container tests need Docker)
 test: vet
 	$(GO) test -race -count=1 -timeout 45m ./...
+
+## e2e: the router-mode matrix and the fault tests, over etcd, NATS and worker
+## containers (needs Docker; `make test` runs them too, as part of ./...)
+e2e: images
+	$(GO) test -race -count=1 -timeout 15m -v ./e2e
+
+## images: the etcd, NATS and mocker worker images, built locally when no
+## registry answers, so no test timeout pays for a cold build
+images:
+	$(GO) run ./containers/images/prepare -worker
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

@@ -1,0 +1,199 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The matrix's workload and pools. Decode has 2 × 4 sequence slots and the
+// scenario runs 24 users, three times as many, so decode is saturated from
+// the first second: vLLM prefills finish and hold their KV while they wait
+// for a slot, and the holds that wait past abortMs are aborted. Besides
+// what the holds take, a prefill pool keeps about half of the 32
+// conversations' prefixes (24 blocks each), so only a router that sends
+// each conversation back to the worker that cached it hits the cache often.
+//
+// Every cell gets fresh workers: a prefill's transfer server keeps the
+// rooms of the router before, and a new router numbers its transfers from
+// 1 again (see the report on distributed/ in the e2e commit).
+const (
+	prefillBlocks = 640
+	decodeSeqs    = 4
+	prefixes      = 32
+	abortMs       = 400 // kv_transfer_abort_timeout_ms, modeled
+	speedup       = 10  // modeled ms per wall ms
+	cellVUs       = 24
+	cellTime      = "4s"
+	// kvHits is the kv router's floor for the share of completed
+	// requests whose prefill found their prefix cached; kvLead how far
+	// above every other router's share it must be on disaggregated
+	// workers, kvLeadAgg on aggregated ones, where the kv cost's load term
+	// (decode blocks share the worker) pulls conversations apart more
+	// often (measured: about 0.84 against 0.52–0.58 disaggregated, 0.66
+	// against 0.54 aggregated).
+	kvHits    = 0.6
+	kvLead    = 0.2
+	kvLeadAgg = 0.05
+	// maxSpread bounds least-loaded's spread of active blocks across the
+	// decode workers (max − min, as a share of one pool), at p(90) of the
+	// samples taken after each request.
+	maxSpread = 0.25
+)
+
+var routers = []string{"round-robin", "kv", "least-loaded"}
+
+// commonArgs are every worker's engine args, and the cluster's.
+func commonArgs() map[string]any {
+	return map[string]any{
+		"block_size": 16, "speedup_ratio": speedup,
+		"kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25,
+		"kv_transfer_abort_timeout_ms": abortMs,
+	}
+}
+
+// cellResult is what the matrix compares across cells.
+type cellResult struct {
+	hitRate float64
+	spread  float64 // p(90) of active_block_spread
+	took    time.Duration
+}
+
+// TestMatrix runs router ∈ {round-robin, kv, least-loaded} × engine ∈
+// {vllm, sglang} on disaggregated workers, and each router on aggregated
+// ones, against worker containers. Each cell is e2e/testdata/cell.js run by
+// `mocker run`; its thresholds hold the per-cell assertions (holds happen;
+// vLLM aborts at the timeout; SGLang strands nothing; kv hits the cache;
+// least-loaded spreads load; every pool drains to zero). Then the cells are
+// compared: kv's hit rate leads every other router's.
+func TestMatrix(t *testing.T) {
+	s := newStack(t)
+	start := time.Now()
+	for _, eng := range []string{"vllm", "sglang"} {
+		t.Run(eng+"-disagg", func(t *testing.T) {
+			res := map[string]cellResult{}
+			for _, r := range routers {
+				t.Run(r, func(t *testing.T) {
+					ns := fmt.Sprintf("matrix-%s-%s", eng, r)
+					s.startWorkers(t, ns, eng, commonArgs(),
+						pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": prefillBlocks}},
+						pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": decodeSeqs}})
+					res[r] = s.runCell(t, cellEnv{router: r, engine: eng, disagg: true, ns: ns})
+				})
+			}
+			assertKVLeads(t, res, kvLead)
+		})
+	}
+	t.Run("aggregated", func(t *testing.T) {
+		res := map[string]cellResult{}
+		for _, r := range routers {
+			t.Run(r, func(t *testing.T) {
+				ns := "matrix-agg-" + r
+				s.startWorkers(t, ns, "vllm", commonArgs(),
+					pool{role: "aggregated", n: 2, args: map[string]any{"num_gpu_blocks": prefillBlocks, "max_num_seqs": decodeSeqs}})
+				res[r] = s.runCell(t, cellEnv{router: r, engine: "vllm", disagg: false, ns: ns})
+			})
+		}
+		assertKVLeads(t, res, kvLeadAgg)
+	})
+	t.Logf("matrix: %s in all", time.Since(start).Round(time.Second))
+}
+
+// assertKVLeads compares the kv cell's hit rate with the others'.
+func assertKVLeads(t *testing.T, res map[string]cellResult, lead float64) {
+	t.Helper()
+	kv, ok := res["kv"]
+	if !ok {
+		return
+	}
+	for r, c := range res {
+		if r == "kv" || c.took == 0 {
+			continue
+		}
+		assert.GreaterOrEqual(t, kv.hitRate-c.hitRate, lead,
+			"kv's prefix-cache hit rate %.2f must lead %s's %.2f by %.2f", kv.hitRate, r, c.hitRate, lead)
+	}
+}
+
+type cellEnv struct {
+	router, engine string
+	disagg         bool
+	ns             string
+}
+
+// runCell runs one cell with `mocker run` and returns what it measured; a
+// crossed threshold or a failed drain fails the test with the run's output.
+func (s *stack) runCell(t *testing.T, c cellEnv) cellResult {
+	t.Helper()
+	args, err := json.Marshal(commonArgs())
+	require.NoError(t, err)
+	export := filepath.Join(t.TempDir(), "summary.json")
+	disagg := "1"
+	if !c.disagg {
+		disagg = "0"
+	}
+	env := map[string]string{
+		"ROUTER": c.router, "ENGINE": c.engine, "DISAGG": disagg,
+		"ETCD": strings.Join(s.etcd.Endpoints(), ","), "NATS": s.nats.URL(), "NS": c.ns,
+		"ARGS": string(args), "VUS": fmt.Sprint(cellVUs), "DURATION": cellTime,
+		"TAG": fmt.Sprintf("%s-%s-%s", c.engine, c.router, disagg), "ABORT_MS": fmt.Sprint(abortMs),
+		"KV_HITS": fmt.Sprint(kvHits), "SPREAD": fmt.Sprint(maxSpread), "PREFIXES": fmt.Sprint(prefixes),
+	}
+	argv := []string{"run", "-q", "--no-color", "--include-system-env-vars=false", "--summary-export", export}
+	for k, v := range env {
+		argv = append(argv, "-e", k+"="+v)
+	}
+	argv = append(argv, filepath.Join("testdata", "cell.js"))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, mockerBin, argv...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	took := time.Since(start)
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("mocker run: %v", err)
+	}
+	if err != nil {
+		t.Errorf("cell %s/%s (disagg %v): mocker run exited %d after %s (99: a threshold was crossed)\n%s",
+			c.engine, c.router, c.disagg, ee.ExitCode(), took.Round(time.Millisecond), out.String())
+		return cellResult{}
+	}
+	res := cellResult{took: took}
+	raw, err := os.ReadFile(export)
+	require.NoError(t, err)
+	var sum struct {
+		Metrics map[string]map[string]any `json:"metrics"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &sum))
+	if m, ok := sum.Metrics["prefix_cache_hit"]; ok {
+		res.hitRate, _ = m["value"].(float64)
+	}
+	if m, ok := sum.Metrics["active_block_spread"]; ok {
+		res.spread, _ = m["p(90)"].(float64)
+	}
+	t.Logf("cell %s/%s disagg=%v: %s wall, hit rate %.2f, decode spread p(90) %.2f\n%s",
+		c.engine, c.router, c.disagg, took.Round(100*time.Millisecond), res.hitRate, res.spread, lastLines(out.String(), 3))
+	return res
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
