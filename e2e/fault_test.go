@@ -30,6 +30,22 @@ import (
 // 32 blocks, and 16 output tokens keep a decode short.
 var faultPrompt = cluster.Request{PromptTokens: 512, MaxTokens: 16}
 
+// faultAbortMs is the fault tests' abort timeout (modeled ms). It is
+// longer than the matrix's: these tests run the router in the test
+// process, under the race detector when `make test` runs them, and a
+// handoff crosses processes five times; at speedup_ratio 10 a few tens of
+// wall ms per crossing would make a 400 ms timeout abort handoffs that
+// nothing broke. 2 s is 200 ms of wall time, still far below the seconds
+// a dead peer takes to show.
+const faultAbortMs = 2000
+
+// faultArgs are the fault tests' engine args, for workers and cluster.
+func faultArgs() map[string]any {
+	a := commonArgs()
+	a["kv_transfer_abort_timeout_ms"] = faultAbortMs
+	return a
+}
+
 // leaseTTL is the workers' etcd lease TTL (distributed.leaseTTLSeconds):
 // a worker that stops renewing is gone from etcd within it.
 const leaseTTL = 10 * time.Second
@@ -40,7 +56,7 @@ func (s *stack) attach(t *testing.T, ns, engine, router string, prefill, decode 
 	c, err := cluster.New(cluster.Config{
 		Name: "fault-" + ns, Engine: engine, Disagg: true, Router: router,
 		Prefill: cluster.PoolConfig{Workers: prefill}, Decode: cluster.PoolConfig{Workers: decode},
-		Args:      commonArgs(),
+		Args:      faultArgs(),
 		Transport: &cluster.TransportConfig{Etcd: s.etcd.Endpoints(), NATS: s.nats.URL(), Namespace: ns},
 	})
 	require.NoError(t, err)
@@ -164,7 +180,7 @@ func contains(ss []string, s string) bool {
 func TestFault_DecodeKilledMidTransfer(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-kill"
-	ws := s.startWorkers(t, ns, "vllm", commonArgs(),
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
 		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
 		pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 2}})
 	c := s.attach(t, ns, "vllm", "round-robin", 1, 2)
@@ -200,7 +216,7 @@ func TestFault_DecodeKilledMidTransfer(t *testing.T) {
 			t.Errorf("request ended %q: %s", r.Outcome, r.Error)
 		}
 		if r.PinOutcome == "aborted" {
-			assert.InDelta(t, abortMs, r.PinMs, abortMs/4, "a hold ends at the abort timeout")
+			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "a hold ends at the abort timeout")
 		}
 	}
 	assert.Positive(t, lost, "requests in flight on decode-1 fail naming it")
@@ -224,7 +240,7 @@ func TestFault_DecodeKilledMidTransfer(t *testing.T) {
 func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-partition"
-	ws := s.startWorkers(t, ns, "vllm", commonArgs(),
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
 		pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": 1024}},
 		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 2048, "max_num_seqs": 16}})
 	c := s.attach(t, ns, "vllm", "round-robin", 2, 1)
@@ -239,7 +255,7 @@ func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 		case "prefill-1":
 			assert.Equal(t, cluster.OutcomeAborted, r.Outcome, "a handoff from the cut-off prefill: %s", r.Error)
 			assert.Equal(t, "aborted", r.PinOutcome)
-			assert.InDelta(t, abortMs, r.PinMs, abortMs/4, "the hold ends at the abort timeout")
+			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "the hold ends at the abort timeout")
 		case "prefill-0":
 			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "a handoff from the reachable prefill: %s", r.Error)
 		default:
@@ -274,7 +290,7 @@ func prefills(rs []cluster.Result) []string {
 func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-lease"
-	ws := s.startWorkers(t, ns, "vllm", commonArgs(),
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
 		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
 		pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
 	c := s.attach(t, ns, "vllm", "round-robin", 1, 2)
@@ -333,7 +349,7 @@ func decodes(rs []cluster.Result) []string {
 func TestFault_EtcdRestart(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-etcd"
-	common := commonArgs()
+	common := faultArgs()
 	s.startWorkers(t, ns, "vllm", common,
 		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
 		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
@@ -378,7 +394,7 @@ func TestFault_EtcdRestart(t *testing.T) {
 func TestFault_NATSRestart(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-nats"
-	s.startWorkers(t, ns, "vllm", commonArgs(),
+	s.startWorkers(t, ns, "vllm", faultArgs(),
 		pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": 1024}},
 		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
 	c := s.attach(t, ns, "vllm", "kv", 2, 1)
