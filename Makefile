@@ -1,4 +1,4 @@
-# mocker — make run | make test | make bench | make lint
+# mocker — make run | make test | make e2e | make bench | make lint
 GO            ?= go
 BIN           := $(CURDIR)/bin
 GOLANGCI_VER  := v2.15.0
@@ -10,7 +10,7 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short e2e vet bench lint build fuzz clean
+.PHONY: run test test-short e2e images vet bench lint build fuzz clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
@@ -24,9 +24,15 @@ build:
 test: vet
 	$(GO) test -race -count=1 -timeout 45m ./...
 
-## e2e: the router-mode × engine matrix over etcd, NATS and worker containers (needs Docker; make test runs it too)
-e2e:
+## e2e: the router-mode matrix and the fault tests, over etcd, NATS and worker
+## containers (needs Docker; `make test` runs them too, as part of ./...)
+e2e: images
 	$(GO) test -race -count=1 -timeout 15m -v ./e2e
+
+## images: the etcd, NATS and mocker worker images, built locally when no
+## registry answers, so no test timeout pays for a cold build
+images:
+	$(GO) run ./containers/images/prepare -worker
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

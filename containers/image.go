@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -139,18 +141,29 @@ func (s ImageSpec) validate() error {
 	return nil
 }
 
-// WorkerImageTag is the tag [BuildWorkerImage] creates.
-const WorkerImageTag = "mocker-local/mocker:dev"
+// WorkerImageRepo is the repository of the mocker worker image; its tag
+// is the first 12 hex digits of the SHA-256 of the static binary inside, so
+// the same code is one image and a rebuild of unchanged code is a no-op.
+const WorkerImageRepo = "mocker-local/mocker"
 
-// BuildWorkerImage builds the mocker binary (./cmd/mocker) into an image and
-// returns its tag. It rebuilds each call: Go's build cache and Docker's layer
-// cache make an unchanged rebuild take seconds.
+// BuildWorkerImage compiles the mocker binary (./cmd/mocker) as a static
+// Linux binary and returns the reference of an image holding it,
+// mocker-local/mocker:<content hash>. The compile runs each call (Go's build
+// cache makes an unchanged one take seconds); the image is built only when
+// no image of that content exists yet.
 func BuildWorkerImage(ctx context.Context) (string, error) {
-	return BuildGoImage(ctx, ImageSpec{
-		Tag:        WorkerImageTag,
-		Package:    "./cmd/mocker",
-		BinaryPath: "/usr/local/bin/mocker",
-	})
+	e, err := getEngine(ctx)
+	if err != nil {
+		return "", err
+	}
+	spec := ImageSpec{Package: "./cmd/mocker", BinaryPath: "/usr/local/bin/mocker", Reuse: true}
+	bin, err := goBuild(ctx, spec, e.goarch)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(bin)
+	spec.Tag = WorkerImageRepo + ":" + hex.EncodeToString(sum[:6])
+	return e.buildImage(ctx, spec, func() ([]byte, error) { return bin, nil })
 }
 
 // buildLocks serialises builds of one tag within this process; lockFile does
@@ -173,6 +186,12 @@ func BuildGoImage(ctx context.Context, spec ImageSpec) (string, error) {
 }
 
 func (e *engine) buildGoImage(ctx context.Context, spec ImageSpec) (string, error) {
+	return e.buildImage(ctx, spec, func() ([]byte, error) { return goBuild(ctx, spec, e.goarch) })
+}
+
+// buildImage builds spec's image around the binary compile returns, which
+// runs only when the image is to be built.
+func (e *engine) buildImage(ctx context.Context, spec ImageSpec, compile func() ([]byte, error)) (string, error) {
 	mu, _ := buildLocks.LoadOrStore(spec.Tag, new(sync.Mutex))
 	mu.(*sync.Mutex).Lock()
 	defer mu.(*sync.Mutex).Unlock()
@@ -196,7 +215,7 @@ func (e *engine) buildGoImage(ctx context.Context, spec ImageSpec) (string, erro
 
 	start := time.Now()
 	slog.Info("containers: building image", "tag", spec.Tag, "package", spec.Package, "goarch", e.goarch)
-	bin, err := goBuild(ctx, spec, e.goarch)
+	bin, err := compile()
 	if err != nil {
 		return "", err
 	}

@@ -1,6 +1,12 @@
-// Package e2e runs mocker's distributed mode end to end over real
-// services: etcd, NATS and `mocker worker` containers on one Docker
-// network (package containers), with the router in the test process as a
-// script's cluster would have it. Run with `make e2e`; the tests skip
-// without a Docker engine, and fail instead when CI=true.
+// Package e2e runs mocker's distributed mode end to end: etcd, NATS and
+// `mocker worker` processes in Docker containers on their own networks,
+// and the router in a `mocker run` process (or a test's cluster) attached
+// to them, as a serving stack runs them.
+//
+// The tests are the router-mode matrix (router × engine, disaggregated and
+// aggregated, each a k6-style scenario under real pressure whose
+// thresholds say what the cell must show) and the fault tests (a worker
+// killed, partitioned or frozen; etcd or NATS restarted), each asserting
+// that no request and no KV block is lost. They need a Docker engine: they
+// skip without one, and fail instead under CI=true. `make e2e` runs them.
 package e2e

@@ -1,0 +1,480 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/kvstrand/mocker/cluster"
+	_ "github.com/kvstrand/mocker/distributed" // the etcd + NATS transport behind cluster.Config.Transport
+)
+
+// The fault tests drive a cluster from the test process through the Go
+// API, so they can read every request's outcome and error, and break the
+// stack underneath it: kill, freeze or partition a worker, restart etcd or
+// NATS. Each asserts that nothing is lost: every request ends completed,
+// aborted, rejected or with an error that names what failed; every hold
+// ends; every pool that is still there drains to zero.
+
+// faultPrompt is the request every fault test sends: 512 prompt tokens is
+// 32 blocks, and 16 output tokens keep a decode short.
+var faultPrompt = cluster.Request{PromptTokens: 512, MaxTokens: 16}
+
+// faultAbortMs is the fault tests' abort timeout (modeled ms). It is
+// longer than the matrix's: these tests run the router in the test
+// process, under the race detector when `make test` runs them, and a
+// handoff crosses processes five times; at speedup_ratio 10 a few tens of
+// wall ms per crossing would make a 400 ms timeout abort handoffs that
+// nothing broke. 2 s is 200 ms of wall time, still far below the seconds
+// a dead peer takes to show.
+const faultAbortMs = 2000
+
+// faultArgs are the fault tests' engine args, for workers and cluster.
+func faultArgs() map[string]any {
+	a := commonArgs()
+	a["kv_transfer_abort_timeout_ms"] = faultAbortMs
+	return a
+}
+
+// leaseTTL is the workers' etcd lease TTL (distributed.leaseTTLSeconds):
+// a worker that stops renewing is gone from etcd within it.
+const leaseTTL = 10 * time.Second
+
+// attach builds a cluster over the workers registered in ns.
+func (s *stack) attach(t *testing.T, ns, engine, router string, prefill, decode int) *cluster.Cluster {
+	t.Helper()
+	c, err := cluster.New(cluster.Config{
+		Name: "fault-" + ns, Engine: engine, Disagg: true, Router: router,
+		Prefill: cluster.PoolConfig{Workers: prefill}, Decode: cluster.PoolConfig{Workers: decode},
+		Args:      faultArgs(),
+		Transport: &cluster.TransportConfig{Etcd: s.etcd.Endpoints(), NATS: s.nats.URL(), Namespace: ns},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+	return c
+}
+
+// requestTimeout bounds one request of a fault test (wall time): a request
+// still open then was lost by the distributed path, and ends "error" with
+// the context's deadline in its message, which the assertions report.
+const requestTimeout = 45 * time.Second
+
+// load runs vus concurrent clients of perVU requests each and returns
+// every result.
+func load(c *cluster.Cluster, vus, perVU int) []cluster.Result {
+	out := make([]cluster.Result, vus*perVU)
+	var wg sync.WaitGroup
+	for v := range vus {
+		wg.Go(func() {
+			for i := range perVU {
+				ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+				out[v*perVU+i] = c.Generate(ctx, faultPrompt)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// outcomes counts results by outcome.
+func outcomes(rs []cluster.Result) map[string]int {
+	n := map[string]int{}
+	for _, r := range rs {
+		n[r.Outcome]++
+	}
+	return n
+}
+
+// drainClean drains the cluster and asserts the invariants of DESIGN.md §9
+// over what is left: every live pool at zero held, reserved and active
+// blocks, every request counted once, every hold ended.
+func drainClean(t *testing.T, c *cluster.Cluster) cluster.Stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Drain(ctx)
+	require.NoError(t, err, "drain")
+	for _, w := range s.Workers {
+		assert.Zero(t, w.HeldBlocks, "%s held blocks after drain", w.Name)
+		assert.Zero(t, w.ReservedBlocks, "%s reserved blocks after drain", w.Name)
+		assert.Zero(t, w.ActiveBlocks, "%s active blocks after drain", w.Name)
+		assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s requests after drain", w.Name)
+	}
+	assert.Zero(t, s.InFlight, "requests in flight after drain")
+	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
+	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+	return s
+}
+
+// etcdClient is a client of the stack's etcd for the test's own checks.
+func (s *stack) etcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	ec, err := clientv3.New(clientv3.Config{Endpoints: s.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ec.Close() })
+	return ec
+}
+
+// registered lists the names of the workers registered in ns.
+func registered(t *testing.T, ec *clientv3.Client, ns string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := ec.Get(ctx, "v1/mocker/"+ns+"/", clientv3.WithPrefix())
+	require.NoError(t, err)
+	var names []string
+	for _, kv := range resp.Kvs {
+		// The registration is JSON with a "name"; a substring is enough
+		// for a test that knows the names.
+		v := string(kv.Value)
+		if i := strings.Index(v, `"name":"`); i >= 0 {
+			rest := v[i+len(`"name":"`):]
+			names = append(names, rest[:strings.IndexByte(rest, '"')])
+		}
+	}
+	return names
+}
+
+// waitUnregistered waits until name's registration is gone from etcd and
+// returns how long that took.
+func waitUnregistered(t *testing.T, ec *clientv3.Client, ns, name string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for time.Since(start) < limit {
+		if !contains(registered(t, ec, ns), name) {
+			return time.Since(start)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("%s still registered in etcd after %s", name, limit)
+	return 0
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFault_DecodeKilled kills a decode worker (SIGKILL: no drain, no
+// lease revocation) and keeps sending requests while its registration
+// lingers. Until its lease expires the router still hands it work: the
+// prefill holds KV for it, nothing answers, and those holds end at the
+// prefill's own abort timeout, so no block stays pinned. Once etcd drops
+// the registration the router removes it and every request that was
+// waiting on it fails with an error naming it; the other decode carries
+// on, and a batch after the loss completes on it alone.
+//
+// The kill comes before the load, not while the dead decode is running
+// requests it had activated: those never end (cluster.leave skips a
+// request in the Activated phase whichever side was lost; see the e2e
+// report), and this test would hang on them.
+func TestFault_DecodeKilled(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-kill"
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
+		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 4}})
+	c := s.attach(t, ns, "vllm", "round-robin", 1, 2)
+	ec := s.etcdClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, ws["decode-1"].Kill(ctx))
+
+	// Clients keep sending until the router has removed the dead worker.
+	var (
+		mu      sync.Mutex
+		results []cluster.Result
+		stop    = make(chan struct{})
+		wg      sync.WaitGroup
+	)
+	for range 6 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				rctx, rcancel := context.WithTimeout(context.Background(), requestTimeout)
+				r := c.Generate(rctx, faultPrompt)
+				rcancel()
+				mu.Lock()
+				results = append(results, r)
+				mu.Unlock()
+			}
+		})
+	}
+	gone := waitUnregistered(t, ec, ns, "decode-1", leaseTTL+5*time.Second)
+	t.Logf("decode-1 killed; its lease expired and its registration went %s later", gone.Round(100*time.Millisecond))
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+
+	n := outcomes(results)
+	t.Logf("outcomes: %v", n)
+	lost := 0
+	for _, r := range results {
+		switch r.Outcome {
+		case cluster.OutcomeCompleted:
+			assert.Equal(t, "decode-0", r.DecodeWorker, "only the live decode completes work")
+		case cluster.OutcomeError:
+			assert.Contains(t, r.Error, "worker decode-1 lost",
+				"an error must name the lost worker (request on %s → %s, transfer %d, hold %q after %.0f ms)",
+				r.PrefillWorker, r.DecodeWorker, r.TransferID, r.PinOutcome, r.PinMs)
+			lost++
+		default:
+			t.Errorf("request ended %q: %s", r.Outcome, r.Error)
+		}
+		if r.PinOutcome == "aborted" {
+			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "a hold ends at the abort timeout")
+		}
+	}
+	assert.Positive(t, lost, "requests waiting on decode-1 fail naming it")
+	assert.Positive(t, n[cluster.OutcomeCompleted], "decode-0 kept serving")
+
+	after := load(c, 4, 2)
+	for _, r := range after {
+		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "after the loss: %s", r.Error)
+		assert.Equal(t, "decode-0", r.DecodeWorker, "the lost decode is out of routing")
+	}
+	st := drainClean(t, c)
+	assert.Positive(t, st.PinsAborted, "holds for the dead decode ended at the abort timeout")
+}
+
+// TestFault_PartitionAbortsTheHandoff cuts one prefill worker off the data
+// network (docker network disconnect) while etcd and NATS still reach it:
+// a decode cannot reach its transfer server, so its holds run into the
+// abort timeout and its requests end "aborted" — the ABORT path, not a
+// hang. The other prefill's requests complete. After the partition heals,
+// the cut-off prefill completes handoffs again.
+func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-partition"
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
+		pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 2048, "max_num_seqs": 16}})
+	c := s.attach(t, ns, "vllm", "round-robin", 2, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.NoError(t, ws["prefill-1"].Partition(ctx))
+
+	during := load(c, 6, 2)
+	t.Logf("during the partition: %v", outcomes(during))
+	for _, r := range during {
+		switch r.PrefillWorker {
+		case "prefill-1":
+			assert.Equal(t, cluster.OutcomeAborted, r.Outcome, "a handoff from the cut-off prefill: %s", r.Error)
+			assert.Equal(t, "aborted", r.PinOutcome)
+			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "the hold ends at the abort timeout")
+		case "prefill-0":
+			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "a handoff from the reachable prefill: %s", r.Error)
+		default:
+			t.Errorf("request on %q ended %s: %s", r.PrefillWorker, r.Outcome, r.Error)
+		}
+	}
+
+	require.NoError(t, ws["prefill-1"].Heal(ctx))
+	after := load(c, 4, 2)
+	for _, r := range after {
+		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "after healing, on %s: %s", r.PrefillWorker, r.Error)
+	}
+	assert.Contains(t, prefills(after), "prefill-1", "the healed prefill serves again")
+	drainClean(t, c)
+}
+
+func prefills(rs []cluster.Result) []string {
+	var out []string
+	for _, r := range rs {
+		if !contains(out, r.PrefillWorker) {
+			out = append(out, r.PrefillWorker)
+		}
+	}
+	return out
+}
+
+// TestFault_LeaseExpiryRemovesTheWorker freezes a decode worker (docker
+// pause): it stops renewing its lease without saying so, as a hung host
+// would. Within the TTL etcd drops its registration, the router takes it
+// out of routing, and what was on it fails naming it; new requests go to
+// the other decode only.
+func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-lease"
+	ws := s.startWorkers(t, ns, "vllm", faultArgs(),
+		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
+	c := s.attach(t, ns, "vllm", "round-robin", 1, 2)
+	ec := s.etcdClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	before := load(c, 4, 2)
+	assert.ElementsMatch(t, []string{"decode-0", "decode-1"}, decodes(before), "both decodes serve before")
+
+	require.NoError(t, ws["decode-1"].Pause(ctx))
+	// Requests sent now wait on the frozen worker until it is removed.
+	var stuck []cluster.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stuck = load(c, 2, 1)
+	}()
+	gone := waitUnregistered(t, ec, ns, "decode-1", leaseTTL+5*time.Second)
+	t.Logf("decode-1 frozen; its registration expired %s later", gone.Round(100*time.Millisecond))
+	assert.LessOrEqual(t, gone, leaseTTL+2*time.Second, "removed within the lease TTL (plus etcd's expiry sweep)")
+	<-done
+	for _, r := range stuck {
+		if r.Outcome != cluster.OutcomeCompleted {
+			assert.Equal(t, cluster.OutcomeError, r.Outcome)
+			assert.Contains(t, r.Error, "worker decode-1 lost")
+		}
+	}
+
+	after := load(c, 4, 2)
+	for _, r := range after {
+		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	}
+	assert.Equal(t, []string{"decode-0"}, decodes(after), "the expired worker is out of routing")
+	// Thawed, it finds its lease gone and leaves rather than serve a
+	// cluster that no longer counts it.
+	require.NoError(t, ws["decode-1"].Unpause(ctx))
+	drainClean(t, c)
+}
+
+func decodes(rs []cluster.Result) []string {
+	var out []string
+	for _, r := range rs {
+		if !contains(out, r.DecodeWorker) {
+			out = append(out, r.DecodeWorker)
+		}
+	}
+	return out
+}
+
+// TestFault_EtcdRestart restarts etcd under a running cluster. Requests
+// do not touch etcd, so they go on; the workers' keep-alives reconnect and
+// their registrations survive (checked after more than a lease TTL), and
+// the router's watch resumes: a decode started after the restart joins
+// routing.
+func TestFault_EtcdRestart(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-etcd"
+	common := faultArgs()
+	s.startWorkers(t, ns, "vllm", common,
+		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
+	c := s.attach(t, ns, "vllm", "round-robin", 1, 1)
+
+	var during []cluster.Result
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		during = load(c, 4, 6)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	restarted := time.Now()
+	require.NoError(t, s.etcd.Restart(ctx))
+	t.Logf("etcd restarted in %s", time.Since(restarted).Round(100*time.Millisecond))
+	<-done
+	assert.Equal(t, map[string]int{cluster.OutcomeCompleted: len(during)}, outcomes(during), "requests during the restart")
+
+	// Past one TTL after the restart the registrations are still there:
+	// the workers kept their leases alive through it.
+	time.Sleep(leaseTTL + 2*time.Second - time.Since(restarted))
+	ec := s.etcdClient(t)
+	assert.ElementsMatch(t, []string{"prefill-0", "decode-0"}, registered(t, ec, ns), "registrations after the restart")
+
+	s.startWorkers(t, ns, "vllm", common, pool{role: "decode", n: 1, first: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
+	var after []cluster.Result
+	require.Eventually(t, func() bool {
+		after = append(after, load(c, 2, 2)...)
+		return contains(decodes(after), "decode-1")
+	}, 20*time.Second, 100*time.Millisecond, "a decode registered after the restart joins routing")
+	for _, r := range after {
+		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	}
+	drainClean(t, c)
+}
+
+// TestFault_NATSRestart restarts NATS between two batches. The router and
+// the workers reconnect on their own (nats.go, unlimited reconnects) and
+// resubscribe; the second batch completes, and the KV events flow again:
+// under the kv router the repeated prefix is found cached.
+func TestFault_NATSRestart(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-nats"
+	s.startWorkers(t, ns, "vllm", faultArgs(),
+		pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
+	c := s.attach(t, ns, "vllm", "kv", 2, 1)
+
+	req := cluster.Request{PromptTokens: 512, MaxTokens: 16, Prefix: "after-restart", PrefixTokens: 384}
+	before := load(c, 4, 2)
+	assert.Equal(t, map[string]int{cluster.OutcomeCompleted: len(before)}, outcomes(before))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, s.nats.Restart(ctx))
+	// Wait until the router and the three workers are connected again:
+	// commands published before a worker resubscribes would be lost.
+	require.Eventually(t, func() bool { return natsConnections(t, s) >= 4 }, 30*time.Second, 100*time.Millisecond,
+		"router and workers reconnect to NATS")
+
+	first := c.Generate(ctx, req)
+	require.Equal(t, cluster.OutcomeCompleted, first.Outcome, first.Error)
+	// The first request's KV events reach the router's indexer through
+	// the restarted NATS; give them a moment, then the same prefix goes
+	// back to the worker that cached it.
+	time.Sleep(200 * time.Millisecond)
+	for range 4 {
+		r := c.Generate(ctx, req)
+		require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+		assert.Equal(t, first.PrefillWorker, r.PrefillWorker, "kv routing follows the prefix after the restart")
+		assert.GreaterOrEqual(t, r.CachedTokens, 384, "the prefix is found cached")
+	}
+	drainClean(t, c)
+}
+
+// natsConnections reads the number of client connections from NATS's
+// monitoring endpoint.
+func natsConnections(t *testing.T, s *stack) int {
+	t.Helper()
+	var v struct {
+		Connections int `json:"connections"`
+	}
+	if err := getJSON(s.nats.MonitorURL()+"/varz", &v); err != nil {
+		return 0
+	}
+	return v.Connections
+}
+
+// getJSON fetches a URL's JSON into v, without keeping the connection (an
+// idle keep-alive would outlive the test).
+func getJSON(url string, v any) error {
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := cl.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(resp.Body).Decode(v)
+}
