@@ -122,6 +122,18 @@
 // where they apply) and an Event kept in a bounded ring (Events). Holds and
 // HoldGraph rebuild the stranding graph in bounded memory.
 //
+// # Workers in other processes
+//
+// The loop reaches each worker through a WorkerHandle. With
+// Config.Transport set, New runs no engine worker itself: a Transport
+// (package distributed, registered with RegisterTransport) joins remote
+// workers through a RemoteHost as it discovers them, and posts what they
+// report (pass outputs, input replies, transfer-room answers) into the
+// loop, which feeds the same handoff machines, router and stats. Remote
+// replies take no ticket in the event queue (each worker paces its own
+// clock), their times are mapped onto the cluster's, and a lost worker
+// leaves the router and indexer and ends its requests naming it.
+//
 // # Invariants
 //
 // CheckInvariants, called after Drain, checks DESIGN §9: block conservation

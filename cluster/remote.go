@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -95,6 +96,11 @@ type RemoteItem struct {
 	Room    *RemoteRoom
 	Arrived *RemoteArrived
 	Status  *RemoteStatus
+	// Resync says reports were lost before this point: the router forgets
+	// the worker's indexed blocks (as a Cleared KV event would) and
+	// relearns them from its next events, rather than route on a tree
+	// that silently drifted from the worker's.
+	Resync bool
 }
 
 // RemoteRoom is a prefill worker's answer to OpenRoom.
@@ -225,12 +231,19 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 		return nil, errors.New("transport: a distributed cluster runs on the wall clock; virtual time needs the in-process cluster")
 	}
 	c.remote = true
-	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}}
+	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}, failed: map[uint64]string{}}
 	c.link = rl
 	c.rlink = rl
 	c.v = engine.NewVirtual()
 	c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
 	c.started = c.clock.start
+	// Workers outlive a cluster and may serve several: request and
+	// transfer ids start from the clock (a thousand per ms, wrapping after
+	// about 11 days, far beyond any tombstone's life), so a later cluster
+	// never reuses an id a worker or its transfer server still remembers
+	// (a completed room's tombstone refuses a reused id).
+	base := uint64(c.clock.start.UnixMilli()%1e9) * 1000
+	c.nextID, c.nextTID = base, base
 	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})
 	if err != nil {
@@ -350,8 +363,8 @@ func (c *Cluster) leave(name, reason string) {
 			continue
 		}
 		phase := r.m.Phase()
-		if r.prefill != n && phase == handoff.Activated {
-			continue // the decode runs it alone now
+		if r.decode != n && phase == handoff.Activated {
+			continue // a lost prefill: the decode runs it alone now
 		}
 		if r.prefill != n {
 			switch phase {
@@ -393,6 +406,9 @@ func (c *Cluster) deliver(name string, items []RemoteItem) {
 			c.onRemoteLink(it.Arrived.TID, it.Arrived.ReqID, true, linkStatus{})
 		case it.Status != nil:
 			c.onRemoteLink(it.Status.TID, 0, false, linkStatus{status: it.Status.Status, err: it.Status.Err})
+		case it.Resync:
+			c.log.Warn("worker reports lost; its indexed KV blocks are dropped", "worker", name)
+			c.router.KVEvent(n.id, kv.Event{Kind: kv.Cleared})
 		}
 	}
 	c.checkDrained()
@@ -429,6 +445,7 @@ type remoteLink struct {
 	c       *Cluster
 	params  map[uint64][]byte // tid → the params the prefill handed out
 	waiting map[uint64]uint64 // tid → request id of a connect waiting for its params
+	failed  map[uint64]string // tid → why its room could not be opened
 }
 
 func (l *remoteLink) arrived(uint64, uint64) {}
@@ -454,6 +471,10 @@ func (l *remoteLink) close(p *workerNode, tid uint64, transferred bool) {
 }
 
 func (l *remoteLink) connect(p *workerNode, tid, reqID uint64) {
+	if msg, ok := l.failed[tid]; ok {
+		l.refuse(tid, msg)
+		return
+	}
 	params, ok := l.params[tid]
 	if !ok {
 		// The prefill's answer to OpenRoom is still on its way.
@@ -475,12 +496,24 @@ func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
 	d.handle.(*remoteHandle).rw.Connect(tid, reqID, params)
 }
 
+// refuse answers the decode's connection for tid with an error, as a
+// transfer server refusing it would. It runs from the queue, not inside
+// the machine step that asked for the connection.
+func (l *remoteLink) refuse(tid uint64, msg string) {
+	l.c.v.Call(l.c.v.Now(), func() {
+		l.c.onRemoteLink(tid, 0, false, linkStatus{status: handoff.Error, err: msg})
+	})
+}
+
 func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
 	if room.Err != "" {
+		msg := "transfer room not opened: " + room.Err
 		if _, ok := l.waiting[room.TID]; ok {
 			delete(l.waiting, room.TID)
+			l.refuse(room.TID, msg)
+			return
 		}
-		l.c.onRemoteLink(room.TID, 0, false, linkStatus{status: handoff.Error, err: "transfer room not opened: " + room.Err})
+		l.failed[room.TID] = msg
 		return
 	}
 	l.params[room.TID] = room.Params
@@ -493,6 +526,7 @@ func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
 func (l *remoteLink) forget(_ *workerNode, tid uint64) {
 	delete(l.params, tid)
 	delete(l.waiting, tid)
+	delete(l.failed, tid)
 }
 
 func (l *remoteLink) shutdown() {}

@@ -202,7 +202,11 @@ func (ls *localServices) exited() error {
 	for _, ch := range ls.children {
 		select {
 		case <-ch.done:
-			return fmt.Errorf("transport local: worker %s exited (%v): %s", ch.name, ch.err, bytes.TrimSpace(ch.stderr.Bytes()))
+			err := ch.err
+			if err == nil {
+				err = errors.New("exit status 0")
+			}
+			return fmt.Errorf("transport local: worker %s exited (%w): %s", ch.name, err, bytes.TrimSpace(ch.stderr.Bytes()))
 		default:
 		}
 	}

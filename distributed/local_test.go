@@ -3,6 +3,7 @@ package distributed
 import (
 	"context"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -94,4 +95,54 @@ func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
 			t.Logf("%s: %v; holds %d (released %d, aborted %d), peak held %d", eng, counts, s.Pins, s.PinsReleased, s.PinsAborted, s.PeakHeldBlocks)
 		})
 	}
+}
+
+// TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort kills a decode worker
+// process (no drain, no revoke) while prefill KV is held for it: once its
+// lease expires the router drops it and fails its requests naming it, and
+// the prefill's holds for it end at their own abort timeout, so the
+// prefill pool drains.
+func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
+	cfg := saturatedConfig("vllm")
+	cfg.Name = "killed"
+	cfg.Prefill.Workers = 1
+	// No hold may end before the kill, however slow the host: 4 wall
+	// seconds, well inside the 10 s the dead worker's lease outlives it.
+	cfg.Args["kv_transfer_abort_timeout_ms"] = 20000
+	c, err := cluster.New(cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	const n = 6
+	results := make(chan cluster.Result, n)
+	for range n {
+		go func() {
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 256, MaxTokens: 5000})
+		}()
+	}
+	require.Eventually(t, func() bool {
+		s := c.Stats()
+		for _, w := range s.Workers {
+			if w.Name == "decode-0" {
+				return s.Pins >= n && w.Running == 2
+			}
+		}
+		return false
+	}, time.Minute, 10*time.Millisecond, "decode busy and holds waiting for it")
+
+	pid := c.Transport().(*transport).local.pids()["decode-0"]
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	for range n {
+		r := <-results
+		assert.Equal(t, cluster.OutcomeError, r.Outcome)
+		assert.Contains(t, r.Error, "worker decode-0 lost")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Drain(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, s.HeldBlocks+s.ReservedBlocks+s.ActiveBlocks, "the prefill drained; the dead decode counts nothing")
+	assert.EqualValues(t, n, s.Errored)
+	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+	assert.Positive(t, s.PinsAborted, "the holds waiting for the dead decode ended at their abort timeout")
 }

@@ -87,6 +87,7 @@ type remote struct {
 	reg   Registration
 	shift float64 // ms to add to the worker's modeled times
 	next  uint64  // the frame seq expected next
+	seen  bool    // a frame came already
 }
 
 func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *slog.Logger) (*transport, error) {
@@ -250,10 +251,34 @@ func (t *transport) del(key string) {
 	}
 	t.mu.Lock()
 	w := t.workers[id]
-	delete(t.workers, id)
 	t.mu.Unlock()
-	if w != nil {
-		t.host.Leave(w.reg.Name, fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id))
+	if w == nil {
+		return
+	}
+	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
+	// Leave through the worker's own frame stream, behind its last
+	// frames; directly if the marker does not come back (NATS is down).
+	data, _ := json.Marshal(frame{Leave: reason})
+	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
+		t.leave(id, reason)
+		return
+	}
+	time.AfterFunc(leaveMarkerWait, func() { t.leave(id, reason) })
+}
+
+// leaveMarkerWait bounds how long a departure waits for its marker.
+const leaveMarkerWait = 2 * time.Second
+
+// leave removes worker id once, whichever of the marker and the timer
+// comes first.
+func (t *transport) leave(id int64, reason string) {
+	t.mu.Lock()
+	w := t.workers[id]
+	delete(t.workers, id)
+	closed := t.closed
+	t.mu.Unlock()
+	if w != nil && !closed {
+		t.host.Leave(w.reg.Name, reason)
 	}
 }
 
@@ -279,17 +304,24 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.log.Warn("unreadable frame", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if f.Seq != w.next {
-		// NATS core delivers at most once: a lost frame loses request
-		// steps and KV events. Say so; the requests it touched end at
-		// their timeouts or at Close.
-		t.log.Warn("frames lost", "worker", w.reg.Name, "expected_seq", w.next, "got_seq", f.Seq)
+	if f.Leave != "" {
+		t.leave(id, f.Leave)
+		return
 	}
-	w.next = f.Seq + 1
+	expected := w.next
+	gap := w.seen && f.Seq != expected
+	w.seen, w.next = true, f.Seq+1
 	items, err := remoteItems(&f, w.shift)
 	if err != nil {
 		t.log.Warn("bad frame", "worker", w.reg.Name, "err", err)
 		return
+	}
+	if gap {
+		// NATS core delivers at most once: a lost frame loses KV events
+		// (the indexer resyncs: it drops the worker's tree and relearns
+		// it) and request steps (their requests end at Close).
+		t.log.Warn("frames lost", "worker", w.reg.Name, "expected_seq", expected, "got_seq", f.Seq)
+		items = append([]cluster.RemoteItem{{Resync: true}}, items...)
 	}
 	t.host.Deliver(w.reg.Name, items)
 }

@@ -115,6 +115,11 @@ func (c command) input() (engine.Input, error) {
 type frame struct {
 	Seq   uint64 `json:"seq"`
 	Items []item `json:"items"`
+	// Leave is set on the marker a router sends itself on a worker's out
+	// subject when the worker's registration goes: it comes back after
+	// every frame the worker sent before it left, so the worker's last
+	// results are not overtaken by its departure.
+	Leave string `json:"leave,omitempty"`
 }
 
 // item is one entry of a frame; exactly one field is set.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -133,7 +134,9 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer nc.Close()
 
-	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096)}
+	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096),
+		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
+		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role)}
 	l.v = engine.NewVirtual(ew)
 	l.w = ew
 	l.v.OnOutput = l.onOutput
@@ -201,7 +204,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}()
 	runErr := l.run(ctx, lost)
 
-	// Leave: the lease's revocation removes every key at once.
+	// Leave: the lease's revocation removes every key at once. The last
+	// frames reach the NATS server first, so they come before the
+	// departure at a router.
+	_ = nc.Flush()
 	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
 	_, _ = ec.Revoke(rctx, lease.ID)
 	rcancel()
@@ -269,6 +275,9 @@ type workerLoop struct {
 	seq      uint64
 	items    []item
 	draining bool
+	events   eventPublisher // Dynamo's event plane
+	kvSubj   string
+	loadSubj string
 }
 
 func (l *workerLoop) post(m workerMsg) { l.in <- m }
@@ -305,6 +314,16 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	if err != nil {
 		return err
 	}
+	channel, err := json.Marshal(map[string]any{
+		"type":        "EventChannel",
+		"scope":       map[string]any{"kind": "component", "namespace": ns, "component": componentOf(role)},
+		"topic":       topicKVEvents,
+		"instance_id": id,
+		"transport":   map[string]any{"kind": "Nats", "config": map[string]any{"subject_prefix": strings.TrimSuffix(l.kvSubj, "."+topicKVEvents)}},
+	})
+	if err != nil {
+		return err
+	}
 	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
 	defer cancel()
 	// Create-if-absent, as Dynamo writes them: a key already there is
@@ -314,6 +333,7 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 		Then(clientv3.OpPut(instanceKey(ns, role, id), string(ep), clientv3.WithLease(lease)),
 			clientv3.OpPut(mdcKey(ns, role, id), string(mdc), clientv3.WithLease(lease)),
+			clientv3.OpPut(eventChannelKey(ns, role, l.events.id), string(channel), clientv3.WithLease(lease)),
 			clientv3.OpPut(key, string(regJSON), clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
@@ -396,9 +416,18 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 	}
 }
 
+// idle: nothing in the engine, and nothing it computed still waiting to be
+// delivered (a pass's output is due at the pass's end, after the engine
+// already counts its requests done).
 func (l *workerLoop) idle() bool {
 	m := l.w.Metrics()
-	return m.Running == 0 && m.Waiting == 0 && m.HeldRequests == 0 && m.ReservedRequests == 0
+	if m.Running != 0 || m.Waiting != 0 || m.HeldRequests != 0 || m.ReservedRequests != 0 {
+		return false
+	}
+	// A pass in flight ends (and is delivered) at the time inputs would
+	// take effect.
+	now := l.v.Now()
+	return l.w.InputAt(now) <= now
 }
 
 // handle applies one message at the loop's now.
@@ -487,11 +516,11 @@ func (l *workerLoop) connect(c command) {
 	var err error
 	if l.cfg.Engine == string(engine.EngineSGLang) {
 		var p bootstrap.SGLangParams
-		p, _, err = bootstrap.ParseSGLangParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseSGLangParams(c.Params)
 		addr, room, token = p.Addr(), p.BootstrapRoom, p.BootstrapToken
 	} else {
 		var p bootstrap.VLLMParams
-		p, _, err = bootstrap.ParseVLLMParams(json.RawMessage(c.Params))
+		p, _, err = bootstrap.ParseVLLMParams(c.Params)
 		addr, room, token = p.Addr(), p.TransferID, p.TransferToken
 	}
 	if err != nil {
@@ -521,6 +550,21 @@ func (l *workerLoop) connect(c command) {
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	l.items = append(l.items, item{Output: outputOf(out)})
+	now := time.Now()
+	worker := uint64(l.id)
+	for _, ev := range out.KVEvents {
+		l.publish(l.kvSubj, l.events.envelope(topicKVEvents, routerEvent(worker, ev), now))
+	}
+	if used := out.Metrics.RouterActiveBlocks; used != l.events.lastLoad {
+		l.events.lastLoad = used
+		l.publish(l.loadSubj, l.events.envelope(topicMetrics, activeLoad(worker, out.Metrics), now))
+	}
+}
+
+func (l *workerLoop) publish(subj string, data []byte) {
+	if err := l.nc.Publish(subj, data); err != nil {
+		l.log.Warn("event not published", "subject", subj, "err", err)
+	}
 }
 
 func (l *workerLoop) onInput(r engine.InputResult) {

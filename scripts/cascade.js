@@ -26,6 +26,8 @@
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms; aborts need ≤ 1000)
 //   -e SPEEDUP=10     speedup_ratio: modeled ms per wall ms
 //   -e BACKOFF_MS=500 a refused client's back-off before it retries (modeled ms)
+//   -e TRANSPORT=local  run the workers as `mocker worker` child processes over
+//                     an embedded etcd and NATS (the distributed path)
 import mocker from 'k6/x/mocker';
 import { Counter } from 'k6/metrics';
 import exec from 'k6/execution';
@@ -48,6 +50,7 @@ const cluster = mocker.cluster({
   // a worker whose pool (held KV included) is over 85% full is busy: when
   // every prefill worker is, new requests are refused — the cascade's edge
   router_options: { busy_threshold: 0.85 },
+  transport: __ENV.TRANSPORT === 'local' ? 'local' : undefined,
 });
 
 export const options = {
