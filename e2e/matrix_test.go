@@ -25,9 +25,8 @@ import (
 // conversations' prefixes (24 blocks each), so only a router that sends
 // each conversation back to the worker that cached it hits the cache often.
 //
-// Every cell gets fresh workers: a prefill's transfer server keeps the
-// rooms of the router before, and a new router numbers its transfers from
-// 1 again (see the report on distributed/ in the e2e commit).
+// Every cell gets fresh workers, so no cell starts with another's prefixes
+// cached or its pools still cooling down: the cells' figures compare.
 const (
 	prefillBlocks = 640
 	decodeSeqs    = 4
