@@ -528,10 +528,20 @@ func (l *workerLoop) connect(c command) {
 		return
 	}
 	tid, reqID := c.TID, c.ID
+	wait := l.awaitBound()
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		st, err := l.client.Await(l.cctx, addr, room, reqID, token)
+		// A source that went away without a word (the network dropped
+		// under a kept connection) must not hold the request for ever:
+		// past every timeout that could still end the hold, it is an
+		// error naming the wait.
+		ctx, cancel := context.WithTimeout(l.cctx, wait)
+		defer cancel()
+		st, err := l.client.Await(ctx, addr, room, reqID, token)
+		if err != nil && ctx.Err() != nil && l.cctx.Err() == nil {
+			err = fmt.Errorf("transfer %d: no answer from the source's transfer server %s within %s (past its session timeout): %w", tid, addr, wait, err)
+		}
 		ws := &wireStatus{TID: tid, Status: statusName(handoff.Error)}
 		switch {
 		case st == bootstrap.StatusACK:
@@ -546,6 +556,22 @@ func (l *workerLoop) connect(c command) {
 		case <-l.cctx.Done():
 		}
 	}()
+}
+
+// awaitBound is how long (wall time) a decode waits for a source's
+// answer: the longest a hold can last on its modeled timeouts (the
+// session timeout, or the abort timeout if longer), at this worker's
+// speedup_ratio, plus a margin for the network.
+func (l *workerLoop) awaitBound() time.Duration {
+	ms := float64(l.args.HandoffSessionTimeoutMs)
+	if a := l.args.KVTransferAbortTimeoutMs; a != nil && float64(*a) > ms {
+		ms = float64(*a)
+	}
+	speedup := l.args.SpeedupRatio
+	if speedup <= 0 {
+		speedup = 1
+	}
+	return time.Duration(ms/speedup*float64(time.Millisecond)) + 10*time.Second
 }
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
