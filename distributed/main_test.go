@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"go.uber.org/goleak"
+	"github.com/kvstrand/mocker/internal/leakcheck"
 )
 
 // TestMain builds the mocker binary once, for local mode to spawn as its
@@ -28,20 +28,5 @@ func TestMain(m *testing.M) {
 	os.Setenv(WorkerBinaryEnv, bin)
 	code := m.Run()
 	_ = os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(knownBackgroundGoroutines...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked by the tests:\n%v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// knownBackgroundGoroutines are library goroutines that outlive a closed
-// embedded etcd by design: its client-side balancer and the zap/grpc
-// loggers' background flushers live for the process.
-var knownBackgroundGoroutines = []goleak.Option{
-	goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-	goleak.IgnoreAnyFunction("github.com/golang/glog.(*fileSink).flushDaemon"),
+	os.Exit(leakcheck.After(code))
 }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/kvstrand/mocker/containers"
+
+	"github.com/kvstrand/mocker/internal/leakcheck"
 )
 
 // mockerBin is the mocker binary the matrix runs its scenarios with. It is
@@ -50,19 +50,5 @@ func TestMain(m *testing.M) {
 	if err := containers.Disconnect(); err != nil {
 		fmt.Fprintf(os.Stderr, "disconnect from docker engine: %v\n", err)
 	}
-	if code == 0 {
-		if err := goleak.Find(knownBackgroundGoroutines...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: goroutines leaked by the tests:\n%v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// knownBackgroundGoroutines are library goroutines that outlive a closed
-// etcd client by design: grpc's callback serializer of the client-side
-// balancer, and the opencensus worker grpc starts for the process.
-var knownBackgroundGoroutines = []goleak.Option{
-	goleak.IgnoreTopFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
-	goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
+	os.Exit(leakcheck.After(code))
 }
