@@ -103,7 +103,40 @@ func TestSummaryData_HandleSummaryAndExportHaveTheMockerSection(t *testing.T) {
 	assert.Equal(t, []string{"metrics", "mocker", "root_group"}, keys, "the export keeps k6's legacy shape and adds mocker")
 	var exported SummaryData
 	require.NoError(t, json.Unmarshal(res.export["mocker"], &exported))
-	assert.Equal(t, fromScript.Mocker, exported, "the export and handleSummary carry the same figures")
+	assertSameFigures(t, fromScript.Mocker, exported)
+}
+
+// assertSameFigures compares two summaries field by field, numbers to 12
+// significant digits: handleSummary's copy went through JavaScript, whose
+// number printing may spend a 17th digit that reads back one ulp away.
+func assertSameFigures(t *testing.T, want, got SummaryData) {
+	t.Helper()
+	norm := func(v SummaryData) any {
+		b, err := json.Marshal(v)
+		require.NoError(t, err)
+		var out any
+		require.NoError(t, json.Unmarshal(b, &out))
+		return roundFloats(out)
+	}
+	assert.Equal(t, norm(want), norm(got), "the export and handleSummary carry the same figures")
+}
+
+func roundFloats(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = roundFloats(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = roundFloats(e)
+		}
+	case float64:
+		s := strconv.FormatFloat(x, 'g', 12, 64)
+		f, _ := strconv.ParseFloat(s, 64)
+		return f
+	}
+	return v
 }
 
 // TestSummaryData_TheTextSectionShowsTheSameFigures reads the KV HANDOFF
