@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -152,22 +153,13 @@ func waitUnregistered(t *testing.T, ec *clientv3.Client, ns, name string, limit 
 	t.Helper()
 	start := time.Now()
 	for time.Since(start) < limit {
-		if !contains(registered(t, ec, ns), name) {
+		if !slices.Contains(registered(t, ec, ns), name) {
 			return time.Since(start)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Fatalf("%s still registered in etcd after %s", name, limit)
 	return 0
-}
-
-func contains(ss []string, s string) bool {
-	for _, x := range ss {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // TestFault_DecodeKilled kills a decode worker (SIGKILL: no drain, no
@@ -306,11 +298,21 @@ func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 	drainClean(t, c)
 }
 
+// prefills and decodes list the workers that served rs, in order of first
+// appearance.
 func prefills(rs []cluster.Result) []string {
+	return workersOf(rs, func(r cluster.Result) string { return r.PrefillWorker })
+}
+
+func decodes(rs []cluster.Result) []string {
+	return workersOf(rs, func(r cluster.Result) string { return r.DecodeWorker })
+}
+
+func workersOf(rs []cluster.Result, name func(cluster.Result) string) []string {
 	var out []string
 	for _, r := range rs {
-		if !contains(out, r.PrefillWorker) {
-			out = append(out, r.PrefillWorker)
+		if n := name(r); !slices.Contains(out, n) {
+			out = append(out, n)
 		}
 	}
 	return out
@@ -365,16 +367,6 @@ func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
 	drainClean(t, c)
 }
 
-func decodes(rs []cluster.Result) []string {
-	var out []string
-	for _, r := range rs {
-		if !contains(out, r.DecodeWorker) {
-			out = append(out, r.DecodeWorker)
-		}
-	}
-	return out
-}
-
 // TestFault_EtcdRestart restarts etcd under a running cluster. Requests
 // do not touch etcd, so they go on; the workers' keep-alives reconnect and
 // their registrations survive (checked after more than a lease TTL), and
@@ -413,7 +405,7 @@ func TestFault_EtcdRestart(t *testing.T) {
 	var after []cluster.Result
 	require.Eventually(t, func() bool {
 		after = append(after, load(c, 2, 2)...)
-		return contains(decodes(after), "decode-1")
+		return slices.Contains(decodes(after), "decode-1")
 	}, 20*time.Second, 100*time.Millisecond, "a decode registered after the restart joins routing")
 	for _, r := range after {
 		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
