@@ -324,7 +324,7 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// sweepLocked); one that ends on the wall clock (a signal, a
 		// caller's deadline) wakes them from here.
 		stop := func() bool { return false }
-		if ctx != nil {
+		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
 			stop = context.AfterFunc(ctx, c.sweep)
 		}
 		<-g.turn

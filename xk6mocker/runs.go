@@ -312,10 +312,7 @@ func (e *entry) held() heldNow {
 
 // sleep waits ms of the cluster's modeled time.
 func (e *entry) sleep(ctx context.Context, ms float64) error {
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	if e.isClosed() {
 		return nil
 	}
 	if e.stepped {
@@ -328,10 +325,7 @@ func (e *entry) sleep(ctx context.Context, ms float64) error {
 
 // drain waits for the cluster's in-flight work to end.
 func (e *entry) drain(ctx context.Context) (cluster.Stats, error) {
-	e.mu.Lock()
-	closed := e.closed
-	e.mu.Unlock()
-	if closed {
+	if e.isClosed() {
 		return e.stats(), nil
 	}
 	return e.c.Drain(ctx)
