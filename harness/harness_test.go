@@ -407,3 +407,47 @@ export default function () { sleep(3600); }
 	assert.Equal(t, ExitExternalAbort, ExitCode(err))
 	assert.Contains(t, out.String(), "vus_max", "the summary is still written")
 }
+
+var registerWaitOnce sync.Once
+
+// testWaitModule exports arm(), which registers a WhenWaiting hook that
+// pushes a waited sample when it runs.
+func testWaitModule(vu VU) ModuleInstance {
+	m, err := vu.Registry().Register("plugin_waited", metrics.Counter, metrics.Default)
+	if err != nil {
+		panic(err)
+	}
+	return ExportsFunc(func() Exports {
+		return Exports{Default: map[string]any{"arm": func() {
+			vu.WhenWaiting(func() { vu.Push(m, 1, nil) })
+		}}}
+	})
+}
+
+// TestRun_WhenWaitingRunsBeforeTheVUWaits: a hook runs once, at the VU's
+// next wait — a sleep() — and, when the VU never sleeps, when it stops
+// running iterations.
+func TestRun_WhenWaitingRunsBeforeTheVUWaits(t *testing.T) {
+	t.Parallel()
+	registerWaitOnce.Do(func() { Register("k6/x/testwait", ModuleFunc(testWaitModule)) })
+	for _, clock := range []struct {
+		name string
+		mod  func(*Config)
+	}{{"wall", nil}, {"virtual", virtual}} {
+		t.Run(clock.name, func(t *testing.T) {
+			sleeping := runScript(t, `
+import plugin from 'k6/x/testwait';
+import { sleep } from 'k6';
+export const options = { vus: 1, iterations: 3, thresholds: { plugin_waited: ['count==3'] } };
+export default function () { plugin.arm(); sleep(0.01); }
+`, clock.mod)
+			require.NoError(t, sleeping.err, sleeping.stderr)
+			stopping := runScript(t, `
+import plugin from 'k6/x/testwait';
+export const options = { vus: 1, iterations: 2, thresholds: { plugin_waited: ['count==2'] } };
+export default function () { plugin.arm(); }
+`, clock.mod)
+			require.NoError(t, stopping.err, stopping.stderr)
+		})
+	}
+}
