@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -32,18 +33,11 @@ func (s *stack) attachWith(t *testing.T, ns string, cfg cluster.Config) *cluster
 	return c
 }
 
-// conversation returns a prompt of n tokens whose first n-tail tokens are
-// the conversation's (a distinct range per id) and whose tail is this
-// turn's own.
-func conversation(id, turn, n, tail int) []uint32 {
-	out := make([]uint32, n)
-	for i := range n - tail {
-		out[i] = uint32(100_000*(id+1) + i)
-	}
-	for i := n - tail; i < n; i++ {
-		out[i] = uint32(10_000_000 + 1000*turn + i)
-	}
-	return out
+// turnOf is one turn of conversation conv: a prompt of n tokens whose
+// first history tokens the conversation's turns share (the cluster derives
+// them from the prefix name) and whose tail is this turn's own.
+func turnOf(conv, n, history int) cluster.Request {
+	return cluster.Request{PromptTokens: n, Prefix: fmt.Sprintf("conversation-%d", conv), PrefixTokens: history, MaxTokens: 8}
 }
 
 func generate(t *testing.T, c *cluster.Cluster, req cluster.Request) cluster.Result {
@@ -67,13 +61,13 @@ func TestDynamo_KVRoutingPicksTheLongestCachedPrefix(t *testing.T) {
 
 	home := map[int]string{}
 	for conv := range 3 {
-		r := generate(t, c, cluster.Request{Tokens: conversation(conv, 0, 1024, 256), MaxTokens: 4})
+		r := generate(t, c, turnOf(conv, 1024, 768))
 		require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 		home[conv] = r.PrefillWorker
 	}
 	for turn := 1; turn <= 4; turn++ {
 		for conv := range 3 {
-			r := generate(t, c, cluster.Request{Tokens: conversation(conv, turn, 1024, 256), MaxTokens: 4})
+			r := generate(t, c, turnOf(conv, 1024, 768))
 			require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 			assert.Equal(t, home[conv], r.PrefillWorker, "conversation %d, turn %d: routed to the worker with its history cached", conv, turn)
 			assert.GreaterOrEqual(t, r.CachedTokens, 768, "conversation %d, turn %d: its 768-token history was found cached", conv, turn)
@@ -100,10 +94,10 @@ func TestDynamo_BusyThresholdRefusesWithAllWorkersBusy(t *testing.T) {
 	results := make([]cluster.Result, 0, clients*each)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for v := range clients {
+	for range clients {
 		wg.Go(func() {
-			for i := range each {
-				r := generate(t, c, cluster.Request{Tokens: conversation(v, i, 512, 512), MaxTokens: 256})
+			for range each {
+				r := generate(t, c, cluster.Request{PromptTokens: 512, MaxTokens: 256})
 				mu.Lock()
 				results = append(results, r)
 				mu.Unlock()
@@ -126,7 +120,8 @@ func TestDynamo_BusyThresholdRefusesWithAllWorkersBusy(t *testing.T) {
 }
 
 // TestDynamo_DisaggPrefixSticksToOnePrefill: two prefill and two decode
-// workers behind the kv router. Successive turns of one conversation all
+// workers behind the kv router. Successive turns (an 896-token history
+// and a new tail) of one conversation all
 // prefill on the worker that holds its history; a second conversation
 // sticks to its own.
 func TestDynamo_DisaggPrefixSticksToOnePrefill(t *testing.T) {
@@ -139,7 +134,7 @@ func TestDynamo_DisaggPrefixSticksToOnePrefill(t *testing.T) {
 	for conv := range 2 {
 		var first string
 		for turn := range 6 {
-			r := generate(t, c, cluster.Request{Tokens: conversation(conv, turn, 1024, 128), MaxTokens: 8})
+			r := generate(t, c, turnOf(conv, 1024, 896))
 			require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 			if turn == 0 {
 				first = r.PrefillWorker
