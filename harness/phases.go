@@ -78,6 +78,7 @@ func (t *testRun) watch(parent context.Context) (context.Context, func()) {
 	t.ctx, t.cancel = ctx, cancel
 	stopSweep := context.AfterFunc(parent, t.clock.cancelled)
 	warned := make(chan struct{})
+	t.parent, t.warned = parent, warned
 	stopWatch := context.AfterFunc(parent, func() {
 		defer close(warned)
 		t.logger.Warn("stopping the test (" + externalAbortError(parent).Error() + ")" + t.phase.Load().stopNote())
@@ -89,6 +90,17 @@ func (t *testRun) watch(parent context.Context) (context.Context, func()) {
 		stopSweep()
 		cancel(nil)
 	}
+}
+
+// enter moves the run to phase p. When the run has been stopped from
+// outside, the stop's warning (which says what still runs, by phase) is
+// written first: it must name the phase the stop came in, not the one the
+// run moved on to because of it.
+func (t *testRun) enter(p *runPhase) {
+	if t.parent != nil && t.parent.Err() != nil {
+		<-t.warned
+	}
+	t.phase.Store(p)
 }
 
 // initPhase opens the outputs, initialises VU 0 (which reads the options
@@ -304,12 +316,12 @@ func (t *testRun) setupPhase(parent context.Context, v0 *vu) error {
 	if !ok || t.opts.NoSetup {
 		return nil
 	}
-	t.phase.Store(phaseSetup)
+	t.enter(phaseSetup)
 	err := t.runSetup(v0, fn)
 	if err != nil && parent.Err() != nil {
 		// Stopped from outside during setup: as in k6, teardown is
 		// skipped (setup did not finish) but the summary is written.
-		t.phase.Store(phaseSummary)
+		t.enter(phaseSummary)
 		runDuration := t.elapsed()
 		t.coll.Evaluate(runDuration)
 		_ = t.writeSummary(v0, runDuration)
@@ -357,7 +369,7 @@ func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 // scenariosPhase runs every scenario to its end, with the thresholds
 // checked and the progress shown beside them.
 func (t *testRun) scenariosPhase(ctx context.Context) {
-	t.phase.Store(phaseScenarios)
+	t.enter(phaseScenarios)
 	t.setRunning(true)
 	began := time.Now()
 	stopMonitors := t.startMonitors(ctx)
@@ -415,7 +427,7 @@ func (t *testRun) teardownPhase(v0 *vu) error {
 	if !ok || t.opts.NoTeardown {
 		return nil
 	}
-	t.phase.Store(phaseTeardown)
+	t.enter(phaseTeardown)
 	return t.runTeardown(v0, fn)
 }
 
@@ -440,7 +452,7 @@ func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 // summaryPhase evaluates the thresholds, writes the summary and returns
 // the run's outcome; phaseErr is what teardown returned.
 func (t *testRun) summaryPhase(v0 *vu, phaseErr error) error {
-	t.phase.Store(phaseSummary)
+	t.enter(phaseSummary)
 	runDuration := t.elapsed()
 	failed, _ := t.coll.Evaluate(runDuration)
 	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {

@@ -110,6 +110,8 @@ type testRun struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	phase  atomic.Pointer[runPhase] // what an external stop still lets run
+	parent context.Context          // the caller\'s, whose end is an external stop
+	warned <-chan struct{}          // closed once that stop\'s warning is written
 	start  time.Time                // before setup, as k6 counts the test run duration
 	begun  atomic.Bool
 
