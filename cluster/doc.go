@@ -107,8 +107,9 @@
 // until the caller's next request (or ReleaseTime).
 //
 // NewStepped builds the same cluster without a goroutine or a wall clock,
-// for an outside clock to drive (the harness's virtual clock under `mocker
-// run --clock virtual`): Submit hands in a request keyed by caller and call
+// for an outside clock to drive (the harness's paced or virtual clock, under
+// `mocker run` and `mocker run --clock virtual`; New's own pacing serves
+// `--clock wall` and Go callers): Submit hands in a request keyed by caller and call
 // order, Settle brings the loop to a modeled time (requests handed in at
 // one instant apply in key order, never in goroutine order) and Next says
 // when it next needs the clock.

@@ -17,7 +17,10 @@ func (t *testRun) writeBanner(w io.Writer) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "     script: %s\n", t.cfg.Script)
 	fmt.Fprintf(&b, "     output: %s\n", outputsDescription(t.cfg.Outputs, t.cfg.SummaryExport))
-	if t.vclock != nil {
+	switch {
+	case t.vclock != nil && t.vclock.Paced():
+		fmt.Fprintf(&b, "      clock: paced, from %s (virtual time at the wall clock's pace: results as on --clock virtual)\n", t.vclock.epoch.Format(time.RFC3339))
+	case t.vclock != nil:
 		fmt.Fprintf(&b, "      clock: virtual, from %s (time moves only when every VU waits)\n", t.vclock.epoch.Format(time.RFC3339))
 	}
 	b.WriteString("\n")

@@ -61,7 +61,10 @@
 // the earliest wake-up. A run is then a function of its script, options
 // and seed (Math.random is seeded from options.randomSeed, 0 by default on
 // the virtual clock): the summary export, handleSummary data and NDJSON are
-// the same byte for byte on any host. A plugin makes a VU wait for a result
+// the same byte for byte on any host. Config.Paced (`--clock paced`, the
+// command's default) makes it a paced clock (NewPacedClock): the same turns
+// and results, but time moves to an instant only once the wall clock has
+// reached it, and how far the host falls behind is measured (Lag). A plugin makes a VU wait for a result
 // on a Gate whose producer opens it; something with events of its own (a
 // simulated cluster) joins the clock as a Participant, which settles each
 // instant before time moves on and says when it next needs the clock. A

@@ -458,12 +458,25 @@ func (t *testRun) summaryPhase(v0 *vu, phaseErr error) error {
 	if err := t.writeSummary(v0, runDuration); err != nil && phaseErr == nil {
 		phaseErr = err
 	}
-	if t.vclock != nil {
+	if t.vclock != nil && t.vclock.Paced() {
+		t.reportPace(runDuration)
+	} else if t.vclock != nil {
 		wall := time.Since(t.wallStart)
 		t.logger.Info(fmt.Sprintf("virtual clock: ran %s of script time in %s of wall time (%s)",
 			runDuration.Round(time.Millisecond), wall.Round(time.Millisecond), t.speedFactor()))
 	}
 	return t.finalError(phaseErr, failed)
+}
+
+// reportPace warns when a paced clock fell behind the wall clock by over a
+// tenth of the run: the run then took longer than its script says (its
+// results are unaffected).
+func (t *testRun) reportPace(runDuration time.Duration) {
+	_, peak := t.vclock.Lag()
+	if peak > 0 && peak*10 > runDuration {
+		t.logger.Warn(fmt.Sprintf("the host fell behind the paced clock by up to %s (over 10%% of the run's %s): the run took longer than its script says; its results are unaffected. Run with less load beside it, or use --clock virtual",
+			peak.Round(time.Millisecond), runDuration.Round(time.Millisecond)))
+	}
 }
 
 // warnZeroIteration says once that iterations take no virtual time.

@@ -167,7 +167,12 @@ func (p *progress) allDone() bool {
 func (p *progress) lines() []string {
 	t := p.t
 	when := clock(t.elapsed())
-	if t.vclock != nil {
+	switch {
+	case t.vclock != nil && t.vclock.Paced():
+		if lag, _ := t.vclock.Lag(); lag >= lagShown {
+			when = fmt.Sprintf("%s, %s behind the wall clock", when, clock(lag))
+		}
+	case t.vclock != nil:
 		when = fmt.Sprintf("%s virtual, %s", when, t.speedFactor())
 	}
 	out := []string{fmt.Sprintf("running (%s), %d/%d VUs, %d complete and %d interrupted iterations",
@@ -291,6 +296,9 @@ func clock(d time.Duration) string {
 	}
 	return fmt.Sprintf("%.1fs", sec)
 }
+
+// lagShown is the least lag of a paced clock the progress display shows.
+const lagShown = 100 * time.Millisecond
 
 // speedFactor says how much faster than the wall clock a virtual run goes:
 // virtual time so far over wall time so far.

@@ -62,8 +62,14 @@ type Config struct {
 	// blocked. The run is as fast as the CPU allows and its results do not
 	// depend on the host.
 	VirtualClock bool
+	// Paced, with VirtualClock, keeps the virtual clock from running ahead
+	// of the wall clock (`--clock paced`, the command's default): the run
+	// takes the wall time its script says and gives the results it gives
+	// on an unpaced virtual clock (NewPacedClock).
+	Paced bool
 	// VirtualEpoch is where a virtual clock starts (Date.now() at the
-	// start of the run); zero means DefaultVirtualEpoch.
+	// start of the run); zero means DefaultVirtualEpoch, or the wall time
+	// at the start of a paced run.
 	VirtualEpoch time.Time
 
 	// clock, when set, replaces the run's clock (tests).
@@ -161,6 +167,9 @@ func Run(ctx context.Context, cfg Config) error {
 	switch {
 	case cfg.clock != nil:
 		t.clock = cfg.clock
+	case cfg.VirtualClock && cfg.Paced:
+		t.vclock = NewPacedClock(cfg.VirtualEpoch)
+		t.clock = t.vclock
 	case cfg.VirtualClock:
 		t.vclock = NewVirtualClock(cfg.VirtualEpoch)
 		t.clock = t.vclock

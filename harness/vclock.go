@@ -48,7 +48,27 @@ type VirtualClock struct {
 	stalled bool
 	// yielders wait for the clock's next instant (yield).
 	yielders []*vgate
+	// pace, when set, keeps the clock from running ahead of the wall
+	// clock (NewPacedClock).
+	pace *pacer
 }
+
+// pacer holds a paced clock back to the wall clock and measures how far
+// the clock falls behind it.
+type pacer struct {
+	wallStart time.Time
+	// poke wakes a stepper waiting for the wall clock: a task was readied,
+	// or a timer or participant joined, from outside the turn.
+	poke      chan struct{}
+	lag, peak time.Duration // behind the wall clock: now, and at most
+}
+
+// paceSlack is how far ahead of the wall clock a paced clock may run
+// rather than wait: instants closer together than this are one wake-up.
+// Nothing in a run can see the difference (every time it reads is the
+// clock's), and a wake-up per modeled event would cost more CPU than the
+// events themselves.
+const paceSlack = 10 * time.Millisecond
 
 // NewVirtualClock returns a virtual clock whose Now starts at epoch (the
 // zero time means DefaultVirtualEpoch). The goroutine that creates it
@@ -59,6 +79,48 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 		epoch = DefaultVirtualEpoch
 	}
 	return &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+}
+
+// NewPacedClock returns a virtual clock that moves no faster than the wall
+// clock: before time moves to an instant, the clock waits until that much
+// wall time has passed since it was created. Everything else is as on a
+// VirtualClock — the tasks take turns and wake in the same order, so a run
+// on a paced clock gives the results of the same run on a virtual one,
+// only at the wall clock's pace. When the host cannot keep up, the clock
+// falls behind the wall clock (Lag) and the run's results do not change.
+// A gate opened from outside the run (a reply from another process)
+// readies its waiter at the clock's instant nearest the wall clock's.
+// The zero epoch means the wall time now.
+func NewPacedClock(epoch time.Time) *VirtualClock {
+	wall := time.Now()
+	if epoch.IsZero() {
+		epoch = wall
+	}
+	c := NewVirtualClock(epoch)
+	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1)}
+	return c
+}
+
+// Paced reports whether the clock waits for the wall clock.
+func (c *VirtualClock) Paced() bool { return c.pace != nil }
+
+// Lag reports how far behind the wall clock a paced clock is now and the
+// most it has been (zero for an unpaced clock).
+func (c *VirtualClock) Lag() (now, peak time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pace == nil {
+		return 0, 0
+	}
+	return c.pace.lag, c.pace.peak
+}
+
+// WallStart is the wall time a paced clock started at (zero when unpaced).
+func (c *VirtualClock) WallStart() time.Time {
+	if c.pace == nil {
+		return time.Time{}
+	}
+	return c.pace.wallStart
 }
 
 // Now returns the epoch plus the virtual time elapsed.
@@ -125,6 +187,7 @@ func (c *VirtualClock) AfterFunc(d time.Duration, f func()) func() bool {
 	t := &vtimer{at: c.now + max(d, 0), seq: c.seq, f: f}
 	heap.Push(&c.timers, t)
 	c.stalled = false
+	c.pokeLocked()
 	c.mu.Unlock()
 	return func() bool {
 		c.mu.Lock()
@@ -170,6 +233,7 @@ func (c *VirtualClock) Join(p Participant) func() {
 	part := &participant{p: p}
 	c.parts = append(c.parts, part)
 	c.stalled = false
+	c.pokeLocked()
 	c.mu.Unlock()
 	return func() {
 		c.mu.Lock()
@@ -210,8 +274,69 @@ func (c *VirtualClock) exitTask() {
 // turn if nothing runs.
 func (c *VirtualClock) readyLocked(turn chan struct{}) {
 	c.runq = append(c.runq, turn)
+	if c.stalled && c.pace != nil {
+		// Nothing was due: whatever readied the task came from outside the
+		// run, at the wall clock's time.
+		c.advanceLocked(max(c.now, time.Since(c.pace.wallStart)))
+	}
 	c.stalled = false
+	c.pokeLocked()
 	c.dispatchLocked()
+}
+
+// pokeLocked wakes a stepper waiting for the wall clock.
+func (c *VirtualClock) pokeLocked() {
+	if c.pace != nil && c.stepping {
+		select {
+		case c.pace.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// advanceLocked moves the clock's time to at (not before now) and wakes
+// the tasks waiting for the next instant.
+func (c *VirtualClock) advanceLocked(at time.Duration) {
+	if at <= c.now {
+		return
+	}
+	c.now = at
+	for _, g := range c.yielders {
+		g.token = true
+		if g.parked {
+			c.wakeLocked(g)
+		}
+	}
+	c.yielders = c.yielders[:0]
+}
+
+// paceLocked waits until the wall clock reaches next (less the slack) and
+// reports true then. It reports false early when something changed from
+// outside the run meanwhile — a task readied (the clock has then moved to
+// the wall clock's time, short of next), a timer or participant added —
+// for the stepper to look again. Called and returns with c.mu held.
+func (c *VirtualClock) paceLocked(next time.Duration) bool {
+	p := c.pace
+	wall := time.Since(p.wallStart)
+	if wall >= next-paceSlack {
+		p.lag = max(wall-next, 0)
+		p.peak = max(p.peak, p.lag)
+		return true
+	}
+	p.lag = 0
+	c.mu.Unlock()
+	timer := time.NewTimer(next - wall)
+	select {
+	case <-timer.C:
+	case <-p.poke:
+	}
+	timer.Stop()
+	c.mu.Lock()
+	if len(c.runq) > 0 {
+		c.advanceLocked(min(max(c.now, time.Since(p.wallStart)), next))
+		return false
+	}
+	return time.Since(p.wallStart) >= next-paceSlack
 }
 
 // dispatchLocked gives the turn to the next ready task when nothing runs;
@@ -367,16 +492,10 @@ func (c *VirtualClock) stepOnce() bool {
 	if !ok {
 		return false
 	}
-	if next > c.now {
-		c.now = next
-		for _, g := range c.yielders {
-			g.token = true
-			if g.parked {
-				c.wakeLocked(g)
-			}
-		}
-		c.yielders = c.yielders[:0]
+	if next > c.now && c.pace != nil && !c.paceLocked(next) {
+		return true // look again: something came from outside meanwhile
 	}
+	c.advanceLocked(next)
 	for len(c.timers) > 0 && c.timers[0].at <= c.now {
 		t := heap.Pop(&c.timers).(*vtimer)
 		c.mu.Unlock()

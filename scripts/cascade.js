@@ -21,9 +21,9 @@
 // cascade.
 //
 // Run:  bin/mocker run scripts/cascade.js
-//       bin/mocker run --clock virtual scripts/cascade.js   (for CI: the same
-//       result on every run, in a fraction of the time)
-//   -e DURATION=10s   how long the VUs push (script time: wall, or virtual)
+//       bin/mocker run --clock virtual scripts/cascade.js   (the same result as live,
+//       in a fraction of the time: for CI)
+//   -e DURATION=10s   how long the VUs push (script time: paced with the wall clock, or virtual)
 //   -e VUS=24         concurrent users
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms; aborts need ≤ 1000)
 //   -e SPEEDUP=10     speedup_ratio: modeled ms per script ms

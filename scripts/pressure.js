@@ -19,9 +19,9 @@
 // turns the same rates into a lighter load in modeled time.
 //
 // Run:  bin/mocker run scripts/pressure.js
-//       bin/mocker run --clock virtual scripts/pressure.js   (for CI: the same
-//       result on every run, in a fraction of the time)
-//   -e DURATION=20s       length of the ramp (script time: wall, or virtual)
+//       bin/mocker run --clock virtual scripts/pressure.js   (the same result as live,
+//       in a fraction of the time: for CI)
+//   -e DURATION=20s       length of the ramp (script time: paced with the wall clock, or virtual)
 //   -e START_RATE=5       requests per wall second at the start
 //   -e PEAK_RATE=40       requests per wall second at the end of the ramp
 //   -e MAX_VUS=200        VUs the executor may use for requests in flight

@@ -13,9 +13,9 @@
 // shows the latencies, the pins, transfers and aborts, and a "KV handoff"
 // section with the longest holds (prefill → decode).
 //
-// Run:  bin/mocker run scripts/quickstart.js      (what `make run` runs)
-//       bin/mocker run --clock virtual scripts/quickstart.js   (for CI: the same
-//       result on every run, in a fraction of the time)
+// Run:  bin/mocker run scripts/quickstart.js      (live; `make run` runs it on virtual time)
+//       bin/mocker run --clock virtual scripts/quickstart.js   (the same result as live,
+//       in a fraction of the time: for CI)
 //   -e DURATION=16s   length of the ramp (up, steady, down; script time)
 //   -e VUS=20         peak number of VUs
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms)

@@ -17,11 +17,11 @@
 // --summary-export them.
 //
 // Run:  bin/mocker run -e ROUTER=kv -e ENGINE=vllm scripts/router-matrix.js
-//       bin/mocker run --clock virtual scripts/router-matrix.js   (for CI: the same
-//       result on every run, in a fraction of the time)
+//       bin/mocker run --clock virtual scripts/router-matrix.js   (the same result as live,
+//       in a fraction of the time: for CI)
 //   -e ROUTER=round-robin|kv|least-loaded|random   (default kv)
 //   -e ENGINE=vllm|sglang                          (default vllm)
-//   -e DURATION=10s    how long requests arrive (script time: wall, or virtual)
+//   -e DURATION=10s    how long requests arrive (script time: paced with the wall clock, or virtual)
 //   -e RATE=20         requests per wall second
 //   -e PREFIXES=24     distinct conversations (shared prefixes)
 //   -e SPEEDUP=10      speedup_ratio: modeled ms per script ms

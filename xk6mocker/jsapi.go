@@ -171,6 +171,13 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 		g.Wait(context.Background())
 		return res
 	}
+	if e.offTurn != nil {
+		// Remote workers under a paced clock: the VU waits outside its
+		// turn; the held-blocks gauge is sampled as each request ends.
+		var res cluster.Result
+		e.outside(func() { res = e.generate(ctx, req) })
+		return res
+	}
 	// On the wall clock the VU holds the cluster's modeled time still from
 	// one result to its next step (its next request, or its next wait):
 	// the time the host takes over the script's JavaScript is no modeled
@@ -360,7 +367,7 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 	if res.PrefillRejected {
 		push(m.prefillRejections, 1, tags("role", "prefill"))
 	}
-	lagNow, _ := e.c.ClockLag()
+	lagNow, _ := e.clockLag()
 	push(m.lag, float64(lagNow)/float64(time.Millisecond), tags())
 	inst.sampleHeld(e, e.held())
 }

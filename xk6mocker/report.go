@@ -62,7 +62,7 @@ func (e *entry) report() report.Cluster {
 		Name: e.name, Engine: e.engine, Router: e.router, Topology: e.topology,
 		SpeedupRatio: e.speedup, Stats: st, Series: e.c.Series(), Holds: e.holds(),
 	}
-	_, rc.ClockLagPeak = e.c.ClockLag()
+	_, rc.ClockLagPeak = e.clockLag()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	rc.TTFT = distribution("all", &e.seen.ttft)

@@ -92,8 +92,9 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		name = cluster.DefaultName
 		cfg.Name = name
 	}
-	if clock.Virtual() && cfg.Transport != nil {
-		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock wall (or MOCKER_CLOCK=wall), or remove transport to run the in-process cluster")}
+	paced := isPaced(clock)
+	if clock.Virtual() && !paced && cfg.Transport != nil {
+		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock paced (the default) or --clock wall, or remove transport to run the in-process cluster")}
 	}
 	// A bad field is reported as such, whatever already runs under the
 	// name.
@@ -112,12 +113,17 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		}
 		return e, nil
 	}
-	if !clock.Virtual() {
+	if !clock.Virtual() || cfg.Transport != nil {
 		c, err := cluster.New(cfg)
 		if err != nil {
 			return nil, err
 		}
 		e := newEntry(name, c, cfg, speedup)
+		if clock.Virtual() {
+			// Remote workers keep the wall clock's time; on a paced clock
+			// a VU waits for them outside its turn (see outside).
+			e.offTurn = clock
+		}
 		r.clusters[name] = e
 		return e, nil
 	}
@@ -181,6 +187,10 @@ type entry struct {
 	stepped bool
 	clock   harness.Clock
 	leave   func()
+	// offTurn is the run's clock when the cluster runs outside it: a
+	// remote cluster under a paced clock, whose calls block on other
+	// processes and so must not hold the clock's turn (outside).
+	offTurn harness.Clock
 
 	tagSets sync.Map // tagSet's cache: string → metrics.Tags
 
@@ -228,6 +238,41 @@ func topology(cfg cluster.Config) string {
 		w = cluster.DefaultWorkers
 	}
 	return fmt.Sprintf("%d aggregated", w)
+}
+
+// isPaced reports whether clock is a paced clock (harness.NewPacedClock).
+func isPaced(clock harness.Clock) bool {
+	p, ok := clock.(interface{ Paced() bool })
+	return ok && p.Paced()
+}
+
+// outside runs f, which blocks on work outside the run's clock, so that
+// the calling VU does not hold the clock's turn meanwhile: on a paced
+// clock the VU waits on a gate that f's goroutine opens (other VUs run,
+// time moves with the wall clock); otherwise f runs on the caller.
+func (e *entry) outside(f func()) {
+	if e.offTurn == nil {
+		f()
+		return
+	}
+	g := e.offTurn.NewGate()
+	go func() {
+		defer g.Open()
+		f()
+	}()
+	g.Wait(nil)
+}
+
+// clockLag is how far behind the wall clock the cluster's time is now and
+// at most: its paced loop's on the wall clock, the run's clock when the
+// cluster is stepped on a paced clock.
+func (e *entry) clockLag() (now, peak time.Duration) {
+	if l, ok := e.clock.(interface {
+		Lag() (time.Duration, time.Duration)
+	}); ok && e.stepped {
+		return l.Lag()
+	}
+	return e.c.ClockLag()
 }
 
 // generate runs one request; after the run ended it fails cleanly.
@@ -283,6 +328,11 @@ func (e *entry) lag() cluster.LagReport {
 	if e.closed {
 		return e.finalLag
 	}
+	if w, ok := e.clock.(interface{ WallStart() time.Time }); ok && e.stepped && !w.WallStart().IsZero() {
+		now, peak := e.clockLag()
+		toMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		return cluster.LagReport{PeakMs: toMs(peak), NowMs: toMs(now), RunMs: toMs(time.Since(w.WallStart()))}
+	}
 	return e.c.Lag()
 }
 
@@ -320,7 +370,9 @@ func (e *entry) sleep(ctx context.Context, ms float64) error {
 		e.clock.Sleep(ctx, time.Duration(ms/e.speedup*float64(time.Millisecond)))
 		return ctx.Err()
 	}
-	return e.c.Sleep(ctx, ms)
+	var err error
+	e.outside(func() { err = e.c.Sleep(ctx, ms) })
+	return err
 }
 
 // drain waits for the cluster's in-flight work to end.
@@ -328,7 +380,10 @@ func (e *entry) drain(ctx context.Context) (cluster.Stats, error) {
 	if e.isClosed() {
 		return e.stats(), nil
 	}
-	return e.c.Drain(ctx)
+	var st cluster.Stats
+	var err error
+	e.outside(func() { st, err = e.c.Drain(ctx) })
+	return st, err
 }
 
 // sampleDue reports whether a periodic held-blocks sample is due, claiming

@@ -2,6 +2,7 @@ package xk6mocker
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -152,15 +153,50 @@ func burnCPU(n int) (stop func()) {
 	}
 }
 
-// TestScripts_QuickstartOnTheWallClock: `make run` runs the quickstart on
-// the wall clock; a short, unsaturated run of it passes its thresholds
-// there too.
+// TestScripts_QuickstartPacedAsOnVirtualTime: `mocker run` runs on the
+// paced clock by default. A live run of the quickstart past saturation,
+// with CPU burners and -o json beside it, reports what the same run on
+// virtual time reports, byte for byte but for mocker_clock_lag (how far the
+// host fell behind: a measurement of the host, not of the model).
+func TestScripts_QuickstartPacedAsOnVirtualTime(t *testing.T) {
+	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
+		t.Skip("builds the mocker binary; -short skips it unless CI=true")
+	}
+	bin, root := buildMocker(t)
+	dir := t.TempDir()
+	args := []string{"run", "-q", "--no-color", "-e", "DURATION=6s"}
+	export := func(name string, extra ...string) (map[string]any, string) {
+		path := filepath.Join(dir, name+".json")
+		runArgs := append(slices.Clone(args), extra...)
+		code, stdout, stderr := runMocker(t, bin, root, append(runArgs, "--summary-export", path, "scripts/quickstart.js")...)
+		require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(b, &m))
+		delete(m["metrics"].(map[string]any), MetricClockLag)
+		delete(m["mocker"].(map[string]any)["clusters"].(map[string]any)["default"].(map[string]any), "clock_lag_peak_ms")
+		return m, stderr
+	}
+	virtual, _ := export("virtual", "--clock", "virtual")
+	stop := burnCPU(2)
+	live, _ := export("paced", "-o", "json="+filepath.Join(dir, "samples.json"))
+	stop()
+	assert.Equal(t, virtual, live)
+	aborts, ok := virtual["metrics"].(map[string]any)[MetricKVAborts].(map[string]any)
+	require.True(t, ok, "the run aborted no hold: it must reach saturation to mean something")
+	assert.Positive(t, aborts["count"])
+}
+
+// TestScripts_QuickstartOnTheWallClock: on `--clock wall` (every VU on its
+// own goroutine) a short, unsaturated run of the quickstart passes its
+// thresholds too.
 func TestScripts_QuickstartOnTheWallClock(t *testing.T) {
 	if skipUnderShort(testing.Short(), os.Getenv("CI")) {
 		t.Skip("builds the mocker binary; -short skips it unless CI=true")
 	}
 	bin, root := buildMocker(t)
-	code, stdout, stderr := runMocker(t, bin, root, "run", "-q", "--no-color", "-e", "DURATION=3s", "-e", "VUS=6", "scripts/quickstart.js")
+	code, stdout, stderr := runMocker(t, bin, root, "run", "-q", "--no-color", "--clock", "wall", "-e", "DURATION=3s", "-e", "VUS=6", "scripts/quickstart.js")
 	require.Equalf(t, 0, code, "exit code\nstdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "█ KV HANDOFF")
 }

@@ -133,7 +133,7 @@ func (e *entry) summary() ClusterSummary {
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
-	s.LagWarning = lagWarning(lag, e.speedup)
+	s.LagWarning = lagWarning(lag, e.speedup, e.stepped)
 	s.ModeledMs = e.modeledNow()
 	s.SpeedupRatio = e.speedup
 	return s
@@ -141,9 +141,13 @@ func (e *entry) summary() ClusterSummary {
 
 // lagWarning is the summary's warning when the cluster's loop fell behind
 // the wall clock by over a tenth of the run, "" otherwise.
-func lagWarning(lag cluster.LagReport, speedup float64) string {
+func lagWarning(lag cluster.LagReport, speedup float64, paced bool) string {
 	if !lag.Excessive() {
 		return ""
+	}
+	if paced {
+		return fmt.Sprintf("the run's paced clock ran up to %s behind the wall clock (over 10%% of the run's %s): the host could not keep up, so the run took longer than its script says; modeled results are unaffected. Run with less load beside it, or use --clock virtual",
+			ms(lag.PeakMs), ms(lag.RunMs))
 	}
 	return fmt.Sprintf("the cluster's loop ran up to %s behind the wall clock (over 10%% of the run's %s): the host could not keep up at speedup_ratio %g, so the script's wall-clock pacing offered less modeled load than it says; modeled results are unaffected. Lower speedup_ratio, or run with less load beside it",
 		ms(lag.PeakMs), ms(lag.RunMs), speedup)

@@ -176,13 +176,17 @@ func TestLagWarning_OnlyPastATenthOfTheRun(t *testing.T) {
 		{cluster.LagReport{PeakMs: 1001, RunMs: 10000}, true},
 		{cluster.LagReport{PeakMs: 5, RunMs: 0}, false},
 	} {
-		got := lagWarning(tc.lag, 200)
+		got := lagWarning(tc.lag, 200, false)
+		paced := lagWarning(tc.lag, 200, true)
 		if !tc.warn {
 			assert.Empty(t, got, "%+v", tc.lag)
+			assert.Empty(t, paced, "%+v", tc.lag)
 			continue
 		}
 		assert.Contains(t, got, "behind the wall clock", "%+v", tc.lag)
 		assert.Contains(t, got, "speedup_ratio 200")
 		assert.Contains(t, got, "modeled results are unaffected")
+		assert.Contains(t, paced, "paced clock ran up to 1.00s behind the wall clock")
+		assert.Contains(t, paced, "took longer than its script says")
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/kvstrand/mocker/harness"
@@ -131,4 +134,42 @@ func TestDispatch_VersionGoesToStdout(t *testing.T) {
 	assert.Equal(t, 0, dispatch([]string{"version"}, &stdout, &stderr))
 	assert.Regexp(t, `^mocker \S+\n$`, stdout.String())
 	assert.Empty(t, stderr.String())
+}
+
+// TestRun_Clocks: the run is paced by default, --clock (or MOCKER_CLOCK)
+// picks another clock, and a wrong choice says what the choices are.
+func TestRun_Clocks(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "s.js")
+	require.NoError(t, os.WriteFile(script, []byte(`
+import { sleep } from 'k6';
+export const options = { iterations: 2 };
+export default function () { console.log('at ' + Date.now()); sleep(0.05); }
+`), 0o600))
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		code int
+		says string
+	}{
+		{"default is paced", nil, "", 0, "clock: paced, from "},
+		{"virtual", []string{"--clock", "virtual"}, "", 0, "clock: virtual, from 2026-01-01T00:00:00Z"},
+		{"env", nil, "virtual", 0, "clock: virtual, from "},
+		{"flag over env", []string{"--clock", "paced"}, "virtual", 0, "clock: paced, from "},
+		{"paced epoch", []string{"--virtual-epoch", "2030-05-06T07:08:09Z"}, "", 0, "clock: paced, from 2030-05-06T07:08:09Z"},
+		{"wall", []string{"--clock", "wall"}, "", 0, "output: -"},
+		{"unknown", []string{"--clock", "fast"}, "", 104, "--clock: want paced, virtual or wall, got \"fast\""},
+		{"unknown env", nil, "fast", 104, "MOCKER_CLOCK: want paced, virtual or wall, got \"fast\""},
+		{"epoch on the wall clock", []string{"--clock", "wall", "--virtual-epoch", "2030-05-06T07:08:09Z"}, "", 104, "--virtual-epoch: only means something with --clock paced or --clock virtual"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("MOCKER_CLOCK", tc.env)
+			code, _, stderr := runArgs(append(append([]string{"--no-color"}, tc.args...), script)...)
+			assert.Equal(t, tc.code, code, stderr)
+			assert.Contains(t, stderr, tc.says)
+			if tc.name == "wall" {
+				assert.NotContains(t, stderr, "clock:")
+			}
+		})
+	}
 }

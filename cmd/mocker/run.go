@@ -47,15 +47,22 @@ Flags:
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
       --report FILE             write an HTML report of the run to FILE: each
                                 cluster's history and the thresholds (self-contained)
-      --clock wall|virtual      what time the script runs on (default wall, or
-                                MOCKER_CLOCK): virtual runs as fast as the CPU
-                                allows and gives the same results on any host;
-                                the mode to use for CI thresholds
-      --virtual-epoch T         where a virtual clock starts (Date.now() at the
-                                start), RFC 3339; default 2026-01-01T00:00:00Z
+      --clock paced|virtual|wall
+                                what time the script runs on (or MOCKER_CLOCK):
+                                paced (default) and virtual give the same
+                                results on any host, however busy; virtual runs
+                                as fast as the CPU allows, paced at the wall
+                                clock's pace; wall lets every VU run freely on
+                                the host's clock, results then vary with the
+                                host (the distributed transport needs paced
+                                or wall)
+      --virtual-epoch T         where a paced or virtual clock starts
+                                (Date.now() at the start), RFC 3339; default
+                                the start of the run when paced,
+                                2026-01-01T00:00:00Z when virtual
       --random-seed N           seed Math.random in every VU (overrides
-                                options.randomSeed; 0 by default on a virtual
-                                clock)
+                                options.randomSeed; 0 by default on a paced
+                                or virtual clock)
   -q, --quiet                   no start banner and no progress display
       --no-color                no ANSI colours in the summary
       --no-setup                skip setup()
@@ -290,16 +297,18 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		}
 	})
 	switch clockMode {
-	case "", "wall":
+	case "", "paced":
+		cfg.VirtualClock, cfg.Paced = true, true
+	case "wall":
 	case "virtual":
 		cfg.VirtualClock = true
 	default:
 		if badValue == nil {
-			badValue = fmt.Errorf("%s: want wall or virtual, got %q", clockFrom, clockMode)
+			badValue = fmt.Errorf("%s: want paced, virtual or wall, got %q", clockFrom, clockMode)
 		}
 	}
 	if !cfg.VirtualEpoch.IsZero() && !cfg.VirtualClock && badValue == nil {
-		badValue = errors.New("--virtual-epoch: only means something with --clock virtual")
+		badValue = errors.New("--virtual-epoch: only means something with --clock paced or --clock virtual")
 	}
 	if badValue != nil {
 		fmt.Fprintf(stderr, "mocker run: %v\n", badValue)

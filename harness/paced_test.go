@@ -1,0 +1,166 @@
+package harness
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// paced runs a script on the paced clock (mocker run's default).
+func paced(c *Config) { c.VirtualClock, c.Paced = true, true }
+
+// turnLog runs a small program of tasks that sleep, wait on gates and
+// read the clock, and returns what each saw, in the order they saw it.
+func turnLog(c *VirtualClock) []string {
+	var mu sync.Mutex
+	var log []string
+	note := func(format string, args ...any) {
+		mu.Lock()
+		log = append(log, fmt.Sprintf("%s %s", c.Elapsed(), fmt.Sprintf(format, args...)))
+		mu.Unlock()
+	}
+	ts := newTasks(c)
+	g := c.NewGate()
+	for i := range 4 {
+		ts.Go(func() {
+			for k := range 3 {
+				c.Sleep(context.Background(), time.Duration((i*7+k*3)%5+1)*time.Millisecond)
+				note("task %d step %d", i, k)
+			}
+			if i == 0 {
+				g.Open()
+			}
+		})
+	}
+	ts.Go(func() {
+		g.Wait(context.Background())
+		note("gate")
+		c.AfterFunc(4*time.Millisecond, func() { note("timer") })
+		c.Sleep(context.Background(), 5*time.Millisecond)
+		note("after timer")
+	})
+	ts.Wait()
+	return log
+}
+
+func TestPacedClock_SameTurnsAsVirtualAtTheWallClocksPace(t *testing.T) {
+	t.Parallel()
+	want := turnLog(NewVirtualClock(time.Time{}))
+	for range 3 {
+		c := NewPacedClock(time.Time{})
+		start := time.Now()
+		got := turnLog(c)
+		wall := time.Since(start)
+		assert.Equal(t, want, got, "a paced clock takes the virtual clock's turns")
+		// The clock never runs ahead of the wall clock by more than its
+		// slack: a lower bound on wall time, which a busy host only raises.
+		assert.GreaterOrEqual(t, wall, c.Elapsed()-paceSlack)
+	}
+	require.NotEmpty(t, want)
+}
+
+func TestPacedClock_SleepTakesWallTime(t *testing.T) {
+	t.Parallel()
+	c := NewPacedClock(time.Time{})
+	start := time.Now()
+	for range 3 {
+		require.True(t, c.Sleep(context.Background(), 40*time.Millisecond))
+	}
+	assert.Equal(t, 120*time.Millisecond, c.Elapsed(), "time moves by exactly what was slept")
+	assert.GreaterOrEqual(t, time.Since(start), 120*time.Millisecond-paceSlack)
+	assert.WithinDuration(t, c.WallStart(), c.Now().Add(-c.Elapsed()), 0, "the epoch is the wall time at the start")
+}
+
+// TestPacedClock_GateOpenedFromOutsideWakesAtTheWallClocksTime: a reply
+// from another process readies its waiter at the wall clock's time, not
+// at the next timer's, and timers still fire at their instants.
+func TestPacedClock_GateOpenedFromOutsideWakesAtTheWallClocksTime(t *testing.T) {
+	t.Parallel()
+	for _, timer := range []bool{false, true} {
+		c := NewPacedClock(time.Time{})
+		var fired time.Duration
+		if timer {
+			c.AfterFunc(time.Second, func() { fired = c.Elapsed() })
+		}
+		g := c.NewGate()
+		go func() {
+			time.Sleep(30 * time.Millisecond)
+			g.Open()
+		}()
+		require.True(t, g.Wait(context.Background()))
+		woke := c.Elapsed()
+		assert.GreaterOrEqual(t, woke, 30*time.Millisecond, "timer %v", timer)
+		if timer {
+			assert.Less(t, woke, time.Second, "woken before the timer's instant")
+			require.True(t, c.Sleep(context.Background(), 2*time.Second-woke))
+			assert.Equal(t, time.Second, fired, "the timer fired at its instant")
+		}
+		c.Done()
+	}
+}
+
+// TestPacedClock_LagWhenTheHostFallsBehind: a task that holds its turn for
+// 60 ms of wall time (a host too slow for the script) puts the clock
+// behind the wall clock; the clock says by how much and does not skip an
+// instant to catch up.
+func TestPacedClock_LagWhenTheHostFallsBehind(t *testing.T) {
+	t.Parallel()
+	c := NewPacedClock(time.Time{})
+	time.Sleep(60 * time.Millisecond)
+	require.True(t, c.Sleep(context.Background(), time.Millisecond))
+	assert.Equal(t, time.Millisecond, c.Elapsed())
+	now, peak := c.Lag()
+	assert.GreaterOrEqual(t, now, 50*time.Millisecond)
+	assert.GreaterOrEqual(t, peak, now)
+	c.Done()
+
+	_, none := NewVirtualClock(time.Time{}).Lag()
+	assert.Zero(t, none, "an unpaced clock has no lag")
+}
+
+func TestPaced_SameSummaryAsVirtual(t *testing.T) {
+	t.Parallel()
+	src := `
+import { sleep, check } from 'k6';
+import exec from 'k6/execution';
+import { Trend } from 'k6/metrics';
+const who = new Trend('who');
+export const options = {
+  scenarios: {
+    shared: { executor: 'shared-iterations', vus: 3, iterations: 12 },
+    open: { executor: 'constant-arrival-rate', rate: 20, timeUnit: '1s', duration: '1s', preAllocatedVUs: 2, maxVUs: 3, exec: 'open' },
+  },
+  thresholds: { iterations: ['count>10'] },
+};
+export default function () {
+  who.add(exec.vu.idInTest * 1000 + exec.scenario.iterationInTest);
+  sleep(Math.random() / 10);
+}
+export function open() { check(Math.random(), { small: (r) => r < 0.5 }); sleep(Math.random() / 5); }
+`
+	v := runScript(t, src, virtual)
+	require.NoError(t, v.err, v.stderr)
+	start := time.Now()
+	p := runScript(t, src, paced)
+	require.NoError(t, p.err, p.stderr)
+	assert.GreaterOrEqual(t, time.Since(start), time.Second-paceSlack, "paced: the 1 s scenario takes at least 1 s")
+	assert.Equal(t, withoutRunTime(string(v.export)), withoutRunTime(string(p.export)))
+}
+
+// withoutRunTime drops the lines of a summary export that say when the
+// run happened or how long it took on the wall clock.
+func withoutRunTime(s string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "testRunDuration") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
