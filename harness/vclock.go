@@ -61,14 +61,16 @@ type pacer struct {
 	// or a timer or participant joined, from outside the turn.
 	poke      chan struct{}
 	lag, peak time.Duration // behind the wall clock: now, and at most
+	slack     time.Duration // see paceSlack
 }
 
 // paceSlack is how far ahead of the wall clock a paced clock may run
 // rather than wait: instants closer together than this are one wake-up.
-// Nothing in a run can see the difference (every time it reads is the
+// Nothing in the run can see the difference (every time it reads is the
 // clock's), and a wake-up per modeled event would cost more CPU than the
-// events themselves.
-const paceSlack = 10 * time.Millisecond
+// events themselves. A run that talks to other processes, which see the
+// wall clock, sets a closer slack (SetPaceSlack).
+const paceSlack = 50 * time.Millisecond
 
 // NewVirtualClock returns a virtual clock whose Now starts at epoch (the
 // zero time means DefaultVirtualEpoch). The goroutine that creates it
@@ -97,8 +99,20 @@ func NewPacedClock(epoch time.Time) *VirtualClock {
 		epoch = wall
 	}
 	c := NewVirtualClock(epoch)
-	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1)}
+	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1), slack: paceSlack}
 	return c
+}
+
+// SetPaceSlack sets how far ahead of the wall clock a paced clock may run
+// (see paceSlack) when d is closer than it was: a plugin whose VUs send
+// work to other processes, which take its timing from the wall clock,
+// asks for a close one. It does nothing on an unpaced clock.
+func (c *VirtualClock) SetPaceSlack(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.pace != nil && d >= 0 && d < c.pace.slack {
+		c.pace.slack = d
+	}
 }
 
 // Paced reports whether the clock waits for the wall clock.
@@ -318,7 +332,7 @@ func (c *VirtualClock) advanceLocked(at time.Duration) {
 func (c *VirtualClock) paceLocked(next time.Duration) bool {
 	p := c.pace
 	wall := time.Since(p.wallStart)
-	if wall >= next-paceSlack {
+	if wall >= next-p.slack {
 		p.lag = max(wall-next, 0)
 		p.peak = max(p.peak, p.lag)
 		return true
@@ -336,7 +350,7 @@ func (c *VirtualClock) paceLocked(next time.Duration) bool {
 		c.advanceLocked(min(max(c.now, time.Since(p.wallStart)), next))
 		return false
 	}
-	return time.Since(p.wallStart) >= next-paceSlack
+	return time.Since(p.wallStart) >= next-p.slack
 }
 
 // dispatchLocked gives the turn to the next ready task when nothing runs;

@@ -47,7 +47,7 @@ var MetricDocs = []MetricDoc{
 	{Name: MetricPrefillRejection, Type: metrics.Counter, Contains: metrics.Default, Tags: []string{"role=prefill"},
 		Meaning: "A request refused because every prefill worker was over its busy threshold: the cascade."},
 	{Name: MetricClockLag, Type: metrics.Trend, Contains: metrics.Time,
-		Meaning: "How far (wall ms) the cluster's loop ran behind the wall clock when a request ended: the host falling behind the modeled load. Modeled results do not move with it; the offered load does."},
+		Meaning: "How far (wall ms) the run's paced clock (or, on --clock wall, the cluster's loop) ran behind the wall clock when a request ended: the host falling behind. Modeled results do not move with it (on --clock wall the offered load does); always 0 on --clock virtual."},
 	{Name: MetricKVHeldBlocks, Type: metrics.Gauge, Contains: metrics.Default,
 		Meaning: "Cluster-wide held blocks, sampled after every request and every 50 ms while VUs wait; its max is the cluster's peak."},
 }

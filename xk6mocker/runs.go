@@ -121,8 +121,13 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		e := newEntry(name, c, cfg, speedup)
 		if clock.Virtual() {
 			// Remote workers keep the wall clock's time; on a paced clock
-			// a VU waits for them outside its turn (see outside).
+			// a VU waits for them outside its turn (see outside), and the
+			// clock keeps within a millisecond of the wall clock so that
+			// requests leave when the script says.
 			e.offTurn = clock
+			if s, ok := clock.(interface{ SetPaceSlack(time.Duration) }); ok {
+				s.SetPaceSlack(time.Millisecond)
+			}
 		}
 		r.clusters[name] = e
 		return e, nil
