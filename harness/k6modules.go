@@ -296,8 +296,11 @@ func newExecutionModule(h VU) ModuleInstance {
 	test := rt.NewObject()
 	_ = test.Set("abort", func(call sobek.FunctionCall) sobek.Value {
 		reason := valueString(call.Argument(0))
+		// The VU's own interrupt comes first and stays: the test's
+		// cancellation must not overwrite it with an "interrupted"
+		// (which would not count the iteration, as k6 does).
+		v.interruptSelf(&abortError{reason: reason})
 		t.abort(reason)
-		rt.Interrupt(&abortError{reason: reason})
 		return sobek.Undefined()
 	})
 	_ = test.Set("fail", func(call sobek.FunctionCall) sobek.Value {

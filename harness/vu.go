@@ -56,6 +56,9 @@ type vu struct {
 
 	imu    sync.Mutex // orders interrupts against activation changes
 	genInt uint64
+	// selfInterrupted: the JS interrupted itself (exec.test.abort) in this
+	// activation; the cancellation that follows must not overwrite it.
+	selfInterrupted bool
 }
 
 type checkKey struct{ group, name string }
@@ -377,11 +380,12 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	v.genInt++
 	gen := v.genInt
 	v.rt.ClearInterrupt()
+	v.selfInterrupted = false
 	v.ctx = ctx
 	v.imu.Unlock()
 	stop := context.AfterFunc(ctx, func() {
 		v.imu.Lock()
-		if v.genInt == gen {
+		if v.genInt == gen && !v.selfInterrupted {
 			v.rt.Interrupt(errInterrupted)
 		}
 		v.imu.Unlock()
@@ -394,13 +398,22 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	}
 }
 
+// interruptSelf interrupts the running JS with val (exec.test.abort): the
+// activation's context watcher then leaves the interrupt as it is.
+func (v *vu) interruptSelf(val any) {
+	v.imu.Lock()
+	defer v.imu.Unlock()
+	v.selfInterrupted = true
+	v.rt.Interrupt(val)
+}
+
 // interruptIfActive interrupts the running JS now, as the activation's
 // context watcher will; for native functions that return early because
 // the context ended.
 func (v *vu) interruptIfActive() {
 	v.imu.Lock()
 	defer v.imu.Unlock()
-	if v.ctx.Err() != nil {
+	if v.ctx.Err() != nil && !v.selfInterrupted {
 		v.rt.Interrupt(errInterrupted)
 	}
 }
