@@ -62,6 +62,7 @@ type pacer struct {
 	poke      chan struct{}
 	lag, peak time.Duration // behind the wall clock: now, and at most
 	slack     time.Duration // see paceSlack
+	waiting   bool          // the stepper waits for the wall clock
 }
 
 // paceSlack is how far ahead of the wall clock a paced clock may run
@@ -300,7 +301,7 @@ func (c *VirtualClock) readyLocked(turn chan struct{}) {
 
 // pokeLocked wakes a stepper waiting for the wall clock.
 func (c *VirtualClock) pokeLocked() {
-	if c.pace != nil && c.stepping {
+	if c.pace != nil && c.pace.waiting {
 		select {
 		case c.pace.poke <- struct{}{}:
 		default:
@@ -338,6 +339,11 @@ func (c *VirtualClock) paceLocked(next time.Duration) bool {
 		return true
 	}
 	p.lag = 0
+	select { // a poke from before this wait is stale
+	case <-p.poke:
+	default:
+	}
+	p.waiting = true
 	c.mu.Unlock()
 	timer := time.NewTimer(next - wall)
 	select {
@@ -346,6 +352,7 @@ func (c *VirtualClock) paceLocked(next time.Duration) bool {
 	}
 	timer.Stop()
 	c.mu.Lock()
+	p.waiting = false
 	if len(c.runq) > 0 {
 		c.advanceLocked(min(max(c.now, time.Since(p.wallStart)), next))
 		return false
