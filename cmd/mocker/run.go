@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -114,8 +115,14 @@ func runCmd(args []string) int {
 			width = w
 		}
 	}
+	oneProcOnTurns = true
 	return runWith(ctx, args, os.Stdout, os.Stderr, term.IsTerminal(int(os.Stdout.Fd())), stderrTTY, width)
 }
+
+// oneProcOnTurns is set in the mocker process (not in tests that call
+// runWith): a run on a paced or virtual clock then uses one P (see
+// runWith) unless GOMAXPROCS says otherwise.
+var oneProcOnTurns bool
 
 // handleSignals turns the first SIGINT/SIGTERM into a cancellation of the
 // run, which stops the scenarios and still runs teardown and the summary
@@ -306,6 +313,14 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		if badValue == nil {
 			badValue = fmt.Errorf("%s: want paced, virtual or wall, got %q", clockFrom, clockMode)
 		}
+	}
+	if cfg.VirtualClock && oneProcOnTurns && os.Getenv("GOMAXPROCS") == "" {
+		// On a paced or virtual clock the run's tasks take turns, one at a
+		// time: a second P only has the runtime wake a thread at every turn
+		// to find nothing to do. One P runs the same run on a fifth less
+		// CPU (and wall) time; other processes (distributed workers) keep
+		// their own.
+		runtime.GOMAXPROCS(1)
 	}
 	if !cfg.VirtualEpoch.IsZero() && !cfg.VirtualClock && badValue == nil {
 		badValue = errors.New("--virtual-epoch: only means something with --clock paced or --clock virtual")
