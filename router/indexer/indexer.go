@@ -34,11 +34,19 @@ type node struct {
 	parent  *node
 	hash    kv.LocalHash
 	workers bitset
-	kids    []*node
+	kids    []kid
 	kidMap  map[kv.LocalHash]*node
 	// kid0 backs kids while the node has at most one child, the common
 	// case, so a new node costs no allocation of its own.
-	kid0 [1]*node
+	kid0 [1]kid
+}
+
+// kid is a child and its hash, kept side by side so that a scan of a
+// node's children reads only the node's own slice: the children
+// themselves, each elsewhere in memory, are not touched until found.
+type kid struct {
+	hash kv.LocalHash
+	n    *node
 }
 
 // slabSize is how many nodes are allocated at once; maxSpare bounds the
@@ -54,7 +62,7 @@ func (n *node) child(h kv.LocalHash) *node {
 	}
 	for _, k := range n.kids {
 		if k.hash == h {
-			return k
+			return k.n
 		}
 	}
 	return nil
@@ -66,12 +74,12 @@ func (n *node) addChild(c *node) {
 		return
 	}
 	if len(n.kids) < kidsInline {
-		n.kids = append(n.kids, c)
+		n.kids = append(n.kids, kid{c.hash, c})
 		return
 	}
 	n.kidMap = make(map[kv.LocalHash]*node, 2*kidsInline)
 	for _, k := range n.kids {
-		n.kidMap[k.hash] = k
+		n.kidMap[k.hash] = k.n
 	}
 	n.kids = nil
 	n.kidMap[c.hash] = c
@@ -86,7 +94,7 @@ func (n *node) removeChild(h kv.LocalHash) {
 		if k.hash == h {
 			last := len(n.kids) - 1
 			n.kids[i] = n.kids[last]
-			n.kids[last] = nil
+			n.kids[last] = kid{}
 			n.kids = n.kids[:last]
 			return
 		}
