@@ -219,7 +219,13 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	// A sequence ends at max_model_len, and one outgrowing the pool after
 	// a preemption is truncated, so it never exceeds the pool plus the
 	// token it last generated.
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), min(v.maxModelLen, v.total*v.bs+1))
+	maxLen := min(v.maxModelLen, v.total*v.bs+1)
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen)
+	// Room for every block it can fill, as fill makes for its tokens, so
+	// that its block list never regrows.
+	if want := ceilDiv(s.longest(maxLen), v.bs); cap(s.blocks) < want {
+		s.blocks = make([]int32, 0, want)
+	}
 	s.state = st
 	v.byID[s.id] = s
 	if st == stAwaitKV {
