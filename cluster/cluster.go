@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 	"github.com/kvstrand/mocker/router"
 )
@@ -48,6 +49,7 @@ type Cluster struct {
 	stats      counters
 	forensic   *forensics
 	hashSpares hashSpares
+	hashMemo   hashMemo
 	series     seriesRec
 	drainers   []func()
 	// Holds keep a paced loop's modeled time still for callers that got a
@@ -192,6 +194,9 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	}
 	c.started = time.Now()
 	c.forensic.keepAll = opts.keepEvents
+	if opts.shareTokens {
+		c.hashMemo.byTokens = make(map[tokensKey]*kv.Hashes)
+	}
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
 	}

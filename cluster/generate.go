@@ -79,7 +79,56 @@ type request struct {
 	decode  *workerNode
 	tid     uint64     // transfer id, once the prefill holds
 	closed  bool       // its transfer room was closed
-	hashes  *kv.Hashes // the prompt's, until the request ends
+	hashes  *kv.Hashes // the prompt's, until the request ends (unless the memo's)
+}
+
+// hashMemo keeps the prompt hashes of token slices that arrive more than
+// once, by identity: a virtual run that replays a set of prompts (the
+// arrivals share their Tokens, which must not change during the run)
+// hashes each once. A slice is remembered at its first arrival and hashed
+// for keeps at its second; both are bounded, so a run of distinct prompts
+// costs a map lookup each and a few megabytes at most.
+type hashMemo struct {
+	byTokens map[tokensKey]*kv.Hashes // nil: seen once
+	blocks   int                      // hashes kept
+}
+
+type tokensKey struct {
+	first *uint32
+	n     int
+}
+
+// Bounds of the memo: slices remembered, and block hashes kept.
+const (
+	memoSlices = 1 << 16
+	memoBlocks = 1 << 18
+)
+
+// lookup returns the kept hashes of tokens in blocks of blockSize, or nil
+// when tokens are not (yet) worth keeping: the caller hashes them itself.
+// Only a memo made with enable answers.
+func (m *hashMemo) lookup(tokens []uint32, blockSize int) *kv.Hashes {
+	if m.byTokens == nil || len(tokens) == 0 || blockSize <= 0 {
+		return nil
+	}
+	key := tokensKey{&tokens[0], len(tokens)}
+	hs, seen := m.byTokens[key]
+	switch {
+	case hs != nil:
+		return hs
+	case !seen:
+		if len(m.byTokens) < memoSlices {
+			m.byTokens[key] = nil
+		}
+		return nil
+	case m.blocks+len(tokens)/blockSize > memoBlocks:
+		return nil
+	}
+	hs = &kv.Hashes{BlockSize: blockSize}
+	hs.Locals, hs.Seqs = kv.BlockHashes(tokens, blockSize, nil, nil)
+	m.blocks += len(hs.Seqs)
+	m.byTokens[key] = hs
+	return hs
 }
 
 // hashSpares recycles the storage of prompt hashes, which the loop
@@ -309,10 +358,13 @@ func (c *Cluster) arrive(h *call) {
 	}
 	r := &request{id: id, h: h, rid: routerID(id)}
 	h.r = r
-	hs := c.hashSpares.take(c.v.Now())
-	hs.BlockSize = c.res.router.BlockSize // every pool's block size
-	hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
-	r.hashes = hs
+	hs := c.hashMemo.lookup(h.req.Tokens, c.res.router.BlockSize)
+	if hs == nil {
+		hs = c.hashSpares.take(c.v.Now())
+		hs.BlockSize = c.res.router.BlockSize // every pool's block size
+		hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
+		r.hashes = hs
+	}
 	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
 	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	if !c.cfg.Disagg {
@@ -412,8 +464,10 @@ func (c *Cluster) finish(r *request, f handoff.Finish) {
 }
 
 func (c *Cluster) reply(r *request, res Result) {
-	c.hashSpares.retire(c.v.Now(), r.hashes)
-	r.hashes = nil
+	if r.hashes != nil {
+		c.hashSpares.retire(c.v.Now(), r.hashes)
+		r.hashes = nil
+	}
 	if c.onFinish != nil {
 		c.onFinish(r, res)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/kv"
 )
 
 func TestRequest_ValidateMaxTokens(t *testing.T) {
@@ -49,4 +51,25 @@ func TestGenerate_PromptLongerThanAnyWorkerIsRefusedFirst(t *testing.T) {
 	assert.Equal(t, uint64(1), st.Rejected, "counted as refused")
 	ok := c.Generate(context.Background(), Request{PromptTokens: 512, MaxTokens: 2})
 	assert.Equal(t, OutcomeCompleted, ok.Outcome, ok.Error)
+}
+
+// TestHashMemo_HashesASharedPromptOnce: a token slice seen a second time
+// is hashed once for keeps, with exactly the hashes of BlockHashes; a
+// slice seen once, or a memo that is off, hands the hashing back.
+func TestHashMemo_HashesASharedPromptOnce(t *testing.T) {
+	t.Parallel()
+	tokens := promptTokens(Request{PromptTokens: 100}, 1, 1)
+	wantL, wantS := kv.BlockHashes(tokens, 16, nil, nil)
+
+	var off hashMemo
+	assert.Nil(t, off.lookup(tokens, 16), "off")
+
+	m := hashMemo{byTokens: map[tokensKey]*kv.Hashes{}}
+	assert.Nil(t, m.lookup(tokens, 16), "first arrival")
+	hs := m.lookup(tokens, 16)
+	require.NotNil(t, hs, "second arrival")
+	assert.Equal(t, wantL, hs.Locals)
+	assert.Equal(t, wantS, hs.Seqs)
+	assert.Same(t, hs, m.lookup(tokens, 16), "kept")
+	assert.Nil(t, m.lookup(tokens[:50], 16), "another slice of the same tokens is another prompt")
 }

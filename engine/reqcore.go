@@ -74,11 +74,7 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	if prefillOnly {
 		c.maxOut = 1
 	}
-	// The sequence's longest possible length on this worker.
-	longest := c.prompt
-	if room := maxLen - c.prompt; room > 0 {
-		longest += min(c.maxOut, room)
-	}
+	longest := c.longest(maxLen)
 	// Without prefix caching nothing is ever hashed, so no token id is
 	// read again.
 	c.tailAt = c.prompt
@@ -102,6 +98,16 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	c.policy = policy
 	c.priority = req.Priority
 	c.arrival = now
+}
+
+// longest is the longest c's sequence can grow on a worker where it can
+// reach maxLen tokens.
+func (c *reqCore) longest(maxLen int) int {
+	n := c.prompt
+	if room := maxLen - c.prompt; room > 0 {
+		n += min(c.maxOut, room)
+	}
+	return n
 }
 
 // recycled is c emptied for reuse, keeping its slices' storage.

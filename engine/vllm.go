@@ -69,9 +69,14 @@ type VLLM struct {
 
 	handoffBook
 
-	pool    *blockPool
-	rng     *rand.Rand
-	waiting seqDeque
+	pool *blockPool
+	rng  *rand.Rand
+	// hitSlots are the slots of the prefix hits prefixHits last found;
+	// hitsOf is the waiting request admission found them for, as it hands
+	// the request to schedule.
+	hitSlots []int32
+	hitsOf   *seq
+	waiting  seqDeque
 	// pending are destinations waiting for their reservation, in arrival
 	// order; activated are destinations whose KV arrived, waiting for a
 	// running slot. Neither keeps a slot before it runs (unless
@@ -214,7 +219,13 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	// A sequence ends at max_model_len, and one outgrowing the pool after
 	// a preemption is truncated, so it never exceeds the pool plus the
 	// token it last generated.
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), min(v.maxModelLen, v.total*v.bs+1))
+	maxLen := min(v.maxModelLen, v.total*v.bs+1)
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen)
+	// Room for every block it can fill, as fill makes for its tokens, so
+	// that its block list never regrows.
+	if want := ceilDiv(s.longest(maxLen), v.bs); cap(s.blocks) < want {
+		s.blocks = make([]int32, 0, want)
+	}
 	s.state = st
 	v.byID[s.id] = s
 	if st == stAwaitKV {
@@ -468,8 +479,10 @@ func (v *VLLM) freeBlocks(s *seq) {
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
 // logits produce the next token). active counts hits on referenced blocks,
-// the only ones admission credits.
+// the only ones admission credits. The hit blocks' slots are left in
+// v.hitSlots, for the caller that goes on to take them.
 func (v *VLLM) prefixHits(s *seq) (hits, active int) {
+	v.hitSlots = v.hitSlots[:0]
 	if !v.caching {
 		return 0, 0
 	}
@@ -483,6 +496,7 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 		if v.pool.isActive(slot) {
 			active++
 		}
+		v.hitSlots = append(v.hitSlots, slot)
 		hits++
 	}
 	return hits, active
@@ -524,9 +538,15 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	length := s.length
 	effective, hits := s.computed, 0
 	if s.computed == 0 && len(s.blocks) == 0 {
-		hits, _ = v.prefixHits(s)
+		if v.hitsOf == s {
+			// Admission has just walked s's prefix: nothing changed since.
+			hits = len(v.hitSlots)
+		} else {
+			hits, _ = v.prefixHits(s)
+		}
 		effective = hits * v.bs
 	}
+	v.hitsOf = nil
 	remaining := length - effective
 	if remaining <= 0 {
 		return schedNothing
@@ -541,8 +561,7 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		return schedBlocked
 	}
 	desired := min(remaining, v.budget)
-	for i := 0; i < hits; i++ {
-		slot, _ := v.pool.lookup(s.hashes[i])
+	for _, slot := range v.hitSlots[:hits] {
 		v.pool.acquire(slot)
 		s.blocks = append(s.blocks, slot)
 	}
@@ -811,6 +830,7 @@ func (v *VLLM) admit(now float64, out *Output) {
 		if blocks-activeHits > v.total-v.pool.active {
 			return
 		}
+		v.hitsOf = s
 		if v.schedule(s, now, false, out) != schedOK {
 			return
 		}
@@ -840,8 +860,7 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	if blocks-activeHits > v.total-v.pool.active {
 		return false
 	}
-	for i := 0; i < hits; i++ {
-		slot, _ := v.pool.lookup(s.hashes[i])
+	for _, slot := range v.hitSlots[:hits] {
 		v.pool.acquire(slot)
 		s.blocks = append(s.blocks, slot)
 	}

@@ -3,6 +3,7 @@ package kv
 import (
 	"encoding/binary"
 	"slices"
+	"unsafe"
 
 	"github.com/zeebo/xxh3"
 )
@@ -35,8 +36,24 @@ func (h *Hashes) Covers(n, blockSize int) bool {
 	return len(h.Locals) == n/blockSize && len(h.Seqs) == n/blockSize
 }
 
+// littleEndian is whether token ids in memory already are the bytes a
+// block hash reads.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
+
 // HashTokens returns the local hash of one block of tokens.
 func HashTokens(tokens []uint32) LocalHash {
+	if littleEndian {
+		// The hash is over the ids as little-endian u32, which is how
+		// this host stores them: hash them in place rather than copy.
+		b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), 4*len(tokens))
+		return LocalHash(xxh3.HashSeed(b, Seed))
+	}
+	return hashTokensPortable(tokens)
+}
+
+// hashTokensPortable is HashTokens on any host: the ids are copied out as
+// little-endian bytes first.
+func hashTokensPortable(tokens []uint32) LocalHash {
 	var stack [256]byte
 	var buf []byte
 	if n := 4 * len(tokens); n <= len(stack) {

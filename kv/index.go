@@ -11,15 +11,20 @@ import "iter"
 // hottest map work of a cluster run). Sequence hashes are XXH3 outputs,
 // so their low bits index the table as they are. The zero value is an
 // empty index; it is not safe for concurrent use.
+//
+// An entry is a hash and its value, no more: the hash 0 marks an empty
+// entry, and the one value it may have is kept aside, so an index of
+// pointers has 16-byte entries, four to a cache line.
 type Index[V any] struct {
 	entries []indexEntry[V]
 	mask    uint64
 	n       int
+	zero    V // the value of hash 0, when hasZero
+	hasZero bool
 }
 
 type indexEntry[V any] struct {
-	hash SeqHash
-	used bool
+	hash SeqHash // 0: empty
 	val  V
 }
 
@@ -37,20 +42,19 @@ func (x *Index[V]) resize(n int) {
 		size <<= 1
 	}
 	old := x.entries
-	x.entries, x.mask, x.n = make([]indexEntry[V], size), uint64(size-1), 0
+	x.entries, x.mask = make([]indexEntry[V], size), uint64(size-1)
 	for i := range old {
-		if e := &old[i]; e.used {
+		if e := &old[i]; e.hash != 0 {
 			*x.slotFor(e.hash) = *e
-			x.n++
 		}
 	}
 }
 
 // find is the position of the entry holding h, or of the empty entry
-// where h belongs.
+// where h belongs. h must not be 0.
 func (x *Index[V]) find(h SeqHash) uint64 {
 	i := uint64(h) & x.mask
-	for x.entries[i].used && x.entries[i].hash != h {
+	for x.entries[i].hash != 0 && x.entries[i].hash != h {
 		i = (i + 1) & x.mask
 	}
 	return i
@@ -63,8 +67,11 @@ func (x *Index[V]) Len() int { return x.n }
 
 // Get returns the value held for h.
 func (x *Index[V]) Get(h SeqHash) (V, bool) {
-	if x.n > 0 {
-		if e := x.slotFor(h); e.used {
+	if h == 0 {
+		return x.zero, x.hasZero
+	}
+	if len(x.entries) > 0 {
+		if e := x.slotFor(h); e.hash != 0 {
 			return e.val, true
 		}
 	}
@@ -76,12 +83,20 @@ func (x *Index[V]) Get(h SeqHash) (V, bool) {
 // (added reports it), in one probe. The pointer is valid until the next
 // addition.
 func (x *Index[V]) Ref(h SeqHash) (v *V, added bool) {
+	if h == 0 {
+		if !x.hasZero {
+			x.hasZero = true
+			x.n++
+			added = true
+		}
+		return &x.zero, added
+	}
 	if 2*(x.n+1) > len(x.entries) {
 		x.resize(x.n + 1)
 	}
 	e := x.slotFor(h)
-	if !e.used {
-		e.hash, e.used = h, true
+	if e.hash == 0 {
+		e.hash = h
 		x.n++
 		added = true
 	}
@@ -97,17 +112,25 @@ func (x *Index[V]) Put(h SeqHash, v V) {
 // Delete removes h and returns the value it held.
 func (x *Index[V]) Delete(h SeqHash) (V, bool) {
 	var zero V
-	if x.n == 0 {
+	if h == 0 {
+		v, ok := x.zero, x.hasZero
+		if ok {
+			x.zero, x.hasZero = zero, false
+			x.n--
+		}
+		return v, ok
+	}
+	if len(x.entries) == 0 {
 		return zero, false
 	}
 	i := x.find(h)
-	if !x.entries[i].used {
+	if x.entries[i].hash == 0 {
 		return zero, false
 	}
 	v := x.entries[i].val
 	// Every entry up to the next empty one whose probe passes through the
 	// gap at i moves into it, which opens a gap where it was.
-	for j := (i + 1) & x.mask; x.entries[j].used; j = (j + 1) & x.mask {
+	for j := (i + 1) & x.mask; x.entries[j].hash != 0; j = (j + 1) & x.mask {
 		k := uint64(x.entries[j].hash) & x.mask
 		// The entry at j stays if its home lies cyclically in (i, j].
 		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
@@ -124,6 +147,8 @@ func (x *Index[V]) Delete(h SeqHash) (V, bool) {
 // Clear removes every hash, keeping the table's storage.
 func (x *Index[V]) Clear() {
 	clear(x.entries)
+	var zero V
+	x.zero, x.hasZero = zero, false
 	x.n = 0
 }
 
@@ -131,8 +156,11 @@ func (x *Index[V]) Clear() {
 // must not change during the iteration.
 func (x *Index[V]) All() iter.Seq2[SeqHash, V] {
 	return func(yield func(SeqHash, V) bool) {
+		if x.hasZero && !yield(0, x.zero) {
+			return
+		}
 		for i := range x.entries {
-			if e := &x.entries[i]; e.used && !yield(e.hash, e.val) {
+			if e := &x.entries[i]; e.hash != 0 && !yield(e.hash, e.val) {
 				return
 			}
 		}

@@ -104,7 +104,9 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 	for _, w := range cands {
 		w.shared = 0
 	}
-	if reuse {
+	// Only requests in flight with shared-block legs ref blocks; with none
+	// there is nothing to look up.
+	if reuse && len(r.blocks) > 0 {
 		for _, h := range req.SeqHashes {
 			e, ok := r.blocks[h]
 			if !ok {

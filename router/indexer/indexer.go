@@ -25,75 +25,125 @@ var (
 	ErrSelfParent = errors.New("stored event names a block as its own parent")
 )
 
-// kidsInline is how many children a node keeps in a slice before switching
-// to a map. Most nodes in a prompt tree have one child; a scan of a few
-// pointers beats a map lookup and costs far less memory.
+// kidsInline is how many children a node keeps inline and in a list
+// before switching to a map. Most nodes in a prompt tree have one child; a
+// scan of a few entries beats a map lookup and costs far less memory.
 const kidsInline = 8
 
 type node struct {
 	parent  *node
 	hash    kv.LocalHash
 	workers bitset
-	kids    []*node
-	kidMap  map[kv.LocalHash]*node
-	// kid0 backs kids while the node has at most one child, the common
-	// case, so a new node costs no allocation of its own.
-	kid0 [1]*node
+	// kid0 is the first child, inline: most nodes of a prompt tree have
+	// one. more holds the others.
+	kid0 kid
+	more *kids
+	// A node fills one cache line of its slab (see slabSize): a prune
+	// walking up a chain of them reads one line each.
+	_ [8]byte
 }
 
-// slabSize is how many nodes are allocated at once; maxSpare bounds the
-// pruned nodes kept for reuse, so a shrinking tree returns memory.
+// kid is a child and its hash, kept side by side so that a scan of a
+// node's children reads only the node's own storage: the children
+// themselves, each elsewhere in memory, are not touched until found.
+type kid struct {
+	hash kv.LocalHash
+	n    *node
+}
+
+// kids are a node's children past kid0: in a short list, then, past
+// kidsInline children in all, in a map.
+type kids struct {
+	list []kid
+	m    map[kv.LocalHash]*node
+}
+
+// slabSize is how many nodes are allocated at once (a slab of 64-byte
+// nodes is a whole number of pages, so every node starts a cache line);
+// maxSpare bounds the pruned nodes kept for reuse, so a shrinking tree
+// returns memory.
 const (
 	slabSize = 128
 	maxSpare = 1 << 14
 )
 
 func (n *node) child(h kv.LocalHash) *node {
-	if n.kidMap != nil {
-		return n.kidMap[h]
+	if n.kid0.n != nil && n.kid0.hash == h {
+		return n.kid0.n
 	}
-	for _, k := range n.kids {
-		if k.hash == h {
-			return k
+	if k := n.more; k != nil {
+		if k.m != nil {
+			return k.m[h]
+		}
+		for _, c := range k.list {
+			if c.hash == h {
+				return c.n
+			}
 		}
 	}
 	return nil
 }
 
 func (n *node) addChild(c *node) {
-	if n.kidMap != nil {
-		n.kidMap[c.hash] = c
+	if n.kid0.n == nil {
+		n.kid0 = kid{c.hash, c}
 		return
 	}
-	if len(n.kids) < kidsInline {
-		n.kids = append(n.kids, c)
+	k := n.more
+	if k == nil {
+		k = &kids{}
+		n.more = k
+	}
+	if k.m != nil {
+		k.m[c.hash] = c
 		return
 	}
-	n.kidMap = make(map[kv.LocalHash]*node, 2*kidsInline)
-	for _, k := range n.kids {
-		n.kidMap[k.hash] = k
+	if len(k.list) < kidsInline-1 {
+		k.list = append(k.list, kid{c.hash, c})
+		return
 	}
-	n.kids = nil
-	n.kidMap[c.hash] = c
+	k.m = make(map[kv.LocalHash]*node, 2*kidsInline)
+	for _, e := range k.list {
+		k.m[e.hash] = e.n
+	}
+	k.list = nil
+	k.m[c.hash] = c
 }
 
 func (n *node) removeChild(h kv.LocalHash) {
-	if n.kidMap != nil {
-		delete(n.kidMap, h)
+	k := n.more
+	if n.kid0.n != nil && n.kid0.hash == h {
+		n.kid0 = kid{}
+		// Keep a child inline while the list has one.
+		if k != nil && len(k.list) > 0 {
+			last := len(k.list) - 1
+			n.kid0 = k.list[last]
+			k.list[last] = kid{}
+			k.list = k.list[:last]
+		}
 		return
 	}
-	for i, k := range n.kids {
-		if k.hash == h {
-			last := len(n.kids) - 1
-			n.kids[i] = n.kids[last]
-			n.kids[last] = nil
-			n.kids = n.kids[:last]
+	if k == nil {
+		return
+	}
+	if k.m != nil {
+		delete(k.m, h)
+		return
+	}
+	for i, c := range k.list {
+		if c.hash == h {
+			last := len(k.list) - 1
+			k.list[i] = k.list[last]
+			k.list[last] = kid{}
+			k.list = k.list[:last]
 			return
 		}
 	}
 }
 
-func (n *node) childless() bool { return len(n.kids) == 0 && len(n.kidMap) == 0 }
+func (n *node) childless() bool {
+	return n.kid0.n == nil && (n.more == nil || len(n.more.list) == 0 && len(n.more.m) == 0)
+}
 
 type workerState struct {
 	id   uint64
@@ -172,7 +222,6 @@ func (x *Indexer) newNode(parent *node, h kv.LocalHash) *node {
 		x.slab = x.slab[1:]
 	}
 	n.parent, n.hash = parent, h
-	n.kids = n.kid0[:0]
 	return n
 }
 
@@ -337,9 +386,12 @@ func (x *Indexer) prune(n *node) {
 		p := n.parent
 		p.removeChild(n.hash)
 		if len(x.spare) < maxSpare {
-			rest := n.workers.rest[:0]
+			hi := n.workers.hi
 			*n = node{}
-			n.workers.rest = rest
+			if hi != nil {
+				*hi = (*hi)[:0]
+				n.workers.hi = hi
+			}
 			x.spare = append(x.spare, n)
 		}
 		x.stats.Nodes--
@@ -421,7 +473,7 @@ func (x *Indexer) FindMatches(locals []kv.LocalHash, earlyExit bool, dst []Score
 		return dst
 	}
 	dst = x.emit(act.lo, 0, depth, dst)
-	for i, w := range act.rest {
+	for i, w := range act.rest() {
 		dst = x.emit(w, 64*(i+1), depth, dst)
 	}
 	return dst
@@ -435,15 +487,16 @@ func (x *Indexer) dropOut(act, next *bitset, depth int, dst []Score) []Score {
 		dst = x.emit(d, 0, depth, dst)
 	}
 	act.lo &= next.lo
-	for i := range act.rest {
+	rest, nextRest := act.rest(), next.rest()
+	for i := range rest {
 		var nw uint64
-		if i < len(next.rest) {
-			nw = next.rest[i]
+		if i < len(nextRest) {
+			nw = nextRest[i]
 		}
-		if d := act.rest[i] &^ nw; d != 0 {
+		if d := rest[i] &^ nw; d != 0 {
 			dst = x.emit(d, 64*(i+1), depth, dst)
 		}
-		act.rest[i] &= nw
+		rest[i] &= nw
 	}
 	return dst
 }

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -413,4 +414,51 @@ func holdsPath(held map[kv.SeqHash][]kv.LocalHash, path []kv.LocalHash) bool {
 		}
 	}
 	return false
+}
+
+// TestIndexer_NodeFillsOneCacheLine: a tree node is 64 bytes, so that a
+// slab of them (a whole number of pages) starts every node on a line.
+func TestIndexer_NodeFillsOneCacheLine(t *testing.T) {
+	assert.Equal(t, uintptr(64), unsafe.Sizeof(node{}))
+	assert.Zero(t, slabSize*unsafe.Sizeof(node{})%4096, "a slab is whole pages")
+}
+
+// TestIndexer_ManyChildrenComeAndGo: a node with more children than fit
+// inline, then than fit the list, finds each and loses each as its blocks
+// go, in any order, down to an empty tree.
+func TestIndexer_ManyChildrenComeAndGo(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, kidsInline, kidsInline + 5} {
+		x := New()
+		root := chain(A)[0]
+		require.NoError(t, x.Apply(1, stored([]kv.Block{root})))
+		kids := make([][]kv.Block, n)
+		for i := range kids {
+			kids[i] = chain(A, kv.LocalHash(1000+i))[1:]
+			require.NoError(t, x.Apply(1, storedAfter(root, kids[i])))
+		}
+		for i := range kids {
+			assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, kv.LocalHash(1000+i)), "n=%d child %d", n, i)
+		}
+		// Remove the first, the last, then the rest: every path through
+		// the inline child, the list and the map.
+		order := append([]int{0, n - 1}, rangeInts(1, n-1)...)
+		for k, i := range order {
+			require.NoError(t, x.Apply(1, removed(kids[i]...)))
+			assert.Equal(t, map[uint64]int{1: 1}, depths(x, A, kv.LocalHash(1000+i)), "n=%d child %d gone", n, i)
+			for _, j := range order[k+1:] {
+				assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, kv.LocalHash(1000+j)), "n=%d child %d stays", n, j)
+			}
+		}
+		require.NoError(t, x.Apply(1, removed(root)))
+		assert.Zero(t, x.Stats().Nodes, "n=%d: the tree is empty", n)
+	}
+}
+
+func rangeInts(lo, hi int) []int {
+	var out []int
+	for i := lo; i < hi; i++ {
+		out = append(out, i)
+	}
+	return out
 }
