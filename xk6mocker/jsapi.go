@@ -289,18 +289,52 @@ func (inst *instance) sampleHeld(e *entry, st heldNow) {
 			break
 		}
 	}
-	inst.vu.Push(inst.m.held, float64(v), e.tags())
+	inst.vu.PushTagged(inst.m.held, float64(v), inst.tagSet(tagKey{e: e}))
 }
 
-// tagSet is tags as a tag set, built once per combination: emit pushes a
-// dozen samples per request.
-func (e *entry) tagSet(kv ...string) metrics.Tags {
-	key := strings.Join(kv, "\x00")
-	if t, ok := e.tagSets.Load(key); ok {
-		return t.(metrics.Tags)
+// tagKey names one tag set of a cluster's samples: the cluster's own tags,
+// plus role and outcome when their has flags say so (a tag may have an
+// empty value).
+type tagKey struct {
+	e                   *entry
+	role, outcome       string
+	hasRole, hasOutcome bool
+}
+
+func (k tagKey) withRole(role string) tagKey {
+	k.role, k.hasRole = role, true
+	return k
+}
+
+func (k tagKey) withOutcome(outcome string) tagKey {
+	k.outcome, k.hasOutcome = outcome, true
+	return k
+}
+
+// maxTagSets bounds an instance's tag sets; the cache starts over when
+// full (outcomes come from short lists, so it should not fill).
+const maxTagSets = 256
+
+// tagSet is k's tag set, built once per VU and combination: emit pushes a
+// dozen samples per request, and a set that keeps its identity lets the
+// harness reuse its merge with the VU's tags. Only the VU's goroutine
+// calls it.
+func (inst *instance) tagSet(k tagKey) metrics.Tags {
+	if t, ok := inst.tagSets[k]; ok {
+		return t
 	}
-	t := metrics.NewTags(e.tags(kv...))
-	e.tagSets.Store(key, t)
+	var kv []string
+	if k.hasRole {
+		kv = append(kv, "role", k.role)
+	}
+	if k.hasOutcome {
+		kv = append(kv, "outcome", k.outcome)
+	}
+	if inst.tagSets == nil || len(inst.tagSets) >= maxTagSets {
+		inst.tagSets = make(map[tagKey]metrics.Tags)
+	}
+	t := metrics.NewTags(k.e.tags(kv...))
+	inst.tagSets[k] = t
 	return t
 }
 
@@ -323,45 +357,49 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 		return
 	}
 	e.recorded.Add(1)
-	tags := e.tagSet
+	tags := inst.tagSet
 	push := inst.vu.PushTagged
 	m := inst.m
 	outcome := res.Outcome
-	push(m.requests, 1, tags("outcome", outcome))
+	base := tagKey{e: e}
+	plain := tags(base)
+	byOutcome := tags(base.withOutcome(outcome))
+	prefill := base.withRole("prefill")
+	push(m.requests, 1, byOutcome)
 	failed := 0.0
 	if outcome != cluster.OutcomeCompleted {
 		failed = 1
 	}
-	push(m.requestFailed, failed, tags())
+	push(m.requestFailed, failed, plain)
 	if res.OutputTokens > 0 {
-		push(m.ttft, res.TTFTMs, tags("outcome", outcome))
+		push(m.ttft, res.TTFTMs, byOutcome)
 	}
 	if res.OutputTokens > 1 {
-		push(m.itl, res.ITLMs, tags("outcome", outcome))
+		push(m.itl, res.ITLMs, byOutcome)
 	}
 	if outcome == cluster.OutcomeCompleted {
-		push(m.e2e, res.E2EMs, tags("outcome", outcome))
+		push(m.e2e, res.E2EMs, byOutcome)
 	}
 	if res.Pinned {
-		push(m.pins, 1, tags("role", "prefill"))
+		push(m.pins, 1, tags(prefill))
 	}
 	if res.PinOutcome != "" {
-		push(m.pinDuration, res.PinMs, tags("role", "prefill", "outcome", res.PinOutcome))
+		push(m.pinDuration, res.PinMs, tags(prefill.withOutcome(res.PinOutcome)))
 	}
 	if pinAborted(res) {
-		push(m.aborts, 1, tags("role", "prefill"))
+		push(m.aborts, 1, tags(prefill))
 	}
 	if res.PinOutcome == "transferred" {
-		push(m.transfer, res.TransferMs, tags())
+		push(m.transfer, res.TransferMs, plain)
 	}
 	if wait, ok := decodeWait(res); ok {
-		push(m.decodeWait, wait, tags("role", "decode", "outcome", res.PinOutcome))
+		push(m.decodeWait, wait, tags(base.withRole("decode").withOutcome(res.PinOutcome)))
 	}
 	if res.PrefillRejected {
-		push(m.prefillRejections, 1, tags("role", "prefill"))
+		push(m.prefillRejections, 1, tags(prefill))
 	}
 	lagNow, _ := e.c.ClockLag()
-	push(m.lag, float64(lagNow)/float64(time.Millisecond), tags())
+	push(m.lag, float64(lagNow)/float64(time.Millisecond), plain)
 	inst.sampleHeld(e, e.held())
 }
 

@@ -91,6 +91,7 @@ type instance struct {
 	// VU next waits (see generateBlocking).
 	holds      map[*entry]cluster.TimeHold
 	waitHooked bool
+	tagSets    map[tagKey]metrics.Tags // tagSet's cache
 }
 
 // NewModuleInstance registers the module's metrics in the run's registry

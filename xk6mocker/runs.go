@@ -182,8 +182,6 @@ type entry struct {
 	clock   harness.Clock
 	leave   func()
 
-	tagSets sync.Map // tagSet's cache: string → metrics.Tags
-
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
 	sampler    atomic.Bool  // a VU waiting in generate samples the gauge
 	// lastPeak is the cluster's peak held blocks as last pushed to
