@@ -78,7 +78,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		}
 		res := inst.generateBlocking(e, req)
 		inst.emit(e, res)
-		return resultObject(rt, res)
+		return resultObject(rt, res, &inst.names)
 	}))
 	must(o.Set("generateAsync", func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("cluster.generateAsync")
@@ -94,7 +94,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			inst.submit(e, ctx, req, func(res cluster.Result) {
 				settle(func() error {
 					inst.emit(e, res)
-					return resolve(resultObject(rt, res))
+					return resolve(resultObject(rt, res, &inst.names))
 				})
 			})
 			return rt.ToValue(p)
@@ -103,7 +103,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			res := e.generate(ctx, req)
 			settle(func() error {
 				inst.emit(e, res)
-				return resolve(resultObject(rt, res))
+				return resolve(resultObject(rt, res, &inst.names))
 			})
 		}()
 		return rt.ToValue(p)
@@ -161,14 +161,21 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	ctx := inst.vu.Context()
 	if e.stepped {
 		// On the virtual clock the VU waits on a gate of the clock; the
-		// held-blocks gauge is sampled as each request ends.
-		g := inst.vu.Clock().NewGate()
-		var res cluster.Result
-		inst.submit(e, ctx, req, func(r cluster.Result) {
-			res = r
-			g.Open()
-		})
-		g.Wait(context.Background())
+		// held-blocks gauge is sampled as each request ends. The VU has
+		// one blocking request at a time, and Submit calls back exactly
+		// once, so one gate and one callback serve all of them.
+		b := &inst.blocking
+		if b.gate == nil {
+			b.gate = inst.vu.Clock().NewGate()
+			b.done = func(r cluster.Result) {
+				b.res = r
+				b.gate.Open()
+			}
+		}
+		inst.submit(e, ctx, req, b.done)
+		b.gate.Wait(context.Background())
+		res := b.res
+		b.res = cluster.Result{}
 		return res
 	}
 	// On the wall clock the VU holds the cluster's modeled time still from
@@ -549,40 +556,66 @@ func valueString(v sobek.Value) string {
 	return v.String()
 }
 
-// resultObject turns a Result into the script's snake_case object.
-func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
+// resultObject turns a Result into the script's snake_case object. names
+// (nil for none) keeps the JS strings of the names a result repeats:
+// outcomes and workers.
+func resultObject(rt *sobek.Runtime, r cluster.Result, names *valueCache) *sobek.Object {
 	o := rt.NewObject()
-	var errVal any // null when completed in full
+	errVal := sobek.Null() // when completed in full
 	if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
-		errVal = r.Error
+		errVal = rt.ToValue(r.Error)
 	}
-	for _, kv := range []struct {
+	str := func(s string) sobek.Value { return names.get(rt, s) }
+	for _, kv := range [...]struct {
 		k string
-		v any
+		v sobek.Value
 	}{
-		{"outcome", r.Outcome},
+		{"outcome", str(r.Outcome)},
 		{"error", errVal},
-		{"ttft_ms", r.TTFTMs},
-		{"itl_ms", r.ITLMs},
-		{"e2e_ms", r.E2EMs},
-		{"pin_ms", r.PinMs},
-		{"transfer_ms", r.TransferMs},
-		{"decode_wait_ms", r.DecodeWaitMs},
-		{"output_tokens", r.OutputTokens},
-		{"cached_tokens", r.CachedTokens},
-		{"prefill_worker", r.PrefillWorker},
-		{"decode_worker", r.DecodeWorker},
-		{"prefill_dp_rank", r.PrefillDPRank},
-		{"decode_dp_rank", r.DecodeDPRank},
-		{"transfer_id", float64(r.TransferID)},
-		{"pinned", r.Pinned},
-		{"pin_outcome", r.PinOutcome},
-		{"prefill_rejected", r.PrefillRejected},
-		{"truncated", r.Truncated},
+		{"ttft_ms", rt.ToValue(r.TTFTMs)},
+		{"itl_ms", rt.ToValue(r.ITLMs)},
+		{"e2e_ms", rt.ToValue(r.E2EMs)},
+		{"pin_ms", rt.ToValue(r.PinMs)},
+		{"transfer_ms", rt.ToValue(r.TransferMs)},
+		{"decode_wait_ms", rt.ToValue(r.DecodeWaitMs)},
+		{"output_tokens", rt.ToValue(r.OutputTokens)},
+		{"cached_tokens", rt.ToValue(r.CachedTokens)},
+		{"prefill_worker", str(r.PrefillWorker)},
+		{"decode_worker", str(r.DecodeWorker)},
+		{"prefill_dp_rank", rt.ToValue(r.PrefillDPRank)},
+		{"decode_dp_rank", rt.ToValue(r.DecodeDPRank)},
+		{"transfer_id", rt.ToValue(float64(r.TransferID))},
+		{"pinned", rt.ToValue(r.Pinned)},
+		{"pin_outcome", str(r.PinOutcome)},
+		{"prefill_rejected", rt.ToValue(r.PrefillRejected)},
+		{"truncated", rt.ToValue(r.Truncated)},
 	} {
 		must(o.Set(kv.k, kv.v))
 	}
 	return o
+}
+
+// maxCachedNames bounds a valueCache; it starts over when full.
+const maxCachedNames = 1024
+
+// valueCache keeps JS strings of one runtime by their Go string, for the
+// short lists of names every result carries. The zero value is ready;
+// a nil cache converts every time.
+type valueCache struct{ m map[string]sobek.Value }
+
+func (c *valueCache) get(rt *sobek.Runtime, s string) sobek.Value {
+	if c == nil {
+		return rt.ToValue(s)
+	}
+	if v, ok := c.m[s]; ok {
+		return v
+	}
+	if c.m == nil || len(c.m) >= maxCachedNames {
+		c.m = make(map[string]sobek.Value)
+	}
+	v := rt.ToValue(s)
+	c.m[s] = v
+	return v
 }
 
 // statsObject turns Stats into the script's snake_case object: every field
