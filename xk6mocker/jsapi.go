@@ -480,14 +480,18 @@ func parseRequest(rt *sobek.Runtime, v sobek.Value) (cluster.Request, error) {
 		}
 		switch k {
 		case "prompt_tokens":
-			req.PromptTokens, err = intField(k, jv.Export(), 1, cluster.MaxPromptTokens)
+			req.PromptTokens, err = intValue(k, jv, 1, cluster.MaxPromptTokens)
 			hasPrompt = true
 		case "max_tokens":
-			req.MaxTokens, err = intField(k, jv.Export(), 1, cluster.MaxRequestMaxTokens)
+			req.MaxTokens, err = intValue(k, jv, 1, cluster.MaxRequestMaxTokens)
 		case "prefix_tokens":
-			req.PrefixTokens, err = intField(k, jv.Export(), 0, cluster.MaxPromptTokens)
+			req.PrefixTokens, err = intValue(k, jv, 0, cluster.MaxPromptTokens)
 			hasPrefixTokens = true
 		case "prefix":
+			if jv.ExportType() == stringType {
+				req.Prefix = jv.String()
+				break
+			}
 			s, isStr := jv.Export().(string)
 			if !isStr {
 				err = fmt.Errorf("prefix: want a string, got %s", jsonval.Describe(jv.Export()))
@@ -511,6 +515,25 @@ func parseRequest(rt *sobek.Runtime, v sobek.Value) (cluster.Request, error) {
 		return cluster.Request{}, fmt.Errorf("prefix_tokens: want at most prompt_tokens (%d), got %d", req.PromptTokens, req.PrefixTokens)
 	}
 	return req, nil
+}
+
+// stringType and int64Type are the types sobek exports a string and an
+// integral number as.
+var (
+	stringType = reflect.TypeFor[string]()
+	int64Type  = reflect.TypeFor[int64]()
+)
+
+// intValue is intField for a JS value: an integral number in range is read
+// without exporting (boxing) it; anything else goes through intField,
+// which says what is wrong.
+func intValue(name string, v sobek.Value, lo, hi int64) (int, error) {
+	if v.ExportType() == int64Type {
+		if n := v.ToInteger(); n >= lo && n <= hi {
+			return int(n), nil
+		}
+	}
+	return intField(name, v.Export(), lo, hi)
 }
 
 func intField(name string, v any, lo, hi int64) (int, error) {
