@@ -311,6 +311,8 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 	)
 	clock := t.clock
 	wg := newTasks(clock)
+	workers := map[*vu]*arrivalWorker{}
+	var started []*arrivalWorker // in the order they started
 	sched := schedule.NewArrivals(s.cfg)
 	for {
 		off, ok := sched.Next()
@@ -339,10 +341,17 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 		}
 		select {
 		case v := <-pool:
-			wg.Go(func() {
-				s.arrivalIteration(v, hard)
-				pool <- v
-			})
+			w := workers[v]
+			if w == nil {
+				w = &arrivalWorker{v: v, gate: clock.NewGate()}
+				workers[v] = w
+				started = append(started, w)
+				w.work.Store(true)
+				wg.Go(func() { s.runArrivalWorker(w, hard, pool) })
+				break
+			}
+			w.work.Store(true)
+			w.gate.Open()
 		default:
 			s.drop(1)
 			switch {
@@ -364,7 +373,38 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 			}
 		}
 	}
+	for _, w := range started {
+		w.stop.Store(true)
+		w.gate.Open()
+	}
 	wg.Wait()
+}
+
+// arrivalWorker runs the iterations an arrival-rate scenario hands one VU,
+// on one goroutine for the whole scenario: a goroutine per iteration
+// would grow a fresh stack to the depth of a JS call every time. The
+// executor hands it an iteration by setting work and opening gate, just
+// where it would have started a task for it, so turns on a virtual clock
+// come in the same order.
+type arrivalWorker struct {
+	v    *vu
+	gate Gate
+	work atomic.Bool // an iteration is handed to it
+	stop atomic.Bool // the scenario is over: return once no work is left
+}
+
+func (s *scenarioRun) runArrivalWorker(w *arrivalWorker, hard context.Context, pool chan<- *vu) {
+	for {
+		if w.work.CompareAndSwap(true, false) {
+			s.arrivalIteration(w.v, hard)
+			pool <- w.v
+			continue
+		}
+		if w.stop.Load() {
+			return
+		}
+		w.gate.Wait(context.Background())
+	}
 }
 
 func (s *scenarioRun) arrivalIteration(v *vu, hard context.Context) {

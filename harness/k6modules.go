@@ -40,7 +40,7 @@ func newK6Module(h VU) ModuleInstance {
 	named := map[string]any{
 		"check": v.check,
 		"group": v.groupCall,
-		"sleep": v.sleep,
+		"sleep": v.jsSleep,
 		"fail":  func(msg sobek.Value) { throwf(rt, "%s", valueString(msg)) },
 		"randomSeed": func(seed int64) {
 			rt.SetRandSource(rand.New(rand.NewPCG(uint64(seed), uint64(seed)^0x5851F42D4C957F2D)).Float64)
@@ -170,6 +170,20 @@ func (v *vu) groupCall(name string, fn sobek.Callable) sobek.Value {
 	return res
 }
 
+// jsSleep is sleep(secs) in sobek's native signature, which spares the
+// reflection a func(float64) is called through; it converts its argument
+// as that wrapper does (missing: 0; not a number: the same TypeError).
+func (v *vu) jsSleep(call sobek.FunctionCall) sobek.Value {
+	var secs float64
+	if len(call.Arguments) > 0 {
+		if err := v.rt.ExportTo(call.Arguments[0], &secs); err != nil {
+			panic(v.rt.NewTypeError("could not convert function call parameter %d: %v", 0, err))
+		}
+	}
+	v.sleep(secs)
+	return sobek.Undefined()
+}
+
 // sleep pauses the VU; it returns early when the VU's context ends so that
 // a stopping test is not held up by sleeping VUs.
 func (v *vu) sleep(secs float64) {
@@ -256,7 +270,7 @@ func newExecutionModule(h VU) ModuleInstance {
 	t := v.t
 	def := rt.NewObject()
 	getter := func(obj *sobek.Object, name string, allowInit bool, fn func() any) {
-		_ = obj.DefineAccessorProperty(name, rt.ToValue(func() sobek.Value {
+		_ = obj.DefineAccessorProperty(name, rt.ToValue(func(sobek.FunctionCall) sobek.Value {
 			if v.inInit && !allowInit {
 				throwf(rt, "exec.%s is not available in the init context", name)
 			}

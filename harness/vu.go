@@ -213,10 +213,14 @@ func (v *vu) init(ctx context.Context) error {
 func (v *vu) setGlobals() error {
 	rt := v.rt
 	g := rt.GlobalObject()
-	if err := g.DefineAccessorProperty("__VU", rt.ToValue(func() uint64 { return v.id }), nil, sobek.FLAG_FALSE, sobek.FLAG_TRUE); err != nil {
+	// Getters in sobek's native signature: a plain Go func would be
+	// called through reflection on every read.
+	vuGetter := func(sobek.FunctionCall) sobek.Value { return rt.ToValue(v.id) }
+	if err := g.DefineAccessorProperty("__VU", rt.ToValue(vuGetter), nil, sobek.FLAG_FALSE, sobek.FLAG_TRUE); err != nil {
 		return err
 	}
-	if err := g.DefineAccessorProperty("__ITER", rt.ToValue(func() int64 { return v.iterInScenario }), nil, sobek.FLAG_FALSE, sobek.FLAG_TRUE); err != nil {
+	iterGetter := func(sobek.FunctionCall) sobek.Value { return rt.ToValue(v.iterInScenario) }
+	if err := g.DefineAccessorProperty("__ITER", rt.ToValue(iterGetter), nil, sobek.FLAG_FALSE, sobek.FLAG_TRUE); err != nil {
 		return err
 	}
 	if err := rt.Set("__ENV", v.envObject(nil)); err != nil {

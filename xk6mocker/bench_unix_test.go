@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -20,12 +21,28 @@ import (
 // VUs past decode saturation, holds aborting) per b.N, and reports
 // simulated requests per CPU second and virtual seconds per wall second.
 func BenchmarkVirtualQuickstart(b *testing.B) {
-	script, err := filepath.Abs(filepath.Join("..", "scripts", "quickstart.js"))
+	benchVirtual(b, filepath.Join("..", "scripts", "quickstart.js"))
+}
+
+// BenchmarkVirtualAggregated is BenchmarkVirtualQuickstart's load on four
+// aggregated workers (testdata/bench_aggregated.js): no holds, no
+// transfers, so the harness's share of a request weighs more.
+func BenchmarkVirtualAggregated(b *testing.B) {
+	benchVirtual(b, filepath.Join("testdata", "bench_aggregated.js"))
+}
+
+// benchVirtual runs script for a modeled minute with 16 VUs per b.N and
+// reports CPU time and heap allocation per simulated request (allocation
+// counts are steadier than CPU time on a shared host).
+func benchVirtual(b *testing.B, script string) {
+	script, err := filepath.Abs(script)
 	if err != nil {
 		b.Fatal(err)
 	}
 	var requests uint64
 	var virtual time.Duration
+	var mem0, mem1 runtime.MemStats
+	runtime.ReadMemStats(&mem0)
 	cpu0, wall0 := cputime.Self(), time.Now()
 	for b.Loop() {
 		var stdout, stderr bytes.Buffer
@@ -42,7 +59,10 @@ func BenchmarkVirtualQuickstart(b *testing.B) {
 	}
 	beforeClose = nil
 	cpu, wall := cputime.Self()-cpu0, time.Since(wall0)
+	runtime.ReadMemStats(&mem1)
 	b.ReportMetric(float64(requests)/cpu.Seconds(), "sim_req/CPU-s")
 	b.ReportMetric(float64(cpu.Microseconds())/float64(requests), "CPU-µs/req")
 	b.ReportMetric(virtual.Seconds()/wall.Seconds(), "virtual-s/wall-s")
+	b.ReportMetric(float64(mem1.TotalAlloc-mem0.TotalAlloc)/float64(requests), "B/req")
+	b.ReportMetric(float64(mem1.Mallocs-mem0.Mallocs)/float64(requests), "allocs/req")
 }

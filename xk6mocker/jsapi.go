@@ -78,7 +78,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		}
 		res := inst.generateBlocking(e, req)
 		inst.emit(e, res)
-		return resultObject(rt, res)
+		return resultObject(rt, res, &inst.names)
 	}))
 	must(o.Set("generateAsync", func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("cluster.generateAsync")
@@ -94,7 +94,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			inst.submit(e, ctx, req, func(res cluster.Result) {
 				settle(func() error {
 					inst.emit(e, res)
-					return resolve(resultObject(rt, res))
+					return resolve(resultObject(rt, res, &inst.names))
 				})
 			})
 			return rt.ToValue(p)
@@ -103,7 +103,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 			res := e.generate(ctx, req)
 			settle(func() error {
 				inst.emit(e, res)
-				return resolve(resultObject(rt, res))
+				return resolve(resultObject(rt, res, &inst.names))
 			})
 		}()
 		return rt.ToValue(p)
@@ -161,14 +161,21 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	ctx := inst.vu.Context()
 	if e.stepped {
 		// On the virtual clock the VU waits on a gate of the clock; the
-		// held-blocks gauge is sampled as each request ends.
-		g := inst.vu.Clock().NewGate()
-		var res cluster.Result
-		inst.submit(e, ctx, req, func(r cluster.Result) {
-			res = r
-			g.Open()
-		})
-		g.Wait(context.Background())
+		// held-blocks gauge is sampled as each request ends. The VU has
+		// one blocking request at a time, and Submit calls back exactly
+		// once, so one gate and one callback serve all of them.
+		b := &inst.blocking
+		if b.gate == nil {
+			b.gate = inst.vu.Clock().NewGate()
+			b.done = func(r cluster.Result) {
+				b.res = r
+				b.gate.Open()
+			}
+		}
+		inst.submit(e, ctx, req, b.done)
+		b.gate.Wait(context.Background())
+		res := b.res
+		b.res = cluster.Result{}
 		return res
 	}
 	if e.offTurn != nil {
@@ -296,18 +303,52 @@ func (inst *instance) sampleHeld(e *entry, st heldNow) {
 			break
 		}
 	}
-	inst.vu.Push(inst.m.held, float64(v), e.tags())
+	inst.vu.PushTagged(inst.m.held, float64(v), inst.tagSet(tagKey{e: e}))
 }
 
-// tagSet is tags as a tag set, built once per combination: emit pushes a
-// dozen samples per request.
-func (e *entry) tagSet(kv ...string) metrics.Tags {
-	key := strings.Join(kv, "\x00")
-	if t, ok := e.tagSets.Load(key); ok {
-		return t.(metrics.Tags)
+// tagKey names one tag set of a cluster's samples: the cluster's own tags,
+// plus role and outcome when their has flags say so (a tag may have an
+// empty value).
+type tagKey struct {
+	e                   *entry
+	role, outcome       string
+	hasRole, hasOutcome bool
+}
+
+func (k tagKey) withRole(role string) tagKey {
+	k.role, k.hasRole = role, true
+	return k
+}
+
+func (k tagKey) withOutcome(outcome string) tagKey {
+	k.outcome, k.hasOutcome = outcome, true
+	return k
+}
+
+// maxTagSets bounds an instance's tag sets; the cache starts over when
+// full (outcomes come from short lists, so it should not fill).
+const maxTagSets = 256
+
+// tagSet is k's tag set, built once per VU and combination: emit pushes a
+// dozen samples per request, and a set that keeps its identity lets the
+// harness reuse its merge with the VU's tags. Only the VU's goroutine
+// calls it.
+func (inst *instance) tagSet(k tagKey) metrics.Tags {
+	if t, ok := inst.tagSets[k]; ok {
+		return t
 	}
-	t := metrics.NewTags(e.tags(kv...))
-	e.tagSets.Store(key, t)
+	var kv []string
+	if k.hasRole {
+		kv = append(kv, "role", k.role)
+	}
+	if k.hasOutcome {
+		kv = append(kv, "outcome", k.outcome)
+	}
+	if inst.tagSets == nil || len(inst.tagSets) >= maxTagSets {
+		inst.tagSets = make(map[tagKey]metrics.Tags)
+	}
+	t := metrics.NewTags(k.e.tags(kv...))
+	inst.tagSets[k] = t
 	return t
 }
 
@@ -330,45 +371,49 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 		return
 	}
 	e.recorded.Add(1)
-	tags := e.tagSet
+	tags := inst.tagSet
 	push := inst.vu.PushTagged
 	m := inst.m
 	outcome := res.Outcome
-	push(m.requests, 1, tags("outcome", outcome))
+	base := tagKey{e: e}
+	plain := tags(base)
+	byOutcome := tags(base.withOutcome(outcome))
+	prefill := base.withRole("prefill")
+	push(m.requests, 1, byOutcome)
 	failed := 0.0
 	if outcome != cluster.OutcomeCompleted {
 		failed = 1
 	}
-	push(m.requestFailed, failed, tags())
+	push(m.requestFailed, failed, plain)
 	if res.OutputTokens > 0 {
-		push(m.ttft, res.TTFTMs, tags("outcome", outcome))
+		push(m.ttft, res.TTFTMs, byOutcome)
 	}
 	if res.OutputTokens > 1 {
-		push(m.itl, res.ITLMs, tags("outcome", outcome))
+		push(m.itl, res.ITLMs, byOutcome)
 	}
 	if outcome == cluster.OutcomeCompleted {
-		push(m.e2e, res.E2EMs, tags("outcome", outcome))
+		push(m.e2e, res.E2EMs, byOutcome)
 	}
 	if res.Pinned {
-		push(m.pins, 1, tags("role", "prefill"))
+		push(m.pins, 1, tags(prefill))
 	}
 	if res.PinOutcome != "" {
-		push(m.pinDuration, res.PinMs, tags("role", "prefill", "outcome", res.PinOutcome))
+		push(m.pinDuration, res.PinMs, tags(prefill.withOutcome(res.PinOutcome)))
 	}
 	if pinAborted(res) {
-		push(m.aborts, 1, tags("role", "prefill"))
+		push(m.aborts, 1, tags(prefill))
 	}
 	if res.PinOutcome == "transferred" {
-		push(m.transfer, res.TransferMs, tags())
+		push(m.transfer, res.TransferMs, plain)
 	}
 	if wait, ok := decodeWait(res); ok {
-		push(m.decodeWait, wait, tags("role", "decode", "outcome", res.PinOutcome))
+		push(m.decodeWait, wait, tags(base.withRole("decode").withOutcome(res.PinOutcome)))
 	}
 	if res.PrefillRejected {
-		push(m.prefillRejections, 1, tags("role", "prefill"))
+		push(m.prefillRejections, 1, tags(prefill))
 	}
 	lagNow, _ := e.clockLag()
-	push(m.lag, float64(lagNow)/float64(time.Millisecond), tags())
+	push(m.lag, float64(lagNow)/float64(time.Millisecond), plain)
 	inst.sampleHeld(e, e.held())
 }
 
@@ -442,14 +487,18 @@ func parseRequest(rt *sobek.Runtime, v sobek.Value) (cluster.Request, error) {
 		}
 		switch k {
 		case "prompt_tokens":
-			req.PromptTokens, err = intField(k, jv.Export(), 1, cluster.MaxPromptTokens)
+			req.PromptTokens, err = intValue(k, jv, 1, cluster.MaxPromptTokens)
 			hasPrompt = true
 		case "max_tokens":
-			req.MaxTokens, err = intField(k, jv.Export(), 1, cluster.MaxRequestMaxTokens)
+			req.MaxTokens, err = intValue(k, jv, 1, cluster.MaxRequestMaxTokens)
 		case "prefix_tokens":
-			req.PrefixTokens, err = intField(k, jv.Export(), 0, cluster.MaxPromptTokens)
+			req.PrefixTokens, err = intValue(k, jv, 0, cluster.MaxPromptTokens)
 			hasPrefixTokens = true
 		case "prefix":
+			if jv.ExportType() == stringType {
+				req.Prefix = jv.String()
+				break
+			}
 			s, isStr := jv.Export().(string)
 			if !isStr {
 				err = fmt.Errorf("prefix: want a string, got %s", jsonval.Describe(jv.Export()))
@@ -473,6 +522,25 @@ func parseRequest(rt *sobek.Runtime, v sobek.Value) (cluster.Request, error) {
 		return cluster.Request{}, fmt.Errorf("prefix_tokens: want at most prompt_tokens (%d), got %d", req.PromptTokens, req.PrefixTokens)
 	}
 	return req, nil
+}
+
+// stringType and int64Type are the types sobek exports a string and an
+// integral number as.
+var (
+	stringType = reflect.TypeFor[string]()
+	int64Type  = reflect.TypeFor[int64]()
+)
+
+// intValue is intField for a JS value: an integral number in range is read
+// without exporting (boxing) it; anything else goes through intField,
+// which says what is wrong.
+func intValue(name string, v sobek.Value, lo, hi int64) (int, error) {
+	if v.ExportType() == int64Type {
+		if n := v.ToInteger(); n >= lo && n <= hi {
+			return int(n), nil
+		}
+	}
+	return intField(name, v.Export(), lo, hi)
 }
 
 func intField(name string, v any, lo, hi int64) (int, error) {
@@ -518,40 +586,66 @@ func valueString(v sobek.Value) string {
 	return v.String()
 }
 
-// resultObject turns a Result into the script's snake_case object.
-func resultObject(rt *sobek.Runtime, r cluster.Result) *sobek.Object {
+// resultObject turns a Result into the script's snake_case object. names
+// (nil for none) keeps the JS strings of the names a result repeats:
+// outcomes and workers.
+func resultObject(rt *sobek.Runtime, r cluster.Result, names *valueCache) *sobek.Object {
 	o := rt.NewObject()
-	var errVal any // null when completed in full
+	errVal := sobek.Null() // when completed in full
 	if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
-		errVal = r.Error
+		errVal = rt.ToValue(r.Error)
 	}
-	for _, kv := range []struct {
+	str := func(s string) sobek.Value { return names.get(rt, s) }
+	for _, kv := range [...]struct {
 		k string
-		v any
+		v sobek.Value
 	}{
-		{"outcome", r.Outcome},
+		{"outcome", str(r.Outcome)},
 		{"error", errVal},
-		{"ttft_ms", r.TTFTMs},
-		{"itl_ms", r.ITLMs},
-		{"e2e_ms", r.E2EMs},
-		{"pin_ms", r.PinMs},
-		{"transfer_ms", r.TransferMs},
-		{"decode_wait_ms", r.DecodeWaitMs},
-		{"output_tokens", r.OutputTokens},
-		{"cached_tokens", r.CachedTokens},
-		{"prefill_worker", r.PrefillWorker},
-		{"decode_worker", r.DecodeWorker},
-		{"prefill_dp_rank", r.PrefillDPRank},
-		{"decode_dp_rank", r.DecodeDPRank},
-		{"transfer_id", float64(r.TransferID)},
-		{"pinned", r.Pinned},
-		{"pin_outcome", r.PinOutcome},
-		{"prefill_rejected", r.PrefillRejected},
-		{"truncated", r.Truncated},
+		{"ttft_ms", rt.ToValue(r.TTFTMs)},
+		{"itl_ms", rt.ToValue(r.ITLMs)},
+		{"e2e_ms", rt.ToValue(r.E2EMs)},
+		{"pin_ms", rt.ToValue(r.PinMs)},
+		{"transfer_ms", rt.ToValue(r.TransferMs)},
+		{"decode_wait_ms", rt.ToValue(r.DecodeWaitMs)},
+		{"output_tokens", rt.ToValue(r.OutputTokens)},
+		{"cached_tokens", rt.ToValue(r.CachedTokens)},
+		{"prefill_worker", str(r.PrefillWorker)},
+		{"decode_worker", str(r.DecodeWorker)},
+		{"prefill_dp_rank", rt.ToValue(r.PrefillDPRank)},
+		{"decode_dp_rank", rt.ToValue(r.DecodeDPRank)},
+		{"transfer_id", rt.ToValue(float64(r.TransferID))},
+		{"pinned", rt.ToValue(r.Pinned)},
+		{"pin_outcome", str(r.PinOutcome)},
+		{"prefill_rejected", rt.ToValue(r.PrefillRejected)},
+		{"truncated", rt.ToValue(r.Truncated)},
 	} {
 		must(o.Set(kv.k, kv.v))
 	}
 	return o
+}
+
+// maxCachedNames bounds a valueCache; it starts over when full.
+const maxCachedNames = 1024
+
+// valueCache keeps JS strings of one runtime by their Go string, for the
+// short lists of names every result carries. The zero value is ready;
+// a nil cache converts every time.
+type valueCache struct{ m map[string]sobek.Value }
+
+func (c *valueCache) get(rt *sobek.Runtime, s string) sobek.Value {
+	if c == nil {
+		return rt.ToValue(s)
+	}
+	if v, ok := c.m[s]; ok {
+		return v
+	}
+	if c.m == nil || len(c.m) >= maxCachedNames {
+		c.m = make(map[string]sobek.Value)
+	}
+	v := rt.ToValue(s)
+	c.m[s] = v
+	return v
 }
 
 // statsObject turns Stats into the script's snake_case object: every field

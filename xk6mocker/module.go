@@ -91,6 +91,18 @@ type instance struct {
 	// VU next waits (see generateBlocking).
 	holds      map[*entry]cluster.TimeHold
 	waitHooked bool
+	tagSets    map[tagKey]metrics.Tags // tagSet's cache
+	blocking   blockingCall            // generate's wait on a stepped cluster
+	names      valueCache              // results' outcome and worker strings
+}
+
+// blockingCall is what a VU's blocking generate on a stepped cluster
+// waits with: the gate the result opens, and the callback that keeps the
+// result and opens it, made once per VU.
+type blockingCall struct {
+	gate harness.Gate
+	done func(cluster.Result)
+	res  cluster.Result
 }
 
 // NewModuleInstance registers the module's metrics in the run's registry

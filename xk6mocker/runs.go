@@ -197,8 +197,6 @@ type entry struct {
 	// processes and so must not hold the clock's turn (outside).
 	offTurn harness.Clock
 
-	tagSets sync.Map // tagSet's cache: string → metrics.Tags
-
 	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
 	sampler    atomic.Bool  // a VU waiting in generate samples the gauge
 	// lastPeak is the cluster's peak held blocks as last pushed to

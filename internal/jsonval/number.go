@@ -36,13 +36,15 @@ func (e *RangeError) Error() string {
 // else, or a value out of range, is a *RangeError naming field. Pass
 // math.MaxInt64 as hi for no upper bound.
 func Int(field string, v any, lo, hi int64) (int64, error) {
-	want := "an integer " + span(float64(lo), float64(hi), hi == math.MaxInt64)
+	// The range is put in words only for an error: scripts read numbers
+	// on every request.
+	want := func() string { return "an integer " + span(float64(lo), float64(hi), hi == math.MaxInt64) }
 	n, ok := asInt(v)
 	if !ok {
-		return 0, &RangeError{Field: field, Want: want, Got: Describe(v)}
+		return 0, &RangeError{Field: field, Want: want(), Got: Describe(v)}
 	}
 	if n < lo || n > hi {
-		return 0, &RangeError{Field: field, Want: want, Got: strconv.FormatInt(n, 10)}
+		return 0, &RangeError{Field: field, Want: want(), Got: strconv.FormatInt(n, 10)}
 	}
 	return n, nil
 }
@@ -71,13 +73,13 @@ func Millis(field string, v any, lo, hi float64) (time.Duration, error) {
 const MaxMillis = 1e12
 
 func float(field string, v any, lo, hi float64, noun string) (float64, error) {
-	want := noun + " " + span(lo, hi, math.IsInf(hi, 1))
+	want := func() string { return noun + " " + span(lo, hi, math.IsInf(hi, 1)) }
 	f, ok := asFloat(v)
 	if !ok {
-		return 0, &RangeError{Field: field, Want: want, Got: Describe(v)}
+		return 0, &RangeError{Field: field, Want: want(), Got: Describe(v)}
 	}
 	if math.IsNaN(f) || math.IsInf(f, 0) || f < lo || f > hi {
-		return 0, &RangeError{Field: field, Want: want, Got: formatNumber(f)}
+		return 0, &RangeError{Field: field, Want: want(), Got: formatNumber(f)}
 	}
 	return f, nil
 }
