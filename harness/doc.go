@@ -91,10 +91,15 @@
 //     the one maintained package that does has deprecated ripemd160);
 //   - setup data that cannot be encoded as JSON (NaN, Infinity, a
 //     function) fails the test with 107, where k6 reports a generic error;
-//   - on the virtual clock an iteration that never waits takes no time; it
-//     then waits for the clock's next instant rather than spin for ever;
-//     options.randomSeed (and --random-seed) seed Math.random, which k6
-//     does not offer;
+//   - `mocker run` runs on a paced clock by default (Config.Paced): the time
+//     a script's JavaScript takes is no script time, so iteration_duration
+//     and group_duration count only waits (sleep, plugins, timers), and
+//     Math.random is seeded with 0 unless options.randomSeed says otherwise;
+//     `--clock wall` gives k6's behaviour;
+//   - on a paced or virtual clock an iteration that never waits takes no
+//     time; it then waits for the clock's next instant rather than spin for
+//     ever; options.randomSeed (and --random-seed) seed Math.random, which
+//     k6 does not offer;
 //   - JS timers run in the order of their deadlines on the wall clock too;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)
