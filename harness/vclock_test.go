@@ -214,9 +214,10 @@ func valueAfter(s string) string {
 // whichever VU is free, random think times, an arrival-rate scenario that
 // runs short of VUs, thresholds — the summary export is byte-identical
 // from run to run.
-func TestVirtual_SameScriptSameSummaryByte(t *testing.T) {
-	t.Parallel()
-	src := `
+// mixedScenarios shares iterations among VUs, runs an arrival-rate
+// scenario short of VUs and ramps VUs, with random think times and
+// thresholds: every way the order of turns could show in a summary.
+const mixedScenarios = `
 import { sleep, check } from 'k6';
 import exec from 'k6/execution';
 import { Trend } from 'k6/metrics';
@@ -235,10 +236,13 @@ export default function () {
 }
 export function open() { check(Math.random(), { small: (r) => r < 0.5 }); sleep(Math.random()); }
 `
-	first := runScript(t, src, virtual)
+
+func TestVirtual_SameScriptSameSummaryByte(t *testing.T) {
+	t.Parallel()
+	first := runScript(t, mixedScenarios, virtual)
 	require.NoError(t, first.err, first.stderr)
 	for range 3 {
-		again := runScript(t, src, virtual)
+		again := runScript(t, mixedScenarios, virtual)
 		require.NoError(t, again.err, again.stderr)
 		assert.Equal(t, string(first.export), string(again.export))
 	}
