@@ -263,7 +263,7 @@ func (e *entry) outside(f func()) {
 		defer g.Open()
 		f()
 	}()
-	g.Wait(nil)
+	g.Wait(context.Background())
 }
 
 // clockLag is how far behind the wall clock the cluster's time is now and
