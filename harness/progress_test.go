@@ -3,6 +3,7 @@ package harness
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,4 +282,49 @@ export default function () {}
 	require.Len(t, block, 2, strings.Join(block, "\n"))
 	assert.Contains(t, block[1], "[100%]  done")
 	assert.Contains(t, block[1], "0.3s/0.3s")
+}
+
+// TestProgress_PacedClockShowsItsLag: a paced run's header says how far the
+// host has fallen behind the wall clock, once that is worth saying.
+func TestProgress_PacedClockShowsItsLag(t *testing.T) {
+	t.Parallel()
+	tr := finishedRun(0)
+	tr.vclock = NewPacedClock(time.Time{})
+	tr.clock = tr.vclock
+	tr.start = tr.vclock.Now()
+	defer tr.vclock.Done()
+	assert.NotContains(t, newProgress(tr).lines()[0], "behind", "no lag yet")
+	time.Sleep(150 * time.Millisecond) // the host holds the turn: the clock falls behind
+	require.True(t, tr.vclock.Sleep(context.Background(), time.Millisecond))
+	header := newProgress(tr).lines()[0]
+	assert.Regexp(t, `^running \([0-9.ms]+, [0-9.ms]+ behind the wall clock\)`, header)
+}
+
+// TestReportPace_WarnsPastATenthOfTheRun: the end of a paced run warns when
+// the host fell behind the clock by over a tenth of the run.
+func TestReportPace_WarnsPastATenthOfTheRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		hold, run time.Duration
+		warns     bool
+	}{
+		{0, time.Hour, false},
+		{60 * time.Millisecond, 100 * time.Millisecond, true}, // ≥ 59 ms of 100 ms
+	} {
+		tr := finishedRun(0)
+		var out syncBuffer
+		tr.stderr = newStderrWriter(&out, false)
+		tr.logger = slog.New(newLogHandler(tr.stderr, slog.LevelInfo, func() time.Duration { return 0 }))
+		tr.vclock = NewPacedClock(time.Time{})
+		time.Sleep(tc.hold) // the host holds the turn
+		require.True(t, tr.vclock.Sleep(context.Background(), time.Millisecond))
+		tr.reportPace(tc.run)
+		tr.vclock.Done()
+		if !tc.warns {
+			assert.Empty(t, out.String())
+			continue
+		}
+		assert.Contains(t, out.String(), "the host fell behind the paced clock by up to")
+		assert.Contains(t, out.String(), "its results are unaffected")
+	}
 }
