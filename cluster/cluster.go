@@ -69,10 +69,11 @@ type Cluster struct {
 	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
 	// Settle runs the loop, under stepMu, which also guards the calls
 	// handed in since the last Settle.
-	stepMu  sync.Mutex
-	newGate func() Gate
-	pending []*call
-	watched map[context.Context]int // contexts of calls in flight
+	stepMu    sync.Mutex
+	newGate   func() Gate
+	pending   []*call
+	watched   map[context.Context]*watching // contexts of calls in flight
+	watchList []*watching                   // the same, for Settle's scan
 
 	// Remote workers (remote.go): set when the Config has a Transport.
 	remote       bool

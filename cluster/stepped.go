@@ -142,9 +142,15 @@ func (c *Cluster) watch(h *call) {
 		return
 	}
 	if c.watched == nil {
-		c.watched = map[context.Context]int{}
+		c.watched = map[context.Context]*watching{}
 	}
-	c.watched[h.ctx]++
+	w := c.watched[h.ctx]
+	if w == nil {
+		w = &watching{ctx: h.ctx, done: h.ctx.Done(), at: len(c.watchList)}
+		c.watched[h.ctx] = w
+		c.watchList = append(c.watchList, w)
+	}
+	w.calls++
 }
 
 // unwatch forgets a finished call's context.
@@ -152,23 +158,44 @@ func (c *Cluster) unwatch(h *call) {
 	if h.ctx == nil || c.watched == nil {
 		return
 	}
-	if n, ok := c.watched[h.ctx]; ok {
-		if n <= 1 {
-			delete(c.watched, h.ctx)
-		} else {
-			c.watched[h.ctx] = n - 1
+	if w, ok := c.watched[h.ctx]; ok {
+		if w.calls--; w.calls <= 0 {
+			c.forget(w)
 		}
 	}
+}
+
+// watching is a context some calls in flight were made with.
+type watching struct {
+	ctx   context.Context
+	done  <-chan struct{}
+	calls int
+	at    int // in watchList
+}
+
+// forget drops w from the watched contexts.
+func (c *Cluster) forget(w *watching) {
+	delete(c.watched, w.ctx)
+	last := c.watchList[len(c.watchList)-1]
+	c.watchList[w.at], last.at = last, w.at
+	c.watchList[len(c.watchList)-1] = nil
+	c.watchList = c.watchList[:len(c.watchList)-1]
 }
 
 // stopEnded stops, in request order, the requests whose context has
 // ended. The contexts a stepped cluster's callers use end while the clock
 // stands at an instant, so every Settle of that instant sees it the same.
 func (c *Cluster) stopEnded() {
+	// A closed Done channel is checked without a lock: this runs at every
+	// step of the clock.
 	ended := false
-	for ctx := range c.watched {
-		if ctx.Err() != nil {
+	for _, w := range c.watchList {
+		select {
+		case <-w.done:
 			ended = true
+		default:
+		}
+		if ended {
 			break
 		}
 	}
@@ -177,7 +204,9 @@ func (c *Cluster) stopEnded() {
 	}
 	for _, r := range c.sortedRequests() {
 		if ctx := r.h.ctx; ctx != nil && ctx.Err() != nil {
-			delete(c.watched, ctx)
+			if w, ok := c.watched[ctx]; ok {
+				c.forget(w)
+			}
 			c.stopRequest(r, ctx.Err().Error())
 		}
 	}
