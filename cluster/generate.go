@@ -417,13 +417,14 @@ func (c *Cluster) stopRequest(r *request, reason string) {
 
 // step feeds one event to r's machine and carries out its actions.
 func (c *Cluster) step(r *request, ev handoff.Event) {
-	for _, a := range r.m.Step(ev) {
-		c.act(r, a)
+	acts := r.m.Step(ev)
+	for i := range acts {
+		c.act(r, &acts[i])
 	}
 }
 
-func (c *Cluster) act(r *request, a handoff.Action) {
-	switch a := a.(type) {
+func (c *Cluster) act(r *request, a *handoff.Action) {
+	switch a.Kind {
 	case handoff.Apply:
 		w := r.prefill
 		if a.Side == handoff.Decode {
@@ -437,15 +438,16 @@ func (c *Cluster) act(r *request, a handoff.Action) {
 	case handoff.CloseRoom:
 		c.closeRoom(r, a.Transferred)
 	case handoff.Finish:
-		c.finish(r, a)
+		c.finish(r, a.Phase, a.Error)
 	}
 }
 
-// finish ends r: its result to the caller, its counts, the router freed.
-func (c *Cluster) finish(r *request, f handoff.Finish) {
+// finish ends r in phase, err saying why when it did not complete: its
+// result to the caller, its counts, the router freed.
+func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	res := Result{PrefillWorker: r.prefill.name, DecodeWorker: r.decode.name, PrefillDPRank: r.prefill.rank, DecodeDPRank: r.decode.rank}
-	res.Outcome = outcomeOf(f.Phase)
-	res.Error = f.Error
+	res.Outcome = outcomeOf(phase)
+	res.Error = err
 	rec := r.m.Record()
 	if res.Outcome == OutcomeCompleted {
 		res.Error = ""

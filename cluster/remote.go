@@ -380,7 +380,7 @@ func (c *Cluster) leave(name, reason string) {
 		if r.tid != 0 {
 			delete(c.exch, r.tid)
 		}
-		c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: msg})
+		c.finish(r, handoff.Errored, msg)
 	}
 	c.checkDrained()
 }
@@ -548,7 +548,7 @@ func (c *Cluster) abandonAfter(d time.Duration) {
 	}
 	c.post(func() {
 		for _, r := range c.sortedRequests() {
-			c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: errClosed})
+			c.finish(r, handoff.Errored, errClosed)
 		}
 	})
 }
