@@ -59,8 +59,10 @@ type Cluster struct {
 	holdTouch time.Time // wall time of the last hold taken or released
 	holdsLost uint64    // holds that ran out (holdMax)
 	stopping  bool
-	ended     bool                         // the loop has returned; Stats reads the workers' last reports
-	onFinish  func(r *request, res Result) // RunVirtual's collector
+	ended     bool // the loop has returned; Stats reads the workers' last reports
+	// spareReqs are the records of ended requests, for the next arrivals
+	// (see reply).
+	spareReqs []*request
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.

@@ -356,7 +356,8 @@ func (c *Cluster) arrive(h *call) {
 	if !c.opts.shareTokens || len(tokens) == 0 {
 		tokens = promptTokens(h.req, c.cfg.Seed, id)
 	}
-	r := &request{id: id, h: h, rid: routerID(id)}
+	r := c.newRequest()
+	*r = request{id: id, h: h, rid: routerID(id)}
 	h.r = r
 	hs := c.hashMemo.lookup(h.req.Tokens, c.res.router.BlockSize)
 	if hs == nil {
@@ -470,17 +471,42 @@ func (c *Cluster) reply(r *request, res Result) {
 		c.hashSpares.retire(c.v.Now(), r.hashes)
 		r.hashes = nil
 	}
-	if c.onFinish != nil {
-		c.onFinish(r, res)
-	}
-	c.unwatch(r.h)
-	if r.h.wantHold && c.clock != nil && !c.stopping {
-		r.h.hold = c.takeHold()
+	h := r.h
+	c.unwatch(h)
+	if h.wantHold && c.clock != nil && !c.stopping {
+		h.hold = c.takeHold()
 	}
 	// A caller that reads Now after its result sees at least the result's
 	// instant, even when a paced loop runs ahead of the wall clock.
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
-	r.h.deliver(res)
+	h.r = nil // a late stop finds nothing to stop
+	c.recycle(r)
+	h.deliver(res)
+}
+
+// newRequest returns a record for an arriving request: an ended one's
+// when there is one.
+func (c *Cluster) newRequest() *request {
+	n := len(c.spareReqs)
+	if n == 0 {
+		return new(request)
+	}
+	r := c.spareReqs[n-1]
+	c.spareReqs = c.spareReqs[:n-1]
+	return r
+}
+
+// recycle keeps the record of a request that just ended for a later
+// arrival. Nothing that outlives a request may recognise it by its record
+// alone: whatever reaches a request later (a link reply, a stop) looks it
+// up by its id, which is never reused, in c.reqs or through its call. A
+// remote cluster's link replies still carry records (onRemoteLink), so
+// its records are left to the collector.
+func (c *Cluster) recycle(r *request) {
+	if c.remote {
+		return
+	}
+	c.spareReqs = append(c.spareReqs, r)
 }
 
 func outcomeOf(p handoff.Phase) string {

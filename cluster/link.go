@@ -42,6 +42,7 @@ type linkStatus struct {
 // time, the status at the time the room was closed.
 type exchange struct {
 	r                    *request
+	id, tid              uint64 // r's, for replies that come after r ended
 	t1, t2               engine.Ticket
 	t1Open, t2Open       bool
 	arrived, got, closed bool
@@ -49,7 +50,7 @@ type exchange struct {
 
 // connect starts the decode's connection for r's room.
 func (c *Cluster) connect(r *request) {
-	x := &exchange{r: r, closed: r.closed}
+	x := &exchange{r: r, id: r.id, tid: r.tid, closed: r.closed}
 	if c.remote { // remote replies take no ticket: see onRemoteLink
 		c.exch[r.tid] = x
 		c.link.connect(r.prefill, r.tid, r.id)
@@ -77,16 +78,16 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 // onLinkMsg places a link reply in the event queue.
 func (c *Cluster) onLinkMsg(m linkMsg) {
 	x := c.exch[m.tid]
-	if x == nil || (m.arrived && m.reqID != x.r.id) {
+	if x == nil || (m.arrived && m.reqID != x.id) {
 		return
 	}
-	r := x.r
+	id, tid := x.id, x.tid
 	if m.arrived {
 		if !x.t1Open || x.arrived {
 			return
 		}
 		x.arrived, x.t1Open = true, false
-		c.v.FillCall(x.t1, func() { c.feed(r, handoff.DecodeArrived{}) })
+		c.v.FillCall(x.t1, func() { c.feed(id, handoff.DecodeArrived{}) })
 		if x.closed && !x.got {
 			x.t2, x.t2Open = c.v.Ticket(x.t1.At), true
 		}
@@ -98,8 +99,8 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 	x.got = true
 	ev := handoff.TransferStatus{Status: m.status.status, Err: m.status.err}
 	fn := func() {
-		delete(c.exch, r.tid)
-		c.feed(r, ev)
+		delete(c.exch, tid)
+		c.feed(id, ev)
 	}
 	switch {
 	case x.t1Open:
@@ -115,9 +116,9 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 	}
 }
 
-// feed steps r's machine if r is still in flight.
-func (c *Cluster) feed(r *request, ev handoff.Event) {
-	if c.reqs[r.id] == r {
+// feed steps the machine of request id if it is still in flight.
+func (c *Cluster) feed(id uint64, ev handoff.Event) {
+	if r := c.reqs[id]; r != nil {
 		c.step(r, ev)
 	}
 }

@@ -427,7 +427,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 			return
 		}
 		x.arrived = true
-		c.feed(x.r, handoff.DecodeArrived{})
+		c.feed(x.id, handoff.DecodeArrived{})
 		return
 	}
 	if x.got {
@@ -435,7 +435,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 	}
 	x.got = true
 	delete(c.exch, tid)
-	c.feed(x.r, handoff.TransferStatus{Status: st.status, Err: st.err})
+	c.feed(x.id, handoff.TransferStatus{Status: st.status, Err: st.err})
 }
 
 // remoteLink carries the transfer-room steps to remote workers: rooms live
