@@ -62,7 +62,8 @@ type Cluster struct {
 	ended     bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see reply).
-	spareReqs []*request
+	spareReqs  []*request
+	spareCalls []*call // RunVirtual's, likewise (answer)
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.

@@ -35,6 +35,9 @@ type call struct {
 	// arrivals, which need no channel each.
 	batch *batchResults
 	index int // the result's place in batch
+	// spare calls are the loop's own (RunVirtual's arrivals): it keeps
+	// them for later arrivals once their result is given.
+	spare bool
 }
 
 // batchResults collects the results of a batch of calls on the loop;
@@ -335,11 +338,11 @@ func (c *Cluster) tooLong(req Request) string {
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
 	if h.stopReason != "" {
-		h.deliver(Result{Outcome: OutcomeError, Error: h.stopReason})
+		c.answer(h, Result{Outcome: OutcomeError, Error: h.stopReason})
 		return
 	}
 	if c.stopping {
-		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
+		c.answer(h, Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	c.nextID++
@@ -349,7 +352,7 @@ func (c *Cluster) arrive(h *call) {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
 		c.series.ended(c.v.Now(), &res)
-		h.deliver(res)
+		c.answer(h, res)
 		return
 	}
 	tokens := h.req.Tokens
@@ -481,7 +484,27 @@ func (c *Cluster) reply(r *request, res Result) {
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
 	h.r = nil // a late stop finds nothing to stop
 	c.recycle(r)
+	c.answer(h, res)
+}
+
+// answer delivers h's result, and keeps h for a later arrival when it is
+// the loop's own.
+func (c *Cluster) answer(h *call, res Result) {
 	h.deliver(res)
+	if h.spare {
+		c.spareCalls = append(c.spareCalls, h)
+	}
+}
+
+// newCall returns a call for an arrival of RunVirtual's.
+func (c *Cluster) newCall() *call {
+	n := len(c.spareCalls)
+	if n == 0 {
+		return new(call)
+	}
+	h := c.spareCalls[n-1]
+	c.spareCalls = c.spareCalls[:n-1]
+	return h
 }
 
 // newRequest returns a record for an arriving request: an ended one's
