@@ -63,7 +63,8 @@ type Cluster struct {
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see reply).
 	spareReqs  []*request
-	spareCalls []*call // RunVirtual's, likewise (answer)
+	spareCalls []*call     // RunVirtual's, likewise (answer)
+	spareExch  []*exchange // likewise (retireExchange)
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.
