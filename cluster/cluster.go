@@ -140,6 +140,9 @@ type options struct {
 	keepEvents  bool // keep the whole forensic log, not only the recent events
 	shareTokens bool // use a request's explicit tokens without copying them
 	stepped     bool // no loop goroutine: Settle runs the loop (NewStepped)
+	// fresh gives every request, call and exchange a record of its own,
+	// reusing none of an ended one's: tests compare the two.
+	fresh bool
 }
 
 // New starts a cluster: its workers, the router and a transfer server per

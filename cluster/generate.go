@@ -491,7 +491,7 @@ func (c *Cluster) reply(r *request, res Result) {
 // the loop's own.
 func (c *Cluster) answer(h *call, res Result) {
 	h.deliver(res)
-	if h.spare {
+	if h.spare && !c.opts.fresh {
 		c.spareCalls = append(c.spareCalls, h)
 	}
 }
@@ -526,7 +526,7 @@ func (c *Cluster) newRequest() *request {
 // remote cluster's link replies still carry records (onRemoteLink), so
 // its records are left to the collector.
 func (c *Cluster) recycle(r *request) {
-	if c.remote {
+	if c.remote || c.opts.fresh {
 		return
 	}
 	c.spareReqs = append(c.spareReqs, r)

@@ -88,7 +88,7 @@ func (c *Cluster) newExchange() *exchange {
 // it: its status delivered (it left c.exch then) and no callback of its
 // queued. A remote cluster's exchanges are left to the collector.
 func (c *Cluster) retireExchange(x *exchange) {
-	if x.got && x.cues == 0 && !c.remote && c.exch[x.tid] != x {
+	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exch[x.tid] != x {
 		x.exchangeState = exchangeState{}
 		c.spareExch = append(c.spareExch, x)
 	}
