@@ -188,14 +188,14 @@ func (Stop) isEvent()             {}
 type Action struct {
 	Kind ActionKind
 	// Side and Input are Apply's: hand Input to the worker on Side.
-	Side  Side
-	Input engine.Input
-	// Transferred is CloseRoom's: how the hold ended.
+	// Transferred is CloseRoom's: how the hold ended. Phase and Error are
+	// Finish's: Phase is terminal, Error says why when it is not
+	// Completed. (The small fields come first: an Action is 40 bytes.)
+	Side        Side
 	Transferred bool
-	// Phase and Error are Finish's: Phase is terminal, Error says why when
-	// it is not Completed.
-	Phase Phase
-	Error string
+	Phase       Phase
+	Input       engine.Input
+	Error       string
 }
 
 // ActionKind is what an Action asks of the driver. The set is closed.
@@ -276,22 +276,22 @@ type Record struct {
 // Machine is one request's lifecycle. The zero value is not usable; build
 // it with New.
 type Machine struct {
-	spec  Spec
-	phase Phase
-	rec   Record
+	spec Spec
+	rec  Record
 
+	phase         Phase
 	submitted     bool // the prefill (or only) worker got the request
 	prefillEnded  bool // ... and is done with it
 	reservePosted bool
 	connected     bool
 	cleaned       bool
-	pending       *Action // the Finish, waiting for the prefill to be done
+	pending       bool // end is the Finish, waiting for the prefill to be done
 	finished      bool
+	end           Action
 	out           []Action
-	// end backs pending, and outBuf out for the few actions of a step, so
-	// that a step allocates nothing of its own.
-	end    Action
-	outBuf [3]Action
+	// outBuf backs out for the actions of a step (rarely more than two),
+	// so that a step allocates nothing of its own.
+	outBuf [2]Action
 }
 
 // New builds the machine of one request, in phase Routed.
@@ -342,17 +342,17 @@ func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
 
 // finish ends the request with phase, once the prefill is done with it.
 func (m *Machine) finish(phase Phase, err string) {
-	if m.pending == nil {
+	if !m.pending {
 		m.end = Action{Kind: Finish, Phase: phase, Error: err}
-		m.pending = &m.end
+		m.pending = true
 	}
 }
 
 func (m *Machine) settle() {
-	if m.pending != nil && !m.finished && (!m.submitted || m.prefillEnded) {
+	if m.pending && !m.finished && (!m.submitted || m.prefillEnded) {
 		m.finished = true
-		m.phase = m.pending.Phase
-		m.emit(*m.pending)
+		m.phase = m.end.Phase
+		m.emit(m.end)
 	}
 }
 
@@ -550,7 +550,7 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 	case engine.EventHoldStarted:
 		m.rec.Held, m.rec.HoldStart = true, e.At
 		m.emit(Action{Kind: OpenRoom})
-		if m.pending != nil {
+		if m.pending {
 			// Given up while the pass that started the hold was in
 			// flight: the cancellation ends the hold at the pass's end,
 			// and no decode is asked for.
@@ -582,31 +582,31 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 	case engine.EventDecodeReserved:
 		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, e.MissingTokens, e.DurationMs
 		if s.Order == DestinationFirst {
-			if m.pending == nil {
+			if !m.pending {
 				m.phase = PrefillQueued
 				m.emit(apply(Prefill, engine.DestinationReady{ID: id, Tokens: m.transferTokens()}))
 			}
 			return
 		}
-		if m.pending == nil && !m.connected {
+		if !m.pending && !m.connected {
 			m.phase = Reserved
 			m.connected = true
 			m.emit(Action{Kind: Connect})
 		}
 	case engine.EventDestinationCancelled:
-		if m.pending == nil && !m.cleaned {
+		if !m.pending && !m.cleaned {
 			m.reservePosted = false
 			m.fail(Errored, "reservation withdrawn by "+s.DecodeName)
 		}
 	case engine.EventCancelled:
 		if side == Prefill {
 			m.prefillEnded = true
-			if m.pending == nil {
+			if !m.pending {
 				m.fail(Errored, "withdrawn by "+s.PrefillName)
 			}
 			return
 		}
-		if m.pending == nil && !m.cleaned {
+		if !m.pending && !m.cleaned {
 			m.fail(Errored, "withdrawn by "+s.DecodeName)
 		}
 	}
