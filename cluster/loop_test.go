@@ -177,6 +177,70 @@ func TestVirtual_ReusedRecordsChangeNothing(t *testing.T) {
 	})
 }
 
+// TestStepped_ReusedRecordsChangeNothingUnderStops is
+// TestVirtual_ReusedRecordsChangeNothing with callers that give up: a third
+// of the requests are stopped at scripted instants (queued, held,
+// connected or decoding), so requests end by every path while later
+// arrivals take their records. A run that reuses nothing gives the same
+// results and stats.
+func TestStepped_ReusedRecordsChangeNothingUnderStops(t *testing.T) {
+	for _, shape := range loopShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			run := func(fresh bool) string {
+				c, err := newCluster(shape.cfg(9), options{virtual: true, stepped: true, memory: true, fresh: fresh})
+				require.NoError(t, err)
+				const n = 240
+				results := make([]Result, n)
+				cancels := make([]context.CancelFunc, n)
+				stopAt := make([]float64, n)
+				for i := range n {
+					now := float64(i) * 2
+					ctx, cancel := context.WithCancel(context.Background())
+					cancels[i] = cancel
+					if i%3 == 0 {
+						stopAt[i] = now + float64(1+i%11)*7
+					}
+					c.Submit(ctx, Request{PromptTokens: 64 + (i*37)%400, MaxTokens: 1 + i%24}, Key{Seq: uint64(i)},
+						func(r Result) { results[i] = r })
+					for j := range i {
+						if stopAt[j] > 0 && stopAt[j] <= now {
+							cancels[j]()
+						}
+					}
+					c.Settle(now)
+				}
+				for _, cancel := range cancels {
+					cancel()
+				}
+				for {
+					at, ok := c.Next()
+					if !ok {
+						break
+					}
+					c.Settle(at)
+				}
+				s, err := json.Marshal(struct {
+					Results []Result
+					Stats   Stats
+				}{results, c.statsNow()})
+				require.NoError(t, err)
+				require.NoError(t, c.Close())
+				stopped := 0
+				for _, r := range results {
+					require.NotEmpty(t, r.Outcome, "every request ends")
+					if r.Error == "context canceled" {
+						stopped++
+					}
+				}
+				assert.Positive(t, stopped)
+				return string(s)
+			}
+			assert.Equal(t, run(true), run(false))
+		})
+	}
+}
+
 // burnCPU keeps n goroutines spinning until the returned stop is called:
 // a busy host beside the cluster.
 func burnCPU(n int) (stop func()) {
