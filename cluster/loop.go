@@ -50,7 +50,6 @@ type sleepMsg struct {
 type drainMsg struct{ done chan struct{} }
 type releaseMsg struct{ id uint64 }
 type closeMsg struct{}
-type batchMsg struct{ arrivals []arriveMsg }
 
 // arrivalsMsg is RunVirtual's arrivals: order lists the valid ones by
 // time (ties in the order given), and their results go to results.
@@ -67,7 +66,6 @@ func (queryMsg) isMessage()    {}
 func (sleepMsg) isMessage()    {}
 func (drainMsg) isMessage()    {}
 func (closeMsg) isMessage()    {}
-func (batchMsg) isMessage()    {}
 func (arrivalsMsg) isMessage() {}
 func (releaseMsg) isMessage()  {}
 
@@ -238,8 +236,6 @@ func (c *Cluster) handle(m message) {
 	switch m := m.(type) {
 	case arriveMsg:
 		c.accept(m)
-	case batchMsg:
-		c.acceptBatch(m.arrivals)
 	case arrivalsMsg:
 		c.acceptArrivals(m)
 	case stopMsg:

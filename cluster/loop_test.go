@@ -351,15 +351,9 @@ func TestVirtual_RouterTTLsRunOnModeledTime(t *testing.T) {
 	c, err := newCluster(cfg, options{virtual: true, memory: true})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
-	msgs := make([]arriveMsg, len(arr))
-	for i, a := range arr {
-		msgs[i] = arriveMsg{h: &call{req: a.Request, reply: make(chan Result, 1)}, at: a.AtMs, stamped: true}
-		require.NoError(t, msgs[i].h.req.validate())
-	}
-	c.send(batchMsg{arrivals: msgs})
-	for _, m := range msgs {
-		<-m.h.reply
-	}
+	results := &batchResults{results: make([]Result, len(arr)), left: len(arr), done: make(chan struct{})}
+	c.send(arrivalsMsg{arrivals: arr, order: []int32{0, 1}, results: results})
+	<-results.done
 	var expired uint64
 	c.query(func() { expired = c.router.Stats().ExpiredRequests })
 	assert.Equal(t, uint64(1), expired, "the first request outlived its TTL in modeled time")

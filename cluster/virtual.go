@@ -133,26 +133,11 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 	return run, nil
 }
 
-// acceptBatch schedules a batch of arrivals, sorted by time, as accept
-// would one by one, but kept aside from the loop's event queue
+// acceptArrivals schedules RunVirtual's arrivals, each as accept would
+// schedule it, but kept aside from the loop's event queue
 // (engine.Virtual.CallEach): a run of a million arrivals neither fills the
-// queue nor takes a closure each.
-func (c *Cluster) acceptBatch(arrivals []arriveMsg) {
-	// CallEach takes stamped arrivals in time order, as RunVirtual sends
-	// them; any other batch goes one by one.
-	inOrder := slices.IsSortedFunc(arrivals, func(a, b arriveMsg) int { return cmp.Compare(a.at, b.at) }) &&
-		!slices.ContainsFunc(arrivals, func(a arriveMsg) bool { return !a.stamped })
-	if c.stopping || !inOrder {
-		for _, a := range arrivals {
-			c.accept(a)
-		}
-		return
-	}
-	c.v.CallEach(len(arrivals), func(i int) float64 { return arrivals[i].at }, func(i int) { c.arrive(arrivals[i].h) })
-}
-
-// acceptArrivals schedules RunVirtual's arrivals, as acceptBatch does a
-// batch: each arrival's call is made (or reused) as it arrives.
+// queue nor takes a closure each. Each arrival's call is made (or reused)
+// as it arrives.
 func (c *Cluster) acceptArrivals(m arrivalsMsg) {
 	arrive := func(i int) {
 		k := m.order[i]
