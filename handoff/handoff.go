@@ -4,10 +4,10 @@
 // the caller giving up) and returns actions (inputs for a worker,
 // transfer-room steps, the end of the request), each an Action value whose
 // Kind says which, so that stepping a machine allocates nothing of its
-// own. It starts no goroutine,
-// reads no clock and does no I/O, so the cluster's loop, a test transcript
-// or a distributed transport can drive it alike; it is the one place to
-// read how a request crosses from a prefill worker to a decode worker.
+// own. It starts no goroutine, reads no clock and does no I/O, so the
+// cluster's loop, a test transcript or a distributed transport can drive
+// it alike; it is the one place to read how a request crosses from a
+// prefill worker to a decode worker.
 //
 // # Orders
 //
