@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -27,7 +28,10 @@ type AbortError struct {
 
 // Error reads "transfer N aborted by source".
 func (e *AbortError) Error() string {
-	return fmt.Sprintf("transfer %d aborted by source", e.TransferID)
+	// Built by hand: an in-memory cluster reads it once per abort.
+	var buf [48]byte
+	b := strconv.AppendUint(append(buf[:0], "transfer "...), e.TransferID, 10)
+	return string(append(b, " aborted by source"...))
 }
 
 // Is makes errors.Is(err, ErrAborted) true.

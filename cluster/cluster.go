@@ -59,8 +59,12 @@ type Cluster struct {
 	holdTouch time.Time // wall time of the last hold taken or released
 	holdsLost uint64    // holds that ran out (holdMax)
 	stopping  bool
-	ended     bool                         // the loop has returned; Stats reads the workers' last reports
-	onFinish  func(r *request, res Result) // RunVirtual's collector
+	ended     bool // the loop has returned; Stats reads the workers' last reports
+	// spareReqs are the records of ended requests, for the next arrivals
+	// (see reply).
+	spareReqs  []*request
+	spareCalls []*call     // RunVirtual's, likewise (answer)
+	spareExch  []*exchange // likewise (retireExchange)
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.
@@ -137,6 +141,9 @@ type options struct {
 	keepEvents  bool // keep the whole forensic log, not only the recent events
 	shareTokens bool // use a request's explicit tokens without copying them
 	stepped     bool // no loop goroutine: Settle runs the loop (NewStepped)
+	// fresh gives every request, call and exchange a record of its own,
+	// reusing none of an ended one's: tests compare the two.
+	fresh bool
 }
 
 // New starts a cluster: its workers, the router and a transfer server per

@@ -35,6 +35,9 @@ type call struct {
 	// arrivals, which need no channel each.
 	batch *batchResults
 	index int // the result's place in batch
+	// spare calls are the loop's own (RunVirtual's arrivals): it keeps
+	// them for later arrivals once their result is given.
+	spare bool
 }
 
 // batchResults collects the results of a batch of calls on the loop;
@@ -335,11 +338,11 @@ func (c *Cluster) tooLong(req Request) string {
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
 	if h.stopReason != "" {
-		h.deliver(Result{Outcome: OutcomeError, Error: h.stopReason})
+		c.answer(h, Result{Outcome: OutcomeError, Error: h.stopReason})
 		return
 	}
 	if c.stopping {
-		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
+		c.answer(h, Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
 	c.nextID++
@@ -349,14 +352,15 @@ func (c *Cluster) arrive(h *call) {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
 		c.series.ended(c.v.Now(), &res)
-		h.deliver(res)
+		c.answer(h, res)
 		return
 	}
 	tokens := h.req.Tokens
 	if !c.opts.shareTokens || len(tokens) == 0 {
 		tokens = promptTokens(h.req, c.cfg.Seed, id)
 	}
-	r := &request{id: id, h: h, rid: routerID(id)}
+	r := c.newRequest()
+	*r = request{id: id, h: h, rid: routerID(id)}
 	h.r = r
 	hs := c.hashMemo.lookup(h.req.Tokens, c.res.router.BlockSize)
 	if hs == nil {
@@ -417,13 +421,14 @@ func (c *Cluster) stopRequest(r *request, reason string) {
 
 // step feeds one event to r's machine and carries out its actions.
 func (c *Cluster) step(r *request, ev handoff.Event) {
-	for _, a := range r.m.Step(ev) {
-		c.act(r, a)
+	acts := r.m.Step(ev)
+	for i := range acts {
+		c.act(r, &acts[i])
 	}
 }
 
-func (c *Cluster) act(r *request, a handoff.Action) {
-	switch a := a.(type) {
+func (c *Cluster) act(r *request, a *handoff.Action) {
+	switch a.Kind {
 	case handoff.Apply:
 		w := r.prefill
 		if a.Side == handoff.Decode {
@@ -437,15 +442,16 @@ func (c *Cluster) act(r *request, a handoff.Action) {
 	case handoff.CloseRoom:
 		c.closeRoom(r, a.Transferred)
 	case handoff.Finish:
-		c.finish(r, a)
+		c.finish(r, a.Phase, a.Error)
 	}
 }
 
-// finish ends r: its result to the caller, its counts, the router freed.
-func (c *Cluster) finish(r *request, f handoff.Finish) {
+// finish ends r in phase, err saying why when it did not complete: its
+// result to the caller, its counts, the router freed.
+func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	res := Result{PrefillWorker: r.prefill.name, DecodeWorker: r.decode.name, PrefillDPRank: r.prefill.rank, DecodeDPRank: r.decode.rank}
-	res.Outcome = outcomeOf(f.Phase)
-	res.Error = f.Error
+	res.Outcome = outcomeOf(phase)
+	res.Error = err
 	rec := r.m.Record()
 	if res.Outcome == OutcomeCompleted {
 		res.Error = ""
@@ -468,17 +474,62 @@ func (c *Cluster) reply(r *request, res Result) {
 		c.hashSpares.retire(c.v.Now(), r.hashes)
 		r.hashes = nil
 	}
-	if c.onFinish != nil {
-		c.onFinish(r, res)
-	}
-	c.unwatch(r.h)
-	if r.h.wantHold && c.clock != nil && !c.stopping {
-		r.h.hold = c.takeHold()
+	h := r.h
+	c.unwatch(h)
+	if h.wantHold && c.clock != nil && !c.stopping {
+		h.hold = c.takeHold()
 	}
 	// A caller that reads Now after its result sees at least the result's
 	// instant, even when a paced loop runs ahead of the wall clock.
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
-	r.h.deliver(res)
+	h.r = nil // a late stop finds nothing to stop
+	c.recycle(r)
+	c.answer(h, res)
+}
+
+// answer delivers h's result, and keeps h for a later arrival when it is
+// the loop's own.
+func (c *Cluster) answer(h *call, res Result) {
+	h.deliver(res)
+	if h.spare && !c.opts.fresh {
+		c.spareCalls = append(c.spareCalls, h)
+	}
+}
+
+// newCall returns a call for an arrival of RunVirtual's.
+func (c *Cluster) newCall() *call {
+	n := len(c.spareCalls)
+	if n == 0 {
+		return new(call)
+	}
+	h := c.spareCalls[n-1]
+	c.spareCalls = c.spareCalls[:n-1]
+	return h
+}
+
+// newRequest returns a record for an arriving request: an ended one's
+// when there is one.
+func (c *Cluster) newRequest() *request {
+	n := len(c.spareReqs)
+	if n == 0 {
+		return new(request)
+	}
+	r := c.spareReqs[n-1]
+	c.spareReqs = c.spareReqs[:n-1]
+	return r
+}
+
+// recycle keeps the record of a request that just ended for a later
+// arrival. Nothing that outlives a request may recognise it by its record
+// alone: whatever reaches a request later (a link reply, a stop) looks it
+// up by its id, which is never reused, in c.reqs or through its call. A
+// remote cluster's link replies still carry records (onRemoteLink), so
+// its records are left to the collector.
+func (c *Cluster) recycle(r *request) {
+	if c.remote || c.opts.fresh {
+		return
+	}
+	c.spareReqs = append(c.spareReqs, r)
 }
 
 func outcomeOf(p handoff.Phase) string {

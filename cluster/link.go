@@ -40,16 +40,64 @@ type linkStatus struct {
 // never passes a pending reply and the reply lands where it would have had
 // it come at once: the arrival (or an early status) at the connection's
 // time, the status at the time the room was closed.
+//
+// An exchange's callbacks for its tickets are made with it and stay with
+// it: once its status has been delivered and no callback of its is
+// queued, the loop keeps it for a later connection (retireExchange), so a
+// handoff's replies take no allocation.
 type exchange struct {
+	exchangeState
+	onArrived, onStatus func()
+}
+
+// exchangeState is what one connection's exchange knows.
+type exchangeState struct {
 	r                    *request
+	id, tid              uint64 // r's, for replies that come after r ended
 	t1, t2               engine.Ticket
 	t1Open, t2Open       bool
 	arrived, got, closed bool
+	status               handoff.TransferStatus // the reply onStatus delivers
+	cues                 int                    // callbacks queued
+}
+
+// newExchange returns an exchange for a new connection: an ended one's
+// when there is one.
+func (c *Cluster) newExchange() *exchange {
+	if n := len(c.spareExch); n > 0 {
+		x := c.spareExch[n-1]
+		c.spareExch = c.spareExch[:n-1]
+		return x
+	}
+	x := new(exchange)
+	x.onArrived = func() {
+		x.cues--
+		c.feed(x.id, handoff.DecodeArrived{})
+		c.retireExchange(x)
+	}
+	x.onStatus = func() {
+		x.cues--
+		delete(c.exch, x.tid)
+		c.feed(x.id, x.status)
+		c.retireExchange(x)
+	}
+	return x
+}
+
+// retireExchange keeps x for a later connection once nothing will read
+// it: its status delivered (it left c.exch then) and no callback of its
+// queued. A remote cluster's exchanges are left to the collector.
+func (c *Cluster) retireExchange(x *exchange) {
+	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exch[x.tid] != x {
+		x.exchangeState = exchangeState{}
+		c.spareExch = append(c.spareExch, x)
+	}
 }
 
 // connect starts the decode's connection for r's room.
 func (c *Cluster) connect(r *request) {
-	x := &exchange{r: r, closed: r.closed}
+	x := c.newExchange()
+	x.exchangeState = exchangeState{r: r, id: r.id, tid: r.tid, closed: r.closed}
 	if c.remote { // remote replies take no ticket: see onRemoteLink
 		c.exch[r.tid] = x
 		c.link.connect(r.prefill, r.tid, r.id)
@@ -77,16 +125,16 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 // onLinkMsg places a link reply in the event queue.
 func (c *Cluster) onLinkMsg(m linkMsg) {
 	x := c.exch[m.tid]
-	if x == nil || (m.arrived && m.reqID != x.r.id) {
+	if x == nil || (m.arrived && m.reqID != x.id) {
 		return
 	}
-	r := x.r
 	if m.arrived {
 		if !x.t1Open || x.arrived {
 			return
 		}
 		x.arrived, x.t1Open = true, false
-		c.v.FillCall(x.t1, func() { c.feed(r, handoff.DecodeArrived{}) })
+		x.cues++
+		c.v.FillCall(x.t1, x.onArrived)
 		if x.closed && !x.got {
 			x.t2, x.t2Open = c.v.Ticket(x.t1.At), true
 		}
@@ -96,28 +144,25 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 		return
 	}
 	x.got = true
-	ev := handoff.TransferStatus{Status: m.status.status, Err: m.status.err}
-	fn := func() {
-		delete(c.exch, r.tid)
-		c.feed(r, ev)
-	}
+	x.status = handoff.TransferStatus{Status: m.status.status, Err: m.status.err}
+	x.cues++
 	switch {
 	case x.t1Open:
 		x.t1Open = false
-		c.v.FillCall(x.t1, fn)
+		c.v.FillCall(x.t1, x.onStatus)
 	case x.t2Open:
 		x.t2Open = false
-		c.v.FillCall(x.t2, fn)
+		c.v.FillCall(x.t2, x.onStatus)
 	default:
 		// A status nobody asked for yet (the server refused the decode on
 		// its own: a limit, a shutdown): it takes effect now.
-		c.v.Call(c.v.Now(), fn)
+		c.v.Call(c.v.Now(), x.onStatus)
 	}
 }
 
-// feed steps r's machine if r is still in flight.
-func (c *Cluster) feed(r *request, ev handoff.Event) {
-	if c.reqs[r.id] == r {
+// feed steps the machine of request id if it is still in flight.
+func (c *Cluster) feed(id uint64, ev handoff.Event) {
+	if r := c.reqs[id]; r != nil {
 		c.step(r, ev)
 	}
 }

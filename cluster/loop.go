@@ -50,17 +50,24 @@ type sleepMsg struct {
 type drainMsg struct{ done chan struct{} }
 type releaseMsg struct{ id uint64 }
 type closeMsg struct{}
-type batchMsg struct{ arrivals []arriveMsg }
 
-func (arriveMsg) isMessage()  {}
-func (stopMsg) isMessage()    {}
-func (linkMsg) isMessage()    {}
-func (queryMsg) isMessage()   {}
-func (sleepMsg) isMessage()   {}
-func (drainMsg) isMessage()   {}
-func (closeMsg) isMessage()   {}
-func (batchMsg) isMessage()   {}
-func (releaseMsg) isMessage() {}
+// arrivalsMsg is RunVirtual's arrivals: order lists the valid ones by
+// time (ties in the order given), and their results go to results.
+type arrivalsMsg struct {
+	arrivals []Arrival
+	order    []int32
+	results  *batchResults
+}
+
+func (arriveMsg) isMessage()   {}
+func (stopMsg) isMessage()     {}
+func (linkMsg) isMessage()     {}
+func (queryMsg) isMessage()    {}
+func (sleepMsg) isMessage()    {}
+func (drainMsg) isMessage()    {}
+func (closeMsg) isMessage()    {}
+func (arrivalsMsg) isMessage() {}
+func (releaseMsg) isMessage()  {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
@@ -229,8 +236,8 @@ func (c *Cluster) handle(m message) {
 	switch m := m.(type) {
 	case arriveMsg:
 		c.accept(m)
-	case batchMsg:
-		c.acceptBatch(m.arrivals)
+	case arrivalsMsg:
+		c.acceptArrivals(m)
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)

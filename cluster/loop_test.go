@@ -142,6 +142,105 @@ func TestVirtual_SocketsChangeNothing(t *testing.T) {
 	}
 }
 
+// TestVirtual_ReusedRecordsChangeNothing: the loop reuses the records of
+// ended requests, their calls and their transfer exchanges for later ones;
+// a run that gives each its own gives exactly the same results, log,
+// stats and series, so nothing that outlives a request (a link reply, a
+// queued callback) reaches the request that took over its record.
+func TestVirtual_ReusedRecordsChangeNothing(t *testing.T) {
+	for _, shape := range loopShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			arr := burst(13, 150, 250)
+			reused, err := RunVirtual(shape.cfg(5), arr, VirtualOptions{EventLog: true})
+			require.NoError(t, err)
+			fresh, err := runArrivals(shape.cfg(5), arr, options{virtual: true, memory: true, keepEvents: true, shareTokens: true, fresh: true})
+			require.NoError(t, err)
+			assert.Equal(t, runJSON(t, fresh), runJSON(t, reused))
+		})
+	}
+	t.Run("saturated-decode", func(t *testing.T) {
+		// BenchmarkVirtualDisagg's shape: holds queue for the decode and
+		// about half of them abort.
+		t.Parallel()
+		cfg := Config{Disagg: true, Router: "kv", Seed: 1,
+			Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 64,
+				"kv_transfer_abort_timeout_ms": 2000, "kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25},
+			Prefill: PoolConfig{Workers: 2}, Decode: PoolConfig{Workers: 2}}
+		arr := burstUpTo(17, 1500, 4000, 100)
+		reused, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
+		require.NoError(t, err)
+		require.Positive(t, reused.Stats.PinsAborted)
+		fresh, err := runArrivals(cfg, arr, options{virtual: true, memory: true, keepEvents: true, shareTokens: true, fresh: true})
+		require.NoError(t, err)
+		assert.Equal(t, runJSON(t, fresh), runJSON(t, reused))
+	})
+}
+
+// TestStepped_ReusedRecordsChangeNothingUnderStops is
+// TestVirtual_ReusedRecordsChangeNothing with callers that give up: a third
+// of the requests are stopped at scripted instants (queued, held,
+// connected or decoding), so requests end by every path while later
+// arrivals take their records. A run that reuses nothing gives the same
+// results and stats.
+func TestStepped_ReusedRecordsChangeNothingUnderStops(t *testing.T) {
+	for _, shape := range loopShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			t.Parallel()
+			run := func(fresh bool) string {
+				c, err := newCluster(shape.cfg(9), options{virtual: true, stepped: true, memory: true, fresh: fresh})
+				require.NoError(t, err)
+				const n = 240
+				results := make([]Result, n)
+				cancels := make([]context.CancelFunc, n)
+				stopAt := make([]float64, n)
+				for i := range n {
+					now := float64(i) * 2
+					ctx, cancel := context.WithCancel(context.Background())
+					cancels[i] = cancel
+					if i%3 == 0 {
+						stopAt[i] = now + float64(1+i%11)*7
+					}
+					c.Submit(ctx, Request{PromptTokens: 64 + (i*37)%400, MaxTokens: 1 + i%24}, Key{Seq: uint64(i)},
+						func(r Result) { results[i] = r })
+					for j := range i {
+						if stopAt[j] > 0 && stopAt[j] <= now {
+							cancels[j]()
+						}
+					}
+					c.Settle(now)
+				}
+				for _, cancel := range cancels {
+					cancel()
+				}
+				for {
+					at, ok := c.Next()
+					if !ok {
+						break
+					}
+					c.Settle(at)
+				}
+				s, err := json.Marshal(struct {
+					Results []Result
+					Stats   Stats
+				}{results, c.statsNow()})
+				require.NoError(t, err)
+				require.NoError(t, c.Close())
+				stopped := 0
+				for _, r := range results {
+					require.NotEmpty(t, r.Outcome, "every request ends")
+					if r.Error == "context canceled" {
+						stopped++
+					}
+				}
+				assert.Positive(t, stopped)
+				return string(s)
+			}
+			assert.Equal(t, run(true), run(false))
+		})
+	}
+}
+
 // burnCPU keeps n goroutines spinning until the returned stop is called:
 // a busy host beside the cluster.
 func burnCPU(n int) (stop func()) {
@@ -252,15 +351,9 @@ func TestVirtual_RouterTTLsRunOnModeledTime(t *testing.T) {
 	c, err := newCluster(cfg, options{virtual: true, memory: true})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
-	msgs := make([]arriveMsg, len(arr))
-	for i, a := range arr {
-		msgs[i] = arriveMsg{h: &call{req: a.Request, reply: make(chan Result, 1)}, at: a.AtMs, stamped: true}
-		require.NoError(t, msgs[i].h.req.validate())
-	}
-	c.send(batchMsg{arrivals: msgs})
-	for _, m := range msgs {
-		<-m.h.reply
-	}
+	results := &batchResults{results: make([]Result, len(arr)), left: len(arr), done: make(chan struct{})}
+	c.send(arrivalsMsg{arrivals: arr, order: []int32{0, 1}, results: results})
+	<-results.done
 	var expired uint64
 	c.query(func() { expired = c.router.Stats().ExpiredRequests })
 	assert.Equal(t, uint64(1), expired, "the first request outlived its TTL in modeled time")

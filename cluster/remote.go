@@ -380,7 +380,7 @@ func (c *Cluster) leave(name, reason string) {
 		if r.tid != 0 {
 			delete(c.exch, r.tid)
 		}
-		c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: msg})
+		c.finish(r, handoff.Errored, msg)
 	}
 	c.checkDrained()
 }
@@ -427,7 +427,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 			return
 		}
 		x.arrived = true
-		c.feed(x.r, handoff.DecodeArrived{})
+		c.feed(x.id, handoff.DecodeArrived{})
 		return
 	}
 	if x.got {
@@ -435,7 +435,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 	}
 	x.got = true
 	delete(c.exch, tid)
-	c.feed(x.r, handoff.TransferStatus{Status: st.status, Err: st.err})
+	c.feed(x.id, handoff.TransferStatus{Status: st.status, Err: st.err})
 }
 
 // remoteLink carries the transfer-room steps to remote workers: rooms live
@@ -548,7 +548,7 @@ func (c *Cluster) abandonAfter(d time.Duration) {
 	}
 	c.post(func() {
 		for _, r := range c.sortedRequests() {
-			c.finish(r, handoff.Finish{Phase: handoff.Errored, Error: errClosed})
+			c.finish(r, handoff.Errored, errClosed)
 		}
 	})
 }

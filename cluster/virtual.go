@@ -43,8 +43,9 @@ type VirtualRun struct {
 // the cluster at its modeled time, the loop runs as fast as the CPU allows,
 // and the run ends when the last request has. The same config, seed and
 // arrivals give byte-identical results and event log, whatever the host is
-// doing. An arrival's Tokens, when given, are used as they are: they must
-// not change during the run. Config errors and invalid arrivals (a negative
+// doing. The arrivals are read as they reach the cluster, and an arrival's
+// Tokens, when given, are used as they are: none may change during the
+// run. Config errors and invalid arrivals (a negative
 // or non-finite time) are returned before anything runs; a bad request is
 // an "error" Result, as from Generate.
 func RunVirtual(cfg Config, arrivals []Arrival, opts VirtualOptions) (VirtualRun, error) {
@@ -64,20 +65,20 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 		return VirtualRun{}, err
 	}
 	run := VirtualRun{Results: make([]Result, len(arrivals))}
-	// The calls take one allocation, and the loop writes their results
-	// straight into run.Results: a long run needs no channel per request.
-	calls := make([]call, len(arrivals))
+	// The loop writes the results straight into run.Results, and makes
+	// each arrival's call as it arrives, reusing those of the requests
+	// that ended: a long run needs neither a channel nor a call record per
+	// request.
 	results := &batchResults{results: run.Results, done: make(chan struct{})}
-	batch := batchMsg{arrivals: make([]arriveMsg, 0, len(arrivals))}
-	for i, a := range arrivals {
-		req := a.Request
+	order := make([]int32, 0, len(arrivals))
+	for i := range arrivals {
+		req := arrivals[i].Request
 		if err := req.validate(); err != nil {
 			run.Results[i] = Result{Outcome: OutcomeError, Error: err.Error()}
 			continue
 		}
-		calls[i] = call{req: req, batch: results, index: i}
 		results.left++
-		batch.arrivals = append(batch.arrivals, arriveMsg{h: &calls[i], at: a.AtMs, stamped: true})
+		order = append(order, int32(i))
 	}
 	// The run's figures are taken on the loop as its last result is
 	// written: whatever the loop does after (a timer left over) must not
@@ -106,15 +107,15 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 	}
 	// Arrivals in time order, ties in the order given, so the queue sees
 	// them as a script would send them.
-	slices.SortStableFunc(batch.arrivals, func(a, b arriveMsg) int { return cmp.Compare(a.at, b.at) })
-	c.send(batch)
+	slices.SortStableFunc(order, func(a, b int32) int { return cmp.Compare(arrivals[a].AtMs, arrivals[b].AtMs) })
+	c.send(arrivalsMsg{arrivals: arrivals, order: order, results: results})
 	select {
 	case <-results.done:
 	case <-c.done:
 		// The loop ended before answering every call (it no longer
 		// writes): those end as Generate's would, "cluster closed".
-		for i := range calls {
-			if calls[i].batch != nil && run.Results[i].Outcome == "" {
+		for i := range run.Results {
+			if run.Results[i].Outcome == "" { // every result written has one
 				run.Results[i] = Result{Outcome: OutcomeError, Error: errClosed}
 			}
 		}
@@ -132,22 +133,26 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 	return run, nil
 }
 
-// acceptBatch schedules a batch of arrivals, sorted by time, as accept
-// would one by one, but kept aside from the loop's event queue
+// acceptArrivals schedules RunVirtual's arrivals, each as accept would
+// schedule it, but kept aside from the loop's event queue
 // (engine.Virtual.CallEach): a run of a million arrivals neither fills the
-// queue nor takes a closure each.
-func (c *Cluster) acceptBatch(arrivals []arriveMsg) {
-	// CallEach takes stamped arrivals in time order, as RunVirtual sends
-	// them; any other batch goes one by one.
-	inOrder := slices.IsSortedFunc(arrivals, func(a, b arriveMsg) int { return cmp.Compare(a.at, b.at) }) &&
-		!slices.ContainsFunc(arrivals, func(a arriveMsg) bool { return !a.stamped })
-	if c.stopping || !inOrder {
-		for _, a := range arrivals {
-			c.accept(a)
+// queue nor takes a closure each. Each arrival's call is made (or reused)
+// as it arrives.
+func (c *Cluster) acceptArrivals(m arrivalsMsg) {
+	arrive := func(i int) {
+		k := m.order[i]
+		h := c.newCall()
+		*h = call{req: m.arrivals[k].Request, batch: m.results, index: int(k), spare: true}
+		_ = h.req.validate() // its defaults; runArrivals checked it
+		c.arrive(h)
+	}
+	if c.stopping {
+		for i := range m.order {
+			arrive(i) // ends it: the cluster is closing
 		}
 		return
 	}
-	c.v.CallEach(len(arrivals), func(i int) float64 { return arrivals[i].at }, func(i int) { c.arrive(arrivals[i].h) })
+	c.v.CallEach(len(m.order), func(i int) float64 { return m.arrivals[m.order[i]].AtMs }, arrive)
 }
 
 // maxModeledMs bounds modeled times taken from callers: about 31 years,

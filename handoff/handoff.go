@@ -1,11 +1,13 @@
 // Package handoff is the lifecycle of one request across its workers, as a
 // pure state machine: a Machine takes typed events (what a worker reported,
 // what an input it was given replied, what the transfer server answered,
-// the caller giving up) and returns typed actions (inputs for a worker,
-// transfer-room steps, the end of the request). It starts no goroutine,
-// reads no clock and does no I/O, so the cluster's loop, a test transcript
-// or a distributed transport can drive it alike; it is the one place to
-// read how a request crosses from a prefill worker to a decode worker.
+// the caller giving up) and returns actions (inputs for a worker,
+// transfer-room steps, the end of the request), each an Action value whose
+// Kind says which, so that stepping a machine allocates nothing of its
+// own. It starts no goroutine, reads no clock and does no I/O, so the
+// cluster's loop, a test transcript or a distributed transport can drive
+// it alike; it is the one place to read how a request crosses from a
+// prefill worker to a decode worker.
 //
 // # Orders
 //
@@ -179,39 +181,56 @@ func (DecodeArrived) isEvent()    {}
 func (TransferStatus) isEvent()   {}
 func (Stop) isEvent()             {}
 
-// Action is something the driver must do now. The set is closed.
-type Action interface{ isAction() }
-
-// Apply hands Input to the worker on Side.
-type Apply struct {
-	Side  Side
-	Input engine.Input
+// Action is something the driver must do now: Kind says what, and the
+// fields that kind uses say the rest. It is a plain value, not an
+// interface, so that a Step boxes nothing: the machine's actions cost a
+// request no allocation of their own.
+type Action struct {
+	Kind ActionKind
+	// Side and Input are Apply's: hand Input to the worker on Side.
+	// Transferred is CloseRoom's: how the hold ended. Phase and Error are
+	// Finish's: Phase is terminal, Error says why when it is not
+	// Completed. (The small fields come first: an Action is 40 bytes.)
+	Side        Side
+	Transferred bool
+	Phase       Phase
+	Input       engine.Input
+	Error       string
 }
 
-// OpenRoom opens a transfer room on the source's server for this request.
-type OpenRoom struct{}
+// ActionKind is what an Action asks of the driver. The set is closed.
+type ActionKind uint8
 
-// Connect makes the decode connect to the source's transfer server and wait
-// for its answer; the driver reports DecodeArrived (when the server sees it)
-// and then TransferStatus.
-type Connect struct{}
+// The actions.
+const (
+	// Apply hands Input to the worker on Side.
+	Apply ActionKind = iota + 1
+	// OpenRoom opens a transfer room on the source's server for this
+	// request.
+	OpenRoom
+	// Connect makes the decode connect to the source's transfer server and
+	// wait for its answer; the driver reports DecodeArrived (when the
+	// server sees it) and then TransferStatus.
+	Connect
+	// CloseRoom tells the source's server how the hold ended: ACK to the
+	// decode when Transferred, ABORT otherwise.
+	CloseRoom
+	// Finish ends the request with Phase and Error. The machine's Record is
+	// final.
+	Finish
+)
 
-// CloseRoom tells the source's server how the hold ended: ACK to the
-// decode when Transferred, ABORT otherwise.
-type CloseRoom struct{ Transferred bool }
+var actionNames = [...]string{Apply: "apply", OpenRoom: "open_room", Connect: "connect", CloseRoom: "close_room", Finish: "finish"}
 
-// Finish ends the request: Phase is terminal, Error says why when it is not
-// Completed. The machine's Record is final.
-type Finish struct {
-	Phase Phase
-	Error string
+func (k ActionKind) String() string {
+	if int(k) < len(actionNames) && actionNames[k] != "" {
+		return actionNames[k]
+	}
+	return "unknown"
 }
 
-func (Apply) isAction()     {}
-func (OpenRoom) isAction()  {}
-func (Connect) isAction()   {}
-func (CloseRoom) isAction() {}
-func (Finish) isAction()    {}
+// apply is the Action handing in to the worker on side.
+func apply(side Side, in engine.Input) Action { return Action{Kind: Apply, Side: side, Input: in} }
 
 // Spec is what a Machine knows of its request and workers.
 type Spec struct {
@@ -257,22 +276,22 @@ type Record struct {
 // Machine is one request's lifecycle. The zero value is not usable; build
 // it with New.
 type Machine struct {
-	spec  Spec
-	phase Phase
-	rec   Record
+	spec Spec
+	rec  Record
 
+	phase         Phase
 	submitted     bool // the prefill (or only) worker got the request
 	prefillEnded  bool // ... and is done with it
 	reservePosted bool
 	connected     bool
 	cleaned       bool
-	pending       *Finish // the end, waiting for the prefill to be done
+	pending       bool // end is the Finish, waiting for the prefill to be done
 	finished      bool
+	end           Action
 	out           []Action
-	// end backs pending, and outBuf out for the few actions of a step, so
-	// that a step allocates nothing of its own.
-	end    Finish
-	outBuf [4]Action
+	// outBuf backs out for the actions of a step (rarely more than two),
+	// so that a step allocates nothing of its own.
+	outBuf [2]Action
 }
 
 // New builds the machine of one request, in phase Routed.
@@ -323,17 +342,17 @@ func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
 
 // finish ends the request with phase, once the prefill is done with it.
 func (m *Machine) finish(phase Phase, err string) {
-	if m.pending == nil {
-		m.end = Finish{Phase: phase, Error: err}
-		m.pending = &m.end
+	if !m.pending {
+		m.end = Action{Kind: Finish, Phase: phase, Error: err}
+		m.pending = true
 	}
 }
 
 func (m *Machine) settle() {
-	if m.pending != nil && !m.finished && (!m.submitted || m.prefillEnded) {
+	if m.pending && !m.finished && (!m.submitted || m.prefillEnded) {
 		m.finished = true
-		m.phase = m.pending.Phase
-		m.emit(*m.pending)
+		m.phase = m.end.Phase
+		m.emit(m.end)
 	}
 }
 
@@ -343,7 +362,7 @@ func (m *Machine) stepAggregated(ev Event) {
 	case Start:
 		m.phase = PrefillQueued
 		m.submitted = true
-		m.emit(Apply{Side: Prefill, Input: engine.Submit{Request: s.Request, Policy: engine.Release}})
+		m.emit(apply(Prefill, engine.Submit{Request: s.Request, Policy: engine.Release}))
 	case InputReply:
 		if _, ok := ev.Input.(engine.Submit); ok && ev.Reply.Err != nil {
 			m.prefillEnded = true
@@ -371,7 +390,7 @@ func (m *Machine) stepAggregated(ev Event) {
 		m.finish(Errored, ev.Reason)
 		if !m.cleaned {
 			m.cleaned = true
-			m.emit(Apply{Side: Prefill, Input: engine.Cancel{ID: s.Request.ID}})
+			m.emit(apply(Prefill, engine.Cancel{ID: s.Request.ID}))
 		}
 	}
 }
@@ -397,11 +416,11 @@ func (m *Machine) cleanup() {
 	m.cleaned = true
 	id := m.spec.Request.ID
 	if m.submitted && !m.prefillEnded {
-		m.emit(Apply{Side: Prefill, Input: engine.Cancel{ID: id}})
+		m.emit(apply(Prefill, engine.Cancel{ID: id}))
 	}
 	if m.reservePosted {
-		m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
-		m.emit(Apply{Side: Decode, Input: engine.Cancel{ID: id}})
+		m.emit(apply(Decode, engine.CancelDestination{ID: id}))
+		m.emit(apply(Decode, engine.Cancel{ID: id}))
 	}
 }
 
@@ -417,11 +436,11 @@ func (m *Machine) stepHandoff(ev Event) {
 	switch ev := ev.(type) {
 	case Start:
 		m.submitted = true
-		m.emit(Apply{Side: Prefill, Input: engine.Submit{Request: s.Request, Policy: engine.Hold}})
+		m.emit(apply(Prefill, engine.Submit{Request: s.Request, Policy: engine.Hold}))
 		if s.Order == DestinationFirst {
 			m.phase = BootstrapWaiting
 			m.reservePosted = true
-			m.emit(Apply{Side: Decode, Input: engine.Reserve{Request: s.Request}})
+			m.emit(apply(Decode, engine.Reserve{Request: s.Request}))
 		} else {
 			m.phase = PrefillQueued
 		}
@@ -453,7 +472,7 @@ func (m *Machine) stepHandoff(ev Event) {
 			if ev.Rejection.Code == engine.RejectHandoffTimeout && s.Order == DestinationFirst {
 				// The bootstrap wait timed out before the decode reserved (a
 				// DestinationReady after it finds nothing to ready).
-				m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
+				m.emit(apply(Decode, engine.CancelDestination{ID: id}))
 				m.cleaned = true
 				m.finish(Rejected, fmt.Sprintf("handoff timeout: %s reserved no room within handoff_session_timeout_ms %d, so the prefill on %s was dropped from its bootstrap queue having computed and held nothing",
 					s.DecodeName, s.SessionTimeoutMs, s.PrefillName))
@@ -472,17 +491,17 @@ func (m *Machine) stepHandoff(ev Event) {
 		// loop there until the cue comes back). Destination-first: the
 		// engine started it with the hold.
 		if s.Order == SourceFirst && m.phase == Reserved && !m.rec.HoldEnded {
-			m.emit(Apply{Side: Prefill, Input: engine.StartTransfer{ID: id, Tokens: m.transferTokens()}})
+			m.emit(apply(Prefill, engine.StartTransfer{ID: id, Tokens: m.transferTokens()}))
 		}
 
 	case TransferStatus:
 		switch ev.Status {
 		case ACK:
 			m.phase = Activated
-			m.emit(Apply{Side: Decode, Input: engine.Activate{ID: id}})
+			m.emit(apply(Decode, engine.Activate{ID: id}))
 		case Abort:
 			m.cleaned = true
-			m.emit(Apply{Side: Decode, Input: engine.CancelDestination{ID: id}})
+			m.emit(apply(Decode, engine.CancelDestination{ID: id}))
 			m.finish(Aborted, ev.Err)
 		default:
 			m.cleanup()
@@ -530,8 +549,8 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 	switch e.Kind {
 	case engine.EventHoldStarted:
 		m.rec.Held, m.rec.HoldStart = true, e.At
-		m.emit(OpenRoom{})
-		if m.pending != nil {
+		m.emit(Action{Kind: OpenRoom})
+		if m.pending {
 			// Given up while the pass that started the hold was in
 			// flight: the cancellation ends the hold at the pass's end,
 			// and no decode is asked for.
@@ -542,17 +561,17 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 			// and waits for the outcome.
 			m.phase = Transferring
 			m.connected = true
-			m.emit(Connect{})
+			m.emit(Action{Kind: Connect})
 			return
 		}
 		m.phase = Held
 		m.reservePosted = true
-		m.emit(Apply{Side: Decode, Input: engine.Reserve{Request: s.Request}})
+		m.emit(apply(Decode, engine.Reserve{Request: s.Request}))
 	case engine.EventHoldReleased:
 		m.rec.HoldEnded, m.rec.HoldOutcome, m.rec.HoldReason = true, e.Outcome, e.Reason
 		m.rec.PinMs, m.rec.HoldEnd = e.DurationMs, e.At
 		m.prefillEnded = true
-		m.emit(CloseRoom{Transferred: e.Outcome == engine.Transferred})
+		m.emit(Action{Kind: CloseRoom, Transferred: e.Outcome == engine.Transferred})
 	case engine.EventTransferStart:
 		m.rec.Claimed, m.rec.TransferMs = true, e.DelayMs
 		if m.phase < Transferring {
@@ -563,31 +582,31 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 	case engine.EventDecodeReserved:
 		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, e.MissingTokens, e.DurationMs
 		if s.Order == DestinationFirst {
-			if m.pending == nil {
+			if !m.pending {
 				m.phase = PrefillQueued
-				m.emit(Apply{Side: Prefill, Input: engine.DestinationReady{ID: id, Tokens: m.transferTokens()}})
+				m.emit(apply(Prefill, engine.DestinationReady{ID: id, Tokens: m.transferTokens()}))
 			}
 			return
 		}
-		if m.pending == nil && !m.connected {
+		if !m.pending && !m.connected {
 			m.phase = Reserved
 			m.connected = true
-			m.emit(Connect{})
+			m.emit(Action{Kind: Connect})
 		}
 	case engine.EventDestinationCancelled:
-		if m.pending == nil && !m.cleaned {
+		if !m.pending && !m.cleaned {
 			m.reservePosted = false
 			m.fail(Errored, "reservation withdrawn by "+s.DecodeName)
 		}
 	case engine.EventCancelled:
 		if side == Prefill {
 			m.prefillEnded = true
-			if m.pending == nil {
+			if !m.pending {
 				m.fail(Errored, "withdrawn by "+s.PrefillName)
 			}
 			return
 		}
-		if m.pending == nil && !m.cleaned {
+		if !m.pending && !m.cleaned {
 			m.fail(Errored, "withdrawn by "+s.DecodeName)
 		}
 	}

@@ -219,7 +219,7 @@ func parseEvent(t *testing.T, f []string, kv kvs) Event {
 }
 
 func describe(a Action) string {
-	switch a := a.(type) {
+	switch a.Kind {
 	case Apply:
 		switch in := a.Input.(type) {
 		case engine.Submit:
@@ -253,5 +253,5 @@ func describe(a Action) string {
 		}
 		return fmt.Sprintf("finish %s: %s", a.Phase, a.Error)
 	}
-	return fmt.Sprintf("%T", a)
+	return a.Kind.String()
 }

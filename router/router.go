@@ -140,8 +140,13 @@ type Router struct {
 	order   []*worker // registration order, for round-robin and repeatability
 	rr      [3]uint64 // round-robin counters by role
 	blocks  map[kv.SeqHash]blockRefs
-	reqs    map[string]reqState
-	stats   Stats
+	// reqs holds the requests in flight. Their states are kept apart from
+	// the map, and those of ended requests in spareStates for later ones:
+	// a map that churns through a request per route then moves 24-byte
+	// entries, not whole states.
+	reqs        map[string]*reqState
+	spareStates []*reqState
+	stats       Stats
 	// removed holds ids RemoveWorker took out, so their late KV events are
 	// dropped; AddWorker of the id lifts it.
 	removed map[uint64]struct{}
@@ -172,7 +177,7 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers: make(map[uint64]*worker),
 		blocks:  make(map[kv.SeqHash]blockRefs),
-		reqs:    make(map[string]reqState),
+		reqs:    make(map[string]*reqState),
 		removed: make(map[uint64]struct{}),
 		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),
 	}
@@ -247,18 +252,13 @@ func (r *Router) RemoveWorker(id uint64) bool {
 		return false
 	}
 	for rid, st := range r.reqs {
-		changed := false
 		for i := range st.legs {
 			if st.legs[i].w == w {
 				r.release(&st.legs[i])
-				changed = true
 			}
 		}
-		switch {
-		case st.legs[0].w == nil && st.legs[1].w == nil:
-			delete(r.reqs, rid)
-		case changed:
-			r.reqs[rid] = st
+		if st.legs[0].w == nil && st.legs[1].w == nil {
+			r.untrack(rid, st)
 		}
 	}
 	delete(r.workers, id)
@@ -455,10 +455,8 @@ func (r *Router) PrefillDone(reqID string) {
 		l.tokens = 0
 	}
 	if st.legs[0].w == nil && st.legs[1].w == nil {
-		delete(r.reqs, reqID)
-		return
+		r.untrack(reqID, st)
 	}
-	r.reqs[reqID] = st
 }
 
 // Free ends a request: everything it charged to its workers is released.
@@ -476,7 +474,7 @@ func (r *Router) Free(reqID string) {
 			r.release(&st.legs[i])
 		}
 	}
-	delete(r.reqs, reqID)
+	r.untrack(reqID, st)
 }
 
 func (r *Router) charge(l *leg) {
@@ -522,7 +520,17 @@ func (r *Router) expire(now time.Time) {
 func (r *Router) track(id string, st reqState, now time.Time) {
 	r.reqSeq++
 	st.seq = r.reqSeq
-	r.reqs[id] = st
+	if len(r.spareStates) == 0 {
+		// More requests in flight than ever: states come 64 at a time.
+		slab := make([]reqState, 64)
+		for i := range slab {
+			r.spareStates = append(r.spareStates, &slab[i])
+		}
+	}
+	p := r.spareStates[len(r.spareStates)-1]
+	r.spareStates = r.spareStates[:len(r.spareStates)-1]
+	*p = st
+	r.reqs[id] = p
 	r.ages = append(r.ages, ageEntry{id: id, seq: st.seq, start: now})
 	// Entries of freed requests wait until the head reaches them; once they
 	// dominate, drop them so memory follows the requests in flight.
@@ -536,6 +544,14 @@ func (r *Router) track(id string, st reqState, now time.Time) {
 		clear(r.ages[len(kept):])
 		r.ages, r.agesHead = kept, 0
 	}
+}
+
+// untrack stops tracking request id, whose state st no leg charges any
+// longer; st is kept for a later request.
+func (r *Router) untrack(id string, st *reqState) {
+	delete(r.reqs, id)
+	*st = reqState{}
+	r.spareStates = append(r.spareStates, st)
 }
 
 // expireRequests drops from load tracking every request routed
@@ -553,7 +569,7 @@ func (r *Router) expireRequests(now time.Time) {
 					r.release(&st.legs[i])
 				}
 			}
-			delete(r.reqs, e.id)
+			r.untrack(e.id, st)
 			r.stats.ExpiredRequests++
 			r.expired = append(r.expired, e.id)
 		}
