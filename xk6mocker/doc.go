@@ -53,12 +53,15 @@
 //
 // # Wall time and modeled time
 //
-// The cluster's clock runs speedup_ratio times faster than the wall clock.
+// The cluster's clock runs speedup_ratio times faster than the script's.
 // Everything the cluster reports is modeled time: the result's *_ms
 // fields, the time metrics, kv_transfer_abort_timeout_ms, the summary
-// section. Everything that paces the script is wall time: scenario
+// section. Everything that paces the script is script time: scenario
 // durations and arrival rates, k6's sleep(), iteration_duration, drain's
-// timeout. A request's modeled latencies therefore do not depend on the
+// timeout. Script time is the run's clock: paced (mocker run's default)
+// or virtual, the in-process cluster joins it as a participant and its
+// modeled time is the clock's × speedup_ratio exactly; on --clock wall
+// the cluster paces its own loop against the wall clock. A request's modeled latencies therefore do not depend on the
 // speedup, but the offered load does: the same rate per wall second is
 // speedup_ratio times fewer requests per modeled second. sleep(ms) on the
 // handle paces in modeled time, for think times that should not change

@@ -400,7 +400,7 @@ declare module 'k6/x/mocker' {
     prefill_refusals: number;
     /** Longest ended holds, longest first. */
     longest_holds: Hold[];
-    /** The most wall ms the cluster's loop ran behind the wall clock. */
+    /** The most wall ms the run (its paced clock, or on --clock wall the cluster's loop) ran behind the wall clock; 0 on --clock virtual. */
     clock_lag_peak_ms: number;
     /** Set when that lag was over a tenth of the run: the host could not keep up. */
     lag_warning?: string;
