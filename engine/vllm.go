@@ -29,21 +29,24 @@ const placeholderToken = 0
 // seq is a request inside the vLLM model. Seqs are recycled, slices and all,
 // so a steady stream of requests does not allocate.
 type seq struct {
-	reqCore
-	computed int // tokens whose KV is computed (num_computed_tokens)
-	blocks   []int32
-	stored   int // leading blocks that carry their sequence hash
-	state    seqState
-	preempts int
-
-	// Contributions to the current pass, refunded if the seq is preempted
-	// later in the same pass.
-	passID      uint64
-	passTokens  int
+	// The fields a pass touches for every running request lead, the
+	// reqCore's own hot fields right after them: a seq is 256 bytes, a
+	// size class whose objects start on a cache line, so a decode pass
+	// reads the first two lines of it.
+	state       seqState
 	passPrefill bool
 	passBatch   bool // counted in the prefill batch (prompt tokens scheduled)
-	passISL     float64
-	passPrefix  float64
+	computed    int  // tokens whose KV is computed (num_computed_tokens)
+	stored      int  // leading blocks that carry their sequence hash
+	// Contributions to the current pass, refunded if the seq is preempted
+	// later in the same pass.
+	passID     uint64
+	passTokens int
+	blocks     []int32
+	reqCore
+	preempts   int
+	passISL    float64
+	passPrefix float64
 }
 
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
