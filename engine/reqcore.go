@@ -36,8 +36,6 @@ type reqCore struct {
 	policy CompletionPolicy
 	// priority is Request.Priority.
 	priority int
-	// admitted is set once the request first got KV; cached is fixed then.
-	admitted bool
 
 	arrival, firstAt float64
 }
