@@ -93,14 +93,15 @@ func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
 		return false
 	}
 	// Every entry up to the next empty one whose probe passes through the
-	// gap at i moves into it: the entry at j may, when its home k is no
-	// nearer j than i is.
+	// gap at i moves into it, which opens a gap where it was.
 	for j := (i + 1) & x.mask; x.entries[j].slot1 != 0; j = (j + 1) & x.mask {
 		k := uint64(x.entries[j].low) & x.mask
-		if (j-k)&x.mask >= (j-i)&x.mask {
-			x.entries[i] = x.entries[j]
-			i = j
+		// The entry at j stays if its home lies cyclically in (i, j].
+		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
 		}
+		x.entries[i] = x.entries[j]
+		i = j
 	}
 	x.entries[i] = slotEntry{}
 	x.n--
