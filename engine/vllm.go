@@ -613,7 +613,11 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		s.admitted = true
 		s.cached = effective
 	}
-	v.promote(s)
+	// Most passes fill no block of s: the test is made here, not behind a
+	// call, for every running request.
+	if v.caching && v.fullBlocks(s.computed) > s.stored {
+		v.promote(s)
+	}
 
 	v.budget -= desired
 	if s.passID != v.passID {
