@@ -59,11 +59,12 @@ func (m *mirrorPool) active() map[uint64]int {
 	for id, s := range m.private {
 		out[id] = int(m.p.blocks[s].ref)
 	}
-	for h, s := range m.p.index.All() {
-		if r := m.p.blocks[s].ref; r > 0 {
-			out[uint64(h)] = int(r)
+	m.p.index.each(func(s int32) bool {
+		if b := m.p.blocks[s]; b.ref > 0 {
+			out[uint64(b.hash)] = int(b.ref)
 		}
-	}
+		return true
+	})
 	return out
 }
 

@@ -29,7 +29,7 @@ type pblock struct {
 type blockPool struct {
 	blocks   []pblock
 	free     []int32
-	index    kv.Index[int32]
+	index    slotIndex
 	lruHead  int32 // least recently used inactive block
 	lruTail  int32
 	active   int
@@ -43,7 +43,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 	p := &blockPool{
 		blocks:  make([]pblock, total),
 		free:    make([]int32, total),
-		index:   kv.NewIndex[int32](total),
+		index:   newSlotIndex(total),
 		lruHead: noSlot,
 		lruTail: noSlot,
 		ev:      kvRecorder{emit: emit},
@@ -57,7 +57,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 
 // lookup returns the indexed block for h.
 func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
-	return p.index.Get(h)
+	return p.index.get(h, p.blocks)
 }
 
 // isActive reports whether slot is referenced.
@@ -117,7 +117,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.lruRemove(s)
 		p.inactive--
 		b := &p.blocks[s]
-		p.index.Delete(b.hash)
+		p.index.remove(b.hash, p.blocks)
 		p.ev.removed(b.hash)
 	} else {
 		return noSlot, false
@@ -181,11 +181,9 @@ func (p *blockPool) retire(s int32) {
 func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
 	b := &p.blocks[s]
 	b.hash = h
-	slot, added := p.index.Ref(h)
-	if !added {
+	if !p.index.add(h, s, p.blocks) {
 		return
 	}
-	*slot = s
 	b.indexed = true
 	p.ev.stored(h, local, parent, hasParent)
 }
@@ -222,10 +220,18 @@ func (p *blockPool) audit() error {
 	case active+inactive+len(p.free) != len(p.blocks):
 		return fmt.Errorf("active %d + inactive %d + free %d != total %d", active, inactive, len(p.free), len(p.blocks))
 	}
-	for h, s := range p.index.All() {
-		if !p.blocks[s].indexed || p.blocks[s].hash != h {
-			return fmt.Errorf("index entry %x points at block %d holding %x", uint64(h), s, uint64(p.blocks[s].hash))
+	var err error
+	indexed := 0
+	p.index.each(func(s int32) bool {
+		indexed++
+		b := &p.blocks[s]
+		if got, ok := p.index.get(b.hash, p.blocks); !b.indexed || !ok || got != s {
+			err = fmt.Errorf("index entry for block %d (hash %x, indexed %v) finds block %d", s, uint64(b.hash), b.indexed, got)
 		}
+		return err == nil
+	})
+	if err == nil && indexed != p.index.n {
+		err = fmt.Errorf("index counts %d entries, holds %d", p.index.n, indexed)
 	}
-	return nil
+	return err
 }

@@ -19,22 +19,23 @@ import (
 // partial last block, then generated tokens) are kept, for the blocks
 // hashed as they fill.
 type reqCore struct {
+	// The fields every pass reads or writes of a running request come
+	// first, so that a decode pass over a full batch touches as few cache
+	// lines per request as it can.
 	id     uint64
 	length int // tokens in the sequence: prompt, then generated
+	out    int // tokens generated
+	maxOut int
+	prompt int
 	// tail holds the sequence's tokens from position tailAt on.
 	tail   []uint32
 	tailAt int
-	prompt int
-	maxOut int
-	out    int // tokens generated
 	hashes []kv.SeqHash
 	locals []kv.LocalHash
 	cached int // prompt tokens served from cache at admission
 	policy CompletionPolicy
 	// priority is Request.Priority.
 	priority int
-	// admitted is set once the request first got KV; cached is fixed then.
-	admitted bool
 
 	arrival, firstAt float64
 }

@@ -56,6 +56,8 @@ type sgReq struct {
 
 	state    sgState
 	retracts int
+	// admitted is set once the request first got KV; cached is fixed then.
+	admitted bool
 
 	// The last prefix match (pages, deepest node) of the first matchLimit
 	// pages, taken at the cache's matchVer and matchEvicts; matchVer 0

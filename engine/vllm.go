@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"math/rand/v2"
 
 	"github.com/kvstrand/mocker/kv"
@@ -29,21 +30,26 @@ const placeholderToken = 0
 // seq is a request inside the vLLM model. Seqs are recycled, slices and all,
 // so a steady stream of requests does not allocate.
 type seq struct {
-	reqCore
-	computed int // tokens whose KV is computed (num_computed_tokens)
-	blocks   []int32
-	stored   int // leading blocks that carry their sequence hash
-	state    seqState
-	preempts int
-
-	// Contributions to the current pass, refunded if the seq is preempted
-	// later in the same pass.
-	passID      uint64
-	passTokens  int
+	// The fields a pass touches for every running request lead, the
+	// reqCore's own hot fields right after them: a seq is 256 bytes, a
+	// size class whose objects start on a cache line, so a decode pass
+	// reads the first two lines of it.
+	state       seqState
 	passPrefill bool
 	passBatch   bool // counted in the prefill batch (prompt tokens scheduled)
-	passISL     float64
-	passPrefix  float64
+	// admitted is set once the request first got KV; cached is fixed then.
+	admitted bool
+	computed int // tokens whose KV is computed (num_computed_tokens)
+	stored   int // leading blocks that carry their sequence hash
+	// Contributions to the current pass, refunded if the seq is preempted
+	// later in the same pass.
+	passID     uint64
+	passTokens int
+	blocks     []int32
+	reqCore
+	preempts   int
+	passISL    float64
+	passPrefix float64
 }
 
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
@@ -51,7 +57,11 @@ type seq struct {
 // prefix-hit admission credited only for active blocks, and recompute
 // preemption. See reference/dynamo-mocker.md §2.
 type VLLM struct {
-	bs, total     int
+	bs, total int
+	// bsShift is log2(bs) when bs is a power of two, else -1: the block
+	// counts every pass takes of every running request then need no
+	// division.
+	bsShift       int
 	maxSeqs       int
 	maxBatched    int
 	maxModelLen   int
@@ -133,6 +143,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	model = timingModel(args, model)
 	v := &VLLM{
 		bs:            args.BlockSize,
+		bsShift:       -1,
 		total:         args.NumGPUBlocks,
 		maxSeqs:       math.MaxInt,
 		maxBatched:    math.MaxInt,
@@ -152,6 +163,9 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	}
 	if v.decodeSpeedup <= 0 {
 		v.decodeSpeedup = 1
+	}
+	if bs := args.BlockSize; bs&(bs-1) == 0 {
+		v.bsShift = bits.TrailingZeros(uint(bs))
 	}
 	if args.MaxNumSeqs != nil {
 		if *args.MaxNumSeqs <= 0 {
@@ -179,6 +193,17 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
+
+// fullBlocks is how many whole blocks n >= 0 tokens fill.
+func (v *VLLM) fullBlocks(n int) int {
+	if v.bsShift >= 0 {
+		return n >> v.bsShift
+	}
+	return n / v.bs
+}
+
+// blocksFor is how many blocks n >= 0 tokens take.
+func (v *VLLM) blocksFor(n int) int { return v.fullBlocks(n + v.bs - 1) }
 
 // hashBlock is the block size to hash prompts by, 0 when prefix caching is
 // off and nothing is ever looked up.
@@ -507,7 +532,7 @@ func (v *VLLM) promote(s *seq) {
 	if !v.caching {
 		return
 	}
-	full := s.computed / v.bs
+	full := v.fullBlocks(s.computed)
 	if full <= s.stored {
 		return
 	}
@@ -566,7 +591,7 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		s.blocks = append(s.blocks, slot)
 	}
 	s.stored = max(s.stored, hits)
-	need := ceilDiv(effective+desired, v.bs)
+	need := v.blocksFor(effective + desired)
 	for len(s.blocks) < need {
 		slot, ok := v.pool.alloc()
 		if ok {
@@ -588,7 +613,11 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		s.admitted = true
 		s.cached = effective
 	}
-	v.promote(s)
+	// Most passes fill no block of s: the test is made here, not behind a
+	// call, for every running request.
+	if v.caching && v.fullBlocks(s.computed) > s.stored {
+		v.promote(s)
+	}
 
 	v.budget -= desired
 	if s.passID != v.passID {

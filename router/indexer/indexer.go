@@ -366,13 +366,15 @@ func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
 // release drops one of ws's keys on n: the worker leaves n, and n may be
 // pruned, only with its last key there.
 func (x *Indexer) release(ws *workerState, n *node) {
-	if k, ok := ws.extra[n]; ok {
-		if k <= 1 {
-			delete(ws.extra, n)
-		} else {
-			ws.extra[n] = k - 1
+	if ws.extra != nil {
+		if k, ok := ws.extra[n]; ok {
+			if k <= 1 {
+				delete(ws.extra, n)
+			} else {
+				ws.extra[n] = k - 1
+			}
+			return
 		}
-		return
 	}
 	n.workers.clear(ws.slot)
 	x.prune(n)

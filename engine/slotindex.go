@@ -1,0 +1,118 @@
+package engine
+
+import "github.com/kvstrand/mocker/kv"
+
+// slotIndex is the block pool's prefix index: sequence hash to the slot of
+// the block indexed under it. It is kv.Index's open addressing with
+// backward-shift deletion, but an entry keeps only the low 32 bits of its
+// hash beside the slot: the full hash is the block's own, read from the
+// pool when the low bits match. Entries of 8 bytes, eight to a cache line,
+// halve the table a full pool's store-and-evict churn probes at random, and
+// the block read to confirm a match is one its caller reads anyway.
+//
+// The low bits are also the hash's home position, so tables are limited
+// to 2^32 entries, past any pool's num_gpu_blocks.
+type slotIndex struct {
+	entries []slotEntry
+	mask    uint64
+	n       int
+}
+
+// slotEntry is one indexed block. slot1 is its slot plus one, so the zero
+// entry is empty whatever the hash.
+type slotEntry struct {
+	low   uint32
+	slot1 int32
+}
+
+func newSlotIndex(n int) slotIndex {
+	var x slotIndex
+	x.resize(n)
+	return x
+}
+
+// resize makes room for n hashes at a load of at most one half.
+func (x *slotIndex) resize(n int) {
+	size := 16
+	for size < 2*n {
+		size <<= 1
+	}
+	old := x.entries
+	x.entries, x.mask = make([]slotEntry, size), uint64(size-1)
+	for _, e := range old {
+		if e.slot1 != 0 {
+			i := uint64(e.low) & x.mask
+			for x.entries[i].slot1 != 0 {
+				i = (i + 1) & x.mask
+			}
+			x.entries[i] = e
+		}
+	}
+}
+
+// find is the position of the entry for h, or of the empty entry where h
+// belongs. blocks are the pool's, whose hash confirms a match.
+func (x *slotIndex) find(h kv.SeqHash, blocks []pblock) uint64 {
+	low := uint32(h)
+	i := uint64(h) & x.mask
+	for {
+		e := x.entries[i]
+		if e.slot1 == 0 || e.low == low && blocks[e.slot1-1].hash == h {
+			return i
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
+// get returns the slot indexed under h.
+func (x *slotIndex) get(h kv.SeqHash, blocks []pblock) (int32, bool) {
+	e := x.entries[x.find(h, blocks)]
+	return e.slot1 - 1, e.slot1 != 0
+}
+
+// add indexes slot under h unless h is indexed already; it reports whether
+// it did. blocks[slot].hash must be h.
+func (x *slotIndex) add(h kv.SeqHash, slot int32, blocks []pblock) bool {
+	if 2*(x.n+1) > len(x.entries) {
+		x.resize(x.n + 1)
+	}
+	e := &x.entries[x.find(h, blocks)]
+	if e.slot1 != 0 {
+		return false
+	}
+	*e = slotEntry{low: uint32(h), slot1: slot + 1}
+	x.n++
+	return true
+}
+
+// remove drops h, which must still be the hash of the block indexed under
+// it, and reports whether it was indexed.
+func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
+	i := x.find(h, blocks)
+	if x.entries[i].slot1 == 0 {
+		return false
+	}
+	// Every entry up to the next empty one whose probe passes through the
+	// gap at i moves into it, which opens a gap where it was.
+	for j := (i + 1) & x.mask; x.entries[j].slot1 != 0; j = (j + 1) & x.mask {
+		k := uint64(x.entries[j].low) & x.mask
+		// The entry at j stays if its home lies cyclically in (i, j].
+		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
+			continue
+		}
+		x.entries[i] = x.entries[j]
+		i = j
+	}
+	x.entries[i] = slotEntry{}
+	x.n--
+	return true
+}
+
+// each calls f with every indexed slot, in no set order.
+func (x *slotIndex) each(f func(slot int32) bool) {
+	for _, e := range x.entries {
+		if e.slot1 != 0 && !f(e.slot1-1) {
+			return
+		}
+	}
+}
