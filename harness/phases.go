@@ -482,7 +482,7 @@ func (t *testRun) reportPace(runDuration time.Duration) {
 // warnZeroIteration says once that iterations take no virtual time.
 func (t *testRun) warnZeroIteration() {
 	t.zeroWarned.Do(func() {
-		t.logger.Warn("an iteration took no virtual time (it never slept or waited on a plugin): on the virtual clock each such iteration waits for the next instant anything happens; give iterations a think time with sleep()")
+		t.logger.Warn("an iteration took no script time (it never slept or waited on a plugin): on a paced or virtual clock the time JavaScript takes is not counted, and each such iteration waits for the next instant anything happens; give iterations a think time with sleep(), or run with --clock wall")
 	})
 }
 
