@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 
 	"github.com/zeebo/xxh3"
@@ -143,14 +144,26 @@ func promptTokens(r Request, seed, seq uint64) []uint32 {
 	n := 0
 	if r.Prefix != "" && r.PrefixTokens > 0 {
 		h := xxh3.HashString(r.Prefix)
-		g := rand.New(rand.NewPCG(h, h^0x6a09e667f3bcc909))
-		for ; n < r.PrefixTokens; n++ {
-			out[n] = uint32(g.IntN(vocabSize))
-		}
+		n = fillTokens(out[:r.PrefixTokens], rand.NewPCG(h, h^0x6a09e667f3bcc909))
 	}
-	g := rand.New(rand.NewPCG(seed, seq^0xbb67ae8584caa73b))
-	for ; n < len(out); n++ {
-		out[n] = uint32(g.IntN(vocabSize))
-	}
+	fillTokens(out[n:], rand.NewPCG(seed, seq^0xbb67ae8584caa73b))
 	return out
+}
+
+// fillTokens fills out with token ids drawn from g, each what
+// rand.New(g).IntN(vocabSize) would draw (Lemire's multiply and reject),
+// without the interface call per token; it returns len(out).
+func fillTokens(out []uint32, g *rand.PCG) int {
+	n := uint64(vocabSize)
+	thresh := -n % n // 2⁶⁴ mod n
+	for i := range out {
+		hi, lo := bits.Mul64(g.Uint64(), n)
+		if lo < n {
+			for lo < thresh {
+				hi, lo = bits.Mul64(g.Uint64(), n)
+			}
+		}
+		out[i] = uint32(hi)
+	}
+	return len(out)
 }

@@ -2,10 +2,12 @@ package cluster
 
 import (
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/kvstrand/mocker/kv"
 )
@@ -72,4 +74,20 @@ func TestHashMemo_HashesASharedPromptOnce(t *testing.T) {
 	assert.Equal(t, wantS, hs.Seqs)
 	assert.Same(t, hs, m.lookup(tokens, 16), "kept")
 	assert.Nil(t, m.lookup(tokens[:50], 16), "another slice of the same tokens is another prompt")
+}
+
+// TestFillTokens_DrawsWhatIntNDraws: the prompt filler's inlined draw is
+// math/rand/v2's IntN(vocabSize), token for token, for any seed.
+func TestFillTokens_DrawsWhatIntNDraws(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s1, s2 := rapid.Uint64().Draw(t, "s1"), rapid.Uint64().Draw(t, "s2")
+		got := make([]uint32, rapid.IntRange(0, 4096).Draw(t, "n"))
+		fillTokens(got, rand.NewPCG(s1, s2))
+		g := rand.New(rand.NewPCG(s1, s2))
+		for i, v := range got {
+			if want := uint32(g.IntN(vocabSize)); v != want {
+				t.Fatalf("token %d: %d, IntN draws %d", i, v, want)
+			}
+		}
+	})
 }
