@@ -42,7 +42,9 @@ type VirtualClock struct {
 	parkSeq  uint64 // orders parked gates
 	timers   timerHeap
 	parts    []*participant
-	parked   map[*vgate]struct{}
+	// stepParts is stepOnce's copy of parts.
+	stepParts []*participant
+	parked    map[*vgate]struct{}
 	// stalled is set while nothing runs and nothing is scheduled: only a
 	// gate opened from outside the run (or a cancellation) moves it on.
 	stalled bool
@@ -491,8 +493,10 @@ func (g *vgate) Wait(ctx context.Context) bool {
 // stepper has the turn).
 func (c *VirtualClock) stepOnce() bool {
 	now := c.now
-	parts := make([]*participant, len(c.parts))
-	copy(parts, c.parts)
+	// A copy, as participants may join or leave while they settle; the
+	// stepper (one at a time) keeps its storage.
+	parts := append(c.stepParts[:0], c.parts...)
+	c.stepParts = parts
 	c.mu.Unlock()
 	for _, p := range parts {
 		p.p.Settle(now)
