@@ -61,7 +61,7 @@ func build(r Report) (page, error) {
 				{"holds", fmt.Sprintf("%d started, %d transferred, %d aborted, %d cancelled", st.Pins, st.PinsReleased, st.PinsAborted, st.PinsCancelled)},
 				{"peak held blocks", fmt.Sprint(st.PeakHeldBlocks)},
 				{"prefill refusals", fmt.Sprint(st.PrefillRejections)},
-				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of wall time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},
+				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of script time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},
 				{"host lag", fmt.Sprintf("at most %s behind the wall clock", c.ClockLagPeak.Round(time.Millisecond))},
 			},
 		}
@@ -76,7 +76,7 @@ func harnessFigures(data map[string]any) *harnessView {
 	ms := asMap(data["metrics"])
 	values := func(name string) map[string]any { return asMap(asMap(ms[name])["values"]) }
 	if d, ok := asMap(data["state"])["testRunDurationMs"].(float64); ok {
-		hv.Figures = append(hv.Figures, [2]string{"test run duration (wall)", seconds(d / 1000)})
+		hv.Figures = append(hv.Figures, [2]string{"test run duration (script time)", seconds(d / 1000)})
 	}
 	if v := values("vus"); v != nil {
 		hv.Figures = append(hv.Figures, [2]string{"VUs", fmt.Sprintf("min %s, max %s", num(v["min"]), num(v["max"]))})
@@ -85,10 +85,10 @@ func harnessFigures(data map[string]any) *harnessView {
 		hv.Figures = append(hv.Figures, [2]string{"VUs initialised", num(v["value"])})
 	}
 	if v := values("iterations"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"iterations", fmt.Sprintf("%s (%s/s wall)", num(v["count"]), num(v["rate"]))})
+		hv.Figures = append(hv.Figures, [2]string{"iterations", fmt.Sprintf("%s (%s/s of script time)", num(v["count"]), num(v["rate"]))})
 	}
 	if v := values("iteration_duration"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"iteration duration (wall)", fmt.Sprintf("avg %s, p(95) %s", msText(v["avg"]), msText(v["p(95)"]))})
+		hv.Figures = append(hv.Figures, [2]string{"iteration duration (script time)", fmt.Sprintf("avg %s, p(95) %s", msText(v["avg"]), msText(v["p(95)"]))})
 	}
 	if v := values("checks"); v != nil {
 		hv.Figures = append(hv.Figures, [2]string{"checks", fmt.Sprintf("%s passed of %s", num(v["passes"]), num(sum(v["passes"], v["fails"])))})
@@ -215,7 +215,7 @@ figcaption { font-size: .85em; color: #555; margin-top: .3em; }
 <body>
 <h1>mocker report</h1>
 {{with .Title}}<p>script: <code>{{.}}</code></p>{{end}}
-<p>Times are modeled (the clusters' clock) unless marked wall; modeled = wall × speedup_ratio.</p>
+<p>Times are modeled (the clusters' clock) unless marked as script time (the run's clock: paced with the wall clock, or virtual); modeled = script time × speedup_ratio.</p>
 {{with .Harness}}
 <section id="harness">
 <h2>Harness</h2>

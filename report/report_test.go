@@ -132,7 +132,7 @@ func TestHarnessFigures_ThresholdsAndChecks(t *testing.T) {
 		{Metric: "mocker_ttft{outcome:completed}", Source: "p(95)<10", Observed: "12.50ms", OK: false},
 	}, hv.Thresholds)
 	assert.Equal(t, []checkView{{Path: "g::ok", Passes: 3, Fails: 1}}, hv.Checks)
-	assert.Contains(t, hv.Figures, [2]string{"iterations", "30 (10/s wall)"})
+	assert.Contains(t, hv.Figures, [2]string{"iterations", "30 (10/s of script time)"})
 }
 
 func TestMergePoints_KeepsEveryCount(t *testing.T) {

@@ -49,5 +49,5 @@ var MetricDocs = []MetricDoc{
 	{Name: MetricClockLag, Type: metrics.Trend, Contains: metrics.Time,
 		Meaning: "How far (wall ms) the run's paced clock (or, on --clock wall, the cluster's loop) ran behind the wall clock when a request ended: the host falling behind. Modeled results do not move with it (on --clock wall the offered load does); always 0 on --clock virtual."},
 	{Name: MetricKVHeldBlocks, Type: metrics.Gauge, Contains: metrics.Default,
-		Meaning: "Cluster-wide held blocks, sampled after every request and every 50 ms while VUs wait; its max is the cluster's peak."},
+		Meaning: "Cluster-wide held blocks, sampled after every request (and on --clock wall every 50 ms while VUs wait); its max is the cluster's peak."},
 }
