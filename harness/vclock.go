@@ -495,8 +495,8 @@ func (c *VirtualClock) stepOnce() bool {
 	now := c.now
 	// A copy, as participants may join or leave while they settle; the
 	// stepper (one at a time) keeps its storage.
-	parts := append(c.stepParts[:0], c.parts...)
-	c.stepParts = parts
+	c.stepParts = append(c.stepParts[:0], c.parts...)
+	parts := c.stepParts
 	c.mu.Unlock()
 	for _, p := range parts {
 		p.p.Settle(now)
