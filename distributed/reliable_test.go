@@ -2,6 +2,8 @@ package distributed
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"sync"
@@ -172,4 +174,149 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 	assert.EqualValues(t, vus*perVU, s.Completed, "every request completed once")
 	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
 	require.NoError(t, c.CheckInvariants())
+}
+
+// testRemote is a router session with no NATS under it: what it publishes
+// is recorded.
+func testRemote(t *testing.T) (*remote, func() []command) {
+	t.Helper()
+	var sent []command
+	tr := &transport{log: slog.New(slog.DiscardHandler), publish: func(_ string, data []byte) error {
+		var c command
+		require.NoError(t, json.Unmarshal(data, &c))
+		sent = append(sent, c)
+		return nil
+	}}
+	w := &remote{t: tr, reg: Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, held: map[uint64]*frame{}}
+	return w, func() []command {
+		out := sent
+		sent = nil
+		return out
+	}
+}
+
+func numbered(seq uint64, acks ...sessionAck) *frame {
+	return &frame{Seq: seq, Head: seq + 1, Items: []item{{Arrived: &wireArrived{TID: seq}}}, Acks: acks}
+}
+
+func seqsOf(fs []*frame) []uint64 {
+	var out []uint64
+	for _, f := range fs {
+		out = append(out, f.Seq)
+	}
+	return out
+}
+
+// TestRemote_AppliesFramesOnceInOrderFromItsSessionsStart: frames before
+// the session began are dropped, a gap is asked for again at once and
+// held frames wait for it, a duplicate is not applied twice, and frames
+// the worker no longer keeps are reported.
+func TestRemote_AppliesFramesOnceInOrderFromItsSessionsStart(t *testing.T) {
+	t.Parallel()
+	w, sent := testRemote(t)
+	now := time.Now()
+	w.send(command{Op: opHello})
+	assert.Equal(t, []command{{Op: opHello, Session: 9, Seq: 1}}, sent())
+
+	ready, lost := w.take(numbered(4), now)
+	assert.Empty(t, ready, "where the session starts is not known yet")
+	ready, _ = w.take(numbered(5, sessionAck{Session: 9, Seq: 1, From: 5}), now)
+	assert.Equal(t, []uint64{5}, seqsOf(ready), "frame 4 came before the session")
+	assert.Empty(t, w.unacked, "the hello is acknowledged")
+
+	ready, _ = w.take(numbered(7), now)
+	assert.Empty(t, ready, "7 waits for 6")
+	assert.Equal(t, []command{{Op: opResend, Session: 9, Ack: 6, From: 6}}, sent(), "the gap is asked for")
+	ready, _ = w.take(numbered(6), now)
+	assert.Equal(t, []uint64{6, 7}, seqsOf(ready))
+	ready, _ = w.take(numbered(6), now)
+	assert.Empty(t, ready, "a frame resent to another router is not applied twice")
+	assert.Nil(t, lost)
+
+	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 9, From: 8, Oldest: 10}}, now.Add(time.Second))
+	assert.Equal(t, &lostFrames{Session: 9, From: 8, Oldest: 10}, lost)
+	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 3, From: 8, Oldest: 10}}, now.Add(time.Second))
+	assert.Nil(t, lost, "another router's loss")
+	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 9, From: 7, Oldest: 10}}, now.Add(time.Second))
+	assert.Nil(t, lost, "a stale answer: frame 7 came since")
+}
+
+// TestRemote_PublishesUnacknowledgedCommandsAgain: commands are kept until
+// acknowledged and published again, in order, once the oldest waited
+// retransmitAfter, or at once after a reconnect.
+func TestRemote_PublishesUnacknowledgedCommandsAgain(t *testing.T) {
+	t.Parallel()
+	w, sent := testRemote(t)
+	w.send(command{Op: opHello})
+	w.send(command{Op: opCancel, ID: 42})
+	assert.Len(t, sent(), 2)
+	now := time.Now()
+	w.retry(now, false)
+	assert.Empty(t, sent(), "not waited long enough")
+	w.retry(now.Add(retransmitAfter), false)
+	assert.Equal(t, []command{{Op: opHello, Session: 9, Seq: 1}, {Op: opCancel, Session: 9, Seq: 2, ID: 42}}, sent())
+	w.take(&frame{Head: 3, Acks: []sessionAck{{Session: 9, Seq: 1, From: 3}}}, now)
+	w.retry(now, true)
+	assert.Equal(t, []command{{Op: opCancel, Session: 9, Seq: 2, ID: 42, Ack: 3}, {Op: opResend, Session: 9, Ack: 3, From: 3}}, sent(),
+		"after a reconnect: what is unacknowledged, and the frames from the next one")
+	w.take(&frame{Head: 3, Acks: []sessionAck{{Session: 9, Seq: 2, From: 3}}}, now)
+	w.retry(now.Add(time.Hour), false)
+	assert.Empty(t, sent(), "everything acknowledged, every frame acknowledged")
+	w.end()
+	assert.Equal(t, []command{{Op: opBye, Session: 9, Ack: 3}}, sent())
+	w.send(command{Op: opCancel, ID: 43})
+	assert.Empty(t, sent(), "an ended session sends nothing")
+}
+
+// TestReliable_LostFramesFailTheirRequestsSayingSo: when the worker can
+// no longer resend what a router missed (here its answer is forged), the
+// requests on it end "error" saying so rather than hang, and the worker
+// joins again under a new session and serves.
+func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	startWorkers(t, ls, "gone",
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
+	c, err := cluster.New(cluster.Config{Name: "gone", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
+		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "gone"}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	const n = 3
+	results := make(chan cluster.Result, n)
+	for range n {
+		go func() {
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 3000})
+		}()
+	}
+	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == n }, time.Minute, 5*time.Millisecond)
+
+	tr := c.Transport().(*transport)
+	ws := tr.remotes()
+	require.Len(t, ws, 1)
+	w := ws[0]
+	w.mu.Lock()
+	// Ahead of what the router applies by the time it arrives.
+	from := w.next + 1<<20
+	lost := frame{Head: from + 5, Lost: &lostFrames{Session: w.session, From: from, Oldest: from + 3}}
+	w.mu.Unlock()
+	data, err := json.Marshal(lost)
+	require.NoError(t, err)
+	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, data))
+
+	for range n {
+		r := <-results
+		assert.Equal(t, cluster.OutcomeError, r.Outcome)
+		assert.Contains(t, r.Error, "worker w0 lost: frames")
+		assert.Contains(t, r.Error, "no longer in its resend buffer")
+	}
+	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
+	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	assert.Equal(t, "w0", r.DecodeWorker, "w0 joined again")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Drain(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
+	assert.EqualValues(t, n, s.Errored)
 }
