@@ -32,7 +32,7 @@ import (
 //
 //   - Commands. Each router keeps one session per worker it joined (a
 //     random id) and numbers that session's commands from 1 (Session,
-//     Seq). The worker applies a session's commands in Seq order exactly
+//     Seq), the first being opHello. The worker applies a session's commands in Seq order exactly
 //     once: a duplicate is dropped, one ahead of a gap is held until the
 //     gap fills. Its frames acknowledge the highest Seq applied per
 //     session (Acks); a duplicate, or an ack nothing else would carry,
@@ -55,7 +55,8 @@ import (
 //   - Only when the worker can no longer resend (the frames fell out of
 //     its buffer) does the router give the worker up: its requests end
 //     "error" saying that frames were lost, and the worker joins again
-//     under a new session. A worker that goes away is etcd's business.
+//     under a new session (what it was running runs on to its end there,
+//     unseen). A worker that goes away is etcd's business.
 //
 // Commands with no session (Session 0) are applied as they come.
 
