@@ -12,6 +12,17 @@
 // and transfer-room steps to them. The handoff machine and everything the
 // in-process cluster computes run unchanged on top.
 //
+// The request plane rides core NATS, which delivers at most once, and
+// makes it reliable itself (no JetStream): commands carry a per-worker
+// session and sequence number and are applied by the worker once and in
+// order, acknowledged in its frames and published again until they are;
+// frames are numbered, kept by the worker for a while and applied by the
+// router once and in order, a gap or a NATS reconnect asking for them
+// again. A NATS restart with requests in flight loses none of them. Only
+// frames the worker no longer keeps are lost for good: the requests on
+// it then end with an error saying so. wire.go has the protocol;
+// reliable.go its pieces.
+//
 // Keys and subjects are in keys.go and wire.go; Dynamo's discovery keys are
 // written alongside ours so a Dynamo user's tools read them.
 package distributed

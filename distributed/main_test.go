@@ -26,6 +26,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Setenv(WorkerBinaryEnv, bin)
+	// An outage loses whatever the in-process workers and routers publish
+	// during it, rather than leaving it to the reconnect's timing.
+	reconnectBufSize = -1
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(leakcheck.After(code))

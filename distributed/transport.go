@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -60,19 +61,21 @@ func Start(cfg cluster.Config, host *cluster.RemoteHost) (cluster.Transport, err
 // in etcd, joins and removes workers in the cluster, sends their commands
 // and hands their frames to the cluster's loop.
 type transport struct {
-	host   *cluster.RemoteHost
-	log    *slog.Logger
-	name   string
-	ns     string
-	etcd   string // the endpoints, for messages
-	ec     *clientv3.Client
-	nc     *nats.Conn
-	sub    *nats.Subscription
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	epoch  time.Time
-	speed  float64
+	host *cluster.RemoteHost
+	log  *slog.Logger
+	name string
+	ns   string
+	etcd string // the endpoints, for messages
+	ec   *clientv3.Client
+	nc   *nats.Conn
+	// publish is nc.Publish (a test records what a session sends).
+	publish func(subject string, data []byte) error
+	sub     *nats.Subscription
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	epoch   time.Time
+	speed   float64
 
 	mu      sync.Mutex
 	workers map[int64]*remote
@@ -81,13 +84,34 @@ type transport struct {
 	closed  bool
 }
 
-// remote is one worker as the router reaches it.
+// remote is one worker as the router reaches it: one session of the
+// reliable request plane (wire.go).
 type remote struct {
-	t     *transport
-	reg   Registration
-	shift float64 // ms to add to the worker's modeled times
-	next  uint64  // the frame seq expected next
-	seen  bool    // a frame came already
+	t       *transport
+	reg     Registration
+	args    engine.Args
+	shift   float64 // ms to add to the worker's modeled times
+	session uint64
+
+	mu sync.Mutex
+	// Commands.
+	seq     uint64    // the last command Seq given
+	unacked []pending // published, not yet acknowledged, in Seq order
+	// Frames.
+	based   bool              // next is known (the session's first ack said From)
+	next    uint64            // the frame Seq to apply next
+	held    map[uint64]*frame // arrived ahead of next
+	head    uint64            // the worker's Head, as last heard
+	acked   uint64            // the frame ack last sent
+	ackedAt time.Time
+	askedAt time.Time // the last resend request
+	gone    bool      // given up or left: send nothing more
+}
+
+// pending is a command awaiting its ack.
+type pending struct {
+	c  command
+	at time.Time // when it was last published
 }
 
 func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *slog.Logger) (*transport, error) {
@@ -100,13 +124,14 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 		cancel()
 		return nil, err
 	}
-	if t.nc, err = dialNATS(natsURL, "mocker-router"); err != nil {
+	if t.nc, err = dialNATS(natsURL, "mocker-router", nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
 		cancel()
 		_ = t.ec.Close()
 		return nil, err
 	}
 	// Subscribe before listing, so no frame of a worker found by the list
 	// is missed.
+	t.publish = t.nc.Publish
 	t.sub, err = t.nc.Subscribe(outWildcard(ns), t.onFrame)
 	if err == nil {
 		err = t.sub.SetPendingLimits(-1, -1)
@@ -128,8 +153,9 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 	for _, kv := range resp.Kvs {
 		t.put(kv)
 	}
-	t.wg.Add(1)
+	t.wg.Add(2)
 	go t.watch(resp.Header.Revision + 1)
+	go t.tick()
 	return t, nil
 }
 
@@ -217,6 +243,12 @@ func (t *transport) put(kv *mvccpb.KeyValue) {
 		t.log.Warn("unreadable registration args", "worker", reg.Name, "err", err)
 		return
 	}
+	t.join(reg, args)
+}
+
+// join starts a session with a registered worker and joins it to the
+// cluster.
+func (t *transport) join(reg Registration, args engine.Args) {
 	t.mu.Lock()
 	if _, ok := t.workers[reg.InstanceID]; ok || t.closed {
 		t.mu.Unlock()
@@ -226,12 +258,15 @@ func (t *transport) put(kv *mvccpb.KeyValue) {
 	// same speedup (Join refuses another), so its times map onto the
 	// cluster's by a constant shift.
 	shift := float64(time.Unix(0, reg.EpochUnixNano).Sub(t.epoch)) / float64(time.Millisecond) * t.speed
-	w := &remote{t: t, reg: reg, shift: shift}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: rand.Uint64() | 1, held: map[uint64]*frame{}}
 	t.workers[reg.InstanceID] = w
 	t.mu.Unlock()
+	// The session's first command: its ack says where its frames start.
+	w.send(command{Op: opHello})
 	err := t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
+		w.end()
 		t.mu.Lock()
 		delete(t.workers, reg.InstanceID)
 		t.refused[reg.Name] = err.Error()
@@ -277,13 +312,17 @@ func (t *transport) leave(id int64, reason string) {
 	delete(t.workers, id)
 	closed := t.closed
 	t.mu.Unlock()
+	if w != nil {
+		w.end()
+	}
 	if w != nil && !closed {
 		t.host.Leave(w.reg.Name, reason)
 	}
 }
 
-// onFrame hands one worker frame to the cluster's loop. NATS runs it on
-// the subscription's one goroutine, so frames arrive in order.
+// onFrame takes one worker frame off NATS. NATS runs it on the
+// subscription's one goroutine, so frames are handed to the cluster's
+// loop in the order onFrame releases them: by Seq, each once (wire.go).
 func (t *transport) onFrame(m *nats.Msg) {
 	parts := strings.Split(m.Subject, ".")
 	if len(parts) != 4 {
@@ -299,8 +338,8 @@ func (t *transport) onFrame(m *nats.Msg) {
 	if w == nil {
 		return
 	}
-	var f frame
-	if err := json.Unmarshal(m.Data, &f); err != nil {
+	f := new(frame)
+	if err := json.Unmarshal(m.Data, f); err != nil {
 		t.log.Warn("unreadable frame", "worker", w.reg.Name, "err", err)
 		return
 	}
@@ -308,33 +347,211 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.leave(id, f.Leave)
 		return
 	}
-	expected := w.next
-	gap := w.seen && f.Seq != expected
-	w.seen, w.next = true, f.Seq+1
-	items, err := remoteItems(&f, w.shift)
-	if err != nil {
-		t.log.Warn("bad frame", "worker", w.reg.Name, "err", err)
-		return
+	ready, lost := w.take(f, time.Now())
+	for _, f := range ready {
+		items, err := remoteItems(f, w.shift)
+		if err != nil {
+			t.log.Warn("bad frame", "worker", w.reg.Name, "seq", f.Seq, "err", err)
+			continue
+		}
+		t.host.Deliver(w.reg.Name, items)
 	}
-	if gap {
-		// NATS core delivers at most once: a lost frame loses KV events
-		// (the indexer resyncs: it drops the worker's tree and relearns
-		// it) and request steps (their requests end at Close).
-		t.log.Warn("frames lost", "worker", w.reg.Name, "expected_seq", expected, "got_seq", f.Seq)
-		items = append([]cluster.RemoteItem{{Resync: true}}, items...)
+	if lost != nil {
+		t.giveUp(id, w, lost)
 	}
-	t.host.Deliver(w.reg.Name, items)
 }
 
+// take folds a frame into the session and returns the frames now ready to
+// apply, in Seq order, and what the worker could not resend.
+func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		return nil, nil
+	}
+	for _, a := range f.Acks {
+		if a.Session != w.session {
+			continue
+		}
+		i := 0
+		for i < len(w.unacked) && w.unacked[i].c.Seq <= a.Seq {
+			i++
+		}
+		w.unacked = w.unacked[i:]
+		if !w.based {
+			w.based, w.next = true, a.From
+		}
+	}
+	w.head = max(w.head, f.Head)
+	if len(f.Items) > 0 && (!w.based || f.Seq >= w.next) {
+		w.held[f.Seq] = f
+		w.head = max(w.head, f.Seq+1)
+	}
+	var ready []*frame
+	if w.based {
+		for seq := range w.held {
+			if seq < w.next {
+				delete(w.held, seq) // before the session began
+			}
+		}
+		for {
+			f, ok := w.held[w.next]
+			if !ok {
+				break
+			}
+			delete(w.held, w.next)
+			ready = append(ready, f)
+			w.next++
+		}
+		if w.next < w.head && now.Sub(w.askedAt) >= retransmitAfter/4 {
+			// A gap: ask at once, then at most every retransmitAfter/4
+			// while frames keep coming past it.
+			w.t.log.Warn("frames missing; asking the worker again", "worker", w.reg.Name, "from_seq", w.next, "head", w.head)
+			w.resendLocked(now)
+		}
+	}
+	// A loss the router no longer needs (its frames came since) is stale.
+	if l := f.Lost; l != nil && l.Session == w.session && w.based && l.From >= w.next {
+		return ready, l
+	}
+	return ready, nil
+}
+
+// giveUp is the fallback when frames are lost for good: the requests on
+// the worker end "error" saying so, and the worker joins again under a
+// new session.
+func (t *transport) giveUp(id int64, w *remote, l *lostFrames) {
+	reason := fmt.Sprintf("frames %d to %d of its reports were lost on NATS and are no longer in its resend buffer", l.From, l.Oldest-1)
+	t.log.Error("worker reports lost for good; its requests end and it joins again", "worker", w.reg.Name, "reason", reason)
+	t.mu.Lock()
+	if t.workers[id] == w {
+		delete(t.workers, id)
+	}
+	closed := t.closed
+	t.mu.Unlock()
+	w.end()
+	if closed {
+		return
+	}
+	t.host.Leave(w.reg.Name, reason)
+	t.join(w.reg, w.args)
+}
+
+// send publishes a numbered command of the session and keeps it until the
+// worker acknowledges it.
 func (w *remote) send(c command) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		return
+	}
+	w.seq++
+	c.Session, c.Seq = w.session, w.seq
+	w.unacked = append(w.unacked, pending{c: c, at: time.Now()})
+	w.publishLocked(c)
+}
+
+// publishLocked publishes c with the frame ack.
+func (w *remote) publishLocked(c command) {
+	c.Session = w.session
+	if w.based {
+		c.Ack = w.next
+		w.acked, w.ackedAt = w.next, time.Now()
+	}
 	data, err := json.Marshal(c)
 	if err != nil {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if err := w.t.nc.Publish(w.reg.CmdSubject, data); err != nil {
+	if err := w.t.publish(w.reg.CmdSubject, data); err != nil {
 		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
 	}
+}
+
+// resendLocked asks the worker for its frames from next on.
+func (w *remote) resendLocked(now time.Time) {
+	w.askedAt = now
+	w.publishLocked(command{Op: opResend, From: w.next})
+}
+
+// retry publishes again what went unanswered: every unacknowledged
+// command once the oldest has waited retransmitAfter (or at once when
+// force: NATS came back), a resend request while frames are missing, and
+// an ack of the frames applied when nothing else carried it.
+func (w *remote) retry(now time.Time, force bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		return
+	}
+	if len(w.unacked) > 0 && (force || now.Sub(w.unacked[0].at) >= retransmitAfter) {
+		if !force {
+			w.t.log.Warn("commands unacknowledged; publishing them again", "worker", w.reg.Name,
+				"from_seq", w.unacked[0].c.Seq, "count", len(w.unacked))
+		}
+		for i := range w.unacked {
+			w.unacked[i].at = now
+			w.publishLocked(w.unacked[i].c)
+		}
+	}
+	switch {
+	case !w.based:
+	case force || (w.next < w.head && now.Sub(w.askedAt) >= retransmitAfter):
+		w.resendLocked(now)
+	case w.acked < w.next && now.Sub(w.ackedAt) >= ackEvery:
+		w.publishLocked(command{Op: opAck})
+	}
+}
+
+// end closes the session: nothing more is sent but a goodbye, so the
+// worker forgets it.
+func (w *remote) end() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.gone {
+		return
+	}
+	w.publishLocked(command{Op: opBye})
+	w.gone = true
+	w.unacked, w.held = nil, nil
+}
+
+// tick drives every session's retries until the transport closes.
+func (t *transport) tick() {
+	defer t.wg.Done()
+	tk := time.NewTicker(retransmitAfter / 5)
+	defer tk.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case now := <-tk.C:
+			for _, w := range t.remotes() {
+				w.retry(now, false)
+			}
+		}
+	}
+}
+
+// reconnected runs when the router's NATS connection is back: whatever
+// was published while it was away may be lost, so every session asks
+// again at once.
+func (t *transport) reconnected() {
+	t.log.Warn("NATS connection back; publishing unacknowledged commands again and asking for missed frames")
+	now := time.Now()
+	for _, w := range t.remotes() {
+		w.retry(now, true)
+	}
+}
+
+func (t *transport) remotes() []*remote {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*remote, 0, len(t.workers))
+	for _, w := range t.workers {
+		out = append(out, w)
+	}
+	return out
 }
 
 // Apply sends an engine input.
@@ -362,6 +579,12 @@ func (t *transport) Close() error {
 	}
 	t.closed = true
 	t.mu.Unlock()
+	for _, w := range t.remotes() {
+		w.end()
+	}
+	if t.nc != nil {
+		_ = t.nc.FlushTimeout(time.Second) // the goodbyes
+	}
 	t.cancel()
 	t.wg.Wait()
 	if t.sub != nil {

@@ -21,10 +21,44 @@ import (
 //
 // A command is an engine input or a transfer-room step; a frame is what
 // the worker's loop produced since the previous frame, in order (pass
-// outputs, input replies, room answers), numbered by seq so a router sees
-// a gap. Times in a frame are the worker's modeled ms; its registration
-// carries the wall instant of its modeled 0, which maps them onto the
-// router's clock.
+// outputs, input replies, room answers). Times in a frame are the
+// worker's modeled ms; its registration carries the wall instant of its
+// modeled 0, which maps them onto the router's clock.
+//
+// Core NATS delivers at most once: a message published while the other
+// side is not subscribed (a NATS restart, a reconnect) is gone. On top of
+// it both directions are made reliable, applied exactly once and in order,
+// without JetStream:
+//
+//   - Commands. Each router keeps one session per worker it joined (a
+//     random id) and numbers that session's commands from 1 (Session,
+//     Seq), the first being opHello. The worker applies a session's commands in Seq order exactly
+//     once: a duplicate is dropped, one ahead of a gap is held until the
+//     gap fills. Its frames acknowledge the highest Seq applied per
+//     session (Acks); a duplicate, or an ack nothing else would carry,
+//     gets a control frame of its own. The router keeps every command
+//     until it is acknowledged and publishes them all again, in order,
+//     when its NATS connection comes back and whenever the oldest has
+//     waited retransmitAfter.
+//   - Frames. The worker numbers its frames (Seq) for all routers alike
+//     and keeps the last ones it sent (frameBuffer). A router applies
+//     them in Seq order exactly once from the first frame that carries
+//     its session's work (the From of its session's ack), holding later
+//     ones until a gap fills. It acknowledges the next Seq it expects on
+//     every command (Ack; an ack-only command when it has nothing else to
+//     say), and asks for a resend from that Seq (opResend) on a gap, after
+//     its own reconnect, and when the worker's Head says frames are
+//     missing. A worker whose routers have not acknowledged its latest
+//     frame tells them its Head in a control frame every heartbeatEvery,
+//     so a lost last frame is noticed. Control frames (no Items) are not
+//     numbered.
+//   - Only when the worker can no longer resend (the frames fell out of
+//     its buffer) does the router give the worker up: its requests end
+//     "error" saying that frames were lost, and the worker joins again
+//     under a new session (what it was running runs on to its end there,
+//     unseen). A worker that goes away is etcd's business.
+//
+// Commands with no session (Session 0) are applied as they come.
 
 // Command ops.
 const (
@@ -39,11 +73,25 @@ const (
 	opOpenRoom          = "open_room"
 	opCloseRoom         = "close_room"
 	opConnect           = "connect"
+	// Control commands: not numbered, never acknowledged.
+	opAck    = "ack"    // carries only Ack
+	opResend = "resend" // republish frames from From on
+	opBye    = "bye"    // the router's session ended; forget it
+	// opHello is a session's first numbered command: its ack tells the
+	// router where the session's frames start.
+	opHello = "hello"
 )
 
 // command is one router → worker message.
 type command struct {
-	Op        string   `json:"op"`
+	Op string `json:"op"`
+	// Session and Seq number the command in its router's stream to this
+	// worker; Ack is the next frame Seq the router expects (it has every
+	// frame before it); From is where opResend starts.
+	Session   uint64   `json:"session,omitempty"`
+	Seq       uint64   `json:"seq,omitempty"`
+	Ack       uint64   `json:"ack,omitempty"`
+	From      uint64   `json:"from,omitempty"`
 	ID        uint64   `json:"id,omitempty"`
 	Tokens    []uint32 `json:"tokens,omitempty"`
 	MaxTokens int      `json:"max_tokens,omitempty"`
@@ -105,21 +153,45 @@ func (c command) input() (engine.Input, error) {
 		return engine.CancelDestination{ID: c.ID}, nil
 	case opDestinationReady:
 		return engine.DestinationReady{ID: c.ID, Tokens: c.N}, nil
-	case opOpenRoom, opCloseRoom, opConnect:
+	case opOpenRoom, opCloseRoom, opConnect, opAck, opResend, opBye, opHello:
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown command op %q", c.Op)
 }
 
-// frame is one worker → router message.
+// frame is one worker → router message. A frame with Items is numbered by
+// Seq; one without is a control frame (acks, Head, Lost) and is not.
 type frame struct {
 	Seq   uint64 `json:"seq"`
-	Items []item `json:"items"`
+	Items []item `json:"items,omitempty"`
+	// Head is the Seq the worker's next numbered frame will have.
+	Head uint64 `json:"head,omitempty"`
+	// Acks are the sessions whose applied commands moved (or were
+	// repeated) since the previous frame.
+	Acks []sessionAck `json:"acks,omitempty"`
+	// Lost answers an opResend the worker can no longer serve.
+	Lost *lostFrames `json:"lost,omitempty"`
 	// Leave is set on the marker a router sends itself on a worker's out
 	// subject when the worker's registration goes: it comes back after
 	// every frame the worker sent before it left, so the worker's last
 	// results are not overtaken by its departure.
 	Leave string `json:"leave,omitempty"`
+}
+
+// sessionAck acknowledges a router session's commands up to Seq; From is
+// the Seq of the first frame that can carry the session's work.
+type sessionAck struct {
+	Session uint64 `json:"session"`
+	Seq     uint64 `json:"seq"`
+	From    uint64 `json:"from"`
+}
+
+// lostFrames says frames From up to Oldest (excluded) of a session's
+// resend request are no longer in the worker's buffer.
+type lostFrames struct {
+	Session uint64 `json:"session"`
+	From    uint64 `json:"from"`
+	Oldest  uint64 `json:"oldest"`
 }
 
 // item is one entry of a frame; exactly one field is set.

@@ -128,15 +128,24 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return err
 	}
 	defer ec.Close()
-	nc, err := dialNATS(cfg.NATS, cfg.Name)
+	in := make(chan workerMsg, 4096)
+	// Back on NATS, the worker tells its routers its Head at once, so
+	// frames lost while it was away are asked for without waiting.
+	nc, err := dialNATS(cfg.NATS, cfg.Name, nats.ReconnectHandler(func(*nats.Conn) {
+		select {
+		case in <- workerMsg{reconnected: true}:
+		default: // the loop is busy; its heartbeat will do
+		}
+	}))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 
-	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: make(chan workerMsg, 4096),
+	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
 		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
-		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role)}
+		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role),
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}}
 	l.v = engine.NewVirtual(ew)
 	l.w = ew
 	l.v.OnOutput = l.onOutput
@@ -234,9 +243,17 @@ func dialEtcd(ctx context.Context, endpoints []string) (*clientv3.Client, error)
 	return ec, nil
 }
 
-func dialNATS(url, name string) (*nats.Conn, error) {
-	nc, err := nats.Connect(url, nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(-1),
-		nats.ReconnectBufSize(64<<20))
+// reconnectBufSize is how much a NATS connection buffers while it
+// reconnects; nats.go publishes it once the connection is back (what
+// the peer was not yet resubscribed for is lost all the same). The
+// package's tests set it to -1 (no buffer: whatever is published during
+// an outage is lost) so an outage surely loses messages.
+var reconnectBufSize = 64 << 20
+
+func dialNATS(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(reconnectBufSize)}, opts...)
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("nats %s unreachable: %w", url, err)
 	}
@@ -244,11 +261,12 @@ func dialNATS(url, name string) (*nats.Conn, error) {
 }
 
 // workerMsg is what reaches the worker's loop: a command, a transfer
-// server's cue, or a decode's answer.
+// server's cue, a decode's answer, or news that NATS is back.
 type workerMsg struct {
-	cmd     *command
-	arrived *wireArrived
-	status  *wireStatus
+	cmd         *command
+	arrived     *wireArrived
+	status      *wireStatus
+	reconnected bool
 }
 
 // workerLoop owns the engine worker: its own discrete-event queue paced
@@ -272,7 +290,9 @@ type workerLoop struct {
 	cctx    context.Context // cancels pending decode connections
 	ccancel context.CancelFunc
 
-	seq      uint64
+	seq      uint64      // the next frame's Seq
+	inbox    *inbox      // the routers' command streams
+	sent     frameBuffer // the last frames, for resending
 	items    []item
 	draining bool
 	events   eventPublisher // Dynamo's event plane
@@ -365,6 +385,8 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 	defer timer.Stop()
 	stop := ctx.Done()
 	var drainDeadline <-chan time.Time
+	heartbeat := time.NewTicker(heartbeatEvery)
+	defer heartbeat.Stop()
 	for {
 		if l.draining && l.idle() {
 			l.log.Info("worker drained")
@@ -398,6 +420,10 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 			_ = l.v.RunUntil(l.v.Now())
 			l.flush()
 		case <-wake:
+		case <-heartbeat.C:
+			if acks := l.inbox.behind(l.seq, time.Now()); acks != nil {
+				l.control(frame{Acks: acks})
+			}
 		case <-stop:
 			timer.Stop()
 			stop = nil
@@ -438,7 +464,61 @@ func (l *workerLoop) handle(m workerMsg) {
 	case m.status != nil:
 		l.items = append(l.items, item{Status: m.status})
 	case m.cmd != nil:
-		l.command(*m.cmd)
+		l.receive(*m.cmd)
+	case m.reconnected:
+		l.control(frame{Acks: l.inbox.active(time.Now())})
+	}
+}
+
+// receive takes a command off NATS: a session's numbered commands are
+// applied once and in order (wire.go), control commands at once.
+func (l *workerLoop) receive(c command) {
+	if c.Session == 0 {
+		l.command(c)
+		return
+	}
+	switch c.Op {
+	case opAck:
+		l.inbox.session(c, l.seq, time.Now())
+	case opResend:
+		l.inbox.session(c, l.seq, time.Now())
+		l.resend(c.Session, c.From)
+	case opBye:
+		l.inbox.forget(c.Session)
+	default:
+		for _, r := range l.inbox.accept(c, l.seq, time.Now()) {
+			l.command(r)
+		}
+	}
+}
+
+// resend publishes again the frames a router lost, from seq on, and then
+// its Head; or, when they are no longer kept, says so.
+func (l *workerLoop) resend(session, seq uint64) {
+	frames, ok := l.sent.since(seq)
+	if !ok {
+		l.log.Warn("frames asked for again are no longer kept", "session", session, "from_seq", seq, "oldest_kept", l.sent.oldest())
+		l.control(frame{Lost: &lostFrames{Session: session, From: seq, Oldest: l.sent.oldest()}})
+		return
+	}
+	for _, data := range frames {
+		if err := l.nc.Publish(l.outSubj, data); err != nil {
+			l.log.Warn("frame not published again", "err", err)
+		}
+	}
+	l.control(frame{})
+}
+
+// control publishes an unnumbered frame, with the worker's Head.
+func (l *workerLoop) control(f frame) {
+	f.Head = l.seq
+	data, err := json.Marshal(f)
+	if err != nil {
+		l.log.Error("control frame not encoded", "err", err)
+		return
+	}
+	if err := l.nc.Publish(l.outSubj, data); err != nil {
+		l.log.Warn("control frame not published", "err", err)
 	}
 }
 
@@ -463,6 +543,8 @@ func (l *workerLoop) command(c command) {
 		return
 	case opConnect:
 		l.connect(c)
+		return
+	case opHello:
 		return
 	}
 	in, err := c.input()
@@ -603,17 +685,23 @@ func (l *workerLoop) onInput(r engine.InputResult) {
 	l.items = append(l.items, item{Input: wi})
 }
 
-// flush publishes what the loop produced as one frame.
+// flush publishes what the loop produced as one numbered frame, kept for
+// resending, with the acks due; or the acks alone in a control frame.
 func (l *workerLoop) flush() {
+	acks := l.inbox.acks()
 	if len(l.items) == 0 {
+		if len(acks) > 0 {
+			l.control(frame{Acks: acks})
+		}
 		return
 	}
-	data, err := json.Marshal(frame{Seq: l.seq, Items: l.items})
+	data, err := json.Marshal(frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks})
 	l.items = l.items[:0]
 	if err != nil {
 		l.log.Error("frame not encoded", "err", err)
 		return
 	}
+	l.sent.add(l.seq, data)
 	l.seq++
 	if err := l.nc.Publish(l.outSubj, data); err != nil {
 		l.log.Warn("frame not published", "seq", l.seq-1, "err", err)

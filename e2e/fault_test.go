@@ -432,8 +432,9 @@ func TestFault_NATSRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	require.NoError(t, s.nats.Restart(ctx))
-	// Wait until the router and the three workers are connected again:
-	// commands published before a worker resubscribes would be lost.
+	// Wait until the router and the three workers are connected again,
+	// so the batch measures routing after the restart, not recovery (the
+	// next test restarts NATS under load).
 	require.Eventually(t, func() bool { return natsConnections(t, s) >= 4 }, 30*time.Second, 100*time.Millisecond,
 		"router and workers reconnect to NATS")
 
@@ -450,6 +451,68 @@ func TestFault_NATSRestart(t *testing.T) {
 		assert.GreaterOrEqual(t, r.CachedTokens, 384, "the prefix is found cached")
 	}
 	drainClean(t, c)
+}
+
+// TestFault_NATSRestartWithRequestsInFlight restarts NATS while requests
+// are in every phase of their handoff: commands and frames published
+// during the outage, or before the other side resubscribed, are lost by
+// NATS, and the request plane sends them again (wire.go in distributed).
+// Every request completes with all its tokens, and the cluster drains.
+func TestFault_NATSRestartWithRequestsInFlight(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-nats-live"
+	args := faultArgs()
+	// No hold may end on its timeout while NATS is away: the point is
+	// that nothing is lost, not how holds age.
+	args["kv_transfer_abort_timeout_ms"] = 600000
+	s.startWorkers(t, ns, "vllm", args,
+		pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 2048, "max_num_seqs": 8}})
+	c, err := cluster.New(cluster.Config{
+		Name: "fault-" + ns, Engine: "vllm", Disagg: true, Router: "round-robin",
+		Prefill: cluster.PoolConfig{Workers: 2}, Decode: cluster.PoolConfig{Workers: 1},
+		Args:      args,
+		Transport: &cluster.TransportConfig{Etcd: s.etcd.Endpoints(), NATS: s.nats.URL(), Namespace: ns},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, c.Close()) })
+
+	const vus, perVU, maxTokens = 8, 4, 200
+	req := cluster.Request{PromptTokens: 512, MaxTokens: maxTokens}
+	results := make([]cluster.Result, vus*perVU)
+	var wg sync.WaitGroup
+	for v := range vus {
+		wg.Go(func() {
+			for i := range perVU {
+				// Generous: a request still open then was lost.
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+				results[v*perVU+i] = c.Generate(ctx, req)
+				cancel()
+			}
+		})
+	}
+	require.Eventually(t, func() bool {
+		for _, w := range c.Stats().Workers {
+			if w.Name == "decode-0" && w.Running >= 4 {
+				return true
+			}
+		}
+		return false
+	}, time.Minute, 5*time.Millisecond, "requests decoding before the restart")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	require.NoError(t, s.nats.Restart(ctx))
+	wg.Wait()
+	assert.Equal(t, map[string]int{cluster.OutcomeCompleted: len(results)}, outcomes(results), "requests across the restart")
+	for _, r := range results {
+		if r.Outcome == cluster.OutcomeCompleted {
+			assert.Equal(t, maxTokens, r.OutputTokens, "tokens of a request on %s → %s", r.PrefillWorker, r.DecodeWorker)
+		} else {
+			t.Logf("%s on %s → %s: %s", r.Outcome, r.PrefillWorker, r.DecodeWorker, r.Error)
+		}
+	}
+	st := drainClean(t, c)
+	assert.EqualValues(t, len(results), st.Completed, "every request completed once")
 }
 
 // natsConnections reads the number of client connections from NATS's

@@ -1,0 +1,176 @@
+package distributed
+
+import (
+	"slices"
+	"time"
+)
+
+// The reliability pieces of the request plane (wire.go says how the
+// protocol goes). They take inputs plus "now" and return what to do, with
+// no I/O of their own: the worker's loop and the router's transport drive
+// them.
+
+const (
+	// retransmitAfter is how long (wall time) a router waits for a
+	// command's acknowledgement, or for missing frames, before it asks
+	// again. Far above a healthy round trip on a busy host, far below the
+	// seconds a NATS restart takes.
+	retransmitAfter = 500 * time.Millisecond
+	// ackEvery is how long a router lets applied frames go unacknowledged
+	// when it has no command to carry the ack.
+	ackEvery = 200 * time.Millisecond
+	// heartbeatEvery is how often a worker whose routers lag behind its
+	// frames tells them its Head.
+	heartbeatEvery = 250 * time.Millisecond
+	// sessionIdle is how long a worker keeps telling a silent router
+	// session its Head: past it the router is presumed gone (a router
+	// that is still there asks for a resend after its own reconnect).
+	sessionIdle = 30 * time.Second
+	// frameBufferFrames and frameBufferBytes bound the frames a worker
+	// keeps for resending.
+	frameBufferFrames = 1 << 16
+	frameBufferBytes  = 64 << 20
+)
+
+// inbox is a worker's view of its routers' command streams: each
+// session's commands are applied once, in Seq order.
+type inbox struct {
+	sessions map[uint64]*inSession
+}
+
+type inSession struct {
+	applied  uint64             // every Seq up to this one is applied
+	from     uint64             // the first frame Seq that can carry the session's work
+	held     map[uint64]command // arrived ahead of a gap
+	frameAck uint64             // the next frame Seq the router expects
+	heard    time.Time
+	ackDue   bool // an ack to send
+}
+
+func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}} }
+
+// session finds or starts c's session; head is the worker's next frame
+// Seq, where a new session's frames start.
+func (b *inbox) session(c command, head uint64, now time.Time) *inSession {
+	s := b.sessions[c.Session]
+	if s == nil {
+		s = &inSession{from: head, held: map[uint64]command{}}
+		b.sessions[c.Session] = s
+	}
+	s.heard = now
+	s.frameAck = max(s.frameAck, c.Ack)
+	return s
+}
+
+// accept takes a numbered command of a session and returns the commands
+// now ready to apply, in order: none for a duplicate (its ack is due
+// again) or for one ahead of a gap (held).
+func (b *inbox) accept(c command, head uint64, now time.Time) []command {
+	s := b.session(c, head, now)
+	switch {
+	case c.Seq <= s.applied:
+		s.ackDue = true
+		return nil
+	case c.Seq > s.applied+1:
+		s.held[c.Seq] = c
+		return nil
+	}
+	ready := []command{c}
+	s.applied = c.Seq
+	for {
+		n, ok := s.held[s.applied+1]
+		if !ok {
+			break
+		}
+		delete(s.held, n.Seq)
+		ready = append(ready, n)
+		s.applied = n.Seq
+	}
+	s.ackDue = true
+	return ready
+}
+
+// forget ends a session (its router closed).
+func (b *inbox) forget(session uint64) { delete(b.sessions, session) }
+
+// acks returns the acks due, by session, and clears them.
+func (b *inbox) acks() []sessionAck {
+	var out []sessionAck
+	for id, s := range b.sessions {
+		if s.ackDue {
+			s.ackDue = false
+			out = append(out, sessionAck{Session: id, Seq: s.applied, From: s.from})
+		}
+	}
+	slices.SortFunc(out, func(a, b sessionAck) int { return cmpUint(a.Session, b.Session) })
+	return out
+}
+
+// behind returns the acks of the sessions heard from within sessionIdle
+// when one of them has not acknowledged every frame before head; none
+// when every router is up to date.
+func (b *inbox) behind(head uint64, now time.Time) []sessionAck {
+	for _, s := range b.sessions {
+		if now.Sub(s.heard) <= sessionIdle && s.frameAck < head {
+			return b.active(now)
+		}
+	}
+	return nil
+}
+
+// active returns the acks of the sessions heard from within sessionIdle.
+func (b *inbox) active(now time.Time) []sessionAck {
+	var out []sessionAck
+	for id, s := range b.sessions {
+		if now.Sub(s.heard) <= sessionIdle {
+			out = append(out, sessionAck{Session: id, Seq: s.applied, From: s.from})
+		}
+	}
+	slices.SortFunc(out, func(a, b sessionAck) int { return cmpUint(a.Session, b.Session) })
+	return out
+}
+
+func cmpUint(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// frameBuffer keeps the last frames a worker published, encoded, for
+// resending: consecutive Seqs, oldest first.
+type frameBuffer struct {
+	frames [][]byte
+	next   uint64 // the Seq after the last kept frame
+	bytes  int
+}
+
+// add keeps frame seq (the one after the last added).
+func (b *frameBuffer) add(seq uint64, data []byte) {
+	b.frames = append(b.frames, data)
+	b.bytes += len(data)
+	b.next = seq + 1
+	for len(b.frames) > frameBufferFrames || (b.bytes > frameBufferBytes && len(b.frames) > 1) {
+		b.bytes -= len(b.frames[0])
+		b.frames[0] = nil
+		b.frames = b.frames[1:]
+	}
+}
+
+// oldest is the Seq of the oldest kept frame (next when none is kept).
+func (b *frameBuffer) oldest() uint64 { return b.next - uint64(len(b.frames)) }
+
+// since returns the frames from seq on; false when some of them are no
+// longer kept.
+func (b *frameBuffer) since(seq uint64) ([][]byte, bool) {
+	if seq >= b.next {
+		return nil, true
+	}
+	if seq < b.oldest() {
+		return nil, false
+	}
+	return b.frames[seq-b.oldest():], true
+}
