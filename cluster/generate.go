@@ -497,26 +497,22 @@ func (c *Cluster) answer(h *call, res Result) {
 }
 
 // newCall returns a call for an arrival of RunVirtual's.
-func (c *Cluster) newCall() *call {
-	n := len(c.spareCalls)
-	if n == 0 {
-		return new(call)
-	}
-	h := c.spareCalls[n-1]
-	c.spareCalls = c.spareCalls[:n-1]
-	return h
-}
+func (c *Cluster) newCall() *call { return popSpare(&c.spareCalls) }
 
 // newRequest returns a record for an arriving request: an ended one's
 // when there is one.
-func (c *Cluster) newRequest() *request {
-	n := len(c.spareReqs)
+func (c *Cluster) newRequest() *request { return popSpare(&c.spareReqs) }
+
+// popSpare takes the last of spares, or a new T when there is none.
+func popSpare[T any](spares *[]*T) *T {
+	n := len(*spares)
 	if n == 0 {
-		return new(request)
+		return new(T)
 	}
-	r := c.spareReqs[n-1]
-	c.spareReqs = c.spareReqs[:n-1]
-	return r
+	v := (*spares)[n-1]
+	(*spares)[n-1] = nil
+	*spares = (*spares)[:n-1]
+	return v
 }
 
 // recycle keeps the record of a request that just ended for a later

@@ -74,16 +74,7 @@ func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
 					t.Errorf("request errored: %s", r.Error)
 				}
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			s, err := c.Drain(ctx)
-			require.NoError(t, err)
-			for _, w := range s.Workers {
-				assert.Zero(t, w.HeldBlocks, "%s held", w.Name)
-				assert.Zero(t, w.ReservedBlocks, "%s reserved", w.Name)
-				assert.Zero(t, w.ActiveBlocks, "%s active", w.Name)
-				assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s busy", w.Name)
-			}
+			s := drainedClean(t, c)
 			assert.Len(t, s.Workers, 3)
 			assert.EqualValues(t, vus*perVU, s.Requests)
 			assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
@@ -145,4 +136,21 @@ func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
 	assert.EqualValues(t, n, s.Errored)
 	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
 	assert.Positive(t, s.PinsAborted, "the holds waiting for the dead decode ended at their abort timeout")
+}
+
+// drainedClean drains c and checks that no worker holds, reserves or runs
+// anything; it returns the drained stats.
+func drainedClean(t *testing.T, c *cluster.Cluster) cluster.Stats {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Drain(ctx)
+	require.NoError(t, err)
+	for _, w := range s.Workers {
+		assert.Zero(t, w.HeldBlocks, "%s held", w.Name)
+		assert.Zero(t, w.ReservedBlocks, "%s reserved", w.Name)
+		assert.Zero(t, w.ActiveBlocks, "%s active", w.Name)
+		assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s busy", w.Name)
+	}
+	return s
 }

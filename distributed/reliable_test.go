@@ -160,16 +160,7 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 	}
 	assert.Equal(t, vus*perVU, n)
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s, err := c.Drain(ctx)
-	require.NoError(t, err)
-	for _, w := range s.Workers {
-		assert.Zero(t, w.HeldBlocks, "%s held", w.Name)
-		assert.Zero(t, w.ReservedBlocks, "%s reserved", w.Name)
-		assert.Zero(t, w.ActiveBlocks, "%s active", w.Name)
-		assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s busy", w.Name)
-	}
+	s := drainedClean(t, c)
 	assert.EqualValues(t, vus*perVU, s.Requests)
 	assert.EqualValues(t, vus*perVU, s.Completed, "every request completed once")
 	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
