@@ -256,12 +256,21 @@ func (w *Worker) ContainerID() string { return w.ctr.GetContainerID() }
 // lease, as a crashed host would, so its registration lingers until the
 // lease expires.
 func (w *Worker) Kill(ctx context.Context) error {
+	return w.docker(ctx, "kill worker "+w.Name, func(e *engine) error {
+		_, err := e.cli.ContainerKill(ctx, w.ContainerID(), client.ContainerKillOptions{Signal: "KILL"})
+		return err
+	})
+}
+
+// docker runs op against the Docker engine; a failure says what was
+// being done.
+func (w *Worker) docker(ctx context.Context, what string, op func(*engine) error) error {
 	e, err := getEngine(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := e.cli.ContainerKill(ctx, w.ContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		return fmt.Errorf("kill worker %s: %w", w.Name, err)
+	if err := op(e); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil
 }
@@ -269,57 +278,40 @@ func (w *Worker) Kill(ctx context.Context) error {
 // Pause freezes the worker's process (cgroup freezer): it keeps its
 // connections but answers nothing and stops renewing its etcd lease.
 func (w *Worker) Pause(ctx context.Context) error {
-	e, err := getEngine(ctx)
-	if err != nil {
+	return w.docker(ctx, "pause worker "+w.Name, func(e *engine) error {
+		_, err := e.cli.ContainerPause(ctx, w.ContainerID(), client.ContainerPauseOptions{})
 		return err
-	}
-	if _, err := e.cli.ContainerPause(ctx, w.ContainerID(), client.ContainerPauseOptions{}); err != nil {
-		return fmt.Errorf("pause worker %s: %w", w.Name, err)
-	}
-	return nil
+	})
 }
 
 // Unpause resumes a paused worker.
 func (w *Worker) Unpause(ctx context.Context) error {
-	e, err := getEngine(ctx)
-	if err != nil {
+	return w.docker(ctx, "unpause worker "+w.Name, func(e *engine) error {
+		_, err := e.cli.ContainerUnpause(ctx, w.ContainerID(), client.ContainerUnpauseOptions{})
 		return err
-	}
-	if _, err := e.cli.ContainerUnpause(ctx, w.ContainerID(), client.ContainerUnpauseOptions{}); err != nil {
-		return fmt.Errorf("unpause worker %s: %w", w.Name, err)
-	}
-	return nil
+	})
 }
 
 // Partition disconnects the worker from its data network: transfers to
 // and from it fail while etcd and NATS still reach it (when the data
 // network is not its only one).
 func (w *Worker) Partition(ctx context.Context) error {
-	e, err := getEngine(ctx)
-	if err != nil {
+	return w.docker(ctx, fmt.Sprintf("disconnect worker %s from %s", w.Name, w.data.Name), func(e *engine) error {
+		_, err := e.cli.NetworkDisconnect(ctx, w.data.ID, client.NetworkDisconnectOptions{Container: w.ContainerID(), Force: true})
 		return err
-	}
-	if _, err := e.cli.NetworkDisconnect(ctx, w.data.ID, client.NetworkDisconnectOptions{Container: w.ContainerID(), Force: true}); err != nil {
-		return fmt.Errorf("disconnect worker %s from %s: %w", w.Name, w.data.Name, err)
-	}
-	return nil
+	})
 }
 
 // Heal reconnects the worker to its data network at the address it
 // advertises.
 func (w *Worker) Heal(ctx context.Context) error {
-	e, err := getEngine(ctx)
-	if err != nil {
+	return w.docker(ctx, fmt.Sprintf("reconnect worker %s to %s at %s", w.Name, w.data.Name, w.ip), func(e *engine) error {
+		_, err := e.cli.NetworkConnect(ctx, w.data.ID, client.NetworkConnectOptions{
+			Container:      w.ContainerID(),
+			EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: w.ip}},
+		})
 		return err
-	}
-	_, err = e.cli.NetworkConnect(ctx, w.data.ID, client.NetworkConnectOptions{
-		Container:      w.ContainerID(),
-		EndpointConfig: &network.EndpointSettings{IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: w.ip}},
 	})
-	if err != nil {
-		return fmt.Errorf("reconnect worker %s to %s at %s: %w", w.Name, w.data.Name, w.ip, err)
-	}
-	return nil
 }
 
 // Logs returns what the worker has printed (its slog lines).
