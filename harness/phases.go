@@ -329,15 +329,24 @@ func (t *testRun) setupPhase(parent context.Context, v0 *vu) error {
 	return err
 }
 
+// runLifecycle binds v0 to ctx for setup() or teardown(), in the group
+// they report under; the returned func undoes it.
+func (v *vu) runLifecycle(ctx context.Context, group string) (done func()) {
+	release := v.activate(ctx)
+	v.group = group
+	v.recomputeTags()
+	return func() {
+		v.group = ""
+		v.recomputeTags()
+		v.waiting()
+		release()
+	}
+}
+
 func (t *testRun) runSetup(v0 *vu, fn sobek.Callable) error {
 	ctx, cancel := t.clock.WithTimeout(t.ctx, t.opts.SetupTimeout)
 	defer cancel()
-	release := v0.activate(ctx)
-	defer release()
-	defer v0.waiting()
-	v0.group = "::setup"
-	v0.recomputeTags()
-	defer func() { v0.group = ""; v0.recomputeTags() }()
+	defer v0.runLifecycle(ctx, "::setup")()
 	ret, err := v0.callValue(fn)
 	if err == nil && ctx.Err() != nil {
 		// setup returned, but only because its context ended under it
@@ -434,12 +443,7 @@ func (t *testRun) teardownPhase(v0 *vu) error {
 func (t *testRun) runTeardown(v0 *vu, fn sobek.Callable) error {
 	ctx, cancel := contextWithTimeout(t, t.opts.TeardownTimeout)
 	defer cancel()
-	release := v0.activate(ctx)
-	defer release()
-	defer v0.waiting()
-	v0.group = "::teardown"
-	v0.recomputeTags()
-	defer func() { v0.group = ""; v0.recomputeTags() }()
+	defer v0.runLifecycle(ctx, "::teardown")()
 	if err := v0.call(fn, v0.callData()); err != nil {
 		if errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
 			return exitErrorf(ExitTeardownTimeout, "teardown() did not finish within teardownTimeout (%s)", t.opts.TeardownTimeout)
