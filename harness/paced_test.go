@@ -79,6 +79,26 @@ func TestPacedClock_SleepTakesWallTime(t *testing.T) {
 	assert.WithinDuration(t, c.WallStart(), c.Now().Add(-c.Elapsed()), 0, "the epoch is the wall time at the start")
 }
 
+// TestPacedClock_CatchUpWaitsForTheWallClock: within its slack a paced
+// clock runs ahead of the wall clock rather than wake up for every
+// instant; CatchUp waits until the wall clock has caught up, so that a run
+// ends no sooner than its script says.
+func TestPacedClock_CatchUpWaitsForTheWallClock(t *testing.T) {
+	t.Parallel()
+	c := NewPacedClock(time.Time{})
+	for range 4 {
+		require.True(t, c.Sleep(context.Background(), 50*time.Millisecond))
+	}
+	c.CatchUp(context.Background())
+	assert.GreaterOrEqual(t, time.Since(c.WallStart()), c.Elapsed())
+	c.Done()
+
+	v := NewVirtualClock(time.Time{})
+	require.True(t, v.Sleep(context.Background(), time.Hour))
+	v.CatchUp(context.Background()) // an unpaced clock never waits
+	v.Done()
+}
+
 // TestPacedClock_GateOpenedFromOutsideWakesAtTheWallClocksTime: a reply
 // from another process readies its waiter at the wall clock's time, not
 // at the next timer's, and timers still fire at their instants.

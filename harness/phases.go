@@ -60,6 +60,10 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 	}
 	t.scenariosPhase(ctx)
 	teardownErr := t.teardownPhase(v0)
+	if t.vclock != nil {
+		// A paced clock may be up to its slack ahead of the wall clock.
+		t.vclock.CatchUp(parent)
+	}
 	return t.summaryPhase(v0, teardownErr)
 }
 
