@@ -2,10 +2,12 @@ package xk6mocker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -586,43 +588,149 @@ func valueString(v sobek.Value) string {
 	return v.String()
 }
 
-// resultObject turns a Result into the script's snake_case object. names
-// (nil for none) keeps the JS strings of the names a result repeats:
-// outcomes and workers.
+// resultObject turns a Result into the script's result object. The object
+// is dynamic: a field becomes a JS value when the script reads it, so a
+// result costs a few allocations rather than a 19-property object built
+// per request, most of whose fields a script never reads. To the script it
+// is a plain object all the same: its keys enumerate in the order below,
+// JSON.stringify and the spread operator see every field, and it takes new
+// properties, changes and deletions like any other.
 func resultObject(rt *sobek.Runtime, r cluster.Result, names *valueCache) *sobek.Object {
-	o := rt.NewObject()
-	errVal := sobek.Null() // when completed in full
-	if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
-		errVal = rt.ToValue(r.Error)
+	return rt.NewDynamicObject(&jsResult{rt: rt, r: r, names: names})
+}
+
+// resultKeys are a result object's fields, in the order they enumerate.
+var resultKeys = []string{
+	"outcome", "error", "ttft_ms", "itl_ms", "e2e_ms", "pin_ms", "transfer_ms",
+	"decode_wait_ms", "output_tokens", "cached_tokens", "prefill_worker",
+	"decode_worker", "prefill_dp_rank", "decode_dp_rank", "transfer_id",
+	"pinned", "pin_outcome", "prefill_rejected", "truncated",
+}
+
+// jsResult is the sobek.DynamicObject behind a result object. Until the
+// script first sets or deletes a property it reads the Result itself;
+// then its fields move into props (own), which holds every property from
+// there on, in keys' order.
+type jsResult struct {
+	rt    *sobek.Runtime
+	r     cluster.Result
+	names *valueCache
+	own   bool
+	props map[string]sobek.Value
+	keys  []string
+}
+
+func (o *jsResult) field(key string) sobek.Value {
+	rt, r := o.rt, &o.r
+	switch key {
+	case "outcome":
+		return o.names.get(rt, r.Outcome)
+	case "error":
+		if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
+			return rt.ToValue(r.Error)
+		}
+		return sobek.Null() // when completed in full
+	case "ttft_ms":
+		return rt.ToValue(r.TTFTMs)
+	case "itl_ms":
+		return rt.ToValue(r.ITLMs)
+	case "e2e_ms":
+		return rt.ToValue(r.E2EMs)
+	case "pin_ms":
+		return rt.ToValue(r.PinMs)
+	case "transfer_ms":
+		return rt.ToValue(r.TransferMs)
+	case "decode_wait_ms":
+		return rt.ToValue(r.DecodeWaitMs)
+	case "output_tokens":
+		return rt.ToValue(r.OutputTokens)
+	case "cached_tokens":
+		return rt.ToValue(r.CachedTokens)
+	case "prefill_worker":
+		return o.names.get(rt, r.PrefillWorker)
+	case "decode_worker":
+		return o.names.get(rt, r.DecodeWorker)
+	case "prefill_dp_rank":
+		return rt.ToValue(r.PrefillDPRank)
+	case "decode_dp_rank":
+		return rt.ToValue(r.DecodeDPRank)
+	case "transfer_id":
+		return rt.ToValue(float64(r.TransferID))
+	case "pinned":
+		return rt.ToValue(r.Pinned)
+	case "pin_outcome":
+		return o.names.get(rt, r.PinOutcome)
+	case "prefill_rejected":
+		return rt.ToValue(r.PrefillRejected)
+	case "truncated":
+		return rt.ToValue(r.Truncated)
 	}
-	str := func(s string) sobek.Value { return names.get(rt, s) }
-	for _, kv := range [...]struct {
-		k string
-		v sobek.Value
-	}{
-		{"outcome", str(r.Outcome)},
-		{"error", errVal},
-		{"ttft_ms", rt.ToValue(r.TTFTMs)},
-		{"itl_ms", rt.ToValue(r.ITLMs)},
-		{"e2e_ms", rt.ToValue(r.E2EMs)},
-		{"pin_ms", rt.ToValue(r.PinMs)},
-		{"transfer_ms", rt.ToValue(r.TransferMs)},
-		{"decode_wait_ms", rt.ToValue(r.DecodeWaitMs)},
-		{"output_tokens", rt.ToValue(r.OutputTokens)},
-		{"cached_tokens", rt.ToValue(r.CachedTokens)},
-		{"prefill_worker", str(r.PrefillWorker)},
-		{"decode_worker", str(r.DecodeWorker)},
-		{"prefill_dp_rank", rt.ToValue(r.PrefillDPRank)},
-		{"decode_dp_rank", rt.ToValue(r.DecodeDPRank)},
-		{"transfer_id", rt.ToValue(float64(r.TransferID))},
-		{"pinned", rt.ToValue(r.Pinned)},
-		{"pin_outcome", str(r.PinOutcome)},
-		{"prefill_rejected", rt.ToValue(r.PrefillRejected)},
-		{"truncated", rt.ToValue(r.Truncated)},
-	} {
-		must(o.Set(kv.k, kv.v))
+	return nil
+}
+
+// materialize moves the fields into props, for a change to the object.
+func (o *jsResult) materialize() {
+	if o.own {
+		return
 	}
-	return o
+	o.own = true
+	o.props = make(map[string]sobek.Value, len(resultKeys))
+	o.keys = append(make([]string, 0, len(resultKeys)+2), resultKeys...)
+	for _, k := range resultKeys {
+		o.props[k] = o.field(k)
+	}
+}
+
+func (o *jsResult) Get(key string) sobek.Value {
+	if o.own {
+		return o.props[key]
+	}
+	return o.field(key)
+}
+
+func (o *jsResult) Set(key string, val sobek.Value) bool {
+	o.materialize()
+	if _, ok := o.props[key]; !ok {
+		o.keys = append(o.keys, key)
+	}
+	o.props[key] = val
+	return true
+}
+
+func (o *jsResult) Has(key string) bool {
+	if o.own {
+		_, ok := o.props[key]
+		return ok
+	}
+	return o.field(key) != nil
+}
+
+func (o *jsResult) Delete(key string) bool {
+	if !o.Has(key) {
+		return true
+	}
+	o.materialize()
+	delete(o.props, key)
+	o.keys = slices.DeleteFunc(o.keys, func(k string) bool { return k == key })
+	return true
+}
+
+func (o *jsResult) Keys() []string {
+	if o.own {
+		return slices.Clone(o.keys)
+	}
+	return resultKeys // sobek only reads it
+}
+
+// MarshalJSON writes the object as encoding/json writes a plain object's
+// exported map (setup() data goes through it): keys sorted, values as
+// exported.
+func (o *jsResult) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(resultKeys))
+	for _, k := range o.Keys() {
+		m[k] = o.Get(k).Export()
+	}
+	return json.Marshal(m)
 }
 
 // maxCachedNames bounds a valueCache; it starts over when full.
