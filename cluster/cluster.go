@@ -39,19 +39,19 @@ type Cluster struct {
 	link    transferLink
 
 	// Everything below is owned by the loop goroutine.
-	v          *engine.Virtual
-	reqs       map[uint64]*request
-	exch       map[uint64]*exchange
-	nextID     uint64
-	nextTID    uint64
-	active     int // requests in flight
-	heldNow    int // held blocks across workers, from the last outputs
-	stats      counters
-	forensic   *forensics
-	hashSpares hashSpares
-	hashMemo   hashMemo
-	series     seriesRec
-	drainers   []func()
+	v        *engine.Virtual
+	reqs     map[uint64]*request
+	exch     map[uint64]*exchange
+	nextID   uint64
+	nextTID  uint64
+	active   int // requests in flight
+	heldNow  int // held blocks across workers, from the last outputs
+	stats    counters
+	forensic *forensics
+	prompts  promptSpares
+	hashMemo hashMemo
+	series   seriesRec
+	drainers []func()
 	// Holds keep a paced loop's modeled time still for callers that got a
 	// result and have not acted on it yet (GenerateHoldingTime).
 	holds     map[uint64]struct{}

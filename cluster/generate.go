@@ -82,7 +82,7 @@ type request struct {
 	decode  *workerNode
 	tid     uint64     // transfer id, once the prefill holds
 	closed  bool       // its transfer room was closed
-	hashes  *kv.Hashes // the prompt's, until the request ends (unless the memo's)
+	prompt  *promptBuf // its prompt's tokens and hashes, until it ends (nil: the caller's and the memo's)
 }
 
 // hashMemo keeps the prompt hashes of token slices that arrive more than
@@ -134,40 +134,48 @@ func (m *hashMemo) lookup(tokens []uint32, blockSize int) *kv.Hashes {
 	return hs
 }
 
-// hashSpares recycles the storage of prompt hashes, which the loop
-// computes once per request at arrival for the router and both workers
-// (each would otherwise hash the prompt again). A worker copies the hashes
-// when its Submit or Reserve fires, and the loop schedules inputs at its
-// now, so an input carrying a request's hashes may still be queued at the
-// instant the request ends, never later: storage retired at retiredAt is
-// reused only once the clock has passed it.
-type hashSpares struct {
-	spare, retired []*kv.Hashes
+// promptSpares recycles the storage of prompts: the tokens the loop
+// generates for a request that names only a prompt size, and the prompt's
+// hashes, which the loop computes once per request at arrival for the
+// router and both workers (each would otherwise hash the prompt again). A
+// worker copies what it keeps of both when its Submit or Reserve fires,
+// and the loop schedules inputs at its now, so an input carrying a
+// request's prompt may still be queued at the instant the request ends,
+// never later: storage retired at retiredAt is reused only once the clock
+// has passed it.
+type promptSpares struct {
+	spare, retired []*promptBuf
 	retiredAt      float64
 }
 
-// take returns storage for a prompt's hashes at modeled time now.
-func (s *hashSpares) take(now float64) *kv.Hashes {
+// promptBuf is one request's prompt storage.
+type promptBuf struct {
+	hashes kv.Hashes
+	tokens []uint32
+}
+
+// take returns storage for a prompt at modeled time now.
+func (s *promptSpares) take(now float64) *promptBuf {
 	s.settle(now)
 	n := len(s.spare)
 	if n == 0 {
-		return &kv.Hashes{}
+		return &promptBuf{}
 	}
-	h := s.spare[n-1]
+	b := s.spare[n-1]
 	s.spare = s.spare[:n-1]
-	return h
+	return b
 }
 
 // retire gives back the storage of a request that ended at now.
-func (s *hashSpares) retire(now float64, h *kv.Hashes) {
+func (s *promptSpares) retire(now float64, b *promptBuf) {
 	s.settle(now)
-	h.Locals, h.Seqs = h.Locals[:0], h.Seqs[:0]
-	s.retired = append(s.retired, h)
+	b.hashes.Locals, b.hashes.Seqs, b.tokens = b.hashes.Locals[:0], b.hashes.Seqs[:0], b.tokens[:0]
+	s.retired = append(s.retired, b)
 	s.retiredAt = now
 }
 
 // settle makes spare what was retired before now.
-func (s *hashSpares) settle(now float64) {
+func (s *promptSpares) settle(now float64) {
 	if now > s.retiredAt && len(s.retired) > 0 {
 		s.spare = append(s.spare, s.retired...)
 		clear(s.retired)
@@ -355,20 +363,26 @@ func (c *Cluster) arrive(h *call) {
 		c.answer(h, res)
 		return
 	}
+	var buf *promptBuf // the request's own prompt storage, if it needs any
 	tokens := h.req.Tokens
 	if !c.opts.shareTokens || len(tokens) == 0 {
-		tokens = promptTokens(h.req, c.cfg.Seed, id)
+		buf = c.prompts.take(c.v.Now())
+		buf.tokens = appendPromptTokens(buf.tokens[:0], h.req, c.cfg.Seed, id)
+		tokens = buf.tokens
 	}
 	r := c.newRequest()
 	*r = request{id: id, h: h, rid: routerID(id)}
 	h.r = r
 	hs := c.hashMemo.lookup(h.req.Tokens, c.res.router.BlockSize)
 	if hs == nil {
-		hs = c.hashSpares.take(c.v.Now())
+		if buf == nil {
+			buf = c.prompts.take(c.v.Now())
+		}
+		hs = &buf.hashes
 		hs.BlockSize = c.res.router.BlockSize // every pool's block size
 		hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
-		r.hashes = hs
 	}
+	r.prompt = buf
 	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
 	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	if !c.cfg.Disagg {
@@ -470,9 +484,11 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 }
 
 func (c *Cluster) reply(r *request, res Result) {
-	if r.hashes != nil {
-		c.hashSpares.retire(c.v.Now(), r.hashes)
-		r.hashes = nil
+	if r.prompt != nil {
+		if !c.remote { // a remote worker may send the tokens again later
+			c.prompts.retire(c.v.Now(), r.prompt)
+		}
+		r.prompt = nil
 	}
 	h := r.h
 	c.unwatch(h)

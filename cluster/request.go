@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/bits"
 	"math/rand/v2"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 
@@ -137,17 +138,24 @@ func (r *Request) validate() error {
 // shares them, in any cluster), the rest from one seeded by the cluster seed
 // and the request's sequence number.
 func promptTokens(r Request, seed, seq uint64) []uint32 {
+	return appendPromptTokens(nil, r, seed, seq)
+}
+
+// appendPromptTokens is promptTokens appending to dst, whose storage it
+// reuses when it has room.
+func appendPromptTokens(dst []uint32, r Request, seed, seq uint64) []uint32 {
 	if len(r.Tokens) > 0 {
-		return append([]uint32(nil), r.Tokens...)
+		return append(dst, r.Tokens...)
 	}
-	out := make([]uint32, r.PromptTokens)
+	dst = slices.Grow(dst, r.PromptTokens)
+	out := dst[len(dst) : len(dst)+r.PromptTokens]
 	n := 0
 	if r.Prefix != "" && r.PrefixTokens > 0 {
 		h := xxh3.HashString(r.Prefix)
 		n = fillTokens(out[:r.PrefixTokens], rand.NewPCG(h, h^0x6a09e667f3bcc909))
 	}
 	fillTokens(out[n:], rand.NewPCG(seed, seq^0xbb67ae8584caa73b))
-	return out
+	return dst[:len(dst)+r.PromptTokens]
 }
 
 // fillTokens fills out with token ids drawn from g, each what
