@@ -228,7 +228,12 @@ declare module 'k6/x/mocker' {
     tokens?: number[];
   }
 
-  /** How one request ended. Times are modeled ms, 0 when not applicable. */
+  /**
+   * How one request ended. Times are modeled ms, 0 when not applicable.
+   * A result reads, enumerates, serialises and changes as a plain object,
+   * but cannot be frozen or sealed, nor have a property made read-only or
+   * an accessor (a TypeError): freeze a copy, `Object.freeze({...r})`.
+   */
   export interface Result {
     outcome: Outcome;
     /** Why, when not completed in full; null otherwise. */

@@ -592,9 +592,12 @@ func valueString(v sobek.Value) string {
 // is dynamic: a field becomes a JS value when the script reads it, so a
 // result costs a few allocations rather than a 19-property object built
 // per request, most of whose fields a script never reads. To the script it
-// is a plain object all the same: its keys enumerate in the order below,
+// reads as a plain object: its keys enumerate in the order below,
 // JSON.stringify and the spread operator see every field, and it takes new
-// properties, changes and deletions like any other.
+// properties, changes and deletions like any other. What a dynamic object
+// cannot do is be frozen or sealed, or have a property made read-only or
+// an accessor (sobek throws a TypeError saying so); a script that wants
+// that freezes a copy ({...r}). index.d.ts says the same.
 func resultObject(rt *sobek.Runtime, r cluster.Result, names *valueCache) *sobek.Object {
 	return rt.NewDynamicObject(&jsResult{rt: rt, r: r, names: names})
 }

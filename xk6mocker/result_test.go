@@ -65,6 +65,12 @@ func TestResultObject_BehavesAsAPlainObject(t *testing.T) {
 	assert.Equal(t, "note", keys[len(keys)-1])
 	assert.NotContains(t, keys, "itl_ms")
 	assert.Len(t, keys, len(resultKeys))
+
+	// What a dynamic object cannot do fails loudly, and a copy can.
+	_, err = rt.RunString(`Object.freeze(done)`)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "non-extensible")
+	assert.Equal(t, true, eval(`Object.isFrozen(Object.freeze({...done}))`))
 }
 
 func toStrings(t *testing.T, v any) []string {
