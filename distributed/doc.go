@@ -20,7 +20,8 @@
 // router once and in order, a gap or a NATS reconnect asking for them
 // again. A NATS restart with requests in flight loses none of them. Only
 // frames the worker no longer keeps are lost for good: the requests on
-// it then end with an error saying so. wire.go has the protocol;
+// it then end with an error saying so, and the worker withdraws them when
+// the router closes their session (owners.go). wire.go has the protocol;
 // reliable.go its pieces.
 //
 // Keys and subjects are in keys.go and wire.go; Dynamo's discovery keys are

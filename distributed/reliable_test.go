@@ -277,7 +277,9 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	results := make(chan cluster.Result, n)
 	for range n {
 		go func() {
-			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 3000})
+			// Long enough to run for minutes: only a withdrawal ends them
+			// on the worker in time for the check below.
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 40000})
 		}()
 	}
 	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == n }, time.Minute, 5*time.Millisecond)
@@ -304,6 +306,12 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
 	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 	assert.Equal(t, "w0", r.DecodeWorker, "w0 joined again")
+	// The closed session's requests were withdrawn on the worker too: its
+	// pool is free for the new session's, not decoding for nobody.
+	require.Eventually(t, func() bool {
+		w := c.Stats().Workers[0]
+		return w.Running == 0 && w.Waiting == 0 && w.ActiveBlocks == 0
+	}, 20*time.Second, 10*time.Millisecond, "the lost session's requests still run on w0: %+v", c.Stats().Workers)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s, err := c.Drain(ctx)

@@ -292,6 +292,7 @@ type workerLoop struct {
 
 	seq      uint64      // the next frame's Seq
 	inbox    *inbox      // the routers' command streams
+	owned    owners      // the live requests each session submitted
 	sent     frameBuffer // the last frames, for resending
 	items    []item
 	draining bool
@@ -485,11 +486,34 @@ func (l *workerLoop) receive(c command) {
 		l.resend(c.Session, c.From)
 	case opBye:
 		l.inbox.forget(c.Session)
+		l.withdraw(c.Session)
 	default:
 		for _, r := range l.inbox.accept(c, l.seq, time.Now()) {
+			l.owned.command(r)
 			l.command(r)
 		}
 	}
+}
+
+// withdraw ends on this worker the requests of a session its router has
+// closed: the router gave the worker up (its reports were lost) or saw it
+// leave, and has already ended those requests for their callers. Without
+// this they would run, or hold their KV, until their own ends, crowding
+// out the requests of the session that replaces it.
+func (l *workerLoop) withdraw(session uint64) {
+	ids := l.owned.take(session)
+	if len(ids) == 0 {
+		return
+	}
+	now := l.v.Now()
+	for _, o := range ids {
+		if o.dest {
+			l.v.Schedule(now, 0, engine.CancelDestination{ID: o.id})
+		} else {
+			l.v.Schedule(now, 0, engine.Cancel{ID: o.id})
+		}
+	}
+	l.log.Info("withdrew the requests of a closed router session", "session", session, "requests", len(ids))
 }
 
 // resend publishes again the frames a router lost, from seq on, and then
@@ -657,6 +681,7 @@ func (l *workerLoop) awaitBound() time.Duration {
 }
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
+	l.owned.output(out)
 	l.items = append(l.items, item{Output: outputOf(out)})
 	now := time.Now()
 	worker := uint64(l.id)
@@ -681,6 +706,7 @@ func (l *workerLoop) onInput(r engine.InputResult) {
 	wi := &wireInput{At: r.At, Cmd: c, OK: r.Reply.OK, DelayMs: r.Reply.DelayMs}
 	if r.Reply.Err != nil {
 		wi.Err = r.Reply.Err.Error()
+		l.owned.end(c.ID) // a refused Submit or Reserve
 	}
 	l.items = append(l.items, item{Input: wi})
 }
