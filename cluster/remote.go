@@ -8,7 +8,6 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
-	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -96,11 +95,6 @@ type RemoteItem struct {
 	Room    *RemoteRoom
 	Arrived *RemoteArrived
 	Status  *RemoteStatus
-	// Resync says reports were lost before this point: the router forgets
-	// the worker's indexed blocks (as a Cleared KV event would) and
-	// relearns them from its next events, rather than route on a tree
-	// that silently drifted from the worker's.
-	Resync bool
 }
 
 // RemoteRoom is a prefill worker's answer to OpenRoom.
@@ -406,9 +400,6 @@ func (c *Cluster) deliver(name string, items []RemoteItem) {
 			c.onRemoteLink(it.Arrived.TID, it.Arrived.ReqID, true, linkStatus{})
 		case it.Status != nil:
 			c.onRemoteLink(it.Status.TID, 0, false, linkStatus{status: it.Status.Status, err: it.Status.Err})
-		case it.Resync:
-			c.log.Warn("worker reports lost; its indexed KV blocks are dropped", "worker", name)
-			c.router.KVEvent(n.id, kv.Event{Kind: kv.Cleared})
 		}
 	}
 	c.checkDrained()
