@@ -116,7 +116,9 @@ type Config struct {
 	Seed uint64 `json:"seed"`
 	// MaxMemoryMB bounds the memory the cluster's KV pools may take, as
 	// estimated from num_gpu_blocks × workers × BytesPerBlock. Default:
-	// DefaultMemoryFraction of the machine's memory.
+	// DefaultMemoryFraction of the machine's memory. Workers reached
+	// through a Transport count only when this process spawns them
+	// (Local): otherwise their pools live on their own hosts.
 	MaxMemoryMB int `json:"max_memory_mb,omitempty"`
 	// TransferHost is the host every prefill worker's transfer server binds
 	// (on a free port). Default 127.0.0.1.
@@ -451,8 +453,12 @@ func resolve(cfg Config) (resolved, error) {
 	if err := checkRanks(cfg, r.pools); err != nil {
 		return r, err
 	}
-	if err := checkMemory(cfg, r.pools); err != nil {
-		return r, err
+	// Workers behind a transport run elsewhere, their pools in their own
+	// processes' memory, unless this process spawns them (Local).
+	if cfg.Transport == nil || cfg.Transport.Local {
+		if err := checkMemory(cfg, r.pools); err != nil {
+			return r, err
+		}
 	}
 	first := r.pools[0]
 	for _, p := range r.pools[1:] {

@@ -87,6 +87,13 @@ func TestConfig_BoundsAcceptTheirEdges(t *testing.T) {
 		require.NoError(t, cfg.Validate(), "%v", m)
 	}
 	require.NoError(t, Config{Workers: MaxWorkers, Args: map[string]any{"num_gpu_blocks": 16}}.Validate())
+	// Pools that live in other processes on other hosts are not this
+	// process's memory; ones it spawns itself are.
+	far := Config{MaxMemoryMB: 1, Workers: 2, Args: map[string]any{"num_gpu_blocks": 100000},
+		Transport: &TransportConfig{Etcd: []string{"http://127.0.0.1:2379"}, NATS: "nats://127.0.0.1:4222"}}
+	require.NoError(t, far.Validate())
+	far.Transport = &TransportConfig{Local: true}
+	require.ErrorContains(t, far.Validate(), "over the limit of 1 MiB (max_memory_mb)")
 	cfg, err := ConfigFromMap(map[string]any{"transfer_max_conns": 64})
 	require.NoError(t, err)
 	assert.Equal(t, 64, cfg.TransferMaxConns)

@@ -210,7 +210,7 @@ declare module 'k6/x/mocker' {
     advertised_host?: string;
     /** Decode connections each prefill's transfer server serves at once (default 1024). */
     transfer_max_conns?: number;
-    /** Bound on the memory the KV pools may take, in MB (default: half the machine's). */
+    /** Bound on the memory the KV pools may take, in MB (default: half the machine's); remote workers count only under transport 'local'. */
     max_memory_mb?: number;
     /** 'local': embedded etcd and NATS, the pools spawned as `mocker worker` child processes. */
     transport?: TransportConfig | 'local';
