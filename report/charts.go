@@ -78,13 +78,15 @@ func newPlot(title, yLabel string) *plot.Plot {
 	return p
 }
 
-// timeAxis makes p's x axis modeled seconds, each tick with its wall time.
+// timeAxis makes p's x axis modeled seconds, each tick with its script
+// time (modeled time / speedup_ratio: the run's clock, which a paced run
+// keeps with the wall clock and a virtual one does not).
 func timeAxis(p *plot.Plot, speedup float64) {
-	p.X.Label.Text = "modeled time (wall time below)"
+	p.X.Label.Text = "modeled time (script time below)"
 	p.X.Tick.Marker = timeTicks{speedup: speedup}
 }
 
-// timeTicks labels modeled seconds with the wall seconds they took.
+// timeTicks labels modeled seconds with the script seconds they took.
 type timeTicks struct{ speedup float64 }
 
 func (t timeTicks) Ticks(lo, hi float64) []plot.Tick {
@@ -96,7 +98,7 @@ func (t timeTicks) Ticks(lo, hi float64) []plot.Tick {
 		v := ticks[i].Value
 		ticks[i].Label = seconds(v)
 		if t.speedup > 0 {
-			ticks[i].Label += "\n" + seconds(v/t.speedup) + " wall"
+			ticks[i].Label += "\n" + seconds(v/t.speedup) + " script"
 		}
 	}
 	return ticks

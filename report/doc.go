@@ -6,8 +6,9 @@
 // script, font or image fetched at view time, so the file can be attached
 // to a CI job and opened anywhere.
 //
-// Time axes are in modeled seconds, the cluster's own clock, with the wall
-// time alongside (wall = modeled / speedup_ratio).
+// Time axes are in modeled seconds, the cluster's own clock, with the
+// script time alongside (script = modeled / speedup_ratio; the run's
+// clock, which a paced run keeps with the wall clock).
 //
 // A Report's size is bounded whatever the run's length: the cluster series
 // has at most 512 points, the timeline at most MaxHolds holds, the

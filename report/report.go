@@ -28,7 +28,7 @@ type Report struct {
 // Cluster is one cluster's figures and history.
 type Cluster struct {
 	Name, Engine, Router, Topology string
-	// SpeedupRatio is modeled ms per wall ms, for the wall time shown
+	// SpeedupRatio is modeled ms per script ms, for the script time shown
 	// beside modeled time.
 	SpeedupRatio float64
 	Stats        cluster.Stats
