@@ -53,6 +53,20 @@ type VirtualClock struct {
 	// pace, when set, keeps the clock from running ahead of the wall
 	// clock (NewPacedClock).
 	pace *pacer
+	// sleepers are Sleep's spent gates and timers, for the next Sleep:
+	// a ramping-vus scenario sleeps every 10 ms of the clock, more often
+	// than a request ends, and each fresh gate and timer was garbage.
+	sleepers []*sleeper
+	// sweepFn is sweep as a func value, made once: Wait hands it to
+	// context.AfterFunc on every wait with a context.
+	sweepFn func()
+}
+
+// sleeper is one Sleep's gate and the timer that opens it, allocated
+// together and reused (VirtualClock.sleepers).
+type sleeper struct {
+	g vgate
+	t vtimer
 }
 
 // pacer holds a paced clock back to the wall clock and measures how far
@@ -88,7 +102,9 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 	if epoch.IsZero() {
 		epoch = DefaultVirtualEpoch
 	}
-	return &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c := &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c.sweepFn = c.sweep
+	return c
 }
 
 // NewPacedClock returns a virtual clock that moves no faster than the wall
@@ -248,10 +264,34 @@ func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx == nil || ctx.Err() == nil
 	}
-	g := c.NewGate()
-	stop := c.AfterFunc(d, g.Open)
-	ok := g.Wait(ctx)
-	stop()
+	// What AfterFunc and NewGate would do, on a sleeper from the free
+	// list. Once Wait returns the caller has the turn again, so the
+	// stepper is not running the timer: it is still in the heap, or it
+	// fired and its Open is over. The gate is then neither parked nor
+	// holding a token (Wait took it), and the sleeper is free to reuse.
+	c.mu.Lock()
+	var s *sleeper
+	if n := len(c.sleepers); n > 0 {
+		s = c.sleepers[n-1]
+		c.sleepers[n-1] = nil
+		c.sleepers = c.sleepers[:n-1]
+	} else {
+		s = &sleeper{g: vgate{c: c, turn: make(chan struct{}, 1)}}
+		s.t.f = s.g.Open
+	}
+	c.seq++
+	s.t.at, s.t.seq = c.now+d, c.seq
+	heap.Push(&c.timers, &s.t)
+	c.stalled = false
+	c.pokeLocked()
+	c.mu.Unlock()
+	ok := s.g.Wait(ctx)
+	c.mu.Lock()
+	if s.t.index >= 0 {
+		heap.Remove(&c.timers, s.t.index)
+	}
+	c.sleepers = append(c.sleepers, s)
+	c.mu.Unlock()
 	return ok
 }
 
@@ -499,7 +539,7 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// caller's deadline) wakes them from here.
 		stop := func() bool { return false }
 		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
-			stop = context.AfterFunc(ctx, c.sweep)
+			stop = context.AfterFunc(ctx, c.sweepFn)
 		}
 		<-g.turn
 		stop()
