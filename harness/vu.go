@@ -402,6 +402,17 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	}
 }
 
+// rearm readies the VU for another iteration in the context it is
+// active in, as activate would for a new one: no interrupt left over from
+// the last iteration (an exec.test.abort) stops the next one at its
+// start. The activation's watcher stays as it is.
+func (v *vu) rearm() {
+	v.imu.Lock()
+	v.rt.ClearInterrupt()
+	v.selfInterrupted = false
+	v.imu.Unlock()
+}
+
 // interruptSelf interrupts the running JS with val (exec.test.abort): the
 // activation's context watcher then leaves the interrupt as it is.
 func (v *vu) interruptSelf(val any) {
