@@ -276,7 +276,7 @@ func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) bool {
 		c.sleepers[n-1] = nil
 		c.sleepers = c.sleepers[:n-1]
 	} else {
-		s = &sleeper{g: vgate{c: c, turn: make(chan struct{}, 1)}}
+		s = &sleeper{g: vgate{c: c, turn: make(chan struct{}, 1), keepWatch: true}}
 		s.t.f = s.g.Open
 	}
 	c.seq++
@@ -447,9 +447,13 @@ func (c *VirtualClock) dispatchLocked() {
 	if len(c.runq) == 0 {
 		return
 	}
+	// Shift the queue down rather than reslice past its head: it is a
+	// few tasks long, and a queue that only ever moved forward in its
+	// array had append reallocate it every few turns.
 	next := c.runq[0]
-	c.runq[0] = nil
-	c.runq = c.runq[1:]
+	n := copy(c.runq, c.runq[1:])
+	c.runq[n] = nil
+	c.runq = c.runq[:n]
 	c.busy = true
 	next <- struct{}{}
 }
@@ -503,6 +507,12 @@ type vgate struct {
 	parkSeq uint64
 	ctx     context.Context
 	turn    chan struct{}
+	// keepWatch is set on a sleeper's gate: its context watch (see Wait)
+	// outlasts the wait, in watched and unwatch, for the next wait on
+	// the same context. Reused gates only, so the watches stay few.
+	keepWatch bool
+	watched   context.Context
+	unwatch   func() bool
 }
 
 // NewGate returns a gate on the clock.
@@ -537,9 +547,23 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// A context cancelled on the clock wakes its waiters at once (see
 		// sweepLocked); one that ends on the wall clock (a signal, a
 		// caller's deadline) wakes them from here.
+		//
+		// A sleeper's gate keeps its watch for its next wait, as a
+		// ramping-vus scenario sleeps on one context every 10 ms: should
+		// that context end while the gate is not waiting, the sweep it
+		// sets off readies only waiters whose context has ended, which
+		// their own watches would ready all the same.
 		stop := func() bool { return false }
 		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
-			stop = context.AfterFunc(ctx, c.sweepFn)
+			switch {
+			case !g.keepWatch:
+				stop = context.AfterFunc(ctx, c.sweepFn)
+			case g.watched != ctx:
+				if g.unwatch != nil {
+					g.unwatch()
+				}
+				g.watched, g.unwatch = ctx, context.AfterFunc(ctx, c.sweepFn)
+			}
 		}
 		<-g.turn
 		stop()
