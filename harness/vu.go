@@ -48,6 +48,8 @@ type vu struct {
 	setupData        sobek.Value
 	setupDataReady   bool
 	checkCache       map[checkKey]checkEntry
+	checkArg         [1]sobek.Value // check's argument to a condition
+	inCheck          bool           // checkArg is in use
 	samples          [2]metrics.Sample
 
 	rng       *rand.PCG                 // Math.random's source
