@@ -50,6 +50,7 @@ type vu struct {
 	checkCache       map[checkKey]checkEntry
 	checkArg         [1]sobek.Value // check's argument to a condition
 	inCheck          bool           // checkArg is in use
+	iterArg          [1]sobek.Value // runIteration's argument to exec
 	samples          [2]metrics.Sample
 
 	rng       *rand.PCG                 // Math.random's source
@@ -479,7 +480,11 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	t := v.t
 	start := t.clock.Now()
 	v.scenarioIterBase = v.sc.iterInTest.Add(1) - 1
-	err := v.call(fn, v.callData())
+	// The exec function's one argument goes in a buffer on the VU, not
+	// in a slice per iteration: sobek copies a JS function's arguments
+	// onto its own stack, and a VU runs one iteration at a time.
+	v.iterArg[0] = v.callData()
+	err := v.call(fn, v.iterArg[:]...)
 	v.iterInScenario++
 	v.iterInInstance++
 	// An iteration whose context ended while it ran is interrupted even if
