@@ -278,7 +278,10 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	// ramp-down has taken its cancel: a context and a watcher per
 	// iteration were several allocations per request, and a cancel
 	// taken by a ramp-down still ends exactly the iteration it was taken
-	// in, since that iteration's end retires the context.
+	// in, since that iteration's end retires the context. So does an
+	// iteration that ended in an error: whatever it left in flight on
+	// the context (a request whose callback the event loop dropped) is
+	// cancelled as it ends, as when every iteration had a context.
 	var (
 		release func()
 		cancel  context.CancelFunc
@@ -323,7 +326,7 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 		sl.mu.Lock()
 		taken := sl.taken
 		sl.mu.Unlock()
-		if res != iterCompleted || taken || v.ctx.Err() != nil {
+		if res != iterCompleted || taken || v.iterFailed || v.ctx.Err() != nil {
 			retire()
 		}
 		if res == iterCompleted {

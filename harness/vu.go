@@ -52,6 +52,10 @@ type vu struct {
 	inCheck          bool           // checkArg is in use
 	iterArg          [1]sobek.Value // runIteration's argument to exec
 	samples          [2]metrics.Sample
+	// iterFailed: the last iteration's call ended in an error, which may
+	// have left work (callbacks dropped by the event loop's reset, such
+	// as an unawaited request) bound to the VU's context.
+	iterFailed bool
 
 	rng       *rand.PCG                 // Math.random's source
 	merged    map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
@@ -485,6 +489,7 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	// onto its own stack, and a VU runs one iteration at a time.
 	v.iterArg[0] = v.callData()
 	err := v.call(fn, v.iterArg[:]...)
+	v.iterFailed = err != nil
 	v.iterInScenario++
 	v.iterInInstance++
 	// An iteration whose context ended while it ran is interrupted even if
