@@ -203,7 +203,11 @@ type rampSlot struct {
 	active atomic.Bool
 	wake   Gate
 	mu     sync.Mutex
+	// cancel ends the context the VU runs its iterations in (nil while
+	// it has none); taken says a ramp-down has scheduled a call of it,
+	// so the context must not outlive the iteration in flight.
 	cancel context.CancelFunc
+	taken  bool
 }
 
 func (sl *rampSlot) signal() { sl.wake.Open() }
@@ -233,6 +237,7 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 			// for gracefulRampDown.
 			sl.mu.Lock()
 			cancel := sl.cancel
+			sl.taken = cancel != nil
 			sl.mu.Unlock()
 			if cancel != nil {
 				timersMu.Lock()
@@ -266,30 +271,64 @@ func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
 	v.enterScenario(s)
 	fn := v.fns[s.cfg.Exec]
 	defer v.waiting()
+	// The VU runs its iterations in a context of its own, which a
+	// ramp-down cancels (after gracefulRampDown) to cut short the
+	// iteration in flight. One context, and one activation watching it,
+	// serves a run of iterations while the VU stays active and no
+	// ramp-down has taken its cancel: a context and a watcher per
+	// iteration were several allocations per request, and a cancel
+	// taken by a ramp-down still ends exactly the iteration it was taken
+	// in, since that iteration's end retires the context. So does an
+	// iteration that ended in an error: whatever it left in flight on
+	// the context (a request whose callback the event loop dropped) is
+	// cancelled as it ends, as when every iteration had a context.
+	var (
+		release func()
+		cancel  context.CancelFunc
+	)
+	retire := func() {
+		if cancel == nil {
+			return
+		}
+		release()
+		sl.mu.Lock()
+		sl.cancel, sl.taken = nil, false
+		sl.mu.Unlock()
+		cancel()
+		release, cancel = nil, nil
+	}
+	defer retire()
 	for s.running(regular) {
 		if !sl.active.Load() {
+			retire()
 			v.waiting()
 			if !sl.wake.Wait(regular) {
 				return
 			}
 			continue
 		}
-		iterCtx, cancel := context.WithCancel(hard)
-		sl.mu.Lock()
-		sl.cancel = cancel
-		sl.mu.Unlock()
-		release := v.activate(iterCtx)
+		if cancel == nil {
+			var iterCtx context.Context
+			iterCtx, cancel = context.WithCancel(hard)
+			sl.mu.Lock()
+			sl.cancel = cancel
+			sl.mu.Unlock()
+			release = v.activate(iterCtx)
+		} else {
+			v.rearm()
+		}
 		s.active.Add(1)
 		s.t.vusActive.Add(1)
 		s.t.vusStarted(1)
 		res := v.runIteration(fn)
 		s.t.vusActive.Add(-1)
 		s.active.Add(-1)
-		release()
 		sl.mu.Lock()
-		sl.cancel = nil
+		taken := sl.taken
 		sl.mu.Unlock()
-		cancel()
+		if res != iterCompleted || taken || v.iterFailed || v.ctx.Err() != nil {
+			retire()
+		}
 		if res == iterCompleted {
 			s.completed.Add(1)
 		} else if hard.Err() != nil {

@@ -144,6 +144,28 @@ export function handleSummary(data) {
 	assert.Equal(t, "outer/inner:2:2:2", res.stdout)
 }
 
+// A condition that calls check itself, natively too, leaves the outer
+// check's value as it was for the conditions after it.
+func TestRun_NestedChecksSeeTheirOwnValues(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `
+import { check } from 'k6';
+export const options = { iterations: 2 };
+export default function () {
+  check('outer', {
+    first: (v) => v === 'outer' && check('inner', { nested: (w) => w === 'inner' }),
+    native: check.bind(null, 'bound', { bound: (w) => w === 'bound' }),
+    last: (v) => v === 'outer',
+  });
+}
+export function handleSummary(data) {
+  return { stdout: data.root_group.checks.map((c) => c.name + '=' + c.passes).join(',') };
+}
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, "nested=2,first=2,bound=2,native=2,last=2", res.stdout)
+}
+
 func TestRun_HandleSummaryErrorFallsBackToText(t *testing.T) {
 	t.Parallel()
 	res := runScript(t, `

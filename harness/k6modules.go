@@ -79,6 +79,20 @@ func (v *vu) check(call sobek.FunctionCall) sobek.Value {
 	}
 	all := true
 	now := v.t.clock.Now()
+	// A condition's argument goes in the VU's buffer rather than in a
+	// slice per call, and is set again before each call. A check called
+	// from inside a condition (a native one could still read the
+	// buffer) gets a slice of its own.
+	args := v.checkArg[:]
+	if v.inCheck {
+		args = []sobek.Value{nil}
+	} else {
+		v.inCheck = true
+		defer func() {
+			v.inCheck = false
+			v.checkArg[0] = nil
+		}()
+	}
 	for _, name := range sets.Keys() {
 		if strings.Contains(name, "::") {
 			throwf(rt, "check name %q must not contain '::'", name)
@@ -86,7 +100,8 @@ func (v *vu) check(call sobek.FunctionCall) sobek.Value {
 		cond := sets.Get(name)
 		ok := false
 		if fn, isFn := sobek.AssertFunction(cond); isFn {
-			res, err := fn(sobek.Undefined(), val)
+			args[0] = val
+			res, err := fn(sobek.Undefined(), args...)
 			if err != nil {
 				panic(err)
 			}

@@ -53,6 +53,20 @@ type VirtualClock struct {
 	// pace, when set, keeps the clock from running ahead of the wall
 	// clock (NewPacedClock).
 	pace *pacer
+	// sleepers are Sleep's spent gates and timers, for the next Sleep:
+	// a ramping-vus scenario sleeps every 10 ms of the clock, more often
+	// than a request ends, and each fresh gate and timer was garbage.
+	sleepers []*sleeper
+	// sweepFn is sweep as a func value, made once: Wait hands it to
+	// context.AfterFunc on every wait with a context.
+	sweepFn func()
+}
+
+// sleeper is one Sleep's gate and the timer that opens it, allocated
+// together and reused (VirtualClock.sleepers).
+type sleeper struct {
+	g vgate
+	t vtimer
 }
 
 // pacer holds a paced clock back to the wall clock and measures how far
@@ -88,7 +102,9 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 	if epoch.IsZero() {
 		epoch = DefaultVirtualEpoch
 	}
-	return &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c := &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c.sweepFn = c.sweep
+	return c
 }
 
 // NewPacedClock returns a virtual clock that moves no faster than the wall
@@ -248,10 +264,34 @@ func (c *VirtualClock) Sleep(ctx context.Context, d time.Duration) bool {
 	if d <= 0 {
 		return ctx == nil || ctx.Err() == nil
 	}
-	g := c.NewGate()
-	stop := c.AfterFunc(d, g.Open)
-	ok := g.Wait(ctx)
-	stop()
+	// What AfterFunc and NewGate would do, on a sleeper from the free
+	// list. Once Wait returns the caller has the turn again, so the
+	// stepper is not running the timer: it is still in the heap, or it
+	// fired and its Open is over. The gate is then neither parked nor
+	// holding a token (Wait took it), and the sleeper is free to reuse.
+	c.mu.Lock()
+	var s *sleeper
+	if n := len(c.sleepers); n > 0 {
+		s = c.sleepers[n-1]
+		c.sleepers[n-1] = nil
+		c.sleepers = c.sleepers[:n-1]
+	} else {
+		s = &sleeper{g: vgate{c: c, turn: make(chan struct{}, 1), keepWatch: true}}
+		s.t.f = s.g.Open
+	}
+	c.seq++
+	s.t.at, s.t.seq = c.now+d, c.seq
+	heap.Push(&c.timers, &s.t)
+	c.stalled = false
+	c.pokeLocked()
+	c.mu.Unlock()
+	ok := s.g.Wait(ctx)
+	c.mu.Lock()
+	if s.t.index >= 0 {
+		heap.Remove(&c.timers, s.t.index)
+	}
+	c.sleepers = append(c.sleepers, s)
+	c.mu.Unlock()
 	return ok
 }
 
@@ -407,9 +447,13 @@ func (c *VirtualClock) dispatchLocked() {
 	if len(c.runq) == 0 {
 		return
 	}
+	// Shift the queue down rather than reslice past its head: it is a
+	// few tasks long, and a queue that only ever moved forward in its
+	// array had append reallocate it every few turns.
 	next := c.runq[0]
-	c.runq[0] = nil
-	c.runq = c.runq[1:]
+	n := copy(c.runq, c.runq[1:])
+	c.runq[n] = nil
+	c.runq = c.runq[:n]
 	c.busy = true
 	next <- struct{}{}
 }
@@ -463,6 +507,12 @@ type vgate struct {
 	parkSeq uint64
 	ctx     context.Context
 	turn    chan struct{}
+	// keepWatch is set on a sleeper's gate: its context watch (see Wait)
+	// outlasts the wait, in watched and unwatch, for the next wait on
+	// the same context. Reused gates only, so the watches stay few.
+	keepWatch bool
+	watched   context.Context
+	unwatch   func() bool
 }
 
 // NewGate returns a gate on the clock.
@@ -497,9 +547,23 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// A context cancelled on the clock wakes its waiters at once (see
 		// sweepLocked); one that ends on the wall clock (a signal, a
 		// caller's deadline) wakes them from here.
+		//
+		// A sleeper's gate keeps its watch for its next wait, as a
+		// ramping-vus scenario sleeps on one context every 10 ms: should
+		// that context end while the gate is not waiting, the sweep it
+		// sets off readies only waiters whose context has ended, which
+		// their own watches would ready all the same.
 		stop := func() bool { return false }
 		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
-			stop = context.AfterFunc(ctx, c.sweep)
+			switch {
+			case !g.keepWatch:
+				stop = context.AfterFunc(ctx, c.sweepFn)
+			case g.watched != ctx:
+				if g.unwatch != nil {
+					g.unwatch()
+				}
+				g.watched, g.unwatch = ctx, context.AfterFunc(ctx, c.sweepFn)
+			}
 		}
 		<-g.turn
 		stop()

@@ -48,7 +48,14 @@ type vu struct {
 	setupData        sobek.Value
 	setupDataReady   bool
 	checkCache       map[checkKey]checkEntry
+	checkArg         [1]sobek.Value // check's argument to a condition
+	inCheck          bool           // checkArg is in use
+	iterArg          [1]sobek.Value // runIteration's argument to exec
 	samples          [2]metrics.Sample
+	// iterFailed: the last iteration's call ended in an error, which may
+	// have left work (callbacks dropped by the event loop's reset, such
+	// as an unawaited request) bound to the VU's context.
+	iterFailed bool
 
 	rng       *rand.PCG                 // Math.random's source
 	merged    map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
@@ -402,6 +409,17 @@ func (v *vu) activate(ctx context.Context) (release func()) {
 	}
 }
 
+// rearm readies the VU for another iteration in the context it is
+// active in, as activate would for a new one: no interrupt left over from
+// the last iteration (an exec.test.abort) stops the next one at its
+// start. The activation's watcher stays as it is.
+func (v *vu) rearm() {
+	v.imu.Lock()
+	v.rt.ClearInterrupt()
+	v.selfInterrupted = false
+	v.imu.Unlock()
+}
+
 // interruptSelf interrupts the running JS with val (exec.test.abort): the
 // activation's context watcher then leaves the interrupt as it is.
 func (v *vu) interruptSelf(val any) {
@@ -466,7 +484,12 @@ func (v *vu) runIteration(fn sobek.Callable) iterationResult {
 	t := v.t
 	start := t.clock.Now()
 	v.scenarioIterBase = v.sc.iterInTest.Add(1) - 1
-	err := v.call(fn, v.callData())
+	// The exec function's one argument goes in a buffer on the VU, not
+	// in a slice per iteration: sobek copies a JS function's arguments
+	// onto its own stack, and a VU runs one iteration at a time.
+	v.iterArg[0] = v.callData()
+	err := v.call(fn, v.iterArg[:]...)
+	v.iterFailed = err != nil
 	v.iterInScenario++
 	v.iterInInstance++
 	// An iteration whose context ended while it ran is interrupted even if

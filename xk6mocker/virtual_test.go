@@ -57,3 +57,16 @@ func TestVirtual_TransportScriptExits104(t *testing.T) {
 	assert.Equal(t, harness.ExitInvalidConfig, res.code, "stderr: %s", res.stderr)
 	assert.Contains(t, res.err.Error(), "--clock virtual")
 }
+
+// TestVirtual_FailedIterationCancelsWhatItLeftInFlight: a ramping-vus
+// iteration that throws with a generateAsync request still in flight ends
+// its context, and with it the request, however long its VU stays active:
+// no request completes after the iteration that made it.
+func TestVirtual_FailedIterationCancelsWhatItLeftInFlight(t *testing.T) {
+	res := runScriptWith(t, "abandoned.js", nil, func(c *harness.Config) { c.VirtualClock = true })
+	require.Len(t, res.clusters, 1, "stderr: %s\n%s", res.stderr, res.stdout)
+	st := res.clusters[0].stats
+	assert.Positive(t, st.Requests)
+	assert.Zero(t, st.Completed)
+	assert.Positive(t, st.Errored)
+}
