@@ -207,6 +207,9 @@ type Indexer struct {
 	// last batch allocated. Both cut allocations on the event path.
 	spare []*node
 	slab  []node
+	// last is the worker of the last Apply: a worker's events come in
+	// runs (an engine pass's), which then look their worker up once.
+	last *workerState
 }
 
 func (x *Indexer) newNode(parent *node, h kv.LocalHash) *node {
@@ -231,7 +234,11 @@ func New() *Indexer {
 }
 
 func (x *Indexer) worker(id uint64) *workerState {
+	if ws := x.last; ws != nil && ws.id == id {
+		return ws
+	}
 	if ws := x.workers[id]; ws != nil {
+		x.last = ws
 		return ws
 	}
 	ws := &workerState{id: id}
@@ -244,6 +251,7 @@ func (x *Indexer) worker(id uint64) *workerState {
 		x.slots = append(x.slots, ws)
 	}
 	x.workers[id] = ws
+	x.last = ws
 	return ws
 }
 
@@ -418,6 +426,9 @@ func (x *Indexer) RemoveWorker(id uint64) bool {
 	}
 	x.clearWorker(ws)
 	delete(x.workers, id)
+	if x.last == ws {
+		x.last = nil
+	}
 	x.slots[ws.slot] = nil
 	x.free = append(x.free, ws.slot)
 	x.stats.RemovedWorkers++
