@@ -82,6 +82,7 @@ type request struct {
 	decode  *workerNode
 	tid     uint64     // transfer id, once the prefill holds
 	closed  bool       // its transfer room was closed
+	room    memRoom    // its transfer room, on the in-memory link
 	prompt  *promptBuf // its prompt's tokens and hashes, until it ends (nil: the caller's and the memo's)
 }
 
@@ -450,7 +451,7 @@ func (c *Cluster) act(r *request, a *handoff.Action) {
 		}
 		w.handle.Apply(a.Input)
 	case handoff.OpenRoom:
-		c.link.open(r.prefill, r.tid)
+		c.link.open(r)
 	case handoff.Connect:
 		c.connect(r)
 	case handoff.CloseRoom:
@@ -476,7 +477,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	c.series.ended(c.v.Now(), &res)
 	delete(c.reqs, r.id)
 	if r.tid != 0 {
-		c.link.forget(r.prefill, r.tid)
+		c.link.forget(r)
 	}
 	c.router.Free(r.rid)
 	c.active--

@@ -20,11 +20,13 @@ import (
 type transferLink interface {
 	// arrived is the servers' OnDecodeArrived.
 	arrived(tid, reqID uint64)
-	open(p *workerNode, tid uint64)
-	close(p *workerNode, tid uint64, transferred bool)
-	connect(p *workerNode, tid, reqID uint64)
+	// open, close, connect and forget act on r's room: r.tid on
+	// r.prefill's server.
+	open(r *request)
+	close(r *request, transferred bool)
+	connect(r *request)
 	// forget drops what the link keeps of a transfer whose request ended.
-	forget(p *workerNode, tid uint64)
+	forget(r *request)
 	shutdown()
 }
 
@@ -100,12 +102,12 @@ func (c *Cluster) connect(r *request) {
 	x.exchangeState = exchangeState{r: r, id: r.id, tid: r.tid, closed: r.closed}
 	if c.remote { // remote replies take no ticket: see onRemoteLink
 		c.exch[r.tid] = x
-		c.link.connect(r.prefill, r.tid, r.id)
+		c.link.connect(r)
 		return
 	}
 	x.t1, x.t1Open = c.v.Ticket(c.v.Now()), true
 	c.exch[r.tid] = x
-	c.link.connect(r.prefill, r.tid, r.id)
+	c.link.connect(r)
 }
 
 // closeRoom tells the source's server how r's hold ended. If the decode is
@@ -119,7 +121,7 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 			x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
 		}
 	}
-	c.link.close(r.prefill, r.tid, transferred)
+	c.link.close(r, transferred)
 }
 
 // onLinkMsg places a link reply in the event queue.
@@ -176,45 +178,46 @@ func (c *Cluster) giveUpExchanges() {
 }
 
 // memLink is the transfer protocol's logic without sockets: rooms, ACK,
-// ABORT and tombstones, answered in the loop at once.
+// ABORT and tombstones, answered in the loop at once. A room is its
+// request's (request.room), not an entry in a map of the link's: a
+// handoff then looks nothing up, and the room goes with the record.
 type memLink struct {
-	c     *Cluster
-	rooms map[uint64]memRoom
+	c *Cluster
 }
 
+// memRoom is a request's transfer room on the in-memory link; the zero
+// value is a room not open (or forgotten).
 type memRoom struct {
-	resolved, transferred, waiting bool
+	open, resolved, transferred, waiting bool
 }
 
-func newMemLink(c *Cluster) *memLink { return &memLink{c: c, rooms: make(map[uint64]memRoom)} }
+func newMemLink(c *Cluster) *memLink { return &memLink{c: c} }
 
 func (l *memLink) arrived(uint64, uint64) {}
 
-func (l *memLink) open(_ *workerNode, tid uint64) { l.rooms[tid] = memRoom{} }
+func (l *memLink) open(r *request) { r.room = memRoom{open: true} }
 
-func (l *memLink) close(_ *workerNode, tid uint64, transferred bool) {
-	room, ok := l.rooms[tid]
-	if !ok || room.resolved {
+func (l *memLink) close(r *request, transferred bool) {
+	room := &r.room
+	if !room.open || room.resolved {
 		return
 	}
 	room.resolved, room.transferred = true, transferred
-	l.rooms[tid] = room
 	if room.waiting {
-		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
+		l.c.onLinkMsg(linkMsg{tid: r.tid, status: room.status(r.tid)})
 	}
 }
 
-func (l *memLink) connect(_ *workerNode, tid, reqID uint64) {
-	room, ok := l.rooms[tid]
+func (l *memLink) connect(r *request) {
+	room := &r.room
 	switch {
-	case !ok:
-		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: "transfer room not open"}})
+	case !room.open:
+		l.c.onLinkMsg(linkMsg{tid: r.tid, status: linkStatus{status: handoff.Error, err: "transfer room not open"}})
 	case room.resolved:
-		l.c.onLinkMsg(linkMsg{tid: tid, status: room.status(tid)})
+		l.c.onLinkMsg(linkMsg{tid: r.tid, status: room.status(r.tid)})
 	default:
 		room.waiting = true
-		l.rooms[tid] = room
-		l.c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: true})
+		l.c.onLinkMsg(linkMsg{tid: r.tid, reqID: r.id, arrived: true})
 	}
 }
 
@@ -225,7 +228,7 @@ func (r *memRoom) status(tid uint64) linkStatus {
 	return linkStatus{status: handoff.Abort, err: (&bootstrap.AbortError{TransferID: tid}).Error()}
 }
 
-func (l *memLink) forget(_ *workerNode, tid uint64) { delete(l.rooms, tid) }
+func (l *memLink) forget(r *request) { r.room = memRoom{} }
 
 func (l *memLink) shutdown() {}
 
@@ -251,13 +254,15 @@ func (l *tcpLink) arrived(tid, reqID uint64) {
 	l.c.send(linkMsg{tid: tid, reqID: reqID, arrived: true})
 }
 
-func (l *tcpLink) open(p *workerNode, tid uint64) {
+func (l *tcpLink) open(r *request) {
+	p, tid := r.prefill, r.tid
 	if err := p.server.Open(tid); err != nil {
 		l.c.log.Warn("transfer room not opened; the decode will be refused", "worker", p.name, "transfer_id", tid, "err", err)
 	}
 }
 
-func (l *tcpLink) close(p *workerNode, tid uint64, transferred bool) {
+func (l *tcpLink) close(r *request, transferred bool) {
+	p, tid := r.prefill, r.tid
 	var err error
 	if transferred {
 		err = p.server.Complete(tid)
@@ -269,7 +274,8 @@ func (l *tcpLink) close(p *workerNode, tid uint64, transferred bool) {
 	}
 }
 
-func (l *tcpLink) connect(p *workerNode, tid, reqID uint64) {
+func (l *tcpLink) connect(r *request) {
+	p, tid, reqID := r.prefill, r.tid, r.id
 	addr, room, token, err := l.c.handoffParams(p, tid, reqID)
 	if err != nil {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: err.Error()}})
@@ -292,7 +298,7 @@ func (l *tcpLink) connect(p *workerNode, tid, reqID uint64) {
 	}()
 }
 
-func (l *tcpLink) forget(*workerNode, uint64) {}
+func (l *tcpLink) forget(*request) {}
 
 func (l *tcpLink) shutdown() {
 	l.cancel()

@@ -441,27 +441,20 @@ type remoteLink struct {
 
 func (l *remoteLink) arrived(uint64, uint64) {}
 
-func (l *remoteLink) open(p *workerNode, tid uint64) {
-	// The link's interface names the transfer only; the params' token
-	// binds the request too. Requests in flight are few, so a scan is
-	// cheaper than a second index kept in step with the first.
-	var reqID uint64
-	for id, r := range l.c.reqs {
-		if r.tid == tid {
-			reqID = id
-			break
-		}
-	}
-	p.handle.(*remoteHandle).rw.OpenRoom(tid, reqID)
+func (l *remoteLink) open(r *request) {
+	// The params' token binds the request as well as the transfer.
+	r.prefill.handle.(*remoteHandle).rw.OpenRoom(r.tid, r.id)
 }
 
-func (l *remoteLink) close(p *workerNode, tid uint64, transferred bool) {
+func (l *remoteLink) close(r *request, transferred bool) {
+	p, tid := r.prefill, r.tid
 	if !p.gone {
 		p.handle.(*remoteHandle).rw.CloseRoom(tid, transferred)
 	}
 }
 
-func (l *remoteLink) connect(p *workerNode, tid, reqID uint64) {
+func (l *remoteLink) connect(r *request) {
+	tid, reqID := r.tid, r.id
 	if msg, ok := l.failed[tid]; ok {
 		l.refuse(tid, msg)
 		return
@@ -514,7 +507,8 @@ func (l *remoteLink) roomOpened(_ *workerNode, room RemoteRoom) {
 	}
 }
 
-func (l *remoteLink) forget(_ *workerNode, tid uint64) {
+func (l *remoteLink) forget(r *request) {
+	tid := r.tid
 	delete(l.params, tid)
 	delete(l.waiting, tid)
 	delete(l.failed, tid)

@@ -144,6 +144,22 @@ func (x *Index[V]) Delete(h SeqHash) (V, bool) {
 	return v, true
 }
 
+// Touch reads the home entry of each of hs and returns a value that
+// depends on them. The reads do not wait on each other, so a caller about
+// to look up or delete many hashes of a large index can overlap the cache
+// misses of the home entries, which the lookups one by one would take in
+// turn; the result only keeps the reads from being optimised away.
+func (x *Index[V]) Touch(hs []SeqHash) uint64 {
+	if len(x.entries) == 0 {
+		return 0
+	}
+	var sum uint64
+	for _, h := range hs {
+		sum += uint64(x.entries[uint64(h)&x.mask].hash)
+	}
+	return sum
+}
+
 // Clear removes every hash, keeping the table's storage.
 func (x *Index[V]) Clear() {
 	clear(x.entries)

@@ -283,7 +283,7 @@ func (r *Router) unindex(id uint64) {
 // kv.Sink.
 func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
 	r.mu.Lock()
-	if _, gone := r.removed[workerID]; gone || r.approx != nil {
+	if r.approx != nil || len(r.removed) > 0 && r.isRemoved(workerID) {
 		r.stats.EventsIgnored++
 		r.mu.Unlock()
 		return
@@ -299,6 +299,14 @@ func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
 	if err != nil {
 		r.log.Debug("kv event not fully applied", "worker", workerID, "event_id", ev.ID, "kind", ev.Kind.String(), "err", err)
 	}
+}
+
+// isRemoved reports whether RemoveWorker took id out (and no AddWorker
+// brought it back). KVEvent asks only when some id was: the common case
+// takes no lookup.
+func (r *Router) isRemoved(id uint64) bool {
+	_, gone := r.removed[id]
+	return gone
 }
 
 // UpdateLoad records a worker's load report. It implements LoadSink.

@@ -207,6 +207,14 @@ type Indexer struct {
 	// last batch allocated. Both cut allocations on the event path.
 	spare []*node
 	slab  []node
+	// removing is remove's scratch: the nodes of an event's keys.
+	removing []*node
+	// touched keeps the reads of remove's touches from being optimised
+	// away.
+	touched uint64
+	// last is the worker of the last Apply: a worker's events come in
+	// runs (an engine pass's), which then look their worker up once.
+	last *workerState
 }
 
 func (x *Indexer) newNode(parent *node, h kv.LocalHash) *node {
@@ -231,7 +239,11 @@ func New() *Indexer {
 }
 
 func (x *Indexer) worker(id uint64) *workerState {
+	if ws := x.last; ws != nil && ws.id == id {
+		return ws
+	}
 	if ws := x.workers[id]; ws != nil {
+		x.last = ws
 		return ws
 	}
 	ws := &workerState{id: id}
@@ -244,6 +256,7 @@ func (x *Indexer) worker(id uint64) *workerState {
 		x.slots = append(x.slots, ws)
 	}
 	x.workers[id] = ws
+	x.last = ws
 	return ws
 }
 
@@ -345,22 +358,49 @@ func (x *Indexer) store(ws *workerState, ev kv.Event) error {
 }
 
 func (x *Indexer) remove(ws *workerState, hashes []kv.SeqHash) error {
+	// The worker's keys go first, then its nodes, in the event's order:
+	// the same result as key by key (a node keeps the worker's bit until
+	// its key is released, so none is pruned before its turn), but the
+	// lookups of the keys and the reads of their nodes no longer wait on
+	// each other. A pool evicts a chain leaf first, so each node's parent
+	// is usually the next node, and the reads in touch bring in the
+	// parents that prune then writes. Each read would otherwise be a
+	// cache miss on its own, one after another.
 	missing := 0
+	nodes := x.removing[:0]
+	x.touched = ws.blocks.Touch(hashes)
 	for _, h := range hashes {
 		n, _ := ws.blocks.Delete(h)
 		if n == nil {
 			missing++
 			continue
 		}
+		nodes = append(nodes, n)
+	}
+	x.touched += x.touch(nodes)
+	for _, n := range nodes {
 		x.stats.IndexedBlocks--
 		x.release(ws, n)
 	}
+	clear(nodes)
+	x.removing = nodes[:0]
 	x.stats.Events++
 	if missing > 0 {
 		x.stats.MissingBlocks += uint64(missing)
 		return fmt.Errorf("worker %d: %d of %d blocks: %w", ws.id, missing, len(hashes), ErrBlockNotFound)
 	}
 	return nil
+}
+
+// touch reads a word of each of nodes, independent reads the processor
+// overlaps, so that the walk that follows finds them in its cache; the
+// sum only keeps the reads from being optimised away.
+func (x *Indexer) touch(nodes []*node) uint64 {
+	var sum uint64
+	for _, n := range nodes {
+		sum += n.workers.lo
+	}
+	return sum
 }
 
 // release drops one of ws's keys on n: the worker leaves n, and n may be
@@ -418,6 +458,9 @@ func (x *Indexer) RemoveWorker(id uint64) bool {
 	}
 	x.clearWorker(ws)
 	delete(x.workers, id)
+	if x.last == ws {
+		x.last = nil
+	}
 	x.slots[ws.slot] = nil
 	x.free = append(x.free, ws.slot)
 	x.stats.RemovedWorkers++
