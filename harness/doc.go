@@ -64,14 +64,16 @@
 // the same byte for byte on any host. Config.Paced (`--clock paced`, the
 // command's default) makes it a paced clock (NewPacedClock): the same turns
 // and results, but time moves to an instant only once the wall clock has
-// reached it, and how far the host falls behind is measured (Lag). A plugin makes a VU wait for a result
-// on a Gate whose producer opens it; something with events of its own (a
-// simulated cluster) joins the clock as a Participant, which settles each
-// instant before time moves on and says when it next needs the clock. A
-// module can throw a *ExitError to choose the run's exit code (e.g.
-// ExitInvalidConfig for an option it cannot honour on the virtual clock).
-// VU.WhenWaiting tells a plugin when the VU is about to wait (sleep, a
-// promise or timer, between iterations).
+// nearly reached it (up to a quarter second early, so that nearby instants
+// cost one wake-up; CatchUp waits out the difference before the summary),
+// and how far the host falls behind is measured (Lag). A plugin makes a VU
+// wait for a result on a Gate whose producer opens it; something with
+// events of its own (a simulated cluster) joins the clock as a
+// Participant, which settles each instant before time moves on and says
+// when it next needs the clock. A module can throw a *ExitError to choose
+// the run's exit code (e.g. ExitInvalidConfig for an option it cannot
+// honour on the virtual clock). VU.WhenWaiting tells a plugin when the VU
+// is about to wait (sleep, a promise or timer, between iterations).
 //
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
