@@ -602,13 +602,47 @@ func resultObject(rt *sobek.Runtime, r cluster.Result, names *valueCache) *sobek
 	return rt.NewDynamicObject(&jsResult{rt: rt, r: r, names: names})
 }
 
-// resultKeys are a result object's fields, in the order they enumerate.
-var resultKeys = []string{
-	"outcome", "error", "ttft_ms", "itl_ms", "e2e_ms", "pin_ms", "transfer_ms",
-	"decode_wait_ms", "output_tokens", "cached_tokens", "prefill_worker",
-	"decode_worker", "prefill_dp_rank", "decode_dp_rank", "transfer_id",
-	"pinned", "pin_outcome", "prefill_rejected", "truncated",
+// resultFields are a result object's fields, in the order they
+// enumerate, each with how it reads the Result: one table, so that the
+// keys a script sees and the values it reads cannot drift apart.
+var resultFields = [...]struct {
+	name string
+	get  func(o *jsResult) sobek.Value
+}{
+	{"outcome", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.Outcome) }},
+	{"error", func(o *jsResult) sobek.Value {
+		if o.r.Outcome != cluster.OutcomeCompleted || o.r.Truncated {
+			return o.rt.ToValue(o.r.Error)
+		}
+		return sobek.Null() // when completed in full
+	}},
+	{"ttft_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.TTFTMs) }},
+	{"itl_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.ITLMs) }},
+	{"e2e_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.E2EMs) }},
+	{"pin_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PinMs) }},
+	{"transfer_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.TransferMs) }},
+	{"decode_wait_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.DecodeWaitMs) }},
+	{"output_tokens", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.OutputTokens) }},
+	{"cached_tokens", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.CachedTokens) }},
+	{"prefill_worker", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.PrefillWorker) }},
+	{"decode_worker", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.DecodeWorker) }},
+	{"prefill_dp_rank", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PrefillDPRank) }},
+	{"decode_dp_rank", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.DecodeDPRank) }},
+	{"transfer_id", func(o *jsResult) sobek.Value { return o.rt.ToValue(float64(o.r.TransferID)) }},
+	{"pinned", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.Pinned) }},
+	{"pin_outcome", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.PinOutcome) }},
+	{"prefill_rejected", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PrefillRejected) }},
+	{"truncated", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.Truncated) }},
 }
+
+// resultKeys are resultFields' names; resultField finds one by name.
+var resultKeys, resultField = func() ([]string, map[string]int) {
+	keys, index := make([]string, len(resultFields)), make(map[string]int, len(resultFields))
+	for i, f := range resultFields {
+		keys[i], index[f.name] = f.name, i
+	}
+	return keys, index
+}()
 
 // jsResult is the sobek.DynamicObject behind a result object. Until the
 // script first sets or deletes a property it reads the Result itself;
@@ -623,50 +657,10 @@ type jsResult struct {
 	keys  []string
 }
 
+// field is the Result's value of key, or nil for no such field.
 func (o *jsResult) field(key string) sobek.Value {
-	rt, r := o.rt, &o.r
-	switch key {
-	case "outcome":
-		return o.names.get(rt, r.Outcome)
-	case "error":
-		if r.Outcome != cluster.OutcomeCompleted || r.Truncated {
-			return rt.ToValue(r.Error)
-		}
-		return sobek.Null() // when completed in full
-	case "ttft_ms":
-		return rt.ToValue(r.TTFTMs)
-	case "itl_ms":
-		return rt.ToValue(r.ITLMs)
-	case "e2e_ms":
-		return rt.ToValue(r.E2EMs)
-	case "pin_ms":
-		return rt.ToValue(r.PinMs)
-	case "transfer_ms":
-		return rt.ToValue(r.TransferMs)
-	case "decode_wait_ms":
-		return rt.ToValue(r.DecodeWaitMs)
-	case "output_tokens":
-		return rt.ToValue(r.OutputTokens)
-	case "cached_tokens":
-		return rt.ToValue(r.CachedTokens)
-	case "prefill_worker":
-		return o.names.get(rt, r.PrefillWorker)
-	case "decode_worker":
-		return o.names.get(rt, r.DecodeWorker)
-	case "prefill_dp_rank":
-		return rt.ToValue(r.PrefillDPRank)
-	case "decode_dp_rank":
-		return rt.ToValue(r.DecodeDPRank)
-	case "transfer_id":
-		return rt.ToValue(float64(r.TransferID))
-	case "pinned":
-		return rt.ToValue(r.Pinned)
-	case "pin_outcome":
-		return o.names.get(rt, r.PinOutcome)
-	case "prefill_rejected":
-		return rt.ToValue(r.PrefillRejected)
-	case "truncated":
-		return rt.ToValue(r.Truncated)
+	if i, ok := resultField[key]; ok {
+		return resultFields[i].get(o)
 	}
 	return nil
 }
@@ -679,8 +673,8 @@ func (o *jsResult) materialize() {
 	o.own = true
 	o.props = make(map[string]sobek.Value, len(resultKeys))
 	o.keys = append(make([]string, 0, len(resultKeys)+2), resultKeys...)
-	for _, k := range resultKeys {
-		o.props[k] = o.field(k)
+	for _, f := range resultFields {
+		o.props[f.name] = f.get(o)
 	}
 }
 
@@ -705,7 +699,8 @@ func (o *jsResult) Has(key string) bool {
 		_, ok := o.props[key]
 		return ok
 	}
-	return o.field(key) != nil
+	_, ok := resultField[key]
+	return ok
 }
 
 func (o *jsResult) Delete(key string) bool {
