@@ -58,10 +58,7 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 	for i := range ring {
 		ring[i] = promptTokens(Request{PromptTokens: 1000, Prefix: []string{"a", "b", "c", "d"}[i%4], PrefixTokens: 250}, 9, uint64(i+1))
 	}
-	cfg := Config{Disagg: true, Router: "kv", Seed: 1,
-		Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 64,
-			"kv_transfer_abort_timeout_ms": 2000, "kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25},
-		Prefill: PoolConfig{Workers: 2}, Decode: PoolConfig{Workers: 2}}
+	cfg := saturatedDisagg()
 	arr := make([]Arrival, b.N)
 	for i := range arr {
 		// About 150 requests per modeled second: past what two decode
@@ -84,4 +81,14 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 		b.Fatalf("completed %d, errored %d", s.Completed, s.Errored)
 	}
 	b.ReportMetric(float64(s.Aborted)/float64(b.N)*100, "%aborted")
+}
+
+// saturatedDisagg is BenchmarkVirtualDisagg's cluster: 2 prefill and 2
+// decode vLLM workers of 4,096 blocks, a 2 s abort timeout and a modeled
+// transfer, which arrivals faster than decode serves saturate.
+func saturatedDisagg() Config {
+	return Config{Disagg: true, Router: "kv", Seed: 1,
+		Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 64,
+			"kv_transfer_abort_timeout_ms": 2000, "kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25},
+		Prefill: PoolConfig{Workers: 2}, Decode: PoolConfig{Workers: 2}}
 }

@@ -148,32 +148,27 @@ func TestVirtual_SocketsChangeNothing(t *testing.T) {
 // stats and series, so nothing that outlives a request (a link reply, a
 // queued callback) reaches the request that took over its record.
 func TestVirtual_ReusedRecordsChangeNothing(t *testing.T) {
+	reusedMatchesFresh := func(t *testing.T, cfg Config, arr []Arrival) VirtualRun {
+		t.Helper()
+		reused, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
+		require.NoError(t, err)
+		fresh, err := runArrivals(cfg, arr, options{virtual: true, memory: true, keepEvents: true, shareTokens: true, fresh: true})
+		require.NoError(t, err)
+		assert.Equal(t, runJSON(t, fresh), runJSON(t, reused))
+		return reused
+	}
 	for _, shape := range loopShapes {
 		t.Run(shape.name, func(t *testing.T) {
 			t.Parallel()
-			arr := burst(13, 150, 250)
-			reused, err := RunVirtual(shape.cfg(5), arr, VirtualOptions{EventLog: true})
-			require.NoError(t, err)
-			fresh, err := runArrivals(shape.cfg(5), arr, options{virtual: true, memory: true, keepEvents: true, shareTokens: true, fresh: true})
-			require.NoError(t, err)
-			assert.Equal(t, runJSON(t, fresh), runJSON(t, reused))
+			reusedMatchesFresh(t, shape.cfg(5), burst(13, 150, 250))
 		})
 	}
 	t.Run("saturated-decode", func(t *testing.T) {
 		// BenchmarkVirtualDisagg's shape: holds queue for the decode and
 		// about half of them abort.
 		t.Parallel()
-		cfg := Config{Disagg: true, Router: "kv", Seed: 1,
-			Args: map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 64,
-				"kv_transfer_abort_timeout_ms": 2000, "kv_bytes_per_token": 131072, "kv_transfer_bandwidth": 25},
-			Prefill: PoolConfig{Workers: 2}, Decode: PoolConfig{Workers: 2}}
-		arr := burstUpTo(17, 1500, 4000, 100)
-		reused, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
-		require.NoError(t, err)
+		reused := reusedMatchesFresh(t, saturatedDisagg(), burstUpTo(17, 1500, 4000, 100))
 		require.Positive(t, reused.Stats.PinsAborted)
-		fresh, err := runArrivals(cfg, arr, options{virtual: true, memory: true, keepEvents: true, shareTokens: true, fresh: true})
-		require.NoError(t, err)
-		assert.Equal(t, runJSON(t, fresh), runJSON(t, reused))
 	})
 }
 
