@@ -489,7 +489,6 @@ func (l *workerLoop) receive(c command) {
 		l.withdraw(c.Session)
 	default:
 		for _, r := range l.inbox.accept(c, l.seq, time.Now()) {
-			l.owned.command(r)
 			l.command(r)
 		}
 	}
@@ -583,6 +582,7 @@ func (l *workerLoop) command(c command) {
 		l.items = append(l.items, item{Input: &wireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " is draining (shutting down)"}})
 		return
 	}
+	l.owned.command(c) // what reaches the engine, and from which session
 	l.v.Schedule(l.v.Now(), 0, in)
 }
 
