@@ -36,9 +36,12 @@ var faultPrompt = cluster.Request{PromptTokens: 512, MaxTokens: 16}
 // process, under the race detector when `make test` runs them, and a
 // handoff crosses processes five times; at speedup_ratio 10 a few tens of
 // wall ms per crossing would make a 400 ms timeout abort handoffs that
-// nothing broke. 2 s is 200 ms of wall time, still far below the seconds
-// a dead peer takes to show.
-const faultAbortMs = 2000
+// nothing broke. 2 s (200 ms of wall time) still did, once, on a 2-core
+// CI run with every package's race tests beside it: two handoffs from the
+// reachable prefill of TestFault_PartitionAbortsTheHandoff aborted. 5 s
+// is 500 ms of wall time, still far below the seconds a dead peer takes
+// to show.
+const faultAbortMs = 5000
 
 // faultArgs are the fault tests' engine args, for workers and cluster.
 func faultArgs() map[string]any {
