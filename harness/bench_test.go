@@ -43,7 +43,7 @@ func BenchmarkEmptyIteration(b *testing.B) {
 		n := int64(max(b.N, 2))
 		var took time.Duration
 		cfg := Config{
-			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard,
+			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
 			Overrides:  Overrides{VUs: ptr(int64(2)), Iterations: &n},
 			observeRun: func(d time.Duration) { took = d },
 		}

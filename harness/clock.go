@@ -2,6 +2,7 @@ package harness
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 )
@@ -200,4 +201,37 @@ func (ts *tasks) Wait() {
 		}
 		ts.gate.Wait(context.Background())
 	}
+}
+
+// ClockMode is what time a run's script runs on (Config.Clock, `mocker run
+// --clock`).
+type ClockMode int
+
+const (
+	// ClockPaced, the zero value and the command's default, runs the
+	// script on a virtual clock kept from running ahead of the wall clock
+	// (NewPacedClock): the run takes the wall time its script says, and
+	// its results are those of ClockVirtual on any host, however busy.
+	ClockPaced ClockMode = iota
+	// ClockVirtual runs the script on a virtual clock that advances only
+	// when every VU and participant is blocked (NewVirtualClock): as fast
+	// as the CPU allows, with results that do not depend on the host.
+	ClockVirtual
+	// ClockWall runs the script on the host's clock, every VU free on its
+	// own goroutine: what it measures then varies with the host's load.
+	// The distributed transport needs a paced or wall clock.
+	ClockWall
+)
+
+// String is the mode's name on the command line.
+func (m ClockMode) String() string {
+	switch m {
+	case ClockPaced:
+		return "paced"
+	case ClockVirtual:
+		return "virtual"
+	case ClockWall:
+		return "wall"
+	}
+	return fmt.Sprintf("ClockMode(%d)", int(m))
 }

@@ -54,26 +54,28 @@
 // Everything in a run that reads or waits on time goes through the run's
 // Clock: executor schedules, sleep(), Date, timers, iteration and group
 // durations, sample timestamps, setup and teardown timeouts, the threshold
-// and gauge ticks, and plugins (VU.Clock). Config.VirtualClock (`mocker run
-// --clock virtual`) replaces the wall clock with a VirtualClock: the run's
+// and gauge ticks, and plugins (VU.Clock). Config.Clock says which:
+// ClockVirtual (`mocker run --clock virtual`) is a VirtualClock: the run's
 // goroutines become tasks that take turns, and time moves only when every
 // task waits — in Sleep, on a Gate, or for a Participant's next event — to
-// the earliest wake-up. A run is then a function of its script, options
-// and seed (Math.random is seeded from options.randomSeed, 0 by default on
-// the virtual clock): the summary export, handleSummary data and NDJSON are
-// the same byte for byte on any host. Config.Paced (`--clock paced`, the
-// command's default) makes it a paced clock (NewPacedClock): the same turns
-// and results, but time moves to an instant only once the wall clock has
-// nearly reached it (up to a quarter second early, so that nearby instants
-// cost one wake-up; CatchUp waits out the difference before the summary),
-// and how far the host falls behind is measured (Lag). A plugin makes a VU
-// wait for a result on a Gate whose producer opens it; something with
-// events of its own (a simulated cluster) joins the clock as a
-// Participant, which settles each instant before time moves on and says
+// the earliest wake-up. A run is then a function of its script, options and
+// seed (Math.random is seeded from options.randomSeed, 0 by default on the
+// virtual clock): the summary export, handleSummary data and NDJSON are the
+// same byte for byte on any host. ClockPaced (`--clock paced`, the zero
+// value and the command's default) makes it a paced clock (NewPacedClock):
+// the same turns and results, but time moves to an instant only once the
+// wall clock has nearly reached it (up to a quarter second early, so that
+// nearby instants cost one wake-up; CatchUp waits out the difference before
+// the summary), and how far the host falls behind is measured (Lag). A
+// plugin makes a VU wait for a result on a Gate whose producer opens it;
+// something with events of its own (a simulated cluster) joins the clock as
+// a Participant, which settles each instant before time moves on and says
 // when it next needs the clock. A module can throw a *ExitError to choose
-// the run's exit code (e.g. ExitInvalidConfig for an option it cannot
-// honour on the virtual clock). VU.WhenWaiting tells a plugin when the VU
-// is about to wait (sleep, a promise or timer, between iterations).
+// the run's exit code (e.g. ExitInvalidConfig for an option it cannot honour
+// on the virtual clock). ClockWall runs every VU freely on the host's clock,
+// as k6 does; what a run measures then varies with the host's load.
+// VU.WhenWaiting tells a plugin when the VU is about to wait (sleep, a
+// promise or timer, between iterations).
 //
 // Cancelling the context given to Run is an external abort (the CLI does it
 // on SIGINT/SIGTERM; a second signal exits at once): the scenarios stop,
@@ -93,7 +95,7 @@
 //     the one maintained package that does has deprecated ripemd160);
 //   - setup data that cannot be encoded as JSON (NaN, Infinity, a
 //     function) fails the test with 107, where k6 reports a generic error;
-//   - `mocker run` runs on a paced clock by default (Config.Paced): the time
+//   - runs are on a paced clock by default (ClockPaced): the time
 //     a script's JavaScript takes is no script time, so iteration_duration
 //     and group_duration count only waits (sleep, plugins, timers), and
 //     Math.random is seeded with 0 unless options.randomSeed says otherwise;

@@ -12,7 +12,7 @@ import (
 )
 
 // paced runs a script on the paced clock (mocker run's default).
-func paced(c *Config) { c.VirtualClock, c.Paced = true, true }
+func paced(c *Config) { c.Clock = ClockPaced }
 
 // turnLog runs a small program of tasks that sleep, wait on gates and
 // read the clock, and returns what each saw, in the order they saw it.
@@ -155,4 +155,31 @@ func TestPaced_SameSummaryAsVirtual(t *testing.T) {
 	require.NoError(t, p.err, p.stderr)
 	assert.GreaterOrEqual(t, time.Since(start), 5*time.Second-paceSlack, "paced: the 5 s scenarios take at least 5 s")
 	assert.Equal(t, string(v.export), string(p.export), "byte for byte")
+}
+
+// TestConfig_ZeroClockIsPaced runs a Config that says nothing about its
+// clock: it must run on the paced clock, whose results do not depend on
+// the host (iterations that sleep 50 ms take exactly 50 ms of script time),
+// and take the wall time its script says (a virtual clock would not).
+func TestConfig_ZeroClockIsPaced(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	res := runScript(t, `
+import { sleep } from 'k6';
+export const options = { iterations: 2 };
+export default function () { sleep(0.05); }
+`, func(c *Config) { c.Clock = Config{}.Clock })
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, ClockPaced, Config{}.Clock)
+	assert.Equal(t, 50.0, res.metric(t, "iteration_duration", "max"), "script time, not the host's")
+	assert.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond, "paced: two 50 ms iterations take 100 ms of wall time")
+}
+
+func TestConfig_UnknownClockIsAnInvalidConfig(t *testing.T) {
+	t.Parallel()
+	res := runScript(t, `export default function () {}`, func(c *Config) { c.Clock = ClockMode(7) })
+	assert.Equal(t, ExitInvalidConfig, ExitCode(res.err))
+	assert.ErrorContains(t, res.err, "Config.Clock: want ClockPaced, ClockVirtual or ClockWall, got 7")
+	assert.Equal(t, "ClockMode(7)", ClockMode(7).String())
+	assert.Equal(t, []string{"paced", "virtual", "wall"}, []string{ClockPaced.String(), ClockVirtual.String(), ClockWall.String()})
 }

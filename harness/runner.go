@@ -56,17 +56,9 @@ type Config struct {
 	// lines are cut to fit it. 0 means unknown (no cutting).
 	TermWidth int
 
-	// VirtualClock runs the script on virtual time (`--clock virtual`):
-	// every time the script and its plugins read or wait on comes from a
-	// VirtualClock, which advances only when every VU and participant is
-	// blocked. The run is as fast as the CPU allows and its results do not
-	// depend on the host.
-	VirtualClock bool
-	// Paced, with VirtualClock, keeps the virtual clock from running ahead
-	// of the wall clock (`--clock paced`, the command's default): the run
-	// takes the wall time its script says and gives the results it gives
-	// on an unpaced virtual clock (NewPacedClock).
-	Paced bool
+	// Clock is what time the script runs on. The zero value, ClockPaced,
+	// gives results that do not depend on the host; see ClockMode.
+	Clock ClockMode
 	// VirtualEpoch is where a virtual clock starts (Date.now() at the
 	// start of the run); zero means DefaultVirtualEpoch, or the wall time
 	// at the start of a paced run.
@@ -167,12 +159,14 @@ func Run(ctx context.Context, cfg Config) error {
 	switch {
 	case cfg.clock != nil:
 		t.clock = cfg.clock
-	case cfg.VirtualClock && cfg.Paced:
+	case cfg.Clock == ClockPaced:
 		t.vclock = NewPacedClock(cfg.VirtualEpoch)
 		t.clock = t.vclock
-	case cfg.VirtualClock:
+	case cfg.Clock == ClockVirtual:
 		t.vclock = NewVirtualClock(cfg.VirtualEpoch)
 		t.clock = t.vclock
+	case cfg.Clock != ClockWall:
+		return exitErrorf(ExitInvalidConfig, "harness: Config.Clock: want ClockPaced, ClockVirtual or ClockWall, got %d", int(cfg.Clock))
 	}
 	t.wallStart = time.Now()
 	defer t.end()

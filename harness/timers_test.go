@@ -73,7 +73,7 @@ export default function () {
   const t0 = Date.now();
   setTimeout(() => console.log('FIVE MINUTES LATER ' + (Date.now() - t0)), 5 * 60 * 1000);
 }
-`, func(c *Config) { c.VirtualClock = true })
+`, func(c *Config) { c.Clock = ClockVirtual })
 	require.NoError(t, res.err, res.stderr)
 	assert.Contains(t, res.stderr, "FIVE MINUTES LATER 300000", "the minutes passed on the virtual clock, not on the wall")
 }

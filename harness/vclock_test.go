@@ -13,7 +13,7 @@ import (
 )
 
 // virtual runs a script on the virtual clock.
-func virtual(c *Config) { c.VirtualClock = true }
+func virtual(c *Config) { c.Clock = ClockVirtual }
 
 func TestVirtualClock_TimersFireInTimeThenCreationOrder(t *testing.T) {
 	t.Parallel()

@@ -48,7 +48,7 @@ func benchVirtual(b *testing.B, script string) {
 		var stdout, stderr bytes.Buffer
 		cfg := harness.Config{
 			Script: script, Env: map[string]string{"DURATION": "60s", "VUS": "16"},
-			Quiet: true, NoColor: true, Stdout: &stdout, Stderr: &stderr, VirtualClock: true,
+			Quiet: true, NoColor: true, Stdout: &stdout, Stderr: &stderr, Clock: harness.ClockVirtual,
 		}
 		beforeClose = func(_ string, c *cluster.Cluster) { requests += c.Stats().Requests }
 		if err := harness.Run(context.Background(), cfg); err != nil {

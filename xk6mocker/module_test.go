@@ -570,7 +570,10 @@ func TestCluster_IOInTheInitContextIsAnInitError(t *testing.T) {
 func TestCluster_OnlyInTheInitContext(t *testing.T) {
 	for _, where := range []string{"setup", "default", "teardown"} {
 		t.Run(where, func(t *testing.T) {
-			res := runScript(t, "cluster_outside_init.js", map[string]string{"WHERE": where})
+			// On the virtual clock: its 20 iterations never sleep, and on a
+			// paced clock each would wait a second of wall time for the
+			// next instant.
+			res := runScriptWith(t, "cluster_outside_init.js", map[string]string{"WHERE": where}, func(c *harness.Config) { c.Clock = harness.ClockVirtual })
 			require.Equal(t, 0, res.code, "stderr: %s", res.stderr)
 			assert.Empty(t, res.clusters, "no cluster was built")
 			assert.Contains(t, res.stderr, "mocker.cluster: call it in the init context")

@@ -312,7 +312,16 @@ func (e *entry) stats() cluster.Stats {
 	if e.closed {
 		return e.final
 	}
-	return e.c.Stats()
+	s := e.c.Stats()
+	// A stepped cluster's loop stands at the instant it was last settled,
+	// which the clock does once every task has blocked: a VU woken at a
+	// later instant (after a sleep on an idle cluster) reads it before
+	// then. Nothing happens to the cluster between the two (its next
+	// event is what the clock wakes it for), so its time is the clock's.
+	if el, ok := e.clock.(interface{ Elapsed() time.Duration }); ok && e.stepped {
+		s.NowMs = max(s.NowMs, float64(el.Elapsed())/float64(time.Millisecond)*e.speedup)
+	}
+	return s
 }
 
 func (e *entry) holds() []cluster.Hold {

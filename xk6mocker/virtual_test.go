@@ -23,7 +23,7 @@ func TestVirtual_VUsBlockedEveryWayAtOnce(t *testing.T) {
 	for i := range exports {
 		path := filepath.Join(t.TempDir(), "summary.json")
 		res := runScriptWith(t, "virtual_mix.js", nil, func(c *harness.Config) {
-			c.VirtualClock = true
+			c.Clock = harness.ClockVirtual
 			c.SummaryExport = path
 		})
 		require.Equal(t, 0, res.code, "stderr: %s\n%s", res.stderr, res.stdout)
@@ -53,7 +53,7 @@ func TestVirtual_RefusesTheDistributedTransport(t *testing.T) {
 }
 
 func TestVirtual_TransportScriptExits104(t *testing.T) {
-	res := runScriptWith(t, "virtual_transport.js", nil, func(c *harness.Config) { c.VirtualClock = true })
+	res := runScriptWith(t, "virtual_transport.js", nil, func(c *harness.Config) { c.Clock = harness.ClockVirtual })
 	assert.Equal(t, harness.ExitInvalidConfig, res.code, "stderr: %s", res.stderr)
 	assert.Contains(t, res.err.Error(), "--clock virtual")
 }
@@ -63,7 +63,7 @@ func TestVirtual_TransportScriptExits104(t *testing.T) {
 // its context, and with it the request, however long its VU stays active:
 // no request completes after the iteration that made it.
 func TestVirtual_FailedIterationCancelsWhatItLeftInFlight(t *testing.T) {
-	res := runScriptWith(t, "abandoned.js", nil, func(c *harness.Config) { c.VirtualClock = true })
+	res := runScriptWith(t, "abandoned.js", nil, func(c *harness.Config) { c.Clock = harness.ClockVirtual })
 	require.Len(t, res.clusters, 1, "stderr: %s\n%s", res.stderr, res.stdout)
 	st := res.clusters[0].stats
 	assert.Positive(t, st.Requests)

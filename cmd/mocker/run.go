@@ -305,16 +305,17 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 	})
 	switch clockMode {
 	case "", "paced":
-		cfg.VirtualClock, cfg.Paced = true, true
+		cfg.Clock = harness.ClockPaced
 	case "wall":
+		cfg.Clock = harness.ClockWall
 	case "virtual":
-		cfg.VirtualClock = true
+		cfg.Clock = harness.ClockVirtual
 	default:
 		if badValue == nil {
 			badValue = fmt.Errorf("%s: want paced, virtual or wall, got %q", clockFrom, clockMode)
 		}
 	}
-	if cfg.VirtualClock && oneProcOnTurns && os.Getenv("GOMAXPROCS") == "" {
+	if cfg.Clock != harness.ClockWall && oneProcOnTurns && os.Getenv("GOMAXPROCS") == "" {
 		// On a paced or virtual clock the run's tasks take turns, one at a
 		// time: a second P only has the runtime wake a thread at every turn
 		// to find nothing to do. One P runs the same run on a fifth less
@@ -322,7 +323,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		// their own.
 		runtime.GOMAXPROCS(1)
 	}
-	if !cfg.VirtualEpoch.IsZero() && !cfg.VirtualClock && badValue == nil {
+	if !cfg.VirtualEpoch.IsZero() && cfg.Clock == harness.ClockWall && badValue == nil {
 		badValue = errors.New("--virtual-epoch: only means something with --clock paced or --clock virtual")
 	}
 	if badValue != nil {
