@@ -21,8 +21,11 @@
 // again. A NATS restart with requests in flight loses none of them. Only
 // frames the worker no longer keeps are lost for good: the requests on
 // it then end with an error saying so, and the worker withdraws them when
-// the router closes their session (owners.go). wire.go has the protocol;
-// reliable.go its pieces.
+// the router closes their session (owners.go). A router keeps a key of its
+// own under its lease, named in each session's hello: when the key goes
+// (the router was killed, or cut off from etcd past its lease), the
+// workers withdraw that router's requests the same way. wire.go has the
+// protocol; reliable.go its pieces.
 //
 // Keys and subjects are in keys.go and wire.go; Dynamo's discovery keys are
 // written alongside ours so a Dynamo user's tools read them.

@@ -24,6 +24,13 @@ import (
 // the router watches, with everything it needs to use the worker:
 //
 //	v1/mocker/{ns}/{instance:x}                           Registration
+//
+// A router keeps a key of its own under its lease, which workers watch: a
+// router that ends without saying goodbye (killed, or cut off from etcd
+// past its lease) has its key expire, and every worker then withdraws the
+// requests of that router's sessions.
+//
+//	v1/mocker-routers/{ns}/{router:x}                     RouterRegistration
 const (
 	leaseTTLSeconds = 10
 	endpointName    = "generate"
@@ -48,6 +55,24 @@ func registrationPrefix(ns string) string { return "v1/mocker/" + ns + "/" }
 
 func registrationKey(ns string, id int64) string {
 	return fmt.Sprintf("%s%x", registrationPrefix(ns), id)
+}
+
+func routerPrefix(ns string) string { return "v1/mocker-routers/" + ns + "/" }
+
+func routerKey(ns string, id int64) string {
+	return fmt.Sprintf("%s%x", routerPrefix(ns), id)
+}
+
+// RouterRegistration is a router's record under
+// v1/mocker-routers/{ns}/{router:x}, for whoever lists a namespace's
+// routers; workers only watch for the key's end.
+type RouterRegistration struct {
+	// RouterID is the router's lease id; its sessions' hello carries it.
+	RouterID int64  `json:"router_id"`
+	Host     string `json:"host"`
+	PID      int    `json:"pid"`
+	// StartedUnixNano is when the router registered.
+	StartedUnixNano int64 `json:"started_unix_nano"`
 }
 
 // instanceOfKey reads the instance id from a key's hex tail.

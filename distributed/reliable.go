@@ -44,7 +44,8 @@ type inSession struct {
 	held     map[uint64]command // arrived ahead of a gap
 	frameAck uint64             // the next frame Seq the router expects
 	heard    time.Time
-	ackDue   bool // an ack to send
+	ackDue   bool  // an ack to send
+	router   int64 // the router's lease id, from its hello
 }
 
 func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}} }
@@ -59,6 +60,9 @@ func (b *inbox) session(c command, head uint64, now time.Time) *inSession {
 	}
 	s.heard = now
 	s.frameAck = max(s.frameAck, c.Ack)
+	if c.Router != 0 {
+		s.router = c.Router
+	}
 	return s
 }
 
@@ -92,6 +96,18 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 
 // forget ends a session (its router closed).
 func (b *inbox) forget(session uint64) { delete(b.sessions, session) }
+
+// sessionsOf returns the sessions whose hello named router, in id order.
+func (b *inbox) sessionsOf(router int64) []uint64 {
+	var out []uint64
+	for id, s := range b.sessions {
+		if s.router == router {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
 
 // acks returns the acks due, by session, and clears them.
 func (b *inbox) acks() []sessionAck {

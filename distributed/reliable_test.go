@@ -319,3 +319,15 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
 	assert.EqualValues(t, n, s.Errored)
 }
+
+func TestInbox_SessionsOfARouter(t *testing.T) {
+	b := newInbox()
+	now := time.Now()
+	b.accept(command{Op: opHello, Session: 5, Seq: 1, Router: 77}, 1, now)
+	b.accept(command{Op: opHello, Session: 3, Seq: 1, Router: 77}, 1, now)
+	b.accept(command{Op: opHello, Session: 4, Seq: 1, Router: 12}, 1, now)
+	b.accept(command{Op: opSubmit, Session: 5, Seq: 2, ID: 1}, 1, now)
+	assert.Equal(t, []uint64{3, 5}, b.sessionsOf(77), "a later command without Router keeps the session's router")
+	assert.Equal(t, []uint64{4}, b.sessionsOf(12))
+	assert.Empty(t, b.sessionsOf(99))
+}

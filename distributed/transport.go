@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -82,6 +84,9 @@ type transport struct {
 	refused map[string]string // worker name → why it was refused
 	local   *localServices
 	closed  bool
+	// router is the router's lease id, under which its key lives (keys.go)
+	// and which its sessions' hellos carry.
+	router clientv3.LeaseID
 }
 
 // remote is one worker as the router reaches it: one session of the
@@ -124,9 +129,16 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 		cancel()
 		return nil, err
 	}
-	if t.nc, err = dialNATS(natsURL, "mocker-router", nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
+	ka, err := t.register()
+	if err != nil {
 		cancel()
 		_ = t.ec.Close()
+		return nil, err
+	}
+	t.wg.Add(1)
+	go t.keep(ka)
+	if t.nc, err = dialNATS(natsURL, "mocker-router", nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
+		_ = t.Close()
 		return nil, err
 	}
 	// Subscribe before listing, so no frame of a worker found by the list
@@ -157,6 +169,83 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 	go t.watch(resp.Header.Revision + 1)
 	go t.tick()
 	return t, nil
+}
+
+// register grants the router a lease, writes its key under it and keeps
+// it alive (until t.ctx ends): workers withdraw the requests of a router
+// whose key is gone.
+func (t *transport) register() (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	ctx, cancel := context.WithTimeout(t.ctx, dialTimeout)
+	defer cancel()
+	lease, err := t.ec.Grant(ctx, leaseTTLSeconds)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: router lease: %w", t.etcd, err)
+	}
+	host, _ := os.Hostname()
+	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), Host: host, PID: os.Getpid(), StartedUnixNano: time.Now().UnixNano()})
+	if err != nil {
+		return nil, err
+	}
+	key := routerKey(t.ns, int64(lease.ID))
+	if _, err := t.ec.Put(ctx, key, string(rec), clientv3.WithLease(lease.ID)); err != nil {
+		return nil, fmt.Errorf("etcd %s: put %s: %w", t.etcd, key, err)
+	}
+	ka, err := t.ec.KeepAlive(t.ctx, lease.ID)
+	if err != nil {
+		return nil, fmt.Errorf("etcd %s: router keep-alive: %w", t.etcd, err)
+	}
+	t.mu.Lock()
+	t.router = lease.ID
+	t.mu.Unlock()
+	return ka, nil
+}
+
+// keep drains the router's keep-alive responses until the transport
+// closes. A lease that ends first (etcd unreachable for longer than its
+// TTL) has its workers withdraw the router's requests: the router
+// registers again, and each session ends as when frames are lost for
+// good, so those requests end "error" saying why and the workers join
+// again under sessions the new lease names.
+func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
+	defer t.wg.Done()
+	for {
+		for range ka {
+		}
+		if t.stopping() {
+			return
+		}
+		t.mu.Lock()
+		old := t.router
+		t.mu.Unlock()
+		reason := fmt.Sprintf("the router's etcd lease %x ended (etcd %s unreachable past its %d s TTL), so its workers withdrew its requests", int64(old), t.etcd, leaseTTLSeconds)
+		t.log.Error("router lease lost; its requests end and it registers again", "reason", reason)
+		for {
+			var err error
+			if ka, err = t.register(); err == nil {
+				break
+			}
+			t.log.Warn("router not registered again; retrying", "err", err)
+			select {
+			case <-t.ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
+		t.mu.Lock()
+		ids := make(map[int64]*remote, len(t.workers))
+		maps.Copy(ids, t.workers)
+		t.mu.Unlock()
+		for id, w := range ids {
+			t.giveUp(id, w, reason)
+		}
+	}
+}
+
+// stopping reports whether the transport is closing.
+func (t *transport) stopping() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed || t.ctx.Err() != nil
 }
 
 // Name is the transport's name for summaries.
@@ -260,9 +349,11 @@ func (t *transport) join(reg Registration, args engine.Args) {
 	shift := float64(time.Unix(0, reg.EpochUnixNano).Sub(t.epoch)) / float64(time.Millisecond) * t.speed
 	w := &remote{t: t, reg: reg, args: args, shift: shift, session: rand.Uint64() | 1, held: map[uint64]*frame{}}
 	t.workers[reg.InstanceID] = w
+	router := t.router
 	t.mu.Unlock()
-	// The session's first command: its ack says where its frames start.
-	w.send(command{Op: opHello})
+	// The session's first command: its ack says where its frames start,
+	// and it names the router, whose key's end ends the session.
+	w.send(command{Op: opHello, Router: int64(router)})
 	err := t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
@@ -347,6 +438,13 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.leave(id, f.Leave)
 		return
 	}
+	if e := f.Ended; e != nil {
+		if e.Session == w.session {
+			t.log.Error("worker ended the router's session; its requests end and it joins again", "worker", w.reg.Name, "reason", e.Reason)
+			t.giveUp(id, w, e.Reason)
+		}
+		return
+	}
 	ready, lost := w.take(f, time.Now())
 	for _, f := range ready {
 		items, err := remoteItems(f, w.shift)
@@ -357,7 +455,9 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.host.Deliver(w.reg.Name, items)
 	}
 	if lost != nil {
-		t.giveUp(id, w, lost)
+		reason := fmt.Sprintf("frames %d to %d of its reports were lost on NATS and are no longer in its resend buffer", lost.From, lost.Oldest-1)
+		t.log.Error("worker reports lost for good; its requests end and it joins again", "worker", w.reg.Name, "reason", reason)
+		t.giveUp(id, w, reason)
 	}
 }
 
@@ -417,12 +517,11 @@ func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
 	return ready, nil
 }
 
-// giveUp is the fallback when frames are lost for good: the requests on
-// the worker end "error" saying so, and the worker joins again under a
-// new session.
-func (t *transport) giveUp(id int64, w *remote, l *lostFrames) {
-	reason := fmt.Sprintf("frames %d to %d of its reports were lost on NATS and are no longer in its resend buffer", l.From, l.Oldest-1)
-	t.log.Error("worker reports lost for good; its requests end and it joins again", "worker", w.reg.Name, "reason", reason)
+// giveUp ends a session the router can no longer trust (frames lost for
+// good, or its own etcd lease ended): the requests on the worker end
+// "error" with reason, the worker withdraws them (bye), and it joins
+// again under a new session.
+func (t *transport) giveUp(id int64, w *remote, reason string) {
 	t.mu.Lock()
 	if t.workers[id] == w {
 		delete(t.workers, id)
@@ -584,6 +683,15 @@ func (t *transport) Close() error {
 	}
 	if t.nc != nil {
 		_ = t.nc.FlushTimeout(time.Second) // the goodbyes
+	}
+	t.mu.Lock()
+	router := t.router
+	t.mu.Unlock()
+	if router != 0 {
+		// The workers have the goodbyes; the key's end says it again.
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_, _ = t.ec.Revoke(rctx, router)
+		rcancel()
 	}
 	t.cancel()
 	t.wg.Wait()

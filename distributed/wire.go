@@ -54,9 +54,12 @@ import (
 //     numbered.
 //   - Only when the worker can no longer resend (the frames fell out of
 //     its buffer) does the router give the worker up: its requests end
-//     "error" saying that frames were lost, and the worker joins again
-//     under a new session (what it was running runs on to its end there,
-//     unseen). A worker that goes away is etcd's business.
+//     "error" saying that frames were lost, the session ends (opBye: the
+//     worker withdraws what it still runs for it), and the worker joins
+//     again under a new session. A worker that goes away is etcd's
+//     business, and so is a router that does: each hello names its
+//     router (Router, the router's lease id), and a worker withdraws the
+//     requests of every session of a router whose key in etcd is gone.
 //
 // Commands with no session (Session 0) are applied as they come.
 
@@ -90,6 +93,7 @@ type command struct {
 	// frame before it); From is where opResend starts.
 	Session   uint64   `json:"session,omitempty"`
 	Seq       uint64   `json:"seq,omitempty"`
+	Router    int64    `json:"router,omitempty"` // hello: the router's lease id
 	Ack       uint64   `json:"ack,omitempty"`
 	From      uint64   `json:"from,omitempty"`
 	ID        uint64   `json:"id,omitempty"`
@@ -171,6 +175,10 @@ type frame struct {
 	Acks []sessionAck `json:"acks,omitempty"`
 	// Lost answers an opResend the worker can no longer serve.
 	Lost *lostFrames `json:"lost,omitempty"`
+	// Ended says the worker ended a session on its own (its router's key
+	// in etcd is gone) and withdraws its requests: a router that is still
+	// there after all learns why, ahead of the withdrawals.
+	Ended *sessionEnded `json:"ended,omitempty"`
 	// Leave is set on the marker a router sends itself on a worker's out
 	// subject when the worker's registration goes: it comes back after
 	// every frame the worker sent before it left, so the worker's last
@@ -192,6 +200,12 @@ type lostFrames struct {
 	Session uint64 `json:"session"`
 	From    uint64 `json:"from"`
 	Oldest  uint64 `json:"oldest"`
+}
+
+// sessionEnded is a session the worker ended, and why.
+type sessionEnded struct {
+	Session uint64 `json:"session"`
+	Reason  string `json:"reason"`
 }
 
 // item is one entry of a frame; exactly one field is set.

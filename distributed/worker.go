@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -204,6 +205,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return err
 	}
 	log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
+	gctx, cancel = context.WithTimeout(ctx, dialTimeout)
+	routers, err := ec.Get(gctx, routerPrefix(cfg.Namespace), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd %s: list %s: %w", strings.Join(cfg.Etcd, ","), routerPrefix(cfg.Namespace), err)
+	}
+	l.wg.Add(1)
+	go l.watchRouters(kaCtx, ec, routers.Header.Revision+1)
 
 	lost := make(chan struct{})
 	go func() {
@@ -267,6 +276,7 @@ type workerMsg struct {
 	arrived     *wireArrived
 	status      *wireStatus
 	reconnected bool
+	routerGone  int64 // a router's key in etcd is gone
 }
 
 // workerLoop owns the engine worker: its own discrete-event queue paced
@@ -468,6 +478,8 @@ func (l *workerLoop) handle(m workerMsg) {
 		l.receive(*m.cmd)
 	case m.reconnected:
 		l.control(frame{Acks: l.inbox.active(time.Now())})
+	case m.routerGone != 0:
+		l.routerGone(m.routerGone)
 	}
 }
 
@@ -513,6 +525,59 @@ func (l *workerLoop) withdraw(session uint64) {
 		}
 	}
 	l.log.Info("withdrew the requests of a closed router session", "session", session, "requests", len(ids))
+}
+
+// watchRouters follows the namespace's router keys from rev until ctx
+// ends, resuming after the last revision it saw when the watch breaks,
+// and tells the loop of each router whose key is gone.
+func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev int64) {
+	defer l.wg.Done()
+	prefix := routerPrefix(l.cfg.Namespace)
+	for ctx.Err() == nil {
+		wch := ec.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+		for wr := range wch {
+			if err := wr.Err(); err != nil {
+				l.log.Warn("etcd watch of the routers broke; resuming", "revision", rev, "err", err)
+				if wr.CompactRevision > rev {
+					rev = wr.CompactRevision
+				}
+				break
+			}
+			for _, ev := range wr.Events {
+				rev = ev.Kv.ModRevision + 1
+				if ev.Type != mvccpb.DELETE {
+					continue
+				}
+				id, err := instanceOfKey(string(ev.Kv.Key))
+				if err != nil || id == 0 {
+					continue
+				}
+				select {
+				case l.in <- workerMsg{routerGone: id}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// routerGone withdraws the requests of every session of a router whose
+// key in etcd is gone: it ended without a goodbye (killed, or cut off
+// from etcd for longer than its lease), so nobody waits for them.
+func (l *workerLoop) routerGone(router int64) {
+	for _, session := range l.inbox.sessionsOf(router) {
+		reason := fmt.Sprintf("its router's etcd registration is gone (router %x: lease revoked or expired), so the worker withdrew the router's requests", router)
+		l.log.Info("ending a router's session", "session", session, "reason", reason)
+		l.inbox.forget(session)
+		// Ahead of the withdrawals' frames, for a router still there.
+		l.control(frame{Ended: &sessionEnded{Session: session, Reason: reason}})
+		l.withdraw(session)
+	}
 }
 
 // resend publishes again the frames a router lost, from seq on, and then

@@ -1,0 +1,145 @@
+package distributed
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/engine"
+)
+
+// crash ends the router as a killed process would: no goodbyes, its NATS
+// and etcd connections just drop, and its lease runs out on its own.
+func (t *transport) crash() {
+	t.cancel()
+	t.nc.Close()
+	_ = t.ec.Close()
+}
+
+// TestRouterGone_WorkersWithdrawItsRequests kills one of two routers
+// sharing a worker: once its etcd key expires the worker withdraws that
+// router's requests, and only those.
+func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	startWorkers(t, ls, "gone-router",
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
+	cfg := cluster.Config{Name: "gone-router", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
+		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "gone-router"}}
+	doomed, err := cluster.New(cfg)
+	require.NoError(t, err)
+	survivor, err := cluster.New(cfg)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, survivor.Close()) }()
+
+	// The routers' keys name them.
+	ec := etcdClient(t, ls)
+	resp, err := ec.Get(context.Background(), routerPrefix("gone-router"), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 2, "one key per router")
+	var rec RouterRegistration
+	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &rec))
+	assert.NotZero(t, rec.RouterID)
+	assert.Equal(t, routerKey("gone-router", rec.RouterID), string(resp.Kvs[0].Key))
+
+	// Long enough to run for minutes: only a withdrawal ends them on the
+	// worker in time for the checks below.
+	long := cluster.Request{PromptTokens: 64, MaxTokens: 40000}
+	doomedDone := make(chan cluster.Result, 2)
+	for range 2 {
+		go func() { doomedDone <- doomed.Generate(context.Background(), long) }()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	survivorDone := make(chan cluster.Result, 1)
+	go func() { survivorDone <- survivor.Generate(ctx, long) }()
+	running := func() int { return survivor.Stats().Workers[0].Running }
+	require.Eventually(t, func() bool { return running() == 3 }, time.Minute, 5*time.Millisecond)
+
+	doomed.Transport().(*transport).crash()
+	// The doomed router's lease expires leaseTTLSeconds after its last
+	// keep-alive; then the worker withdraws its two requests.
+	require.Eventually(t, func() bool { return running() == 1 }, 3*leaseTTLSeconds*time.Second, 20*time.Millisecond,
+		"the dead router's requests still run on w0: %+v", survivor.Stats().Workers)
+	select {
+	case r := <-survivorDone:
+		t.Fatalf("the surviving router's request ended: %+v", r)
+	default:
+	}
+
+	cancel()
+	r := <-survivorDone
+	assert.Equal(t, cluster.OutcomeError, r.Outcome, "cancelled by its caller")
+	require.Eventually(t, func() bool {
+		w := survivor.Stats().Workers[0]
+		return w.Running == 0 && w.Waiting == 0 && w.ActiveBlocks == 0
+	}, 20*time.Second, 10*time.Millisecond, "w0 still busy: %+v", survivor.Stats().Workers)
+	require.NoError(t, doomed.Close())
+	for range 2 {
+		r := <-doomedDone
+		assert.Equal(t, cluster.OutcomeError, r.Outcome, "the dead router's callers hear it ended")
+	}
+}
+
+// TestRouterLease_LostEndsItsRequestsAndRegistersAgain ends a live
+// router's lease behind its back (as etcd does when the router cannot
+// reach it for longer than the TTL): its workers withdraw its requests,
+// so the router ends them saying why, registers again under a new lease
+// and serves new requests.
+func TestRouterLease_LostEndsItsRequestsAndRegistersAgain(t *testing.T) {
+	t.Parallel()
+	ls := services(t)
+	startWorkers(t, ls, "lost-lease",
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
+	c, err := cluster.New(cluster.Config{Name: "lost-lease", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
+		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "lost-lease"}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+
+	const n = 2
+	results := make(chan cluster.Result, n)
+	for range n {
+		go func() {
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 40000})
+		}()
+	}
+	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == n }, time.Minute, 5*time.Millisecond)
+
+	tr := c.Transport().(*transport)
+	tr.mu.Lock()
+	old := tr.router
+	tr.mu.Unlock()
+	ec := etcdClient(t, ls)
+	_, err = ec.Revoke(context.Background(), old)
+	require.NoError(t, err)
+
+	// Whichever hears of it first says why: the worker (the key's end)
+	// or the router (its keep-alive's).
+	for range n {
+		r := <-results
+		assert.Equal(t, cluster.OutcomeError, r.Outcome)
+		assert.Regexp(t, `etcd registration is gone \(router [0-9a-f]+: lease revoked or expired\), so the worker withdrew|router's etcd lease [0-9a-f]+ ended`, r.Error)
+	}
+	var now clientv3.LeaseID
+	require.Eventually(t, func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		now = tr.router
+		return now != old
+	}, 3*leaseTTLSeconds*time.Second, 10*time.Millisecond, "registered again under a new lease")
+	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
+	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	resp, err := ec.Get(context.Background(), routerKey("lost-lease", int64(now)))
+	require.NoError(t, err)
+	assert.Len(t, resp.Kvs, 1, "its new key is there")
+	// The worker withdrew the old session's requests: its pool is free.
+	require.Eventually(t, func() bool {
+		w := c.Stats().Workers[0]
+		return w.Running == 0 && w.Waiting == 0 && w.ActiveBlocks == 0
+	}, 20*time.Second, 10*time.Millisecond, "the old session's requests still run on w0: %+v", c.Stats().Workers)
+}
