@@ -50,6 +50,7 @@ type Cluster struct {
 	forensic *forensics
 	prompts  promptSpares
 	hashMemo hashMemo
+	prefixes prefixMemo
 	series   seriesRec
 	drainers []func()
 	// Holds keep a paced loop's modeled time still for callers that got a

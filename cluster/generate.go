@@ -365,23 +365,28 @@ func (c *Cluster) arrive(h *call) {
 		return
 	}
 	var buf *promptBuf // the request's own prompt storage, if it needs any
+	var prefix *prefixEntry
+	bs := c.res.router.BlockSize // every pool's block size
 	tokens := h.req.Tokens
 	if !c.opts.shareTokens || len(tokens) == 0 {
 		buf = c.prompts.take(c.v.Now())
-		buf.tokens = appendPromptTokens(buf.tokens[:0], h.req, c.cfg.Seed, id)
+		buf.tokens, prefix = c.prefixes.prompt(buf.tokens[:0], h.req, c.cfg.Seed, id, bs)
 		tokens = buf.tokens
 	}
 	r := c.newRequest()
 	*r = request{id: id, h: h, rid: routerID(id)}
 	h.r = r
-	hs := c.hashMemo.lookup(h.req.Tokens, c.res.router.BlockSize)
+	hs := c.hashMemo.lookup(h.req.Tokens, bs)
 	if hs == nil {
 		if buf == nil {
 			buf = c.prompts.take(c.v.Now())
 		}
 		hs = &buf.hashes
-		hs.BlockSize = c.res.router.BlockSize // every pool's block size
-		hs.Locals, hs.Seqs = kv.BlockHashes(tokens, hs.BlockSize, hs.Locals, hs.Seqs)
+		hs.BlockSize = bs
+		if prefix != nil {
+			hs.Locals, hs.Seqs = append(hs.Locals, prefix.locals...), append(hs.Seqs, prefix.seqs...)
+		}
+		hs.Locals, hs.Seqs = kv.ExtendBlockHashes(tokens, bs, hs.Locals, hs.Seqs)
 	}
 	r.prompt = buf
 	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}

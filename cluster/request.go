@@ -8,6 +8,8 @@ import (
 
 	"github.com/zeebo/xxh3"
 
+	"github.com/kvstrand/mocker/kv"
+
 	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
@@ -151,11 +153,87 @@ func appendPromptTokens(dst []uint32, r Request, seed, seq uint64) []uint32 {
 	out := dst[len(dst) : len(dst)+r.PromptTokens]
 	n := 0
 	if r.Prefix != "" && r.PrefixTokens > 0 {
-		h := xxh3.HashString(r.Prefix)
-		n = fillTokens(out[:r.PrefixTokens], rand.NewPCG(h, h^0x6a09e667f3bcc909))
+		n = fillPrefix(out[:r.PrefixTokens], r.Prefix)
 	}
-	fillTokens(out[n:], rand.NewPCG(seed, seq^0xbb67ae8584caa73b))
+	fillTokens(out[n:], restPCG(seed, seq))
 	return dst[:len(dst)+r.PromptTokens]
+}
+
+// fillPrefix fills out with the tokens of the shared prefix named name.
+func fillPrefix(out []uint32, name string) int {
+	h := xxh3.HashString(name)
+	return fillTokens(out, rand.NewPCG(h, h^0x6a09e667f3bcc909))
+}
+
+// restPCG draws the tokens of request seq past its prefix.
+func restPCG(seed, seq uint64) *rand.PCG { return rand.NewPCG(seed, seq^0xbb67ae8584caa73b) }
+
+// prefixMemo keeps the tokens of the shared prefixes that requests name,
+// with the hashes of their complete blocks, so that the loop draws and
+// hashes a prefix once rather than for every request that starts with
+// it. It keeps at most prefixMemoSize prefixes of at most
+// prefixMemoTokens tokens each; past that the oldest gives its storage to
+// the newcomer.
+type prefixMemo struct {
+	byKey   map[prefixKey]*prefixEntry
+	entries []*prefixEntry // in the order they were filled, a ring
+	next    int            // the entry to give up next, once full
+}
+
+const (
+	prefixMemoSize   = 64
+	prefixMemoTokens = 1 << 16
+)
+
+type prefixKey struct {
+	name   string
+	tokens int
+}
+
+type prefixEntry struct {
+	key    prefixKey
+	tokens []uint32
+	locals []kv.LocalHash
+	seqs   []kv.SeqHash
+}
+
+// prompt is appendPromptTokens, taking the prefix from the memo; it also
+// returns the prefix's entry (nil when it did not use one), whose hashes
+// are those of the prompt's first blocks.
+func (m *prefixMemo) prompt(dst []uint32, r Request, seed, seq uint64, blockSize int) ([]uint32, *prefixEntry) {
+	if len(r.Tokens) > 0 || r.Prefix == "" || r.PrefixTokens == 0 || r.PrefixTokens > prefixMemoTokens || blockSize <= 0 {
+		return appendPromptTokens(dst, r, seed, seq), nil
+	}
+	e := m.get(prefixKey{r.Prefix, r.PrefixTokens}, blockSize)
+	dst = append(dst, e.tokens...)
+	rest := r.PromptTokens - r.PrefixTokens
+	dst = slices.Grow(dst, rest)
+	fillTokens(dst[len(dst):len(dst)+rest], restPCG(seed, seq))
+	return dst[:len(dst)+rest], e
+}
+
+func (m *prefixMemo) get(k prefixKey, blockSize int) *prefixEntry {
+	if e := m.byKey[k]; e != nil {
+		return e
+	}
+	if m.byKey == nil {
+		m.byKey = make(map[prefixKey]*prefixEntry, prefixMemoSize)
+	}
+	var e *prefixEntry
+	if len(m.entries) < prefixMemoSize {
+		e = &prefixEntry{}
+		m.entries = append(m.entries, e)
+	} else {
+		e = m.entries[m.next]
+		m.next = (m.next + 1) % prefixMemoSize
+		delete(m.byKey, e.key)
+	}
+	e.key = k
+	e.tokens = slices.Grow(e.tokens[:0], k.tokens)[:k.tokens]
+	fillPrefix(e.tokens, k.name)
+	e.locals, e.seqs = kv.BlockHashes(e.tokens, blockSize, e.locals[:0], e.seqs[:0])
+	m.byKey[k] = e
+	return e
 }
 
 // fillTokens fills out with token ids drawn from g, each what

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -90,4 +92,39 @@ func TestFillTokens_DrawsWhatIntNDraws(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPrefixMemo_SameTokensAndHashesAsDrawingThem checks the memo against
+// drawing every prompt afresh, through its eviction (more prefixes than it
+// keeps, revisited) and the prompts it does not serve (explicit tokens,
+// no prefix, a prefix past its bound).
+func TestPrefixMemo_SameTokensAndHashesAsDrawingThem(t *testing.T) {
+	var m prefixMemo
+	var buf []uint32
+	reqs := []Request{
+		{PromptTokens: 100},
+		{PromptTokens: 100, Prefix: "p", PrefixTokens: 0},
+		{PromptTokens: 100, Prefix: "p", PrefixTokens: 100},
+		{PromptTokens: prefixMemoTokens + 100, Prefix: "huge", PrefixTokens: prefixMemoTokens + 1},
+		{Tokens: []uint32{7, 8, 9}, Prefix: "p", PrefixTokens: 2},
+	}
+	for i := range 3 * prefixMemoSize {
+		n := 1 + (i*37)%300
+		reqs = append(reqs, Request{PromptTokens: n + (i*11)%200, Prefix: fmt.Sprintf("user-%d", i%(prefixMemoSize+7)), PrefixTokens: n})
+	}
+	for seq, r := range reqs {
+		want := promptTokens(r, 9, uint64(seq))
+		var e *prefixEntry
+		buf, e = m.prompt(buf[:0], r, 9, uint64(seq), 16)
+		require.Equal(t, want, buf, "request %d %+v", seq, r)
+		served := len(r.Tokens) == 0 && r.Prefix != "" && r.PrefixTokens > 0 && r.PrefixTokens <= prefixMemoTokens
+		require.Equal(t, served, e != nil, "request %d: memo used", seq)
+		if e != nil {
+			locals, seqs := kv.BlockHashes(want[:r.PrefixTokens], 16, nil, nil)
+			require.True(t, slices.Equal(locals, e.locals), "request %d: prefix local hashes", seq)
+			require.True(t, slices.Equal(seqs, e.seqs), "request %d: prefix sequence hashes", seq)
+		}
+	}
+	assert.Len(t, m.entries, prefixMemoSize, "bounded")
+	assert.Len(t, m.byKey, prefixMemoSize)
 }

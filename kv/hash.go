@@ -83,11 +83,33 @@ func BlockHashes(tokens []uint32, blockSize int, locals []LocalHash, seqs []SeqH
 	if blockSize <= 0 {
 		return locals, seqs
 	}
-	n := len(tokens) / blockSize
+	return hashBlocks(tokens, blockSize, 0, 0, locals, seqs)
+}
+
+// ExtendBlockHashes is BlockHashes for a caller that already has the
+// hashes of tokens' first len(seqs) blocks in locals and seqs (those of a
+// shared prefix, say): it appends those of the complete blocks after them.
+// locals and seqs must be as long as each other and name no more blocks
+// than tokens has.
+func ExtendBlockHashes(tokens []uint32, blockSize int, locals []LocalHash, seqs []SeqHash) ([]LocalHash, []SeqHash) {
+	k := len(seqs)
+	if blockSize <= 0 || len(locals) != k || k > len(tokens)/blockSize {
+		panic("kv: ExtendBlockHashes: the hashes given are not those of the tokens' first blocks")
+	}
+	var parent SeqHash
+	if k > 0 {
+		parent = seqs[k-1]
+	}
+	return hashBlocks(tokens, blockSize, k, parent, locals, seqs)
+}
+
+// hashBlocks appends the hashes of tokens' complete blocks from block
+// first on, the block before it having sequence hash parent.
+func hashBlocks(tokens []uint32, blockSize, first int, parent SeqHash, locals []LocalHash, seqs []SeqHash) ([]LocalHash, []SeqHash) {
+	n := len(tokens)/blockSize - first
 	locals = slices.Grow(locals, n)
 	seqs = slices.Grow(seqs, n)
-	var parent SeqHash
-	for i := 0; i+blockSize <= len(tokens); i += blockSize {
+	for i := first * blockSize; i+blockSize <= len(tokens); i += blockSize {
 		l := HashTokens(tokens[i : i+blockSize])
 		s := SeqHash(l)
 		if i > 0 {

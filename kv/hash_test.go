@@ -1,6 +1,7 @@
 package kv_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -114,4 +115,24 @@ func BenchmarkHashTokens16(b *testing.B) {
 	for b.Loop() {
 		_ = kv.HashTokens(toks)
 	}
+}
+
+func TestExtendBlockHashes_ContinuesAPrefixsHashes(t *testing.T) {
+	tokens := make([]uint32, 16*7+5)
+	for i := range tokens {
+		tokens[i] = uint32(i*2654435761) % 50000
+	}
+	wantL, wantS := kv.BlockHashes(tokens, 16, nil, nil)
+	for k := 0; k <= 7; k++ {
+		l, s := kv.ExtendBlockHashes(tokens, 16, slices.Clone(wantL[:k]), slices.Clone(wantS[:k]))
+		if !slices.Equal(l, wantL) || !slices.Equal(s, wantS) {
+			t.Fatalf("from block %d: got %v %v, want %v %v", k, l, s, wantL, wantS)
+		}
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("more hashes than blocks: no panic")
+		}
+	}()
+	kv.ExtendBlockHashes(tokens[:16], 16, wantL[:2], wantS[:2])
 }
