@@ -265,23 +265,14 @@ func TestRemote_PublishesUnacknowledgedCommandsAgain(t *testing.T) {
 // joins again under a new session and serves.
 func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	t.Parallel()
-	ls := services(t)
-	startWorkers(t, ls, "gone",
-		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
-	c, err := cluster.New(cluster.Config{Name: "gone", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "gone"}})
+	_, cfg := oneWorker(t, "gone")
+	c, err := cluster.New(cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 
 	const n = 3
-	results := make(chan cluster.Result, n)
-	for range n {
-		go func() {
-			// Long enough to run for minutes: only a withdrawal ends them
-			// on the worker in time for the check below.
-			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 40000})
-		}()
-	}
+	// Only a withdrawal ends them on the worker in time for the check below.
+	results := longRequests(context.Background(), c, n)
 	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == n }, time.Minute, 5*time.Millisecond)
 
 	tr := c.Transport().(*transport)

@@ -22,16 +22,34 @@ func (t *transport) crash() {
 	_ = t.ec.Close()
 }
 
+// oneWorker starts etcd, NATS and one aggregated worker, w0, in namespace
+// ns, and returns them and the config of a cluster attached to them.
+func oneWorker(t *testing.T, ns string) (*localServices, cluster.Config) {
+	t.Helper()
+	ls := services(t)
+	startWorkers(t, ls, ns,
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
+	return ls, cluster.Config{Name: ns, Workers: 1, Args: map[string]any{"speedup_ratio": 10},
+		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns}}
+}
+
+// longRequests starts n requests on c long enough to run for minutes
+// (only a withdrawal or a cancellation ends them in a test's time) and
+// returns where their results come.
+func longRequests(ctx context.Context, c *cluster.Cluster, n int) <-chan cluster.Result {
+	results := make(chan cluster.Result, n)
+	for range n {
+		go func() { results <- c.Generate(ctx, cluster.Request{PromptTokens: 64, MaxTokens: 40000}) }()
+	}
+	return results
+}
+
 // TestRouterGone_WorkersWithdrawItsRequests kills one of two routers
 // sharing a worker: once its etcd key expires the worker withdraws that
 // router's requests, and only those.
 func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 	t.Parallel()
-	ls := services(t)
-	startWorkers(t, ls, "gone-router",
-		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
-	cfg := cluster.Config{Name: "gone-router", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "gone-router"}}
+	ls, cfg := oneWorker(t, "gone-router")
 	doomed, err := cluster.New(cfg)
 	require.NoError(t, err)
 	survivor, err := cluster.New(cfg)
@@ -48,16 +66,9 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 	assert.NotZero(t, rec.RouterID)
 	assert.Equal(t, routerKey("gone-router", rec.RouterID), string(resp.Kvs[0].Key))
 
-	// Long enough to run for minutes: only a withdrawal ends them on the
-	// worker in time for the checks below.
-	long := cluster.Request{PromptTokens: 64, MaxTokens: 40000}
-	doomedDone := make(chan cluster.Result, 2)
-	for range 2 {
-		go func() { doomedDone <- doomed.Generate(context.Background(), long) }()
-	}
+	doomedDone := longRequests(context.Background(), doomed, 2)
 	ctx, cancel := context.WithCancel(context.Background())
-	survivorDone := make(chan cluster.Result, 1)
-	go func() { survivorDone <- survivor.Generate(ctx, long) }()
+	survivorDone := longRequests(ctx, survivor, 1)
 	running := func() int { return survivor.Stats().Workers[0].Running }
 	require.Eventually(t, func() bool { return running() == 3 }, time.Minute, 5*time.Millisecond)
 
@@ -93,21 +104,13 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 // and serves new requests.
 func TestRouterLease_LostEndsItsRequestsAndRegistersAgain(t *testing.T) {
 	t.Parallel()
-	ls := services(t)
-	startWorkers(t, ls, "lost-lease",
-		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
-	c, err := cluster.New(cluster.Config{Name: "lost-lease", Workers: 1, Args: map[string]any{"speedup_ratio": 10},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "lost-lease"}})
+	ls, cfg := oneWorker(t, "lost-lease")
+	c, err := cluster.New(cfg)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 
 	const n = 2
-	results := make(chan cluster.Result, n)
-	for range n {
-		go func() {
-			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 40000})
-		}()
-	}
+	results := longRequests(context.Background(), c, n)
 	require.Eventually(t, func() bool { return c.Stats().Workers[0].Running == n }, time.Minute, 5*time.Millisecond)
 
 	tr := c.Transport().(*transport)

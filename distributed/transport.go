@@ -288,33 +288,40 @@ func (t *transport) await(d time.Duration, ok func(map[engine.WorkerType]int) bo
 	}
 }
 
-// watch follows the registrations from rev, resuming after the last
-// revision it saw when the watch breaks.
+// watch follows the registrations from rev until the transport closes.
 func (t *transport) watch(rev int64) {
 	defer t.wg.Done()
-	prefix := registrationPrefix(t.ns)
-	for t.ctx.Err() == nil {
-		wch := t.ec.Watch(clientv3.WithRequireLeader(t.ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
+	watchPrefix(t.ctx, t.ec, registrationPrefix(t.ns), rev, t.log, func(ev *clientv3.Event) {
+		switch ev.Type {
+		case mvccpb.PUT:
+			t.put(ev.Kv)
+		case mvccpb.DELETE:
+			t.del(string(ev.Kv.Key))
+		}
+	})
+}
+
+// watchPrefix calls f with each change under prefix from revision rev
+// until ctx ends, resuming after the last revision it saw when the watch
+// breaks (from the compaction's, if etcd compacted past it).
+func watchPrefix(ctx context.Context, ec *clientv3.Client, prefix string, rev int64, log *slog.Logger, f func(*clientv3.Event)) {
+	for ctx.Err() == nil {
+		wch := ec.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
 		for wr := range wch {
 			if err := wr.Err(); err != nil {
-				t.log.Warn("etcd watch broke; resuming", "revision", rev, "err", err)
+				log.Warn("etcd watch broke; resuming", "prefix", prefix, "revision", rev, "err", err)
 				if wr.CompactRevision > rev {
 					rev = wr.CompactRevision
 				}
 				break
 			}
 			for _, ev := range wr.Events {
-				switch ev.Type {
-				case mvccpb.PUT:
-					t.put(ev.Kv)
-				case mvccpb.DELETE:
-					t.del(string(ev.Kv.Key))
-				}
+				f(ev)
 				rev = ev.Kv.ModRevision + 1
 			}
 		}
 		select {
-		case <-t.ctx.Done():
+		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
 		}
 	}

@@ -528,42 +528,20 @@ func (l *workerLoop) withdraw(session uint64) {
 }
 
 // watchRouters follows the namespace's router keys from rev until ctx
-// ends, resuming after the last revision it saw when the watch breaks,
-// and tells the loop of each router whose key is gone.
+// ends and tells the loop of each router whose key is gone.
 func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev int64) {
 	defer l.wg.Done()
-	prefix := routerPrefix(l.cfg.Namespace)
-	for ctx.Err() == nil {
-		wch := ec.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				l.log.Warn("etcd watch of the routers broke; resuming", "revision", rev, "err", err)
-				if wr.CompactRevision > rev {
-					rev = wr.CompactRevision
-				}
-				break
-			}
-			for _, ev := range wr.Events {
-				rev = ev.Kv.ModRevision + 1
-				if ev.Type != mvccpb.DELETE {
-					continue
-				}
-				id, err := instanceOfKey(string(ev.Kv.Key))
-				if err != nil || id == 0 {
-					continue
-				}
-				select {
-				case l.in <- workerMsg{routerGone: id}:
-				case <-ctx.Done():
-					return
-				}
+	watchPrefix(ctx, ec, routerPrefix(l.cfg.Namespace), rev, l.log, func(ev *clientv3.Event) {
+		if ev.Type != mvccpb.DELETE {
+			return
+		}
+		if id, err := instanceOfKey(string(ev.Kv.Key)); err == nil && id != 0 {
+			select {
+			case l.in <- workerMsg{routerGone: id}:
+			case <-ctx.Done():
 			}
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+	})
 }
 
 // routerGone withdraws the requests of every session of a router whose
