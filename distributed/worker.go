@@ -519,10 +519,12 @@ func (l *workerLoop) withdraw(session uint64) {
 	now := l.v.Now()
 	for _, o := range ids {
 		if o.dest {
+			// A destination still waiting or reserved is dropped; one
+			// already activated decodes like any request, and is
+			// cancelled: the handoff machine's cleanup does the same.
 			l.v.Schedule(now, 0, engine.CancelDestination{ID: o.id})
-		} else {
-			l.v.Schedule(now, 0, engine.Cancel{ID: o.id})
 		}
+		l.v.Schedule(now, 0, engine.Cancel{ID: o.id})
 	}
 	l.log.Info("withdrew the requests of a closed router session", "session", session, "requests", len(ids))
 }

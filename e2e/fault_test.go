@@ -1,10 +1,13 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -368,6 +371,53 @@ func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
 	// cluster that no longer counts it.
 	require.NoError(t, ws["decode-1"].Unpause(ctx))
 	drainClean(t, c)
+}
+
+// TestFault_RouterKilled kills (SIGKILL) a `mocker run` process whose
+// requests are decoding on the workers: no goodbye reaches them, but its
+// router key's lease expires, and the workers withdraw its requests, so
+// their pools drain for the routers still there (one observes them).
+func TestFault_RouterKilled(t *testing.T) {
+	s := newStack(t)
+	ns := "fault-router"
+	s.startWorkers(t, ns, "vllm", faultArgs(),
+		pool{role: "prefill", n: 1, args: map[string]any{"num_gpu_blocks": 1024}},
+		pool{role: "decode", n: 1, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 8}})
+	observer := s.attach(t, ns, "vllm", "round-robin", 1, 1)
+	busy := func() (running, blocks int) {
+		for _, w := range observer.Stats().Workers {
+			running += w.Running + w.Waiting + w.HeldRequests
+			blocks += w.ActiveBlocks + w.HeldBlocks + w.ReservedBlocks
+		}
+		return running, blocks
+	}
+
+	args, err := json.Marshal(faultArgs())
+	require.NoError(t, err)
+	const vus = 4
+	var out bytes.Buffer
+	cmd := exec.Command(mockerBin, "run", "-q", "--no-color", "--include-system-env-vars=false",
+		"-e", "ETCD="+strings.Join(s.etcd.Endpoints(), ","), "-e", "NATS="+s.nats.URL(), "-e", "NS="+ns,
+		"-e", "ARGS="+string(args), "-e", fmt.Sprint("VUS=", vus), filepath.Join("testdata", "long_requests.js"))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill() }()
+	require.Eventually(t, func() bool { n, _ := busy(); return n == vus }, time.Minute, 20*time.Millisecond,
+		"the doomed router's requests never all ran: %+v\n%s", observer.Stats().Workers, &out)
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	killed := time.Now()
+	require.Eventually(t, func() bool { n, b := busy(); return n == 0 && b == 0 }, leaseTTL+10*time.Second, 20*time.Millisecond,
+		"the killed router's requests still run on the workers: %+v", observer.Stats().Workers)
+	took := time.Since(killed)
+	t.Logf("router killed; the workers withdrew its requests %s later", took.Round(100*time.Millisecond))
+	assert.LessOrEqual(t, took, leaseTTL+3*time.Second, "within the router's lease TTL (plus etcd's expiry sweep)")
+
+	for _, r := range load(observer, 2, 2) {
+		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	}
+	drainClean(t, observer)
 }
 
 // TestFault_EtcdRestart restarts etcd under a running cluster. Requests
