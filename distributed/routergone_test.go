@@ -23,13 +23,14 @@ func (t *transport) crash() {
 }
 
 // oneWorker starts etcd, NATS and one aggregated worker, w0, in namespace
-// ns, and returns them and the config of a cluster attached to them.
+// ns, and returns them and the config of a cluster attached to them. It
+// runs at speedup 1, so that longRequests run for minutes.
 func oneWorker(t *testing.T, ns string) (*localServices, cluster.Config) {
 	t.Helper()
 	ls := services(t)
 	startWorkers(t, ls, ns,
-		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`), DrainTimeout: 2 * time.Second})
-	return ls, cluster.Config{Name: ns, Workers: 1, Args: map[string]any{"speedup_ratio": 10},
+		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
+	return ls, cluster.Config{Name: ns, Workers: 1, Args: map[string]any{"speedup_ratio": 1},
 		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns}}
 }
 
@@ -45,11 +46,30 @@ func longRequests(ctx context.Context, c *cluster.Cluster, n int) <-chan cluster
 }
 
 // TestRouterGone_WorkersWithdrawItsRequests kills one of two routers
-// sharing a worker: once its etcd key expires the worker withdraws that
-// router's requests, and only those.
+// sharing workers: once its etcd key expires the workers withdraw that
+// router's requests, and only those, aggregated and disaggregated (where
+// the requests decode on a handoff's destination).
 func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 	t.Parallel()
-	ls, cfg := oneWorker(t, "gone-router")
+	t.Run("aggregated", func(t *testing.T) {
+		t.Parallel()
+		ls, cfg := oneWorker(t, "gone-router")
+		routerGone(t, ls, cfg)
+	})
+	t.Run("disaggregated", func(t *testing.T) {
+		t.Parallel()
+		ls := services(t)
+		const ns = "gone-router-pd"
+		startWorkers(t, ls, ns,
+			WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second},
+			WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
+		routerGone(t, ls, cluster.Config{Name: ns, Disagg: true, Args: map[string]any{"speedup_ratio": 1},
+			Prefill: cluster.PoolConfig{Workers: 1}, Decode: cluster.PoolConfig{Workers: 1},
+			Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns}})
+	})
+}
+
+func routerGone(t *testing.T, ls *localServices, cfg cluster.Config) {
 	doomed, err := cluster.New(cfg)
 	require.NoError(t, err)
 	survivor, err := cluster.New(cfg)
@@ -57,26 +77,41 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 	defer func() { require.NoError(t, survivor.Close()) }()
 
 	// The routers' keys name them.
+	ns := cfg.Transport.Namespace
 	ec := etcdClient(t, ls)
-	resp, err := ec.Get(context.Background(), routerPrefix("gone-router"), clientv3.WithPrefix())
+	resp, err := ec.Get(context.Background(), routerPrefix(ns), clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 2, "one key per router")
 	var rec RouterRegistration
 	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &rec))
 	assert.NotZero(t, rec.RouterID)
-	assert.Equal(t, routerKey("gone-router", rec.RouterID), string(resp.Kvs[0].Key))
+	assert.Equal(t, routerKey(ns, rec.RouterID), string(resp.Kvs[0].Key))
 
 	doomedDone := longRequests(context.Background(), doomed, 2)
 	ctx, cancel := context.WithCancel(context.Background())
 	survivorDone := longRequests(ctx, survivor, 1)
-	running := func() int { return survivor.Stats().Workers[0].Running }
-	require.Eventually(t, func() bool { return running() == 3 }, time.Minute, 5*time.Millisecond)
+	// busy asserts how many requests the workers have, and with none that
+	// they hold no KV; a failure names what the survivor saw last.
+	busy := func(want int) func(*assert.CollectT) {
+		return func(c *assert.CollectT) {
+			ws := survivor.Stats().Workers
+			running, blocks := 0, 0
+			for _, w := range ws {
+				running += w.Running + w.Waiting + w.HeldRequests
+				blocks += w.ActiveBlocks + w.HeldBlocks + w.ReservedBlocks
+			}
+			assert.Equal(c, want, running, "requests on the workers: %+v", ws)
+			if want == 0 {
+				assert.Zero(c, blocks, "KV blocks in use: %+v", ws)
+			}
+		}
+	}
+	require.EventuallyWithT(t, busy(3), time.Minute, 5*time.Millisecond)
 
 	doomed.Transport().(*transport).crash()
 	// The doomed router's lease expires leaseTTLSeconds after its last
-	// keep-alive; then the worker withdraws its two requests.
-	require.Eventually(t, func() bool { return running() == 1 }, 3*leaseTTLSeconds*time.Second, 20*time.Millisecond,
-		"the dead router's requests still run on w0: %+v", survivor.Stats().Workers)
+	// keep-alive; then the workers withdraw its two requests.
+	require.EventuallyWithT(t, busy(1), (leaseTTLSeconds+5)*time.Second, 20*time.Millisecond, "the dead router's requests still run")
 	select {
 	case r := <-survivorDone:
 		t.Fatalf("the surviving router's request ended: %+v", r)
@@ -86,10 +121,7 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 	cancel()
 	r := <-survivorDone
 	assert.Equal(t, cluster.OutcomeError, r.Outcome, "cancelled by its caller")
-	require.Eventually(t, func() bool {
-		w := survivor.Stats().Workers[0]
-		return w.Running == 0 && w.Waiting == 0 && w.ActiveBlocks == 0
-	}, 20*time.Second, 10*time.Millisecond, "w0 still busy: %+v", survivor.Stats().Workers)
+	require.EventuallyWithT(t, busy(0), 20*time.Second, 10*time.Millisecond, "the workers still run the survivor's request")
 	require.NoError(t, doomed.Close())
 	for range 2 {
 		r := <-doomedDone
