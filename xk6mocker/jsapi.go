@@ -293,7 +293,11 @@ func (inst *instance) sampleHeld(e *entry, st heldNow) {
 	if !inst.accepting() {
 		return
 	}
-	e.lastSample.Store(time.Now().UnixNano())
+	if !e.stepped {
+		// The periodic samples' shared period (sampleDue), which only
+		// clusters on the wall clock take.
+		e.lastSample.Store(time.Now().UnixNano())
+	}
 	v := st.now
 	for peak := int64(st.peak); ; {
 		last := e.lastPeak.Load()
