@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,9 +33,13 @@ var DefaultVirtualEpoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
 //
 // The zero value is not usable; see NewVirtualClock.
 type VirtualClock struct {
-	mu       sync.Mutex
-	epoch    time.Time
-	now      time.Duration
+	mu    sync.Mutex
+	epoch time.Time
+	now   time.Duration
+	// nowAt is now for Now and Elapsed, which every sample and timestamp
+	// reads: a load rather than a turn of the mutex. It changes only
+	// with now, under mu.
+	nowAt    atomic.Int64
 	busy     bool            // a task (or the stepper) has the turn
 	runq     []chan struct{} // tasks ready to run, in the order they woke
 	stepping bool
@@ -166,11 +171,11 @@ func (c *VirtualClock) Paced() bool { return c.pace != nil }
 // Lag reports how far behind the wall clock a paced clock is now and the
 // most it has been (zero for an unpaced clock).
 func (c *VirtualClock) Lag() (now, peak time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pace == nil {
+	if c.pace == nil { // set for good when the clock is made
 		return 0, 0
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.pace.lag, c.pace.peak
 }
 
@@ -184,16 +189,12 @@ func (c *VirtualClock) WallStart() time.Time {
 
 // Now returns the epoch plus the virtual time elapsed.
 func (c *VirtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.epoch.Add(c.now)
+	return c.epoch.Add(c.Elapsed())
 }
 
 // Elapsed is the virtual time since the clock started.
 func (c *VirtualClock) Elapsed() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
+	return time.Duration(c.nowAt.Load())
 }
 
 // Virtual is true.
@@ -384,6 +385,7 @@ func (c *VirtualClock) advanceLocked(at time.Duration) {
 		return
 	}
 	c.now = at
+	c.nowAt.Store(int64(at))
 	for _, g := range c.yielders {
 		g.token = true
 		if g.parked {
