@@ -49,7 +49,11 @@ type VirtualClock struct {
 	parts    []*participant
 	// stepParts is stepOnce's copy of parts.
 	stepParts []*participant
-	parked    map[*vgate]struct{}
+	// parked are the parked gates whose context can end, for
+	// sweepLocked: one waiting on a context that never ends (a VU in a
+	// blocking request waits on Background) has nothing to sweep, and
+	// stays out of the map.
+	parked map[*vgate]struct{}
 	// stalled is set while nothing runs and nothing is scheduled: only a
 	// gate opened from outside the run (or a cancellation) moves it on.
 	stalled bool
@@ -496,7 +500,10 @@ func (c *VirtualClock) sweepLocked() {
 
 // wakeLocked readies a parked waiter.
 func (c *VirtualClock) wakeLocked(g *vgate) {
-	delete(c.parked, g)
+	if g.canEnd {
+		delete(c.parked, g)
+		g.canEnd = false
+	}
 	g.parked = false
 	c.readyLocked(g.turn)
 }
@@ -506,6 +513,7 @@ type vgate struct {
 	c       *VirtualClock
 	token   bool
 	parked  bool
+	canEnd  bool // parked on a context that can end: in c.parked
 	parkSeq uint64
 	ctx     context.Context
 	turn    chan struct{}
@@ -540,9 +548,12 @@ func (g *vgate) Wait(ctx context.Context) bool {
 			c.mu.Unlock()
 			return false
 		}
+		canEnd := ctx != nil && ctx.Done() != nil // Background never ends
 		c.parkSeq++
-		g.parked, g.parkSeq, g.ctx = true, c.parkSeq, ctx
-		c.parked[g] = struct{}{}
+		g.parked, g.parkSeq, g.ctx, g.canEnd = true, c.parkSeq, ctx, canEnd
+		if canEnd {
+			c.parked[g] = struct{}{}
+		}
 		c.busy = false
 		c.dispatchLocked()
 		c.mu.Unlock()
@@ -556,7 +567,7 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// sets off readies only waiters whose context has ended, which
 		// their own watches would ready all the same.
 		stop := func() bool { return false }
-		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
+		if canEnd {
 			switch {
 			case !g.keepWatch:
 				stop = context.AfterFunc(ctx, c.sweepFn)

@@ -75,6 +75,45 @@ func TestVirtualClock_CancelledWaitersWakeBeforeTimeMoves(t *testing.T) {
 	assert.ErrorIs(t, context.Cause(ctx), context.DeadlineExceeded)
 }
 
+// TestVirtualClock_EndedWaitersWakeInParkOrder: waiters whose context
+// ends wake at that instant in the order they parked, however the Go
+// scheduler runs them; a waiter on a context that never ends is left to
+// its gate, and no parked gate is left behind for the sweeps.
+func TestVirtualClock_EndedWaitersWakeInParkOrder(t *testing.T) {
+	t.Parallel()
+	for range 10 {
+		c := NewVirtualClock(time.Time{})
+		ctx, cancel := c.WithTimeout(context.Background(), time.Second)
+		bg := c.NewGate()
+		c.AfterFunc(2*time.Second, bg.Open)
+		var mu sync.Mutex
+		var order []string
+		note := func(s string) {
+			mu.Lock()
+			order = append(order, s)
+			mu.Unlock()
+		}
+		ts := newTasks(c)
+		for i := range 5 {
+			ts.Go(func() {
+				if i == 2 {
+					assert.True(t, bg.Wait(context.Background()))
+					note(fmt.Sprintf("background@%v", c.Elapsed()))
+					return
+				}
+				assert.False(t, c.NewGate().Wait(ctx))
+				note(fmt.Sprintf("%d@%v", i, c.Elapsed()))
+			})
+		}
+		ts.Wait()
+		cancel()
+		assert.Equal(t, []string{"0@1s", "1@1s", "3@1s", "4@1s", "background@2s"}, order)
+		c.mu.Lock()
+		assert.Empty(t, c.parked)
+		c.mu.Unlock()
+	}
+}
+
 func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
 	t.Parallel()
 	c := NewVirtualClock(time.Time{})
