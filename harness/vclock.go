@@ -50,10 +50,10 @@ type VirtualClock struct {
 	// stepParts is stepOnce's copy of parts.
 	stepParts []*participant
 	// parked are the parked gates whose context can end, for
-	// sweepLocked: one waiting on a context that never ends (a VU in a
-	// blocking request waits on Background) has nothing to sweep, and
-	// stays out of the map.
-	parked map[*vgate]struct{}
+	// sweepLocked, in no order (each knows its index): one waiting on a
+	// context that never ends (a VU in a blocking request waits on
+	// Background) has nothing to sweep, and stays out.
+	parked []*vgate
 	// stalled is set while nothing runs and nothing is scheduled: only a
 	// gate opened from outside the run (or a cancellation) moves it on.
 	stalled bool
@@ -111,7 +111,7 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 	if epoch.IsZero() {
 		epoch = DefaultVirtualEpoch
 	}
-	c := &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c := &VirtualClock{epoch: epoch, busy: true}
 	c.sweepFn = c.sweep
 	return c
 }
@@ -487,8 +487,8 @@ func (c *VirtualClock) sweep() {
 // order they parked.
 func (c *VirtualClock) sweepLocked() {
 	var ended []*vgate
-	for g := range c.parked {
-		if g.ctx != nil && g.ctx.Err() != nil {
+	for _, g := range c.parked {
+		if g.ctx.Err() != nil {
 			ended = append(ended, g)
 		}
 	}
@@ -501,7 +501,11 @@ func (c *VirtualClock) sweepLocked() {
 // wakeLocked readies a parked waiter.
 func (c *VirtualClock) wakeLocked(g *vgate) {
 	if g.canEnd {
-		delete(c.parked, g)
+		// Swap the last gate into g's place.
+		last := c.parked[len(c.parked)-1]
+		c.parked[g.parkedAt], last.parkedAt = last, g.parkedAt
+		c.parked[len(c.parked)-1] = nil
+		c.parked = c.parked[:len(c.parked)-1]
 		g.canEnd = false
 	}
 	g.parked = false
@@ -510,13 +514,15 @@ func (c *VirtualClock) wakeLocked(g *vgate) {
 
 // vgate is a Gate of a virtual clock.
 type vgate struct {
-	c       *VirtualClock
-	token   bool
-	parked  bool
-	canEnd  bool // parked on a context that can end: in c.parked
-	parkSeq uint64
-	ctx     context.Context
-	turn    chan struct{}
+	c      *VirtualClock
+	token  bool
+	parked bool
+	// canEnd: parked on a context that can end, at c.parked[parkedAt].
+	canEnd   bool
+	parkedAt int
+	parkSeq  uint64
+	ctx      context.Context
+	turn     chan struct{}
 	// keepWatch is set on a sleeper's gate: its context watch (see Wait)
 	// outlasts the wait, in watched and unwatch, for the next wait on
 	// the same context. Reused gates only, so the watches stay few.
@@ -552,7 +558,8 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		c.parkSeq++
 		g.parked, g.parkSeq, g.ctx, g.canEnd = true, c.parkSeq, ctx, canEnd
 		if canEnd {
-			c.parked[g] = struct{}{}
+			g.parkedAt = len(c.parked)
+			c.parked = append(c.parked, g)
 		}
 		c.busy = false
 		c.dispatchLocked()

@@ -77,15 +77,18 @@ func TestVirtualClock_CancelledWaitersWakeBeforeTimeMoves(t *testing.T) {
 
 // TestVirtualClock_EndedWaitersWakeInParkOrder: waiters whose context
 // ends wake at that instant in the order they parked, however the Go
-// scheduler runs them; a waiter on a context that never ends is left to
-// its gate, and no parked gate is left behind for the sweeps.
+// scheduler runs them, after one opened from among them left earlier; a
+// waiter on a context that never ends is left to its gate, and no parked
+// gate is left behind for the sweeps.
 func TestVirtualClock_EndedWaitersWakeInParkOrder(t *testing.T) {
 	t.Parallel()
 	for range 10 {
 		c := NewVirtualClock(time.Time{})
 		ctx, cancel := c.WithTimeout(context.Background(), time.Second)
-		bg := c.NewGate()
-		c.AfterFunc(2*time.Second, bg.Open)
+		other, cancelOther := context.WithCancel(context.Background())
+		early, never := c.NewGate(), c.NewGate()
+		c.AfterFunc(500*time.Millisecond, early.Open)
+		c.AfterFunc(2*time.Second, never.Open)
 		var mu sync.Mutex
 		var order []string
 		note := func(s string) {
@@ -94,20 +97,25 @@ func TestVirtualClock_EndedWaitersWakeInParkOrder(t *testing.T) {
 			mu.Unlock()
 		}
 		ts := newTasks(c)
-		for i := range 5 {
+		for i := range 6 {
 			ts.Go(func() {
-				if i == 2 {
-					assert.True(t, bg.Wait(context.Background()))
-					note(fmt.Sprintf("background@%v", c.Elapsed()))
-					return
+				switch i {
+				case 2: // opened while the others wait
+					assert.True(t, early.Wait(other))
+					note(fmt.Sprintf("early@%v", c.Elapsed()))
+				case 5:
+					assert.True(t, never.Wait(context.Background()))
+					note(fmt.Sprintf("never@%v", c.Elapsed()))
+				default:
+					assert.False(t, c.NewGate().Wait(ctx))
+					note(fmt.Sprintf("%d@%v", i, c.Elapsed()))
 				}
-				assert.False(t, c.NewGate().Wait(ctx))
-				note(fmt.Sprintf("%d@%v", i, c.Elapsed()))
 			})
 		}
 		ts.Wait()
 		cancel()
-		assert.Equal(t, []string{"0@1s", "1@1s", "3@1s", "4@1s", "background@2s"}, order)
+		cancelOther()
+		assert.Equal(t, []string{"early@500ms", "0@1s", "1@1s", "3@1s", "4@1s", "never@2s"}, order)
 		c.mu.Lock()
 		assert.Empty(t, c.parked)
 		c.mu.Unlock()
