@@ -47,8 +47,11 @@ type VirtualClock struct {
 	parkSeq  uint64 // orders parked gates
 	timers   timerHeap
 	parts    []*participant
-	// stepParts is stepOnce's copy of parts.
-	stepParts []*participant
+	// stepParts is stepOnce's copy of parts, made when partsGen (bumped
+	// as participants join and leave) moved past stepPartsGen.
+	stepParts    []*participant
+	partsGen     uint64
+	stepPartsGen uint64
 	// parked are the parked gates whose context can end, for
 	// sweepLocked, in no order (each knows its index): one waiting on a
 	// context that never ends (a VU in a blocking request waits on
@@ -320,6 +323,7 @@ func (c *VirtualClock) Join(p Participant) func() {
 	c.mu.Lock()
 	part := &participant{p: p}
 	c.parts = append(c.parts, part)
+	c.partsGen++
 	c.stalled = false
 	c.pokeLocked()
 	c.mu.Unlock()
@@ -329,6 +333,7 @@ func (c *VirtualClock) Join(p Participant) func() {
 		for i, q := range c.parts {
 			if q == part {
 				c.parts = append(c.parts[:i], c.parts[i+1:]...)
+				c.partsGen++
 				return
 			}
 		}
@@ -604,8 +609,12 @@ func (g *vgate) Wait(ctx context.Context) bool {
 func (c *VirtualClock) stepOnce() bool {
 	now := c.now
 	// A copy, as participants may join or leave while they settle; the
-	// stepper (one at a time) keeps its storage.
-	c.stepParts = append(c.stepParts[:0], c.parts...)
+	// stepper (one at a time) keeps its storage, and copies again only
+	// once they did.
+	if c.stepPartsGen != c.partsGen {
+		c.stepParts = append(c.stepParts[:0], c.parts...)
+		c.stepPartsGen = c.partsGen
+	}
 	parts := c.stepParts
 	c.mu.Unlock()
 	for _, p := range parts {

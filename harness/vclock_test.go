@@ -136,6 +136,31 @@ func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
 	assert.Equal(t, []time.Duration{0, 3 * time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond}, p.settled[:4])
 }
 
+// TestVirtualClock_ParticipantsJoinAndLeaveBetweenSteps: a participant
+// that joins settles from the next step on, and one that left settles no
+// more (nor do its events move the clock).
+func TestVirtualClock_ParticipantsJoinAndLeaveBetweenSteps(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	c := NewVirtualClock(time.Time{})
+	g := c.NewGate()
+	c.AfterFunc(10*ms, g.Open) // a backstop, should the steps miss a participant
+	a := &fakeParticipant{c: c, wake: g, events: []time.Duration{2 * ms, 4 * ms, 6 * ms}}
+	leaveA := c.Join(a)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 2*ms, c.Elapsed())
+	b := &fakeParticipant{c: c, wake: g, events: []time.Duration{5 * ms}}
+	c.Join(b)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 4*ms, c.Elapsed())
+	leaveA()
+	settledA := len(a.settled)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 5*ms, c.Elapsed(), "b's event, not a's")
+	assert.Len(t, a.settled, settledA, "a left")
+	assert.Equal(t, []time.Duration{2 * ms, 4 * ms, 4 * ms, 5 * ms}, b.settled)
+}
+
 type fakeParticipant struct {
 	c       *VirtualClock
 	events  []time.Duration
