@@ -473,3 +473,31 @@ export default function () { plugin.arm(); }
 		})
 	}
 }
+
+// TestVU_MergedWithMatchesMerge: the merges PushTagged keeps (the last two
+// and the cache) give what merging anew gives, for extra tag sets taken in
+// turns that overflow the last two, and after the VU's tags change.
+func TestVU_MergedWithMatchesMerge(t *testing.T) {
+	v := &vu{tags: metrics.NewTags(map[string]string{"scenario": "s", "group": ""})}
+	extras := []metrics.Tags{
+		metrics.NewTags(map[string]string{"outcome": "completed"}),
+		metrics.NewTags(map[string]string{"role": "prefill"}),
+		metrics.NewTags(map[string]string{"outcome": "aborted", "scenario": "over"}),
+	}
+	tagMap := func(tags metrics.Tags) map[string]string {
+		m := map[string]string{}
+		for k, val := range tags.All() {
+			m[k] = val
+		}
+		return m
+	}
+	for round := range 3 {
+		if round == 2 {
+			v.tags = v.tags.With("group", "::g")
+		}
+		for _, i := range []int{0, 1, 0, 2, 1, 1, 2, 0} {
+			want := tagMap(v.tags.Merge(extras[i]))
+			assert.Equal(t, want, tagMap(v.mergedWith(extras[i])), "round %d, extra %d", round, i)
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,9 +33,13 @@ var DefaultVirtualEpoch = time.Date(2026, time.January, 1, 0, 0, 0, 0, time.UTC)
 //
 // The zero value is not usable; see NewVirtualClock.
 type VirtualClock struct {
-	mu       sync.Mutex
-	epoch    time.Time
-	now      time.Duration
+	mu    sync.Mutex
+	epoch time.Time
+	now   time.Duration
+	// nowAt is now for Now and Elapsed, which every sample and timestamp
+	// reads: a load rather than a turn of the mutex. It changes only
+	// with now, under mu.
+	nowAt    atomic.Int64
 	busy     bool            // a task (or the stepper) has the turn
 	runq     []chan struct{} // tasks ready to run, in the order they woke
 	stepping bool
@@ -42,9 +47,16 @@ type VirtualClock struct {
 	parkSeq  uint64 // orders parked gates
 	timers   timerHeap
 	parts    []*participant
-	// stepParts is stepOnce's copy of parts.
-	stepParts []*participant
-	parked    map[*vgate]struct{}
+	// stepParts is stepOnce's copy of parts, made when partsGen (bumped
+	// as participants join and leave) moved past stepPartsGen.
+	stepParts    []*participant
+	partsGen     uint64
+	stepPartsGen uint64
+	// parked are the parked gates whose context can end, for
+	// sweepLocked, in no order (each knows its index): one waiting on a
+	// context that never ends (a VU in a blocking request waits on
+	// Background) has nothing to sweep, and stays out.
+	parked []*vgate
 	// stalled is set while nothing runs and nothing is scheduled: only a
 	// gate opened from outside the run (or a cancellation) moves it on.
 	stalled bool
@@ -102,7 +114,7 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 	if epoch.IsZero() {
 		epoch = DefaultVirtualEpoch
 	}
-	c := &VirtualClock{epoch: epoch, busy: true, parked: map[*vgate]struct{}{}}
+	c := &VirtualClock{epoch: epoch, busy: true}
 	c.sweepFn = c.sweep
 	return c
 }
@@ -166,11 +178,11 @@ func (c *VirtualClock) Paced() bool { return c.pace != nil }
 // Lag reports how far behind the wall clock a paced clock is now and the
 // most it has been (zero for an unpaced clock).
 func (c *VirtualClock) Lag() (now, peak time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pace == nil {
+	if c.pace == nil { // set for good when the clock is made
 		return 0, 0
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.pace.lag, c.pace.peak
 }
 
@@ -184,16 +196,12 @@ func (c *VirtualClock) WallStart() time.Time {
 
 // Now returns the epoch plus the virtual time elapsed.
 func (c *VirtualClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.epoch.Add(c.now)
+	return c.epoch.Add(c.Elapsed())
 }
 
 // Elapsed is the virtual time since the clock started.
 func (c *VirtualClock) Elapsed() time.Duration {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
+	return time.Duration(c.nowAt.Load())
 }
 
 // Virtual is true.
@@ -315,6 +323,7 @@ func (c *VirtualClock) Join(p Participant) func() {
 	c.mu.Lock()
 	part := &participant{p: p}
 	c.parts = append(c.parts, part)
+	c.partsGen++
 	c.stalled = false
 	c.pokeLocked()
 	c.mu.Unlock()
@@ -324,6 +333,7 @@ func (c *VirtualClock) Join(p Participant) func() {
 		for i, q := range c.parts {
 			if q == part {
 				c.parts = append(c.parts[:i], c.parts[i+1:]...)
+				c.partsGen++
 				return
 			}
 		}
@@ -384,6 +394,7 @@ func (c *VirtualClock) advanceLocked(at time.Duration) {
 		return
 	}
 	c.now = at
+	c.nowAt.Store(int64(at))
 	for _, g := range c.yielders {
 		g.token = true
 		if g.parked {
@@ -481,8 +492,8 @@ func (c *VirtualClock) sweep() {
 // order they parked.
 func (c *VirtualClock) sweepLocked() {
 	var ended []*vgate
-	for g := range c.parked {
-		if g.ctx != nil && g.ctx.Err() != nil {
+	for _, g := range c.parked {
+		if g.ctx.Err() != nil {
 			ended = append(ended, g)
 		}
 	}
@@ -494,19 +505,29 @@ func (c *VirtualClock) sweepLocked() {
 
 // wakeLocked readies a parked waiter.
 func (c *VirtualClock) wakeLocked(g *vgate) {
-	delete(c.parked, g)
+	if g.canEnd {
+		// Swap the last gate into g's place.
+		last := c.parked[len(c.parked)-1]
+		c.parked[g.parkedAt], last.parkedAt = last, g.parkedAt
+		c.parked[len(c.parked)-1] = nil
+		c.parked = c.parked[:len(c.parked)-1]
+		g.canEnd = false
+	}
 	g.parked = false
 	c.readyLocked(g.turn)
 }
 
 // vgate is a Gate of a virtual clock.
 type vgate struct {
-	c       *VirtualClock
-	token   bool
-	parked  bool
-	parkSeq uint64
-	ctx     context.Context
-	turn    chan struct{}
+	c      *VirtualClock
+	token  bool
+	parked bool
+	// canEnd: parked on a context that can end, at c.parked[parkedAt].
+	canEnd   bool
+	parkedAt int
+	parkSeq  uint64
+	ctx      context.Context
+	turn     chan struct{}
 	// keepWatch is set on a sleeper's gate: its context watch (see Wait)
 	// outlasts the wait, in watched and unwatch, for the next wait on
 	// the same context. Reused gates only, so the watches stay few.
@@ -538,9 +559,13 @@ func (g *vgate) Wait(ctx context.Context) bool {
 			c.mu.Unlock()
 			return false
 		}
+		canEnd := ctx != nil && ctx.Done() != nil // Background never ends
 		c.parkSeq++
-		g.parked, g.parkSeq, g.ctx = true, c.parkSeq, ctx
-		c.parked[g] = struct{}{}
+		g.parked, g.parkSeq, g.ctx, g.canEnd = true, c.parkSeq, ctx, canEnd
+		if canEnd {
+			g.parkedAt = len(c.parked)
+			c.parked = append(c.parked, g)
+		}
 		c.busy = false
 		c.dispatchLocked()
 		c.mu.Unlock()
@@ -554,7 +579,7 @@ func (g *vgate) Wait(ctx context.Context) bool {
 		// sets off readies only waiters whose context has ended, which
 		// their own watches would ready all the same.
 		stop := func() bool { return false }
-		if ctx != nil && ctx.Done() != nil { // Background never ends: nothing to watch
+		if canEnd {
 			switch {
 			case !g.keepWatch:
 				stop = context.AfterFunc(ctx, c.sweepFn)
@@ -584,8 +609,12 @@ func (g *vgate) Wait(ctx context.Context) bool {
 func (c *VirtualClock) stepOnce() bool {
 	now := c.now
 	// A copy, as participants may join or leave while they settle; the
-	// stepper (one at a time) keeps its storage.
-	c.stepParts = append(c.stepParts[:0], c.parts...)
+	// stepper (one at a time) keeps its storage, and copies again only
+	// once they did.
+	if c.stepPartsGen != c.partsGen {
+		c.stepParts = append(c.stepParts[:0], c.parts...)
+		c.stepPartsGen = c.partsGen
+	}
 	parts := c.stepParts
 	c.mu.Unlock()
 	for _, p := range parts {

@@ -75,6 +75,53 @@ func TestVirtualClock_CancelledWaitersWakeBeforeTimeMoves(t *testing.T) {
 	assert.ErrorIs(t, context.Cause(ctx), context.DeadlineExceeded)
 }
 
+// TestVirtualClock_EndedWaitersWakeInParkOrder: waiters whose context
+// ends wake at that instant in the order they parked, however the Go
+// scheduler runs them, after one opened from among them left earlier; a
+// waiter on a context that never ends is left to its gate, and no parked
+// gate is left behind for the sweeps.
+func TestVirtualClock_EndedWaitersWakeInParkOrder(t *testing.T) {
+	t.Parallel()
+	for range 10 {
+		c := NewVirtualClock(time.Time{})
+		ctx, cancel := c.WithTimeout(context.Background(), time.Second)
+		other, cancelOther := context.WithCancel(context.Background())
+		early, never := c.NewGate(), c.NewGate()
+		c.AfterFunc(500*time.Millisecond, early.Open)
+		c.AfterFunc(2*time.Second, never.Open)
+		var mu sync.Mutex
+		var order []string
+		note := func(s string) {
+			mu.Lock()
+			order = append(order, s)
+			mu.Unlock()
+		}
+		ts := newTasks(c)
+		for i := range 6 {
+			ts.Go(func() {
+				switch i {
+				case 2: // opened while the others wait
+					assert.True(t, early.Wait(other))
+					note(fmt.Sprintf("early@%v", c.Elapsed()))
+				case 5:
+					assert.True(t, never.Wait(context.Background()))
+					note(fmt.Sprintf("never@%v", c.Elapsed()))
+				default:
+					assert.False(t, c.NewGate().Wait(ctx))
+					note(fmt.Sprintf("%d@%v", i, c.Elapsed()))
+				}
+			})
+		}
+		ts.Wait()
+		cancel()
+		cancelOther()
+		assert.Equal(t, []string{"early@500ms", "0@1s", "1@1s", "3@1s", "4@1s", "never@2s"}, order)
+		c.mu.Lock()
+		assert.Empty(t, c.parked)
+		c.mu.Unlock()
+	}
+}
+
 func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
 	t.Parallel()
 	c := NewVirtualClock(time.Time{})
@@ -87,6 +134,31 @@ func TestVirtualClock_ParticipantsSettleEachInstant(t *testing.T) {
 	require.True(t, g.Wait(context.Background()))
 	assert.Equal(t, 7*time.Millisecond, c.Elapsed())
 	assert.Equal(t, []time.Duration{0, 3 * time.Millisecond, 3 * time.Millisecond, 7 * time.Millisecond}, p.settled[:4])
+}
+
+// TestVirtualClock_ParticipantsJoinAndLeaveBetweenSteps: a participant
+// that joins settles from the next step on, and one that left settles no
+// more (nor do its events move the clock).
+func TestVirtualClock_ParticipantsJoinAndLeaveBetweenSteps(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	c := NewVirtualClock(time.Time{})
+	g := c.NewGate()
+	c.AfterFunc(10*ms, g.Open) // a backstop, should the steps miss a participant
+	a := &fakeParticipant{c: c, wake: g, events: []time.Duration{2 * ms, 4 * ms, 6 * ms}}
+	leaveA := c.Join(a)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 2*ms, c.Elapsed())
+	b := &fakeParticipant{c: c, wake: g, events: []time.Duration{5 * ms}}
+	c.Join(b)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 4*ms, c.Elapsed())
+	leaveA()
+	settledA := len(a.settled)
+	require.True(t, g.Wait(context.Background()))
+	assert.Equal(t, 5*ms, c.Elapsed(), "b's event, not a's")
+	assert.Len(t, a.settled, settledA, "a left")
+	assert.Equal(t, []time.Duration{2 * ms, 4 * ms, 4 * ms, 5 * ms}, b.settled)
 }
 
 type fakeParticipant struct {

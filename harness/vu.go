@@ -57,9 +57,14 @@ type vu struct {
 	// as an unawaited request) bound to the VU's context.
 	iterFailed bool
 
-	rng       *rand.PCG                 // Math.random's source
-	merged    map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
-	waitHooks []func()                  // WhenWaiting
+	rng    *rand.PCG                 // Math.random's source
+	merged map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
+	// recentMerges are PushTagged's last two merges, looked up before
+	// merged: a plugin pushing one request's samples goes back and forth
+	// between a couple of tag sets.
+	recentMerges [2]recentMerge
+	recentNext   int
+	waitHooks    []func() // WhenWaiting
 
 	imu    sync.Mutex // orders interrupts against activation changes
 	genInt uint64
@@ -135,6 +140,13 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 // group or custom tags do.
 type mergeKey struct{ base, extra metrics.TagsID }
 
+// recentMerge is one merge PushTagged made: tags is the merge key names
+// (the VU's tags and the extra tags, by identity).
+type recentMerge struct {
+	key  mergeKey
+	tags metrics.Tags
+}
+
 // maxMerged bounds PushTagged's cache; it starts over when full.
 const maxMerged = 256
 
@@ -144,17 +156,31 @@ func (v *vu) PushTagged(m *metrics.Metric, value float64, extra metrics.Tags) {
 	}
 	tags := v.tags
 	if extra.Len() > 0 {
-		key := mergeKey{v.tags.ID(), extra.ID()}
-		var ok bool
-		if tags, ok = v.merged[key]; !ok {
-			if v.merged == nil || len(v.merged) >= maxMerged {
-				v.merged = make(map[mergeKey]metrics.Tags)
-			}
-			tags = v.tags.Merge(extra)
-			v.merged[key] = tags
-		}
+		tags = v.mergedWith(extra)
 	}
 	v.t.push(metrics.Sample{Metric: m, Tags: tags, Time: v.t.clock.Now(), Value: value})
+}
+
+// mergedWith is v.tags with extra set over them, merged once per pair of
+// sets (extra is not empty, so no key is the zero key).
+func (v *vu) mergedWith(extra metrics.Tags) metrics.Tags {
+	key := mergeKey{v.tags.ID(), extra.ID()}
+	for i := range v.recentMerges {
+		if r := &v.recentMerges[i]; r.key == key {
+			return r.tags
+		}
+	}
+	tags, ok := v.merged[key]
+	if !ok {
+		if v.merged == nil || len(v.merged) >= maxMerged {
+			v.merged = make(map[mergeKey]metrics.Tags)
+		}
+		tags = v.tags.Merge(extra)
+		v.merged[key] = tags
+	}
+	v.recentMerges[v.recentNext] = recentMerge{key, tags}
+	v.recentNext = 1 - v.recentNext
+	return tags
 }
 
 // newVU creates a runtime and evaluates the script's init context in it.

@@ -293,7 +293,11 @@ func (inst *instance) sampleHeld(e *entry, st heldNow) {
 	if !inst.accepting() {
 		return
 	}
-	e.lastSample.Store(time.Now().UnixNano())
+	if !e.stepped {
+		// The periodic samples' shared period (sampleDue), which only
+		// clusters on the wall clock take.
+		e.lastSample.Store(time.Now().UnixNano())
+	}
 	v := st.now
 	for peak := int64(st.peak); ; {
 		last := e.lastPeak.Load()
@@ -336,9 +340,31 @@ const maxTagSets = 256
 // harness reuse its merge with the VU's tags. Only the VU's goroutine
 // calls it.
 func (inst *instance) tagSet(k tagKey) metrics.Tags {
-	if t, ok := inst.tagSets[k]; ok {
-		return t
+	// A request's samples take turns among a few sets: comparing keys
+	// with the last few costs less than hashing one. (k.e is never nil,
+	// so an empty slot matches nothing.)
+	for i := range inst.recentTags {
+		if r := &inst.recentTags[i]; r.key == k {
+			return r.tags
+		}
 	}
+	t, ok := inst.tagSets[k]
+	if !ok {
+		t = inst.newTagSet(k)
+	}
+	inst.recentTags[inst.recentNext] = recentTagSet{k, t}
+	inst.recentNext = (inst.recentNext + 1) % len(inst.recentTags)
+	return t
+}
+
+// recentTagSet is one of the tag sets tagSet handed out last.
+type recentTagSet struct {
+	key  tagKey
+	tags metrics.Tags
+}
+
+// newTagSet builds k's tag set and keeps it in the cache.
+func (inst *instance) newTagSet(k tagKey) metrics.Tags {
 	var kv []string
 	if k.hasRole {
 		kv = append(kv, "role", k.role)

@@ -92,8 +92,10 @@ type instance struct {
 	holds      map[*entry]cluster.TimeHold
 	waitHooked bool
 	tagSets    map[tagKey]metrics.Tags // tagSet's cache
-	blocking   blockingCall            // generate's wait on a stepped cluster
-	names      valueCache              // results' outcome and worker strings
+	recentTags [4]recentTagSet         // tagSet's last sets, looked at first
+	recentNext int
+	blocking   blockingCall // generate's wait on a stepped cluster
+	names      valueCache   // results' outcome and worker strings
 }
 
 // blockingCall is what a VU's blocking generate on a stepped cluster

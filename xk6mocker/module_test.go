@@ -594,3 +594,38 @@ func TestCascade_AbortThresholdCatchesARunWithoutAborts(t *testing.T) {
 	assert.Contains(t, res.stderr+res.stdout, "0 aborted")
 	assert.Regexp(t, `mocker_requests[^\n]*\n(?:[^\n]*\n)*?\s*\{outcome:aborted\}\s*\n\s*✗ 'count>0' count=0`, res.stdout)
 }
+
+// TestTagSet_RecentSetsMatchTheirKeys: the tag sets tagSet hands out from
+// its last few and from its cache carry their key's tags, for more keys
+// than it keeps recent, on two clusters, in any order.
+func TestTagSet_RecentSetsMatchTheirKeys(t *testing.T) {
+	inst := &instance{}
+	a := &entry{name: "a", engine: "vllm", router: "kv"}
+	b := &entry{name: "b", engine: "sglang", router: "round_robin"}
+	var keys []tagKey
+	for _, e := range []*entry{a, b} {
+		base := tagKey{e: e}
+		keys = append(keys, base, base.withOutcome("completed"), base.withOutcome(""),
+			base.withRole("prefill"), base.withRole("prefill").withOutcome("aborted"))
+	}
+	want := func(k tagKey) map[string]string {
+		var kv []string
+		if k.hasRole {
+			kv = append(kv, "role", k.role)
+		}
+		if k.hasOutcome {
+			kv = append(kv, "outcome", k.outcome)
+		}
+		return k.e.tags(kv...)
+	}
+	for round := range 3 {
+		for i := range keys {
+			k := keys[(i*7+round)%len(keys)]
+			got := map[string]string{}
+			for key, val := range inst.tagSet(k).All() {
+				got[key] = val
+			}
+			assert.Equal(t, want(k), got, "round %d, key %+v", round, k)
+		}
+	}
+}

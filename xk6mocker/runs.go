@@ -142,6 +142,11 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	e := newEntry(name, c, cfg, speedup)
 	e.stepped = true
 	e.clock = clock
+	if l, ok := clock.(interface {
+		Lag() (time.Duration, time.Duration)
+	}); ok {
+		e.lagOf = l.Lag
+	}
 	e.leave = clock.Join(&participant{c: c, speedup: speedup})
 	r.clusters[name] = e
 	return e, nil
@@ -192,12 +197,15 @@ type entry struct {
 	stepped bool
 	clock   harness.Clock
 	leave   func()
+	// lagOf is the clock's Lag, for a stepped cluster on a clock that has
+	// one (see clockLag): found once rather than per request.
+	lagOf func() (now, peak time.Duration)
 	// offTurn is the run's clock when the cluster runs outside it: a
 	// remote cluster under a paced clock, whose calls block on other
 	// processes and so must not hold the clock's turn (outside).
 	offTurn harness.Clock
 
-	lastSample atomic.Int64 // unix nanos of the last held-blocks sample
+	lastSample atomic.Int64 // unix nanos of the last held-blocks sample (wall clock only)
 	sampler    atomic.Bool  // a VU waiting in generate samples the gauge
 	// lastPeak is the cluster's peak held blocks as last pushed to
 	// mocker_kv_held_blocks: a sample that finds a higher peak carries it.
@@ -270,10 +278,8 @@ func (e *entry) outside(f func()) {
 // at most: its paced loop's on the wall clock, the run's clock when the
 // cluster is stepped on a paced clock.
 func (e *entry) clockLag() (now, peak time.Duration) {
-	if l, ok := e.clock.(interface {
-		Lag() (time.Duration, time.Duration)
-	}); ok && e.stepped {
-		return l.Lag()
+	if e.lagOf != nil {
+		return e.lagOf()
 	}
 	return e.c.ClockLag()
 }
