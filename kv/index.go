@@ -79,6 +79,25 @@ func (x *Index[V]) Get(h SeqHash) (V, bool) {
 	return zero, false
 }
 
+// Lookup returns a pointer to the value held for h, or nil if h is absent,
+// in one probe: a caller that updates a value in place, or deletes it,
+// need not look it up again. The pointer is valid until the next addition
+// or deletion.
+func (x *Index[V]) Lookup(h SeqHash) *V {
+	if h == 0 {
+		if x.hasZero {
+			return &x.zero
+		}
+		return nil
+	}
+	if len(x.entries) > 0 {
+		if e := x.slotFor(h); e.hash != 0 {
+			return &e.val
+		}
+	}
+	return nil
+}
+
 // Ref returns the value held for h, adding h with a zero value if absent
 // (added reports it), in one probe. The pointer is valid until the next
 // addition.

@@ -57,6 +57,12 @@ func TestIndex_MatchesAMap(t *testing.T) {
 					wv, wok := want[h]
 					require.Equal(t, wok, ok, "hash %x", uint64(h))
 					require.Equal(t, wv, v)
+					if p := x.Lookup(h); wok {
+						require.NotNil(t, p, "hash %x", uint64(h))
+						require.Equal(t, wv, *p)
+					} else {
+						require.Nil(t, p, "hash %x", uint64(h))
+					}
 				}
 			}
 		}

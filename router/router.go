@@ -139,7 +139,12 @@ type Router struct {
 	workers map[uint64]*worker
 	order   []*worker // registration order, for round-robin and repeatability
 	rr      [3]uint64 // round-robin counters by role
-	blocks  map[kv.SeqHash]blockRefs
+	// blocks holds the active blocks of requests in flight, by sequence
+	// hash. Each route adds and each free removes a request's blocks, so
+	// the table churns constantly: kv.Index takes that churn with one
+	// probe per block and no deleted-slot markers. Nothing iterates it,
+	// so its order never reaches a decision.
+	blocks kv.Index[blockRefs]
 	// reqs holds the requests in flight. Their states are kept apart from
 	// the map, and those of ended requests in spareStates for later ones:
 	// a map that churns through a request per route then moves 24-byte
@@ -176,7 +181,6 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		log:     slog.Default(),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers: make(map[uint64]*worker),
-		blocks:  make(map[kv.SeqHash]blockRefs),
 		reqs:    make(map[string]*reqState),
 		removed: make(map[uint64]struct{}),
 		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),

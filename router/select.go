@@ -106,10 +106,10 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 	}
 	// Only requests in flight with shared-block legs ref blocks; with none
 	// there is nothing to look up.
-	if reuse && len(r.blocks) > 0 {
+	if reuse && r.blocks.Len() > 0 {
 		for _, h := range req.SeqHashes {
-			e, ok := r.blocks[h]
-			if !ok {
+			e := r.blocks.Lookup(h)
+			if e == nil {
 				continue
 			}
 			e.first.w.shared++

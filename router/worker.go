@@ -128,9 +128,10 @@ type blockRefs struct {
 }
 
 // ref adds one reference from w to the block under h, counting a block that
-// is new to w in w's active blocks.
+// is new to w in w's active blocks. The entry is found, or added, in one
+// probe and updated in place.
 func (r *Router) ref(h kv.SeqHash, w *worker) {
-	e := r.blocks[h]
+	e, _ := r.blocks.Ref(h)
 	switch {
 	case e.first.w == nil:
 		e.first = holder{w, 1}
@@ -138,26 +139,21 @@ func (r *Router) ref(h kv.SeqHash, w *worker) {
 	case e.first.w == w:
 		e.first.refs++
 	default:
-		found := false
 		for i := range e.more {
 			if e.more[i].w == w {
 				e.more[i].refs++
-				found = true
-				break
+				return
 			}
 		}
-		if !found {
-			e.more = append(e.more, holder{w, 1})
-			w.active++
-		}
+		e.more = append(e.more, holder{w, 1})
+		w.active++
 	}
-	r.blocks[h] = e
 }
 
 // unref drops one reference from w to the block under h.
 func (r *Router) unref(h kv.SeqHash, w *worker) {
-	e, ok := r.blocks[h]
-	if !ok {
+	e := r.blocks.Lookup(h)
+	if e == nil {
 		return
 	}
 	if e.first.w == w {
@@ -168,11 +164,9 @@ func (r *Router) unref(h kv.SeqHash, w *worker) {
 				e.more[n-1] = holder{}
 				e.more = e.more[:n-1]
 			} else {
-				delete(r.blocks, h)
-				return
+				r.blocks.Delete(h)
 			}
 		}
-		r.blocks[h] = e
 		return
 	}
 	for i := range e.more {
@@ -186,7 +180,6 @@ func (r *Router) unref(h kv.SeqHash, w *worker) {
 			e.more[last] = holder{}
 			e.more = e.more[:last]
 		}
-		r.blocks[h] = e
 		return
 	}
 }
