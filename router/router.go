@@ -117,14 +117,27 @@ type leg struct {
 type reqState struct {
 	legs [2]leg
 	seq  uint64 // tells this request from an earlier one with the same id
+	// seqs holds the shared blocks a leg charges. It outlives the request,
+	// so the state's next request copies its blocks without allocating.
+	seqs []kv.SeqHash
 }
 
+// maxKeptSeqs bounds the block list a spare state keeps, so one very long
+// prompt does not pin its list's memory for good.
+const maxKeptSeqs = 4096
+
 // ageEntry records when a request was routed, for router_request_ttl_secs.
+// The request is still in flight while its state's seq is the entry's:
+// states are recycled, never freed, and each routing takes a new seq, so
+// the check needs no lookup by id.
 type ageEntry struct {
 	id    string
+	st    *reqState
 	seq   uint64
 	start time.Time
 }
+
+func (e *ageEntry) live() bool { return e.st.seq == e.seq }
 
 // Router places requests on workers. It is safe for concurrent use: routing
 // decisions, KV events and load reports are serialised by one mutex.
@@ -384,8 +397,9 @@ func (r *Router) route(req *Request, now time.Time) (uint64, error) {
 		return 0, err
 	}
 	w := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
-	st := reqState{}
-	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: slices.Clone(req.SeqHashes)}
+	st := r.newState()
+	st.seqs = append(st.seqs[:0], req.SeqHashes...)
+	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: st.seqs}
 	r.charge(&st.legs[0])
 	r.track(req.ID, st, now)
 	r.learn(w, req, now)
@@ -433,7 +447,7 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 	// The decode leg charges blocks, not uncached tokens, and weighs no
 	// overlap: its pick needs no index walk.
 	d := r.pick(r.dcands, req, 0, false, false)
-	st := reqState{}
+	st := r.newState()
 	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize), release: true}
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
 	r.charge(&st.legs[0])
@@ -528,10 +542,9 @@ func (r *Router) expire(now time.Time) {
 	}
 }
 
-// track starts tracking a routed request and its age.
-func (r *Router) track(id string, st reqState, now time.Time) {
-	r.reqSeq++
-	st.seq = r.reqSeq
+// newState returns an unused request state, with no legs, to fill in
+// and track.
+func (r *Router) newState() *reqState {
 	if len(r.spareStates) == 0 {
 		// More requests in flight than ever: states come 64 at a time.
 		slab := make([]reqState, 64)
@@ -539,17 +552,24 @@ func (r *Router) track(id string, st reqState, now time.Time) {
 			r.spareStates = append(r.spareStates, &slab[i])
 		}
 	}
-	p := r.spareStates[len(r.spareStates)-1]
+	st := r.spareStates[len(r.spareStates)-1]
 	r.spareStates = r.spareStates[:len(r.spareStates)-1]
-	*p = st
-	r.reqs[id] = p
-	r.ages = append(r.ages, ageEntry{id: id, seq: st.seq, start: now})
+	return st
+}
+
+// track starts tracking a routed request, whose state st came from
+// newState, and its age.
+func (r *Router) track(id string, st *reqState, now time.Time) {
+	r.reqSeq++
+	st.seq = r.reqSeq
+	r.reqs[id] = st
+	r.ages = append(r.ages, ageEntry{id: id, st: st, seq: st.seq, start: now})
 	// Entries of freed requests wait until the head reaches them; once they
 	// dominate, drop them so memory follows the requests in flight.
 	if n := len(r.ages) - r.agesHead; n > 2*len(r.reqs)+1024 {
 		kept := r.ages[:0]
 		for _, e := range r.ages[r.agesHead:] {
-			if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+			if e.live() {
 				kept = append(kept, e)
 			}
 		}
@@ -562,7 +582,11 @@ func (r *Router) track(id string, st reqState, now time.Time) {
 // longer; st is kept for a later request.
 func (r *Router) untrack(id string, st *reqState) {
 	delete(r.reqs, id)
-	*st = reqState{}
+	seqs := st.seqs
+	if cap(seqs) > maxKeptSeqs {
+		seqs = nil
+	}
+	*st = reqState{seqs: seqs[:0]}
 	r.spareStates = append(r.spareStates, st)
 }
 
@@ -572,7 +596,8 @@ func (r *Router) expireRequests(now time.Time) {
 	cutoff := now.Add(-r.reqTTL)
 	for r.agesHead < len(r.ages) {
 		e := r.ages[r.agesHead]
-		if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+		if e.live() {
+			st := e.st
 			if e.start.After(cutoff) {
 				break
 			}
