@@ -158,6 +158,14 @@ type Router struct {
 	// probe per block and no deleted-slot markers. Nothing iterates it,
 	// so its order never reaches a decision.
 	blocks kv.Index[blockRefs]
+	// mores holds the lists of blocks' further holders; spareMores the
+	// numbers of those free for reuse.
+	mores      [][]holder
+	spareMores []int32
+	// slots holds the registered workers by slot, the name the block
+	// table gives them; freeSlots the slots of removed workers.
+	slots     []*worker
+	freeSlots []int32
 	// reqs holds the requests in flight. Their states are kept apart from
 	// the map, and those of ended requests in spareStates for later ones:
 	// a map that churns through a request per route then moves 24-byte
@@ -249,6 +257,14 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 		return nil
 	}
 	w := &worker{info: info, role: role}
+	if n := len(r.freeSlots); n > 0 {
+		w.slot = r.freeSlots[n-1]
+		r.freeSlots = r.freeSlots[:n-1]
+		r.slots[w.slot] = w
+	} else {
+		w.slot = int32(len(r.slots))
+		r.slots = append(r.slots, w)
+	}
 	r.workers[info.ID] = w
 	r.order = append(r.order, w)
 	return nil
@@ -280,6 +296,9 @@ func (r *Router) RemoveWorker(id uint64) bool {
 	}
 	delete(r.workers, id)
 	r.order = slices.DeleteFunc(r.order, func(x *worker) bool { return x == w })
+	// Its requests released, no block names the slot any more.
+	r.slots[w.slot] = nil
+	r.freeSlots = append(r.freeSlots, w.slot)
 	r.unindex(id)
 	return true
 }

@@ -112,9 +112,11 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 			if e == nil {
 				continue
 			}
-			e.first.w.shared++
-			for _, o := range e.more {
-				o.w.shared++
+			r.slots[e.first.slot].shared++
+			if e.more != 0 {
+				for _, o := range r.mores[e.more-1] {
+					r.slots[o.slot].shared++
+				}
 			}
 		}
 	}
