@@ -9,13 +9,20 @@ import (
 
 // TestIndex_MatchesAMap: any sequence of additions and deletions, with
 // hashes chosen to collide and wrap around the table, and growth from the
-// zero value or a sized index, leaves the index answering every lookup as
-// a map would.
+// zero value or a sized index, half or a quarter full at most, leaves the
+// index answering every lookup as a map would, within its load.
 func TestIndex_MatchesAMap(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		var x Index[int32]
-		if rapid.Bool().Draw(t, "sized") {
+		switch rapid.IntRange(0, 2).Draw(t, "kind") {
+		case 1:
 			x = NewIndex[int32](rapid.IntRange(0, 40).Draw(t, "size"))
+		case 2:
+			x = NewSparseIndex[int32](rapid.IntRange(0, 40).Draw(t, "size"))
+		}
+		maxLoad := 2
+		if x.sparse {
+			maxLoad = 4
 		}
 		want := map[SeqHash]int32{}
 		// Eight homes, four at each end of a 16-entry table (and at the
@@ -50,6 +57,11 @@ func TestIndex_MatchesAMap(t *testing.T) {
 				delete(want, h)
 			}
 			require.Equal(t, len(want), x.Len())
+			inTable := x.Len()
+			if x.hasZero {
+				inTable-- // hash 0 is kept aside
+			}
+			require.GreaterOrEqual(t, len(x.entries), maxLoad*inTable, "load")
 			for home := range uint64(8) {
 				for tag := range uint64(8) {
 					h := hashOf(home, tag)
@@ -57,6 +69,12 @@ func TestIndex_MatchesAMap(t *testing.T) {
 					wv, wok := want[h]
 					require.Equal(t, wok, ok, "hash %x", uint64(h))
 					require.Equal(t, wv, v)
+					if p := x.Lookup(h); wok {
+						require.NotNil(t, p, "hash %x", uint64(h))
+						require.Equal(t, wv, *p)
+					} else {
+						require.Nil(t, p, "hash %x", uint64(h))
+					}
 				}
 			}
 		}

@@ -91,6 +91,47 @@ func TestRouter_RequestTTLExpiresForgottenRequests(t *testing.T) {
 	assert.Zero(t, ws.PrefillTokens)
 }
 
+// TestRouter_RequestTTLCountsFromTheLatestRouting: a request id freed and
+// routed again (its state recycled for the new routing) ages from the new
+// routing, even while the first routing's age entry is still queued behind
+// an older request; and the blocks a recycled state charges are the new
+// prompt's.
+func TestRouter_RequestTTLCountsFromTheLatestRouting(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(1_000, 0)
+	now := start
+	at := func(s int) { now = start.Add(time.Duration(s) * time.Second) }
+	cfg := router.DefaultConfig()
+	cfg.BlockSize, cfg.Mode = bs, router.ModeKV
+	r, err := router.New(cfg, router.WithClock(func() time.Time { return now }))
+	require.NoError(t, err)
+	require.NoError(t, r.AddWorker(agg(workerA)[0]))
+	probe := func() router.WorkerState {
+		route(t, r, "probe", "G")
+		r.Free("probe")
+		ws, _ := r.Worker(workerA)
+		return ws
+	}
+
+	route(t, r, "old", "Q") // holds the age queue's head until 300 s
+	at(10)
+	route(t, r, "x", "ABCD")
+	r.Free("x")
+	at(200)
+	route(t, r, "x", "EF")
+	at(320) // "old" and the first routing of x are over 300 s old
+	ws := probe()
+	assert.Equal(t, 1, ws.InFlight, "x was routed again 120 s ago")
+	assert.Equal(t, 2, ws.ActiveBlocks, "x holds EF's blocks")
+	assert.Equal(t, uint64(1), r.Stats().ExpiredRequests)
+
+	at(500) // the second routing of x is 300 s old
+	ws = probe()
+	assert.Zero(t, ws.InFlight)
+	assert.Zero(t, ws.ActiveBlocks)
+	assert.Equal(t, uint64(2), r.Stats().ExpiredRequests)
+}
+
 // TestRouter_PrefillTokensThresholdFrac: with
 // active_prefill_tokens_threshold_frac a worker is busy while its pending
 // prefill tokens exceed the fraction of its max_num_batched_tokens, 10M

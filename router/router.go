@@ -117,14 +117,27 @@ type leg struct {
 type reqState struct {
 	legs [2]leg
 	seq  uint64 // tells this request from an earlier one with the same id
+	// seqs holds the shared blocks a leg charges. It outlives the request,
+	// so the state's next request copies its blocks without allocating.
+	seqs []kv.SeqHash
 }
 
+// maxKeptSeqs bounds the block list a spare state keeps, so one very long
+// prompt does not pin its list's memory for good.
+const maxKeptSeqs = 4096
+
 // ageEntry records when a request was routed, for router_request_ttl_secs.
+// The request is still in flight while its state's seq is the entry's:
+// states are recycled, never freed, and each routing takes a new seq, so
+// the check needs no lookup by id.
 type ageEntry struct {
 	id    string
+	st    *reqState
 	seq   uint64
 	start time.Time
 }
+
+func (e *ageEntry) live() bool { return e.st.seq == e.seq }
 
 // Router places requests on workers. It is safe for concurrent use: routing
 // decisions, KV events and load reports are serialised by one mutex.
@@ -139,7 +152,20 @@ type Router struct {
 	workers map[uint64]*worker
 	order   []*worker // registration order, for round-robin and repeatability
 	rr      [3]uint64 // round-robin counters by role
-	blocks  map[kv.SeqHash]blockRefs
+	// blocks holds the active blocks of requests in flight, by sequence
+	// hash. Each route adds and each free removes a request's blocks, so
+	// the table churns constantly: kv.Index takes that churn with one
+	// probe per block and no deleted-slot markers. Nothing iterates it,
+	// so its order never reaches a decision.
+	blocks kv.Index[blockRefs]
+	// mores holds the lists of blocks' further holders; spareMores the
+	// numbers of those free for reuse.
+	mores      [][]holder
+	spareMores []int32
+	// slots holds the registered workers by slot, the name the block
+	// table gives them; freeSlots the slots of removed workers.
+	slots     []*worker
+	freeSlots []int32
 	// reqs holds the requests in flight. Their states are kept apart from
 	// the map, and those of ended requests in spareStates for later ones:
 	// a map that churns through a request per route then moves 24-byte
@@ -176,7 +202,6 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		log:     slog.Default(),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers: make(map[uint64]*worker),
-		blocks:  make(map[kv.SeqHash]blockRefs),
 		reqs:    make(map[string]*reqState),
 		removed: make(map[uint64]struct{}),
 		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),
@@ -232,6 +257,14 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 		return nil
 	}
 	w := &worker{info: info, role: role}
+	if n := len(r.freeSlots); n > 0 {
+		w.slot = r.freeSlots[n-1]
+		r.freeSlots = r.freeSlots[:n-1]
+		r.slots[w.slot] = w
+	} else {
+		w.slot = int32(len(r.slots))
+		r.slots = append(r.slots, w)
+	}
 	r.workers[info.ID] = w
 	r.order = append(r.order, w)
 	return nil
@@ -263,6 +296,9 @@ func (r *Router) RemoveWorker(id uint64) bool {
 	}
 	delete(r.workers, id)
 	r.order = slices.DeleteFunc(r.order, func(x *worker) bool { return x == w })
+	// Its requests released, no block names the slot any more.
+	r.slots[w.slot] = nil
+	r.freeSlots = append(r.freeSlots, w.slot)
 	r.unindex(id)
 	return true
 }
@@ -380,8 +416,9 @@ func (r *Router) route(req *Request, now time.Time) (uint64, error) {
 		return 0, err
 	}
 	w := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
-	st := reqState{}
-	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: slices.Clone(req.SeqHashes)}
+	st := r.newState()
+	st.seqs = append(st.seqs[:0], req.SeqHashes...)
+	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: st.seqs}
 	r.charge(&st.legs[0])
 	r.track(req.ID, st, now)
 	r.learn(w, req, now)
@@ -429,7 +466,7 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 	// The decode leg charges blocks, not uncached tokens, and weighs no
 	// overlap: its pick needs no index walk.
 	d := r.pick(r.dcands, req, 0, false, false)
-	st := reqState{}
+	st := r.newState()
 	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize), release: true}
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
 	r.charge(&st.legs[0])
@@ -524,10 +561,9 @@ func (r *Router) expire(now time.Time) {
 	}
 }
 
-// track starts tracking a routed request and its age.
-func (r *Router) track(id string, st reqState, now time.Time) {
-	r.reqSeq++
-	st.seq = r.reqSeq
+// newState returns an unused request state, with no legs, to fill in
+// and track.
+func (r *Router) newState() *reqState {
 	if len(r.spareStates) == 0 {
 		// More requests in flight than ever: states come 64 at a time.
 		slab := make([]reqState, 64)
@@ -535,17 +571,24 @@ func (r *Router) track(id string, st reqState, now time.Time) {
 			r.spareStates = append(r.spareStates, &slab[i])
 		}
 	}
-	p := r.spareStates[len(r.spareStates)-1]
+	st := r.spareStates[len(r.spareStates)-1]
 	r.spareStates = r.spareStates[:len(r.spareStates)-1]
-	*p = st
-	r.reqs[id] = p
-	r.ages = append(r.ages, ageEntry{id: id, seq: st.seq, start: now})
+	return st
+}
+
+// track starts tracking a routed request, whose state st came from
+// newState, and its age.
+func (r *Router) track(id string, st *reqState, now time.Time) {
+	r.reqSeq++
+	st.seq = r.reqSeq
+	r.reqs[id] = st
+	r.ages = append(r.ages, ageEntry{id: id, st: st, seq: st.seq, start: now})
 	// Entries of freed requests wait until the head reaches them; once they
 	// dominate, drop them so memory follows the requests in flight.
 	if n := len(r.ages) - r.agesHead; n > 2*len(r.reqs)+1024 {
 		kept := r.ages[:0]
 		for _, e := range r.ages[r.agesHead:] {
-			if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+			if e.live() {
 				kept = append(kept, e)
 			}
 		}
@@ -558,7 +601,11 @@ func (r *Router) track(id string, st reqState, now time.Time) {
 // longer; st is kept for a later request.
 func (r *Router) untrack(id string, st *reqState) {
 	delete(r.reqs, id)
-	*st = reqState{}
+	seqs := st.seqs
+	if cap(seqs) > maxKeptSeqs {
+		seqs = nil
+	}
+	*st = reqState{seqs: seqs[:0]}
 	r.spareStates = append(r.spareStates, st)
 }
 
@@ -568,7 +615,8 @@ func (r *Router) expireRequests(now time.Time) {
 	cutoff := now.Add(-r.reqTTL)
 	for r.agesHead < len(r.ages) {
 		e := r.ages[r.agesHead]
-		if st, ok := r.reqs[e.id]; ok && st.seq == e.seq {
+		if e.live() {
+			st := e.st
 			if e.start.After(cutoff) {
 				break
 			}

@@ -106,15 +106,17 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 	}
 	// Only requests in flight with shared-block legs ref blocks; with none
 	// there is nothing to look up.
-	if reuse && len(r.blocks) > 0 {
+	if reuse && r.blocks.Len() > 0 {
 		for _, h := range req.SeqHashes {
-			e, ok := r.blocks[h]
-			if !ok {
+			e := r.blocks.Lookup(h)
+			if e == nil {
 				continue
 			}
-			e.first.w.shared++
-			for _, o := range e.more {
-				o.w.shared++
+			r.slots[e.first.slot].shared++
+			if e.more != 0 {
+				for _, o := range r.mores[e.more-1] {
+					r.slots[o.slot].shared++
+				}
 			}
 		}
 	}

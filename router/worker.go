@@ -103,6 +103,7 @@ type WorkerState struct {
 type worker struct {
 	info     WorkerInfo
 	role     int
+	slot     int32 // index in Router.slots, which the block table names it by
 	inflight int
 	prefill  int // pending prefill tokens
 	active   int // predicted active blocks
@@ -113,80 +114,100 @@ type worker struct {
 	cost    float64
 }
 
-// holder is one worker's reference count on a shared block.
+// holder is one worker's reference count on a shared block. It names the
+// worker by slot, not pointer, so the block table holds no pointers: the
+// garbage collector neither scans it nor takes write barriers as entries
+// move.
 type holder struct {
-	w    *worker
+	slot int32
 	refs int32
 }
 
 // blockRefs records which workers hold a block actively and how many of
 // their in-flight requests use it. The first holder is inline because most
-// blocks live on one worker.
+// blocks live on one worker; the others, rare, are in the list
+// Router.mores[more-1] (more 0: none).
 type blockRefs struct {
 	first holder
-	more  []holder
+	more  int32
 }
 
 // ref adds one reference from w to the block under h, counting a block that
-// is new to w in w's active blocks.
+// is new to w in w's active blocks. The entry is found, or added, in one
+// probe and updated in place.
 func (r *Router) ref(h kv.SeqHash, w *worker) {
-	e := r.blocks[h]
+	e, added := r.blocks.Ref(h)
 	switch {
-	case e.first.w == nil:
-		e.first = holder{w, 1}
+	case added:
+		e.first = holder{w.slot, 1}
 		w.active++
-	case e.first.w == w:
+	case e.first.slot == w.slot:
 		e.first.refs++
 	default:
-		found := false
-		for i := range e.more {
-			if e.more[i].w == w {
-				e.more[i].refs++
-				found = true
-				break
+		if e.more == 0 {
+			e.more = r.newMore()
+		}
+		more := &r.mores[e.more-1]
+		for i := range *more {
+			if (*more)[i].slot == w.slot {
+				(*more)[i].refs++
+				return
 			}
 		}
-		if !found {
-			e.more = append(e.more, holder{w, 1})
-			w.active++
-		}
+		*more = append(*more, holder{w.slot, 1})
+		w.active++
 	}
-	r.blocks[h] = e
 }
 
 // unref drops one reference from w to the block under h.
 func (r *Router) unref(h kv.SeqHash, w *worker) {
-	e, ok := r.blocks[h]
-	if !ok {
+	e := r.blocks.Lookup(h)
+	if e == nil {
 		return
 	}
-	if e.first.w == w {
+	if e.first.slot == w.slot {
 		if e.first.refs--; e.first.refs == 0 {
 			w.active--
-			if n := len(e.more); n > 0 {
-				e.first = e.more[n-1]
-				e.more[n-1] = holder{}
-				e.more = e.more[:n-1]
+			if e.more != 0 && len(r.mores[e.more-1]) > 0 {
+				more := r.mores[e.more-1]
+				n := len(more) - 1
+				e.first = more[n]
+				r.mores[e.more-1] = more[:n]
 			} else {
-				delete(r.blocks, h)
-				return
+				if e.more != 0 {
+					r.spareMores = append(r.spareMores, e.more)
+				}
+				r.blocks.Delete(h)
 			}
 		}
-		r.blocks[h] = e
 		return
 	}
-	for i := range e.more {
-		if e.more[i].w != w {
+	if e.more == 0 {
+		return
+	}
+	more := r.mores[e.more-1]
+	for i := range more {
+		if more[i].slot != w.slot {
 			continue
 		}
-		if e.more[i].refs--; e.more[i].refs == 0 {
+		if more[i].refs--; more[i].refs == 0 {
 			w.active--
-			last := len(e.more) - 1
-			e.more[i] = e.more[last]
-			e.more[last] = holder{}
-			e.more = e.more[:last]
+			last := len(more) - 1
+			more[i] = more[last]
+			r.mores[e.more-1] = more[:last]
 		}
-		r.blocks[h] = e
 		return
 	}
+}
+
+// newMore returns the number (index + 1) of an empty list in r.mores for a
+// block's further holders, reusing one of a block no longer active.
+func (r *Router) newMore() int32 {
+	if n := len(r.spareMores); n > 0 {
+		m := r.spareMores[n-1]
+		r.spareMores = r.spareMores[:n-1]
+		return m
+	}
+	r.mores = append(r.mores, nil)
+	return int32(len(r.mores))
 }

@@ -246,7 +246,10 @@ func (x *Indexer) worker(id uint64) *workerState {
 		x.last = ws
 		return ws
 	}
-	ws := &workerState{id: id}
+	// A worker's keys churn with its pool, its table's size held just
+	// under a growth point: a sparse table keeps its probes and deletions'
+	// shift runs short there.
+	ws := &workerState{id: id, blocks: kv.NewSparseIndex[*node](0)}
 	if n := len(x.free); n > 0 {
 		ws.slot = x.free[n-1]
 		x.free = x.free[:n-1]
