@@ -37,6 +37,9 @@ type blockPool struct {
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
 
 	ev kvRecorder
+	// touched keeps the reads of the batched operations' prefetches from
+	// being optimised away; its value means nothing.
+	touched uint32
 }
 
 func newBlockPool(total int, emit bool) *blockPool {
@@ -127,6 +130,60 @@ func (p *blockPool) alloc() (int32, bool) {
 	return s, true
 }
 
+// allocN appends up to n fresh private blocks to dst, each with one
+// reference, and returns it: the blocks n calls of alloc would return, in
+// the same order, with the same evictions and Removed events. It stops
+// short only when every block is active.
+//
+// Evictions take a run from the LRU's head, so the list is cut once instead
+// of unlinked block by block, and the walk down the run reads the home
+// entries of the evicted hashes in the index: reads that do not wait on
+// each other, so the removals that follow find them in cache instead of
+// missing on each in turn.
+func (p *blockPool) allocN(dst []int32, n int) []int32 {
+	if k := min(n, len(p.free)); k > 0 {
+		top := len(p.free) - 1
+		for i := range k {
+			s := p.free[top-i]
+			p.blocks[s] = pblock{ref: 1, prev: noSlot, next: noSlot}
+			dst = append(dst, s)
+		}
+		p.free = p.free[:top+1-k]
+		p.active += k
+		n -= k
+	}
+	if n == 0 || p.lruHead == noSlot {
+		return dst
+	}
+	start := len(dst)
+	var touched uint32
+	entries, mask := p.index.entries, p.index.mask
+	s := p.lruHead
+	for ; n > 0 && s != noSlot; n-- {
+		b := &p.blocks[s]
+		touched += entries[uint64(b.hash)&mask].low
+		dst = append(dst, s)
+		s = b.next
+	}
+	p.touched += touched
+	p.lruHead = s
+	if s == noSlot {
+		p.lruTail = noSlot
+	} else {
+		p.blocks[s].prev = noSlot
+	}
+	evicted := dst[start:]
+	p.inactive -= len(evicted)
+	p.active += len(evicted)
+	for _, s := range evicted {
+		b := &p.blocks[s]
+		p.index.remove(b.hash, p.blocks)
+		p.ev.removed(b.hash)
+		*b = pblock{ref: 1, prev: noSlot, next: noSlot}
+	}
+	return dst
+}
+
 // release drops one non-hold reference.
 func (p *blockPool) release(s int32) {
 	b := &p.blocks[s]
@@ -138,6 +195,26 @@ func (p *blockPool) release(s int32) {
 	case b.held == b.ref:
 		p.heldOnly++
 	}
+}
+
+// releaseAll drops one non-hold reference from each of slots, last slot
+// first, as that many calls of release would: a sequence's tail enters the
+// inactive LRU before its prefix, so it is evicted first.
+func (p *blockPool) releaseAll(slots []int32) {
+	active, heldOnly := p.active, p.heldOnly
+	for i := len(slots) - 1; i >= 0; i-- {
+		s := slots[i]
+		b := &p.blocks[s]
+		b.ref--
+		switch {
+		case b.ref == 0:
+			active--
+			p.retire(s)
+		case b.held == b.ref:
+			heldOnly++
+		}
+	}
+	p.active, p.heldOnly = active, heldOnly
 }
 
 // hold turns one of the caller's references into a hold.
@@ -163,6 +240,40 @@ func (p *blockPool) releaseHold(s int32) {
 	}
 }
 
+// holdAll turns one of the caller's references to each of slots into a
+// hold.
+func (p *blockPool) holdAll(slots []int32) {
+	heldOnly := p.heldOnly
+	for _, s := range slots {
+		b := &p.blocks[s]
+		b.held++
+		if b.held == b.ref {
+			heldOnly++
+		}
+	}
+	p.heldOnly = heldOnly
+}
+
+// releaseHoldAll drops one hold reference from each of slots, last slot
+// first, as that many calls of releaseHold would.
+func (p *blockPool) releaseHoldAll(slots []int32) {
+	active, heldOnly := p.active, p.heldOnly
+	for i := len(slots) - 1; i >= 0; i-- {
+		s := slots[i]
+		b := &p.blocks[s]
+		if b.held == b.ref && b.ref == 1 {
+			heldOnly--
+		}
+		b.held--
+		b.ref--
+		if b.ref == 0 {
+			active--
+			p.retire(s)
+		}
+	}
+	p.active, p.heldOnly = active, heldOnly
+}
+
 // retire files a block nobody references: indexed blocks stay findable in the
 // inactive LRU (most recently used at the tail), private ones are freed.
 func (p *blockPool) retire(s int32) {
@@ -186,6 +297,26 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 	}
 	b.indexed = true
 	p.ev.stored(h, local, parent, hasParent)
+}
+
+// storeRun stores a run of consecutive blocks of one sequence: slots[i]
+// just filled hashes[i] (token hash locals[i]), whose parent is the
+// previous hash of the run, the first one's parent, when hasParent. It is
+// that many calls of store, in order, but reads the home entries of all
+// the hashes in the index first: independent reads that overlap, instead
+// of one cache miss per add in turn.
+func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, parent kv.SeqHash, hasParent bool) {
+	hashes, locals = hashes[:len(slots)], locals[:len(slots)]
+	var touched uint32
+	entries, mask := p.index.entries, p.index.mask
+	for _, h := range hashes {
+		touched += entries[uint64(h)&mask].low
+	}
+	p.touched += touched
+	for i, s := range slots {
+		p.store(s, hashes[i], locals[i], parent, hasParent)
+		parent, hasParent = hashes[i], true
+	}
 }
 
 // audit recounts the pool from its blocks and reports the first
