@@ -94,16 +94,28 @@ func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
 	}
 	// Every entry up to the next empty one whose probe passes through the
 	// gap at i moves into it, which opens a gap where it was.
-	for j := (i + 1) & x.mask; x.entries[j].slot1 != 0; j = (j + 1) & x.mask {
-		k := uint64(x.entries[j].low) & x.mask
-		// The entry at j stays if its home lies cyclically in (i, j].
-		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
-			continue
+	entries, mask := x.entries, x.mask
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		e := entries[j]
+		if e.slot1 == 0 {
+			break
 		}
-		x.entries[i] = x.entries[j]
-		i = j
+		// The entry at j moves if its home does not lie cyclically in
+		// (i, j]: if i is no farther from j, going backwards, than its
+		// home. Whether it moves is as good as random, so the move is
+		// made without a branch: an entry that stays is written back in
+		// place.
+		move := (j-uint64(e.low))&mask >= (j-i)&mask
+		to := j
+		if move {
+			to = i
+		}
+		entries[to] = e
+		if move {
+			i = j
+		}
 	}
-	x.entries[i] = slotEntry{}
+	entries[i] = slotEntry{}
 	x.n--
 	return true
 }
