@@ -6,12 +6,19 @@ import "github.com/kvstrand/mocker/kv"
 // the block indexed under it. It is kv.Index's open addressing with
 // backward-shift deletion, but an entry keeps only the low 32 bits of its
 // hash beside the slot: the full hash is the block's own, read from the
-// pool when the low bits match. Entries of 8 bytes, eight to a cache line,
-// halve the table a full pool's store-and-evict churn probes at random, and
-// the block read to confirm a match is one its caller reads anyway.
+// pool when the low bits match. Entries are 8 bytes, eight to a cache line,
+// and the block read to confirm a match is one its caller reads anyway.
+//
+// The table is kept at most a quarter full. A full pool's store-and-evict
+// churn probes it at random, and at half load whether the next entry is
+// empty is a coin toss: the probes' and the deletion's mispredicted
+// branches cost more than the table's footprint saves. At a quarter the
+// home entry is nearly always the last one read, for a table of 32 to 64
+// bytes per block (a power of two entries).
 //
 // The low bits are also the hash's home position, so tables are limited
-// to 2^32 entries, past any pool's num_gpu_blocks.
+// to 2^32 entries: pools of up to 2^30 blocks, 32 GiB of them, past any
+// num_gpu_blocks a process holds.
 type slotIndex struct {
 	entries []slotEntry
 	mask    uint64
@@ -31,10 +38,10 @@ func newSlotIndex(n int) slotIndex {
 	return x
 }
 
-// resize makes room for n hashes at a load of at most one half.
+// resize makes room for n hashes at a load of at most one quarter.
 func (x *slotIndex) resize(n int) {
 	size := 16
-	for size < 2*n {
+	for size < 4*n {
 		size <<= 1
 	}
 	old := x.entries
@@ -73,7 +80,7 @@ func (x *slotIndex) get(h kv.SeqHash, blocks []pblock) (int32, bool) {
 // add indexes slot under h unless h is indexed already; it reports whether
 // it did. blocks[slot].hash must be h.
 func (x *slotIndex) add(h kv.SeqHash, slot int32, blocks []pblock) bool {
-	if 2*(x.n+1) > len(x.entries) {
+	if 4*(x.n+1) > len(x.entries) {
 		x.resize(x.n + 1)
 	}
 	e := &x.entries[x.find(h, blocks)]
