@@ -260,12 +260,13 @@ func (v *Virtual) Next() (at float64, blocked, ok bool) {
 	if !ok {
 		return 0, false, false
 	}
-	if batch < 0 && v.q[0].kind == vTicket {
-		if f := v.tickets[v.q[0].seq]; !f.filled {
-			return at, true, true
-		}
-	}
-	return at, false, true
+	return at, batch < 0 && v.headBlocked(), true
+}
+
+// headBlocked reports whether the queue's head is a ticket still waiting
+// to be filled.
+func (v *Virtual) headBlocked() bool {
+	return v.q[0].kind == vTicket && !v.tickets[v.q[0].seq].filled
 }
 
 // AdvanceTo moves the clock forward to t without processing anything, for
@@ -295,7 +296,8 @@ func (v *Virtual) RunUntil(until float64) error {
 			v.fireBatch(batch)
 			continue
 		}
-		if _, blocked, _ := v.Next(); blocked {
+		// The head is the earliest event: Next would find it again.
+		if v.headBlocked() {
 			return v.err
 		}
 		e := v.pop()
