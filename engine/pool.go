@@ -152,16 +152,21 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		p.active += k
 		n -= k
 	}
-	if n == 0 || p.lruHead == noSlot {
+	if n <= 0 || p.lruHead == noSlot {
 		return dst
 	}
+	n = min(n, p.inactive)
 	start := len(dst)
+	removed := p.ev.removedRun(n)
 	var touched uint32
 	entries, mask := p.index.entries, p.index.mask
 	s := p.lruHead
-	for ; n > 0 && s != noSlot; n-- {
+	for i := range n {
 		b := &p.blocks[s]
 		touched += entries[uint64(b.hash)&mask].low
+		if removed != nil {
+			removed[i] = b.hash
+		}
 		dst = append(dst, s)
 		s = b.next
 	}
@@ -172,13 +177,11 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	} else {
 		p.blocks[s].prev = noSlot
 	}
-	evicted := dst[start:]
-	p.inactive -= len(evicted)
-	p.active += len(evicted)
-	for _, s := range evicted {
+	p.inactive -= n
+	p.active += n
+	for _, s := range dst[start:] {
 		b := &p.blocks[s]
 		p.index.remove(b.hash, p.blocks)
-		p.ev.removed(b.hash)
 		*b = pblock{ref: 1, prev: noSlot, next: noSlot}
 	}
 	return dst
@@ -313,9 +316,25 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 		touched += entries[uint64(h)&mask].low
 	}
 	p.touched += touched
+	// chained: the previous block of the run was the last one recorded,
+	// so the next one recorded joins its event.
+	chained := false
 	for i, s := range slots {
-		p.store(s, hashes[i], locals[i], parent, hasParent)
-		parent, hasParent = hashes[i], true
+		h := hashes[i]
+		b := &p.blocks[s]
+		b.hash = h
+		switch {
+		case !p.index.add(h, s, p.blocks):
+			chained = false
+		case chained:
+			b.indexed = true
+			p.ev.storedNext(h, locals[i])
+		default:
+			b.indexed = true
+			p.ev.stored(h, locals[i], parent, hasParent)
+			chained = p.ev.emit
+		}
+		parent, hasParent = h, true
 	}
 }
 
