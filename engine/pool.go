@@ -58,6 +58,10 @@ func newBlockPool(total int, emit bool) *blockPool {
 	return p
 }
 
+// touch brings the index entries of hs into cache ahead of their lookups
+// (see slotIndex.touch).
+func (p *blockPool) touch(hs []kv.SeqHash) { p.touched += p.index.touch(hs) }
+
 // lookup returns the indexed block for h.
 func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
 	return p.index.get(h, p.blocks)
@@ -310,12 +314,7 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 // of one cache miss per add in turn.
 func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, parent kv.SeqHash, hasParent bool) {
 	hashes, locals = hashes[:len(slots)], locals[:len(slots)]
-	var touched uint32
-	entries, mask := p.index.entries, p.index.mask
-	for _, h := range hashes {
-		touched += entries[uint64(h)&mask].low
-	}
-	p.touched += touched
+	p.touched += p.index.touch(hashes)
 	// chained: the previous block of the run was the last one recorded,
 	// so the next one recorded joins its event.
 	chained := false

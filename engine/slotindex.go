@@ -71,6 +71,18 @@ func (x *slotIndex) find(h kv.SeqHash, blocks []pblock) uint64 {
 	}
 }
 
+// touch reads the home entry of each of hs and returns a value that
+// depends on them: reads that do not wait on each other, so that lookups,
+// adds or removals of hs that follow find their entries in cache instead of
+// missing on each in turn. The value means nothing.
+func (x *slotIndex) touch(hs []kv.SeqHash) uint32 {
+	var sum uint32
+	for _, h := range hs {
+		sum += x.entries[uint64(h)&x.mask].low
+	}
+	return sum
+}
+
 // get returns the slot indexed under h.
 func (x *slotIndex) get(h kv.SeqHash, blocks []pblock) (int32, bool) {
 	e := x.entries[x.find(h, blocks)]

@@ -497,6 +497,10 @@ func (v *VLLM) freeBlocks(s *seq) {
 	s.computed = 0
 }
 
+// prefixTouch is how many index entries of a prefix walk prefixHits reads
+// ahead of its lookups.
+const prefixTouch = 8
+
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
 // logits produce the next token). active counts hits on referenced blocks,
@@ -510,6 +514,12 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 	limit := (s.length - 1) / v.bs
 	s.ensureHashes(limit, v.bs)
 	for hits < limit {
+		// The lookups wait on each other only through the hit test: the
+		// index entries of the next few are read at once, so that their
+		// cache misses overlap. A few, not all: most walks end early.
+		if hits%prefixTouch == 0 {
+			v.pool.touch(s.hashes[hits:min(hits+prefixTouch, limit)])
+		}
 		slot, ok := v.pool.lookup(s.hashes[hits])
 		if !ok {
 			break
