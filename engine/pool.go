@@ -6,7 +6,7 @@ import (
 	"github.com/kvstrand/mocker/kv"
 )
 
-// noSlot marks an absent link in the intrusive LRU list.
+// noSlot is no block: alloc's answer when every block is active.
 const noSlot = -1
 
 // pblock is one physical KV block. Blocks live in a slice and are named by
@@ -15,8 +15,9 @@ type pblock struct {
 	hash kv.SeqHash
 	ref  int32 // all references, holds included
 	held int32 // references that are holds
-	prev int32 // LRU links, valid while inactive
-	next int32
+	// lruPos is the block's position in the inactive LRU while it is
+	// inactive, 0 otherwise.
+	lruPos uint64
 	// indexed: the block is the pool's copy of hash, findable by prefix
 	// matching. Private blocks (partial tails, duplicates, prefix caching
 	// off) are never indexed and go straight back to the free list.
@@ -26,12 +27,26 @@ type pblock struct {
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
 // blocks that still serve prefix hits. Counters are kept incrementally and
 // audit recounts them from scratch.
+//
+// The LRU is a ring of slots in the order they became inactive, positions
+// counting up from 1 without end: the entry at position q is
+// lru[q&lruMask], and it stands for its block while the block's lruPos is
+// q. A block revived by a prefix hit leaves a stale entry behind, which
+// eviction skips and compaction drops. Eviction reads the ring in order
+// and the blocks it names independently of each other, where a linked list
+// would chase one block's link to find the next: a full pool evicts a
+// request's worth of blocks at a time, and those reads' cache misses now
+// overlap.
 type blockPool struct {
-	blocks   []pblock
-	free     []int32
-	index    slotIndex
-	lruHead  int32 // least recently used inactive block
-	lruTail  int32
+	blocks  []pblock
+	free    []int32
+	index   slotIndex
+	lru     []int32
+	lruMask uint64
+	// Positions [lruHead, lruTail) of the ring are in use; the least
+	// recently used inactive block is the first valid entry from lruHead.
+	lruHead  uint64
+	lruTail  uint64
 	active   int
 	inactive int
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
@@ -43,12 +58,20 @@ type blockPool struct {
 }
 
 func newBlockPool(total int, emit bool) *blockPool {
+	// Room for twice the blocks, so that a compaction, which leaves at
+	// most every block, frees at least half the ring.
+	ring := 1
+	for ring < 2*total {
+		ring <<= 1
+	}
 	p := &blockPool{
 		blocks:  make([]pblock, total),
 		free:    make([]int32, total),
 		index:   newSlotIndex(total),
-		lruHead: noSlot,
-		lruTail: noSlot,
+		lru:     make([]int32, ring),
+		lruMask: uint64(ring - 1),
+		lruHead: 1,
+		lruTail: 1,
 		ev:      kvRecorder{emit: emit},
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
@@ -70,30 +93,63 @@ func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
 // isActive reports whether slot is referenced.
 func (p *blockPool) isActive(slot int32) bool { return p.blocks[slot].ref > 0 }
 
+// lruRemove takes inactive block s out of the LRU. Its entry goes stale,
+// unless it is the newest, which is dropped: a prefix hit usually revives
+// the blocks a request released last.
 func (p *blockPool) lruRemove(s int32) {
 	b := &p.blocks[s]
-	if b.prev != noSlot {
-		p.blocks[b.prev].next = b.next
-	} else {
-		p.lruHead = b.next
+	if b.lruPos != 0 && b.lruPos == p.lruTail-1 {
+		p.lruTail--
 	}
-	if b.next != noSlot {
-		p.blocks[b.next].prev = b.prev
-	} else {
-		p.lruTail = b.prev
-	}
-	b.prev, b.next = noSlot, noSlot
+	b.lruPos = 0
 }
 
+// lruPush makes s the most recently used inactive block.
 func (p *blockPool) lruPush(s int32) {
-	b := &p.blocks[s]
-	b.prev, b.next = p.lruTail, noSlot
-	if p.lruTail != noSlot {
-		p.blocks[p.lruTail].next = s
-	} else {
-		p.lruHead = s
+	if p.lruTail-p.lruHead == uint64(len(p.lru)) {
+		p.lruCompact()
 	}
-	p.lruTail = s
+	p.lru[p.lruTail&p.lruMask] = s
+	p.blocks[s].lruPos = p.lruTail
+	p.lruTail++
+}
+
+// lruCompact drops the stale entries of a full ring, moving the valid ones
+// up towards the head in order. They are at most every block, so at least
+// half the ring comes free.
+func (p *blockPool) lruCompact() {
+	w := p.lruHead
+	for q := p.lruHead; q < p.lruTail; q++ {
+		s := p.lru[q&p.lruMask]
+		if b := &p.blocks[s]; b.lruPos == q {
+			p.lru[w&p.lruMask] = s
+			b.lruPos = w
+			w++
+		}
+	}
+	p.lruTail = w
+}
+
+// lruOldest is the least recently used inactive block, of which there
+// must be one; the stale entries before it are dropped.
+func (p *blockPool) lruOldest() int32 {
+	for {
+		if s := p.lru[p.lruHead&p.lruMask]; p.blocks[s].lruPos == p.lruHead {
+			return s
+		}
+		p.lruHead++
+	}
+}
+
+// lruOrder is the inactive blocks, least recently used first.
+func (p *blockPool) lruOrder() []int32 {
+	var out []int32
+	for q := p.lruHead; q < p.lruTail; q++ {
+		if s := p.lru[q&p.lruMask]; p.blocks[s].lruPos == q {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // acquire adds a reference to an indexed block found by a prefix hit,
@@ -119,9 +175,9 @@ func (p *blockPool) alloc() (int32, bool) {
 	if n := len(p.free); n > 0 {
 		s = p.free[n-1]
 		p.free = p.free[:n-1]
-	} else if p.lruHead != noSlot {
-		s = p.lruHead
-		p.lruRemove(s)
+	} else if p.inactive > 0 {
+		s = p.lruOldest()
+		p.lruHead++
 		p.inactive--
 		b := &p.blocks[s]
 		p.index.remove(b.hash, p.blocks)
@@ -129,7 +185,7 @@ func (p *blockPool) alloc() (int32, bool) {
 	} else {
 		return noSlot, false
 	}
-	p.blocks[s] = pblock{ref: 1, prev: noSlot, next: noSlot}
+	p.blocks[s] = pblock{ref: 1}
 	p.active++
 	return s, true
 }
@@ -139,54 +195,51 @@ func (p *blockPool) alloc() (int32, bool) {
 // the same order, with the same evictions and Removed events. It stops
 // short only when every block is active.
 //
-// Evictions take a run from the LRU's head, so the list is cut once instead
-// of unlinked block by block, and the walk down the run reads the home
-// entries of the evicted hashes in the index: reads that do not wait on
-// each other, so the removals that follow find them in cache instead of
-// missing on each in turn.
+// Evictions take a run from the LRU's head, and the walk down the run reads
+// the home entries of the evicted hashes in the index: reads that do not
+// wait on each other, so the removals that follow find them in cache
+// instead of missing on each in turn.
 func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	if k := min(n, len(p.free)); k > 0 {
 		top := len(p.free) - 1
 		for i := range k {
 			s := p.free[top-i]
-			p.blocks[s] = pblock{ref: 1, prev: noSlot, next: noSlot}
+			p.blocks[s] = pblock{ref: 1}
 			dst = append(dst, s)
 		}
 		p.free = p.free[:top+1-k]
 		p.active += k
 		n -= k
 	}
-	if n <= 0 || p.lruHead == noSlot {
+	if n = min(n, p.inactive); n <= 0 {
 		return dst
 	}
-	n = min(n, p.inactive)
 	start := len(dst)
 	removed := p.ev.removedRun(n)
 	var touched uint32
 	entries, mask := p.index.entries, p.index.mask
-	s := p.lruHead
-	for i := range n {
+	q := p.lruHead
+	for i := 0; i < n; q++ {
+		s := p.lru[q&p.lruMask]
 		b := &p.blocks[s]
+		if b.lruPos != q {
+			continue // revived since it was filed
+		}
 		touched += entries[uint64(b.hash)&mask].low
 		if removed != nil {
 			removed[i] = b.hash
 		}
 		dst = append(dst, s)
-		s = b.next
+		i++
 	}
 	p.touched += touched
-	p.lruHead = s
-	if s == noSlot {
-		p.lruTail = noSlot
-	} else {
-		p.blocks[s].prev = noSlot
-	}
+	p.lruHead = q
 	p.inactive -= n
 	p.active += n
 	for _, s := range dst[start:] {
 		b := &p.blocks[s]
 		p.index.remove(b.hash, p.blocks)
-		*b = pblock{ref: 1, prev: noSlot, next: noSlot}
+		*b = pblock{ref: 1}
 	}
 	return dst
 }
@@ -353,11 +406,19 @@ func (p *blockPool) audit() error {
 			}
 		}
 	}
-	for s := p.lruHead; s != noSlot; s = p.blocks[s].next {
+	for _, s := range p.lruOrder() {
 		if p.blocks[s].ref != 0 || !p.blocks[s].indexed {
 			return fmt.Errorf("block %d in inactive LRU with ref %d indexed %v", s, p.blocks[s].ref, p.blocks[s].indexed)
 		}
 		inactive++
+	}
+	// Every block that claims a place in the ring holds it: the ring names
+	// it there, inside the positions in use.
+	for i := range p.blocks {
+		if q := p.blocks[i].lruPos; q != 0 && (q < p.lruHead || q >= p.lruTail || p.lru[q&p.lruMask] != int32(i)) {
+			return fmt.Errorf("block %d claims LRU position %d, ring [%d, %d) has block %d there",
+				i, q, p.lruHead, p.lruTail, p.lru[q&p.lruMask])
+		}
 	}
 	switch {
 	case active != p.active:

@@ -28,6 +28,9 @@ func equalPools(rt *rapid.T, a, b *blockPool) {
 	if a.lruHead != b.lruHead || a.lruTail != b.lruTail {
 		rt.Fatalf("LRU ends differ: %d..%d, %d..%d", a.lruHead, a.lruTail, b.lruHead, b.lruTail)
 	}
+	if oa, ob := a.lruOrder(), b.lruOrder(); !slices.Equal(oa, ob) {
+		rt.Fatalf("LRU orders differ: %v, %v", oa, ob)
+	}
 	if a.active != b.active || a.inactive != b.inactive || a.heldOnly != b.heldOnly || a.index.n != b.index.n {
 		rt.Fatalf("counters differ: %d %d %d %d, %d %d %d %d", a.active, a.inactive, a.heldOnly, a.index.n,
 			b.active, b.inactive, b.heldOnly, b.index.n)
