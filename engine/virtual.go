@@ -426,47 +426,59 @@ func (v *Virtual) deliver(w int, out *Output) {
 	}
 }
 
+// push and pop keep q a binary min-heap on (at, seq). Every event has its
+// own seq, so the order events come out in is fixed whatever the heap's
+// layout. Both sift a hole rather than swap: an event is moved once per
+// level instead of twice, and the one being placed is written once.
 func (v *Virtual) push(e vevent) {
 	e.seq = v.seq
 	v.seq++
-	v.q = append(v.q, e)
-	i := len(v.q) - 1
+	v.q = append(v.q, vevent{})
+	q := v.q
+	i := len(q) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !v.less(i, p) {
+		if !before(&e, &q[p]) {
 			break
 		}
-		v.q[i], v.q[p] = v.q[p], v.q[i]
+		q[i] = q[p]
 		i = p
 	}
+	q[i] = e
 }
 
 func (v *Virtual) pop() vevent {
-	top := v.q[0]
-	n := len(v.q) - 1
-	v.q[0] = v.q[n]
-	v.q[n] = vevent{}
-	v.q = v.q[:n]
+	q := v.q
+	top := q[0]
+	n := len(q) - 1
+	last := q[n]
+	q[n] = vevent{}
+	q = q[:n]
+	v.q = q
+	if n == 0 {
+		return top
+	}
 	i := 0
 	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && v.less(l, m) {
-			m = l
-		}
-		if r < n && v.less(r, m) {
-			m = r
-		}
-		if m == i {
+		c := 2*i + 1
+		if c >= n {
 			break
 		}
-		v.q[i], v.q[m] = v.q[m], v.q[i]
-		i = m
+		if r := c + 1; r < n && before(&q[r], &q[c]) {
+			c = r
+		}
+		if !before(&q[c], &last) {
+			break
+		}
+		q[i] = q[c]
+		i = c
 	}
+	q[i] = last
 	return top
 }
 
-func (v *Virtual) less(i, j int) bool {
-	a, b := &v.q[i], &v.q[j]
+// before orders events by time, then by the order they were scheduled.
+func before(a, b *vevent) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}
