@@ -180,7 +180,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.lruHead++
 		p.inactive--
 		b := &p.blocks[s]
-		p.index.remove(b.hash, p.blocks)
+		p.index.removeSlot(b.hash, s)
 		p.ev.removed(b.hash)
 	} else {
 		return noSlot, false
@@ -238,7 +238,7 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	p.active += n
 	for _, s := range dst[start:] {
 		b := &p.blocks[s]
-		p.index.remove(b.hash, p.blocks)
+		p.index.removeSlot(b.hash, s)
 		*b = pblock{ref: 1}
 	}
 	return dst

@@ -111,6 +111,29 @@ func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
 	if x.entries[i].slot1 == 0 {
 		return false
 	}
+	x.removeAt(i)
+	return true
+}
+
+// removeSlot drops h, the hash slot is indexed under, and reports whether
+// it was. A slot is indexed under one hash at most, so its entry is found
+// by the slot alone, without reading the block to confirm the hash.
+func (x *slotIndex) removeSlot(h kv.SeqHash, slot int32) bool {
+	i := uint64(h) & x.mask
+	for {
+		switch x.entries[i].slot1 {
+		case slot + 1:
+			x.removeAt(i)
+			return true
+		case 0:
+			return false
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
+// removeAt empties entry i, which is in use.
+func (x *slotIndex) removeAt(i uint64) {
 	// Every entry up to the next empty one whose probe passes through the
 	// gap at i moves into it, which opens a gap where it was.
 	entries, mask := x.entries, x.mask
@@ -136,7 +159,6 @@ func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
 	}
 	entries[i] = slotEntry{}
 	x.n--
-	return true
 }
 
 // each calls f with every indexed slot, in no set order.
