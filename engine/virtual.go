@@ -136,14 +136,15 @@ func (v *Virtual) Call(at float64, fn func()) {
 // CallEach runs fn(i) at modeled time at(i) for every i in [0, n), each in
 // the place among the events of its time that n calls to Call, made now in
 // order, would give it; the times must not decrease, and are clamped to
-// now as Call's are. The calls wait aside from the event queue, so a long
-// batch (a run's arrivals) costs neither queue space nor a closure each,
-// and the queue stays as small as what is in flight.
+// now as Call's are. at(i) is read once, after call i-1 has run. The calls
+// wait aside from the event queue, so a long batch (a run's arrivals)
+// costs neither queue space nor a closure each, and the queue stays as
+// small as what is in flight.
 func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
-	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn})
+	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn, stale: true})
 	v.seq += uint64(n)
 }
 
@@ -152,12 +153,19 @@ type vbatch struct {
 	seq0    uint64
 	next, n int
 	floor   float64 // now when the run was scheduled
-	at      func(i int) float64
-	fn      func(i int)
+	// nextAt is the time of call next, clamped to floor, unless stale:
+	// every event the loop takes compares it, and at is read once per call.
+	nextAt float64
+	stale  bool
+	at     func(i int) float64
+	fn     func(i int)
 }
 
 func (b *vbatch) head() (at float64, seq uint64) {
-	return max(b.at(b.next), b.floor), b.seq0 + uint64(b.next)
+	if b.stale {
+		b.nextAt, b.stale = max(b.at(b.next), b.floor), false
+	}
+	return b.nextAt, b.seq0 + uint64(b.next)
 }
 
 // first locates the earliest pending event: the queue's head (batch < 0)
@@ -182,6 +190,7 @@ func (v *Virtual) fireBatch(i int) {
 	v.now, _ = b.head()
 	k := b.next
 	b.next++
+	b.stale = true
 	if b.next == b.n {
 		v.batches = append(v.batches[:i], v.batches[i+1:]...)
 	}
