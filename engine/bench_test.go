@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/kvstrand/mocker/internal/cputime"
 )
 
 // benchArgs are the engine args of BenchmarkVirtualCluster: a vLLM worker
@@ -65,11 +67,13 @@ func benchAggregated(b *testing.B, args Args) {
 }
 
 // measure runs v with the timer on and allocations reported, has check
-// vet the outcome, and reports the simulation's speed (sim_req/s) and the
-// modeled time per request (modeled_ms/req).
+// vet the outcome, and reports the simulation's speed (sim_req/s, and
+// sim_req/cpu_s per CPU second of the process, the steadier figure on a
+// shared machine) and the modeled time per request (modeled_ms/req).
 func measure(b *testing.B, v *Virtual, check func()) {
 	b.Helper()
 	b.ReportAllocs()
+	cpu0 := cputime.Self()
 	b.ResetTimer()
 	start := time.Now()
 	if err := v.Run(); err != nil {
@@ -77,8 +81,12 @@ func measure(b *testing.B, v *Virtual, check func()) {
 	}
 	elapsed := time.Since(start)
 	b.StopTimer()
+	cpu := cputime.Self() - cpu0
 	check()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "sim_req/s")
+	if cpu > 0 {
+		b.ReportMetric(float64(b.N)/cpu.Seconds(), "sim_req/cpu_s")
+	}
 	b.ReportMetric(v.Now()/float64(b.N), "modeled_ms/req")
 }
 

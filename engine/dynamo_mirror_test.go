@@ -70,7 +70,7 @@ func (m *mirrorPool) active() map[uint64]int {
 
 func (m *mirrorPool) inactive() []uint64 {
 	var out []uint64
-	for s := m.p.lruHead; s != noSlot; s = m.p.blocks[s].next {
+	for _, s := range m.p.lruOrder() {
 		out = append(out, uint64(m.p.blocks[s].hash))
 	}
 	return out

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/kvstrand/mocker/kv"
+import (
+	"slices"
+
+	"github.com/kvstrand/mocker/kv"
+)
 
 // kvRecorder collects one pass's KV events for either cache model: the vLLM
 // block pool and the SGLang radix cache announce their blocks the same way.
@@ -45,6 +49,34 @@ func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash,
 	r.recs = append(r.recs, evRec{id: r.next, kind: kv.Stored, parent: parent, hasParent: hasParent,
 		start: len(r.blocks) - 1, end: len(r.blocks)})
 	r.next++
+}
+
+// storedNext records that the block with sequence hash h (token hash
+// local) became findable right after the block the last stored call
+// recorded, whose hash is its parent: it joins that block's event. It is
+// stored, less the checks its caller has made.
+func (r *kvRecorder) storedNext(h kv.SeqHash, local kv.LocalHash) {
+	r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
+	r.recs[len(r.recs)-1].end++
+}
+
+// removedRun records that n blocks were evicted, one after another, and
+// returns the n places for their sequence hashes, which the caller fills in
+// eviction order: it is n calls of removed. It returns nil when the
+// recorder records nothing.
+func (r *kvRecorder) removedRun(n int) []kv.SeqHash {
+	if !r.emit || n == 0 {
+		return nil
+	}
+	start := len(r.removes)
+	r.removes = slices.Grow(r.removes, n)[:start+n]
+	if k := len(r.recs); k > 0 && r.recs[k-1].kind == kv.Removed && r.recs[k-1].end == start {
+		r.recs[k-1].end += n
+	} else {
+		r.recs = append(r.recs, evRec{id: r.next, kind: kv.Removed, start: start, end: start + n})
+		r.next++
+	}
+	return r.removes[start : start+n]
 }
 
 // removed records that the block with sequence hash h was evicted.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvstrand/mocker/kv"
@@ -118,6 +119,108 @@ func TestPool_Conservation(t *testing.T) {
 					p.hold(refs[i].slot)
 					refs[i].held = true
 				}
+			}
+			if err := p.audit(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestPool_LRUMatchesList drives a pool and a plain model of it (a free
+// stack and the inactive blocks in a list, least recently used first) with
+// random allocations, stores, prefix hits and releases, and checks that
+// every allocation picks the model's block and the LRU keeps the model's
+// order. Small pools revive blocks often, so the ring fills with stale
+// entries and compacts.
+func TestPool_LRUMatchesList(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 10).Draw(rt, "blocks")
+		p := newBlockPool(n, false)
+		free := slices.Clone(p.free)
+		var lru []int32
+		index := map[kv.SeqHash]int32{}
+		hashOf := make([]kv.SeqHash, n)
+		ref := make([]int, n)
+		var refs []int32 // one entry per reference held
+		evict := func() (int32, bool) {
+			if k := len(free); k > 0 {
+				s := free[k-1]
+				free = free[:k-1]
+				return s, true
+			}
+			if len(lru) == 0 {
+				return noSlot, false
+			}
+			s := lru[0]
+			lru = lru[1:]
+			delete(index, hashOf[s])
+			hashOf[s] = 0
+			return s, true
+		}
+		for range rapid.IntRange(1, 400).Draw(rt, "ops") {
+			switch rapid.IntRange(0, 3).Draw(rt, "op") {
+			case 0: // allocate k blocks and maybe store some of them
+				k := rapid.IntRange(1, 3).Draw(rt, "k")
+				var want []int32
+				for range k {
+					s, ok := evict()
+					if !ok {
+						break
+					}
+					want = append(want, s)
+					ref[s] = 1
+				}
+				got := p.allocN(nil, k)
+				if !slices.Equal(got, want) {
+					rt.Fatalf("allocN(%d) gave %v, model %v", k, got, want)
+				}
+				for _, s := range got {
+					if h := kv.SeqHash(rapid.IntRange(0, 2*n).Draw(rt, "hash")); h > 0 {
+						p.store(s, h, kv.LocalHash(h), 0, false)
+						if _, dup := index[h]; !dup {
+							index[h] = s
+							hashOf[s] = h
+						}
+					}
+					refs = append(refs, s)
+				}
+			case 1: // a prefix hit
+				h := kv.SeqHash(rapid.IntRange(1, 2*n).Draw(rt, "hit"))
+				s, ok := p.lookup(h)
+				if ws, wok := index[h]; ok != wok || ok && s != ws {
+					rt.Fatalf("lookup %d: %d %v, model %d %v", h, s, ok, ws, wok)
+				}
+				if !ok {
+					continue
+				}
+				if ref[s] == 0 {
+					lru = slices.DeleteFunc(lru, func(x int32) bool { return x == s })
+				}
+				ref[s]++
+				p.acquire(s)
+				refs = append(refs, s)
+			case 2, 3: // release some references, the last taken first
+				k := rapid.IntRange(0, len(refs)).Draw(rt, "release")
+				drop := refs[len(refs)-k:]
+				refs = refs[:len(refs)-k]
+				for i := len(drop) - 1; i >= 0; i-- {
+					s := drop[i]
+					if ref[s]--; ref[s] == 0 {
+						if hashOf[s] != 0 {
+							lru = append(lru, s)
+						} else {
+							free = append(free, s)
+						}
+					}
+				}
+				p.releaseAll(drop)
+			}
+			if got := p.lruOrder(); !slices.Equal(got, lru) && len(got)+len(lru) > 0 {
+				rt.Fatalf("LRU %v, model %v", got, lru)
+			}
+			if !slices.Equal(p.free, free) {
+				rt.Fatalf("free %v, model %v", p.free, free)
 			}
 			if err := p.audit(); err != nil {
 				rt.Fatal(err)

@@ -6,12 +6,19 @@ import "github.com/kvstrand/mocker/kv"
 // the block indexed under it. It is kv.Index's open addressing with
 // backward-shift deletion, but an entry keeps only the low 32 bits of its
 // hash beside the slot: the full hash is the block's own, read from the
-// pool when the low bits match. Entries of 8 bytes, eight to a cache line,
-// halve the table a full pool's store-and-evict churn probes at random, and
-// the block read to confirm a match is one its caller reads anyway.
+// pool when the low bits match. Entries are 8 bytes, eight to a cache line,
+// and the block read to confirm a match is one its caller reads anyway.
+//
+// The table is kept at most a quarter full. A full pool's store-and-evict
+// churn probes it at random, and at half load whether the next entry is
+// empty is a coin toss: the probes' and the deletion's mispredicted
+// branches cost more than the table's footprint saves. At a quarter the
+// home entry is nearly always the last one read, for a table of 32 to 64
+// bytes per block (a power of two entries).
 //
 // The low bits are also the hash's home position, so tables are limited
-// to 2^32 entries, past any pool's num_gpu_blocks.
+// to 2^32 entries: pools of up to 2^30 blocks, 32 GiB of them, past any
+// num_gpu_blocks a process holds.
 type slotIndex struct {
 	entries []slotEntry
 	mask    uint64
@@ -31,10 +38,10 @@ func newSlotIndex(n int) slotIndex {
 	return x
 }
 
-// resize makes room for n hashes at a load of at most one half.
+// resize makes room for n hashes at a load of at most one quarter.
 func (x *slotIndex) resize(n int) {
 	size := 16
-	for size < 2*n {
+	for size < 4*n {
 		size <<= 1
 	}
 	old := x.entries
@@ -64,6 +71,18 @@ func (x *slotIndex) find(h kv.SeqHash, blocks []pblock) uint64 {
 	}
 }
 
+// touch reads the home entry of each of hs and returns a value that
+// depends on them: reads that do not wait on each other, so that lookups,
+// adds or removals of hs that follow find their entries in cache instead of
+// missing on each in turn. The value means nothing.
+func (x *slotIndex) touch(hs []kv.SeqHash) uint32 {
+	var sum uint32
+	for _, h := range hs {
+		sum += x.entries[uint64(h)&x.mask].low
+	}
+	return sum
+}
+
 // get returns the slot indexed under h.
 func (x *slotIndex) get(h kv.SeqHash, blocks []pblock) (int32, bool) {
 	e := x.entries[x.find(h, blocks)]
@@ -73,7 +92,7 @@ func (x *slotIndex) get(h kv.SeqHash, blocks []pblock) (int32, bool) {
 // add indexes slot under h unless h is indexed already; it reports whether
 // it did. blocks[slot].hash must be h.
 func (x *slotIndex) add(h kv.SeqHash, slot int32, blocks []pblock) bool {
-	if 2*(x.n+1) > len(x.entries) {
+	if 4*(x.n+1) > len(x.entries) {
 		x.resize(x.n + 1)
 	}
 	e := &x.entries[x.find(h, blocks)]
@@ -92,20 +111,54 @@ func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
 	if x.entries[i].slot1 == 0 {
 		return false
 	}
+	x.removeAt(i)
+	return true
+}
+
+// removeSlot drops h, the hash slot is indexed under, and reports whether
+// it was. A slot is indexed under one hash at most, so its entry is found
+// by the slot alone, without reading the block to confirm the hash.
+func (x *slotIndex) removeSlot(h kv.SeqHash, slot int32) bool {
+	i := uint64(h) & x.mask
+	for {
+		switch x.entries[i].slot1 {
+		case slot + 1:
+			x.removeAt(i)
+			return true
+		case 0:
+			return false
+		}
+		i = (i + 1) & x.mask
+	}
+}
+
+// removeAt empties entry i, which is in use.
+func (x *slotIndex) removeAt(i uint64) {
 	// Every entry up to the next empty one whose probe passes through the
 	// gap at i moves into it, which opens a gap where it was.
-	for j := (i + 1) & x.mask; x.entries[j].slot1 != 0; j = (j + 1) & x.mask {
-		k := uint64(x.entries[j].low) & x.mask
-		// The entry at j stays if its home lies cyclically in (i, j].
-		if (i < j && i < k && k <= j) || (i > j && (i < k || k <= j)) {
-			continue
+	entries, mask := x.entries, x.mask
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		e := entries[j]
+		if e.slot1 == 0 {
+			break
 		}
-		x.entries[i] = x.entries[j]
-		i = j
+		// The entry at j moves if its home does not lie cyclically in
+		// (i, j]: if i is no farther from j, going backwards, than its
+		// home. Whether it moves is as good as random, so the move is
+		// made without a branch: an entry that stays is written back in
+		// place.
+		move := (j-uint64(e.low))&mask >= (j-i)&mask
+		to := j
+		if move {
+			to = i
+		}
+		entries[to] = e
+		if move {
+			i = j
+		}
 	}
-	x.entries[i] = slotEntry{}
+	entries[i] = slotEntry{}
 	x.n--
-	return true
 }
 
 // each calls f with every indexed slot, in no set order.

@@ -136,14 +136,15 @@ func (v *Virtual) Call(at float64, fn func()) {
 // CallEach runs fn(i) at modeled time at(i) for every i in [0, n), each in
 // the place among the events of its time that n calls to Call, made now in
 // order, would give it; the times must not decrease, and are clamped to
-// now as Call's are. The calls wait aside from the event queue, so a long
-// batch (a run's arrivals) costs neither queue space nor a closure each,
-// and the queue stays as small as what is in flight.
+// now as Call's are. at(i) is read once, after call i-1 has run. The calls
+// wait aside from the event queue, so a long batch (a run's arrivals)
+// costs neither queue space nor a closure each, and the queue stays as
+// small as what is in flight.
 func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
-	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn})
+	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn, stale: true})
 	v.seq += uint64(n)
 }
 
@@ -152,12 +153,19 @@ type vbatch struct {
 	seq0    uint64
 	next, n int
 	floor   float64 // now when the run was scheduled
-	at      func(i int) float64
-	fn      func(i int)
+	// nextAt is the time of call next, clamped to floor, unless stale:
+	// every event the loop takes compares it, and at is read once per call.
+	nextAt float64
+	stale  bool
+	at     func(i int) float64
+	fn     func(i int)
 }
 
 func (b *vbatch) head() (at float64, seq uint64) {
-	return max(b.at(b.next), b.floor), b.seq0 + uint64(b.next)
+	if b.stale {
+		b.nextAt, b.stale = max(b.at(b.next), b.floor), false
+	}
+	return b.nextAt, b.seq0 + uint64(b.next)
 }
 
 // first locates the earliest pending event: the queue's head (batch < 0)
@@ -182,6 +190,7 @@ func (v *Virtual) fireBatch(i int) {
 	v.now, _ = b.head()
 	k := b.next
 	b.next++
+	b.stale = true
 	if b.next == b.n {
 		v.batches = append(v.batches[:i], v.batches[i+1:]...)
 	}
@@ -260,12 +269,13 @@ func (v *Virtual) Next() (at float64, blocked, ok bool) {
 	if !ok {
 		return 0, false, false
 	}
-	if batch < 0 && v.q[0].kind == vTicket {
-		if f := v.tickets[v.q[0].seq]; !f.filled {
-			return at, true, true
-		}
-	}
-	return at, false, true
+	return at, batch < 0 && v.headBlocked(), true
+}
+
+// headBlocked reports whether the queue's head is a ticket still waiting
+// to be filled.
+func (v *Virtual) headBlocked() bool {
+	return v.q[0].kind == vTicket && !v.tickets[v.q[0].seq].filled
 }
 
 // AdvanceTo moves the clock forward to t without processing anything, for
@@ -295,7 +305,8 @@ func (v *Virtual) RunUntil(until float64) error {
 			v.fireBatch(batch)
 			continue
 		}
-		if _, blocked, _ := v.Next(); blocked {
+		// The head is the earliest event: Next would find it again.
+		if v.headBlocked() {
 			return v.err
 		}
 		e := v.pop()
@@ -424,47 +435,59 @@ func (v *Virtual) deliver(w int, out *Output) {
 	}
 }
 
+// push and pop keep q a binary min-heap on (at, seq). Every event has its
+// own seq, so the order events come out in is fixed whatever the heap's
+// layout. Both sift a hole rather than swap: an event is moved once per
+// level instead of twice, and the one being placed is written once.
 func (v *Virtual) push(e vevent) {
 	e.seq = v.seq
 	v.seq++
-	v.q = append(v.q, e)
-	i := len(v.q) - 1
+	v.q = append(v.q, vevent{})
+	q := v.q
+	i := len(q) - 1
 	for i > 0 {
 		p := (i - 1) / 2
-		if !v.less(i, p) {
+		if !before(&e, &q[p]) {
 			break
 		}
-		v.q[i], v.q[p] = v.q[p], v.q[i]
+		q[i] = q[p]
 		i = p
 	}
+	q[i] = e
 }
 
 func (v *Virtual) pop() vevent {
-	top := v.q[0]
-	n := len(v.q) - 1
-	v.q[0] = v.q[n]
-	v.q[n] = vevent{}
-	v.q = v.q[:n]
+	q := v.q
+	top := q[0]
+	n := len(q) - 1
+	last := q[n]
+	q[n] = vevent{}
+	q = q[:n]
+	v.q = q
+	if n == 0 {
+		return top
+	}
 	i := 0
 	for {
-		l, r, m := 2*i+1, 2*i+2, i
-		if l < n && v.less(l, m) {
-			m = l
-		}
-		if r < n && v.less(r, m) {
-			m = r
-		}
-		if m == i {
+		c := 2*i + 1
+		if c >= n {
 			break
 		}
-		v.q[i], v.q[m] = v.q[m], v.q[i]
-		i = m
+		if r := c + 1; r < n && before(&q[r], &q[c]) {
+			c = r
+		}
+		if !before(&q[c], &last) {
+			break
+		}
+		q[i] = q[c]
+		i = c
 	}
+	q[i] = last
 	return top
 }
 
-func (v *Virtual) less(i, j int) bool {
-	a, b := &v.q[i], &v.q[j]
+// before orders events by time, then by the order they were scheduled.
+func before(a, b *vevent) bool {
 	if a.at != b.at {
 		return a.at < b.at
 	}

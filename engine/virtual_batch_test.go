@@ -63,3 +63,45 @@ func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
 		require.Equal(t, run(false), run(true))
 	})
 }
+
+// TestVirtual_QueueOrder: calls scheduled at random times, some from
+// inside other calls, run in time order, ties in the order they were
+// scheduled, however the queue's heap is laid out.
+func TestVirtual_QueueOrder(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		v := NewVirtual()
+		type key struct {
+			at  float64
+			seq int
+		}
+		var scheduled, ran []key
+		var schedule func(at float64, depth int)
+		schedule = func(at float64, depth int) {
+			k := key{at, len(scheduled)}
+			scheduled = append(scheduled, k)
+			v.Call(at, func() {
+				ran = append(ran, k)
+				if depth < 2 {
+					for range rapid.IntRange(0, 2).Draw(t, "spawn") {
+						schedule(v.Now()+float64(rapid.IntRange(0, 5).Draw(t, "later")), depth+1)
+					}
+				}
+			})
+		}
+		for range rapid.IntRange(0, 60).Draw(t, "calls") {
+			schedule(float64(rapid.IntRange(0, 20).Draw(t, "at")), 0)
+		}
+		require.NoError(t, v.Run())
+		want := slices.Clone(scheduled)
+		slices.SortStableFunc(want, func(a, b key) int {
+			if a.at != b.at {
+				if a.at < b.at {
+					return -1
+				}
+				return 1
+			}
+			return a.seq - b.seq
+		})
+		require.Equal(t, want, ran)
+	})
+}

@@ -274,9 +274,7 @@ func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Ev
 // the destinations waiting for blocks try again.
 func (v *VLLM) freeHold(now float64, id uint64, events *[]Event) {
 	s := v.byID[id]
-	for i := len(s.blocks) - 1; i >= 0; i-- {
-		v.pool.releaseHold(s.blocks[i])
-	}
+	v.pool.releaseHoldAll(s.blocks)
 	v.recycle(s)
 	v.reservePending(now, events)
 }
@@ -493,13 +491,15 @@ func (v *VLLM) audit() error {
 // freeBlocks drops s's KV. Blocks are released tail first, as vLLM does, so
 // the LRU evicts a sequence's tail before the prefix others may share.
 func (v *VLLM) freeBlocks(s *seq) {
-	for i := len(s.blocks) - 1; i >= 0; i-- {
-		v.pool.release(s.blocks[i])
-	}
+	v.pool.releaseAll(s.blocks)
 	s.blocks = s.blocks[:0]
 	s.stored = 0
 	s.computed = 0
 }
+
+// prefixTouch is how many index entries of a prefix walk prefixHits reads
+// ahead of its lookups.
+const prefixTouch = 8
 
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
@@ -514,6 +514,12 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 	limit := (s.length - 1) / v.bs
 	s.ensureHashes(limit, v.bs)
 	for hits < limit {
+		// The lookups wait on each other only through the hit test: the
+		// index entries of the next few are read at once, so that their
+		// cache misses overlap. A few, not all: most walks end early.
+		if hits%prefixTouch == 0 {
+			v.pool.touch(s.hashes[hits:min(hits+prefixTouch, limit)])
+		}
 		slot, ok := v.pool.lookup(s.hashes[hits])
 		if !ok {
 			break
@@ -537,13 +543,12 @@ func (v *VLLM) promote(s *seq) {
 		return
 	}
 	s.ensureHashes(full, v.bs)
-	for i := s.stored; i < full; i++ {
-		var parent kv.SeqHash
-		if i > 0 {
-			parent = s.hashes[i-1]
-		}
-		v.pool.store(s.blocks[i], s.hashes[i], s.locals[i], parent, i > 0)
+	i := s.stored
+	var parent kv.SeqHash
+	if i > 0 {
+		parent = s.hashes[i-1]
 	}
+	v.pool.storeRun(s.blocks[i:full], s.hashes[i:full], s.locals[i:full], parent, i > 0)
 	s.stored = full
 }
 
@@ -593,10 +598,8 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	s.stored = max(s.stored, hits)
 	need := v.blocksFor(effective + desired)
 	for len(s.blocks) < need {
-		slot, ok := v.pool.alloc()
-		if ok {
-			s.blocks = append(s.blocks, slot)
-			continue
+		if s.blocks = v.pool.allocN(s.blocks, need-len(s.blocks)); len(s.blocks) == need {
+			break
 		}
 		if !canPreempt {
 			v.freeBlocks(s)
@@ -893,14 +896,10 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 		v.pool.acquire(slot)
 		s.blocks = append(s.blocks, slot)
 	}
-	for len(s.blocks) < blocks {
-		slot, ok := v.pool.alloc()
-		if !ok {
-			// Unreachable given the check above; undo rather than corrupt.
-			v.freeBlocks(s)
-			return false
-		}
-		s.blocks = append(s.blocks, slot)
+	if s.blocks = v.pool.allocN(s.blocks, blocks-len(s.blocks)); len(s.blocks) < blocks {
+		// Unreachable given the check above; undo rather than corrupt.
+		v.freeBlocks(s)
+		return false
 	}
 	s.stored = hits
 	s.cached = hits * v.bs
@@ -927,9 +926,7 @@ func (v *VLLM) finish(s *seq, end float64, out *Output) {
 	c.Preemptions, c.Held, c.Truncated = s.preempts, s.policy == Hold, s.out < s.maxOut
 	out.Completions = append(out.Completions, c)
 	if s.policy == Hold {
-		for _, b := range s.blocks {
-			v.pool.hold(b)
-		}
+		v.pool.holdAll(s.blocks)
 		s.state = stHeld
 		v.startHold(end, s.id, len(s.blocks), &out.Events)
 		return
