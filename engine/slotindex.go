@@ -104,17 +104,6 @@ func (x *slotIndex) add(h kv.SeqHash, slot int32, blocks []pblock) bool {
 	return true
 }
 
-// remove drops h, which must still be the hash of the block indexed under
-// it, and reports whether it was indexed.
-func (x *slotIndex) remove(h kv.SeqHash, blocks []pblock) bool {
-	i := x.find(h, blocks)
-	if x.entries[i].slot1 == 0 {
-		return false
-	}
-	x.removeAt(i)
-	return true
-}
-
 // removeSlot drops h, the hash slot is indexed under, and reports whether
 // it was. A slot is indexed under one hash at most, so its entry is found
 // by the slot alone, without reading the block to confirm the hash.

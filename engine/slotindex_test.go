@@ -42,11 +42,7 @@ func TestSlotIndex_MatchesMap(t *testing.T) {
 				if !blocks[s].indexed {
 					continue
 				}
-				remove := func() bool { return x.remove(blocks[s].hash, blocks) }
-				if rapid.Bool().Draw(rt, "bySlot") {
-					remove = func() bool { return x.removeSlot(blocks[s].hash, s) }
-				}
-				if !remove() {
+				if !x.removeSlot(blocks[s].hash, s) {
 					rt.Fatalf("remove %x: not found", uint64(blocks[s].hash))
 				}
 				delete(want, blocks[s].hash)
