@@ -6,7 +6,8 @@ import (
 	"github.com/kvstrand/mocker/kv"
 )
 
-// noSlot is no block: alloc's answer when every block is active.
+// noSlot is no block or node (the radix cache's links, an allocation that
+// found every block active).
 const noSlot = -1
 
 // pblock is one physical KV block. Blocks live in a slice and are named by
@@ -167,29 +168,6 @@ func (p *blockPool) acquire(s int32) {
 	b.ref++
 }
 
-// alloc returns a fresh private block with one reference, evicting the least
-// recently used inactive block when no free block is left. ok is false when
-// every block is active.
-func (p *blockPool) alloc() (int32, bool) {
-	var s int32
-	if n := len(p.free); n > 0 {
-		s = p.free[n-1]
-		p.free = p.free[:n-1]
-	} else if p.inactive > 0 {
-		s = p.lruOldest()
-		p.lruHead++
-		p.inactive--
-		b := &p.blocks[s]
-		p.index.removeSlot(b.hash, s)
-		p.ev.removed(b.hash)
-	} else {
-		return noSlot, false
-	}
-	p.blocks[s] = pblock{ref: 1}
-	p.active++
-	return s, true
-}
-
 // allocN appends up to n fresh private blocks to dst, each with one
 // reference, and returns it: the blocks n calls of alloc would return, in
 // the same order, with the same evictions and Removed events. It stops
@@ -244,19 +222,6 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	return dst
 }
 
-// release drops one non-hold reference.
-func (p *blockPool) release(s int32) {
-	b := &p.blocks[s]
-	b.ref--
-	switch {
-	case b.ref == 0:
-		p.active--
-		p.retire(s)
-	case b.held == b.ref:
-		p.heldOnly++
-	}
-}
-
 // releaseAll drops one non-hold reference from each of slots, last slot
 // first, as that many calls of release would: a sequence's tail enters the
 // inactive LRU before its prefix, so it is evicted first.
@@ -275,29 +240,6 @@ func (p *blockPool) releaseAll(slots []int32) {
 		}
 	}
 	p.active, p.heldOnly = active, heldOnly
-}
-
-// hold turns one of the caller's references into a hold.
-func (p *blockPool) hold(s int32) {
-	b := &p.blocks[s]
-	b.held++
-	if b.held == b.ref {
-		p.heldOnly++
-	}
-}
-
-// releaseHold drops one hold reference.
-func (p *blockPool) releaseHold(s int32) {
-	b := &p.blocks[s]
-	if b.held == b.ref && b.ref == 1 {
-		p.heldOnly--
-	}
-	b.held--
-	b.ref--
-	if b.ref == 0 {
-		p.active--
-		p.retire(s)
-	}
 }
 
 // holdAll turns one of the caller's references to each of slots into a
@@ -343,20 +285,6 @@ func (p *blockPool) retire(s int32) {
 		return
 	}
 	p.free = append(p.free, s)
-}
-
-// store gives a private block that just filled its sequence hash. If the
-// hash is new to the pool the block becomes its indexed copy and a Stored
-// event is recorded (contiguous runs share one event); if another copy is
-// already indexed this one stays a private duplicate, as vLLM's pool does.
-func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
-	b := &p.blocks[s]
-	b.hash = h
-	if !p.index.add(h, s, p.blocks) {
-		return
-	}
-	b.indexed = true
-	p.ev.stored(h, local, parent, hasParent)
 }
 
 // storeRun stores a run of consecutive blocks of one sequence: slots[i]
