@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 
@@ -140,8 +141,8 @@ func (c *reqCore) ensureHashes(n, block int) {
 
 // generate produces c's next token at end from rng and reports it in out. The
 // first token stamps the request's time to first token.
-func (c *reqCore) generate(rng *rand.Rand, end float64, out *Output) {
-	tok := 1000 + rng.Uint32N(1000)
+func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
+	tok := 1000 + outputTokenDraw(rng)
 	c.push(tok)
 	idx := c.out
 	c.out++
@@ -149,6 +150,21 @@ func (c *reqCore) generate(rng *rand.Rand, end float64, out *Output) {
 		c.firstAt = end
 	}
 	out.Tokens = append(out.Tokens, Token{RequestID: c.id, Token: tok, Index: idx, At: end})
+}
+
+// outputTokenDraw is rand.New(rng).Uint32N(1000), the same draws and the
+// same values, without a call through the rand.Source interface per token:
+// Lemire's multiply, rejecting the few products that would bias it.
+func outputTokenDraw(rng *rand.PCG) uint32 {
+	const n = 1000
+	hi, lo := bits.Mul64(rng.Uint64(), n)
+	if lo < n {
+		const thresh = (1<<64 - n) % n // 2⁶⁴ mod n
+		for lo < thresh {
+			hi, lo = bits.Mul64(rng.Uint64(), n)
+		}
+	}
+	return uint32(hi)
 }
 
 // completion is c's Completion at `at` with the fields every model fills;

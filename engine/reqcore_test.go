@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -82,5 +83,21 @@ func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 			})
 			assert.Equal(t, own, short, "hashes not covering every block are ignored")
 		})
+	}
+}
+
+// TestOutputTokenDraw_SameAsUint32N checks that drawing output tokens
+// straight from the PCG gives what rand.Rand.Uint32N(1000) would, draw for
+// draw: a run's tokens (and the hashes of its output blocks) do not
+// depend on which of the two draws them.
+func TestOutputTokenDraw_SameAsUint32N(t *testing.T) {
+	for seed := range uint64(8) {
+		direct := rand.NewPCG(seed, 0x6d6f636b6572)
+		viaRand := rand.New(rand.NewPCG(seed, 0x6d6f636b6572))
+		for i := range 100_000 {
+			if got, want := outputTokenDraw(direct), viaRand.Uint32N(1000); got != want {
+				t.Fatalf("seed %d, draw %d: got %d, want %d", seed, i, got, want)
+			}
+		}
 	}
 }

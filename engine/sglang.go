@@ -118,7 +118,7 @@ type SGLang struct {
 	initRatio, minRatio, ratioDecay, ratio float64
 
 	cache   *radixCache
-	rng     *rand.Rand
+	rng     *rand.PCG
 	waiting []*sgReq // a request mid chunked prefill, if any, is first
 	running []*sgReq
 	// activated are destinations whose KV arrived, waiting for a running
@@ -189,7 +189,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		optimistic:    sg.OptimisticPrefill,
 		model:         model,
-		rng:           rand.New(rand.NewPCG(seed, 0x73676c616e67)),
+		rng:           rand.NewPCG(seed, 0x73676c616e67),
 		byID:          make(map[uint64]*sgReq),
 	}
 	if sg.MaxRunningRequests != nil {

@@ -80,7 +80,7 @@ type VLLM struct {
 	handoffBook
 
 	pool *blockPool
-	rng  *rand.Rand
+	rng  *rand.PCG
 	// hitSlots are the slots of the prefix hits prefixHits last found;
 	// hitsOf is the waiting request admission found them for, as it hands
 	// the request to schedule.
@@ -158,7 +158,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
-		rng:           rand.New(rand.NewPCG(seed, 0x6d6f636b6572)),
+		rng:           rand.NewPCG(seed, 0x6d6f636b6572),
 		byID:          make(map[uint64]*seq),
 	}
 	if v.decodeSpeedup <= 0 {
