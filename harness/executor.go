@@ -249,14 +249,20 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 			}
 		}
 	}
-	apply(schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0))
+	applied := schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, 0)
+	apply(applied)
 
 	wg := newTasks(clock)
 	for _, sl := range slots {
 		wg.Go(func() { s.rampVU(sl, regular, hard) })
 	}
-	for clock.Sleep(regular, 10*time.Millisecond) {
-		apply(schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt)))
+	// The target is read every rampTick, but the controller
+	// sleeps through the ticks at which it would read the same target: on
+	// a paced or virtual clock each wake-up is a step of the whole run, and
+	// a long stage held at one VU count asked for thousands of them.
+	for clock.Sleep(regular, s.nextRampChange(clock.Now().Sub(s.startedAt), applied)) {
+		applied = schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt))
+		apply(applied)
 	}
 	wg.Wait()
 	timersMu.Lock()
@@ -264,6 +270,28 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 		stop()
 	}
 	timersMu.Unlock()
+}
+
+// rampTick is how often a ramping-vus scenario's VU target is read.
+const rampTick = 10 * time.Millisecond
+
+// maxRampSleep bounds how many ticks nextRampChange looks ahead (and the
+// controller sleeps) at once: a day-long stage held at one target is a
+// wake-up every ten seconds rather than a scan of millions of ticks.
+const maxRampSleep = 1000
+
+// nextRampChange is how long after elapsed the first tick comes at which
+// the ramping target differs from applied, the one the VUs follow (at
+// most maxRampSleep ticks; a whole number of ticks, so the target is read
+// at the ticks it would be read at every rampTick).
+func (s *scenarioRun) nextRampChange(elapsed time.Duration, applied int64) time.Duration {
+	k := 1
+	for ; k < maxRampSleep; k++ {
+		if schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, elapsed+time.Duration(k)*rampTick) != applied {
+			break
+		}
+	}
+	return time.Duration(k) * rampTick
 }
 
 func (s *scenarioRun) rampVU(sl *rampSlot, regular, hard context.Context) {
