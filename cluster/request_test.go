@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -78,20 +77,91 @@ func TestHashMemo_HashesASharedPromptOnce(t *testing.T) {
 	assert.Nil(t, m.lookup(tokens[:50], 16), "another slice of the same tokens is another prompt")
 }
 
-// TestFillTokens_DrawsWhatIntNDraws: the prompt filler's inlined draw is
-// math/rand/v2's IntN(vocabSize), token for token, for any seed.
-func TestFillTokens_DrawsWhatIntNDraws(t *testing.T) {
+// refTokens is fillTokens written the plain way: halves of the stream's
+// draws in order, low half first, each turned into an id by Lemire's
+// multiply and skipped when its product would bias the ids.
+func refTokens(n int, g tokenStream) []uint32 {
+	var halves []uint32
+	out := make([]uint32, 0, n)
+	for len(out) < n {
+		if len(halves) == 0 {
+			x := g.next()
+			halves = append(halves, uint32(x), uint32(x>>32))
+		}
+		h := halves[0]
+		halves = halves[1:]
+		m := uint64(h) * vocabSize
+		if uint32(m) >= uint32((1<<32)%vocabSize) {
+			out = append(out, uint32(m>>32))
+		}
+	}
+	return out
+}
+
+// TestFillTokens_SameAsDrawingOneHalfAtATime: the prompt filler gives
+// the plain draw's ids for any seeds and length, including across a half
+// it must skip (a stream found to have one early).
+func TestFillTokens_SameAsDrawingOneHalfAtATime(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		s1, s2 := rapid.Uint64().Draw(t, "s1"), rapid.Uint64().Draw(t, "s2")
+		g := newTokenStream(rapid.Uint64().Draw(t, "s1"), rapid.Uint64().Draw(t, "s2"))
 		got := make([]uint32, rapid.IntRange(0, 4096).Draw(t, "n"))
-		fillTokens(got, rand.NewPCG(s1, s2))
-		g := rand.New(rand.NewPCG(s1, s2))
-		for i, v := range got {
-			if want := uint32(g.IntN(vocabSize)); v != want {
-				t.Fatalf("token %d: %d, IntN draws %d", i, v, want)
+		want := refTokens(len(got), g)
+		fillTokens(got, &g)
+		require.Equal(t, want, got)
+	})
+	const thresh = (1 << 32) % vocabSize
+	for seed := uint64(0); ; seed++ {
+		g := newTokenStream(seed, 0)
+		skips := false
+		for range 4 { // a skipped half within the first eight tokens
+			x := g.next()
+			if uint32(uint64(uint32(x))*vocabSize) < thresh || uint32((x>>32)*vocabSize) < thresh {
+				skips = true
 			}
 		}
-	})
+		if !skips {
+			continue
+		}
+		g = newTokenStream(seed, 0)
+		got := make([]uint32, 9)
+		want := refTokens(len(got), g)
+		fillTokens(got, &g)
+		require.Equal(t, want, got, "seed %d, whose stream has a half to skip", seed)
+		return
+	}
+}
+
+// TestFillTokens_UniformAndDistinctPerRequest: prompt ids cover the
+// vocabulary evenly (a chi-square test over 64 buckets, of draws from a
+// fixed seed), the same seeds give the same prompt, and no two requests
+// of a run start with the same block of tokens.
+func TestFillTokens_UniformAndDistinctPerRequest(t *testing.T) {
+	g := newTokenStream(1, 2)
+	ids := make([]uint32, 1<<20)
+	fillTokens(ids, &g)
+	var buckets [64]float64
+	for _, id := range ids {
+		require.Less(t, id, uint32(vocabSize))
+		buckets[uint64(id)*64/vocabSize]++
+	}
+	want := float64(len(ids)) / 64 // 32000 is a multiple of 64: even buckets
+	chi2 := 0.0
+	for _, n := range buckets {
+		chi2 += (n - want) * (n - want) / want
+	}
+	// 63 degrees of freedom: above 110 happens once in 10⁴ for a uniform source.
+	assert.Less(t, chi2, 110.0, "chi-square over 64 buckets")
+
+	seen := map[[16]uint32]uint64{}
+	for seq := range uint64(20_000) {
+		a := promptTokens(Request{PromptTokens: 16}, 9, seq)
+		require.Equal(t, a, promptTokens(Request{PromptTokens: 16}, 9, seq), "request %d drawn twice", seq)
+		k := [16]uint32(a)
+		if prev, dup := seen[k]; dup {
+			t.Fatalf("requests %d and %d have the same first block", prev, seq)
+		}
+		seen[k] = seq
+	}
 }
 
 // TestPrefixMemo_SameTokensAndHashesAsDrawingThem checks the memo against
