@@ -64,9 +64,10 @@
 // same byte for byte on any host. ClockPaced (`--clock paced`, the zero
 // value and the command's default) makes it a paced clock (NewPacedClock):
 // the same turns and results, but time moves to an instant only once the
-// wall clock has nearly reached it (up to a quarter second early, so that
-// nearby instants cost one wake-up; CatchUp waits out the difference before
-// the summary), and how far the host falls behind is measured (Lag). A
+// wall clock has nearly reached it (up to a quarter second early while a
+// progress display redraws on a terminal, a second otherwise, so that
+// nearby instants cost one wake-up; CatchUp waits out the difference
+// before the summary), and how far the host falls behind is measured (Lag). A
 // plugin makes a VU wait for a result on a Gate whose producer opens it;
 // something with events of its own (a simulated cluster) joins the clock as
 // a Participant, which settles each instant before time moves on and says

@@ -183,3 +183,32 @@ func TestConfig_UnknownClockIsAnInvalidConfig(t *testing.T) {
 	assert.Equal(t, "ClockMode(7)", ClockMode(7).String())
 	assert.Equal(t, []string{"paced", "virtual", "wall"}, []string{ClockPaced.String(), ClockVirtual.String(), ClockWall.String()})
 }
+
+// TestPacedClock_SlackFollowsTheDisplay: a paced run runs ahead of the
+// wall clock by at most one redraw of a display on a terminal, and by a
+// second when nothing redraws that often (quiet, progress lines); a
+// plugin's closer slack still wins.
+func TestPacedClock_SlackFollowsTheDisplay(t *testing.T) {
+	slack := func(c *VirtualClock) time.Duration {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.pace.slack
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want time.Duration
+	}{
+		{"terminal display", Config{StderrTTY: true}, paceSlack},
+		{"quiet on a terminal", Config{StderrTTY: true, Quiet: true}, undisplayedPaceSlack},
+		{"progress lines", Config{}, undisplayedPaceSlack},
+		{"lines every 100 ms", Config{ProgressInterval: 100 * time.Millisecond}, paceSlack},
+		{"terminal redrawn every 2 s", Config{StderrTTY: true, ProgressInterval: 2 * time.Second}, undisplayedPaceSlack},
+	} {
+		c := tc.cfg.pacedClock()
+		assert.Equal(t, tc.want, slack(c), tc.name)
+		c.SetPaceSlack(time.Millisecond)
+		assert.Equal(t, time.Millisecond, slack(c), "%s: a plugin's closer slack", tc.name)
+		c.Done()
+	}
+}

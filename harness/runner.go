@@ -72,6 +72,28 @@ type Config struct {
 	observeRun func(time.Duration)
 }
 
+// pacedClock is the run's paced clock, with the slack its display allows.
+func (cfg *Config) pacedClock() *VirtualClock {
+	c := NewPacedClock(cfg.VirtualEpoch)
+	if !cfg.redrawsOften() {
+		c.setPaceSlack(undisplayedPaceSlack)
+	}
+	return c
+}
+
+// redrawsOften reports whether the run shows progress more often than
+// once a second (the display redrawn on a terminal): a paced clock then
+// runs no further ahead of the wall clock than one redraw.
+func (cfg *Config) redrawsOften() bool {
+	if cfg.Quiet {
+		return false
+	}
+	if cfg.ProgressInterval > 0 {
+		return cfg.ProgressInterval < time.Second
+	}
+	return cfg.StderrTTY
+}
+
 // builtinMetrics are the metrics the runner itself emits.
 type builtinMetrics struct {
 	iterations, iterationDuration, droppedIterations *metrics.Metric
@@ -160,7 +182,7 @@ func Run(ctx context.Context, cfg Config) error {
 	case cfg.clock != nil:
 		t.clock = cfg.clock
 	case cfg.Clock == ClockPaced:
-		t.vclock = NewPacedClock(cfg.VirtualEpoch)
+		t.vclock = cfg.pacedClock()
 		t.clock = t.vclock
 	case cfg.Clock == ClockVirtual:
 		t.vclock = NewVirtualClock(cfg.VirtualEpoch)
