@@ -79,6 +79,11 @@ type Cluster struct {
 	pending   []*call
 	watched   map[context.Context]*watching // contexts of calls in flight
 	watchList []*watching                   // the same, for Settle's scan
+	// activity, when set (SetActivity), tells Settle whether a context
+	// may have ended since polledAt, its value at the last scan.
+	activity func() uint64
+	polledAt uint64
+	polled   bool
 
 	// Remote workers (remote.go): set when the Config has a Transport.
 	remote       bool

@@ -55,8 +55,8 @@ func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
 // smaller key. done gets the result, exactly once, on the goroutine that
 // calls Settle (or at once for a request that is invalid or comes after
 // Close); it must not block. When ctx ends before the result, the request
-// is stopped at the next Settle and done gets outcome "error" once its KV
-// is released.
+// is stopped at the next Settle (the next whose activity count moved, see
+// SetActivity) and done gets outcome "error" once its KV is released.
 func (c *Cluster) Submit(ctx context.Context, req Request, key Key, done func(Result)) {
 	if !c.opts.stepped {
 		panic("cluster: Submit needs a cluster built by NewStepped")
@@ -87,7 +87,8 @@ func (c *Cluster) Settle(nowMs float64) {
 		return
 	}
 	c.runTo(nowMs)
-	if len(c.pending) > 0 {
+	arrived := len(c.pending) > 0
+	if arrived {
 		in := c.pending
 		c.pending = nil
 		slices.SortStableFunc(in, func(a, b *call) int {
@@ -101,9 +102,23 @@ func (c *Cluster) Settle(nowMs float64) {
 			c.accept(arriveMsg{h: h})
 		}
 	}
-	c.stopEnded()
+	c.stopEnded(arrived)
 	c.runTo(nowMs)
 	c.publish()
+}
+
+// SetActivity lets a stepped cluster skip, at a Settle, its look for
+// calls whose context has ended when none can have ended since the last
+// look: activity returns a count that moves whenever code that may end a
+// context has run (harness.VirtualClock.Activity), and Settle looks only
+// when it moved or calls were handed in (one may come with its context
+// already ended). Without it, every Settle looks. The count must move
+// before, not after, whatever ends a context: a cancellation it misses
+// goes unseen until the count next moves.
+func (c *Cluster) SetActivity(activity func() uint64) {
+	c.stepMu.Lock()
+	defer c.stepMu.Unlock()
+	c.activity, c.polled = activity, false
 }
 
 // Next is the modeled time of a stepped cluster's next event; false when
@@ -185,9 +200,19 @@ func (c *Cluster) forget(w *watching) {
 // stopEnded stops, in request order, the requests whose context has
 // ended. The contexts a stepped cluster's callers use end while the clock
 // stands at an instant, so every Settle of that instant sees it the same.
-func (c *Cluster) stopEnded() {
+// arrived says calls were handed in since the last Settle.
+func (c *Cluster) stopEnded(arrived bool) {
+	if c.activity != nil {
+		// Read before the scan: whatever moves the count after this is
+		// seen at the next Settle.
+		a := c.activity()
+		if c.polled && a == c.polledAt && !arrived {
+			return
+		}
+		c.polled, c.polledAt = true, a
+	}
 	// A closed Done channel is checked without a lock: this runs at every
-	// step of the clock.
+	// step of the clock that may have ended a context.
 	ended := false
 	for _, w := range c.watchList {
 		select {
@@ -202,6 +227,12 @@ func (c *Cluster) stopEnded() {
 	if !ended {
 		return
 	}
+	// A call handed in at this Settle becomes a request only as the
+	// Settle runs its events, after this look: one whose context had
+	// already ended is stopped at the next look, which must then come
+	// whether or not the count moved. Every look that finds an ended
+	// context asks for the next, as looking at every Settle would.
+	c.polled = false
 	for _, r := range c.sortedRequests() {
 		if ctx := r.h.ctx; ctx != nil && ctx.Err() != nil {
 			if w, ok := c.watched[ctx]; ok {

@@ -149,6 +149,10 @@ type runClock interface {
 	// cancelled tells the clock that contexts may have been cancelled, so
 	// that those waiting on them wake before time moves on.
 	cancelled()
+	// endedOutside tells the clock that the run's context ended from
+	// outside the run (a signal, Run's caller): contexts under it end
+	// on other goroutines, at no instant of the clock.
+	endedOutside()
 	// yield lets time move on before the caller goes on: on a virtual
 	// clock it waits for the next instant at which anything happens (a
 	// task that never waits on the clock would otherwise hold time still
@@ -158,6 +162,7 @@ type runClock interface {
 
 func (WallClock) goTask(f func())       { go f() }
 func (WallClock) cancelled()            {}
+func (WallClock) endedOutside()         {}
 func (WallClock) yield(context.Context) {}
 
 // tasks is a sync.WaitGroup whose goroutines are clock tasks and whose

@@ -80,7 +80,7 @@ func (t *testRun) watch(parent context.Context) (context.Context, func()) {
 		t.clock.cancelled()
 	}
 	t.ctx, t.cancel = ctx, cancel
-	stopSweep := context.AfterFunc(parent, t.clock.cancelled)
+	stopSweep := context.AfterFunc(parent, t.clock.endedOutside)
 	warned := make(chan struct{})
 	t.parent, t.warned = parent, warned
 	stopWatch := context.AfterFunc(parent, func() {

@@ -72,6 +72,12 @@ type VirtualClock struct {
 	// sweepFn is sweep as a func value, made once: Wait hands it to
 	// context.AfterFunc on every wait with a context.
 	sweepFn func()
+	// activity moves whenever something may have ended a context in the
+	// run (see Activity).
+	activity atomic.Uint64
+	// outside is set once the run was stopped from outside (endedOutside):
+	// from then on every step counts as activity.
+	outside bool
 }
 
 // sleeper is one Sleep's gate and the timer that opens it, allocated
@@ -223,6 +229,32 @@ func (c *VirtualClock) Elapsed() time.Duration {
 
 // Virtual is true.
 func (c *VirtualClock) Virtual() bool { return true }
+
+// Activity is a count that moves whenever code that may end a context has
+// run on the clock: each time a task is handed the turn, each time a
+// timer fires, and at every step once the run was stopped from outside
+// (a signal, or the context of Run cancelled by its caller). Nothing else
+// runs in the run: a participant's Settle ends no context. A participant
+// that looks for ended contexts at every step can skip the look while
+// Activity has not moved since its last one: no context can have ended
+// meanwhile, so it still sees each end at the first step after it, as it
+// would looking every time.
+func (c *VirtualClock) Activity() uint64 { return c.activity.Load() }
+
+// endedOutside is called once the run's own context ended from outside
+// (a signal, its caller): the contexts under it end on whichever
+// goroutine cancels them, at no instant of the clock and maybe after
+// this runs, so every later step counts as activity (the run is ending:
+// looking every time costs nothing worth saving). It also wakes the
+// waiters whose context has ended and the stepper, as cancelled does.
+func (c *VirtualClock) endedOutside() {
+	c.mu.Lock()
+	c.outside = true
+	c.activity.Add(1)
+	c.sweepLocked()
+	c.pokeLocked()
+	c.mu.Unlock()
+}
 
 // Done ends the creating goroutine's turn for good (see NewVirtualClock),
 // for a caller that will not block on the clock itself.
@@ -483,6 +515,8 @@ func (c *VirtualClock) dispatchLocked() {
 	c.runq[n] = nil
 	c.runq = c.runq[:n]
 	c.busy = true
+	// The task may end a context before it blocks again.
+	c.activity.Add(1)
 	next <- struct{}{}
 }
 
@@ -633,6 +667,9 @@ func (c *VirtualClock) stepOnce() bool {
 		c.stepPartsGen = c.partsGen
 	}
 	parts := c.stepParts
+	if c.outside {
+		c.activity.Add(1)
+	}
 	c.mu.Unlock()
 	for _, p := range parts {
 		p.p.Settle(now)
@@ -659,6 +696,7 @@ func (c *VirtualClock) stepOnce() bool {
 	c.advanceLocked(next)
 	for len(c.timers) > 0 && c.timers[0].at <= c.now {
 		t := heap.Pop(&c.timers).(*vtimer)
+		c.activity.Add(1) // t.f may end a context (WithTimeout)
 		c.mu.Unlock()
 		t.f()
 		c.mu.Lock()

@@ -52,6 +52,12 @@ func runScript(t *testing.T, name string, env map[string]string, outputs ...stri
 // runScriptWith is runScript with the run's config changed by mod.
 func runScriptWith(t *testing.T, name string, env map[string]string, mod func(*harness.Config)) runResult {
 	t.Helper()
+	return runScriptCtx(t, context.Background(), name, env, mod)
+}
+
+// runScriptCtx is runScriptWith with the context handed to harness.Run.
+func runScriptCtx(t *testing.T, ctx context.Context, name string, env map[string]string, mod func(*harness.Config)) runResult {
+	t.Helper()
 	hookMu.Lock()
 	defer hookMu.Unlock()
 	var (
@@ -80,7 +86,7 @@ func runScriptWith(t *testing.T, name string, env map[string]string, mod func(*h
 	if mod != nil {
 		mod(&cfg)
 	}
-	err := harness.Run(context.Background(), cfg)
+	err := harness.Run(ctx, cfg)
 	closing.Wait()
 	res := runResult{code: harness.ExitCode(err), err: err, stdout: stdout.String(), stderr: stderr.String(), clusters: seen}
 	for _, c := range seen {

@@ -139,6 +139,12 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a, ok := clock.(interface{ Activity() uint64 }); ok {
+		// The cluster then looks for requests whose context ended only
+		// at the steps where one may have: most steps move nothing but
+		// the cluster itself.
+		c.SetActivity(a.Activity)
+	}
 	e := newEntry(name, c, cfg, speedup)
 	e.stepped = true
 	e.clock = clock

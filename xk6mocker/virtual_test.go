@@ -1,8 +1,10 @@
 package xk6mocker
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,4 +71,67 @@ func TestVirtual_FailedIterationCancelsWhatItLeftInFlight(t *testing.T) {
 	assert.Positive(t, st.Requests)
 	assert.Zero(t, st.Completed)
 	assert.Positive(t, st.Errored)
+}
+
+// TestVirtual_StoppedFromOutsideEndsRequestsInFlight: a Go caller that
+// cancels harness.Run's context while a request far longer than the test
+// is in flight on a stepped cluster ends it at once (outcome "error"),
+// on the paced and on the virtual clock, and the run ends as interrupted.
+func TestVirtual_StoppedFromOutsideEndsRequestsInFlight(t *testing.T) {
+	for _, tc := range []struct {
+		mode harness.ClockMode
+		// Tokens enough for the request to last well over a second of
+		// the host's time: the paced clock decodes about 1,600 a
+		// second, the virtual one hundreds of thousands.
+		maxTokens string
+	}{{harness.ClockPaced, "30000"}, {harness.ClockVirtual, "1000000"}} {
+		t.Run(tc.mode.String(), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			var seen atomic.Bool
+			go func() {
+				defer cancel()
+				for deadline := time.Now().Add(20 * time.Second); ctx.Err() == nil && time.Now().Before(deadline); {
+					if requestInFlight() {
+						seen.Store(true)
+						return
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			start := time.Now()
+			res := runScriptCtx(t, ctx, "stopped_outside.js", map[string]string{"MAX_TOKENS": tc.maxTokens},
+				func(c *harness.Config) { c.Clock = tc.mode })
+			require.True(t, seen.Load(), "the request was in flight when the run was stopped")
+			assert.Less(t, time.Since(start), 5*time.Second)
+			assert.Equal(t, harness.ExitExternalAbort, res.code, "stderr: %s", res.stderr)
+			require.Len(t, res.clusters, 1, "stderr: %s\n%s", res.stderr, res.stdout)
+			st := res.clusters[0].stats
+			assert.Equal(t, uint64(1), st.Requests)
+			assert.Equal(t, uint64(1), st.Errored, "%+v", st)
+			assert.Zero(t, st.Completed)
+		})
+	}
+}
+
+// requestInFlight reports whether a cluster of a run in progress has a
+// request in flight.
+func requestInFlight() bool {
+	runsMu.Lock()
+	list := make([]*run, 0, len(runs))
+	for _, r := range runs {
+		list = append(list, r)
+	}
+	runsMu.Unlock()
+	for _, r := range list {
+		r.mu.Lock()
+		entries := r.sortedEntries()
+		r.mu.Unlock()
+		for _, e := range entries {
+			if e.c.Stats().InFlight > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
