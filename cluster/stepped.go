@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
+	"time"
 )
 
 // A stepped cluster is the cluster's loop driven by an outside clock, such
@@ -119,6 +121,49 @@ func (c *Cluster) SetActivity(activity func() uint64) {
 	c.stepMu.Lock()
 	defer c.stepMu.Unlock()
 	c.activity, c.polled = activity, false
+}
+
+// ClockParticipant is a stepped cluster as an outside clock that counts
+// time.Duration offsets sees it (the harness's Participant): an offset on
+// the clock is modeled time / speedup.
+type ClockParticipant struct {
+	c       *Cluster
+	speedup float64
+	// The next event as last reported: the clock wakes the cluster at an
+	// offset rounded up to whole nanoseconds, which must still reach the
+	// event once converted back.
+	has    bool
+	nextAt time.Duration
+	nextMs float64
+}
+
+// ClockParticipant returns c as a participant of a clock on which one
+// unit of time is speedup units of modeled time (speedup > 0).
+func (c *Cluster) ClockParticipant(speedup float64) *ClockParticipant {
+	return &ClockParticipant{c: c, speedup: speedup}
+}
+
+// Settle settles the cluster at the clock's offset now: at the modeled
+// time it maps to, or at the event the clock was asked to wake it for.
+func (p *ClockParticipant) Settle(now time.Duration) {
+	ms := float64(now) / float64(time.Millisecond) * p.speedup
+	if p.has && now >= p.nextAt {
+		ms = max(ms, p.nextMs)
+	}
+	p.c.Settle(ms)
+}
+
+// Next is the clock offset of the cluster's next event; false when it
+// has none.
+func (p *ClockParticipant) Next() (time.Duration, bool) {
+	ms, ok := p.c.Next()
+	p.has = ok
+	if !ok {
+		return 0, false
+	}
+	p.nextMs = ms
+	p.nextAt = time.Duration(math.Ceil(ms / p.speedup * float64(time.Millisecond)))
+	return p.nextAt, true
 }
 
 // Next is the modeled time of a stepped cluster's next event; false when

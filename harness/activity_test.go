@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
@@ -11,34 +10,6 @@ import (
 
 	"github.com/kvstrand/mocker/cluster"
 )
-
-// steppedPart is a stepped cluster as a participant of the clock, one
-// modeled ms per ms of the clock (xk6mocker's participant, speedup 1).
-type steppedPart struct {
-	c      *cluster.Cluster
-	has    bool
-	nextAt time.Duration
-	nextMs float64
-}
-
-func (p *steppedPart) Settle(now time.Duration) {
-	ms := float64(now) / float64(time.Millisecond)
-	if p.has && now >= p.nextAt {
-		ms = max(ms, p.nextMs)
-	}
-	p.c.Settle(ms)
-}
-
-func (p *steppedPart) Next() (time.Duration, bool) {
-	ms, ok := p.c.Next()
-	p.has = ok
-	if !ok {
-		return 0, false
-	}
-	p.nextMs = ms
-	p.nextAt = time.Duration(math.Ceil(ms * float64(time.Millisecond)))
-	return p.nextAt, true
-}
 
 // holdAt is a participant whose Settle blocks once, at instant at, until
 // released: what happens meanwhile from outside the run is done before
@@ -82,7 +53,7 @@ func stoppedLong(t *testing.T, how longStop, hook bool) (cluster.Result, time.Du
 	if hook {
 		cl.SetActivity(c.Activity)
 	}
-	leave := c.Join(&steppedPart{c: cl})
+	leave := c.Join(cl.ClockParticipant(1))
 	defer leave()
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -153,41 +152,9 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	}); ok {
 		e.lagOf = l.Lag
 	}
-	e.leave = clock.Join(&participant{c: c, speedup: speedup})
+	e.leave = clock.Join(c.ClockParticipant(speedup))
 	r.clusters[name] = e
 	return e, nil
-}
-
-// participant is a stepped cluster as the harness clock sees it: offsets
-// on the clock are modeled time / speedup_ratio.
-type participant struct {
-	c       *cluster.Cluster
-	speedup float64
-	// The next event as last reported: the clock wakes the cluster at an
-	// offset rounded up to whole nanoseconds, which must still reach the
-	// event once converted back.
-	has    bool
-	nextAt time.Duration
-	nextMs float64
-}
-
-func (p *participant) Settle(now time.Duration) {
-	ms := float64(now) / float64(time.Millisecond) * p.speedup
-	if p.has && now >= p.nextAt {
-		ms = max(ms, p.nextMs)
-	}
-	p.c.Settle(ms)
-}
-
-func (p *participant) Next() (time.Duration, bool) {
-	ms, ok := p.c.Next()
-	p.has = ok
-	if !ok {
-		return 0, false
-	}
-	p.nextMs = ms
-	p.nextAt = time.Duration(math.Ceil(ms / p.speedup * float64(time.Millisecond)))
-	return p.nextAt, true
 }
 
 // entry is one cluster of a run, with what the plugin learns about it from
