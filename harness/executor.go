@@ -256,10 +256,10 @@ func (s *scenarioRun) runRampingVUs(regular, hard context.Context) {
 	for _, sl := range slots {
 		wg.Go(func() { s.rampVU(sl, regular, hard) })
 	}
-	// The target is read every rampTick, but the controller
-	// sleeps through the ticks at which it would read the same target: on
-	// a paced or virtual clock each wake-up is a step of the whole run, and
-	// a long stage held at one VU count asked for thousands of them.
+	// The target is read every rampTick, but the controller sleeps through
+	// the ticks at which it would read the same target: on a paced or
+	// virtual clock each wake-up is a step of the whole run, and a long
+	// stage held at one VU count asked for thousands of them.
 	for clock.Sleep(regular, s.nextRampChange(clock.Now().Sub(s.startedAt), applied)) {
 		applied = schedule.RampingTarget(s.cfg.StartVUs, s.cfg.Stages, clock.Now().Sub(s.startedAt))
 		apply(applied)
