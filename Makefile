@@ -11,7 +11,7 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short e2e images vet bench lint build fuzz clean
+.PHONY: run test test-short e2e images vet bench lint build fuzz golden clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
@@ -53,6 +53,11 @@ lint: $(GOLANGCI)
 $(GOLANGCI):
 	GOBIN=$(BIN) $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VER)
 
+## golden: write this tree's modeled output to OUT, to diff against another version's
+OUT           ?= golden-out
+golden:
+	$(GO) run ./internal/tools/golden -out $(OUT)
+
 ## fuzz: short runs of the transfer-header fuzzer and the server connection-loop fuzzer
 FUZZTIME      ?= 30s
 fuzz:
@@ -60,4 +65,4 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzServerConnections$$' -fuzztime $(FUZZTIME) ./bootstrap
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) golden-out
