@@ -245,7 +245,7 @@ func (c *Cluster) forget(w *watching) {
 // stopEnded stops, in request order, the requests whose context has
 // ended. The contexts a stepped cluster's callers use end while the clock
 // stands at an instant, so every Settle of that instant sees it the same.
-// arrived says calls were handed in since the last Settle.
+// arrived says calls were handed in at this Settle.
 func (c *Cluster) stopEnded(arrived bool) {
 	if c.activity != nil {
 		// Read before the scan: whatever moves the count after this is

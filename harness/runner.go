@@ -74,11 +74,10 @@ type Config struct {
 
 // pacedClock is the run's paced clock, with the slack its display allows.
 func (cfg *Config) pacedClock() *VirtualClock {
-	c := NewPacedClock(cfg.VirtualEpoch)
-	if !cfg.redrawsOften() {
-		c.setPaceSlack(undisplayedPaceSlack)
+	if cfg.redrawsOften() {
+		return newPacedClock(cfg.VirtualEpoch, paceSlack)
 	}
-	return c
+	return newPacedClock(cfg.VirtualEpoch, undisplayedPaceSlack)
 }
 
 // redrawsOften reports whether the run shows progress more often than

@@ -142,13 +142,17 @@ func NewVirtualClock(epoch time.Time) *VirtualClock {
 // A gate opened from outside the run (a reply from another process)
 // readies its waiter at the clock's instant nearest the wall clock's.
 // The zero epoch means the wall time now.
-func NewPacedClock(epoch time.Time) *VirtualClock {
+func NewPacedClock(epoch time.Time) *VirtualClock { return newPacedClock(epoch, paceSlack) }
+
+// newPacedClock is NewPacedClock with the slack the run's display allows
+// (paceSlack or undisplayedPaceSlack).
+func newPacedClock(epoch time.Time, slack time.Duration) *VirtualClock {
 	wall := time.Now()
 	if epoch.IsZero() {
 		epoch = wall
 	}
 	c := NewVirtualClock(epoch)
-	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1), slack: paceSlack}
+	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1), slack: slack}
 	return c
 }
 
@@ -160,16 +164,6 @@ func (c *VirtualClock) SetPaceSlack(d time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.pace != nil && d >= 0 && d < c.pace.slack {
-		c.pace.slack = d
-	}
-}
-
-// setPaceSlack sets how far ahead of the wall clock a paced clock may run,
-// before the run starts; SetPaceSlack only ever brings it closer.
-func (c *VirtualClock) setPaceSlack(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pace != nil {
 		c.pace.slack = d
 	}
 }

@@ -140,8 +140,9 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 // group or custom tags do.
 type mergeKey struct{ base, extra metrics.TagsID }
 
-// recentMerge is one merge PushTagged made: tags is the merge key names
-// (the VU's tags and the extra tags, by identity).
+// recentMerge is one merge PushTagged made: key names the two tag sets
+// merged (the VU's tags and the extra tags, by identity), tags is the
+// result.
 type recentMerge struct {
 	key  mergeKey
 	tags metrics.Tags
