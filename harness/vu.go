@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvstrand/mocker/harness/metrics"
 	"github.com/kvstrand/mocker/harness/options"
+	"github.com/kvstrand/mocker/internal/recent"
 )
 
 // vu is one virtual user: a runtime with the script evaluated in it, plus
@@ -59,11 +60,10 @@ type vu struct {
 
 	rng    *rand.PCG                 // Math.random's source
 	merged map[mergeKey]metrics.Tags // PushTagged's merges of v.tags with extra tags
-	// recentMerges are PushTagged's last two merges, looked up before
+	// recentMerges are PushTagged's last merges, looked up before
 	// merged: a plugin pushing one request's samples goes back and forth
 	// between a couple of tag sets.
-	recentMerges [2]recentMerge
-	recentNext   int
+	recentMerges recent.Four[mergeKey, metrics.Tags]
 	waitHooks    []func() // WhenWaiting
 
 	imu    sync.Mutex // orders interrupts against activation changes
@@ -140,14 +140,6 @@ func (v *vu) Push(m *metrics.Metric, value float64, extra map[string]string) {
 // group or custom tags do.
 type mergeKey struct{ base, extra metrics.TagsID }
 
-// recentMerge is one merge PushTagged made: key names the two tag sets
-// merged (the VU's tags and the extra tags, by identity), tags is the
-// result.
-type recentMerge struct {
-	key  mergeKey
-	tags metrics.Tags
-}
-
 // maxMerged bounds PushTagged's cache; it starts over when full.
 const maxMerged = 256
 
@@ -166,10 +158,8 @@ func (v *vu) PushTagged(m *metrics.Metric, value float64, extra metrics.Tags) {
 // sets (extra is not empty, so no key is the zero key).
 func (v *vu) mergedWith(extra metrics.Tags) metrics.Tags {
 	key := mergeKey{v.tags.ID(), extra.ID()}
-	for i := range v.recentMerges {
-		if r := &v.recentMerges[i]; r.key == key {
-			return r.tags
-		}
+	if tags, ok := v.recentMerges.Get(key); ok {
+		return tags
 	}
 	tags, ok := v.merged[key]
 	if !ok {
@@ -179,8 +169,7 @@ func (v *vu) mergedWith(extra metrics.Tags) metrics.Tags {
 		tags = v.tags.Merge(extra)
 		v.merged[key] = tags
 	}
-	v.recentMerges[v.recentNext] = recentMerge{key, tags}
-	v.recentNext = 1 - v.recentNext
+	v.recentMerges.Put(key, tags)
 	return tags
 }
 

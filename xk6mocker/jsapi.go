@@ -341,26 +341,16 @@ const maxTagSets = 256
 // calls it.
 func (inst *instance) tagSet(k tagKey) metrics.Tags {
 	// A request's samples take turns among a few sets: comparing keys
-	// with the last few costs less than hashing one. (k.e is never nil,
-	// so an empty slot matches nothing.)
-	for i := range inst.recentTags {
-		if r := &inst.recentTags[i]; r.key == k {
-			return r.tags
-		}
+	// with the last few costs less than hashing one.
+	if t, ok := inst.recentTags.Get(k); ok {
+		return t
 	}
 	t, ok := inst.tagSets[k]
 	if !ok {
 		t = inst.newTagSet(k)
 	}
-	inst.recentTags[inst.recentNext] = recentTagSet{k, t}
-	inst.recentNext = (inst.recentNext + 1) % len(inst.recentTags)
+	inst.recentTags.Put(k, t)
 	return t
-}
-
-// recentTagSet is one of the tag sets tagSet handed out last.
-type recentTagSet struct {
-	key  tagKey
-	tags metrics.Tags
 }
 
 // newTagSet builds k's tag set and keeps it in the cache.

@@ -9,6 +9,7 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/internal/recent"
 )
 
 // ImportPath is the path scripts import the module by.
@@ -91,11 +92,10 @@ type instance struct {
 	// VU next waits (see generateBlocking).
 	holds      map[*entry]cluster.TimeHold
 	waitHooked bool
-	tagSets    map[tagKey]metrics.Tags // tagSet's cache
-	recentTags [4]recentTagSet         // tagSet's last sets, looked at first
-	recentNext int
-	blocking   blockingCall // generate's wait on a stepped cluster
-	names      valueCache   // results' outcome and worker strings
+	tagSets    map[tagKey]metrics.Tags           // tagSet's cache
+	recentTags recent.Four[tagKey, metrics.Tags] // tagSet's last sets, looked at first
+	blocking   blockingCall                      // generate's wait on a stepped cluster
+	names      valueCache                        // results' outcome and worker strings
 }
 
 // blockingCall is what a VU's blocking generate on a stepped cluster
