@@ -40,19 +40,40 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 // prefix) and 100 output tokens, full handoff through the in-memory link,
 // arrivals faster than decode serves them so that holds queue and some
 // abort. It reports simulated requests per CPU second of the whole
-// process (sim_req/cpu_s) and allocation per request.
+// process (sim_req/cpu_s) and allocation per request, in two regimes:
 //
-// At the default gap (6.5 ms) arrivals also outrun what the holds'
-// turnover lets the prefill workers admit, so their queues grow through
-// the run and the cost per request grows with b.N: compare versions at a
-// fixed -benchtime=Nx. GAP_MS=12 is about the fastest arrival rate the
-// cluster serves in a steady state (decode saturated, about half the holds
-// aborting, time to first token flat); GAP_MS=2 is deep saturation.
+//   - steady: an arrival every 12 ms, about the fastest the cluster
+//     serves in a steady state. Decode is saturated and about half the
+//     holds abort, but the prefill queues stay short, so the cost per
+//     request does not depend on b.N and any -benchtime compares.
+//   - overloaded: an arrival every 6.5 ms, which also outruns what the
+//     holds' turnover lets the prefill workers admit. Their queues grow
+//     through the run, every queued request keeps its records, and the
+//     cost per request grows with b.N: compare versions at one fixed
+//     -benchtime=Nx.
+//
+// GAP_MS=x adds a run at that gap (GAP_MS=2 is deep saturation).
 func BenchmarkVirtualDisagg(b *testing.B) {
-	gapMs := 6.5
+	gaps := []struct {
+		name string
+		ms   float64
+	}{{"steady", 12}, {"overloaded", 6.5}}
 	if v := os.Getenv("GAP_MS"); v != "" {
-		gapMs, _ = strconv.ParseFloat(v, 64)
+		ms, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(ms > 0) {
+			b.Fatalf("GAP_MS=%q: want a positive number of modeled ms between arrivals", v)
+		}
+		gaps = append(gaps, struct {
+			name string
+			ms   float64
+		}{"gap=" + v + "ms", ms})
 	}
+	for _, g := range gaps {
+		b.Run(g.name, func(b *testing.B) { benchmarkVirtualDisagg(b, g.ms) })
+	}
+}
+
+func benchmarkVirtualDisagg(b *testing.B, gapMs float64) {
 	const prompts = 256
 	ring := make([][]uint32, prompts)
 	for i := range ring {
