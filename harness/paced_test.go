@@ -185,9 +185,9 @@ func TestConfig_UnknownClockIsAnInvalidConfig(t *testing.T) {
 }
 
 // TestPacedClock_SlackFollowsTheDisplay: a paced run runs ahead of the
-// wall clock by at most one redraw of a display on a terminal, and by a
-// second when nothing redraws that often (quiet, progress lines); a
-// plugin's closer slack still wins.
+// wall clock by at most one redraw of a display on a terminal, by a
+// second when it writes progress lines less often, and by five seconds
+// when it shows nothing (quiet); a plugin's closer slack still wins.
 func TestPacedClock_SlackFollowsTheDisplay(t *testing.T) {
 	slack := func(c *VirtualClock) time.Duration {
 		c.mu.Lock()
@@ -200,7 +200,9 @@ func TestPacedClock_SlackFollowsTheDisplay(t *testing.T) {
 		want time.Duration
 	}{
 		{"terminal display", Config{StderrTTY: true}, paceSlack},
-		{"quiet on a terminal", Config{StderrTTY: true, Quiet: true}, undisplayedPaceSlack},
+		{"quiet on a terminal", Config{StderrTTY: true, Quiet: true}, quietPaceSlack},
+		{"quiet, progress lines", Config{Quiet: true}, quietPaceSlack},
+		{"quiet, lines every 100 ms", Config{Quiet: true, ProgressInterval: 100 * time.Millisecond}, quietPaceSlack},
 		{"progress lines", Config{}, undisplayedPaceSlack},
 		{"lines every 100 ms", Config{ProgressInterval: 100 * time.Millisecond}, paceSlack},
 		{"terminal redrawn every 2 s", Config{StderrTTY: true, ProgressInterval: 2 * time.Second}, undisplayedPaceSlack},

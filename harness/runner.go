@@ -74,7 +74,10 @@ type Config struct {
 
 // pacedClock is the run's paced clock, with the slack its display allows.
 func (cfg *Config) pacedClock() *VirtualClock {
-	if cfg.redrawsOften() {
+	switch {
+	case cfg.Quiet:
+		return newPacedClock(cfg.VirtualEpoch, quietPaceSlack)
+	case cfg.redrawsOften():
 		return newPacedClock(cfg.VirtualEpoch, paceSlack)
 	}
 	return newPacedClock(cfg.VirtualEpoch, undisplayedPaceSlack)
