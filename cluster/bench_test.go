@@ -54,19 +54,17 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 //
 // GAP_MS=x adds a run at that gap (GAP_MS=2 is deep saturation).
 func BenchmarkVirtualDisagg(b *testing.B) {
-	gaps := []struct {
+	type regime struct {
 		name string
 		ms   float64
-	}{{"steady", 12}, {"overloaded", 6.5}}
+	}
+	gaps := []regime{{"steady", 12}, {"overloaded", 6.5}}
 	if v := os.Getenv("GAP_MS"); v != "" {
 		ms, err := strconv.ParseFloat(v, 64)
 		if err != nil || !(ms > 0) {
 			b.Fatalf("GAP_MS=%q: want a positive number of modeled ms between arrivals", v)
 		}
-		gaps = append(gaps, struct {
-			name string
-			ms   float64
-		}{"gap=" + v + "ms", ms})
+		gaps = append(gaps, regime{"gap=" + v + "ms", ms})
 	}
 	for _, g := range gaps {
 		b.Run(g.name, func(b *testing.B) { benchmarkVirtualDisagg(b, g.ms) })
