@@ -127,7 +127,13 @@ func TestDynamo_BusyThresholdRefusesWithAllWorkersBusy(t *testing.T) {
 func TestDynamo_DisaggPrefixSticksToOnePrefill(t *testing.T) {
 	s := newStack(t)
 	const ns = "dyn-sticky"
-	s.startWorkers(t, ns, "vllm", commonArgs(), pool{role: "prefill", n: 2}, pool{role: "decode", n: 2})
+	// Decode is idle, so a hold waits only for the handoff's steps across
+	// processes; at speedup 10 their wall milliseconds on a busy host can
+	// pass the matrix's 400 ms abort timeout. Routing is what this test
+	// checks, so its holds get time to spare.
+	args := commonArgs()
+	args["kv_transfer_abort_timeout_ms"] = 10000
+	s.startWorkers(t, ns, "vllm", args, pool{role: "prefill", n: 2}, pool{role: "decode", n: 2})
 	c := s.attachWith(t, ns, cluster.Config{Engine: "vllm", Router: "kv", Disagg: true,
 		Prefill: cluster.PoolConfig{Workers: 2}, Decode: cluster.PoolConfig{Workers: 2}})
 
