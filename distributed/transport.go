@@ -445,6 +445,23 @@ func (t *transport) onFrame(m *nats.Msg) {
 		t.leave(id, f.Leave)
 		return
 	}
+	if r := f.Refused; r != nil {
+		if r.Session == w.session {
+			t.log.Error("worker refused the router's session", "worker", w.reg.Name, "reason", r.Reason)
+			t.mu.Lock()
+			if t.workers[id] == w {
+				delete(t.workers, id)
+			}
+			t.refused[w.reg.Name] = r.Reason
+			closed := t.closed
+			t.mu.Unlock()
+			w.end()
+			if !closed {
+				t.host.Leave(w.reg.Name, r.Reason)
+			}
+		}
+		return
+	}
 	if e := f.Ended; e != nil {
 		if e.Session == w.session {
 			t.log.Error("worker ended the router's session; its requests end and it joins again", "worker", w.reg.Name, "reason", e.Reason)
@@ -490,7 +507,7 @@ func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
 		}
 	}
 	w.head = max(w.head, f.Head)
-	if len(f.Items) > 0 && (!w.based || f.Seq >= w.next) {
+	if (len(f.Items) > 0 || f.Turn > 0) && (!w.based || f.Seq >= w.next) {
 		w.held[f.Seq] = f
 		w.head = max(w.head, f.Seq+1)
 	}

@@ -62,6 +62,19 @@ import (
 //     requests of every session of a router whose key in etcd is gone.
 //
 // Commands with no session (Session 0) are applied as they come.
+//
+// A coupled session is one whose router drives the worker's clock
+// instead of the wall clock (opHello with Coupled): the worker starts a
+// fresh engine at the hello's At, on the router's modeled clock, and its
+// time moves only as the session's commands say. Each command takes
+// effect at its At and opRun runs the engine until Until; the worker
+// runs every event up to that instant and answers with a numbered frame
+// carrying what they produced, the last Turn it applied and its Next
+// event's time. Its results then depend on the commands alone, not on
+// when they reach it: a router that lets modeled time pass only once
+// each turn is answered gets the same results on any host. A coupled
+// worker serves that session alone; a hello it cannot take (work in
+// flight, another coupled router) is answered with Refused.
 
 // Command ops.
 const (
@@ -83,6 +96,9 @@ const (
 	// opHello is a session's first numbered command: its ack tells the
 	// router where the session's frames start.
 	opHello = "hello"
+	// opRun is a coupled session's numbered command to run the engine
+	// until Until and report.
+	opRun = "run"
 )
 
 // command is one router → worker message.
@@ -107,6 +123,14 @@ type command struct {
 	TID         uint64          `json:"tid,omitempty"`
 	Transferred bool            `json:"transferred,omitempty"`
 	Params      json.RawMessage `json:"params,omitempty"`
+	// Coupled sessions: Coupled (hello) asks the worker to run on the
+	// router's clock; At is the modeled instant a command takes effect
+	// (hello: where the fresh engine's clock starts), Until how far
+	// opRun runs, and Turn numbers what the worker's answer acknowledges.
+	Coupled bool    `json:"coupled,omitempty"`
+	At      float64 `json:"at,omitempty"`
+	Until   float64 `json:"until,omitempty"`
+	Turn    uint64  `json:"turn,omitempty"`
 }
 
 func commandOf(in engine.Input) command {
@@ -157,7 +181,7 @@ func (c command) input() (engine.Input, error) {
 		return engine.CancelDestination{ID: c.ID}, nil
 	case opDestinationReady:
 		return engine.DestinationReady{ID: c.ID, Tokens: c.N}, nil
-	case opOpenRoom, opCloseRoom, opConnect, opAck, opResend, opBye, opHello:
+	case opOpenRoom, opCloseRoom, opConnect, opAck, opResend, opBye, opHello, opRun:
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown command op %q", c.Op)
@@ -179,6 +203,15 @@ type frame struct {
 	// in etcd is gone) and withdraws its requests: a router that is still
 	// there after all learns why, ahead of the withdrawals.
 	Ended *sessionEnded `json:"ended,omitempty"`
+	// Turn and Next answer a coupled session: the last turn the worker
+	// has applied, and when its engine's next event is due (nil: none is
+	// pending). Every frame of a coupled worker carries them; one that
+	// answers a turn is numbered even without Items.
+	Turn uint64   `json:"turn,omitempty"`
+	Next *float64 `json:"next,omitempty"`
+	// Refused answers a hello the worker cannot take (a coupled session
+	// needs the worker to itself); the session does not start.
+	Refused *sessionEnded `json:"refused,omitempty"`
 	// Leave is set on the marker a router sends itself on a worker's out
 	// subject when the worker's registration goes: it comes back after
 	// every frame the worker sent before it left, so the worker's last

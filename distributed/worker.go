@@ -147,10 +147,8 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
 		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role),
 		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}}
-	l.v = engine.NewVirtual(ew)
-	l.w = ew
-	l.v.OnOutput = l.onOutput
-	l.v.OnInput = l.onInput
+	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
+	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
 		l.server, err = bootstrap.Listen(bootstrap.Config{
 			Addr:            net.JoinHostPort(cfg.ListenHost, "0"),
@@ -306,12 +304,28 @@ type workerLoop struct {
 	sent     frameBuffer // the last frames, for resending
 	items    []item
 	draining bool
-	events   eventPublisher // Dynamo's event plane
-	kvSubj   string
-	loadSubj string
+	// coupled is the session whose router drives this worker's clock (0:
+	// none, the wall clock does); turn is the last of its turns applied,
+	// answered the last one reported.
+	coupled   uint64
+	turn      uint64
+	answered  uint64
+	newEngine func() (*engine.Worker, error)
+	events    eventPublisher // Dynamo's event plane
+	kvSubj    string
+	loadSubj  string
 }
 
 func (l *workerLoop) post(m workerMsg) { l.in <- m }
+
+// setEngine makes ew the worker's engine, its clock at modeled ms at.
+func (l *workerLoop) setEngine(ew *engine.Worker, at float64) {
+	l.w = ew
+	l.v = engine.NewVirtual(ew)
+	l.v.OnOutput = l.onOutput
+	l.v.OnInput = l.onInput
+	l.v.AdvanceTo(at)
+}
 
 func (l *workerLoop) transferAddr() string {
 	if l.server == nil {
@@ -404,7 +418,7 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 			return nil
 		}
 		var wake <-chan time.Time
-		if at, _, ok := l.v.Next(); ok {
+		if at, _, ok := l.v.Next(); ok && l.coupled == 0 {
 			d := l.wallAt(at) - time.Since(l.start)
 			if d <= 0 {
 				_ = l.v.RunUntil(at)
@@ -417,7 +431,9 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 		select {
 		case m := <-l.in:
 			timer.Stop()
-			l.v.AdvanceTo(l.modeled())
+			if l.coupled == 0 {
+				l.v.AdvanceTo(l.modeled())
+			}
 			l.handle(m)
 			// Take what else is waiting, so one frame carries the lot.
 			for more := true; more; {
@@ -499,6 +515,7 @@ func (l *workerLoop) receive(c command) {
 	case opBye:
 		l.inbox.forget(c.Session)
 		l.withdraw(c.Session)
+		l.uncouple(c.Session)
 	default:
 		for _, r := range l.inbox.accept(c, l.seq, time.Now()) {
 			l.command(r)
@@ -557,6 +574,7 @@ func (l *workerLoop) routerGone(router int64) {
 		// Ahead of the withdrawals' frames, for a router still there.
 		l.control(frame{Ended: &sessionEnded{Session: session, Reason: reason}})
 		l.withdraw(session)
+		l.uncouple(session)
 	}
 }
 
@@ -591,6 +609,10 @@ func (l *workerLoop) control(f frame) {
 }
 
 func (l *workerLoop) command(c command) {
+	if l.coupled != 0 && c.Session == l.coupled && c.Op != opRun {
+		l.runUntil(c.At)
+		l.turn = max(l.turn, c.Turn)
+	}
 	switch c.Op {
 	case opOpenRoom:
 		l.openRoom(c.TID, c.ID)
@@ -613,11 +635,25 @@ func (l *workerLoop) command(c command) {
 		l.connect(c)
 		return
 	case opHello:
+		if c.Coupled {
+			l.couple(c)
+		}
+		return
+	case opRun:
+		if l.coupled != 0 && c.Session == l.coupled {
+			l.runUntil(c.Until)
+			l.turn = max(l.turn, c.Turn)
+		}
 		return
 	}
 	in, err := c.input()
 	if err != nil {
 		l.log.Warn("bad command", "err", err)
+		return
+	}
+	if l.coupled != 0 && c.Session != l.coupled && (c.Op == opSubmit || c.Op == opReserve) {
+		c.Tokens = nil
+		l.items = append(l.items, item{Input: &wireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " runs on another router's clock (a coupled session has it to itself)"}})
 		return
 	}
 	if l.draining && (c.Op == opSubmit || c.Op == opReserve) {
@@ -629,6 +665,66 @@ func (l *workerLoop) command(c command) {
 	}
 	l.owned.command(c) // what reaches the engine, and from which session
 	l.v.Schedule(l.v.Now(), 0, in)
+}
+
+// couple starts the coupled session of hello c: a fresh engine whose
+// clock starts at c.At and moves only as the session's commands say. It
+// refuses, saying why, when another session's work could mix with it.
+func (l *workerLoop) couple(c command) {
+	reason := ""
+	switch {
+	case l.coupled != 0:
+		reason = "it already runs on another router's clock"
+	case l.draining:
+		reason = "it is draining (shutting down)"
+	case len(l.owned) > 0 || !l.idle():
+		reason = "it has requests of another router in flight"
+	}
+	if reason == "" {
+		ew, err := l.newEngine()
+		if err != nil {
+			reason = "its engine could not start: " + err.Error()
+		} else {
+			l.setEngine(ew, c.At)
+			l.coupled, l.turn, l.answered = c.Session, c.Turn, 0
+			l.log.Info("running on a router's clock", "session", c.Session, "at_ms", c.At)
+			return
+		}
+	}
+	reason = "worker " + l.cfg.Name + " cannot run on a router's clock: " + reason
+	l.log.Warn("coupled session refused", "session", c.Session, "reason", reason)
+	l.inbox.forget(c.Session)
+	l.control(frame{Refused: &sessionEnded{Session: c.Session, Reason: reason}})
+}
+
+// uncouple ends session's hold on the worker's clock, if it had it: the
+// engine it drove is dropped (its requests were withdrawn) and a fresh
+// one runs on the wall clock again.
+func (l *workerLoop) uncouple(session uint64) {
+	if l.coupled == 0 || session != l.coupled {
+		return
+	}
+	l.coupled = 0
+	ew, err := l.newEngine()
+	if err != nil {
+		// The args were good when the worker started; they still are.
+		l.log.Error("engine not restarted after a coupled session", "err", err)
+		return
+	}
+	l.setEngine(ew, l.modeled())
+	l.log.Info("back on the wall clock", "session", session)
+}
+
+// runUntil runs a coupled engine's events up to modeled ms t and moves
+// its clock there. A t before the clock (a router out of step) moves
+// nothing.
+func (l *workerLoop) runUntil(t float64) {
+	if t < l.v.Now() {
+		l.log.Warn("coupled command in the engine's past; applied at its now", "at_ms", t, "now_ms", l.v.Now())
+		return
+	}
+	_ = l.v.RunUntil(t)
+	l.v.AdvanceTo(t)
 }
 
 // openRoom opens a transfer room and answers with the handoff params the
@@ -760,13 +856,22 @@ func (l *workerLoop) onInput(r engine.InputResult) {
 // resending, with the acks due; or the acks alone in a control frame.
 func (l *workerLoop) flush() {
 	acks := l.inbox.acks()
-	if len(l.items) == 0 {
+	answer := l.coupled != 0 && l.turn > l.answered
+	if len(l.items) == 0 && !answer {
 		if len(acks) > 0 {
 			l.control(frame{Acks: acks})
 		}
 		return
 	}
-	data, err := json.Marshal(frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks})
+	f := frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks}
+	if l.coupled != 0 {
+		f.Turn = l.turn
+		l.answered = l.turn
+		if at, _, ok := l.v.Next(); ok {
+			f.Next = &at
+		}
+	}
+	data, err := json.Marshal(f)
 	l.items = l.items[:0]
 	if err != nil {
 		l.log.Error("frame not encoded", "err", err)

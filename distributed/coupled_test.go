@@ -1,0 +1,261 @@
+package distributed
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/perf"
+)
+
+// coupledArgs are the coupled tests' worker args: a pool small enough that
+// the requests below queue, preempt and hit each other's prefixes.
+const coupledArgs = `{"speedup_ratio": 1, "num_gpu_blocks": 48, "max_num_seqs": 6}`
+
+// coupledLoad is the tests' requests: arrival instants (modeled ms) and
+// prompts, a third of them sharing a 64-token prefix.
+func coupledLoad() (at []float64, reqs []engine.Request) {
+	rng := rand.New(rand.NewPCG(7, 7))
+	shared := make([]uint32, 64)
+	for i := range shared {
+		shared[i] = rng.Uint32N(30000)
+	}
+	t := 500.0
+	for i := range 24 {
+		var toks []uint32
+		if i%3 == 0 {
+			toks = append(toks, shared...)
+		}
+		for range 48 + rng.IntN(200) {
+			toks = append(toks, rng.Uint32N(30000))
+		}
+		reqs = append(reqs, engine.Request{ID: uint64(i + 1), Tokens: toks, MaxTokens: 4 + rng.IntN(40)})
+		at = append(at, t)
+		t += float64(rng.IntN(40))
+	}
+	return at, reqs
+}
+
+// completion is what the tests compare of a finished request.
+type completion struct {
+	ID                     uint64
+	Arrival, At, FirstAt   float64
+	Prompt, Cached         int
+	Preemptions, Generated int
+	Truncated              bool
+}
+
+func completionsOf(cs []engine.Completion) []completion {
+	out := make([]completion, 0, len(cs))
+	for _, c := range cs {
+		out = append(out, completion{ID: c.RequestID, Arrival: c.Arrival, At: c.At, FirstAt: c.FirstTokenAt, Prompt: c.PromptTokens,
+			Cached: c.CachedTokens, Preemptions: c.Preemptions, Generated: c.OutputTokens, Truncated: c.Truncated})
+	}
+	return out
+}
+
+// coupledDriver is a router's side of one coupled session, by hand: it
+// hands in the load at its instants and runs the worker from one of its
+// events to the next, waiting for each turn's answer before time moves on.
+type coupledDriver struct {
+	t       *testing.T
+	nc      *nats.Conn
+	reg     Registration
+	frames  chan *frame
+	session uint64
+	seq     uint64
+	turn    uint64
+	jitter  func() // runs before each command: the wall time it takes must not matter
+}
+
+func newCoupledDriver(t *testing.T, ls *localServices, ns string) *coupledDriver {
+	t.Helper()
+	ec := etcdClient(t, ls)
+	resp, err := ec.Get(context.Background(), registrationPrefix(ns), clientv3.WithPrefix())
+	require.NoError(t, err)
+	require.Len(t, resp.Kvs, 1)
+	var reg Registration
+	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &reg))
+	nc, err := dialNATS(ls.natsURL, "coupled-test")
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	d := &coupledDriver{t: t, nc: nc, reg: reg, frames: make(chan *frame, 1024)}
+	sub, err := nc.Subscribe(reg.OutSubject, func(m *nats.Msg) {
+		f := new(frame)
+		if json.Unmarshal(m.Data, f) == nil {
+			d.frames <- f
+		}
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return d
+}
+
+func (d *coupledDriver) send(c command) {
+	if d.jitter != nil {
+		d.jitter()
+	}
+	d.seq++
+	c.Session, c.Seq = d.session, d.seq
+	data, err := json.Marshal(c)
+	require.NoError(d.t, err)
+	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, data))
+}
+
+// answer waits for the frame that answers turn, collecting the outputs'
+// completions of the frames up to it; it returns the worker's next event.
+func (d *coupledDriver) answer(turn uint64, into *[]engine.Completion) (next float64, ok bool) {
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case f := <-d.frames:
+			if f.Refused != nil {
+				d.t.Fatalf("session refused: %s", f.Refused.Reason)
+			}
+			for _, it := range f.Items {
+				if it.Output != nil {
+					*into = append(*into, it.Output.Completions...)
+				}
+				if it.Input != nil && it.Input.Err != "" {
+					d.t.Fatalf("input refused: %s", it.Input.Err)
+				}
+			}
+			if f.Turn >= turn && f.Seq > 0 {
+				if f.Next == nil {
+					return 0, false
+				}
+				return *f.Next, true
+			}
+		case <-timeout:
+			d.t.Fatalf("no answer to turn %d", turn)
+		}
+	}
+}
+
+// run drives one coupled session through the load and returns what
+// completed, in the order it completed.
+func (d *coupledDriver) run(session uint64) []engine.Completion {
+	d.session, d.seq, d.turn = session, 0, 1
+	at, reqs := coupledLoad()
+	var done []engine.Completion
+	d.send(command{Op: opHello, Coupled: true, At: at[0], Turn: d.turn})
+	next, pending := d.answer(d.turn, &done)
+	i := 0
+	for i < len(reqs) || pending {
+		d.turn++
+		if i < len(reqs) && (!pending || at[i] <= next) {
+			r := reqs[i]
+			d.send(command{Op: opSubmit, At: at[i], Turn: d.turn, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens})
+			i++
+		} else {
+			d.send(command{Op: opRun, Until: next, Turn: d.turn})
+		}
+		next, pending = d.answer(d.turn, &done)
+	}
+	d.send(command{Op: opBye})
+	return done
+}
+
+// inProcess runs the same load on an engine in this process.
+func inProcess(t *testing.T) []engine.Completion {
+	t.Helper()
+	args, err := workerArgs(WorkerConfig{Role: engine.WorkerAggregated, Engine: "vllm", Args: []byte(coupledArgs)})
+	require.NoError(t, err)
+	model, err := perf.FromProfile(args.PlannerProfileData)
+	require.NoError(t, err)
+	ew, err := engine.New(args, model, 0)
+	require.NoError(t, err)
+	v := engine.NewVirtual(ew)
+	var done []engine.Completion
+	v.OnOutput = func(_ int, out *engine.Output) { done = append(done, out.Completions...) }
+	at, reqs := coupledLoad()
+	v.AdvanceTo(at[0])
+	for i, r := range reqs {
+		require.NoError(t, v.RunUntil(at[i]))
+		v.AdvanceTo(at[i])
+		v.Schedule(at[i], 0, engine.Submit{Request: r, Policy: engine.Release})
+	}
+	require.NoError(t, v.Run())
+	return done
+}
+
+// TestCoupled_ResultsDependOnTheCommandsAlone: a worker on a router's
+// clock gives the same completions, to the microsecond, whether its
+// commands come at once or after random wall delays, and the same as the
+// engine run in this process on the same load: the wall time between
+// commands never becomes modeled time.
+func TestCoupled_ResultsDependOnTheCommandsAlone(t *testing.T) {
+	ls := services(t)
+	const ns = "coupled"
+	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
+	d := newCoupledDriver(t, ls, ns)
+
+	fast := completionsOf(d.run(11))
+	rng := rand.New(rand.NewPCG(1, 2))
+	d.jitter = func() { time.Sleep(time.Duration(rng.IntN(3000)) * time.Microsecond) }
+	slow := completionsOf(d.run(12))
+	want := completionsOf(inProcess(t))
+
+	require.Len(t, want, 24, "every request completes in process")
+	assert.Equal(t, want, fast, "coupled, commands at once: the in-process results")
+	assert.Equal(t, want, slow, "coupled, commands after wall delays: the same results")
+	hits, preempted := 0, 0
+	for _, c := range want {
+		if c.Cached > 0 {
+			hits++
+		}
+		preempted += c.Preemptions
+	}
+	assert.Positive(t, hits, "the load hits the prefix cache")
+	t.Logf("24 requests: %d found a prefix cached, %d preemptions", hits, preempted)
+}
+
+// TestCoupled_SecondRouterIsRefused: while one router drives a worker's
+// clock, another's coupled hello is refused, saying why, and its
+// requests are refused by name; the first session goes on.
+func TestCoupled_SecondRouterIsRefused(t *testing.T) {
+	ls := services(t)
+	const ns = "coupled-two"
+	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
+	d := newCoupledDriver(t, ls, ns)
+	d.session, d.turn = 21, 1
+	var done []engine.Completion
+	d.send(command{Op: opHello, Coupled: true, At: 100, Turn: 1})
+	_, pending := d.answer(1, &done)
+	assert.False(t, pending, "a fresh engine has nothing to do")
+
+	other := &coupledDriver{t: t, nc: d.nc, reg: d.reg, frames: d.frames, session: 22}
+	other.send(command{Op: opHello, Coupled: true, At: 0, Turn: 1})
+	var refused *sessionEnded
+	deadline := time.After(10 * time.Second)
+	for refused == nil {
+		select {
+		case f := <-d.frames:
+			refused = f.Refused
+		case <-deadline:
+			t.Fatal("the second coupled hello was not answered")
+		}
+	}
+	assert.Equal(t, uint64(22), refused.Session)
+	assert.Contains(t, refused.Reason, "worker worker-0 cannot run on a router's clock: it already runs on another router's clock")
+
+	// The first session still drives the worker.
+	d.turn = 2
+	d.send(command{Op: opSubmit, At: 100, Turn: 2, ID: 1, Tokens: make([]uint32, 40), MaxTokens: 3})
+	next, pending := d.answer(2, &done)
+	for turn := uint64(3); pending; turn++ {
+		d.send(command{Op: opRun, Until: next, Turn: turn})
+		next, pending = d.answer(turn, &done)
+	}
+	require.Len(t, done, 1)
+	assert.Greater(t, done[0].At, 100.0)
+}
