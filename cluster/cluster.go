@@ -87,6 +87,7 @@ type Cluster struct {
 
 	// Remote workers (remote.go): set when the Config has a Transport.
 	remote       bool
+	coupled      bool // remote workers run on the loop's clock
 	rlink        *remoteLink
 	transport    Transport
 	nextWorkerID uint64
@@ -126,6 +127,12 @@ type workerNode struct {
 	// prefill's advertised transfer server.
 	gone         bool
 	transferAddr string
+	// A coupled remote worker's turns: the last one sent, those whose
+	// answer the loop waits for (each holds a ticket), and the generation
+	// of its scheduled run (an answer makes the older one stale).
+	turn   uint64
+	turns  []pendingTurn
+	runGen uint64
 }
 
 // counters are the cluster-wide aggregates, owned by the loop.

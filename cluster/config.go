@@ -160,6 +160,14 @@ type TransportConfig struct {
 	// Local starts an embedded etcd and NATS and spawns the pools as
 	// `mocker worker` child processes (the script's `transport: 'local'`).
 	Local bool `json:"local,omitempty"`
+	// Coupled has the cluster's loop drive the workers' clocks: each
+	// worker's time moves only as far as the loop lets it, and modeled
+	// time passes nothing a worker has yet to answer, so the wall time a
+	// message takes between processes never becomes modeled time and the
+	// results depend on the config, seed and arrivals alone, on any host.
+	// The workers must serve this cluster alone (a worker with another
+	// router's work refuses). RunVirtual needs it with a transport.
+	Coupled bool `json:"coupled,omitempty"`
 }
 
 // RouterOptionsHelp explains the busy thresholds a script sets in

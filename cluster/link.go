@@ -100,7 +100,7 @@ func (c *Cluster) retireExchange(x *exchange) {
 func (c *Cluster) connect(r *request) {
 	x := c.newExchange()
 	x.exchangeState = exchangeState{r: r, id: r.id, tid: r.tid, closed: r.closed}
-	if c.remote { // remote replies take no ticket: see onRemoteLink
+	if c.remote && !c.coupled { // remote replies take no ticket: see onRemoteLink
 		c.exch[r.tid] = x
 		c.link.connect(r)
 		return
@@ -117,7 +117,7 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 	x := c.exch[r.tid]
 	if x != nil {
 		x.closed = true
-		if x.arrived && !x.got && !x.t2Open && !c.remote {
+		if x.arrived && !x.got && !x.t2Open && (!c.remote || c.coupled) {
 			x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
 		}
 	}

@@ -18,6 +18,17 @@ import (
 // the loop what they report (Deliver) and takes them away when they are
 // lost (Leave). The handoff machine, generate.go and the stats are the
 // in-process ones: a remote worker is one more WorkerHandle.
+//
+// A coupled cluster (TransportConfig.Coupled) also drives its workers'
+// clocks. Every command to a worker opens a turn at the loop's now and
+// takes a ticket there, so modeled time passes nothing the worker has yet
+// to answer; the answer (DeliverTurn) takes the ticket's place, and says
+// when the worker's next event is due, which the loop schedules as a run
+// of the worker to that instant, another turn. Transfer cues take the
+// link's tickets as in an in-process cluster. The loop then sees every
+// worker's events in modeled order whatever the wall time between
+// processes: the results are the in-process cluster's, and the loop may
+// run on virtual time (RunVirtual).
 
 // Transport is a live connection to workers in other processes.
 type Transport interface {
@@ -71,6 +82,19 @@ type RemoteWorker interface {
 	// Connect makes the worker (a decode) connect to the transfer room
 	// params name and report the answer as a RemoteStatus item.
 	Connect(tid, reqID uint64, params []byte)
+	// Turn stamps the commands that follow (until the next Turn or Run)
+	// with modeled instant at and turn number turn, for a coupled worker:
+	// it applies them at that instant and answers with DeliverTurn.
+	Turn(at float64, turn uint64)
+	// Run tells a coupled worker to run its engine until modeled instant
+	// until and answer with DeliverTurn, as turn turn.
+	Run(until float64, turn uint64)
+}
+
+// pendingTurn is a coupled worker's turn whose answer the loop waits for.
+type pendingTurn struct {
+	turn uint64
+	t    engine.Ticket
 }
 
 // RemoteInfo describes a worker that joins.
@@ -122,7 +146,7 @@ type RemoteHost struct{ c *Cluster }
 // Epoch is the wall-clock instant of the cluster's modeled time 0, and
 // Speedup its speedup_ratio: modeled ms = (wall − Epoch) in ms × Speedup.
 // A transport maps its workers' clocks onto this one.
-func (h *RemoteHost) Epoch() (time.Time, float64) { return h.c.clock.start, h.c.speedup }
+func (h *RemoteHost) Epoch() (time.Time, float64) { return h.c.started, h.c.speedup }
 
 // Pools are the cluster's pools after defaults: the roles a joining
 // worker may have, with the args (block_size, speedup_ratio, engine) it
@@ -166,6 +190,17 @@ func (h *RemoteHost) Deliver(name string, items []RemoteItem) {
 	h.c.post(func() { h.c.deliver(name, items) })
 }
 
+// DeliverTurn hands the loop a coupled worker's report: its items, the
+// last turn it applied, and when its next event is due (nil: none).
+func (h *RemoteHost) DeliverTurn(name string, items []RemoteItem, turn uint64, next *float64) {
+	h.c.post(func() { h.c.deliverTurn(name, items, turn, next) })
+}
+
+// Coupled reports whether the cluster drives its workers' clocks
+// (TransportConfig.Coupled): the transport then asks each worker for a
+// coupled session and reports with DeliverTurn.
+func (h *RemoteHost) Coupled() bool { return h.c.coupled }
+
 // Workers counts the live workers of each role.
 func (h *RemoteHost) Workers() map[engine.WorkerType]int {
 	n := map[engine.WorkerType]int{}
@@ -208,10 +243,105 @@ func (c *Cluster) tryQuery(fn func()) bool {
 type remoteHandle struct {
 	rw RemoteWorker
 	n  *workerNode
+	c  *Cluster
 }
 
-func (h *remoteHandle) Apply(in engine.Input)   { h.rw.Apply(in) }
+func (h *remoteHandle) Apply(in engine.Input) {
+	h.c.turn(h.n)
+	h.rw.Apply(in)
+}
 func (h *remoteHandle) Metrics() engine.Metrics { return h.n.last }
+
+func (h *remoteHandle) openRoom(tid, reqID uint64) {
+	h.c.turn(h.n)
+	h.rw.OpenRoom(tid, reqID)
+}
+
+func (h *remoteHandle) closeRoom(tid uint64, transferred bool) {
+	h.c.turn(h.n)
+	h.rw.CloseRoom(tid, transferred)
+}
+
+func (h *remoteHandle) connect(tid, reqID uint64, params []byte) {
+	h.c.turn(h.n)
+	h.rw.Connect(tid, reqID, params)
+}
+
+// turn opens a turn for a command to coupled worker n at the loop's now:
+// a ticket holds modeled time there until the worker answers it. Each
+// command has a turn of its own, since the worker may answer one before
+// the next reaches it.
+func (c *Cluster) turn(n *workerNode) {
+	if !c.coupled {
+		return
+	}
+	n.turn++
+	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
+	n.handle.(*remoteHandle).rw.Turn(c.v.Now(), n.turn)
+}
+
+// scheduleRun has coupled worker n run to its next event when the loop
+// reaches it; an answer that comes first reschedules it.
+func (c *Cluster) scheduleRun(n *workerNode, next *float64) {
+	n.runGen++
+	if next == nil || n.gone {
+		return
+	}
+	gen, at := n.runGen, *next
+	c.v.Call(at, func() {
+		if n.runGen != gen || n.gone || c.ended {
+			return
+		}
+		n.turn++
+		n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
+		n.handle.(*remoteHandle).rw.Run(c.v.Now(), n.turn)
+	})
+}
+
+// deliverTurn folds a coupled worker's report into the loop: the transfer
+// cues in it go to their exchanges' tickets, and the rest takes the place
+// of the first turn it answers (the later ones it answers are voided).
+func (c *Cluster) deliverTurn(name string, items []RemoteItem, turn uint64, next *float64) {
+	n := c.liveNode(name)
+	if n == nil || c.ended {
+		return
+	}
+	var rest []RemoteItem
+	for _, it := range items {
+		switch {
+		case it.Arrived != nil:
+			c.onRemoteLink(it.Arrived.TID, it.Arrived.ReqID, true, linkStatus{})
+		case it.Status != nil:
+			c.onRemoteLink(it.Status.TID, 0, false, linkStatus{status: it.Status.Status, err: it.Status.Err})
+		default:
+			rest = append(rest, it)
+		}
+	}
+	i := 0
+	for i < len(n.turns) && n.turns[i].turn <= turn {
+		i++
+	}
+	if i == 0 {
+		// Nothing waited for this report (a transfer cue alone, or an
+		// answer already taken): what else it carries is late news.
+		if len(rest) > 0 {
+			c.log.Warn("coupled worker reported outside a turn", "worker", name, "turn", turn, "items", len(rest))
+			c.applyItems(n, rest)
+		}
+		c.checkDrained()
+		return
+	}
+	first := n.turns[0].t
+	for _, p := range n.turns[1:i] {
+		c.v.Void(p.t)
+	}
+	n.turns = append(n.turns[:0], n.turns[i:]...)
+	c.v.FillCall(first, func() {
+		c.applyItems(n, rest)
+		c.scheduleRun(n, next)
+		c.checkDrained()
+	})
+}
 
 // startRemote finishes New for a cluster of remote workers: a loop with no
 // engine worker of its own, paced against the wall clock (remote workers
@@ -221,22 +351,25 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	if f == nil {
 		return nil, errors.New("transport: no distributed transport is linked into this program (import github.com/kvstrand/mocker/distributed)")
 	}
-	if c.opts.virtual {
-		return nil, errors.New("transport: a distributed cluster runs on the wall clock; virtual time needs the in-process cluster")
+	c.coupled = c.cfg.Transport.Coupled
+	if c.opts.virtual && !c.coupled {
+		return nil, errors.New("transport: virtual time needs transport.coupled (the cluster then drives the workers' clocks); without it the workers run on the wall clock")
 	}
 	c.remote = true
 	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}, failed: map[uint64]string{}}
 	c.link = rl
 	c.rlink = rl
 	c.v = engine.NewVirtual()
-	c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
-	c.started = c.clock.start
+	c.started = time.Now()
+	if !c.opts.virtual {
+		c.clock = &wallClock{start: c.started, speedup: c.speedup}
+	}
 	// Workers outlive a cluster and may serve several: request and
 	// transfer ids start from the clock (a thousand per ms, wrapping after
 	// about 11 days, far beyond any tombstone's life), so a later cluster
 	// never reuses an id a worker or its transfer server still remembers
 	// (a completed room's tombstone refuses a reused id).
-	base := uint64(c.clock.start.UnixMilli()%1e9) * 1000
+	base := uint64(c.started.UnixMilli()%1e9) * 1000
 	c.nextID, c.nextTID = base, base
 	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})
@@ -295,7 +428,7 @@ func (c *Cluster) join(info RemoteInfo, rw RemoteWorker) error {
 		transferAddr: info.TransferAddr}
 	c.nextWorkerID++
 	n.last = engine.Metrics{TotalBlocks: a.NumGPUBlocks, FreeBlocks: a.NumGPUBlocks}
-	n.handle = &remoteHandle{rw: rw, n: n}
+	n.handle = &remoteHandle{rw: rw, n: n, c: c}
 	ri := router.WorkerInfo{ID: n.id, Role: router.Role(info.Role), TotalBlocks: a.NumGPUBlocks, BlockSize: a.BlockSize}
 	if a.MaxNumBatchedTokens != nil {
 		ri.MaxBatchedTokens = *a.MaxNumBatchedTokens
@@ -386,6 +519,12 @@ func (c *Cluster) deliver(name string, items []RemoteItem) {
 		return
 	}
 	c.stamp()
+	c.applyItems(n, items)
+	c.checkDrained()
+}
+
+// applyItems applies a remote worker's report items at the loop's now.
+func (c *Cluster) applyItems(n *workerNode, items []RemoteItem) {
 	for _, it := range items {
 		switch {
 		case it.Output != nil:
@@ -402,13 +541,17 @@ func (c *Cluster) deliver(name string, items []RemoteItem) {
 			c.onRemoteLink(it.Status.TID, 0, false, linkStatus{status: it.Status.Status, err: it.Status.Err})
 		}
 	}
-	c.checkDrained()
 }
 
 // onRemoteLink is onLinkMsg without tickets: a remote worker's clock runs
 // on its own, so the loop does not hold modeled time for its replies; they
-// take effect when they come.
+// take effect when they come. A coupled cluster's replies take tickets as
+// an in-process cluster's do.
 func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
+	if c.coupled {
+		c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: arrived, status: st})
+		return
+	}
 	x := c.exch[tid]
 	if x == nil || (arrived && reqID != x.r.id) {
 		return
@@ -443,13 +586,13 @@ func (l *remoteLink) arrived(uint64, uint64) {}
 
 func (l *remoteLink) open(r *request) {
 	// The params' token binds the request as well as the transfer.
-	r.prefill.handle.(*remoteHandle).rw.OpenRoom(r.tid, r.id)
+	r.prefill.handle.(*remoteHandle).openRoom(r.tid, r.id)
 }
 
 func (l *remoteLink) close(r *request, transferred bool) {
 	p, tid := r.prefill, r.tid
 	if !p.gone {
-		p.handle.(*remoteHandle).rw.CloseRoom(tid, transferred)
+		p.handle.(*remoteHandle).closeRoom(tid, transferred)
 	}
 }
 
@@ -477,7 +620,7 @@ func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
 	if d.gone {
 		return
 	}
-	d.handle.(*remoteHandle).rw.Connect(tid, reqID, params)
+	d.handle.(*remoteHandle).connect(tid, reqID, params)
 }
 
 // refuse answers the decode's connection for tid with an error, as a

@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"os/exec"
+	"regexp"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/perf"
 )
@@ -258,4 +262,95 @@ func TestCoupled_SecondRouterIsRefused(t *testing.T) {
 	}
 	require.Len(t, done, 1)
 	assert.Greater(t, done[0].At, 100.0)
+}
+
+// coupledArrivals is a virtual run's load: a request every gapMs, a
+// quarter of them sharing a 512-token prefix.
+func coupledArrivals(n int, gapMs float64) []cluster.Arrival {
+	out := make([]cluster.Arrival, n)
+	for i := range out {
+		req := cluster.Request{PromptTokens: 1024, MaxTokens: 32}
+		if i%4 == 0 {
+			req.Prefix, req.PrefixTokens = "shared", 512
+		}
+		out[i] = cluster.Arrival{AtMs: float64(i) * gapMs, Request: req}
+	}
+	return out
+}
+
+// burnCPU runs two busy processes beside the test until it ends: the
+// host is then slower, which a coupled run must not notice.
+func burnCPU(t *testing.T) {
+	t.Helper()
+	for range 2 {
+		cmd := exec.Command("sh", "-c", "while :; do :; done")
+		require.NoError(t, cmd.Start())
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+	}
+}
+
+// withoutIDs drops what differs between runs by design: transfer ids are
+// drawn from the wall clock so that a later cluster never reuses one a
+// worker remembers.
+func withoutIDs(rs []cluster.Result) []cluster.Result {
+	out := slices.Clone(rs)
+	for i := range out {
+		out[i].TransferID = 0
+		out[i].Error = transferIDs.ReplaceAllString(out[i].Error, "transfer N")
+	}
+	return out
+}
+
+var transferIDs = regexp.MustCompile(`transfer [0-9]+`)
+
+// TestCoupled_VirtualRunOnWorkerProcesses: RunVirtual over worker
+// processes (local mode: an embedded etcd and NATS) whose clocks the
+// cluster drives. A saturated disaggregated run (holds abort at the
+// timeout, prefills are refused) gives exactly the in-process cluster's
+// results, and again with CPU burners beside it: the wall time messages
+// take between processes is no modeled time.
+func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
+	for _, eng := range []string{"vllm", "sglang"} {
+		t.Run(eng, func(t *testing.T) {
+			cfg := saturatedConfig(eng)
+			if eng == "sglang" {
+				cfg.Decode.Args = map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2}
+			}
+			arrivals := coupledArrivals(60, 60)
+			cfg.Transport = nil
+			want, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			require.NoError(t, err)
+			cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+			start := time.Now()
+			first, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			require.NoError(t, err)
+			took := time.Since(start)
+			burnCPU(t)
+			start = time.Now()
+			second, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			require.NoError(t, err)
+			t.Logf("%s: %s of wall time idle, %s with the host busy, for %.0f modeled ms", eng,
+				took.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), first.Stats.NowMs)
+
+			counts := map[string]int{}
+			for _, r := range first.Results {
+				counts[r.Outcome]++
+				if r.Outcome == cluster.OutcomeError {
+					t.Errorf("request errored: %s", r.Error)
+				}
+			}
+			t.Logf("%s: %v; %d holds aborted", eng, counts, first.Stats.PinsAborted)
+			assert.Equal(t, withoutIDs(want.Results), withoutIDs(first.Results), "the in-process cluster's results")
+			assert.Equal(t, withoutIDs(want.Results), withoutIDs(second.Results), "the same results with the host busy")
+			assert.Equal(t, want.Stats.NowMs, first.Stats.NowMs)
+			assert.Equal(t, want.Stats.NowMs, second.Stats.NowMs)
+			if eng == "vllm" {
+				assert.Positive(t, first.Stats.PinsAborted, "decode saturates and holds abort")
+				assert.Positive(t, counts[cluster.OutcomeRejected], "prefills are refused")
+			}
+		})
+	}
 }

@@ -47,7 +47,9 @@ func Start(cfg cluster.Config, host *cluster.RemoteHost) (cluster.Transport, err
 	t.name = "etcd+nats"
 	if err := t.await(attachWait, func(n map[engine.WorkerType]int) bool {
 		for _, p := range host.Pools() {
-			if n[p.Role] == 0 {
+			// A coupled cluster starts with its pools whole: the workers
+			// that join later join at no instant a run could repeat.
+			if n[p.Role] == 0 || host.Coupled() && n[p.Role] < p.Workers {
 				return false
 			}
 		}
@@ -82,6 +84,11 @@ type transport struct {
 	mu      sync.Mutex
 	workers map[int64]*remote
 	refused map[string]string // worker name → why it was refused
+	// staged holds a coupled cluster's first workers until all have
+	// registered; they then join in name order, so that the router sees
+	// them in the same order on every run (ties in routing go by it).
+	staging bool
+	staged  map[int64]stagedWorker
 	local   *localServices
 	closed  bool
 	// router is the router's lease id, under which its key lives (keys.go)
@@ -97,6 +104,11 @@ type remote struct {
 	args    engine.Args
 	shift   float64 // ms to add to the worker's modeled times
 	session uint64
+	// coupled: the worker runs on the cluster's clock; at and turn stamp
+	// the commands sent until the next Turn.
+	coupled bool
+	at      float64
+	turn    uint64
 
 	mu sync.Mutex
 	// Commands.
@@ -119,10 +131,16 @@ type pending struct {
 	at time.Time // when it was last published
 }
 
+// stagedWorker is a registration waiting for its coupled cluster's start.
+type stagedWorker struct {
+	reg  Registration
+	args engine.Args
+}
+
 func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *slog.Logger) (*transport, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{host: host, log: log, ns: ns, etcd: strings.Join(etcd, ","), ctx: ctx, cancel: cancel,
-		workers: map[int64]*remote{}, refused: map[string]string{}}
+		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{}}
 	t.epoch, t.speed = host.Epoch()
 	var err error
 	if t.ec, err = dialEtcd(ctx, etcd); err != nil {
@@ -256,8 +274,12 @@ func (t *transport) Name() string { return t.name }
 func (t *transport) await(d time.Duration, ok func(map[engine.WorkerType]int) bool, failed func() error) error {
 	deadline := time.Now().Add(d)
 	for {
-		n := t.host.Workers()
+		n := t.counts()
 		if ok(n) {
+			if t.staging {
+				t.joinStaged()
+				continue // the joins may have been refused
+			}
 			return nil
 		}
 		if failed != nil {
@@ -339,7 +361,42 @@ func (t *transport) put(kv *mvccpb.KeyValue) {
 		t.log.Warn("unreadable registration args", "worker", reg.Name, "err", err)
 		return
 	}
+	t.mu.Lock()
+	if t.staging {
+		t.staged[reg.InstanceID] = stagedWorker{reg: reg, args: args}
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
 	t.join(reg, args)
+}
+
+// counts is the live workers of each role, or while a coupled cluster
+// starts, the staged ones.
+func (t *transport) counts() map[engine.WorkerType]int {
+	t.mu.Lock()
+	if t.staging {
+		n := map[engine.WorkerType]int{}
+		for _, s := range t.staged {
+			n[s.reg.Role]++
+		}
+		t.mu.Unlock()
+		return n
+	}
+	t.mu.Unlock()
+	return t.host.Workers()
+}
+
+// joinStaged ends a coupled cluster's staging: the staged workers join in
+// name order, and later ones as they come.
+func (t *transport) joinStaged() {
+	t.mu.Lock()
+	staged := slices.SortedFunc(maps.Values(t.staged), func(a, b stagedWorker) int { return strings.Compare(a.reg.Name, b.reg.Name) })
+	t.staged, t.staging = nil, false
+	t.mu.Unlock()
+	for _, s := range staged {
+		t.join(s.reg, s.args)
+	}
 }
 
 // join starts a session with a registered worker and joins it to the
@@ -353,14 +410,20 @@ func (t *transport) join(reg Registration, args engine.Args) {
 	// The worker's modeled clock started at its epoch; both run at the
 	// same speedup (Join refuses another), so its times map onto the
 	// cluster's by a constant shift.
+	// A coupled worker starts a fresh engine on the cluster's clock: no
+	// shift.
+	coupled := t.host.Coupled()
 	shift := float64(time.Unix(0, reg.EpochUnixNano).Sub(t.epoch)) / float64(time.Millisecond) * t.speed
-	w := &remote{t: t, reg: reg, args: args, shift: shift, session: rand.Uint64() | 1, held: map[uint64]*frame{}}
+	if coupled {
+		shift = 0
+	}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: rand.Uint64() | 1, held: map[uint64]*frame{}, coupled: coupled}
 	t.workers[reg.InstanceID] = w
 	router := t.router
 	t.mu.Unlock()
 	// The session's first command: its ack says where its frames start,
 	// and it names the router, whose key's end ends the session.
-	w.send(command{Op: opHello, Router: int64(router)})
+	w.send(command{Op: opHello, Router: int64(router), Coupled: coupled})
 	err := t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
@@ -383,6 +446,9 @@ func (t *transport) del(key string) {
 		return
 	}
 	t.mu.Lock()
+	if t.staging {
+		delete(t.staged, id)
+	}
 	w := t.workers[id]
 	t.mu.Unlock()
 	if w == nil {
@@ -474,6 +540,15 @@ func (t *transport) onFrame(m *nats.Msg) {
 		items, err := remoteItems(f, w.shift)
 		if err != nil {
 			t.log.Warn("bad frame", "worker", w.reg.Name, "seq", f.Seq, "err", err)
+			continue
+		}
+		if w.coupled {
+			next := f.Next
+			if next != nil {
+				at := *next + w.shift
+				next = &at
+			}
+			t.host.DeliverTurn(w.reg.Name, items, f.Turn, next)
 			continue
 		}
 		t.host.Deliver(w.reg.Name, items)
@@ -570,6 +645,9 @@ func (w *remote) send(c command) {
 	}
 	w.seq++
 	c.Session, c.Seq = w.session, w.seq
+	if w.coupled && c.Op != opHello {
+		c.At, c.Turn = w.at, w.turn
+	}
 	w.unacked = append(w.unacked, pending{c: c, at: time.Now()})
 	w.publishLocked(c)
 }
@@ -691,6 +769,19 @@ func (w *remote) CloseRoom(tid uint64, transferred bool) {
 // Connect makes the decode dial the source's transfer room.
 func (w *remote) Connect(tid, reqID uint64, params []byte) {
 	w.send(command{Op: opConnect, TID: tid, ID: reqID, Params: params})
+}
+
+// Turn stamps the commands that follow for a coupled worker.
+func (w *remote) Turn(at float64, turn uint64) {
+	w.mu.Lock()
+	w.at, w.turn = at, turn
+	w.mu.Unlock()
+}
+
+// Run has a coupled worker run its engine until until, as turn turn.
+func (w *remote) Run(until float64, turn uint64) {
+	w.Turn(until, turn)
+	w.send(command{Op: opRun, Until: until})
 }
 
 // Close stops watching and subscribing, then whatever local mode started.
