@@ -310,8 +310,10 @@ func transportFromMap(path string, v any) (*TransportConfig, error) {
 			t.Namespace, err = stringValue(field, obj[k])
 		case "local":
 			t.Local, err = boolValue(field, obj[k])
+		case "coupled":
+			t.Coupled, err = boolValue(field, obj[k])
 		default:
-			err = fmt.Errorf("%s: unknown key; valid keys: etcd, local, namespace, nats", field)
+			err = fmt.Errorf("%s: unknown key; valid keys: coupled, etcd, local, namespace, nats", field)
 		}
 		if err != nil {
 			return nil, err

@@ -371,8 +371,42 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	// (a completed room's tombstone refuses a reused id).
 	base := uint64(c.started.UnixMilli()%1e9) * 1000
 	c.nextID, c.nextTID = base, base
+	if c.opts.stepped {
+		return c.startSteppedRemote(f)
+	}
 	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})
+	if err != nil {
+		c.transport = nil
+		_ = c.Close()
+		return nil, err
+	}
+	c.transport = t
+	return c, nil
+}
+
+// startSteppedRemote starts the transport of a stepped cluster: it has no
+// loop, so while the transport joins the workers it finds, a goroutine
+// answers it in the loop's place; afterwards what the transport posts is
+// handled at each Settle (and, while a turn is pending, as it comes).
+func (c *Cluster) startSteppedRemote(f TransportFactory) (*Cluster, error) {
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case m := <-c.mail:
+				c.stepMu.Lock()
+				c.handle(m)
+				c.stepMu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	t, err := f(c.cfg, &RemoteHost{c: c})
+	close(stop)
+	<-stopped
 	if err != nil {
 		c.transport = nil
 		_ = c.Close()
@@ -479,6 +513,12 @@ func (c *Cluster) leave(name, reason string) {
 		return
 	}
 	n.gone = true
+	// A coupled worker's pending turns will not be answered.
+	for _, p := range n.turns {
+		c.v.Void(p.t)
+	}
+	n.turns = nil
+	n.runGen++
 	c.router.RemoveWorker(n.id)
 	c.heldNow -= n.last.HeldBlocks
 	// What it held is gone with it: drain must not wait for it.
@@ -505,6 +545,17 @@ func (c *Cluster) leave(name, reason string) {
 			r.decode.handle.Apply(engine.CancelDestination{ID: r.id})
 		}
 		if r.tid != 0 {
+			if x := c.exch[r.tid]; x != nil {
+				// Its replies will not come: the tickets they held go.
+				if x.t1Open {
+					x.t1Open = false
+					c.v.Void(x.t1)
+				}
+				if x.t2Open {
+					x.t2Open = false
+					c.v.Void(x.t2)
+				}
+			}
 			delete(c.exch, r.tid)
 		}
 		c.finish(r, handoff.Errored, msg)

@@ -8,6 +8,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/kvstrand/mocker/handoff"
 )
 
 // A stepped cluster is the cluster's loop driven by an outside clock, such
@@ -87,6 +89,9 @@ func (c *Cluster) Settle(nowMs float64) {
 	defer c.stepMu.Unlock()
 	if c.ended {
 		return
+	}
+	if c.remote {
+		c.poll() // what the transport posted: joins, departures
 	}
 	c.runTo(nowMs)
 	arrived := len(c.pending) > 0
@@ -345,13 +350,29 @@ func (c *Cluster) closeStepped() {
 	}
 	c.pending = nil
 	c.handle(closeMsg{})
+	var giveUp <-chan time.Time
+	if c.remote {
+		// Remote workers that stop answering must not hold Close.
+		t := time.NewTimer(remoteCloseGrace)
+		defer t.Stop()
+		giveUp = t.C
+	}
+closing:
 	for !(c.stopping && c.active == 0) {
 		at, blocked, ok := c.v.Next()
 		if !ok {
 			break
 		}
 		if blocked {
-			c.handle(<-c.mail)
+			select {
+			case m := <-c.mail:
+				c.handle(m)
+			case <-giveUp:
+				for _, r := range c.sortedRequests() {
+					c.finish(r, handoff.Errored, errClosed)
+				}
+				break closing
+			}
 			continue
 		}
 		c.advance(at)

@@ -3,6 +3,7 @@ package distributed
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os/exec"
 	"regexp"
@@ -353,4 +354,92 @@ func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
 			}
 		})
 	}
+}
+
+type chanGate chan struct{}
+
+func (g chanGate) Wait(context.Context) bool { <-g; return true }
+func (g chanGate) Open()                     { close(g) }
+
+// closedLoop drives a stepped cluster as `mocker run` does on its virtual
+// clock: vus users, each sending its next request at the instant its last
+// one ended, until endMs; it returns each user's results in order.
+func closedLoop(t *testing.T, cfg cluster.Config, vus int, endMs float64) []cluster.Result {
+	t.Helper()
+	c, err := cluster.NewStepped(cfg, func() cluster.Gate { return make(chanGate) })
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	type key struct{ vu, seq int }
+	got := map[key]cluster.Result{}
+	seq := make([]int, vus)
+	var ready []int
+	submit := func(vu int) {
+		seq[vu]++
+		k := key{vu, seq[vu]}
+		req := cluster.Request{PromptTokens: 512, MaxTokens: 24, Prefix: fmt.Sprintf("conversation-%d", (vu*7+seq[vu]*3)%32), PrefixTokens: 384}
+		c.Submit(context.Background(), req, cluster.Key{Source: uint64(vu), Seq: uint64(seq[vu])}, func(r cluster.Result) {
+			got[k] = r
+			ready = append(ready, vu)
+		})
+	}
+	for vu := range vus {
+		submit(vu)
+	}
+	now := 0.0
+	c.Settle(now)
+	for {
+		for len(ready) > 0 {
+			users := ready
+			ready = nil
+			if now < endMs {
+				for _, vu := range users {
+					submit(vu)
+				}
+			}
+			c.Settle(now)
+		}
+		at, ok := c.Next()
+		if !ok {
+			break
+		}
+		now = at
+		c.Settle(now)
+	}
+	var out []cluster.Result
+	for vu := range vus {
+		for s := 1; s <= seq[vu]; s++ {
+			out = append(out, got[key{vu, s}])
+		}
+	}
+	return out
+}
+
+// TestCoupled_SteppedClosedLoop: the cluster `mocker run --clock virtual`
+// builds over coupled worker processes, 32 users against 2 × 4 decode
+// slots (holds abort). Under round-robin it gives exactly the in-process
+// cluster's results; under kv it gives the same results again with CPU
+// burners beside it.
+func TestCoupled_SteppedClosedLoop(t *testing.T) {
+	cfg := cluster.Config{Name: "closed", Engine: "vllm", Disagg: true, Router: "round-robin", Seed: 7,
+		Prefill: cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 640}},
+		Decode:  cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 4}},
+		Args:    map[string]any{"block_size": 16, "speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 400}}
+	want := closedLoop(t, cfg, 32, 8000)
+	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+	got := closedLoop(t, cfg, 32, 8000)
+	assert.Equal(t, withoutIDs(want), withoutIDs(got), "round-robin: the in-process cluster's results")
+	aborted := 0
+	for _, r := range want {
+		if r.Outcome == cluster.OutcomeAborted {
+			aborted++
+		}
+	}
+	assert.Positive(t, aborted, "holds abort")
+
+	cfg.Router = "kv"
+	first := closedLoop(t, cfg, 32, 8000)
+	burnCPU(t)
+	second := closedLoop(t, cfg, 32, 8000)
+	assert.Equal(t, withoutIDs(first), withoutIDs(second), "kv: the same results with the host busy")
+	t.Logf("%d requests, %d holds aborted (round-robin); kv: %d requests", len(want), aborted, len(first))
 }

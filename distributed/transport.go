@@ -267,7 +267,12 @@ func (t *transport) stopping() bool {
 }
 
 // Name is the transport's name for summaries.
-func (t *transport) Name() string { return t.name }
+func (t *transport) Name() string {
+	if t.host.Coupled() {
+		return t.name + " (coupled)"
+	}
+	return t.name
+}
 
 // await waits until ok holds for the live workers, up to d; failed, when
 // set, reports a reason to stop waiting early (a child worker exited).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -444,7 +445,11 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 					more = false
 				}
 			}
-			_ = l.v.RunUntil(l.v.Now())
+			if l.coupled == 0 {
+				// On a router's clock the events of the instant wait for
+				// its opRun (see command).
+				_ = l.v.RunUntil(l.v.Now())
+			}
 			l.flush()
 		case <-wake:
 		case <-heartbeat.C:
@@ -519,6 +524,11 @@ func (l *workerLoop) receive(c command) {
 	default:
 		for _, r := range l.inbox.accept(c, l.seq, time.Now()) {
 			l.command(r)
+			if l.coupled != 0 {
+				// Each turn is answered with what it alone produced: which
+				// commands share a loop turn here is down to the wall clock.
+				l.flush()
+			}
 		}
 	}
 }
@@ -610,7 +620,12 @@ func (l *workerLoop) control(f frame) {
 
 func (l *workerLoop) command(c command) {
 	if l.coupled != 0 && c.Session == l.coupled && c.Op != opRun {
-		l.runUntil(c.At)
+		// Only the events before the command's instant: the engine's own
+		// events at that instant wait for the router's opRun, which comes
+		// after every command of the instant, as they would come after
+		// them on one event queue.
+		l.runUntil(math.Nextafter(c.At, math.Inf(-1)))
+		l.advanceTo(c.At)
 		l.turn = max(l.turn, c.Turn)
 	}
 	switch c.Op {
@@ -715,9 +730,9 @@ func (l *workerLoop) uncouple(session uint64) {
 	l.log.Info("back on the wall clock", "session", session)
 }
 
-// runUntil runs a coupled engine's events up to modeled ms t and moves
-// its clock there. A t before the clock (a router out of step) moves
-// nothing.
+// runUntil runs a coupled engine's events up to modeled ms t (inclusive)
+// and moves its clock there. A t before the clock (a router out of step)
+// moves nothing.
 func (l *workerLoop) runUntil(t float64) {
 	if t < l.v.Now() {
 		l.log.Warn("coupled command in the engine's past; applied at its now", "at_ms", t, "now_ms", l.v.Now())
@@ -725,6 +740,14 @@ func (l *workerLoop) runUntil(t float64) {
 	}
 	_ = l.v.RunUntil(t)
 	l.v.AdvanceTo(t)
+}
+
+// advanceTo moves a coupled engine's clock to t, which its next event is
+// not before.
+func (l *workerLoop) advanceTo(t float64) {
+	if t > l.v.Now() {
+		l.v.AdvanceTo(t)
+	}
 }
 
 // openRoom opens a transfer room and answers with the handoff params the

@@ -30,6 +30,8 @@
 //   -e BACKOFF_MS=500 a refused client's back-off before it retries (modeled ms)
 //   -e TRANSPORT=local  run the workers as `mocker worker` child processes over
 //                     an embedded etcd and NATS (the distributed path)
+//   -e TRANSPORT=coupled  the same, the cluster driving the workers' clocks:
+//                     under --clock virtual, the in-process figures exactly
 import mocker from 'k6/x/mocker';
 import { Counter } from 'k6/metrics';
 import exec from 'k6/execution';
@@ -52,7 +54,7 @@ const cluster = mocker.cluster({
   // a worker whose pool (held KV included) is over 85% full is busy: when
   // every prefill worker is, new requests are refused — the cascade's edge
   router_options: { busy_threshold: 0.85 },
-  transport: __ENV.TRANSPORT === 'local' ? 'local' : undefined,
+  transport: { local: 'local', coupled: { local: true, coupled: true } }[__ENV.TRANSPORT],
 });
 
 export const options = {

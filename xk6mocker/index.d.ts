@@ -185,6 +185,13 @@ declare module 'k6/x/mocker' {
     namespace?: string;
     /** Same as transport: 'local'. */
     local?: boolean;
+    /**
+     * The cluster drives the workers' clocks: modeled time passes no
+     * message between processes, so the figures are the in-process
+     * cluster's on any host, and --clock virtual works. The workers must
+     * serve this cluster alone.
+     */
+    coupled?: boolean;
   }
 
   /** What mocker.cluster() takes; every key is optional. */

@@ -92,8 +92,9 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		cfg.Name = name
 	}
 	paced := isPaced(clock)
-	if clock.Virtual() && !paced && cfg.Transport != nil {
-		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; use --clock paced (the default) or --clock wall, or remove transport to run the in-process cluster")}
+	coupled := cfg.Transport != nil && cfg.Transport.Coupled
+	if clock.Virtual() && !paced && cfg.Transport != nil && !coupled {
+		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; set transport.coupled (the cluster then drives the workers' clocks), use --clock paced (the default) or --clock wall, or remove transport to run the in-process cluster")}
 	}
 	// A bad field is reported as such, whatever already runs under the
 	// name.
@@ -112,7 +113,7 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		}
 		return e, nil
 	}
-	if !clock.Virtual() || cfg.Transport != nil {
+	if !clock.Virtual() || cfg.Transport != nil && !coupled {
 		c, err := cluster.New(cfg)
 		if err != nil {
 			return nil, err

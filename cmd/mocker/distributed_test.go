@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -21,6 +22,7 @@ var binary = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
+	binDir = dir
 	bin := filepath.Join(dir, "mocker")
 	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	if err != nil {
@@ -29,11 +31,21 @@ var binary = sync.OnceValues(func() (string, error) {
 	return bin, nil
 })
 
+// removeBinary deletes the binary once every test that runs it is done
+// (TestMain), if one was built.
+func removeBinary() {
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+}
+
+// binDir is where binary built mocker; empty until it has.
+var binDir string
+
 func runBinary(t *testing.T, args ...string) (string, int) {
 	t.Helper()
 	bin, err := binary()
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(filepath.Dir(bin)) })
 	var out bytes.Buffer
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -81,4 +93,30 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Equal(t, 1, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), `--role: "cook"; want prefill, decode or aggregated`)
+}
+
+// TestRun_CoupledWorkersGiveTheInProcessFigures: scripts/cascade.js under
+// --clock virtual, once on the in-process cluster and once on `mocker
+// worker` processes whose clocks the cluster drives (transport {local,
+// coupled}), exports the same metrics, every one: the processes and the
+// wall time between them change no modeled figure.
+func TestRun_CoupledWorkersGiveTheInProcessFigures(t *testing.T) {
+	t.Parallel()
+	metricsOf := func(transport string) map[string]any {
+		export := filepath.Join(t.TempDir(), "summary.json")
+		out, code := runBinary(t, "run", "-q", "--no-color", "--clock", "virtual", "-e", "TRANSPORT="+transport,
+			"-e", "DURATION=4s", "--summary-export", export, filepath.Join("..", "..", "scripts", "cascade.js"))
+		require.Equal(t, 0, code, out)
+		raw, err := os.ReadFile(export)
+		require.NoError(t, err)
+		var sum struct {
+			Metrics map[string]any `json:"metrics"`
+		}
+		require.NoError(t, json.Unmarshal(raw, &sum))
+		return sum.Metrics
+	}
+	want := metricsOf("")
+	got := metricsOf("coupled")
+	require.Contains(t, want, "mocker_kv_aborts", "the run aborts holds")
+	assert.Equal(t, want, got)
 }

@@ -17,7 +17,12 @@ import (
 	"github.com/kvstrand/mocker/harness"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeBinary()
+		os.Exit(code)
+	}))
+}
 
 // runArgs runs `mocker run` with args in process, without terminals.
 func runArgs(args ...string) (code int, stdout, stderr string) {
