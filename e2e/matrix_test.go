@@ -52,17 +52,14 @@ const (
 	// above every other router's share it must be on disaggregated
 	// workers, kvLeadAgg on aggregated ones, where the kv cost's load term
 	// (decode blocks share the worker) pulls conversations apart more
-	// often. Measured on a 2-core machine: disaggregated, kv 0.72–0.83
-	// against 0.47–0.62 (the smallest lead 0.15 with other tests running
-	// beside the matrix, 0.20–0.24 without; two matrices at once brought
-	// it down to 0.09: the workers' wall-clock pacing turns a busy host's
-	// delays into modeled time), aggregated 0.62–0.66 against 0.50–0.56
-	// (the smallest 0.06), where kvHitsAgg is the floor. A router that
-	// ignores the cache leads by about 0.
+	// often. The cells run coupled on virtual time, so their figures are
+	// the same on every run and any host: disaggregated, kv 0.86 (vLLM)
+	// and 0.80 (SGLang) against 0.52–0.61; aggregated 0.68 against
+	// 0.51–0.56. A router that ignores the cache leads by about 0.
 	kvHits    = 0.6
 	kvHitsAgg = 0.5
-	kvLead    = 0.10
-	kvLeadAgg = 0.02
+	kvLead    = 0.15
+	kvLeadAgg = 0.05
 	// maxSpread bounds least-loaded's spread of active blocks across the
 	// decode workers (max − min, as a share of one pool), at p(90) of the
 	// samples taken after each request.
@@ -91,7 +88,9 @@ type cellResult struct {
 // TestMatrix runs router ∈ {round-robin, kv, least-loaded} × engine ∈
 // {vllm, sglang} on disaggregated workers, and each router on aggregated
 // ones, against worker containers. Each cell is e2e/testdata/cell.js run by
-// `mocker run`; its thresholds hold the per-cell assertions (holds happen;
+// `mocker run --clock virtual` with the cluster driving the workers' clocks
+// (transport.coupled), so a cell's figures do not depend on the host; its
+// thresholds hold the per-cell assertions (holds happen;
 // vLLM aborts at the timeout; SGLang strands nothing; kv hits the cache;
 // least-loaded spreads load; every pool drains to zero). Then the cells are
 // compared: kv's hit rate leads every other router's.
@@ -178,8 +177,9 @@ func (s *stack) runCell(t *testing.T, c cellEnv) cellResult {
 		"ARGS": string(args), "VUS": fmt.Sprint(vus), "DURATION": cellTime,
 		"TAG": fmt.Sprintf("%s-%s-%s", c.engine, c.router, disagg), "ABORT_MS": fmt.Sprint(abortMs),
 		"KV_HITS": fmt.Sprint(hits), "SPREAD": fmt.Sprint(maxSpread), "PREFIXES": fmt.Sprint(prefixes),
+		"COUPLED": "1",
 	}
-	argv := []string{"run", "-q", "--no-color", "--include-system-env-vars=false", "--summary-export", export}
+	argv := []string{"run", "-q", "--no-color", "--clock", "virtual", "--include-system-env-vars=false", "--summary-export", export}
 	for k, v := range env {
 		argv = append(argv, "-e", k+"="+v)
 	}

@@ -1,16 +1,20 @@
 // cell.js — one cell of the router-mode matrix: a cluster attached to
 // worker containers (transport: etcd + NATS), driven well past its decode
 // capacity, with thresholds that say what the cell's router and engine must
-// show. The e2e package runs it once per cell with `mocker run`; the same
-// file runs by hand against any workers registered in NS:
+// show. The e2e package runs it once per cell with `mocker run --clock
+// virtual` and COUPLED=1; the same file runs by hand against any workers
+// registered in NS (that serve no other router, when coupled):
 //
-//   bin/mocker run -e ROUTER=kv -e ENGINE=vllm -e ETCD=http://127.0.0.1:2379 \
-//     -e NATS=nats://127.0.0.1:4222 -e NS=mocker -e ARGS='{...}' e2e/testdata/cell.js
+//   bin/mocker run --clock virtual -e COUPLED=1 -e ROUTER=kv -e ENGINE=vllm \
+//     -e ETCD=http://127.0.0.1:2379 -e NATS=nats://127.0.0.1:4222 -e NS=mocker \
+//     -e ARGS='{...}' e2e/testdata/cell.js
 //
 // Env (all set by the e2e test):
 //   ROUTER, ENGINE            the cell
 //   DISAGG=1|0                prefill + decode pools, or one aggregated pool
 //   ETCD, NATS, NS            where the workers are registered
+//   COUPLED=1                 the cluster drives the workers' clocks (run it
+//                             with --clock virtual: the same figures on any host)
 //   ARGS                      the engine args the workers run with (JSON);
 //                             the cluster must agree on block_size, speedup
 //   VUS, DURATION             the pressure: VUS concurrent users for DURATION
@@ -43,7 +47,7 @@ const cfg = {
   disagg: DISAGG,
   args: ARGS,
   seed: 7,
-  transport: { etcd: __ENV.ETCD.split(','), nats: __ENV.NATS, namespace: __ENV.NS },
+  transport: { etcd: __ENV.ETCD.split(','), nats: __ENV.NATS, namespace: __ENV.NS, coupled: __ENV.COUPLED === '1' },
 };
 if (DISAGG) {
   cfg.prefill = { workers: 2 };
