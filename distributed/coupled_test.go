@@ -443,3 +443,34 @@ func TestCoupled_SteppedClosedLoop(t *testing.T) {
 	assert.Equal(t, withoutIDs(first), withoutIDs(second), "kv: the same results with the host busy")
 	t.Logf("%d requests, %d holds aborted (round-robin); kv: %d requests", len(want), aborted, len(first))
 }
+
+// TestCoupled_WallPacedRequestsCostNoHops: cluster.New over coupled worker
+// processes runs on the wall clock like any remote cluster, but the round
+// trips between processes take no modeled time: one request after another
+// on an idle cluster each gets the in-process cluster's TTFT, e2e latency
+// and hold, to the nanosecond (arrivals at other wall-clock instants
+// round differently).
+func TestCoupled_WallPacedRequestsCostNoHops(t *testing.T) {
+	run := func(cfg cluster.Config) []cluster.Result {
+		c, err := cluster.New(cfg)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, c.Close()) }()
+		var out []cluster.Result
+		for range 4 {
+			r := c.Generate(context.Background(), cluster.Request{PromptTokens: 256, MaxTokens: 8})
+			require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+			out = append(out, r)
+		}
+		return out
+	}
+	cfg := saturatedConfig("vllm")
+	cfg.Transport = nil
+	want := run(cfg)
+	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+	got := run(cfg)
+	for i := range want {
+		assert.InDelta(t, want[i].TTFTMs, got[i].TTFTMs, 1e-6, "request %d: TTFT", i)
+		assert.InDelta(t, want[i].E2EMs, got[i].E2EMs, 1e-6, "request %d: e2e", i)
+		assert.InDelta(t, want[i].PinMs, got[i].PinMs, 1e-6, "request %d: hold", i)
+	}
+}
