@@ -22,10 +22,10 @@ build:
 	$(GO) build -o $(BIN)/mocker ./cmd/mocker
 
 ## test: vet, then every test with the race detector (container tests need Docker).
-## e2e runs alone, after the rest: the fault tests and Dynamo's scenarios
-## run their workers on the wall clock, so the CPU the other packages'
-## tests would take from them would show in their modeled figures (the
-## matrix's cells are coupled and would not care).
+## e2e runs alone, after the rest: the fault tests run their workers on
+## the wall clock, so the CPU the other packages' tests would take from
+## them would show in their modeled figures (the matrix and Dynamo's
+## scenarios are coupled and would not care).
 test: vet
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v '/e2e$$')
 	$(GO) test -race -count=1 -timeout 30m ./e2e

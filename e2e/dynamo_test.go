@@ -26,7 +26,9 @@ func (s *stack) attachWith(t *testing.T, ns string, cfg cluster.Config) *cluster
 	t.Helper()
 	cfg.Name = "dynamo-" + ns
 	cfg.Args = commonArgs()
-	cfg.Transport = &cluster.TransportConfig{Etcd: s.etcd.Endpoints(), NATS: s.nats.URL(), Namespace: ns}
+	// Coupled: the cluster drives the workers' clocks, so the round trips
+	// between processes take no modeled time however busy the host is.
+	cfg.Transport = &cluster.TransportConfig{Etcd: s.etcd.Endpoints(), NATS: s.nats.URL(), Namespace: ns, Coupled: true}
 	c, err := cluster.New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, c.Close()) })
@@ -127,13 +129,7 @@ func TestDynamo_BusyThresholdRefusesWithAllWorkersBusy(t *testing.T) {
 func TestDynamo_DisaggPrefixSticksToOnePrefill(t *testing.T) {
 	s := newStack(t)
 	const ns = "dyn-sticky"
-	// Decode is idle, so a hold waits only for the handoff's steps across
-	// processes; at speedup 10 their wall milliseconds on a busy host can
-	// pass the matrix's 400 ms abort timeout. Routing is what this test
-	// checks, so its holds get time to spare.
-	args := commonArgs()
-	args["kv_transfer_abort_timeout_ms"] = 10000
-	s.startWorkers(t, ns, "vllm", args, pool{role: "prefill", n: 2}, pool{role: "decode", n: 2})
+	s.startWorkers(t, ns, "vllm", commonArgs(), pool{role: "prefill", n: 2}, pool{role: "decode", n: 2})
 	c := s.attachWith(t, ns, cluster.Config{Engine: "vllm", Router: "kv", Disagg: true,
 		Prefill: cluster.PoolConfig{Workers: 2}, Decode: cluster.PoolConfig{Workers: 2}})
 
