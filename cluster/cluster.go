@@ -129,10 +129,13 @@ type workerNode struct {
 	transferAddr string
 	// A coupled remote worker's turns: the last one sent, those whose
 	// answer the loop waits for (each holds a ticket), and the generation
-	// of its scheduled run (an answer makes the older one stale).
-	turn   uint64
-	turns  []pendingTurn
-	runGen uint64
+	// of its scheduled run (an answer that moves it makes the older one
+	// stale), with the run's instant while one is in the queue.
+	turn       uint64
+	turns      []pendingTurn
+	runGen     uint64
+	runAt      float64
+	runPending bool
 }
 
 // counters are the cluster-wide aggregates, owned by the loop.

@@ -281,17 +281,26 @@ func (c *Cluster) turn(n *workerNode) {
 }
 
 // scheduleRun has coupled worker n run to its next event when the loop
-// reaches it; an answer that comes first reschedules it.
+// reaches it. An answer that names another next event reschedules it; one
+// that names the same keeps the run where it is in the queue, which is
+// where one queue would have the worker's event: made when the worker's
+// answer first named it.
 func (c *Cluster) scheduleRun(n *workerNode, next *float64) {
+	if next != nil && n.runPending && n.runAt == *next && !n.gone {
+		return
+	}
 	n.runGen++
+	n.runPending = false
 	if next == nil || n.gone {
 		return
 	}
 	gen, at := n.runGen, *next
+	n.runPending, n.runAt = true, at
 	c.v.Call(at, func() {
 		if n.runGen != gen || n.gone || c.ended {
 			return
 		}
+		n.runPending = false
 		n.turn++
 		n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
 		n.handle.(*remoteHandle).rw.Run(c.v.Now(), n.turn)

@@ -414,20 +414,54 @@ func closedLoop(t *testing.T, cfg cluster.Config, vus int, endMs float64) []clus
 	return out
 }
 
-// TestCoupled_SteppedClosedLoop: the cluster `mocker run --clock virtual`
-// builds over coupled worker processes, 32 users against 2 × 4 decode
-// slots (holds abort). Under round-robin it gives exactly the in-process
-// cluster's results; under kv it gives the same results again with CPU
-// burners beside it.
-func TestCoupled_SteppedClosedLoop(t *testing.T) {
-	cfg := cluster.Config{Name: "closed", Engine: "vllm", Disagg: true, Router: "round-robin", Seed: 7,
+// cellConfig is the e2e matrix's vLLM disaggregated cell, in process.
+func cellConfig(router string) cluster.Config {
+	return cluster.Config{Name: "cell", Engine: "vllm", Disagg: true, Router: router, Seed: 7,
 		Prefill: cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 640}},
 		Decode:  cluster.PoolConfig{Workers: 2, Args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": 4}},
 		Args:    map[string]any{"block_size": 16, "speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 400}}
-	want := closedLoop(t, cfg, 32, 8000)
-	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
-	got := closedLoop(t, cfg, 32, 8000)
-	assert.Equal(t, withoutIDs(want), withoutIDs(got), "round-robin: the in-process cluster's results")
+}
+
+// TestCoupled_LoadAwareRoutersGiveTheInProcessResults: RunVirtual over
+// coupled worker processes under the kv and least-loaded routers, whose
+// choices follow what the workers report at each instant: 400 requests
+// that saturate decode (holds abort), 32 conversations sharing prefixes,
+// give exactly the in-process cluster's results.
+func TestCoupled_LoadAwareRoutersGiveTheInProcessResults(t *testing.T) {
+	var arrivals []cluster.Arrival
+	for i := range 400 {
+		arrivals = append(arrivals, cluster.Arrival{AtMs: float64(i) * 22,
+			Request: cluster.Request{PromptTokens: 512, MaxTokens: 24, Prefix: fmt.Sprintf("conversation-%d", i%32), PrefixTokens: 384}})
+	}
+	for _, router := range []string{"kv", "least-loaded"} {
+		t.Run(router, func(t *testing.T) {
+			cfg := cellConfig(router)
+			want, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			require.NoError(t, err)
+			cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+			got, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, withoutIDs(want.Results), withoutIDs(got.Results))
+			assert.Positive(t, want.Stats.PinsAborted, "holds abort")
+		})
+	}
+}
+
+// TestCoupled_SteppedClosedLoop: the cluster `mocker run --clock virtual`
+// builds over coupled worker processes, 32 users against 2 × 4 decode
+// slots (holds abort). Under round-robin and least-loaded it gives exactly
+// the in-process cluster's results; under kv it gives the same results
+// again with CPU burners beside it (but not the in-process ones: see the
+// README).
+func TestCoupled_SteppedClosedLoop(t *testing.T) {
+	var want []cluster.Result
+	for _, router := range []string{"round-robin", "least-loaded"} {
+		cfg := cellConfig(router)
+		want = closedLoop(t, cfg, 32, 8000)
+		cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+		got := closedLoop(t, cfg, 32, 8000)
+		assert.Equal(t, withoutIDs(want), withoutIDs(got), "%s: the in-process cluster's results", router)
+	}
 	aborted := 0
 	for _, r := range want {
 		if r.Outcome == cluster.OutcomeAborted {
@@ -435,13 +469,14 @@ func TestCoupled_SteppedClosedLoop(t *testing.T) {
 		}
 	}
 	assert.Positive(t, aborted, "holds abort")
+	cfg := cellConfig("kv")
+	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
 
-	cfg.Router = "kv"
 	first := closedLoop(t, cfg, 32, 8000)
 	burnCPU(t)
 	second := closedLoop(t, cfg, 32, 8000)
 	assert.Equal(t, withoutIDs(first), withoutIDs(second), "kv: the same results with the host busy")
-	t.Logf("%d requests, %d holds aborted (round-robin); kv: %d requests", len(want), aborted, len(first))
+	t.Logf("%d requests, %d holds aborted (least-loaded); kv: %d requests", len(want), aborted, len(first))
 }
 
 // TestCoupled_WallPacedRequestsCostNoHops: cluster.New over coupled worker
