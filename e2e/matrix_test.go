@@ -53,8 +53,8 @@ const (
 	// workers, kvLeadAgg on aggregated ones, where the kv cost's load term
 	// (decode blocks share the worker) pulls conversations apart more
 	// often. The cells run coupled on virtual time, so their figures are
-	// the same on every run and any host: disaggregated, kv 0.86 (vLLM)
-	// and 0.80 (SGLang) against 0.52–0.61; aggregated 0.68 against
+	// the same on every run and any host: disaggregated, kv 0.85 (vLLM)
+	// and 0.78 (SGLang) against 0.52–0.59; aggregated 0.68 against
 	// 0.51–0.56. A router that ignores the cache leads by about 0.
 	kvHits    = 0.6
 	kvHitsAgg = 0.5
