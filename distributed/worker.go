@@ -624,8 +624,13 @@ func (l *workerLoop) command(c command) {
 		// events at that instant wait for the router's opRun, which comes
 		// after every command of the instant, as they would come after
 		// them on one event queue.
-		l.runUntil(math.Nextafter(c.At, math.Inf(-1)))
-		l.advanceTo(c.At)
+		switch now := l.v.Now(); {
+		case c.At < now:
+			l.log.Warn("coupled command in the engine's past; applied at its now", "at_ms", c.At, "now_ms", now)
+		case c.At > now:
+			_ = l.v.RunUntil(math.Nextafter(c.At, math.Inf(-1)))
+			l.v.AdvanceTo(c.At)
+		}
 		l.turn = max(l.turn, c.Turn)
 	}
 	switch c.Op {
@@ -740,14 +745,6 @@ func (l *workerLoop) runUntil(t float64) {
 	}
 	_ = l.v.RunUntil(t)
 	l.v.AdvanceTo(t)
-}
-
-// advanceTo moves a coupled engine's clock to t, which its next event is
-// not before.
-func (l *workerLoop) advanceTo(t float64) {
-	if t > l.v.Now() {
-		l.v.AdvanceTo(t)
-	}
 }
 
 // openRoom opens a transfer room and answers with the handoff params the
