@@ -317,9 +317,6 @@ func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
 	for _, eng := range []string{"vllm", "sglang"} {
 		t.Run(eng, func(t *testing.T) {
 			cfg := saturatedConfig(eng)
-			if eng == "sglang" {
-				cfg.Decode.Args = map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2}
-			}
 			arrivals := coupledArrivals(60, 60)
 			cfg.Transport = nil
 			want, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})

@@ -15,9 +15,10 @@ import (
 
 // saturatedConfig is scripts/cascade.js's cluster: one decode worker with
 // two sequence slots behind two prefill workers, so decode saturates at
-// once and held prefill KV piles up.
+// once and held prefill KV piles up. Under SGLang (destination-first) a
+// reservation does not take a decode slot.
 func saturatedConfig(engineName string) cluster.Config {
-	return cluster.Config{
+	cfg := cluster.Config{
 		Name:    "dist-" + engineName,
 		Engine:  engineName,
 		Disagg:  true,
@@ -33,6 +34,10 @@ func saturatedConfig(engineName string) cluster.Config {
 		RouterOptions: map[string]any{"busy_threshold": 0.85},
 		Transport:     &cluster.TransportConfig{Local: true},
 	}
+	if engineName == "sglang" {
+		cfg.Decode.Args = map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2}
+	}
+	return cfg
 }
 
 // TestLocal_SaturatedDisaggDrainsAndConserves runs a disaggregated cluster
@@ -44,9 +49,6 @@ func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
 	for _, eng := range []string{"vllm", "sglang"} {
 		t.Run(eng, func(t *testing.T) {
 			cfg := saturatedConfig(eng)
-			if eng == "sglang" {
-				cfg.Decode.Args = map[string]any{"num_gpu_blocks": 4096, "max_num_seqs": 2}
-			}
 			c, err := cluster.New(cfg)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, c.Close()) }()
