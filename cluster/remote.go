@@ -275,9 +275,14 @@ func (c *Cluster) turn(n *workerNode) {
 	if !c.coupled {
 		return
 	}
+	n.handle.(*remoteHandle).rw.Turn(c.v.Now(), c.openTurn(n))
+}
+
+// openTurn numbers n's next turn and takes its ticket at the loop's now.
+func (c *Cluster) openTurn(n *workerNode) uint64 {
 	n.turn++
 	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
-	n.handle.(*remoteHandle).rw.Turn(c.v.Now(), n.turn)
+	return n.turn
 }
 
 // scheduleRun has coupled worker n run to its next event when the loop
@@ -301,9 +306,7 @@ func (c *Cluster) scheduleRun(n *workerNode, next *float64) {
 			return
 		}
 		n.runPending = false
-		n.turn++
-		n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
-		n.handle.(*remoteHandle).rw.Run(c.v.Now(), n.turn)
+		n.handle.(*remoteHandle).rw.Run(c.v.Now(), c.openTurn(n))
 	})
 }
 
@@ -352,9 +355,10 @@ func (c *Cluster) deliverTurn(name string, items []RemoteItem, turn uint64, next
 	})
 }
 
-// startRemote finishes New for a cluster of remote workers: a loop with no
-// engine worker of its own, paced against the wall clock (remote workers
-// pace themselves by it), and the transport.
+// startRemote finishes New (or NewStepped, for a coupled cluster) for a
+// cluster of remote workers: a loop with no engine worker of its own,
+// paced against the wall clock (which uncoupled workers pace themselves
+// by) unless it runs on virtual time, and the transport.
 func (c *Cluster) startRemote() (*Cluster, error) {
 	f := transportFactory()
 	if f == nil {
@@ -380,11 +384,14 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	// (a completed room's tombstone refuses a reused id).
 	base := uint64(c.started.UnixMilli()%1e9) * 1000
 	c.nextID, c.nextTID = base, base
+	stopStand := func() {}
 	if c.opts.stepped {
-		return c.startSteppedRemote(f)
+		stopStand = c.standIn()
+	} else {
+		go c.run()
 	}
-	go c.run()
 	t, err := f(c.cfg, &RemoteHost{c: c})
+	stopStand()
 	if err != nil {
 		c.transport = nil
 		_ = c.Close()
@@ -394,12 +401,13 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	return c, nil
 }
 
-// startSteppedRemote starts the transport of a stepped cluster: it has no
-// loop, so while the transport joins the workers it finds, a goroutine
-// answers it in the loop's place; afterwards what the transport posts is
-// handled at each Settle (and, while a turn is pending, as it comes).
-func (c *Cluster) startSteppedRemote(f TransportFactory) (*Cluster, error) {
-	stop, stopped := make(chan struct{}), make(chan struct{})
+// standIn answers the transport of a stepped cluster while it starts: a
+// stepped cluster has no loop, so while the transport joins the workers
+// it finds, a goroutine handles what it posts in the loop's place; the
+// returned func stops it. Afterwards what the transport posts is handled
+// at each Settle (and, while a turn is pending, as it comes).
+func (c *Cluster) standIn() (stop func()) {
+	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
 		for {
@@ -408,21 +416,15 @@ func (c *Cluster) startSteppedRemote(f TransportFactory) (*Cluster, error) {
 				c.stepMu.Lock()
 				c.handle(m)
 				c.stepMu.Unlock()
-			case <-stop:
+			case <-quit:
 				return
 			}
 		}
 	}()
-	t, err := f(c.cfg, &RemoteHost{c: c})
-	close(stop)
-	<-stopped
-	if err != nil {
-		c.transport = nil
-		_ = c.Close()
-		return nil, err
+	return func() {
+		close(quit)
+		<-stopped
 	}
-	c.transport = t
-	return c, nil
 }
 
 // Transport is the distributed transport the cluster runs on; nil for an
