@@ -196,3 +196,52 @@ func TestVirtual_RefusedInputReachesOnInput(t *testing.T) {
 	quiet.Schedule(0, 0, Submit{Request: Request{ID: 1}})
 	require.Error(t, quiet.Run(), "nobody listens: the refusal stops the run")
 }
+
+// TestVirtual_RunDueLeavesWhatItQueuesAtItsInstant: RunDue runs the events
+// at its instant that were queued before it, not those they queue there;
+// RunUntil runs both.
+func TestVirtual_RunDueLeavesWhatItQueuesAtItsInstant(t *testing.T) {
+	for _, due := range []bool{true, false} {
+		v := NewVirtual(newWorker(t, smallArgs(64)))
+		var order []string
+		v.Call(5, func() { order = append(order, "before") })
+		v.Call(10, func() {
+			order = append(order, "queued")
+			v.Call(10, func() { order = append(order, "caused") })
+			v.Call(12, func() { order = append(order, "later") })
+		})
+		if !due {
+			require.NoError(t, v.RunUntil(10))
+			assert.Equal(t, []string{"before", "queued", "caused"}, order)
+			continue
+		}
+		require.NoError(t, v.RunDue(10))
+		assert.Equal(t, []string{"before", "queued"}, order)
+		assert.Equal(t, 10.0, v.Now())
+		at, ok := v.NextLive()
+		require.True(t, ok)
+		assert.Equal(t, 10.0, at, "what the step caused at its instant is next")
+		require.NoError(t, v.RunDue(10))
+		assert.Equal(t, []string{"before", "queued", "caused"}, order)
+		require.NoError(t, v.RunDue(11))
+		assert.Equal(t, 11.0, v.Now(), "the clock moves to the run's end")
+		assert.Len(t, order, 3)
+	}
+}
+
+// TestVirtual_NextLiveSkipsSupersededWakeups: a wake-up an earlier one
+// superseded stays queued and does nothing when it comes up; Next reports
+// it, NextLive does not.
+func TestVirtual_NextLiveSkipsSupersededWakeups(t *testing.T) {
+	v := NewVirtual(newWorker(t, smallArgs(64)))
+	v.schedule(0, 20)
+	v.schedule(0, 10) // supersedes the one at 20
+	require.NoError(t, v.RunUntil(10))
+	at, _, ok := v.Next()
+	require.True(t, ok)
+	assert.Equal(t, 20.0, at, "the superseded wake-up is still queued")
+	_, ok = v.NextLive()
+	assert.False(t, ok, "an idle worker has nothing next")
+	_, _, ok = v.Next()
+	assert.False(t, ok, "NextLive dropped it")
+}

@@ -272,6 +272,22 @@ func (v *Virtual) Next() (at float64, blocked, ok bool) {
 	return at, batch < 0 && v.headBlocked(), true
 }
 
+// NextLive is Next for a driver that reports the time to another queue:
+// it first drops, from the head, the wake-ups a later one superseded,
+// which would do nothing when they came up. Another queue that ran the
+// workers at such a time would make an extra step, and lose the place
+// of the real one.
+func (v *Virtual) NextLive() (at float64, ok bool) {
+	for len(v.q) > 0 {
+		if e := &v.q[0]; e.kind != vWake || e.gen == v.slots[e.worker].gen {
+			break
+		}
+		v.pop()
+	}
+	at, _, ok = v.Next()
+	return at, ok
+}
+
 // headBlocked reports whether the queue's head is a ticket still waiting
 // to be filled.
 func (v *Virtual) headBlocked() bool {
@@ -319,6 +335,41 @@ func (v *Virtual) RunUntil(until float64) error {
 	return v.err
 }
 
+// RunDue is RunUntil(until) for a driver whose steps another queue
+// orders (a worker whose clock a router's loop drives, one step of the
+// router's queue at a time): of the events at until it processes only
+// those queued before the call. Those they queue at the same instant
+// wait for the next call, as they would queue behind what the other
+// queue already holds at that instant.
+func (v *Virtual) RunDue(until float64) error {
+	limit := v.seq
+	for v.err == nil {
+		at, batch, ok := v.first()
+		if !ok || at > until {
+			break
+		}
+		if batch >= 0 {
+			if at == until {
+				if _, seq := v.batches[batch].head(); seq >= limit {
+					break
+				}
+			}
+			v.fireBatch(batch)
+			continue
+		}
+		if v.headBlocked() || (at == until && v.q[0].seq >= limit) {
+			break
+		}
+		e := v.pop()
+		v.now = e.at
+		v.handle(&e)
+	}
+	if v.err == nil && until > v.now && !v.blocked() {
+		v.AdvanceTo(until)
+	}
+	return v.err
+}
+
 func (v *Virtual) blocked() bool {
 	_, b, _ := v.Next()
 	return b
@@ -358,6 +409,14 @@ func (v *Virtual) handle(e *vevent) {
 		v.apply(w, e.in)
 	}
 }
+
+// Apply hands in to worker w at the clock's now, at once, and reports it
+// as a scheduled input is reported: it takes effect ahead of the events
+// already queued at this instant. It is for a driver whose inputs were
+// put in order by another queue (a worker whose clock a router's loop
+// drives), which has run this queue's events at the instant that come
+// before the input.
+func (v *Virtual) Apply(w int, in Input) { v.apply(w, in) }
 
 // apply hands in to worker w now and reports it.
 func (v *Virtual) apply(w int, in Input) {
