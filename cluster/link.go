@@ -115,13 +115,26 @@ func (c *Cluster) connect(r *request) {
 func (c *Cluster) closeRoom(r *request, transferred bool) {
 	r.closed = true
 	x := c.exch[r.tid]
-	if x != nil {
-		x.closed = true
-		if x.arrived && !x.got && !x.t2Open && (!c.remote || c.coupled) {
-			x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
-		}
+	if x == nil {
+		c.link.close(r, transferred)
+		return
 	}
-	c.link.close(r, transferred)
+	x.closed = true
+	if _, mem := c.link.(*memLink); !mem && x.t1Open && !x.arrived && !x.got {
+		// The decode connected to the open room before this close, but
+		// its arrival is still on its way (over a socket, from another
+		// process): the close goes to the server once the loop is past
+		// the arrival's ticket, so that the server sees the decode first,
+		// as the in-memory room does, whichever message is faster.
+		closing := request{prefill: r.prefill, tid: r.tid, id: r.id}
+		c.v.Call(c.v.Now(), func() { c.link.close(&closing, transferred) })
+	} else {
+		defer c.link.close(r, transferred)
+	}
+	// The status takes its place now, where one queue would have it.
+	if !x.got && !x.t2Open && (!c.remote || c.coupled) {
+		x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
+	}
 }
 
 // onLinkMsg places a link reply in the event queue.
@@ -137,7 +150,7 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 		x.arrived, x.t1Open = true, false
 		x.cues++
 		c.v.FillCall(x.t1, x.onArrived)
-		if x.closed && !x.got {
+		if x.closed && !x.got && !x.t2Open {
 			x.t2, x.t2Open = c.v.Ticket(x.t1.At), true
 		}
 		return
@@ -150,8 +163,14 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 	x.cues++
 	switch {
 	case x.t1Open:
+		// A status with no arrival before it: the server refused the
+		// decode on its own, and the place kept for a later status goes.
 		x.t1Open = false
 		c.v.FillCall(x.t1, x.onStatus)
+		if x.t2Open {
+			x.t2Open = false
+			c.v.Void(x.t2)
+		}
 	case x.t2Open:
 		x.t2Open = false
 		c.v.FillCall(x.t2, x.onStatus)

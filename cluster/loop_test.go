@@ -140,6 +140,28 @@ func TestVirtual_SocketsChangeNothing(t *testing.T) {
 			assert.Equal(t, runJSON(t, mem), runJSON(t, tcp))
 		})
 	}
+	// With no modeled transfer time the decode connects and the room
+	// closes at one instant: the decode must still reach the server
+	// first, as it does in memory, however fast the close is.
+	for _, eng := range []string{"vllm", "sglang"} {
+		t.Run(eng+"-instant-transfer", func(t *testing.T) {
+			for seed := range uint64(8) {
+				cfg := saturatedShape(eng, seed, nil)
+				delete(cfg.Args, "kv_bytes_per_token")
+				delete(cfg.Args, "kv_transfer_bandwidth")
+				arr := burst(seed, 200, 300)
+				mem, err := RunVirtual(cfg, arr, VirtualOptions{EventLog: true})
+				require.NoError(t, err)
+				require.Positive(t, mem.Stats.TransfersCompleted)
+				for _, r := range mem.Results {
+					require.Zero(t, r.TransferMs, "transfers take no modeled time")
+				}
+				tcp, err := RunVirtual(cfg, arr, VirtualOptions{TCP: true, EventLog: true})
+				require.NoError(t, err)
+				require.Equal(t, runJSON(t, mem), runJSON(t, tcp), "seed %d", seed)
+			}
+		})
+	}
 }
 
 // TestVirtual_ReusedRecordsChangeNothing: the loop reuses the records of
