@@ -641,6 +641,24 @@ func (s *Server) resolve(id uint64, to roomState) error {
 	return nil
 }
 
+// Reset forgets every room: decodes still waiting in one get ERROR, and
+// the tombstones go, so that transfer ids may start over. It is for a
+// worker whose work all ended and that starts afresh for one router (a
+// coupled session's new engine), whose ids then start at 1 as in process.
+func (s *Server) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.rooms {
+		for _, w := range r.waiters {
+			w.done, w.status = true, StatusError
+			wake(w.conn)
+		}
+	}
+	clear(s.rooms)
+	s.open, s.pending, s.tombstones = 0, 0, 0
+	s.completedQ, s.abortedQ = fifo{}, fifo{}
+}
+
 func (s *Server) usableLocked() error {
 	if s.closed {
 		return ErrClosed

@@ -729,3 +729,36 @@ func TestServer_ConnectionLimitWarningIsRateLimited(t *testing.T) {
 func awaitOn(ctx context.Context, s *Server, transferID, requestID uint64) (Status, error) {
 	return Await(ctx, s.AdvertisedAddr(), transferID, requestID, s.Token(transferID, requestID))
 }
+
+// TestServer_ResetForgetsEveryRoom: after Reset a decode waiting in an open
+// or a pending room gets ERROR, and every id, a resolved one's included,
+// can be opened again.
+func TestServer_ResetForgetsEveryRoom(t *testing.T) {
+	t.Parallel()
+	arrived, onArrive := arrivals()
+	s := startServer(t, Config{OnDecodeArrived: onArrive})
+	done, aborted, open, pending := NextTransferID(), NextTransferID(), NextTransferID(), NextTransferID()
+	require.NoError(t, s.Open(done))
+	require.NoError(t, s.Complete(done))
+	require.NoError(t, s.Abort(aborted))
+	require.NoError(t, s.Open(open))
+	inOpen := awaitAsync(t.Context(), s, open, 1)
+	receive(t, arrived, "decode arrival")
+	inPending := awaitAsync(t.Context(), s, pending, 2)
+	eventuallyStats(t, s, Stats{OpenRooms: 1, PendingRooms: 1, Tombstones: 2, Conns: 2, Waiting: 2})
+
+	s.Reset()
+	for _, res := range []<-chan awaitResult{inOpen, inPending} {
+		r := receive(t, res, "ERROR")
+		assert.Equal(t, StatusError, r.status)
+		require.ErrorIs(t, r.err, ErrProtocol)
+	}
+	eventuallyStats(t, s, Stats{})
+	for _, id := range []uint64{done, aborted, open, pending} {
+		require.NoError(t, s.Open(id), "transfer %d opens again", id)
+	}
+	res := awaitAsync(t.Context(), s, done, 3)
+	receive(t, arrived, "decode arrival in the reopened room")
+	require.NoError(t, s.Complete(done))
+	expectACK(t, res)
+}
