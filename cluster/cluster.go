@@ -130,11 +130,13 @@ type workerNode struct {
 	// A coupled remote worker's turns: the last one sent, those whose
 	// answer the loop waits for (each holds a ticket), and the generation
 	// of its scheduled run (an answer that moves it makes the older one
-	// stale), with the run's instant while one is in the queue.
+	// stale), with the run's instant and its place in the queue while one
+	// is there, not sent yet.
 	turn       uint64
 	turns      []pendingTurn
 	runGen     uint64
 	runAt      float64
+	runTicket  engine.Ticket
 	runPending bool
 }
 

@@ -270,44 +270,66 @@ func (h *remoteHandle) connect(tid, reqID uint64, params []byte) {
 // turn opens a turn for a command to coupled worker n at the loop's now:
 // a ticket holds modeled time there until the worker answers it. Each
 // command has a turn of its own, since the worker may answer one before
-// the next reaches it.
+// the next reaches it. A run of n queued at this instant comes first, as
+// the worker's own events at an instant come before an input scheduled
+// there later on one queue: the worker hears the run before the command,
+// and the run's answer keeps the run's place.
 func (c *Cluster) turn(n *workerNode) {
 	if !c.coupled {
 		return
 	}
-	n.handle.(*remoteHandle).rw.Turn(c.v.Now(), c.openTurn(n))
+	if n.runPending && n.runAt <= c.v.Now() {
+		c.sendRun(n)
+	}
+	n.handle.(*remoteHandle).rw.Turn(c.v.Now(), c.openTurn(n, c.v.Ticket(c.v.Now())))
 }
 
-// openTurn numbers n's next turn and takes its ticket at the loop's now.
-func (c *Cluster) openTurn(n *workerNode) uint64 {
+// openTurn numbers n's next turn, whose answer fills ticket t.
+func (c *Cluster) openTurn(n *workerNode, t engine.Ticket) uint64 {
 	n.turn++
-	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: c.v.Ticket(c.v.Now())})
+	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: t})
 	return n.turn
 }
 
 // scheduleRun has coupled worker n run to its next event when the loop
-// reaches it. An answer that names another next event reschedules it; one
-// that names the same keeps the run where it is in the queue, which is
-// where one queue would have the worker's event: made when the worker's
-// answer first named it.
+// reaches it. The run takes its place in the queue at once (a call that
+// sends it and, right behind, the ticket its answer fills), so the answer
+// is handled where one queue would have handled the worker's event. An
+// answer that names another next event reschedules it; one that names the
+// same keeps the run where it is, made when the worker's answer first
+// named it.
 func (c *Cluster) scheduleRun(n *workerNode, next *float64) {
 	if next != nil && n.runPending && n.runAt == *next && !n.gone {
 		return
 	}
-	n.runGen++
-	n.runPending = false
+	c.dropRun(n)
 	if next == nil || n.gone {
 		return
 	}
 	gen, at := n.runGen, *next
-	n.runPending, n.runAt = true, at
 	c.v.Call(at, func() {
-		if n.runGen != gen || n.gone || c.ended {
-			return
+		if n.runGen == gen && !n.gone && !c.ended {
+			c.sendRun(n)
 		}
-		n.runPending = false
-		n.handle.(*remoteHandle).rw.Run(c.v.Now(), c.openTurn(n))
 	})
+	n.runPending, n.runAt, n.runTicket = true, at, c.v.Ticket(at)
+}
+
+// sendRun sends n's queued run, at the loop's now, as the turn its ticket
+// waits for.
+func (c *Cluster) sendRun(n *workerNode) {
+	n.runPending = false
+	n.runGen++
+	n.handle.(*remoteHandle).rw.Run(c.v.Now(), c.openTurn(n, n.runTicket))
+}
+
+// dropRun takes n's queued run, if one is not sent yet, out of the queue.
+func (c *Cluster) dropRun(n *workerNode) {
+	n.runGen++
+	if n.runPending {
+		n.runPending = false
+		c.v.Void(n.runTicket)
+	}
 }
 
 // deliverTurn folds a coupled worker's report into the loop: the transfer
@@ -381,9 +403,14 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	// transfer ids start from the clock (a thousand per ms, wrapping after
 	// about 11 days, far beyond any tombstone's life), so a later cluster
 	// never reuses an id a worker or its transfer server still remembers
-	// (a completed room's tombstone refuses a reused id).
-	base := uint64(c.started.UnixMilli()%1e9) * 1000
-	c.nextID, c.nextTID = base, base
+	// (a completed room's tombstone refuses a reused id). A coupled
+	// session has its workers to itself, and their transfer servers
+	// forget their rooms when it starts: its ids start at 1, as in
+	// process.
+	if !c.coupled {
+		base := uint64(c.started.UnixMilli()%1e9) * 1000
+		c.nextID, c.nextTID = base, base
+	}
 	stopStand := func() {}
 	if c.opts.stepped {
 		stopStand = c.standIn()
@@ -529,7 +556,7 @@ func (c *Cluster) leave(name, reason string) {
 		c.v.Void(p.t)
 	}
 	n.turns = nil
-	n.runGen++
+	c.dropRun(n)
 	c.router.RemoveWorker(n.id)
 	c.heldNow -= n.last.HeldBlocks
 	// What it held is gone with it: drain must not wait for it.
@@ -687,8 +714,14 @@ func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
 
 // refuse answers the decode's connection for tid with an error, as a
 // transfer server refusing it would. It runs from the queue, not inside
-// the machine step that asked for the connection.
+// the machine step that asked for the connection: a coupled cluster's
+// answer takes the ticket the connection holds (a call queued behind that
+// ticket would wait for it forever).
 func (l *remoteLink) refuse(tid uint64, msg string) {
+	if l.c.coupled {
+		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: msg}})
+		return
+	}
 	l.c.v.Call(l.c.v.Now(), func() {
 		l.c.onRemoteLink(tid, 0, false, linkStatus{status: handoff.Error, err: msg})
 	})

@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os/exec"
-	"regexp"
-	"slices"
 	"testing"
 	"time"
 
@@ -293,20 +292,6 @@ func burnCPU(t *testing.T) {
 	}
 }
 
-// withoutIDs drops what differs between runs by design: transfer ids are
-// drawn from the wall clock so that a later cluster never reuses one a
-// worker remembers.
-func withoutIDs(rs []cluster.Result) []cluster.Result {
-	out := slices.Clone(rs)
-	for i := range out {
-		out[i].TransferID = 0
-		out[i].Error = transferIDs.ReplaceAllString(out[i].Error, "transfer N")
-	}
-	return out
-}
-
-var transferIDs = regexp.MustCompile(`transfer [0-9]+`)
-
 // TestCoupled_VirtualRunOnWorkerProcesses: RunVirtual over worker
 // processes (local mode: an embedded etcd and NATS) whose clocks the
 // cluster drives. A saturated disaggregated run (holds abort at the
@@ -319,11 +304,11 @@ func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
 			cfg := saturatedConfig(eng)
 			arrivals := coupledArrivals(60, 60)
 			cfg.Transport = nil
-			want, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			want, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{EventLog: true})
 			require.NoError(t, err)
 			cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
 			start := time.Now()
-			first, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+			first, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{EventLog: true})
 			require.NoError(t, err)
 			took := time.Since(start)
 			burnCPU(t)
@@ -341,8 +326,9 @@ func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
 				}
 			}
 			t.Logf("%s: %v; %d holds aborted", eng, counts, first.Stats.PinsAborted)
-			assert.Equal(t, withoutIDs(want.Results), withoutIDs(first.Results), "the in-process cluster's results")
-			assert.Equal(t, withoutIDs(want.Results), withoutIDs(second.Results), "the same results with the host busy")
+			assert.Equal(t, want.Results, first.Results, "the in-process cluster's results, ids and all")
+			assert.Equal(t, want.Events, first.Events, "and its forensic log")
+			assert.Equal(t, want.Results, second.Results, "the same results with the host busy")
 			assert.Equal(t, want.Stats.NowMs, first.Stats.NowMs)
 			assert.Equal(t, want.Stats.NowMs, second.Stats.NowMs)
 			if eng == "vllm" {
@@ -438,42 +424,89 @@ func TestCoupled_LoadAwareRoutersGiveTheInProcessResults(t *testing.T) {
 			cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
 			got, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
 			require.NoError(t, err)
-			assert.Equal(t, withoutIDs(want.Results), withoutIDs(got.Results))
+			assert.Equal(t, want.Results, got.Results)
 			assert.Positive(t, want.Stats.PinsAborted, "holds abort")
 		})
 	}
 }
 
 // TestCoupled_SteppedClosedLoop: the cluster `mocker run --clock virtual`
-// builds over coupled worker processes, 32 users against 2 × 4 decode
-// slots (holds abort). Under round-robin and least-loaded it gives exactly
-// the in-process cluster's results; under kv it gives the same results
-// again with CPU burners beside it (but not the in-process ones: see the
-// README).
+// builds over coupled worker processes, its users sending each request at
+// the instant their last one ended, gives exactly the in-process
+// cluster's results under every router, for both engines, with holds
+// aborting; and again with CPU burners beside it. Each case catches one
+// way the two could order the events of one instant differently: a
+// command applied after the worker's later events (vLLM kv, 128 users), a
+// superseded wake-up reported as the worker's next event (kv, 24 users),
+// events a run causes at its own instant run in the same step (SGLang,
+// 64 users).
 func TestCoupled_SteppedClosedLoop(t *testing.T) {
-	var want []cluster.Result
-	for _, router := range []string{"round-robin", "least-loaded"} {
-		cfg := cellConfig(router)
-		want = closedLoop(t, cfg, 32, 8000)
-		cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
-		got := closedLoop(t, cfg, 32, 8000)
-		assert.Equal(t, withoutIDs(want), withoutIDs(got), "%s: the in-process cluster's results", router)
+	cases := []struct {
+		engine, router string
+		vus            int
+		endMs          float64
+	}{
+		{"vllm", "round-robin", 32, 8000},
+		{"vllm", "least-loaded", 32, 8000},
+		{"vllm", "kv", 24, 8000},
+		{"vllm", "kv", 128, 6000},
+		{"sglang", "kv", 64, 6000},
+		{"sglang", "least-loaded", 64, 6000},
 	}
 	aborted := 0
-	for _, r := range want {
-		if r.Outcome == cluster.OutcomeAborted {
-			aborted++
+	for _, tc := range cases {
+		cfg := cellConfig(tc.router)
+		cfg.Engine = tc.engine
+		want := closedLoop(t, cfg, tc.vus, tc.endMs)
+		cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+		got := closedLoop(t, cfg, tc.vus, tc.endMs)
+		name := fmt.Sprintf("%s %s, %d users", tc.engine, tc.router, tc.vus)
+		assert.Equal(t, want, got, "%s: the in-process cluster's results", name)
+		n := 0
+		for _, r := range want {
+			if r.Outcome == cluster.OutcomeAborted {
+				n++
+			}
 		}
+		t.Logf("%s: %d requests, %d holds aborted", name, len(want), n)
+		aborted += n
 	}
 	assert.Positive(t, aborted, "holds abort")
-	cfg := cellConfig("kv")
-	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
 
-	first := closedLoop(t, cfg, 32, 8000)
+	cfg := cellConfig("kv")
+	want := closedLoop(t, cfg, 32, 8000)
+	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
 	burnCPU(t)
-	second := closedLoop(t, cfg, 32, 8000)
-	assert.Equal(t, withoutIDs(first), withoutIDs(second), "kv: the same results with the host busy")
-	t.Logf("%d requests, %d holds aborted (least-loaded); kv: %d requests", len(want), aborted, len(first))
+	got := closedLoop(t, cfg, 32, 8000)
+	assert.Equal(t, want, got, "kv: the in-process results with the host busy")
+}
+
+// TestCoupled_CommandAtAWorkersInstantComesAfterItsEvents: a request that
+// arrives at the very instant the prefill's pass ends reaches the worker
+// after that pass's end, as on one queue, where the worker's wake-up was
+// queued first: the next pass is the one the waiting request starts, and
+// the new request waits for the one after. Sent straight away, the
+// command would reach the worker first and join that pass.
+func TestCoupled_CommandAtAWorkersInstantComesAfterItsEvents(t *testing.T) {
+	cfg := cluster.Config{Engine: "vllm", Disagg: true, Router: "round-robin", Seed: 1,
+		Args:    map[string]any{"max_num_batched_tokens": 512, "enable_prefix_caching": false},
+		Prefill: cluster.PoolConfig{Workers: 1}, Decode: cluster.PoolConfig{Workers: 1}}
+	req := cluster.Request{PromptTokens: 256, MaxTokens: 4}
+	// Two of three prompts fit the first pass; the third waits for the
+	// second.
+	arr := []cluster.Arrival{{Request: req}, {Request: req}, {Request: req}}
+	first, err := cluster.RunVirtual(cfg, arr, cluster.VirtualOptions{})
+	require.NoError(t, err)
+	end := first.Results[0].TTFTMs
+	require.Less(t, end, first.Results[2].TTFTMs, "the third prompt waits for the second pass")
+	arr = append(arr, cluster.Arrival{AtMs: end, Request: req})
+	want, err := cluster.RunVirtual(cfg, arr, cluster.VirtualOptions{})
+	require.NoError(t, err)
+	require.Equal(t, first.Results[2].TTFTMs, want.Results[2].TTFTMs, "in process, the late arrival misses the second pass")
+	cfg.Transport = &cluster.TransportConfig{Local: true, Coupled: true}
+	got, err := cluster.RunVirtual(cfg, arr, cluster.VirtualOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, want.Results, got.Results)
 }
 
 // TestCoupled_WallPacedRequestsCostNoHops: cluster.New over coupled worker
@@ -505,4 +538,37 @@ func TestCoupled_WallPacedRequestsCostNoHops(t *testing.T) {
 		assert.InDelta(t, want[i].E2EMs, got[i].E2EMs, 1e-6, "request %d: e2e", i)
 		assert.InDelta(t, want[i].PinMs, got[i].PinMs, 1e-6, "request %d: hold", i)
 	}
+}
+
+// TestCoupled_SessionsOnOneSetOfWorkersNumberFromOne: two coupled sessions
+// in turn on the same worker processes each number their requests and
+// transfers from 1, as a cluster in process does, and give the same
+// results, ids included: a worker's transfer server forgets the earlier
+// session's rooms, whose ids it would otherwise refuse.
+func TestCoupled_SessionsOnOneSetOfWorkersNumberFromOne(t *testing.T) {
+	ls := services(t)
+	args := []byte(`{"speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 200, "num_gpu_blocks": 512, "max_num_seqs": 2}`)
+	startWorkers(t, ls, "renumber",
+		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: args},
+		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: args})
+	cfg := attachConfig(ls, "renumber")
+	cfg.Transport.Coupled = true
+	cfg.Prefill, cfg.Decode = cluster.PoolConfig{Workers: 1}, cluster.PoolConfig{Workers: 1}
+	arrivals := coupledArrivals(40, 30)
+	var runs []cluster.VirtualRun
+	for range 2 {
+		run, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
+		require.NoError(t, err)
+		runs = append(runs, run)
+	}
+	first := uint64(math.MaxUint64)
+	for _, r := range runs[0].Results {
+		require.NotEqual(t, cluster.OutcomeError, r.Outcome, r.Error)
+		if r.TransferID != 0 {
+			first = min(first, r.TransferID)
+		}
+	}
+	assert.Equal(t, uint64(1), first, "transfers numbered from 1")
+	assert.Positive(t, runs[0].Stats.PinsAborted, "holds abort")
+	assert.Equal(t, runs[0].Results, runs[1].Results)
 }

@@ -4,8 +4,8 @@
 //
 // The worker side is RunWorker (`mocker worker`): one engine worker on its
 // own loop paced against the wall clock (or, for a router that asks to
-// drive it, on that router's modeled clock: a coupled session, wire.go;
-// the router side does not ask yet), registered under a 10 s etcd
+// drive it, on that router's modeled clock: a coupled session, wire.go,
+// which TransportConfig.Coupled asks for), registered under a 10 s etcd
 // lease, taking commands and publishing frames on NATS, and for a prefill
 // worker a transfer server on its advertised host. The router side is the
 // cluster.Transport that Start builds (registered with the cluster package

@@ -66,13 +66,19 @@ import (
 // A coupled session is one whose router drives the worker's clock
 // instead of the wall clock (opHello with Coupled): the worker starts a
 // fresh engine at the hello's At, on the router's modeled clock, and its
-// time moves only as the session's commands say. Each command takes
-// effect at its At and opRun runs the engine until Until; the worker
-// runs every event up to that instant and answers with a numbered frame
-// carrying what they produced, the last Turn it applied and its Next
-// event's time. Its results then depend on the commands alone, not on
-// when they reach it: a router that lets modeled time pass only once
-// each turn is answered gets the same results on any host. A coupled
+// time moves only as the session's commands say (its transfer server
+// forgets earlier rooms, so the session's ids may start at 1). Each
+// command takes effect at its At, after the engine's events before that
+// instant and ahead of those at it; opRun runs the engine until Until,
+// the events at Until that were queued when it came included (what they
+// queue there is the router's next run). The worker answers each with a
+// numbered frame carrying what they produced, the last Turn it applied
+// and the time of its next event that does something. The router orders
+// the commands and runs of one instant as one event queue would, so the
+// results are the in-process cluster's. They depend on the commands
+// alone, not on when they reach the worker: a router that lets modeled
+// time pass only once each turn is answered gets the same results on any
+// host. A coupled
 // worker serves that session alone; a hello it cannot take (work in
 // flight, another coupled router) is answered with Refused.
 

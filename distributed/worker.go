@@ -621,9 +621,9 @@ func (l *workerLoop) control(f frame) {
 func (l *workerLoop) command(c command) {
 	if l.coupled != 0 && c.Session == l.coupled && c.Op != opRun {
 		// Only the events before the command's instant: the engine's own
-		// events at that instant wait for the router's opRun, which comes
-		// after every command of the instant, as they would come after
-		// them on one event queue.
+		// events at that instant wait for the router's opRun, which the
+		// router sends before the command when its queue has them first
+		// and after it otherwise, as one event queue would order them.
 		switch now := l.v.Now(); {
 		case c.At < now:
 			l.log.Warn("coupled command in the engine's past; applied at its now", "at_ms", c.At, "now_ms", now)
@@ -684,6 +684,14 @@ func (l *workerLoop) command(c command) {
 		return
 	}
 	l.owned.command(c) // what reaches the engine, and from which session
+	if l.coupled != 0 && c.Session == l.coupled {
+		// At the command's place in the router's queue: the engine's own
+		// events at this instant that come first have run (the router
+		// sent their run before the command), and those it causes come
+		// after, as the router's next run.
+		l.v.Apply(0, in)
+		return
+	}
 	l.v.Schedule(l.v.Now(), 0, in)
 }
 
@@ -706,6 +714,11 @@ func (l *workerLoop) couple(c command) {
 			reason = "its engine could not start: " + err.Error()
 		} else {
 			l.setEngine(ew, c.At)
+			if l.server != nil {
+				// The session numbers its transfers from 1, as a
+				// cluster in process does.
+				l.server.Reset()
+			}
 			l.coupled, l.turn, l.answered = c.Session, c.Turn, 0
 			l.log.Info("running on a router's clock", "session", c.Session, "at_ms", c.At)
 			return
@@ -735,15 +748,16 @@ func (l *workerLoop) uncouple(session uint64) {
 	l.log.Info("back on the wall clock", "session", session)
 }
 
-// runUntil runs a coupled engine's events up to modeled ms t (inclusive)
-// and moves its clock there. A t before the clock (a router out of step)
-// moves nothing.
+// runUntil runs a coupled engine's events up to modeled ms t (inclusive;
+// at t, those queued when the run came: what they queue at t is the
+// router's next run) and moves its clock there. A t before the clock (a
+// router out of step) moves nothing.
 func (l *workerLoop) runUntil(t float64) {
 	if t < l.v.Now() {
 		l.log.Warn("coupled command in the engine's past; applied at its now", "at_ms", t, "now_ms", l.v.Now())
 		return
 	}
-	_ = l.v.RunUntil(t)
+	_ = l.v.RunDue(t)
 	l.v.AdvanceTo(t)
 }
 
@@ -887,7 +901,7 @@ func (l *workerLoop) flush() {
 	if l.coupled != 0 {
 		f.Turn = l.turn
 		l.answered = l.turn
-		if at, _, ok := l.v.Next(); ok {
+		if at, ok := l.v.NextLive(); ok {
 			f.Next = &at
 		}
 	}

@@ -98,25 +98,38 @@ func TestWorker_RequiredFlags(t *testing.T) {
 // TestRun_CoupledWorkersGiveTheInProcessFigures: scripts/cascade.js under
 // --clock virtual, once on the in-process cluster and once on `mocker
 // worker` processes whose clocks the cluster drives (transport {local,
-// coupled}), exports the same metrics, every one: the processes and the
-// wall time between them change no modeled figure.
+// coupled}), exports the same metrics, every one, and the same KV
+// handoff summary, transfer and request ids included: the processes and
+// the wall time between them change no modeled figure.
 func TestRun_CoupledWorkersGiveTheInProcessFigures(t *testing.T) {
 	t.Parallel()
-	metricsOf := func(transport string) map[string]any {
+	type summary struct {
+		Metrics map[string]any `json:"metrics"`
+		Mocker  struct {
+			Clusters map[string]map[string]any `json:"clusters"`
+		} `json:"mocker"`
+	}
+	summaryOf := func(transport string) summary {
 		export := filepath.Join(t.TempDir(), "summary.json")
 		out, code := runBinary(t, "run", "-q", "--no-color", "--clock", "virtual", "-e", "TRANSPORT="+transport,
 			"-e", "DURATION=4s", "--summary-export", export, filepath.Join("..", "..", "scripts", "cascade.js"))
 		require.Equal(t, 0, code, out)
 		raw, err := os.ReadFile(export)
 		require.NoError(t, err)
-		var sum struct {
-			Metrics map[string]any `json:"metrics"`
-		}
+		var sum summary
 		require.NoError(t, json.Unmarshal(raw, &sum))
-		return sum.Metrics
+		return sum
 	}
-	want := metricsOf("")
-	got := metricsOf("coupled")
-	require.Contains(t, want, "mocker_kv_aborts", "the run aborts holds")
-	assert.Equal(t, want, got)
+	want := summaryOf("")
+	got := summaryOf("coupled")
+	require.Contains(t, want.Metrics, "mocker_kv_aborts", "the run aborts holds")
+	assert.Equal(t, want.Metrics, got.Metrics)
+	// The KV handoff section too, its longest holds' transfer ids
+	// included; only the transport's name differs.
+	require.Contains(t, want.Mocker.Clusters, "cascade")
+	assert.Equal(t, "in-process", want.Mocker.Clusters["cascade"]["transport"])
+	assert.Equal(t, "local (coupled)", got.Mocker.Clusters["cascade"]["transport"])
+	delete(want.Mocker.Clusters["cascade"], "transport")
+	delete(got.Mocker.Clusters["cascade"], "transport")
+	assert.Equal(t, want.Mocker, got.Mocker)
 }
