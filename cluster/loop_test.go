@@ -26,6 +26,14 @@ var loopShapes = []struct {
 	{"sglang-optimistic", func(seed uint64) Config {
 		return saturatedShape("sglang", seed, map[string]any{"sglang": map[string]any{"optimistic_prefill": true}})
 	}},
+	{"sglang-instant-transfer", func(seed uint64) Config {
+		// No modeled transfer time: a decode connects and its room
+		// closes at one instant.
+		cfg := saturatedShape("sglang", seed, nil)
+		delete(cfg.Args, "kv_bytes_per_token")
+		delete(cfg.Args, "kv_transfer_bandwidth")
+		return cfg
+	}},
 	{"vllm-aggregated", func(seed uint64) Config {
 		return Config{Engine: "vllm", Workers: 2, Router: "kv", Seed: seed,
 			Args: map[string]any{"num_gpu_blocks": 256, "max_num_seqs": 4}}
