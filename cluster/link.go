@@ -120,20 +120,23 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 		return
 	}
 	x.closed = true
-	if _, mem := c.link.(*memLink); !mem && x.t1Open && !x.arrived && !x.got {
-		// The decode connected to the open room before this close, but
-		// its arrival is still on its way (over a socket, from another
-		// process): the close goes to the server once the loop is past
-		// the arrival's ticket, so that the server sees the decode first,
-		// as the in-memory room does, whichever message is faster.
+	// The decode connected to the open room before this close, but its
+	// arrival may still be on its way (over a socket, from another
+	// process): then the close goes to the server once the loop is past
+	// the arrival's ticket, so that the server sees the decode first, as
+	// the in-memory room does, whichever message is faster.
+	_, mem := c.link.(*memLink)
+	later := !mem && x.t1Open && !x.arrived && !x.got
+	if later {
 		closing := request{prefill: r.prefill, tid: r.tid, id: r.id}
 		c.v.Call(c.v.Now(), func() { c.link.close(&closing, transferred) })
-	} else {
-		defer c.link.close(r, transferred)
 	}
 	// The status takes its place now, where one queue would have it.
 	if !x.got && !x.t2Open && (!c.remote || c.coupled) {
 		x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
+	}
+	if !later {
+		c.link.close(r, transferred)
 	}
 }
 
