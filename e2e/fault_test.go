@@ -267,8 +267,8 @@ func TestFault_DecodeKilled(t *testing.T) {
 // network (docker network disconnect) while etcd and NATS still reach it:
 // a decode cannot reach its transfer server, so its holds run into the
 // abort timeout and its requests end "aborted" — the ABORT path, not a
-// hang. The other prefill's requests complete. After the partition heals,
-// the cut-off prefill completes handoffs again.
+// hang. The other prefill's requests complete. Once the healed network
+// carries traffic again, the cut-off prefill completes every handoff.
 func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-partition"
@@ -296,6 +296,17 @@ func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 	}
 
 	require.NoError(t, ws["prefill-1"].Heal(ctx))
+	// Docker's reconnect takes a moment to carry traffic: a decode's
+	// first SYN to the healed prefill can be lost, and its retry (after
+	// a second of wall time) comes past the abort timeout at this
+	// speedup. Wait until a handoff from the healed prefill completes.
+	healed, tries := false, 0
+	for deadline := time.Now().Add(30 * time.Second); !healed && time.Now().Before(deadline); tries++ {
+		r := load(c, 1, 1)[0]
+		healed = r.PrefillWorker == "prefill-1" && r.Outcome == cluster.OutcomeCompleted
+	}
+	require.True(t, healed, "no handoff from the healed prefill completed within 30 s (%d requests)", tries)
+	t.Logf("the healed prefill completed a handoff after %d requests", tries)
 	after := load(c, 4, 2)
 	for _, r := range after {
 		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "after healing, on %s: %s", r.PrefillWorker, r.Error)
