@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"math"
 )
 
 // Arrival is a request reaching a worker at modeled time At.
@@ -311,29 +312,7 @@ func (v *Virtual) Run() error { return v.RunUntil(-1) }
 
 // RunUntil processes events up to modeled time until (negative: no limit)
 // and leaves the clock there, or stops early at an unfilled ticket.
-func (v *Virtual) RunUntil(until float64) error {
-	for v.err == nil {
-		at, batch, ok := v.first()
-		if !ok || (until >= 0 && at > until) {
-			break
-		}
-		if batch >= 0 {
-			v.fireBatch(batch)
-			continue
-		}
-		// The head is the earliest event: Next would find it again.
-		if v.headBlocked() {
-			return v.err
-		}
-		e := v.pop()
-		v.now = e.at
-		v.handle(&e)
-	}
-	if until >= 0 && v.err == nil && until > v.now && !v.blocked() {
-		v.AdvanceTo(until)
-	}
-	return v.err
-}
+func (v *Virtual) RunUntil(until float64) error { return v.runTo(until, math.MaxUint64) }
 
 // RunDue is RunUntil(until) for a driver whose steps another queue
 // orders (a worker whose clock a router's loop drives, one step of the
@@ -341,11 +320,15 @@ func (v *Virtual) RunUntil(until float64) error {
 // those queued before the call. Those they queue at the same instant
 // wait for the next call, as they would queue behind what the other
 // queue already holds at that instant.
-func (v *Virtual) RunDue(until float64) error {
-	limit := v.seq
+func (v *Virtual) RunDue(until float64) error { return v.runTo(until, v.seq) }
+
+// runTo processes events up to until (negative: no limit), at until only
+// those queued before seq limit, and leaves the clock at until unless it
+// stopped at an unfilled ticket.
+func (v *Virtual) runTo(until float64, limit uint64) error {
 	for v.err == nil {
 		at, batch, ok := v.first()
-		if !ok || at > until {
+		if !ok || (until >= 0 && at > until) {
 			break
 		}
 		if batch >= 0 {
@@ -357,14 +340,18 @@ func (v *Virtual) RunDue(until float64) error {
 			v.fireBatch(batch)
 			continue
 		}
-		if v.headBlocked() || (at == until && v.q[0].seq >= limit) {
+		// The head is the earliest event: Next would find it again.
+		if v.headBlocked() {
+			return v.err
+		}
+		if at == until && v.q[0].seq >= limit {
 			break
 		}
 		e := v.pop()
 		v.now = e.at
 		v.handle(&e)
 	}
-	if v.err == nil && until > v.now && !v.blocked() {
+	if until >= 0 && v.err == nil && until > v.now && !v.blocked() {
 		v.AdvanceTo(until)
 	}
 	return v.err
