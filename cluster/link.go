@@ -121,12 +121,12 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 	}
 	x.closed = true
 	// The decode connected to the open room before this close, but its
-	// arrival may still be on its way (over a socket, from another
-	// process): then the close goes to the server once the loop is past
-	// the arrival's ticket, so that the server sees the decode first, as
-	// the in-memory room does, whichever message is faster.
-	_, mem := c.link.(*memLink)
-	later := !mem && x.t1Open && !x.arrived && !x.got
+	// arrival is still on its way (over a socket, from another process;
+	// the in-memory room answers a connection at once): then the close
+	// goes to the server once the loop is past the arrival's ticket, so
+	// that the server sees the decode first, as the in-memory room does,
+	// whichever message is faster.
+	later := x.t1Open && !x.arrived && !x.got
 	if later {
 		closing := request{prefill: r.prefill, tid: r.tid, id: r.id}
 		c.v.Call(c.v.Now(), func() { c.link.close(&closing, transferred) })
