@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -571,4 +572,75 @@ func TestCoupled_SessionsOnOneSetOfWorkersNumberFromOne(t *testing.T) {
 	assert.Equal(t, uint64(1), first, "transfers numbered from 1")
 	assert.Positive(t, runs[0].Stats.PinsAborted, "holds abort")
 	assert.Equal(t, runs[0].Results, runs[1].Results)
+}
+
+// TestRemote_ARoomThatCannotOpenFailsItsRequest: a prefill worker whose
+// transfer server is out of rooms (--max-rooms) refuses the handoffs past
+// its bound; each such request ends as an error naming the bound, the
+// others complete, and the run ends with every pool free, coupled or not.
+// A coupled refusal once waited behind the connection's own turn for ever.
+func TestRemote_ARoomThatCannotOpenFailsItsRequest(t *testing.T) {
+	ls := services(t)
+	args := []byte(`{"speedup_ratio": 10, "num_gpu_blocks": 512, "max_num_seqs": 8, "kv_transfer_bandwidth": 1, "kv_bytes_per_token": 65536}`)
+	startWorkers(t, ls, "rooms",
+		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: args, MaxRooms: 1},
+		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: args})
+	for _, coupled := range []bool{true, false} {
+		t.Run(fmt.Sprintf("coupled=%v", coupled), func(t *testing.T) {
+			cfg := attachConfig(ls, "rooms")
+			cfg.Transport.Coupled = coupled
+			cfg.Prefill, cfg.Decode = cluster.PoolConfig{Workers: 1}, cluster.PoolConfig{Workers: 1}
+			done := make(chan struct{})
+			var run cluster.VirtualRun
+			var err error
+			go func() {
+				defer close(done)
+				if coupled {
+					run, err = cluster.RunVirtual(cfg, coupledArrivals(12, 5), cluster.VirtualOptions{})
+					return
+				}
+				run, err = generateAll(cfg, coupledArrivals(12, 5))
+			}()
+			select {
+			case <-done:
+			case <-time.After(time.Minute):
+				t.Fatal("the run did not end")
+			}
+			require.NoError(t, err)
+			var refused, completed int
+			for _, r := range run.Results {
+				switch r.Outcome {
+				case cluster.OutcomeError:
+					assert.Contains(t, r.Error, "transfer room not opened")
+					assert.Contains(t, r.Error, "MaxRooms=1")
+					refused++
+				case cluster.OutcomeCompleted:
+					completed++
+				}
+			}
+			assert.Positive(t, refused, "handoffs past the bound are refused")
+			assert.Positive(t, completed, "the others complete")
+			assert.Zero(t, run.Stats.HeldBlocks, "no hold left")
+			assert.Zero(t, run.Stats.ReservedBlocks, "no reservation left")
+		})
+	}
+}
+
+// generateAll sends every arrival's request at once to a cluster built
+// from cfg on the wall clock and returns their results, in order, with the
+// cluster's counters once all have ended.
+func generateAll(cfg cluster.Config, arrivals []cluster.Arrival) (cluster.VirtualRun, error) {
+	c, err := cluster.New(cfg)
+	if err != nil {
+		return cluster.VirtualRun{}, err
+	}
+	defer func() { _ = c.Close() }()
+	run := cluster.VirtualRun{Results: make([]cluster.Result, len(arrivals))}
+	var wg sync.WaitGroup
+	for i, a := range arrivals {
+		wg.Go(func() { run.Results[i] = c.Generate(context.Background(), a.Request) })
+	}
+	wg.Wait()
+	run.Stats = c.Stats()
+	return run, nil
 }

@@ -47,6 +47,11 @@ type WorkerConfig struct {
 	// DrainTimeout bounds how long a stopping worker waits for its work to
 	// end before it leaves anyway; default 30 s.
 	DrainTimeout time.Duration
+	// MaxRooms bounds the transfer rooms a prefill worker keeps open at
+	// once (handoffs whose decode has not connected and finished yet); a
+	// handoff past it ends its request with an error naming the bound.
+	// 0 means bootstrap.DefaultMaxRooms.
+	MaxRooms int
 	// Seed drives the engine's output tokens.
 	Seed   uint64
 	Logger *slog.Logger
@@ -154,6 +159,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		l.server, err = bootstrap.Listen(bootstrap.Config{
 			Addr:            net.JoinHostPort(cfg.ListenHost, "0"),
 			AdvertisedHost:  cfg.AdvertiseHost,
+			MaxRooms:        cfg.MaxRooms,
 			OnDecodeArrived: func(tid, reqID uint64) { l.post(workerMsg{arrived: &wireArrived{TID: tid, ReqID: reqID}}) },
 			Logger:          log,
 		})

@@ -93,6 +93,10 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Equal(t, 1, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), `--role: "cook"; want prefill, decode or aggregated`)
+	stderr.Reset()
+	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "prefill", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--max-rooms", "-1"},
+		&bytes.Buffer{}, &stderr))
+	assert.Contains(t, stderr.String(), "--max-rooms -1: want 0 (the default) or more")
 }
 
 // TestRun_CoupledWorkersGiveTheInProcessFigures: scripts/cascade.js under

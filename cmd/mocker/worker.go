@@ -40,6 +40,8 @@ Flags:
       --listen-host H      the transfer server binds H (default 127.0.0.1)
       --advertise-host H   the host decode workers dial (required when
                            --listen-host is 0.0.0.0 or ::)
+      --max-rooms N        transfer rooms a prefill worker keeps open at once;
+                           a handoff past it fails its request (default 4096)
       --seed N             output-token seed (default 0)
       --drain-timeout D    on SIGTERM/SIGINT, how long to let work in flight
                            finish before leaving (default 30s)
@@ -64,6 +66,7 @@ func workerCmd(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.Name, "name", "", "")
 	fs.StringVar(&cfg.ListenHost, "listen-host", "127.0.0.1", "")
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "")
+	fs.IntVar(&cfg.MaxRooms, "max-rooms", 0, "")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
@@ -81,6 +84,10 @@ func workerCmd(args []string, stderr io.Writer) int {
 	}
 	if role == "" || etcd == "" || cfg.NATS == "" {
 		fmt.Fprintf(stderr, "mocker worker: --role, --etcd and --nats are required\n\n%s", workerUsage)
+		return exitUsage
+	}
+	if cfg.MaxRooms < 0 {
+		fmt.Fprintf(stderr, "mocker worker: --max-rooms %d: want 0 (the default) or more\n", cfg.MaxRooms)
 		return exitUsage
 	}
 	cfg.Role = engine.WorkerType(role)
