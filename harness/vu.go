@@ -63,7 +63,7 @@ type vu struct {
 	// recentMerges are PushTagged's last merges, looked up before
 	// merged: a plugin pushing one request's samples goes back and forth
 	// between a couple of tag sets.
-	recentMerges recent.Four[mergeKey, metrics.Tags]
+	recentMerges recent.Eight[mergeKey, metrics.Tags]
 	waitHooks    []func() // WhenWaiting
 
 	imu    sync.Mutex // orders interrupts against activation changes

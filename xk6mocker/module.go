@@ -92,10 +92,10 @@ type instance struct {
 	// VU next waits (see generateBlocking).
 	holds      map[*entry]cluster.TimeHold
 	waitHooked bool
-	tagSets    map[tagKey]metrics.Tags           // tagSet's cache
-	recentTags recent.Four[tagKey, metrics.Tags] // tagSet's last sets, looked at first
-	blocking   blockingCall                      // generate's wait on a stepped cluster
-	names      valueCache                        // results' outcome and worker strings
+	tagSets    map[tagKey]metrics.Tags            // tagSet's cache
+	recentTags recent.Eight[tagKey, metrics.Tags] // tagSet's last sets, looked at first
+	blocking   blockingCall                       // generate's wait on a stepped cluster
+	names      valueCache                         // results' outcome and worker strings
 }
 
 // blockingCall is what a VU's blocking generate on a stepped cluster
