@@ -162,6 +162,16 @@ type options struct {
 	// fresh gives every request, call and exchange a record of its own,
 	// reusing none of an ended one's: tests compare the two.
 	fresh bool
+	// kvEvents routes by the workers' KV events replayed into the
+	// router's index, where an in-process worker's view would answer:
+	// tests compare the two.
+	kvEvents bool
+	// kvTap, when set, sees every KV event an in-process worker sends (its
+	// events are then recorded even when the router reads its view), and
+	// kvWrap wraps each view before the router gets it: tests check the
+	// views against an index fed the events.
+	kvTap  func(id uint64, ev kv.Event)
+	kvWrap func(id uint64, v router.KVView) router.KVView
 }
 
 // New starts a cluster: its workers, the router and a transfer server per
@@ -246,6 +256,9 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	c.v.OnInput = c.onInput
 	for i, n := range c.workers {
 		n.handle = &localWorker{v: c.v, idx: i, w: n.w}
+		if err := c.viewKV(n, i); err != nil {
+			return nil, errors.Join(err, c.closeServers())
+		}
 	}
 	if !opts.virtual {
 		c.clock = &wallClock{start: time.Now(), speedup: c.speedup}

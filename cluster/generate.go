@@ -625,6 +625,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	}
 	for _, ev := range out.KVEvents {
 		ev.DPRank = uint32(w.rank) // each rank's engine numbers its own events
+		if c.opts.kvTap != nil {
+			c.opts.kvTap(w.id, ev)
+		}
 		c.router.KVEvent(w.id, ev)
 	}
 	load := router.Load{

@@ -1,6 +1,12 @@
 package cluster
 
-import "github.com/kvstrand/mocker/engine"
+import (
+	"fmt"
+
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/router"
+)
 
 // WorkerHandle is how the cluster's loop reaches one worker: the seam
 // between the loop (routing, the handoff machines, forensics, stats) and
@@ -28,6 +34,47 @@ type localWorker struct {
 	v   *engine.Virtual
 	idx int
 	w   *engine.Worker
+}
+
+// kvView is an in-process worker's prefix cache as the router reads it:
+// the worker's engine.KVView, told whether the loop has delivered the
+// worker's last pass yet.
+type kvView struct {
+	v    *engine.Virtual
+	idx  int
+	view engine.KVView
+}
+
+func (k kvView) Depth(_ []kv.LocalHash, seqs []kv.SeqHash) int {
+	return k.view.Depth(seqs, k.v.InFlight(k.idx))
+}
+
+func (k kvView) Blocks() int { return k.view.Blocks(k.v.InFlight(k.idx)) }
+
+// viewKV has the router read in-process worker n (the loop's worker idx)
+// through its KV view, when it offers one and the router's index is fed by
+// KV events: the router then gets the answers the index would give without
+// the per-block work of replaying every event into it, and the worker
+// stops recording events.
+func (c *Cluster) viewKV(n *workerNode, idx int) error {
+	if c.opts.kvEvents || !c.router.Config().UseKVEvents {
+		return nil
+	}
+	view, ok := n.w.KVView()
+	if !ok {
+		return nil
+	}
+	var rv router.KVView = kvView{v: c.v, idx: idx, view: view}
+	if c.opts.kvWrap != nil {
+		rv = c.opts.kvWrap(n.id, rv)
+	}
+	if err := c.router.SetKVView(n.id, rv); err != nil {
+		return fmt.Errorf("%s: %w", n.label(), err)
+	}
+	if c.opts.kvTap == nil {
+		n.w.MuteKVEvents()
+	}
+	return nil
 }
 
 func (l *localWorker) Apply(in engine.Input) { l.v.Schedule(l.v.Now(), l.idx, in) }

@@ -23,6 +23,12 @@ type pblock struct {
 	// matching. Private blocks (partial tails, duplicates, prefix caching
 	// off) are never indexed and go straight back to the free list.
 	indexed bool
+	// fresh: stored by the pass in progress or the last one, whose KV
+	// events a router may not have yet. hidden: a router fed the pool's
+	// events drops the block's (its Stored event names a parent the router
+	// does not hold), so it never learns of it. See KVView.
+	fresh  bool
+	hidden bool
 }
 
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
@@ -53,6 +59,21 @@ type blockPool struct {
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
 
 	ev kvRecorder
+	// What KVView needs to answer as a router fed ev's events would: the
+	// slots stored and the hashes evicted by the last pass (evictions of
+	// blocks the router saw before it, so neither fresh nor hidden), and
+	// counts of the blocks the router holds (visible) and of the fresh
+	// ones among them. gone is a set once it is long (goneSet holds its
+	// first goneIn hashes). inPass is set during a pass; outside counts
+	// index changes made outside one, which a view cannot place.
+	fresh        []int32
+	gone         []kv.SeqHash
+	goneSet      kv.Index[struct{}]
+	goneIn       int
+	visible      int
+	freshVisible int
+	inPass       bool
+	outside      int
 	// touched keeps the reads of the batched operations' prefetches from
 	// being optimised away; its value means nothing.
 	touched uint32
@@ -217,7 +238,18 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	for _, s := range dst[start:] {
 		b := &p.blocks[s]
 		p.index.removeSlot(b.hash, s)
+		if !b.hidden {
+			p.visible--
+			if b.fresh {
+				p.freshVisible--
+			} else {
+				p.gone = append(p.gone, b.hash)
+			}
+		}
 		*b = pblock{ref: 1}
+	}
+	if !p.inPass {
+		p.outside++
 	}
 	return dst
 }
@@ -299,23 +331,86 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// chained: the previous block of the run was the last one recorded,
 	// so the next one recorded joins its event.
 	chained := false
+	// hidden is whether a router drops the Stored event of the block
+	// stored last, valid while added.
+	hidden, added := false, false
 	for i, s := range slots {
 		h := hashes[i]
 		b := &p.blocks[s]
 		b.hash = h
-		switch {
-		case !p.index.add(h, s, p.blocks):
-			chained = false
-		case chained:
-			b.indexed = true
+		if !p.index.add(h, s, p.blocks) {
+			chained, added = false, false
+			parent, hasParent = h, true
+			continue
+		}
+		b.indexed = true
+		if chained {
 			p.ev.storedNext(h, locals[i])
-		default:
-			b.indexed = true
+		} else {
 			p.ev.stored(h, locals[i], parent, hasParent)
 			chained = p.ev.emit
 		}
+		if !added {
+			hidden = hasParent && !p.routerHolds(parent)
+		}
+		added = true
+		b.fresh, b.hidden = true, hidden
+		p.fresh = append(p.fresh, s)
+		if !hidden {
+			p.visible++
+			p.freshVisible++
+		}
 		parent, hasParent = h, true
 	}
+	if !p.inPass && len(slots) > 0 {
+		p.outside++
+	}
+}
+
+// routerHolds reports whether a router fed the pool's KV events holds h
+// once it has them all: h is indexed and its Stored event was not dropped.
+// A Stored event whose parent the router does not hold is dropped whole,
+// so its blocks are hidden, and so are their descendants.
+func (p *blockPool) routerHolds(h kv.SeqHash) bool {
+	s, ok := p.index.get(h, p.blocks)
+	return ok && !p.blocks[s].hidden
+}
+
+// beginPass starts a pass: the last pass's stores and evictions are now
+// the router's, if it has all the events.
+func (p *blockPool) beginPass() {
+	for _, s := range p.fresh {
+		p.blocks[s].fresh = false
+	}
+	p.fresh = p.fresh[:0]
+	// Deleted one by one: clearing the set's table would cost its size,
+	// that of the longest gone list yet, every pass.
+	for _, h := range p.gone[:p.goneIn] {
+		p.goneSet.Delete(h)
+	}
+	p.gone, p.goneIn = p.gone[:0], 0
+	p.freshVisible = 0
+	p.inPass = true
+}
+
+// goneHas reports whether the last pass evicted h while the router still
+// held it from an earlier pass.
+func (p *blockPool) goneHas(h kv.SeqHash) bool {
+	const scan = 16
+	if len(p.gone) <= scan {
+		for _, g := range p.gone {
+			if g == h {
+				return true
+			}
+		}
+		return false
+	}
+	for _, g := range p.gone[p.goneIn:] {
+		p.goneSet.Put(g, struct{}{})
+	}
+	p.goneIn = len(p.gone)
+	_, ok := p.goneSet.Get(h)
+	return ok
 }
 
 // audit recounts the pool from its blocks and reports the first
@@ -359,17 +454,28 @@ func (p *blockPool) audit() error {
 		return fmt.Errorf("active %d + inactive %d + free %d != total %d", active, inactive, len(p.free), len(p.blocks))
 	}
 	var err error
-	indexed := 0
+	indexed, visible, freshVisible := 0, 0, 0
 	p.index.each(func(s int32) bool {
 		indexed++
 		b := &p.blocks[s]
+		if !b.hidden {
+			visible++
+			if b.fresh {
+				freshVisible++
+			}
+		}
 		if got, ok := p.index.get(b.hash, p.blocks); !b.indexed || !ok || got != s {
 			err = fmt.Errorf("index entry for block %d (hash %x, indexed %v) finds block %d", s, uint64(b.hash), b.indexed, got)
 		}
 		return err == nil
 	})
-	if err == nil && indexed != p.index.n {
+	switch {
+	case err != nil:
+	case indexed != p.index.n:
 		err = fmt.Errorf("index counts %d entries, holds %d", p.index.n, indexed)
+	case visible != p.visible || freshVisible != p.freshVisible:
+		err = fmt.Errorf("a router holds %d blocks (%d of the last pass) by the counters, %d (%d) by a recount",
+			p.visible, p.freshVisible, visible, freshVisible)
 	}
 	return err
 }

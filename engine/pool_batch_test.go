@@ -35,6 +35,10 @@ func equalPools(rt *rapid.T, a, b *blockPool) {
 		rt.Fatalf("counters differ: %d %d %d %d, %d %d %d %d", a.active, a.inactive, a.heldOnly, a.index.n,
 			b.active, b.inactive, b.heldOnly, b.index.n)
 	}
+	if a.visible != b.visible || a.freshVisible != b.freshVisible || !slices.Equal(a.gone, b.gone) {
+		rt.Fatalf("views differ: visible %d fresh %d gone %v, visible %d fresh %d gone %v",
+			a.visible, a.freshVisible, a.gone, b.visible, b.freshVisible, b.gone)
+	}
 	for i := range a.blocks {
 		h := a.blocks[i].hash
 		sa, oka := a.lookup(h)

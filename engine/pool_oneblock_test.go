@@ -21,6 +21,14 @@ func (p *blockPool) alloc() (int32, bool) {
 		b := &p.blocks[s]
 		p.index.removeSlot(b.hash, s)
 		p.ev.removed(b.hash)
+		if !b.hidden {
+			p.visible--
+			if b.fresh {
+				p.freshVisible--
+			} else {
+				p.gone = append(p.gone, b.hash)
+			}
+		}
 	} else {
 		return noSlot, false
 	}
@@ -77,4 +85,10 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 	}
 	b.indexed = true
 	p.ev.stored(h, local, parent, hasParent)
+	b.fresh, b.hidden = true, hasParent && !p.routerHolds(parent)
+	p.fresh = append(p.fresh, s)
+	if !b.hidden {
+		p.visible++
+		p.freshVisible++
+	}
 }

@@ -117,6 +117,10 @@ func (v *Virtual) Now() float64 { return v.now }
 // Worker returns worker i.
 func (v *Virtual) Worker(i int) *Worker { return v.workers[i] }
 
+// InFlight reports whether worker i's last pass is in flight: its Output,
+// KV events included, is delivered at its End, still to come.
+func (v *Virtual) InFlight(i int) bool { return v.slots[i].out != nil }
+
 // Workers is the number of workers.
 func (v *Virtual) Workers() int { return len(v.workers) }
 

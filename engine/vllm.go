@@ -704,6 +704,13 @@ func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *
 
 // Pass implements Scheduler.
 func (v *VLLM) Pass(now float64, out *Output) PassResult {
+	v.pool.beginPass()
+	res := v.pass(now, out)
+	v.pool.inPass = false
+	return res
+}
+
+func (v *VLLM) pass(now float64, out *Output) PassResult {
 	v.pool.ev.reset()
 	v.passID++
 	v.budget = v.maxBatched

@@ -337,6 +337,41 @@ func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
 	}
 }
 
+// KVView answers for one worker what the kv index answers from the
+// worker's KV events: how many leading blocks of a request it holds, and
+// how many blocks in all. A worker whose cache the router can read at the
+// moment of a decision (an in-process cluster's) can offer one, and its
+// events then need not reach the router: the index's per-block work on
+// every store and eviction is saved. A view must answer exactly as the
+// index would, with every event the worker has sent so far applied.
+type KVView interface {
+	// Depth is how many leading blocks of a request the worker holds,
+	// given the request's block hashes: locals and seqs name the same
+	// blocks, by their tokens and by their whole prefix.
+	Depth(locals []kv.LocalHash, seqs []kv.SeqHash) int
+	// Blocks is how many blocks the worker holds.
+	Blocks() int
+}
+
+// SetKVView makes the router ask v, not the index, about registered worker
+// id's blocks; nil goes back to the index. The worker's KV events, if any
+// still come, go on into the index, which no longer answers for it. The
+// approximate mode (use_kv_events false) learns from its own decisions
+// and takes no view.
+func (r *Router) SetKVView(id uint64, v KVView) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.approx != nil {
+		return fmt.Errorf("kv view of worker %d: the router is in approximate mode (use_kv_events false), which takes none", id)
+	}
+	w := r.workers[id]
+	if w == nil {
+		return fmt.Errorf("kv view of worker %d: no such worker; AddWorker it first", id)
+	}
+	w.view = v
+	return nil
+}
+
 // isRemoved reports whether RemoveWorker took id out (and no AddWorker
 // brought it back). KVEvent asks only when some id was: the common case
 // takes no lookup.
@@ -746,7 +781,8 @@ func (r *Router) snapshot(w *worker) WorkerState {
 		PrefillTokens: w.prefill,
 		ActiveBlocks:  w.active,
 		Load:          w.load,
-		TreeSize:      r.index.TreeSize(w.info.ID),
+		TreeSize:      r.treeSize(w),
+		KVView:        w.view != nil,
 		Busy:          r.busy(w),
 	}
 }

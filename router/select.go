@@ -60,6 +60,20 @@ func (r *Router) overlaps(cands []*worker, req *Request) {
 			w.overlap = s.Depth
 		}
 	}
+	for _, w := range cands {
+		if w.view != nil {
+			w.overlap = w.view.Depth(req.LocalHashes, req.SeqHashes)
+		}
+	}
+}
+
+// treeSize is how many blocks the index holds for w, or w's view says the
+// index would.
+func (r *Router) treeSize(w *worker) int {
+	if w.view != nil {
+		return w.view.Blocks()
+	}
+	return r.index.TreeSize(w.info.ID)
 }
 
 // leastLoaded takes the fewest in-flight requests, then the fewest reported
@@ -156,7 +170,7 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 		if w.cost != lo {
 			continue
 		}
-		ts := r.index.TreeSize(w.info.ID)
+		ts := r.treeSize(w)
 		if ts < bestTree {
 			bestTree = ts
 			r.ties = r.ties[:0]

@@ -94,8 +94,12 @@ type WorkerState struct {
 	ActiveBlocks int
 	// Load is the worker's last report (zero until one arrives).
 	Load Load
-	// TreeSize is how many blocks the kv index holds for the worker.
+	// TreeSize is how many blocks the kv index holds for the worker, or,
+	// with KVView, would hold.
 	TreeSize int
+	// KVView says the router reads the worker's blocks through a view
+	// (SetKVView), not the index.
+	KVView bool
 	// Busy says the worker is over a busy threshold and out of rotation.
 	Busy bool
 }
@@ -108,6 +112,8 @@ type worker struct {
 	prefill  int // pending prefill tokens
 	active   int // predicted active blocks
 	load     Load
+	// view, when set, answers for the worker in place of the index.
+	view KVView
 	// per-decision scratch
 	overlap int
 	shared  int

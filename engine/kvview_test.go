@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/kvstrand/mocker/kv"
+	"github.com/kvstrand/mocker/router/indexer"
+	"pgregory.net/rapid"
+)
+
+// chainTree names blocks by their path in a small tree of token blocks:
+// locals from a three-letter alphabet, sequence hashes chained as a
+// router chains them, so that a path's blocks are a real prompt's.
+type chainTree struct{}
+
+func (chainTree) path(rt *rapid.T, label string) ([]kv.LocalHash, []kv.SeqHash) {
+	n := rapid.IntRange(1, 7).Draw(rt, label+"_len")
+	locals := make([]kv.LocalHash, n)
+	seqs := make([]kv.SeqHash, n)
+	for i := range n {
+		locals[i] = kv.LocalHash(rapid.IntRange(1, 3).Draw(rt, label))
+		if i == 0 {
+			seqs[i] = kv.SeqHash(locals[i])
+		} else {
+			seqs[i] = kv.ChainHash(seqs[i-1], locals[i])
+		}
+	}
+	return locals, seqs
+}
+
+// TestKVView_MatchesIndexFedThePoolsEvents drives a pool through passes of
+// random stores (runs at any depth of a prompt, so parents may be missing
+// or evicted, and copies of one block may be stored twice), evictions and
+// releases, and checks the view against an index fed the pool's events at
+// each pass's End: during the pass (inFlight, the events still to come) and
+// after it, for every prompt of the tree, in depth and in blocks held.
+func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
+	var checked, hidden, inFlightDiffers int
+	rapid.Check(t, func(rt *rapid.T) {
+		p := newBlockPool(rapid.IntRange(1, 16).Draw(rt, "blocks"), true)
+		view := KVView{p: p}
+		index := indexer.New()
+		const id = 1
+		var tree chainTree
+		var reqs [][]int32
+		check := func(inFlight bool, when string) {
+			if got, want := view.Blocks(inFlight), index.TreeSize(id); got != want {
+				rt.Fatalf("%s: view holds %d blocks, index %d", when, got, want)
+			}
+			for range 6 {
+				locals, seqs := tree.path(rt, "query")
+				want := 0
+				for _, s := range index.FindMatches(locals, false, nil) {
+					want = s.Depth
+				}
+				if got := view.Depth(seqs, inFlight); got != want {
+					rt.Fatalf("%s: view depth %d, index %d, for %v", when, got, want, seqs)
+				}
+				if inFlight && view.Depth(seqs, false) != want {
+					inFlightDiffers++
+				}
+				checked++
+			}
+		}
+		for range rapid.IntRange(1, 12).Draw(rt, "passes") {
+			p.beginPass()
+			p.ev.reset()
+			for range rapid.IntRange(0, 5).Draw(rt, "ops") {
+				if len(reqs) > 0 && rapid.IntRange(0, 2).Draw(rt, "op") == 0 {
+					i := rapid.IntRange(0, len(reqs)-1).Draw(rt, "release")
+					p.releaseAll(reqs[i])
+					reqs = append(reqs[:i], reqs[i+1:]...)
+					continue
+				}
+				locals, seqs := tree.path(rt, "store")
+				from := rapid.IntRange(0, len(seqs)-1).Draw(rt, "from")
+				slots := p.allocN(nil, len(seqs)-from)
+				var parent kv.SeqHash
+				if from > 0 {
+					parent = seqs[from-1]
+				}
+				p.storeRun(slots, seqs[from:], locals[from:], parent, from > 0)
+				reqs = append(reqs, slots)
+			}
+			p.inPass = false
+			for i := range p.blocks {
+				if b := &p.blocks[i]; b.indexed && b.hidden {
+					hidden++
+				}
+			}
+			check(true, "pass in flight")
+			for _, ev := range p.ev.flush(nil) {
+				_ = index.Apply(id, ev)
+			}
+			check(false, "pass delivered")
+			if err := p.audit(); err != nil {
+				rt.Fatal(err)
+			}
+		}
+	})
+	if checked == 0 || hidden == 0 || inFlightDiffers == 0 {
+		t.Fatalf("compared %d answers, met %d hidden blocks and %d depths a pass in flight changed: want all three", checked, hidden, inFlightDiffers)
+	}
+	t.Logf("compared %d answers, met %d hidden blocks, %d depths a pass in flight changed", checked, hidden, inFlightDiffers)
+}
