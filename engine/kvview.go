@@ -55,7 +55,7 @@ func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
 			p.touch(seqs[i:min(i+prefixTouch, len(seqs))])
 		}
 		if s, ok := p.index.get(h, p.blocks); ok {
-			if b := &p.blocks[s]; !b.hidden && !(inFlight && b.fresh) {
+			if b := &p.blocks[s]; !b.hidden && !(inFlight && b.pass == p.pass) {
 				continue
 			}
 		}

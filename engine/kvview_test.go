@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"testing"
 
 	"github.com/kvstrand/mocker/kv"
@@ -102,4 +103,32 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 		t.Fatalf("compared %d answers, met %d hidden blocks and %d depths a pass in flight changed: want all three", checked, hidden, inFlightDiffers)
 	}
 	t.Logf("compared %d answers, met %d hidden blocks, %d depths a pass in flight changed", checked, hidden, inFlightDiffers)
+}
+
+// TestKVView_PassNumbersWrap: a block the pool stored long ago is not
+// taken for fresh when the pool's pass numbers wrap round to the one it was
+// stored in.
+func TestKVView_PassNumbersWrap(t *testing.T) {
+	p := newBlockPool(4, true)
+	view := KVView{p: p}
+	p.beginPass()
+	stored := p.pass
+	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{7}, []kv.LocalHash{7}, 0, false)
+	p.inPass = false
+	if got := view.Depth([]kv.SeqHash{7}, true); got != 0 {
+		t.Fatalf("in flight: depth %d, want 0 (the store's event is still to come)", got)
+	}
+	// The pass numbers run round to the block's again.
+	p.pass = math.MaxUint32
+	for range stored + 1 {
+		p.beginPass()
+		p.inPass = false
+		if got, blocks := view.Depth([]kv.SeqHash{7}, true), view.Blocks(true); got != 1 || blocks != 1 {
+			t.Fatalf("pass %d, the block stored in pass %d: depth %d, blocks %d in flight; want 1 and 1",
+				p.pass, stored, got, blocks)
+		}
+	}
+	if err := p.audit(); err != nil {
+		t.Fatal(err)
+	}
 }

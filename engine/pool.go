@@ -23,12 +23,13 @@ type pblock struct {
 	// matching. Private blocks (partial tails, duplicates, prefix caching
 	// off) are never indexed and go straight back to the free list.
 	indexed bool
-	// fresh: stored by the pass in progress or the last one, whose KV
-	// events a router may not have yet. hidden: a router fed the pool's
-	// events drops the block's (its Stored event names a parent the router
-	// does not hold), so it never learns of it. See KVView.
-	fresh  bool
+	// hidden: a router fed the pool's events drops the block's (its
+	// Stored event names a parent the router does not hold), so it never
+	// learns of it. pass is the pool's pass that stored the block: the
+	// block is fresh, its event perhaps not with a router yet, while that
+	// is the pool's pass. See KVView.
 	hidden bool
+	pass   uint32
 }
 
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
@@ -60,13 +61,13 @@ type blockPool struct {
 
 	ev kvRecorder
 	// What KVView needs to answer as a router fed ev's events would: the
-	// slots stored and the hashes evicted by the last pass (evictions of
-	// blocks the router saw before it, so neither fresh nor hidden), and
-	// counts of the blocks the router holds (visible) and of the fresh
+	// number of the last pass (see pblock.pass), the hashes it evicted
+	// that the router held before it (blocks neither fresh nor hidden),
+	// and counts of the blocks the router holds (visible) and of the fresh
 	// ones among them. gone is a set once it is long (goneSet holds its
 	// first goneIn hashes). inPass is set during a pass; outside counts
 	// index changes made outside one, which a view cannot place.
-	fresh        []int32
+	pass         uint32
 	gone         []kv.SeqHash
 	goneSet      kv.Index[struct{}]
 	goneIn       int
@@ -95,6 +96,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 		lruHead: 1,
 		lruTail: 1,
 		ev:      kvRecorder{emit: emit},
+		pass:    1,
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
 	for i := range p.free {
@@ -240,7 +242,7 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		p.index.removeSlot(b.hash, s)
 		if !b.hidden {
 			p.visible--
-			if b.fresh {
+			if b.pass == p.pass {
 				p.freshVisible--
 			} else {
 				p.gone = append(p.gone, b.hash)
@@ -354,8 +356,7 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			hidden = hasParent && !p.routerHolds(parent)
 		}
 		added = true
-		b.fresh, b.hidden = true, hidden
-		p.fresh = append(p.fresh, s)
+		b.pass, b.hidden = p.pass, hidden
 		if !hidden {
 			p.visible++
 			p.freshVisible++
@@ -379,10 +380,13 @@ func (p *blockPool) routerHolds(h kv.SeqHash) bool {
 // beginPass starts a pass: the last pass's stores and evictions are now
 // the router's, if it has all the events.
 func (p *blockPool) beginPass() {
-	for _, s := range p.fresh {
-		p.blocks[s].fresh = false
+	if p.pass++; p.pass == 0 {
+		// The numbers wrapped: no block may pass for fresh.
+		for i := range p.blocks {
+			p.blocks[i].pass = 0
+		}
+		p.pass = 1
 	}
-	p.fresh = p.fresh[:0]
 	// Deleted one by one: clearing the set's table would cost its size,
 	// that of the longest gone list yet, every pass.
 	for _, h := range p.gone[:p.goneIn] {
@@ -460,7 +464,7 @@ func (p *blockPool) audit() error {
 		b := &p.blocks[s]
 		if !b.hidden {
 			visible++
-			if b.fresh {
+			if b.pass == p.pass {
 				freshVisible++
 			}
 		}

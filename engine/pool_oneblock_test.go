@@ -23,7 +23,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.ev.removed(b.hash)
 		if !b.hidden {
 			p.visible--
-			if b.fresh {
+			if b.pass == p.pass {
 				p.freshVisible--
 			} else {
 				p.gone = append(p.gone, b.hash)
@@ -85,8 +85,7 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 	}
 	b.indexed = true
 	p.ev.stored(h, local, parent, hasParent)
-	b.fresh, b.hidden = true, hasParent && !p.routerHolds(parent)
-	p.fresh = append(p.fresh, s)
+	b.pass, b.hidden = p.pass, hasParent && !p.routerHolds(parent)
 	if !b.hidden {
 		p.visible++
 		p.freshVisible++
