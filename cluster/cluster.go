@@ -121,6 +121,9 @@ type workerNode struct {
 	args   engine.Args
 	w      *engine.Worker
 	handle WorkerHandle // how the loop reaches it
+	// viewed: the router reads the worker's KV view, so its KV events do
+	// not go to the router.
+	viewed bool
 	server *bootstrap.Server
 	last   engine.Metrics // from its last output
 	// gone marks a remote worker that was lost; transferAddr is a remote
@@ -166,8 +169,7 @@ type options struct {
 	// router's index, where an in-process worker's view would answer:
 	// tests compare the two.
 	kvEvents bool
-	// kvTap, when set, sees every KV event an in-process worker sends (its
-	// events are then recorded even when the router reads its view), and
+	// kvTap, when set, sees every KV event an in-process worker sends, and
 	// kvWrap wraps each view before the router gets it: tests check the
 	// views against an index fed the events.
 	kvTap  func(id uint64, ev kv.Event)

@@ -14,10 +14,10 @@
 // decode_dp_rank, dp_rank). One goroutine, the cluster's loop,
 // owns them all, the router's view of them and every request's handoff
 // machine (package handoff), on one discrete-event queue in modeled time
-// (engine.Virtual). The router reads a vLLM worker's prefix cache through
+// (engine.Virtual). The router reads each worker's prefix cache through
 // the worker's engine.KVView: what its KV events would have put in the
 // router's index, those of a pass still in flight excepted, without
-// replaying them block by block; SGLang workers' events feed the index. Generate and the other methods talk to the loop through
+// replaying them block by block. Generate and the other methods talk to the loop through
 // its mailbox. Every prefill worker has a bootstrap.Server on TransferHost
 // (loopback by default, any free port), and the decode side of a handoff
 // really connects to it over TCP, through one kept-alive connection per

@@ -628,7 +628,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 		if c.opts.kvTap != nil {
 			c.opts.kvTap(w.id, ev)
 		}
-		c.router.KVEvent(w.id, ev)
+		if !w.viewed {
+			c.router.KVEvent(w.id, ev)
+		}
 	}
 	load := router.Load{
 		ActiveBlocks:       m.ActiveBlocks,

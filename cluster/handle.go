@@ -54,8 +54,10 @@ func (k kvView) Blocks() int { return k.view.Blocks(k.v.InFlight(k.idx)) }
 // viewKV has the router read in-process worker n (the loop's worker idx)
 // through its KV view, when it offers one and the router's index is fed by
 // KV events: the router then gets the answers the index would give without
-// the per-block work of replaying every event into it, and the worker
-// stops recording events.
+// the per-block work of replaying every event into it. The worker still
+// records its events (an Output that carries only events is still
+// delivered, with the load report that goes with it), but they no longer
+// go to the router.
 func (c *Cluster) viewKV(n *workerNode, idx int) error {
 	if c.opts.kvEvents || !c.router.Config().UseKVEvents {
 		return nil
@@ -71,9 +73,7 @@ func (c *Cluster) viewKV(n *workerNode, idx int) error {
 	if err := c.router.SetKVView(n.id, rv); err != nil {
 		return fmt.Errorf("%s: %w", n.label(), err)
 	}
-	if c.opts.kvTap == nil {
-		n.w.MuteKVEvents()
-	}
+	n.viewed = true
 	return nil
 }
 

@@ -38,6 +38,12 @@ type checkedView struct {
 	vc    *viewCheck
 }
 
+// outside fails if the worker changed its cache outside a pass, where a
+// view cannot place the change.
+func (v checkedView) outside(t require.TestingT) {
+	require.Zero(t, v.view.view.Outside(), "worker %d: cache changes outside a pass", v.id)
+}
+
 func (v checkedView) Depth(locals []kv.LocalHash, seqs []kv.SeqHash) int {
 	want := 0
 	for _, s := range v.index.FindMatches(locals, false, nil) {
@@ -70,6 +76,7 @@ func (v checkedView) Blocks() int {
 // at every routing decision, against an index fed the worker's KV events.
 func checkedRun(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck) VirtualRun {
 	index := indexer.New()
+	var views []checkedView
 	opts := options{virtual: true, memory: true, keepEvents: true, shareTokens: true,
 		kvTap: func(id uint64, ev kv.Event) {
 			if err := index.Apply(id, ev); errors.Is(err, indexer.ErrUnknownParent) {
@@ -77,11 +84,17 @@ func checkedRun(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck) Vi
 			}
 		},
 		kvWrap: func(id uint64, v router.KVView) router.KVView {
-			return checkedView{id: id, view: v.(kvView), index: index, vc: vc}
+			cv := checkedView{id: id, view: v.(kvView), index: index, vc: vc}
+			views = append(views, cv)
+			return cv
 		},
 	}
 	run, err := runArrivals(cfg, arr, opts)
 	require.NoError(t, err)
+	require.NotEmpty(t, views, "the workers offer views")
+	for _, v := range views {
+		v.outside(t)
+	}
 	return run
 }
 
@@ -94,6 +107,7 @@ func checkedRun(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck) Vi
 func TestKVView_AnswersAsTheEventFedIndex(t *testing.T) {
 	var vc viewCheck
 	rapid.Check(t, func(rt *rapid.T) {
+		eng := rapid.SampledFrom([]string{"vllm", "sglang"}).Draw(rt, "engine")
 		bs := rapid.SampledFrom([]int{4, 16, 64}).Draw(rt, "block_size")
 		args := map[string]any{
 			"block_size":             bs,
@@ -104,14 +118,17 @@ func TestKVView_AnswersAsTheEventFedIndex(t *testing.T) {
 			"kv_bytes_per_token":     131072, "kv_transfer_bandwidth": 25,
 			"kv_transfer_abort_timeout_ms": rapid.IntRange(20, 400).Draw(rt, "abort_ms"),
 		}
+		if eng == "sglang" && rapid.Bool().Draw(rt, "optimistic") {
+			args["sglang"] = map[string]any{"optimistic_prefill": true}
+		}
 		ropts := map[string]any{"router_temperature": rapid.SampledFrom([]float64{0, 0.5}).Draw(rt, "temperature")}
 		var cfg Config
 		if rapid.Bool().Draw(rt, "disagg") {
-			cfg = Config{Disagg: true, Router: "kv", Seed: 7, Args: args, RouterOptions: ropts,
+			cfg = Config{Engine: eng, Disagg: true, Router: "kv", Seed: 7, Args: args, RouterOptions: ropts,
 				Prefill: PoolConfig{Workers: rapid.IntRange(1, 3).Draw(rt, "prefills")},
 				Decode:  PoolConfig{Workers: 1, Args: map[string]any{"num_gpu_blocks": 2048}}}
 		} else {
-			cfg = Config{Workers: rapid.IntRange(1, 3).Draw(rt, "workers"), Router: "kv", Seed: 7, Args: args, RouterOptions: ropts}
+			cfg = Config{Engine: eng, Workers: rapid.IntRange(1, 3).Draw(rt, "workers"), Router: "kv", Seed: 7, Args: args, RouterOptions: ropts}
 		}
 		// Prompts from a few shared prefixes, some of them repeated word
 		// for word so that two copies of a block are computed in one pass,
@@ -167,7 +184,8 @@ func TestKVView_AnswersAsTheEventFedIndex(t *testing.T) {
 }
 
 // TestKVView_OnlyWhereEventsFeedTheIndex: the router reads views of the
-// workers that announce blocks, and only when its index is fed by KV
+// workers that announce blocks (vLLM's and SGLang's, not decode workers,
+// not with prefix caching off), and only when its index is fed by KV
 // events; the approximate mode keeps learning from its own decisions.
 func TestKVView_OnlyWhereEventsFeedTheIndex(t *testing.T) {
 	views := func(cfg Config) map[string]bool {
@@ -192,6 +210,6 @@ func TestKVView_OnlyWhereEventsFeedTheIndex(t *testing.T) {
 	off := agg
 	off.Args = map[string]any{"enable_prefix_caching": false}
 	assert.Equal(t, map[string]bool{"worker-0": false, "worker-1": false}, views(off))
-	sg := Config{Engine: "sglang", Workers: 1, Router: "kv"}
-	assert.Equal(t, map[string]bool{"worker-0": false}, views(sg))
+	sg := Config{Engine: "sglang", Disagg: true, Router: "kv", Prefill: PoolConfig{Workers: 1}, Decode: PoolConfig{Workers: 1}}
+	assert.Equal(t, map[string]bool{"prefill-0": true, "decode-0": false}, views(sg))
 }

@@ -8,58 +8,59 @@ import "github.com/kvstrand/mocker/kv"
 // Stored and Removed block into an index, and gets the same answers, barring
 // a collision of 64-bit block hashes.
 //
-// The view and the pool differ in two ways, both kept by the pool as it
+// The view and the cache differ in two ways, both kept by the cache as it
 // goes. A pass's stores and evictions reach a router as events at the
 // pass's End, so while the pass is in flight the router does not have
 // them yet. And a router drops a Stored event whose parent block it does
 // not hold (see indexer.ErrUnknownParent): the blocks of such an event are
-// hidden from it for as long as the pool keeps them.
+// hidden from it for as long as the cache keeps them. (vLLM's pool can
+// store a block whose parent it evicted; SGLang's radix tree cannot.)
 //
-// The view holds for a worker whose index changes only during its passes,
-// which is every vLLM worker that announces blocks: a prefill or
-// aggregated worker with prefix caching on. Worker.KVView offers no other.
+// The view holds for a worker whose cache changes only during its passes,
+// which is every worker that announces blocks: a prefill or aggregated
+// worker with prefix caching on. Worker.KVView offers no other.
 type KVView struct {
-	p *blockPool
+	c viewedCache
+}
+
+// viewedCache is a cache KVView reads: vLLM's block pool or SGLang's radix
+// cache.
+type viewedCache interface {
+	// holds returns whether the cache has h and, if so, whether a router
+	// fed all its events does too, and the pass that stored it.
+	holds(h kv.SeqHash) (has, routed bool, pass uint32)
+	// routed is how many blocks a router fed all its events holds.
+	routed() int
+	log() *viewLog
 }
 
 // KVView returns the worker's view of its prefix cache, or false when it
 // has none to offer: a worker that announces no blocks (a decode worker,
-// prefix caching off), or one whose cache is SGLang's radix tree.
+// prefix caching off).
 func (w *Worker) KVView() (KVView, bool) {
-	v, ok := w.sched.(*VLLM)
-	if !ok || !v.caching || v.decodeWorker {
-		return KVView{}, false
-	}
-	return KVView{p: v.pool}, true
-}
-
-// MuteKVEvents stops the worker recording KV events: its Outputs carry none
-// from then on. A caller that reads the worker's KVView has no use for
-// them. It does nothing to a worker that records none.
-func (w *Worker) MuteKVEvents() {
 	switch s := w.sched.(type) {
 	case *VLLM:
-		s.pool.ev.emit = false
+		if s.caching && !s.decodeWorker {
+			return KVView{c: s.pool}, true
+		}
 	case *SGLang:
-		s.cache.ev.emit = false
+		if s.caching && !s.decodeWorker {
+			return KVView{c: s.cache}, true
+		}
 	}
+	return KVView{}, false
 }
 
 // Depth is how many leading blocks of seqs the router holds for the
 // worker. inFlight says whether the worker's last pass is still in
 // flight, its events not delivered yet.
 func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
-	p := x.p
+	l := x.c.log()
 	for i, h := range seqs {
-		if i%prefixTouch == 0 {
-			p.touch(seqs[i:min(i+prefixTouch, len(seqs))])
+		if has, routed, pass := x.c.holds(h); has && routed && !(inFlight && pass == l.pass) {
+			continue
 		}
-		if s, ok := p.index.get(h, p.blocks); ok {
-			if b := &p.blocks[s]; !b.hidden && !(inFlight && b.pass == p.pass) {
-				continue
-			}
-		}
-		if inFlight && p.goneHas(h) {
+		if inFlight && l.goneHas(h) {
 			continue
 		}
 		return i
@@ -70,14 +71,116 @@ func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
 // Blocks is how many blocks the router holds for the worker; inFlight as
 // for Depth.
 func (x KVView) Blocks(inFlight bool) int {
-	p := x.p
+	n := x.c.routed()
 	if inFlight {
-		return p.visible - p.freshVisible + len(p.gone)
+		l := x.c.log()
+		n += len(l.gone) - l.freshVisible
 	}
-	return p.visible
+	return n
 }
 
-// Outside counts the changes to the worker's index made outside a pass,
+// Outside counts the changes to the worker's cache made outside a pass,
 // which a view cannot place in time; a worker KVView is offered for makes
 // none, and tests check it.
-func (x KVView) Outside() int { return x.p.outside }
+func (x KVView) Outside() int { return x.c.log().outside }
+
+// viewLog is what a cache keeps for KVView about its last pass, whose
+// events a router may not have yet: the pass's number (each cached block
+// records the number of the pass that stored it, fresh while that is the
+// number here), the hashes the pass evicted that a router held from
+// before it, and how many blocks it stored that a router will hold. gone
+// is a set once it is long: goneSet holds its first goneIn hashes. inPass
+// is set during a pass; outside counts cache changes made outside one.
+type viewLog struct {
+	pass         uint32
+	gone         []kv.SeqHash
+	goneSet      kv.Index[struct{}]
+	goneIn       int
+	freshVisible int
+	inPass       bool
+	outside      int
+}
+
+func newViewLog() viewLog { return viewLog{pass: 1} }
+
+// begin starts a pass, numbering it. It reports whether the numbers
+// wrapped: the cache must then clear every block's, so that none passes
+// for fresh.
+func (l *viewLog) begin() (wrapped bool) {
+	l.pass++
+	if l.pass == 0 {
+		l.pass, wrapped = 1, true
+	}
+	// Deleted one by one: clearing the set's table would cost its size,
+	// that of the longest gone list yet, every pass.
+	for _, h := range l.gone[:l.goneIn] {
+		l.goneSet.Delete(h)
+	}
+	l.gone, l.goneIn = l.gone[:0], 0
+	l.freshVisible = 0
+	l.inPass = true
+	return wrapped
+}
+
+// end ends a pass.
+func (l *viewLog) end() { l.inPass = false }
+
+// evicted records that the cache evicted the block with hash h, stored in
+// pass, which a router held or will hold.
+func (l *viewLog) evicted(h kv.SeqHash, pass uint32) {
+	if pass == l.pass {
+		l.freshVisible--
+	} else {
+		l.gone = append(l.gone, h)
+	}
+}
+
+// changed notes a change to the cache, counted if made outside a pass.
+func (l *viewLog) changed() {
+	if !l.inPass {
+		l.outside++
+	}
+}
+
+// goneHas reports whether the last pass evicted h while a router still
+// held it from an earlier pass.
+func (l *viewLog) goneHas(h kv.SeqHash) bool {
+	const scan = 16
+	if len(l.gone) <= scan {
+		for _, g := range l.gone {
+			if g == h {
+				return true
+			}
+		}
+		return false
+	}
+	for _, g := range l.gone[l.goneIn:] {
+		l.goneSet.Put(g, struct{}{})
+	}
+	l.goneIn = len(l.gone)
+	_, ok := l.goneSet.Get(h)
+	return ok
+}
+
+func (p *blockPool) holds(h kv.SeqHash) (has, routed bool, pass uint32) {
+	s, ok := p.index.get(h, p.blocks)
+	if !ok {
+		return false, false, 0
+	}
+	b := &p.blocks[s]
+	return true, !b.hidden, b.pass
+}
+
+func (p *blockPool) routed() int   { return p.visible }
+func (p *blockPool) log() *viewLog { return &p.vl }
+
+func (c *radixCache) holds(h kv.SeqHash) (has, routed bool, pass uint32) {
+	s, ok := c.index.Get(h)
+	if !ok {
+		return false, false, 0
+	}
+	return true, true, c.stamp[s]
+}
+
+func (c *radixCache) routed() int   { return c.inTree }
+func (c *radixCache) log() *viewLog { return &c.vl }

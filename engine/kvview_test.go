@@ -39,7 +39,7 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 	var checked, hidden, inFlightDiffers int
 	rapid.Check(t, func(rt *rapid.T) {
 		p := newBlockPool(rapid.IntRange(1, 16).Draw(rt, "blocks"), true)
-		view := KVView{p: p}
+		view := KVView{c: p}
 		index := indexer.New()
 		const id = 1
 		var tree chainTree
@@ -83,7 +83,7 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 				p.storeRun(slots, seqs[from:], locals[from:], parent, from > 0)
 				reqs = append(reqs, slots)
 			}
-			p.inPass = false
+			p.vl.end()
 			for i := range p.blocks {
 				if b := &p.blocks[i]; b.indexed && b.hidden {
 					hidden++
@@ -110,22 +110,22 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 // stored in.
 func TestKVView_PassNumbersWrap(t *testing.T) {
 	p := newBlockPool(4, true)
-	view := KVView{p: p}
+	view := KVView{c: p}
 	p.beginPass()
-	stored := p.pass
+	stored := p.vl.pass
 	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{7}, []kv.LocalHash{7}, 0, false)
-	p.inPass = false
+	p.vl.end()
 	if got := view.Depth([]kv.SeqHash{7}, true); got != 0 {
 		t.Fatalf("in flight: depth %d, want 0 (the store's event is still to come)", got)
 	}
 	// The pass numbers run round to the block's again.
-	p.pass = math.MaxUint32
+	p.vl.pass = math.MaxUint32
 	for range stored + 1 {
 		p.beginPass()
-		p.inPass = false
+		p.vl.end()
 		if got, blocks := view.Depth([]kv.SeqHash{7}, true), view.Blocks(true); got != 1 || blocks != 1 {
 			t.Fatalf("pass %d, the block stored in pass %d: depth %d, blocks %d in flight; want 1 and 1",
-				p.pass, stored, got, blocks)
+				p.vl.pass, stored, got, blocks)
 		}
 	}
 	if err := p.audit(); err != nil {

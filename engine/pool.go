@@ -60,21 +60,11 @@ type blockPool struct {
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
 
 	ev kvRecorder
-	// What KVView needs to answer as a router fed ev's events would: the
-	// number of the last pass (see pblock.pass), the hashes it evicted
-	// that the router held before it (blocks neither fresh nor hidden),
-	// and counts of the blocks the router holds (visible) and of the fresh
-	// ones among them. gone is a set once it is long (goneSet holds its
-	// first goneIn hashes). inPass is set during a pass; outside counts
-	// index changes made outside one, which a view cannot place.
-	pass         uint32
-	gone         []kv.SeqHash
-	goneSet      kv.Index[struct{}]
-	goneIn       int
-	visible      int
-	freshVisible int
-	inPass       bool
-	outside      int
+	// vl is what KVView needs to answer as a router fed ev's events
+	// would; visible counts the blocks such a router holds, those indexed
+	// and not hidden.
+	vl      viewLog
+	visible int
 	// touched keeps the reads of the batched operations' prefetches from
 	// being optimised away; its value means nothing.
 	touched uint32
@@ -96,7 +86,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 		lruHead: 1,
 		lruTail: 1,
 		ev:      kvRecorder{emit: emit},
-		pass:    1,
+		vl:      newViewLog(),
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
 	for i := range p.free {
@@ -242,17 +232,11 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		p.index.removeSlot(b.hash, s)
 		if !b.hidden {
 			p.visible--
-			if b.pass == p.pass {
-				p.freshVisible--
-			} else {
-				p.gone = append(p.gone, b.hash)
-			}
+			p.vl.evicted(b.hash, b.pass)
 		}
 		*b = pblock{ref: 1}
 	}
-	if !p.inPass {
-		p.outside++
-	}
+	p.vl.changed()
 	return dst
 }
 
@@ -356,15 +340,15 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			hidden = hasParent && !p.routerHolds(parent)
 		}
 		added = true
-		b.pass, b.hidden = p.pass, hidden
+		b.pass, b.hidden = p.vl.pass, hidden
 		if !hidden {
 			p.visible++
-			p.freshVisible++
+			p.vl.freshVisible++
 		}
 		parent, hasParent = h, true
 	}
-	if !p.inPass && len(slots) > 0 {
-		p.outside++
+	if len(slots) > 0 {
+		p.vl.changed()
 	}
 }
 
@@ -380,41 +364,11 @@ func (p *blockPool) routerHolds(h kv.SeqHash) bool {
 // beginPass starts a pass: the last pass's stores and evictions are now
 // the router's, if it has all the events.
 func (p *blockPool) beginPass() {
-	if p.pass++; p.pass == 0 {
-		// The numbers wrapped: no block may pass for fresh.
+	if p.vl.begin() {
 		for i := range p.blocks {
 			p.blocks[i].pass = 0
 		}
-		p.pass = 1
 	}
-	// Deleted one by one: clearing the set's table would cost its size,
-	// that of the longest gone list yet, every pass.
-	for _, h := range p.gone[:p.goneIn] {
-		p.goneSet.Delete(h)
-	}
-	p.gone, p.goneIn = p.gone[:0], 0
-	p.freshVisible = 0
-	p.inPass = true
-}
-
-// goneHas reports whether the last pass evicted h while the router still
-// held it from an earlier pass.
-func (p *blockPool) goneHas(h kv.SeqHash) bool {
-	const scan = 16
-	if len(p.gone) <= scan {
-		for _, g := range p.gone {
-			if g == h {
-				return true
-			}
-		}
-		return false
-	}
-	for _, g := range p.gone[p.goneIn:] {
-		p.goneSet.Put(g, struct{}{})
-	}
-	p.goneIn = len(p.gone)
-	_, ok := p.goneSet.Get(h)
-	return ok
 }
 
 // audit recounts the pool from its blocks and reports the first
@@ -464,7 +418,7 @@ func (p *blockPool) audit() error {
 		b := &p.blocks[s]
 		if !b.hidden {
 			visible++
-			if b.pass == p.pass {
+			if b.pass == p.vl.pass {
 				freshVisible++
 			}
 		}
@@ -477,9 +431,9 @@ func (p *blockPool) audit() error {
 	case err != nil:
 	case indexed != p.index.n:
 		err = fmt.Errorf("index counts %d entries, holds %d", p.index.n, indexed)
-	case visible != p.visible || freshVisible != p.freshVisible:
+	case visible != p.visible || freshVisible != p.vl.freshVisible:
 		err = fmt.Errorf("a router holds %d blocks (%d of the last pass) by the counters, %d (%d) by a recount",
-			p.visible, p.freshVisible, visible, freshVisible)
+			p.visible, p.vl.freshVisible, visible, freshVisible)
 	}
 	return err
 }

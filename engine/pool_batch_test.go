@@ -35,9 +35,9 @@ func equalPools(rt *rapid.T, a, b *blockPool) {
 		rt.Fatalf("counters differ: %d %d %d %d, %d %d %d %d", a.active, a.inactive, a.heldOnly, a.index.n,
 			b.active, b.inactive, b.heldOnly, b.index.n)
 	}
-	if a.visible != b.visible || a.freshVisible != b.freshVisible || !slices.Equal(a.gone, b.gone) {
+	if a.visible != b.visible || a.vl.freshVisible != b.vl.freshVisible || !slices.Equal(a.vl.gone, b.vl.gone) {
 		rt.Fatalf("views differ: visible %d fresh %d gone %v, visible %d fresh %d gone %v",
-			a.visible, a.freshVisible, a.gone, b.visible, b.freshVisible, b.gone)
+			a.visible, a.vl.freshVisible, a.vl.gone, b.visible, b.vl.freshVisible, b.vl.gone)
 	}
 	for i := range a.blocks {
 		h := a.blocks[i].hash

@@ -23,10 +23,10 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.ev.removed(b.hash)
 		if !b.hidden {
 			p.visible--
-			if b.pass == p.pass {
-				p.freshVisible--
+			if b.pass == p.vl.pass {
+				p.vl.freshVisible--
 			} else {
-				p.gone = append(p.gone, b.hash)
+				p.vl.gone = append(p.vl.gone, b.hash)
 			}
 		}
 	} else {
@@ -85,9 +85,9 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.S
 	}
 	b.indexed = true
 	p.ev.stored(h, local, parent, hasParent)
-	b.pass, b.hidden = p.pass, hasParent && !p.routerHolds(parent)
+	b.pass, b.hidden = p.vl.pass, hasParent && !p.routerHolds(parent)
 	if !b.hidden {
 		p.visible++
-		p.freshVisible++
+		p.vl.freshVisible++
 	}
 }

@@ -52,6 +52,10 @@ type radixCache struct {
 	evictions uint64
 
 	ev kvRecorder
+	// vl and stamp are what KVView needs: stamp holds, by slot, the pass
+	// that stored each tree node.
+	vl    viewLog
+	stamp []uint32
 }
 
 func newRadixCache(total int, emit bool) *radixCache {
@@ -61,6 +65,8 @@ func newRadixCache(total int, emit bool) *radixCache {
 		index:   kv.NewIndex[int32](total),
 		ev:      kvRecorder{emit: emit},
 		version: 1,
+		vl:      newViewLog(),
+		stamp:   make([]uint32, total),
 	}
 	for i := range c.free {
 		c.free[i] = int32(total - 1 - i)
@@ -217,6 +223,8 @@ func (c *radixCache) evict(s int32) {
 	c.heapRemove(b.heap)
 	c.index.Delete(b.hash)
 	c.ev.removed(b.hash)
+	c.vl.evicted(b.hash, c.stamp[s])
+	c.vl.changed()
 	if p := b.parent; p != noSlot {
 		pb := &c.nodes[p]
 		pb.kids--
@@ -258,6 +266,9 @@ func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) i
 	c.version++
 	c.nodes[s] = rnode{hash: h, parent: parent, lock: 1, heap: noSlot, inTree: true}
 	c.index.Put(h, s)
+	c.stamp[s] = c.vl.pass
+	c.vl.freshVisible++
+	c.vl.changed()
 	var ph kv.SeqHash
 	if parent != noSlot {
 		pb := &c.nodes[parent]
@@ -269,6 +280,14 @@ func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) i
 	}
 	c.ev.stored(h, local, ph, parent != noSlot)
 	return s
+}
+
+// beginPass starts a pass: the last pass's stores and evictions are now
+// the router's, if it has all the events.
+func (c *radixCache) beginPass() {
+	if c.vl.begin() {
+		clear(c.stamp)
+	}
 }
 
 // heapLess orders the eviction heap: least recently unlocked first, page
@@ -341,7 +360,7 @@ func (c *radixCache) heapRemove(pos int32) {
 // disagreement with the incremental counters, a broken conservation law or
 // a broken tree or heap invariant.
 func (c *radixCache) audit() error {
-	var inTree, evictable, heldOnly int
+	var inTree, evictable, heldOnly, fresh int
 	kids := make([]int32, len(c.nodes))
 	for i := range c.nodes {
 		b := &c.nodes[i]
@@ -349,6 +368,9 @@ func (c *radixCache) audit() error {
 			continue
 		}
 		inTree++
+		if c.stamp[i] == c.vl.pass {
+			fresh++
+		}
 		if b.lock < 0 || b.held < 0 || b.held > b.lock {
 			return fmt.Errorf("page %d: lock %d held %d out of range", i, b.lock, b.held)
 		}
@@ -392,6 +414,8 @@ func (c *radixCache) audit() error {
 	switch {
 	case inTree != c.inTree:
 		return fmt.Errorf("tree counter %d, recount %d", c.inTree, inTree)
+	case fresh != c.vl.freshVisible:
+		return fmt.Errorf("%d pages stored by the last pass by the counter, %d by a recount", c.vl.freshVisible, fresh)
 	case evictable != c.evictable:
 		return fmt.Errorf("evictable counter %d, recount %d", c.evictable, evictable)
 	case heldOnly != c.heldOnly:

@@ -673,6 +673,13 @@ func (g *SGLang) materialize(r *sgReq, hits int, last int32, chunk int) bool {
 // anyone (only they advance; a prompt finishing its prefill yields its
 // first token), otherwise a decode pass over the running set.
 func (g *SGLang) Pass(now float64, out *Output) PassResult {
+	g.cache.beginPass()
+	res := g.pass(now, out)
+	g.cache.vl.end()
+	return res
+}
+
+func (g *SGLang) pass(now float64, out *Output) PassResult {
 	g.cache.ev.reset()
 	g.sumISL, g.sumPrefix, g.prefillToks = 0, 0, 0
 	out.Completions = append(out.Completions, g.done...)

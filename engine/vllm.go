@@ -706,7 +706,7 @@ func (v *VLLM) reject(s *seq, now float64, code RejectCode, reason string, out *
 func (v *VLLM) Pass(now float64, out *Output) PassResult {
 	v.pool.beginPass()
 	res := v.pass(now, out)
-	v.pool.inPass = false
+	v.pool.vl.end()
 	return res
 }
 

@@ -47,8 +47,8 @@
 // A worker whose cache the router can read at the moment of a decision may
 // instead offer a KVView (SetKVView), which answers for it exactly as the
 // index would with every event it sent so far applied: an in-process
-// cluster's vLLM workers do, and save the index's per-block work on every
-// store and eviction.
+// cluster's workers do, and save the index's per-block work on every store
+// and eviction.
 // With use_kv_events off, the router instead records each routed prompt as
 // cached on the chosen worker for router_ttl_secs (approximate mode); past
 // router_max_tree_size blocks it prunes the oldest down to

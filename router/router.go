@@ -343,7 +343,10 @@ func (r *Router) KVEvent(workerID uint64, ev kv.Event) {
 // moment of a decision (an in-process cluster's) can offer one, and its
 // events then need not reach the router: the index's per-block work on
 // every store and eviction is saved. A view must answer exactly as the
-// index would, with every event the worker has sent so far applied.
+// index would, with every event the worker has sent so far applied. The
+// router calls it under its lock from whichever goroutine routes or asks
+// for a Worker snapshot; the in-process cluster does both only on its
+// loop, which owns the workers the views read.
 type KVView interface {
 	// Depth is how many leading blocks of a request the worker holds,
 	// given the request's block hashes: locals and seqs name the same
