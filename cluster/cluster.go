@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 	"github.com/kvstrand/mocker/router"
@@ -40,8 +41,8 @@ type Cluster struct {
 
 	// Everything below is owned by the loop goroutine.
 	v        *engine.Virtual
-	reqs     map[uint64]*request
-	exch     map[uint64]*exchange
+	reqs     idtab.Table[*request]
+	exch     idtab.Table[*exchange]
 	nextID   uint64
 	nextTID  uint64
 	active   int // requests in flight
@@ -216,8 +217,6 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		router:   rt,
 		byRole:   make(map[engine.WorkerType][]*workerNode),
 		speedup:  speedup(res.pools[0].args),
-		reqs:     make(map[uint64]*request),
-		exch:     make(map[uint64]*exchange),
 		forensic: newForensics(log),
 		opts:     opts,
 		mail:     make(chan message, 1024),

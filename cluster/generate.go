@@ -418,7 +418,7 @@ func (c *Cluster) arrive(h *call) {
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
 	r.m = &r.machine
 	r.m.Init(spec)
-	c.reqs[id] = r
+	c.reqs.Set(id, r)
 	c.active++
 	c.step(r, handoff.Start{})
 }
@@ -480,7 +480,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	res = c.fill(res, r)
 	c.count(&res)
 	c.series.ended(c.v.Now(), &res)
-	delete(c.reqs, r.id)
+	c.reqs.Delete(r.id)
 	if r.tid != 0 {
 		c.link.forget(r)
 	}
@@ -593,19 +593,19 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	// also cancelled): the machine hears the refusal first, so the request
 	// ends saying why.
 	for _, rej := range out.Rejections {
-		if r := c.reqs[rej.RequestID]; r != nil {
+		if r, _ := c.reqs.Get(rej.RequestID); r != nil {
 			c.step(r, handoff.WorkerRejection{Side: r.side(w), Rejection: rej})
 		}
 	}
 	for _, e := range out.Events {
-		r := c.reqs[e.RequestID]
+		r, _ := c.reqs.Get(e.RequestID)
 		c.record(w, r, e)
 		if r != nil {
 			c.step(r, handoff.WorkerEvent{Side: r.side(w), Event: e})
 		}
 	}
 	for _, comp := range out.Completions {
-		r := c.reqs[comp.RequestID]
+		r, _ := c.reqs.Get(comp.RequestID)
 		if r == nil {
 			continue
 		}
@@ -617,7 +617,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	if w.role == engine.WorkerAggregated {
 		for _, tok := range out.Tokens {
 			if tok.Index == 0 {
-				if r := c.reqs[tok.RequestID]; r != nil {
+				if r, _ := c.reqs.Get(tok.RequestID); r != nil {
 					c.router.PrefillDone(r.rid)
 				}
 			}
@@ -648,7 +648,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 // onInput tells a request's machine what an input it asked for did.
 func (c *Cluster) onInput(ir engine.InputResult) {
 	id := inputID(ir.Input)
-	r := c.reqs[id]
+	r, _ := c.reqs.Get(id)
 	if r == nil {
 		return
 	}
@@ -753,8 +753,8 @@ func holdOutcome(e engine.Event) string {
 // sortedRequests lists the requests in flight by id, for a deterministic
 // order.
 func (c *Cluster) sortedRequests() []*request {
-	out := make([]*request, 0, len(c.reqs))
-	for _, r := range c.reqs {
+	out := make([]*request, 0, c.reqs.Len())
+	for _, r := range c.reqs.All() {
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b *request) int { return cmp.Compare(a.id, b.id) })

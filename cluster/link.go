@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"sync"
 
@@ -79,10 +78,16 @@ func (c *Cluster) newExchange() *exchange {
 	}
 	x.onStatus = func() {
 		x.cues--
-		delete(c.exch, x.tid)
+		c.exch.Delete(x.tid)
 		c.feed(x.id, x.status)
 		c.retireExchange(x)
 	}
+	return x
+}
+
+// exchange is transfer tid's exchange, nil when it has none.
+func (c *Cluster) exchange(tid uint64) *exchange {
+	x, _ := c.exch.Get(tid)
 	return x
 }
 
@@ -90,7 +95,7 @@ func (c *Cluster) newExchange() *exchange {
 // it: its status delivered (it left c.exch then) and no callback of its
 // queued. A remote cluster's exchanges are left to the collector.
 func (c *Cluster) retireExchange(x *exchange) {
-	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exch[x.tid] != x {
+	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exchange(x.tid) != x {
 		x.exchangeState = exchangeState{}
 		c.spareExch = append(c.spareExch, x)
 	}
@@ -101,12 +106,12 @@ func (c *Cluster) connect(r *request) {
 	x := c.newExchange()
 	x.exchangeState = exchangeState{r: r, id: r.id, tid: r.tid, closed: r.closed}
 	if c.remote && !c.coupled { // remote replies take no ticket: see onRemoteLink
-		c.exch[r.tid] = x
+		c.exch.Set(r.tid, x)
 		c.link.connect(r)
 		return
 	}
 	x.t1, x.t1Open = c.v.Ticket(c.v.Now()), true
-	c.exch[r.tid] = x
+	c.exch.Set(r.tid, x)
 	c.link.connect(r)
 }
 
@@ -114,7 +119,7 @@ func (c *Cluster) connect(r *request) {
 // connected and was seen, its status is the next reply.
 func (c *Cluster) closeRoom(r *request, transferred bool) {
 	r.closed = true
-	x := c.exch[r.tid]
+	x := c.exchange(r.tid)
 	if x == nil {
 		c.link.close(r, transferred)
 		return
@@ -142,7 +147,7 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 
 // onLinkMsg places a link reply in the event queue.
 func (c *Cluster) onLinkMsg(m linkMsg) {
-	x := c.exch[m.tid]
+	x := c.exchange(m.tid)
 	if x == nil || (m.arrived && m.reqID != x.id) {
 		return
 	}
@@ -186,7 +191,7 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 
 // feed steps the machine of request id if it is still in flight.
 func (c *Cluster) feed(id uint64, ev handoff.Event) {
-	if r := c.reqs[id]; r != nil {
+	if r, _ := c.reqs.Get(id); r != nil {
 		c.step(r, ev)
 	}
 }
@@ -194,7 +199,12 @@ func (c *Cluster) feed(id uint64, ev handoff.Event) {
 // giveUpExchanges ends every exchange whose reply did not come while the
 // cluster closes: the decode saw an error.
 func (c *Cluster) giveUpExchanges() {
-	for _, tid := range slices.Sorted(maps.Keys(c.exch)) {
+	tids := make([]uint64, 0, c.exch.Len())
+	for tid := range c.exch.All() {
+		tids = append(tids, tid)
+	}
+	slices.Sort(tids)
+	for _, tid := range tids {
 		c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: errClosed}})
 	}
 }

@@ -583,7 +583,7 @@ func (c *Cluster) leave(name, reason string) {
 			r.decode.handle.Apply(engine.CancelDestination{ID: r.id})
 		}
 		if r.tid != 0 {
-			if x := c.exch[r.tid]; x != nil {
+			if x := c.exchange(r.tid); x != nil {
 				// Its replies will not come: the tickets they held go.
 				if x.t1Open {
 					x.t1Open = false
@@ -594,7 +594,7 @@ func (c *Cluster) leave(name, reason string) {
 					c.v.Void(x.t2)
 				}
 			}
-			delete(c.exch, r.tid)
+			c.exch.Delete(r.tid)
 		}
 		c.finish(r, handoff.Errored, msg)
 	}
@@ -641,7 +641,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 		c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: arrived, status: st})
 		return
 	}
-	x := c.exch[tid]
+	x := c.exchange(tid)
 	if x == nil || (arrived && reqID != x.r.id) {
 		return
 	}
@@ -657,7 +657,7 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 		return
 	}
 	x.got = true
-	delete(c.exch, tid)
+	c.exch.Delete(tid)
 	c.feed(x.id, handoff.TransferStatus{Status: st.status, Err: st.err})
 }
 
@@ -701,7 +701,7 @@ func (l *remoteLink) connect(r *request) {
 }
 
 func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
-	x := l.c.exch[tid]
+	x := l.c.exchange(tid)
 	if x == nil {
 		return
 	}

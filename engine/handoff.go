@@ -1,5 +1,7 @@
 package engine
 
+import "github.com/kvstrand/mocker/internal/idtab"
+
 // Handoffs is implemented by schedulers that take part in disaggregated
 // handoffs, on either side. A Worker finds it by type assertion; a scheduler
 // without it serves aggregated and Hold-policy requests only, and the
@@ -102,7 +104,7 @@ type handoffBook struct {
 	hasAbort  bool
 	sessionMs float64 // ≤ 0: no session deadline
 
-	holds map[uint64]*holdRec
+	holds idtab.Table[*holdRec]
 	// contested holds the deadlines of SourceHeld holds, which a claim may
 	// still pre-empt; certain those of transfers under way.
 	contested deadlineHeap
@@ -112,7 +114,7 @@ type handoffBook struct {
 
 	transferring int
 
-	dests          map[uint64]destRec
+	dests          idtab.Table[destRec]
 	reservedReqs   int
 	reservedBlocks int
 }
@@ -125,13 +127,11 @@ func (b *handoffBook) setup(args Args, owner holdReleaser) {
 		b.abortMs, b.hasAbort = float64(ms), true
 	}
 	b.sessionMs = float64(args.HandoffSessionTimeoutMs)
-	b.holds = make(map[uint64]*holdRec)
-	b.dests = make(map[uint64]destRec)
 }
 
 // fillMetrics copies the book's counters into m.
 func (b *handoffBook) fillMetrics(m *Metrics) {
-	m.HeldRequests = len(b.holds)
+	m.HeldRequests = b.holds.Len()
 	m.TransferringRequests = b.transferring
 	m.ReservedRequests = b.reservedReqs
 	m.ReservedBlocks = b.reservedBlocks
@@ -150,7 +150,7 @@ func (b *handoffBook) startHold(at float64, id uint64, blocks int, events *[]Eve
 		h = &holdRec{}
 	}
 	*h = holdRec{id: id, at: at, blocks: blocks, phase: phaseHeld, idx: -1}
-	b.holds[id] = h
+	b.holds.Set(id, h)
 	*events = append(*events, Event{Kind: EventHoldStarted, At: at, RequestID: id, Blocks: blocks})
 
 	deadline, reason, ok := 0.0, EndReason(0), false
@@ -167,7 +167,7 @@ func (b *handoffBook) startHold(at float64, id uint64, blocks int, events *[]Eve
 
 // StartTransfer implements Handoffs for every scheduler that embeds the book.
 func (b *handoffBook) StartTransfer(now float64, id uint64, tokens int, events *[]Event) (float64, bool) {
-	h, ok := b.holds[id]
+	h, ok := b.holds.Get(id)
 	if !ok || h.phase != phaseHeld {
 		return 0, false
 	}
@@ -202,7 +202,7 @@ func (b *handoffBook) NextContested() (float64, bool) {
 // holdStart reports when request id's hold began; false when id holds
 // nothing.
 func (b *handoffBook) holdStart(id uint64) (float64, bool) {
-	h, ok := b.holds[id]
+	h, ok := b.holds.Get(id)
 	if !ok {
 		return 0, false
 	}
@@ -249,7 +249,7 @@ func (b *handoffBook) FireDue(now float64, events *[]Event) bool {
 // the owner free the KV. False when id holds nothing: ending a hold twice
 // is a no-op.
 func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason EndReason, events *[]Event) bool {
-	h, ok := b.holds[id]
+	h, ok := b.holds.Get(id)
 	if !ok {
 		return false
 	}
@@ -257,7 +257,7 @@ func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason En
 	if h.phase == phaseTransferring {
 		b.transferring--
 	}
-	delete(b.holds, id)
+	b.holds.Delete(id)
 	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: h.blocks,
 		Outcome: outcome, Reason: reason, DurationMs: max(0, now-h.at)})
 	b.spare = append(b.spare, h)
@@ -267,16 +267,16 @@ func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason En
 
 // waitStart records a destination waiting for remote KV.
 func (b *handoffBook) waitStart(now float64, id uint64, events *[]Event) {
-	b.dests[id] = destRec{waitAt: now}
+	b.dests.Set(id, destRec{waitAt: now})
 	*events = append(*events, Event{Kind: EventDecodeWaitStart, At: now, RequestID: id})
 }
 
 // noteReserved records that the scheduler admitted destination id with
 // blocks blocks, missing of its prompt tokens not already resident.
 func (b *handoffBook) noteReserved(now float64, id uint64, blocks, missing int, events *[]Event) {
-	d := b.dests[id]
+	d, _ := b.dests.Get(id)
 	d.reserved, d.reservedAt, d.blocks = true, now, blocks
-	b.dests[id] = d
+	b.dests.Set(id, d)
 	b.reservedReqs++
 	b.reservedBlocks += blocks
 	*events = append(*events, Event{Kind: EventDecodeReserved, At: now, RequestID: id, Blocks: blocks,
@@ -286,11 +286,11 @@ func (b *handoffBook) noteReserved(now float64, id uint64, blocks, missing int, 
 // endDest forgets destination id. kind 0 records no event (the scheduler
 // reports the end some other way, e.g. a Rejection).
 func (b *handoffBook) endDest(now float64, id uint64, kind EventKind, events *[]Event) {
-	d, ok := b.dests[id]
+	d, ok := b.dests.Get(id)
 	if !ok {
 		return
 	}
-	delete(b.dests, id)
+	b.dests.Delete(id)
 	var since float64
 	if d.reserved {
 		b.reservedReqs--

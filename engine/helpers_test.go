@@ -183,3 +183,9 @@ func serialize(sb *strings.Builder, worker int, out *Output) {
 	}
 	fmt.Fprintf(sb, " m %+v\n", out.Metrics)
 }
+
+// req is the live request id, nil when there is none.
+func (g *SGLang) req(id uint64) *sgReq { r, _ := g.byID.Get(id); return r }
+
+// seq is the live sequence id, nil when there is none.
+func (v *VLLM) seq(id uint64) *seq { s, _ := v.byID.Get(id); return s }

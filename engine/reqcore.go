@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvstrand/mocker/internal/idtab"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
@@ -43,11 +44,11 @@ type reqCore struct {
 
 // checkNew reports why req cannot join a worker whose live requests are
 // byID: an empty prompt, or an id already in use.
-func checkNew[T any](req Request, byID map[uint64]T) error {
+func checkNew[T any](req Request, byID *idtab.Table[T]) error {
 	if len(req.Tokens) == 0 {
 		return fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
 	}
-	if _, dup := byID[req.ID]; dup {
+	if byID.Has(req.ID) {
 		return fmt.Errorf("request %d: id already in use on this worker", req.ID)
 	}
 	return nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvstrand/mocker/internal/idtab"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -124,7 +125,7 @@ type SGLang struct {
 	// activated are destinations whose KV arrived, waiting for a running
 	// slot.
 	activated []*sgReq
-	byID      map[uint64]*sgReq
+	byID      idtab.Table[*sgReq]
 	spare     []*sgReq
 	batch     []*sgReq // this pass's extend or decode batch
 
@@ -190,7 +191,6 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		optimistic:    sg.OptimisticPrefill,
 		model:         model,
 		rng:           rand.NewPCG(seed, 0x73676c616e67),
-		byID:          make(map[uint64]*sgReq),
 	}
 	if sg.MaxRunningRequests != nil {
 		g.maxRunning = *sg.MaxRunningRequests
@@ -226,7 +226,7 @@ func (g *SGLang) newReq() *sgReq {
 }
 
 func (g *SGLang) recycle(r *sgReq) {
-	delete(g.byID, r.id)
+	g.byID.Delete(r.id)
 	*r = sgReq{reqCore: r.recycled(), pages: r.pages[:0], last: noSlot, state: sgDone}
 	g.spare = append(g.spare, r)
 }
@@ -254,7 +254,7 @@ func (g *SGLang) Submit(now float64, req Request, policy CompletionPolicy) error
 
 // enqueue validates req and builds its request, not yet queued.
 func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sgReq, error) {
-	if err := checkNew(req, g.byID); err != nil {
+	if err := checkNew(req, &g.byID); err != nil {
 		return nil, err
 	}
 	r := g.newReq()
@@ -262,7 +262,7 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 	// (neverFits), so none grows past it plus its last, unfed token.
 	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1)
 	r.state = sgWaiting
-	g.byID[r.id] = r
+	g.byID.Set(r.id, r)
 	return r, nil
 }
 
@@ -279,7 +279,7 @@ func (g *SGLang) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]
 // Waiting destinations are retried by the next pass's admission, where
 // SGLang reserves.
 func (g *SGLang) freeHold(_ float64, id uint64, _ *[]Event) {
-	r := g.byID[id]
+	r, _ := g.byID.Get(id)
 	g.cache.unhold(r.last)
 	for _, p := range r.pages {
 		g.cache.release(p)
@@ -290,7 +290,7 @@ func (g *SGLang) freeHold(_ float64, id uint64, _ *[]Event) {
 
 // Cancel implements Scheduler.
 func (g *SGLang) Cancel(now float64, id uint64, events *[]Event) bool {
-	r, ok := g.byID[id]
+	r, ok := g.byID.Get(id)
 	if !ok {
 		return false
 	}
@@ -364,7 +364,7 @@ func (g *SGLang) audit() error {
 		return err
 	}
 	private, heldPrivate := 0, 0
-	for _, r := range g.byID {
+	for _, r := range g.byID.All() {
 		private += len(r.pages)
 		if r.state == sgHeld {
 			heldPrivate += len(r.pages)
@@ -507,7 +507,7 @@ func (g *SGLang) sortLPM(from int) {
 // ends the batch and stays first in the queue.
 func (g *SGLang) admit(now float64, out *Output) {
 	g.batch = g.batch[:0]
-	awaiting := len(g.dests) - g.reservedReqs
+	awaiting := g.dests.Len() - g.reservedReqs
 	if g.slotReserve {
 		awaiting = 0
 	}

@@ -69,7 +69,7 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 // whose prompt KV is in place and whose first token came from the prefill
 // side; its next decode pass computes that token's KV and emits token 1.
 func (g *SGLang) Activate(now float64, id uint64, events *[]Event) bool {
-	r, ok := g.byID[id]
+	r, ok := g.byID.Get(id)
 	if !ok || r.state != sgReserved {
 		return false
 	}
@@ -92,7 +92,7 @@ func (g *SGLang) Activate(now float64, id uint64, events *[]Event) bool {
 
 // CancelDestination implements Handoffs.
 func (g *SGLang) CancelDestination(now float64, id uint64, events *[]Event) bool {
-	r, ok := g.byID[id]
+	r, ok := g.byID.Get(id)
 	if !ok {
 		return false
 	}
@@ -118,7 +118,7 @@ func (g *SGLang) CancelDestination(now float64, id uint64, events *[]Event) bool
 // is not in the bootstrap queue (unknown, timed out, cancelled, already
 // ready, or not a destination-first prefill).
 func (g *SGLang) DestinationReady(now float64, id uint64, transferTokens int, events *[]Event) bool {
-	r, ok := g.byID[id]
+	r, ok := g.byID.Get(id)
 	if !ok || r.state != sgBoot {
 		return false
 	}

@@ -79,7 +79,7 @@ func TestSGLang_RetractedPrefixStaysCached(t *testing.T) {
 	}
 	assert.Equal(t, 5, retractedAt, "retracted in the fifth decode pass, after the extend pass")
 	g := sgOf(w)
-	r2 := g.byID[2]
+	r2 := g.req(2)
 	require.NotNil(t, r2)
 	length = r2.length
 	m := w.Metrics()
@@ -167,7 +167,7 @@ func TestSGLang_PreemptedBlocksCountsReleasedPages(t *testing.T) {
 		now = stepOnce(t, w, &r, now).End
 	}
 	g := sgOf(w)
-	v := g.byID[3]
+	v := g.req(3)
 	require.Equal(t, sgRunning, v.state)
 	held := v.depth + len(v.pages)
 	before := g.cache.active()
@@ -231,9 +231,9 @@ func TestEngines_HugeMaxTokens(t *testing.T) {
 			var tokens []uint32
 			switch s := w.Scheduler().(type) {
 			case *VLLM:
-				tokens = s.byID[1].tail
+				tokens = s.seq(1).tail
 			case *SGLang:
-				tokens = s.byID[1].tail
+				tokens = s.req(1).tail
 			}
 			assert.LessOrEqual(t, cap(tokens), 8*4+1, "token storage is bounded by what the pool can hold")
 			driveAll(t, w, &r, 0)
@@ -252,7 +252,7 @@ func TestEngines_HugeMaxTokens(t *testing.T) {
 		w := newWorker(t, smallArgs(64, func(a *Args) { a.MaxModelLen = intp(20) }))
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: huge}, Release))
-		assert.LessOrEqual(t, cap(sgVLLM(w).byID[1].tail), 20)
+		assert.LessOrEqual(t, cap(sgVLLM(w).seq(1).tail), 20)
 		driveAll(t, w, &r, 0)
 		c, ok := r.completion(1)
 		require.True(t, ok)

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/kvstrand/mocker/internal/idtab"
 	"math"
 	"math/bits"
 	"math/rand/v2"
@@ -94,7 +95,7 @@ type VLLM struct {
 	pending   seqDeque
 	activated seqDeque
 	running   []*seq
-	byID      map[uint64]*seq
+	byID      idtab.Table[*seq]
 	spare     []*seq
 	ready     []*seq
 	// done holds completions decided outside a pass (an activated
@@ -159,7 +160,6 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
 		rng:           rand.NewPCG(seed, 0x6d6f636b6572),
-		byID:          make(map[uint64]*seq),
 	}
 	if v.decodeSpeedup <= 0 {
 		v.decodeSpeedup = 1
@@ -224,7 +224,7 @@ func (v *VLLM) newSeq() *seq {
 }
 
 func (v *VLLM) recycle(s *seq) {
-	delete(v.byID, s.id)
+	v.byID.Delete(s.id)
 	*s = seq{reqCore: s.recycled(), blocks: s.blocks[:0], state: stDone}
 	v.spare = append(v.spare, s)
 }
@@ -237,7 +237,7 @@ func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
 
 // enqueue validates req and appends it to the waiting queue in state st.
 func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seqState) (*seq, error) {
-	if err := checkNew(req, v.byID); err != nil {
+	if err := checkNew(req, &v.byID); err != nil {
 		return nil, err
 	}
 	s := v.newSeq()
@@ -252,7 +252,7 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 		s.blocks = make([]int32, 0, want)
 	}
 	s.state = st
-	v.byID[s.id] = s
+	v.byID.Set(s.id, s)
 	if st == stAwaitKV {
 		v.pending.pushBack(s)
 	} else {
@@ -273,7 +273,7 @@ func (v *VLLM) ReleaseHeld(now float64, id uint64, outcome Outcome, events *[]Ev
 // blocks go back to the pool (tail first), the request is forgotten, and
 // the destinations waiting for blocks try again.
 func (v *VLLM) freeHold(now float64, id uint64, events *[]Event) {
-	s := v.byID[id]
+	s, _ := v.byID.Get(id)
 	v.pool.releaseHoldAll(s.blocks)
 	v.recycle(s)
 	v.reservePending(now, events)
@@ -353,7 +353,7 @@ func (v *VLLM) reservePending(now float64, events *[]Event) bool {
 
 // Activate implements Handoffs.
 func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
-	s, ok := v.byID[id]
+	s, ok := v.byID.Get(id)
 	if !ok || s.state != stReserved {
 		return false
 	}
@@ -386,7 +386,7 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 
 // CancelDestination implements Handoffs.
 func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
-	s, ok := v.byID[id]
+	s, ok := v.byID.Get(id)
 	if !ok {
 		return false
 	}
@@ -406,7 +406,7 @@ func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
 
 // Cancel implements Scheduler.
 func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
-	s, ok := v.byID[id]
+	s, ok := v.byID.Get(id)
 	if !ok {
 		return false
 	}
