@@ -45,7 +45,10 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 //   - steady: an arrival every 12 ms, about the fastest the cluster
 //     serves in a steady state. Decode is saturated and about half the
 //     holds abort, but the prefill queues stay short, so the cost per
-//     request does not depend on b.N and any -benchtime compares.
+//     request does not depend on b.N and any -benchtime compares. The
+//     decode workers' preempted requests do pile up, waiting behind the
+//     destinations that keep arriving (docs/fidelity.md §4), so requests
+//     in flight grow through the run.
 //   - overloaded: an arrival every 6.5 ms, which also outruns what the
 //     holds' turnover lets the prefill workers admit. Their queues grow
 //     through the run, every queued request keeps its records, and the
