@@ -84,8 +84,10 @@ func burstUpTo(seed uint64, n int, spanMs float64, maxTokens int) []Arrival {
 	return out
 }
 
-func runJSON(t *testing.T, run VirtualRun) string {
-	t.Helper()
+func runJSON(t require.TestingT, run VirtualRun) string {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
 	// Stats and Series too: they are taken at the last result's instant,
 	// never where the loop's leftover timers happened to be. The transfer
 	// servers' ports are the host's.
