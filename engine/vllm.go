@@ -565,6 +565,21 @@ const (
 // schedule gives s up to the remaining budget of tokens, allocating blocks
 // and preempting when allowed.
 func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) schedStatus {
+	// Most calls are a decode step: the last token is all s has to
+	// compute, and its blocks have room for it. What the general path
+	// below would do then is done here, without its other cases.
+	if s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks) {
+		v.hitsOf = nil
+		s.computed = s.length
+		if v.caching && v.fullBlocks(s.computed) > s.stored {
+			v.promote(s)
+		}
+		v.budget--
+		v.passStart(s)
+		s.passTokens++
+		v.decodeToks++
+		return schedOK
+	}
 	length := s.length
 	effective, hits := s.computed, 0
 	if s.computed == 0 && len(s.blocks) == 0 {
@@ -623,10 +638,7 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	}
 
 	v.budget -= desired
-	if s.passID != v.passID {
-		s.passID = v.passID
-		s.passTokens, s.passPrefill, s.passBatch, s.passISL, s.passPrefix = 0, false, false, 0, 0
-	}
+	v.passStart(s)
 	s.passTokens += desired
 	if remaining > 1 || s.out == 0 {
 		s.passPrefill = true
@@ -647,6 +659,15 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		v.decodeToks += desired
 	}
 	return schedOK
+}
+
+// passStart clears s's contributions to an earlier pass when this pass
+// schedules it first.
+func (v *VLLM) passStart(s *seq) {
+	if s.passID != v.passID {
+		s.passID = v.passID
+		s.passTokens, s.passPrefill, s.passBatch, s.passISL, s.passPrefix = 0, false, false, 0, 0
+	}
 }
 
 // victim picks the running request to preempt: the newest (LIFO) or the
