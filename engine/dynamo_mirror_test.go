@@ -32,7 +32,7 @@ func (m *mirrorPool) use(private bool, ids ...uint64) {
 			m.private[id] = s
 			continue
 		}
-		m.p.store(s, kv.SeqHash(id), kv.LocalHash(id), 0, false)
+		m.p.store(s, kv.SeqHash(id), kv.LocalHash(id))
 	}
 }
 
@@ -59,12 +59,11 @@ func (m *mirrorPool) active() map[uint64]int {
 	for id, s := range m.private {
 		out[id] = int(m.p.blocks[s].ref)
 	}
-	m.p.index.each(func(s int32) bool {
-		if b := m.p.blocks[s]; b.ref > 0 {
+	for _, b := range m.p.blocks {
+		if b.indexed && b.ref > 0 {
 			out[uint64(b.hash)] = int(b.ref)
 		}
-		return true
-	})
+	}
 	return out
 }
 

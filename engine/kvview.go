@@ -26,9 +26,11 @@ type KVView struct {
 // viewedCache is a cache KVView reads: vLLM's block pool or SGLang's radix
 // cache.
 type viewedCache interface {
-	// holds returns whether the cache has h and, if so, whether a router
-	// fed all its events does too, and the pass that stored it.
-	holds(h kv.SeqHash) (has, routed bool, pass uint32)
+	// holds returns the cache's block of h (noSlot if it has none) and,
+	// if it has one, whether a router fed all its events has it too, and
+	// the pass that stored it. prev is what holds returned for h's
+	// parent hash (noSlot for a hash with no parent).
+	holds(prev int32, h kv.SeqHash) (block int32, routed bool, pass uint32)
 	// routed is how many blocks a router fed all its events holds.
 	routed() int
 	log() *viewLog
@@ -56,8 +58,11 @@ func (w *Worker) KVView() (KVView, bool) {
 // flight, its events not delivered yet.
 func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
 	l := x.c.log()
+	prev := int32(noSlot)
 	for i, h := range seqs {
-		if has, routed, pass := x.c.holds(h); has && routed && !(inFlight && pass == l.pass) {
+		block, routed, pass := x.c.holds(prev, h)
+		prev = block
+		if block != noSlot && routed && !(inFlight && pass == l.pass) {
 			continue
 		}
 		if inFlight && l.goneHas(h) {
@@ -193,24 +198,24 @@ func (l *viewLog) goneHas(h kv.SeqHash) bool {
 	return ok
 }
 
-func (p *blockPool) holds(h kv.SeqHash) (has, routed bool, pass uint32) {
-	s, ok := p.index.get(h, p.blocks)
-	if !ok {
-		return false, false, 0
+func (p *blockPool) holds(prev int32, h kv.SeqHash) (block int32, routed bool, pass uint32) {
+	s := p.step(prev, h)
+	if s == noSlot {
+		return noSlot, false, 0
 	}
 	b := &p.blocks[s]
-	return true, !b.hidden, b.pass
+	return s, !b.hidden, b.pass
 }
 
 func (p *blockPool) routed() int   { return p.visible }
 func (p *blockPool) log() *viewLog { return &p.vl }
 
-func (c *radixCache) holds(h kv.SeqHash) (has, routed bool, pass uint32) {
+func (c *radixCache) holds(_ int32, h kv.SeqHash) (block int32, routed bool, pass uint32) {
 	s, ok := c.index.Get(h)
 	if !ok {
-		return false, false, 0
+		return noSlot, false, 0
 	}
-	return true, true, c.stamp[s]
+	return s, true, c.stamp[s]
 }
 
 func (c *radixCache) routed() int   { return c.inTree }

@@ -76,11 +76,7 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 				locals, seqs := tree.path(rt, "store")
 				from := rapid.IntRange(0, len(seqs)-1).Draw(rt, "from")
 				slots := p.allocN(nil, len(seqs)-from)
-				var parent kv.SeqHash
-				if from > 0 {
-					parent = seqs[from-1]
-				}
-				p.storeRun(slots, seqs[from:], locals[from:], parent, from > 0)
+				p.storeRun(slots, seqs, locals, from, noSlot)
 				reqs = append(reqs, slots)
 			}
 			p.vl.end()
@@ -113,7 +109,7 @@ func TestKVView_PassNumbersWrap(t *testing.T) {
 	view := KVView{c: p}
 	p.beginPass()
 	stored := p.vl.pass
-	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{7}, []kv.LocalHash{7}, 0, false)
+	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{7}, []kv.LocalHash{7}, 0, noSlot)
 	p.vl.end()
 	if got := view.Depth([]kv.SeqHash{7}, true); got != 0 {
 		t.Fatalf("in flight: depth %d, want 0 (the store's event is still to come)", got)

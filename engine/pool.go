@@ -19,6 +19,9 @@ type pblock struct {
 	// lruPos is the block's position in the inactive LRU while it is
 	// inactive, 0 otherwise.
 	lruPos uint64
+	// prev1 and next1 link an indexed block into its run (see
+	// blockPool), as slot plus one: 0 is none.
+	prev1, next1 int32
 	// indexed: the block is the pool's copy of hash, findable by prefix
 	// matching. Private blocks (partial tails, duplicates, prefix caching
 	// off) are never indexed and go straight back to the free list.
@@ -35,6 +38,19 @@ type pblock struct {
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
 // blocks that still serve prefix hits. Counters are kept incrementally and
 // audit recounts them from scratch.
+//
+// The indexed blocks form runs: a block stored right after the indexed
+// copy of its parent hash follows it in its run (the parent's next1, its
+// prev1), unless another block follows the parent already. Only the first
+// block of a run is in the hash index. A sequence hash names its parent
+// (it is chained from it), so the indexed copy of a prompt's block j is
+// the block after the indexed copy of its block j-1 or the head of a run:
+// a prefix walk (step) goes from block to block and consults the index
+// only where a run ends or forks. A request's blocks are mostly one run,
+// so storing and evicting them costs the index an entry or two, not one
+// per block. A run loses blocks from its tail (a child leaves the LRU no
+// later than its parent); a block evicted from the middle makes the rest
+// a run of its own, whose head enters the index.
 //
 // The LRU is a ring of slots in the order they became inactive, positions
 // counting up from 1 without end: the entry at position q is
@@ -65,9 +81,6 @@ type blockPool struct {
 	// and not hidden.
 	vl      viewLog
 	visible int
-	// touched keeps the reads of the batched operations' prefetches from
-	// being optimised away; its value means nothing.
-	touched uint32
 }
 
 func newBlockPool(total int, emit bool) *blockPool {
@@ -80,7 +93,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 	p := &blockPool{
 		blocks:  make([]pblock, total),
 		free:    make([]int32, total),
-		index:   newSlotIndex(total),
+		index:   newSlotIndex(total / 16),
 		lru:     make([]int32, ring),
 		lruMask: uint64(ring - 1),
 		lruHead: 1,
@@ -95,13 +108,45 @@ func newBlockPool(total int, emit bool) *blockPool {
 	return p
 }
 
-// touch brings the index entries of hs into cache ahead of their lookups
-// (see slotIndex.touch).
-func (p *blockPool) touch(hs []kv.SeqHash) { p.touched += p.index.touch(hs) }
+// step is the indexed block of h, whose parent hash's indexed block is
+// prev (noSlot when h has no parent or its parent is not indexed), or
+// noSlot when h is not indexed.
+func (p *blockPool) step(prev int32, h kv.SeqHash) int32 {
+	if prev != noSlot {
+		if n := p.blocks[prev].next1 - 1; n != noSlot && p.blocks[n].hash == h {
+			return n
+		}
+	}
+	if s, ok := p.index.get(h, p.blocks); ok {
+		return s
+	}
+	return noSlot
+}
 
-// lookup returns the indexed block for h.
-func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
-	return p.index.get(h, p.blocks)
+// cachedAt is the indexed block of hashes[j], a prompt's block hashes, or
+// noSlot: the walk of step from its first block.
+func (p *blockPool) cachedAt(hashes []kv.SeqHash, j int) int32 {
+	s := int32(noSlot)
+	for _, h := range hashes[:j+1] {
+		s = p.step(s, h)
+	}
+	return s
+}
+
+// unlink takes indexed block s, about to be evicted, out of its run. The
+// blocks after it, if any, become a run of their own.
+func (p *blockPool) unlink(s int32) {
+	b := &p.blocks[s]
+	if b.prev1 == 0 {
+		p.index.removeSlot(b.hash, s)
+	} else {
+		p.blocks[b.prev1-1].next1 = 0
+	}
+	if b.next1 != 0 {
+		n := b.next1 - 1
+		p.blocks[n].prev1 = 0
+		p.index.add(p.blocks[n].hash, n, p.blocks)
+	}
 }
 
 // isActive reports whether slot is referenced.
@@ -186,10 +231,7 @@ func (p *blockPool) acquire(s int32) {
 // the same order, with the same evictions and Removed events. It stops
 // short only when every block is active.
 //
-// Evictions take a run from the LRU's head, and the walk down the run reads
-// the home entries of the evicted hashes in the index: reads that do not
-// wait on each other, so the removals that follow find them in cache
-// instead of missing on each in turn.
+// Evictions take a stretch of the LRU from its head.
 func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	if k := min(n, len(p.free)); k > 0 {
 		top := len(p.free) - 1
@@ -207,8 +249,6 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	}
 	start := len(dst)
 	removed := p.ev.removedRun(n)
-	var touched uint32
-	entries, mask := p.index.entries, p.index.mask
 	q := p.lruHead
 	for i := 0; i < n; q++ {
 		s := p.lru[q&p.lruMask]
@@ -216,20 +256,18 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		if b.lruPos != q {
 			continue // revived since it was filed
 		}
-		touched += entries[uint64(b.hash)&mask].low
 		if removed != nil {
 			removed[i] = b.hash
 		}
 		dst = append(dst, s)
 		i++
 	}
-	p.touched += touched
 	p.lruHead = q
 	p.inactive -= n
 	p.active += n
 	for _, s := range dst[start:] {
+		p.unlink(s)
 		b := &p.blocks[s]
-		p.index.removeSlot(b.hash, s)
 		if !b.hidden {
 			p.visible--
 			p.vl.evicted(b.hash, b.pass)
@@ -305,15 +343,23 @@ func (p *blockPool) retire(s int32) {
 	p.free = append(p.free, s)
 }
 
-// storeRun stores a run of consecutive blocks of one sequence: slots[i]
-// just filled hashes[i] (token hash locals[i]), whose parent is the
-// previous hash of the run, the first one's parent, when hasParent. It is
-// that many calls of store, in order, but reads the home entries of all
-// the hashes in the index first: independent reads that overlap, instead
-// of one cache miss per add in turn.
-func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, parent kv.SeqHash, hasParent bool) {
-	hashes, locals = hashes[:len(slots)], locals[:len(slots)]
-	p.touched += p.index.touch(hashes)
+// storeRun stores blocks from..from+len(slots)-1 of a sequence whose block
+// hashes (and token hashes) are hashes and locals from its first block:
+// slots[i] just filled hashes[from+i]. parentSlot is the sequence's block
+// from-1, or noSlot when the caller has none. Each block whose hash is
+// not indexed yet becomes its indexed copy, in the run of its parent's
+// indexed copy when it can follow it; the others stay private duplicates,
+// as vLLM's pool keeps them. It is that many calls of store, in order.
+func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, from int, parentSlot int32) {
+	// cp is the indexed block of the parent hash, noSlot if there is none.
+	cp := int32(noSlot)
+	if from > 0 {
+		if parentSlot != noSlot && p.blocks[parentSlot].indexed {
+			cp = parentSlot
+		} else {
+			cp = p.cachedAt(hashes, from-1)
+		}
+	}
 	// chained: the previous block of the run was the last one recorded,
 	// so the next one recorded joins its event.
 	chained := false
@@ -321,23 +367,37 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// stored last, valid while added.
 	hidden, added := false, false
 	for i, s := range slots {
-		h := hashes[i]
+		j := from + i
+		h := hashes[j]
 		b := &p.blocks[s]
 		b.hash = h
-		if !p.index.add(h, s, p.blocks) {
+		if d := p.step(cp, h); d != noSlot {
 			chained, added = false, false
-			parent, hasParent = h, true
+			cp = d
 			continue
 		}
 		b.indexed = true
-		if chained {
-			p.ev.storedNext(h, locals[i])
+		if cp != noSlot && p.blocks[cp].next1 == 0 {
+			p.blocks[cp].next1, b.prev1 = s+1, cp+1
 		} else {
-			p.ev.stored(h, locals[i], parent, hasParent)
+			p.index.add(h, s, p.blocks)
+		}
+		if chained {
+			p.ev.storedNext(h, locals[j])
+		} else {
+			var parent kv.SeqHash
+			if j > 0 {
+				parent = hashes[j-1]
+			}
+			p.ev.stored(h, locals[j], parent, j > 0)
 			chained = p.ev.emit
 		}
 		if !added {
-			hidden = hasParent && !p.routerHolds(parent)
+			// A router holds the parent if it is indexed and its Stored
+			// event was not dropped. A Stored event whose parent the
+			// router does not hold is dropped whole, so its blocks are
+			// hidden, and so are their descendants.
+			hidden = j > 0 && (cp == noSlot || p.blocks[cp].hidden)
 		}
 		added = true
 		b.pass, b.hidden = p.vl.pass, hidden
@@ -345,20 +405,11 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			p.visible++
 			p.vl.freshVisible++
 		}
-		parent, hasParent = h, true
+		cp = s
 	}
 	if len(slots) > 0 {
 		p.vl.changed()
 	}
-}
-
-// routerHolds reports whether a router fed the pool's KV events holds h
-// once it has them all: h is indexed and its Stored event was not dropped.
-// A Stored event whose parent the router does not hold is dropped whole,
-// so its blocks are hidden, and so are their descendants.
-func (p *blockPool) routerHolds(h kv.SeqHash) bool {
-	s, ok := p.index.get(h, p.blocks)
-	return ok && !p.blocks[s].hidden
 }
 
 // beginPass starts a pass: the last pass's stores and evictions are now
@@ -412,25 +463,51 @@ func (p *blockPool) audit() error {
 		return fmt.Errorf("active %d + inactive %d + free %d != total %d", active, inactive, len(p.free), len(p.blocks))
 	}
 	var err error
-	indexed, visible, freshVisible := 0, 0, 0
+	heads := 0
 	p.index.each(func(s int32) bool {
-		indexed++
+		heads++
 		b := &p.blocks[s]
+		if got, ok := p.index.get(b.hash, p.blocks); !b.indexed || b.prev1 != 0 || !ok || got != s {
+			err = fmt.Errorf("index entry for block %d (hash %x, indexed %v, after %d) finds block %d",
+				s, uint64(b.hash), b.indexed, b.prev1-1, got)
+		}
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	visible, freshVisible, runHeads := 0, 0, 0
+	seen := make(map[kv.SeqHash]int32)
+	for i := range p.blocks {
+		s, b := int32(i), &p.blocks[i]
+		if !b.indexed {
+			if b.prev1 != 0 || b.next1 != 0 {
+				return fmt.Errorf("private block %d linked after %d, before %d", s, b.prev1-1, b.next1-1)
+			}
+			continue
+		}
+		if o, dup := seen[b.hash]; dup {
+			return fmt.Errorf("blocks %d and %d both indexed under hash %x", o, s, uint64(b.hash))
+		}
+		seen[b.hash] = s
+		if b.prev1 == 0 {
+			runHeads++
+		} else if pr := &p.blocks[b.prev1-1]; !pr.indexed || pr.next1 != s+1 {
+			return fmt.Errorf("block %d follows block %d, which is not indexed (%v) or leads to %d", s, b.prev1-1, pr.indexed, pr.next1-1)
+		}
+		if b.next1 != 0 && p.blocks[b.next1-1].prev1 != s+1 {
+			return fmt.Errorf("block %d leads to block %d, which follows %d", s, b.next1-1, p.blocks[b.next1-1].prev1-1)
+		}
 		if !b.hidden {
 			visible++
 			if b.pass == p.vl.pass {
 				freshVisible++
 			}
 		}
-		if got, ok := p.index.get(b.hash, p.blocks); !b.indexed || !ok || got != s {
-			err = fmt.Errorf("index entry for block %d (hash %x, indexed %v) finds block %d", s, uint64(b.hash), b.indexed, got)
-		}
-		return err == nil
-	})
+	}
 	switch {
-	case err != nil:
-	case indexed != p.index.n:
-		err = fmt.Errorf("index counts %d entries, holds %d", p.index.n, indexed)
+	case heads != p.index.n || runHeads != heads:
+		err = fmt.Errorf("index counts %d entries, holds %d; %d runs", p.index.n, heads, runHeads)
 	case visible != p.visible || freshVisible != p.vl.freshVisible:
 		err = fmt.Errorf("a router holds %d blocks (%d of the last pass) by the counters, %d (%d) by a recount",
 			p.visible, p.vl.freshVisible, visible, freshVisible)

@@ -81,22 +81,27 @@ func TestPool_BatchedMatchesPerBlock(t *testing.T) {
 			held  bool
 		}
 		var reqs []req
-		hash := func(label string) kv.SeqHash {
-			return kv.SeqHash(rapid.Uint64Range(0, 1).Draw(rt, label+"hi")<<32 | rapid.Uint64Range(1, 12).Draw(rt, label+"lo"))
-		}
+		// A request's blocks are a path in a small tree of prompts, hashed
+		// as prompts are (chainTree), so that runs hit duplicates and
+		// prefix hits revive inactive blocks. Its stores may start at any
+		// depth past its hits, with its parent block then unknown.
+		var tree chainTree
 		for range rapid.IntRange(1, 60).Draw(rt, "ops") {
 			switch rapid.IntRange(0, 4).Draw(rt, "op") {
 			case 0, 1: // a request: prefix hits, then fresh blocks, then stores
+				locals, seqs := tree.path(rt, "prompt")
 				var slots []int32
-				for range rapid.IntRange(0, 3).Draw(rt, "hits") {
-					h := hash("hit")
-					s, ok := pp.one.lookup(h)
-					if !ok {
+				hit := int32(noSlot)
+				for j := range rapid.IntRange(0, min(3, len(seqs))).Draw(rt, "hits") {
+					if hit = pp.one.step(hit, seqs[j]); hit == noSlot {
 						break
 					}
-					pp.one.acquire(s)
-					pp.batch.acquire(s)
-					slots = append(slots, s)
+					if s, _ := pp.one.lookup(seqs[j]); s != hit {
+						rt.Fatalf("the walk finds block %d for hash %x, a scan %d", hit, uint64(seqs[j]), s)
+					}
+					pp.one.acquire(hit)
+					pp.batch.acquire(hit)
+					slots = append(slots, hit)
 				}
 				want := rapid.IntRange(0, n+2).Draw(rt, "alloc")
 				got := len(slots)
@@ -112,20 +117,18 @@ func TestPool_BatchedMatchesPerBlock(t *testing.T) {
 					rt.Fatalf("allocN gave %v, alloc one by one %v", batched, slots)
 				}
 				fresh := slots[got:]
-				stores := rapid.IntRange(0, len(fresh)).Draw(rt, "stores")
-				hashes := make([]kv.SeqHash, stores)
-				locals := make([]kv.LocalHash, stores)
-				for i := range hashes {
-					hashes[i] = hash("store")
-					locals[i] = kv.LocalHash(hashes[i] * 7)
+				from := rapid.IntRange(got, len(seqs)).Draw(rt, "from")
+				stores := rapid.IntRange(0, min(len(fresh), len(seqs)-from)).Draw(rt, "stores")
+				parent := int32(noSlot)
+				if from == got && got > 0 {
+					parent = slots[got-1]
 				}
-				parent, hasParent := hash("parent"), rapid.Bool().Draw(rt, "hasParent")
-				p, hp := parent, hasParent
-				for i := range hashes {
-					pp.one.store(fresh[i], hashes[i], locals[i], p, hp)
-					p, hp = hashes[i], true
+				p := parent
+				for i := range stores {
+					pp.one.storeAt(fresh[i], seqs, locals, from+i, p)
+					p = fresh[i]
 				}
-				pp.batch.storeRun(fresh[:stores], hashes, locals, parent, hasParent)
+				pp.batch.storeRun(fresh[:stores], seqs, locals, from, parent)
 				reqs = append(reqs, req{slots: slots})
 			case 2: // a request becomes a hold
 				if len(reqs) == 0 {
@@ -208,15 +211,17 @@ func BenchmarkPoolChurn(b *testing.B) {
 				r = r[:0]
 				if batched {
 					r = p.allocN(r, blocks)
-					p.storeRun(r[:blocks-1], hashes, locals, 0, false)
+					p.storeRun(r[:blocks-1], hashes, locals, 0, noSlot)
 					p.holdAll(r)
 				} else {
 					for range blocks {
 						s, _ := p.alloc()
 						r = append(r, s)
 					}
+					prev := int32(noSlot)
 					for j := range hashes {
-						p.store(r[j], hashes[j], locals[j], kv.SeqHash(0), false)
+						p.storeAt(r[j], hashes, locals, j, prev)
+						prev = r[j]
 					}
 					for _, s := range r {
 						p.hold(s)

@@ -18,8 +18,8 @@ func (p *blockPool) alloc() (int32, bool) {
 		s = p.lruOldest()
 		p.lruHead++
 		p.inactive--
+		p.unlink(s)
 		b := &p.blocks[s]
-		p.index.removeSlot(b.hash, s)
 		p.ev.removed(b.hash)
 		if !b.hidden {
 			p.visible--
@@ -73,21 +73,58 @@ func (p *blockPool) releaseHold(s int32) {
 	}
 }
 
-// store gives a private block that just filled its sequence hash. If the
-// hash is new to the pool the block becomes its indexed copy and a Stored
-// event is recorded (contiguous runs share one event); if another copy is
-// already indexed this one stays a private duplicate, as vLLM's pool does.
-func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
+// store gives a private block that just filled its sequence hash, with no
+// parent. If the hash is new to the pool the block becomes its indexed copy
+// and a Stored event is recorded; if another copy is already indexed this
+// one stays a private duplicate, as vLLM's pool does.
+func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash) {
+	p.storeAt(s, []kv.SeqHash{h}, []kv.LocalHash{local}, 0, noSlot)
+}
+
+// storeAt is store of block s, which just filled hashes[j] of a sequence
+// whose block j-1 is parentSlot (noSlot: none, or unknown). The indexed
+// copy of the parent hash is found by walking the sequence from its first
+// block, where storeRun carries it from block to block.
+func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash, j int, parentSlot int32) {
+	h := hashes[j]
 	b := &p.blocks[s]
 	b.hash = h
-	if !p.index.add(h, s, p.blocks) {
+	cp := int32(noSlot)
+	if j > 0 {
+		cp = p.cachedAt(hashes, j-1)
+		if parentSlot != noSlot && p.blocks[parentSlot].indexed && cp != parentSlot {
+			panic("the sequence's indexed parent block is not the walk's")
+		}
+	}
+	if p.step(cp, h) != noSlot {
 		return
 	}
 	b.indexed = true
-	p.ev.stored(h, local, parent, hasParent)
-	b.pass, b.hidden = p.vl.pass, hasParent && !p.routerHolds(parent)
+	if cp != noSlot && p.blocks[cp].next1 == 0 {
+		p.blocks[cp].next1, b.prev1 = s+1, cp+1
+	} else {
+		p.index.add(h, s, p.blocks)
+	}
+	var parent kv.SeqHash
+	if j > 0 {
+		parent = hashes[j-1]
+	}
+	p.ev.stored(h, locals[j], parent, j > 0)
+	b.pass, b.hidden = p.vl.pass, j > 0 && (cp == noSlot || p.blocks[cp].hidden)
 	if !b.hidden {
 		p.visible++
 		p.vl.freshVisible++
 	}
+}
+
+// lookup is the indexed block of h, found by reading every block: a test
+// may ask about any hash, where the pool itself finds a block only along
+// its prompt's chain (step).
+func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.indexed && b.hash == h {
+			return int32(i), true
+		}
+	}
+	return noSlot, false
 }

@@ -15,7 +15,7 @@ func storedBlock(t *testing.T, p *blockPool, h kv.SeqHash) int32 {
 	t.Helper()
 	s, ok := p.alloc()
 	require.True(t, ok)
-	p.store(s, h, kv.LocalHash(h), 0, false)
+	p.store(s, h, kv.LocalHash(h))
 	return s
 }
 
@@ -90,7 +90,7 @@ func TestPool_Conservation(t *testing.T) {
 					continue
 				}
 				if h := rapid.IntRange(0, 8).Draw(rt, "hash"); h > 0 {
-					p.store(s, kv.SeqHash(h), kv.LocalHash(h), 0, false)
+					p.store(s, kv.SeqHash(h), kv.LocalHash(h))
 				}
 				refs = append(refs, ref{slot: s})
 			case 1: // prefix hit
@@ -177,7 +177,7 @@ func TestPool_LRUMatchesList(t *testing.T) {
 				}
 				for _, s := range got {
 					if h := kv.SeqHash(rapid.IntRange(0, 2*n).Draw(rt, "hash")); h > 0 {
-						p.store(s, h, kv.LocalHash(h), 0, false)
+						p.store(s, h, kv.LocalHash(h))
 						if _, dup := index[h]; !dup {
 							index[h] = s
 							hashOf[s] = h
@@ -227,4 +227,55 @@ func TestPool_LRUMatchesList(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestPool_APromptsBlocksAreOneRun: a prompt's blocks cost the hash index
+// one entry, stored in one run or block by block, and a prompt forking from
+// it one more. A block evicted from the middle of a run leaves the blocks
+// after it findable, as a run of their own.
+func TestPool_APromptsBlocksAreOneRun(t *testing.T) {
+	p := newBlockPool(16, true)
+	chain := func(tokens ...kv.LocalHash) []kv.SeqHash {
+		out := make([]kv.SeqHash, len(tokens))
+		for i, l := range tokens {
+			if i == 0 {
+				out[i] = kv.SeqHash(l)
+			} else {
+				out[i] = kv.ChainHash(out[i-1], l)
+			}
+		}
+		return out
+	}
+	locals := []kv.LocalHash{1, 2, 3, 4, 5, 6}
+	a := chain(locals...)
+	sa := p.allocN(nil, 3)
+	p.storeRun(sa, a, locals, 0, noSlot)
+	sa = p.allocN(sa, 3)
+	for j := 3; j < 6; j++ {
+		p.storeAt(sa[j], a, locals, j, sa[j-1])
+	}
+	require.Equal(t, 1, p.index.n, "one prompt, stored in two steps")
+
+	forkLocals := []kv.LocalHash{1, 2, 9, 9}
+	b := chain(forkLocals...)
+	sb := []int32{p.cachedAt(b, 0), p.cachedAt(b, 1)}
+	require.Equal(t, sa[:2], sb, "the fork's prefix is the prompt's")
+	p.acquire(sb[0])
+	p.acquire(sb[1])
+	sb = p.allocN(sb, 2)
+	p.storeRun(sb[2:], b, forkLocals, 2, sb[1])
+	require.Equal(t, 2, p.index.n, "the fork heads a run of its own")
+	require.NoError(t, p.audit())
+
+	// Only a's block 3 is free to go: the pool evicts it from the middle
+	// of a's run.
+	p.release(sa[3])
+	p.allocN(nil, len(p.free)+1)
+	require.Equal(t, 3, p.index.n, "a's blocks 4 and 5 head a run")
+	for j, want := range []int32{sa[0], sa[1], sa[2], noSlot, sa[4], sa[5]} {
+		assert.Equal(t, want, p.cachedAt(a, j), "a's block %d", j)
+		got, _ := p.lookup(a[j])
+		assert.Equal(t, want, got, "a scan for a's block %d", j)
+	}
+	require.NoError(t, p.audit())
 }

@@ -3,18 +3,19 @@ package engine
 import "github.com/kvstrand/mocker/kv"
 
 // slotIndex is the block pool's prefix index: sequence hash to the slot of
-// the block indexed under it. It is kv.Index's open addressing with
-// backward-shift deletion, but an entry keeps only the low 32 bits of its
-// hash beside the slot: the full hash is the block's own, read from the
-// pool when the low bits match. Entries are 8 bytes, eight to a cache line,
-// and the block read to confirm a match is one its caller reads anyway.
+// the block indexed under it, the first block of each run (see blockPool).
+// It is kv.Index's open addressing with backward-shift deletion, but an
+// entry keeps only the low 32 bits of its hash beside the slot: the full
+// hash is the block's own, read from the pool when the low bits match.
+// Entries are 8 bytes, eight to a cache line, and the block read to
+// confirm a match is one its caller reads anyway.
 //
-// The table is kept at most a quarter full. A full pool's store-and-evict
-// churn probes it at random, and at half load whether the next entry is
-// empty is a coin toss: the probes' and the deletion's mispredicted
-// branches cost more than the table's footprint saves. At a quarter the
-// home entry is nearly always the last one read, for a table of 32 to 64
-// bytes per block (a power of two entries).
+// The table is kept at most a quarter full, so that the home entry is
+// nearly always the last one read: every block stored asks it whether its
+// hash heads a run already, a probe at random. It starts with room for a
+// run per 16 blocks and grows by doubling; a prefill pool's runs are a
+// prompt's new blocks, dozens each, and its table stays a few kilobytes,
+// in cache.
 //
 // The low bits are also the hash's home position, so tables are limited
 // to 2^32 entries: pools of up to 2^30 blocks, 32 GiB of them, past any
@@ -69,18 +70,6 @@ func (x *slotIndex) find(h kv.SeqHash, blocks []pblock) uint64 {
 		}
 		i = (i + 1) & x.mask
 	}
-}
-
-// touch reads the home entry of each of hs and returns a value that
-// depends on them: reads that do not wait on each other, so that lookups,
-// adds or removals of hs that follow find their entries in cache instead of
-// missing on each in turn. The value means nothing.
-func (x *slotIndex) touch(hs []kv.SeqHash) uint32 {
-	var sum uint32
-	for _, h := range hs {
-		sum += x.entries[uint64(h)&x.mask].low
-	}
-	return sum
 }
 
 // get returns the slot indexed under h.

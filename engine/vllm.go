@@ -7,7 +7,6 @@ import (
 	"math/bits"
 	"math/rand/v2"
 
-	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 )
 
@@ -497,10 +496,6 @@ func (v *VLLM) freeBlocks(s *seq) {
 	s.computed = 0
 }
 
-// prefixTouch is how many index entries of a prefix walk prefixHits reads
-// ahead of its lookups.
-const prefixTouch = 8
-
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
 // logits produce the next token). active counts hits on referenced blocks,
@@ -513,15 +508,9 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 	}
 	limit := (s.length - 1) / v.bs
 	s.ensureHashes(limit, v.bs)
+	slot := int32(noSlot)
 	for hits < limit {
-		// The lookups wait on each other only through the hit test: the
-		// index entries of the next few are read at once, so that their
-		// cache misses overlap. A few, not all: most walks end early.
-		if hits%prefixTouch == 0 {
-			v.pool.touch(s.hashes[hits:min(hits+prefixTouch, limit)])
-		}
-		slot, ok := v.pool.lookup(s.hashes[hits])
-		if !ok {
+		if slot = v.pool.step(slot, s.hashes[hits]); slot == noSlot {
 			break
 		}
 		if v.pool.isActive(slot) {
@@ -544,11 +533,11 @@ func (v *VLLM) promote(s *seq) {
 	}
 	s.ensureHashes(full, v.bs)
 	i := s.stored
-	var parent kv.SeqHash
+	parent := int32(noSlot)
 	if i > 0 {
-		parent = s.hashes[i-1]
+		parent = s.blocks[i-1]
 	}
-	v.pool.storeRun(s.blocks[i:full], s.hashes[i:full], s.locals[i:full], parent, i > 0)
+	v.pool.storeRun(s.blocks[i:full], s.hashes[:full], s.locals[:full], i, parent)
 	s.stored = full
 }
 
