@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
@@ -32,6 +33,8 @@ type Cluster struct {
 	byRole    map[engine.WorkerType][]*workerNode
 	destFirst bool // SGLang without optimistic prefill: the decode reserves first
 	maxPrompt int  // the longest prompt a worker of the first pool can hold
+	// acts holds the actions of the machines being stepped (step).
+	acts []handoff.Action
 
 	// clock paces the loop; nil runs it as fast as the CPU allows.
 	clock   *wallClock

@@ -440,11 +440,19 @@ func (c *Cluster) stopRequest(r *request, reason string) {
 }
 
 // step feeds one event to r's machine and carries out its actions.
+//
+// The actions go in c.acts, one slice for every machine, used as a stack:
+// an action may step a machine in turn (a link that answers at once),
+// whose actions go above these and are gone when it returns.
 func (c *Cluster) step(r *request, ev handoff.Event) {
-	acts := r.m.Step(ev)
-	for i := range acts {
-		c.act(r, &acts[i])
+	start := len(c.acts)
+	c.acts = r.m.Step(ev, c.acts)
+	for i := start; i < len(c.acts); i++ {
+		a := c.acts[i]
+		c.act(r, &a)
 	}
+	clear(c.acts[start:])
+	c.acts = c.acts[:start]
 }
 
 func (c *Cluster) act(r *request, a *handoff.Action) {

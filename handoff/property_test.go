@@ -49,7 +49,14 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 		for range rapid.IntRange(1, 40).Draw(rt, "steps") {
 			ev := rapid.SampledFrom(events).Draw(rt, "event")(rt)
 			wasDone := m.Finished()
-			acts := m.Step(ev)
+			// Step appends to the slice it is given and leaves what it
+			// holds alone.
+			kept := Action{Kind: Connect, Error: "kept"}
+			acts := m.Step(ev, []Action{kept})
+			if len(acts) == 0 || acts[0] != kept {
+				rt.Fatalf("Step after %T dropped or changed the action it was given: %v", ev, acts)
+			}
+			acts = acts[1:]
 			if wasDone && len(acts) > 0 {
 				rt.Fatalf("a finished machine asked for %v after %T", acts, ev)
 			}

@@ -87,7 +87,7 @@ func replay(t *testing.T, transcript string) string {
 			continue
 		}
 		require.NotNil(t, m, "a transcript starts with spec")
-		for _, a := range m.Step(parseEvent(t, f, kv)) {
+		for _, a := range m.Step(parseEvent(t, f, kv), nil) {
 			out.WriteString("  " + describe(a) + "\n")
 		}
 		fmt.Fprintf(&out, "  phase %s\n", m.Phase())
