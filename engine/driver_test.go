@@ -120,6 +120,17 @@ func TestVirtual_TicketHoldsItsPlace(t *testing.T) {
 	assert.Equal(t, []string{"early", "ticket", "call"}, order)
 	assert.Zero(t, v.PendingTickets())
 
+	// A ticket gone from the queue takes no fill: not even when the
+	// place that held it holds another event's since.
+	v.Call(20, func() { order = append(order, "later") })
+	tk2 := v.Ticket(20)
+	v.FillCall(tk, func() { order = append(order, "stale") })
+	v.Void(tk)
+	assert.Equal(t, 1, v.PendingTickets())
+	v.FillCall(tk2, func() { order = append(order, "second ticket") })
+	require.NoError(t, v.Run())
+	assert.Equal(t, []string{"early", "ticket", "call", "later", "second ticket"}, order)
+
 	v.AdvanceTo(50)
 	assert.Equal(t, 50.0, v.Now())
 	v.Call(60, func() {})

@@ -28,14 +28,28 @@ const (
 	vTicket        // a placeholder for an input whose content is not known yet
 )
 
+// vevent is a queued event. It holds no pointers, so that the heap moves
+// it with plain copies: an event's input or callback (and a ticket's
+// fill) waits in the payload its arg names, a wake-up's arg is its slot's
+// generation.
 type vevent struct {
 	at     float64
 	seq    uint64
-	kind   vkind
+	arg    uint64
 	worker int32
-	gen    uint64
+	kind   vkind
+}
+
+// vpayload is what an event carries besides its place in the queue. A
+// ticket's is filled later; seq, the ticket's, tells a fill of a ticket
+// already gone from one of the payload's later use.
+type vpayload struct {
 	in     Input
 	call   func()
+	worker int
+	seq    uint64
+	filled bool
+	ticket bool
 }
 
 // InputResult is what a scheduled Input did when it reached its worker. At
@@ -58,6 +72,7 @@ type InputResult struct {
 type Ticket struct {
 	At  float64
 	seq uint64
+	pay uint64
 }
 
 type vslot struct {
@@ -66,14 +81,6 @@ type vslot struct {
 	scheduled  bool
 	wakeAt     float64
 	gen        uint64
-}
-
-// ticketFill is what a ticket turned out to be.
-type ticketFill struct {
-	filled bool
-	worker int
-	in     Input  // nil: a callback, or voided
-	call   func() // may be nil (voided)
 }
 
 // Virtual drives workers on one discrete-event queue in modeled time.
@@ -90,8 +97,11 @@ type Virtual struct {
 	now     float64
 	src     ArrivalSource
 	err     error
-	tickets map[uint64]ticketFill
-	batches []*vbatch // CallEach runs, kept aside from q
+	// payloads holds the inputs, callbacks and tickets of queued events;
+	// freePay are the unused ones.
+	payloads []vpayload
+	freePay  []uint64
+	batches  []*vbatch // CallEach runs, kept aside from q
 
 	// OnOutput, when set, receives every worker Output at its End (the
 	// clock reads End during the call). The events that precede a pass
@@ -129,13 +139,33 @@ func (v *Virtual) Workers() int { return len(v.workers) }
 // fires, so they must stay unchanged until then; a refusal of either stops
 // the run unless OnInput is set to hear it.
 func (v *Virtual) Schedule(at float64, worker int, in Input) {
-	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), in: in})
+	v.push(vevent{at: max(at, v.now), kind: vInput, worker: int32(worker), arg: v.carry(vpayload{in: in})})
 }
 
 // Call runs fn at modeled time at (clamped to now), in its place among the
 // events of that time. fn may schedule more events.
 func (v *Virtual) Call(at float64, fn func()) {
-	v.push(vevent{at: max(at, v.now), kind: vCall, call: fn})
+	v.push(vevent{at: max(at, v.now), kind: vCall, arg: v.carry(vpayload{call: fn})})
+}
+
+// carry keeps p for an event and returns its place.
+func (v *Virtual) carry(p vpayload) uint64 {
+	if n := len(v.freePay); n > 0 {
+		i := v.freePay[n-1]
+		v.freePay = v.freePay[:n-1]
+		v.payloads[i] = p
+		return i
+	}
+	v.payloads = append(v.payloads, p)
+	return uint64(len(v.payloads) - 1)
+}
+
+// take returns the payload at i and frees its place.
+func (v *Virtual) take(i uint64) vpayload {
+	p := v.payloads[i]
+	v.payloads[i] = vpayload{}
+	v.freePay = append(v.freePay, i)
+	return p
 }
 
 // CallEach runs fn(i) at modeled time at(i) for every i in [0, n), each in
@@ -206,41 +236,42 @@ func (v *Virtual) fireBatch(i int) {
 // to be filled in later (FillInput, FillCall or Void). RunUntil does not
 // pass an unfilled ticket.
 func (v *Virtual) Ticket(at float64) Ticket {
-	e := vevent{at: max(at, v.now), kind: vTicket}
+	seq := v.seq
+	e := vevent{at: max(at, v.now), kind: vTicket, arg: v.carry(vpayload{ticket: true, seq: seq})}
 	v.push(e)
-	if v.tickets == nil {
-		v.tickets = make(map[uint64]ticketFill)
-	}
-	seq := v.seq - 1
-	v.tickets[seq] = ticketFill{}
-	return Ticket{At: e.at, seq: seq}
+	return Ticket{At: e.at, seq: seq, pay: e.arg}
 }
 
 // FillInput makes ticket t an Input to worker, applied at the ticket's
 // time and place.
 func (v *Virtual) FillInput(t Ticket, worker int, in Input) {
-	v.fill(t, ticketFill{filled: true, worker: worker, in: in})
+	v.fill(t, vpayload{worker: worker, in: in})
 }
 
 // FillCall makes ticket t a callback run at the ticket's time and place.
 func (v *Virtual) FillCall(t Ticket, fn func()) {
-	v.fill(t, ticketFill{filled: true, call: fn})
+	v.fill(t, vpayload{call: fn})
 }
 
 // Void releases ticket t with nothing to do.
-func (v *Virtual) Void(t Ticket) { v.fill(t, ticketFill{filled: true}) }
+func (v *Virtual) Void(t Ticket) { v.fill(t, vpayload{}) }
 
-func (v *Virtual) fill(t Ticket, f ticketFill) {
-	if cur, ok := v.tickets[t.seq]; ok && !cur.filled {
-		v.tickets[t.seq] = f
+// fill fills ticket t with f unless it is filled already or gone.
+func (v *Virtual) fill(t Ticket, f vpayload) {
+	if t.pay >= uint64(len(v.payloads)) {
+		return
+	}
+	if cur := &v.payloads[t.pay]; cur.ticket && cur.seq == t.seq && !cur.filled {
+		f.ticket, f.seq, f.filled = true, t.seq, true
+		*cur = f
 	}
 }
 
 // PendingTickets counts tickets not yet filled or voided.
 func (v *Virtual) PendingTickets() int {
 	n := 0
-	for _, f := range v.tickets {
-		if !f.filled {
+	for i := range v.payloads {
+		if p := &v.payloads[i]; p.ticket && !p.filled {
 			n++
 		}
 	}
@@ -263,7 +294,8 @@ func (v *Virtual) pull() {
 		v.src = nil
 		return
 	}
-	v.push(vevent{at: max(a.At, v.now), kind: vSourced, worker: int32(a.Worker), in: Submit{Request: a.Request, Policy: a.Policy}})
+	v.push(vevent{at: max(a.At, v.now), kind: vSourced, worker: int32(a.Worker),
+		arg: v.carry(vpayload{in: Submit{Request: a.Request, Policy: a.Policy}})})
 }
 
 // Next reports the time of the earliest event; blocked is true when that
@@ -284,7 +316,7 @@ func (v *Virtual) Next() (at float64, blocked, ok bool) {
 // of the real one.
 func (v *Virtual) NextLive() (at float64, ok bool) {
 	for len(v.q) > 0 {
-		if e := &v.q[0]; e.kind != vWake || e.gen == v.slots[e.worker].gen {
+		if e := &v.q[0]; e.kind != vWake || e.arg == v.slots[e.worker].gen {
 			break
 		}
 		v.pop()
@@ -296,7 +328,7 @@ func (v *Virtual) NextLive() (at float64, ok bool) {
 // headBlocked reports whether the queue's head is a ticket still waiting
 // to be filled.
 func (v *Virtual) headBlocked() bool {
-	return v.q[0].kind == vTicket && !v.tickets[v.q[0].seq].filled
+	return v.q[0].kind == vTicket && !v.payloads[v.q[0].arg].filled
 }
 
 // AdvanceTo moves the clock forward to t without processing anything, for
@@ -370,18 +402,20 @@ func (v *Virtual) blocked() bool {
 func (v *Virtual) Err() error { return v.err }
 
 func (v *Virtual) handle(e *vevent) {
+	var p vpayload
+	if e.kind != vWake {
+		p = v.take(e.arg)
+	}
 	switch e.kind {
 	case vCall:
-		e.call()
+		p.call()
 		return
 	case vTicket:
-		f := v.tickets[e.seq]
-		delete(v.tickets, e.seq)
 		switch {
-		case f.call != nil:
-			f.call()
-		case f.in != nil:
-			v.apply(f.worker, f.in)
+		case p.call != nil:
+			p.call()
+		case p.in != nil:
+			v.apply(p.worker, p.in)
 		}
 		return
 	}
@@ -392,12 +426,12 @@ func (v *Virtual) handle(e *vevent) {
 	}
 	switch e.kind {
 	case vWake:
-		v.wake(w, e.gen)
+		v.wake(w, e.arg)
 	case vSourced:
-		v.apply(w, e.in)
+		v.apply(w, p.in)
 		v.pull()
 	default:
-		v.apply(w, e.in)
+		v.apply(w, p.in)
 	}
 }
 
@@ -448,7 +482,7 @@ func (v *Virtual) schedule(w int, t float64) {
 	}
 	sl.gen++
 	sl.scheduled, sl.wakeAt = true, t
-	v.push(vevent{at: t, kind: vWake, worker: int32(w), gen: sl.gen})
+	v.push(vevent{at: t, kind: vWake, worker: int32(w), arg: sl.gen})
 }
 
 func (v *Virtual) wake(w int, gen uint64) {
