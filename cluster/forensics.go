@@ -6,6 +6,8 @@ import (
 	"context"
 	"log/slog"
 	"slices"
+
+	"github.com/kvstrand/mocker/internal/idtab"
 )
 
 // Forensic event names, one per handoff transition (DESIGN §3).
@@ -85,20 +87,26 @@ type HoldEdge struct {
 // edge, the holds still open, the longest ended holds and a ring of the
 // most recent ones, plus a ring of recent events. Guarded by Cluster.mu.
 type forensics struct {
-	log     *slog.Logger
-	open    map[uint64]Hold // by request id
+	log *slog.Logger
+	// open are the holds that last, by request id; spare are records of
+	// ended ones for the next to use.
+	open    idtab.Table[*Hold]
+	spare   []*Hold
 	longest holdHeap
 	recent  []Hold
 	next    int // ring cursor in recent
 	events  []Event
 	nextEv  int
 	edges   map[[2]string]*HoldEdge
-	keepAll bool    // keep every event in all (RunVirtual)
-	all     []Event // every event, when keepAll
+	// lastEdge is the edge a hold ended on last: the next hold to end is
+	// often between the same two workers, and then needs no lookup.
+	lastEdge *HoldEdge
+	keepAll  bool    // keep every event in all (RunVirtual)
+	all      []Event // every event, when keepAll
 }
 
 func newForensics(log *slog.Logger) *forensics {
-	return &forensics{log: log, open: make(map[uint64]Hold), edges: make(map[[2]string]*HoldEdge)}
+	return &forensics{log: log, edges: make(map[[2]string]*HoldEdge)}
 }
 
 // record keeps ev and writes it to the log.
@@ -137,7 +145,14 @@ func (f *forensics) record(ev Event) {
 }
 
 func (f *forensics) holdStarted(h Hold) {
-	f.open[h.RequestID] = h
+	var p *Hold
+	if n := len(f.spare); n > 0 {
+		p, f.spare = f.spare[n-1], f.spare[:n-1]
+	} else {
+		p = new(Hold)
+	}
+	*p = h
+	f.open.Set(h.RequestID, p)
 	f.record(Event{Name: EventPinStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks})
@@ -147,8 +162,7 @@ func (f *forensics) holdStarted(h Hold) {
 // the hold had already ended (its end was delivered first); the kept
 // records of it are then completed.
 func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
-	held, open := f.open[reqID]
-	h := &held
+	h, open := f.open.Get(reqID)
 	if !open {
 		h = f.ended(reqID)
 		if h == nil {
@@ -160,9 +174,7 @@ func (f *forensics) transferStarted(reqID uint64, at float64) (Hold, bool) {
 	f.record(Event{Name: EventTransferStart, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank})
-	if open {
-		f.open[reqID] = *h
-	} else {
+	if !open {
 		// Both copies, if the hold is in the longest ones too.
 		for i := range f.longest {
 			if f.longest[i].RequestID == reqID {
@@ -185,11 +197,13 @@ func (f *forensics) ended(reqID uint64) *Hold {
 
 // holdEnded closes the open hold of reqID and returns it.
 func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string, transferred bool) (Hold, bool) {
-	h, ok := f.open[reqID]
+	p, ok := f.open.Get(reqID)
 	if !ok {
 		return Hold{}, false
 	}
-	delete(f.open, reqID)
+	f.open.Delete(reqID)
+	h := *p
+	f.spare = append(f.spare, p)
 	if transferred {
 		h.Claimed = true
 	}
@@ -198,11 +212,14 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
 
-	key := [2]string{h.PrefillWorker, h.DecodeWorker}
-	e := f.edges[key]
-	if e == nil {
-		e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
-		f.edges[key] = e
+	e := f.lastEdge
+	if e == nil || e.PrefillWorker != h.PrefillWorker || e.DecodeWorker != h.DecodeWorker {
+		key := [2]string{h.PrefillWorker, h.DecodeWorker}
+		if e = f.edges[key]; e == nil {
+			e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
+			f.edges[key] = e
+		}
+		f.lastEdge = e
 	}
 	e.Holds++
 	if outcome == OutcomeAborted {
@@ -240,8 +257,8 @@ func (f *forensics) holds() []Hold {
 			out = append(out, h)
 		}
 	}
-	for _, h := range f.open {
-		add(h)
+	for _, h := range f.open.All() {
+		add(*h)
 	}
 	for _, h := range f.longest {
 		add(h)

@@ -64,7 +64,7 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 		}, ""},
 		{"a hold open after drain", func(c *Cluster) {
 			c.stats.pins++ // counted as started, so the pin balance holds
-			c.forensic.open[99] = Hold{RequestID: 99, PrefillWorker: "prefill-0"}
+			c.forensic.open.Set(99, &Hold{RequestID: 99, PrefillWorker: "prefill-0"})
 		}, "1 holds still open after drain"},
 		{"a hold's pin ended twice", func(c *Cluster) { c.stats.pinsAborted++ },
 			"pins 3 != released 3 + aborted 1 + cancelled 0 + open 0"},
@@ -89,7 +89,7 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 			c.active++
 			c.stats.requests++
 			c.stats.pins++
-			c.forensic.open[99] = Hold{RequestID: 99}
+			c.forensic.open.Set(99, &Hold{RequestID: 99})
 			c.workers[0].last.HeldBlocks = 4
 			c.stats.transfersStarted++
 		}, ""},

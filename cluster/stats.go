@@ -250,7 +250,7 @@ type invariantState struct {
 func (c *Cluster) CheckInvariants() error {
 	var st invariantState
 	c.query(func() {
-		st = invariantState{s: c.statsNow(), open: len(c.forensic.open), causality: c.stats.causality,
+		st = invariantState{s: c.statsNow(), open: c.forensic.open.Len(), causality: c.stats.causality,
 			example: c.stats.causalityExample}
 		st.settled = c.active == 0
 	})
