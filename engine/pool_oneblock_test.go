@@ -83,18 +83,20 @@ func (p *blockPool) store(s int32, h kv.SeqHash, local kv.LocalHash) {
 
 // storeAt is store of block s, which just filled hashes[j] of a sequence
 // whose block j-1 is parentSlot (noSlot: none, or unknown). The indexed
-// copy of the parent hash is found by walking the sequence from its first
-// block, where storeRun carries it from block to block.
+// copy of the parent hash is parentSlot if that is indexed, else found by
+// walking the sequence from its first block; storeRun carries it from
+// block to block.
 func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash, j int, parentSlot int32) {
 	h := hashes[j]
 	b := &p.blocks[s]
 	b.hash = h
 	cp := int32(noSlot)
-	if j > 0 {
+	switch {
+	case j == 0:
+	case parentSlot != noSlot && p.blocks[parentSlot].indexed:
+		cp = parentSlot
+	default:
 		cp = p.cachedAt(hashes, j-1)
-		if parentSlot != noSlot && p.blocks[parentSlot].indexed && cp != parentSlot {
-			panic("the sequence's indexed parent block is not the walk's")
-		}
 	}
 	if p.step(cp, h) != noSlot {
 		return
