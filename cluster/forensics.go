@@ -98,11 +98,8 @@ type forensics struct {
 	events  []Event
 	nextEv  int
 	edges   map[[2]string]*HoldEdge
-	// lastEdge is the edge a hold ended on last: the next hold to end is
-	// often between the same two workers, and then needs no lookup.
-	lastEdge *HoldEdge
-	keepAll  bool    // keep every event in all (RunVirtual)
-	all      []Event // every event, when keepAll
+	keepAll bool    // keep every event in all (RunVirtual)
+	all     []Event // every event, when keepAll
 }
 
 func newForensics(log *slog.Logger) *forensics {
@@ -212,14 +209,11 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
 
-	e := f.lastEdge
-	if e == nil || e.PrefillWorker != h.PrefillWorker || e.DecodeWorker != h.DecodeWorker {
-		key := [2]string{h.PrefillWorker, h.DecodeWorker}
-		if e = f.edges[key]; e == nil {
-			e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
-			f.edges[key] = e
-		}
-		f.lastEdge = e
+	key := [2]string{h.PrefillWorker, h.DecodeWorker}
+	e := f.edges[key]
+	if e == nil {
+		e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
+		f.edges[key] = e
 	}
 	e.Holds++
 	if outcome == OutcomeAborted {
