@@ -2,11 +2,11 @@ package engine
 
 import (
 	"fmt"
-	"github.com/kvstrand/mocker/internal/idtab"
 	"math/bits"
 	"math/rand/v2"
 	"slices"
 
+	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/kv"
 )
 
