@@ -371,3 +371,37 @@ func TestNew_ValidatesArgs(t *testing.T) {
 	_, err := New(a, nil, 1)
 	assert.NoError(t, err, "an unset engine_type means vllm")
 }
+
+// TestVLLM_DecodeTokensCountTheDecodeSteps: a pass reports as decode
+// tokens exactly the steps it gave requests past their first token, one
+// per token they emit, and never schedules more than its budget. Eight
+// requests decode under a 5-token budget, so passes leave some out.
+func TestVLLM_DecodeTokensCountTheDecodeSteps(t *testing.T) {
+	w := newWorker(t, smallArgs(256, func(a *Args) { a.MaxNumBatchedTokens = intp(5) }))
+	var r record
+	for i := range 8 {
+		require.NoError(t, w.Submit(0, Request{ID: uint64(i + 1), Tokens: seqTokens(uint32(100*i+1), 3), MaxTokens: 12}, Release))
+	}
+	drive(t, w, &r, 0)
+	require.Len(t, r.completions, 8)
+	for _, c := range r.completions {
+		require.Zero(t, c.Preemptions, "the count holds only without recompute")
+	}
+	decoded, budgetBound := 0, 0
+	for i, o := range r.outs {
+		later := 0
+		for _, tk := range o.Tokens {
+			if tk.Index > 0 {
+				later++
+			}
+		}
+		assert.Equal(t, later, o.DecodeTokens, "pass %d", i)
+		assert.LessOrEqual(t, o.PrefillTokens+o.DecodeTokens, 5, "pass %d stays within the budget", i)
+		if o.DecodeTokens == 5 {
+			budgetBound++
+		}
+		decoded += o.DecodeTokens
+	}
+	assert.Equal(t, 8*11, decoded)
+	assert.Positive(t, budgetBound, "some pass ran out of budget with requests still to decode")
+}
