@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
@@ -35,6 +36,8 @@ type Cluster struct {
 	maxPrompt int  // the longest prompt a worker of the first pool can hold
 	// acts holds the actions of the machines being stepped (step).
 	acts []handoff.Action
+	// names names requests for the router.
+	names reqNames
 
 	// clock paces the loop; nil runs it as fast as the CPU allows.
 	clock   *wallClock
@@ -410,9 +413,18 @@ func (c *Cluster) closeServers() error {
 	return errors.Join(errs...)
 }
 
-// routerID names request id for the router: "req-<id>", built in one
-// allocation (Sprintf takes three).
-func routerID(id uint64) string {
-	var buf [24]byte
-	return string(strconv.AppendUint(append(buf[:0], "req-"...), id, 10))
+// reqNames builds the names requests go by in the router's logs,
+// "req-<id>", in shared blocks of bytes, so that a name costs no
+// allocation of its own. A name's bytes are never written again once
+// appended, which is what lets a string point at them.
+type reqNames struct{ buf []byte }
+
+func (n *reqNames) name(id uint64) string {
+	const longest = len("req-") + 20
+	if cap(n.buf)-len(n.buf) < longest {
+		n.buf = make([]byte, 0, 4096)
+	}
+	start := len(n.buf)
+	n.buf = strconv.AppendUint(append(n.buf, "req-"...), id, 10)
+	return unsafe.String(&n.buf[start], len(n.buf)-start)
 }

@@ -77,7 +77,7 @@ type request struct {
 	h       *call
 	m       *handoff.Machine // machine, once routed
 	machine handoff.Machine
-	rid     string // router id
+	lease   router.Lease // its claim on the router's load tracking
 	prefill *workerNode
 	decode  *workerNode
 	tid     uint64     // transfer id, once the prefill holds
@@ -374,7 +374,7 @@ func (c *Cluster) arrive(h *call) {
 		tokens = buf.tokens
 	}
 	r := c.newRequest()
-	*r = request{id: id, h: h, rid: routerID(id)}
+	*r = request{id: id, h: h}
 	h.r = r
 	hs := c.hashMemo.lookup(h.req.Tokens, bs)
 	if hs == nil {
@@ -389,24 +389,26 @@ func (c *Cluster) arrive(h *call) {
 		hs.Locals, hs.Seqs = kv.ExtendBlockHashes(tokens, bs, hs.Locals, hs.Seqs)
 	}
 	r.prompt = buf
-	rreq := &router.Request{ID: r.rid, Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
+	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
 	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	if !c.cfg.Disagg {
-		wid, err := c.router.Route(rreq)
+		wid, lease, err := c.router.RouteLease(rreq)
 		if err != nil {
 			c.refuse(r, err)
 			return
 		}
 		r.prefill = c.workers[wid]
 		r.decode = r.prefill
+		r.lease = lease
 		spec.Order = handoff.Aggregated
 	} else {
-		pid, did, err := c.router.RouteDisagg(rreq)
+		pid, did, lease, err := c.router.RouteDisaggLease(rreq)
 		if err != nil {
 			c.refuse(r, err)
 			return
 		}
 		r.prefill, r.decode = c.workers[pid], c.workers[did]
+		r.lease = lease
 		spec.Order = handoff.SourceFirst
 		if c.destFirst {
 			spec.Order = handoff.DestinationFirst
@@ -426,7 +428,6 @@ func (c *Cluster) arrive(h *call) {
 // refuse ends a request the router would not place.
 func (c *Cluster) refuse(r *request, err error) {
 	res := routeRefusal(err)
-	c.router.Free(r.rid)
 	c.count(&res)
 	c.series.ended(c.v.Now(), &res)
 	c.reply(r, res)
@@ -492,7 +493,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	if r.tid != 0 {
 		c.link.forget(r)
 	}
-	c.router.Free(r.rid)
+	c.router.FreeLease(r.lease)
 	c.active--
 	c.reply(r, res)
 }
@@ -618,7 +619,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 			continue
 		}
 		if w.role == engine.WorkerPrefill {
-			c.router.PrefillDone(r.rid)
+			c.router.PrefillDoneLease(r.lease)
 		}
 		c.step(r, handoff.WorkerCompletion{Side: r.side(w), Completion: comp})
 	}
@@ -626,7 +627,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 		for _, tok := range out.Tokens {
 			if tok.Index == 0 {
 				if r, _ := c.reqs.Get(tok.RequestID); r != nil {
-					c.router.PrefillDone(r.rid)
+					c.router.PrefillDoneLease(r.lease)
 				}
 			}
 		}

@@ -2,7 +2,9 @@ package router_test
 
 import (
 	"fmt"
+	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -170,5 +172,123 @@ func TestRouter_NeverPicksRemovedOrBusy(t *testing.T) {
 			require.Zero(t, st.ActiveBlocks, "worker %d", st.Info.ID)
 			require.Zero(t, st.PrefillTokens, "worker %d", st.Info.ID)
 		}
+	})
+}
+
+// TestRouter_LeasesTrackAsIDsDo drives two routers of one config through the
+// same random steps, one tracking requests by id and one by lease, and
+// requires the same choices, the same worker states and the same count in
+// flight after every step: a lease is only another name for the request.
+// Calls with a lease whose request has ended (freed, or expired by the
+// request TTL), even when its state now serves another request, must
+// change nothing.
+func TestRouter_LeasesTrackAsIDsDo(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := router.DefaultConfig()
+		cfg.BlockSize = bs
+		cfg.Mode = rapid.SampledFrom(router.Modes).Draw(t, "mode")
+		cfg.UseKVEvents = rapid.Bool().Draw(t, "events")
+		cfg.Seed = rapid.Uint64().Draw(t, "seed")
+		if rapid.Bool().Draw(t, "threshold") {
+			frac := 0.5
+			cfg.ActiveDecodeBlocksThreshold = &frac
+		}
+		cfg.RouterRequestTTLSecs = 100
+		now := time.Unix(1000, 0)
+		clock := router.WithClock(func() time.Time { return now })
+		quiet := router.WithLogger(slog.New(slog.DiscardHandler))
+		byID, err := router.New(cfg, clock, quiet)
+		require.NoError(t, err)
+		byLease, err := router.New(cfg, clock, quiet)
+		require.NoError(t, err)
+		both := []*router.Router{byID, byLease}
+
+		type flight struct {
+			id    string
+			lease router.Lease
+		}
+		var inflight []flight
+		var ended []router.Lease
+		next := 0
+		ids := rapid.Uint64Range(1, 4)
+		prompts := rapid.SampledFrom([]string{"A", "AB", "ABC", "ABX", "Q", "QR"})
+		for range rapid.IntRange(1, 60).Draw(t, "steps") {
+			switch rapid.IntRange(0, 8).Draw(t, "op") {
+			case 0:
+				id := ids.Draw(t, "id")
+				role := rapid.SampledFrom([]router.Role{router.RoleAggregated, router.RolePrefill, router.RoleDecode}).Draw(t, "role")
+				if st, ok := byID.Worker(id); ok {
+					role = st.Info.Role
+				}
+				for _, r := range both {
+					require.NoError(t, r.AddWorker(router.WorkerInfo{ID: id, Role: role, TotalBlocks: 8}))
+				}
+			case 1:
+				id := ids.Draw(t, "id")
+				require.Equal(t, byID.RemoveWorker(id), byLease.RemoveWorker(id))
+			case 2:
+				id, prompt := ids.Draw(t, "id"), prompts.Draw(t, "stored")
+				for _, r := range both {
+					store(t, r, id, prompt, 0)
+				}
+			case 3, 4:
+				id := fmt.Sprint("r", next)
+				next++
+				prompt := prompts.Draw(t, "prompt")
+				var f flight
+				var err1, err2 error
+				if rapid.Bool().Draw(t, "disagg") {
+					p1, d1, err := byID.RouteDisagg(&router.Request{ID: id, Tokens: tokens(prompt)})
+					p2, d2, l, err2b := byLease.RouteDisaggLease(&router.Request{ID: id, Tokens: tokens(prompt)})
+					require.Equal(t, [2]uint64{p1, d1}, [2]uint64{p2, d2})
+					f, err1, err2 = flight{id, l}, err, err2b
+				} else {
+					w1, err := byID.Route(&router.Request{ID: id, Tokens: tokens(prompt)})
+					w2, l, err2b := byLease.RouteLease(&router.Request{ID: id, Tokens: tokens(prompt)})
+					require.Equal(t, w1, w2)
+					f, err1, err2 = flight{id, l}, err, err2b
+				}
+				require.Equal(t, err1 == nil, err2 == nil, "%v / %v", err1, err2)
+				if err1 == nil {
+					inflight = append(inflight, f)
+				}
+			case 5, 6:
+				if len(inflight) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(inflight)-1).Draw(t, "which")
+				f := inflight[i]
+				if rapid.Bool().Draw(t, "free") {
+					byID.Free(f.id)
+					byLease.FreeLease(f.lease)
+					inflight = append(inflight[:i], inflight[i+1:]...)
+					ended = append(ended, f.lease)
+				} else {
+					byID.PrefillDone(f.id)
+					byLease.PrefillDoneLease(f.lease)
+				}
+			case 7:
+				if len(ended) == 0 {
+					continue
+				}
+				l := ended[rapid.IntRange(0, len(ended)-1).Draw(t, "stale")]
+				byLease.PrefillDoneLease(l)
+				byLease.FreeLease(l)
+				byLease.FreeLease(router.Lease{})
+			case 8:
+				// Requests routed 100 s or more before the next route expire
+				// then; their leases go stale.
+				now = now.Add(time.Duration(rapid.IntRange(1, 60).Draw(t, "secs")) * time.Second)
+			}
+			require.Equal(t, byID.Workers(), byLease.Workers())
+			require.Equal(t, byID.InFlight(), byLease.InFlight())
+		}
+		for _, f := range inflight {
+			byID.Free(f.id)
+			byLease.FreeLease(f.lease)
+		}
+		require.Zero(t, byLease.InFlight())
+		require.Equal(t, byID.Workers(), byLease.Workers())
 	})
 }

@@ -117,6 +117,9 @@ type leg struct {
 type reqState struct {
 	legs [2]leg
 	seq  uint64 // tells this request from an earlier one with the same id
+	// keyed: the request is in reqs under its id (routed by Route or
+	// RouteDisagg); a leased request is not.
+	keyed bool
 	// seqs holds the shared blocks a leg charges. It outlives the request,
 	// so the state's next request copies its blocks without allocating.
 	seqs []kv.SeqHash
@@ -125,6 +128,24 @@ type reqState struct {
 // maxKeptSeqs bounds the block list a spare state keeps, so one very long
 // prompt does not pin its list's memory for good.
 const maxKeptSeqs = 4096
+
+// A Lease is a routed request's claim on its workers' load, from
+// RouteLease or RouteDisaggLease. PrefillDoneLease and FreeLease end it
+// with no lookup by id, which is what a caller routing at a high rate
+// wants. Once its request is freed or expired a lease names nothing, and
+// its calls do nothing: the zero Lease is such a lease.
+type Lease struct {
+	st  *reqState
+	seq uint64
+}
+
+// live returns the state l names, nil once its request has ended.
+func (l Lease) live() *reqState {
+	if l.st == nil || l.st.seq != l.seq {
+		return nil
+	}
+	return l.st
+}
 
 // ageEntry records when a request was routed, for router_request_ttl_secs.
 // The request is still in flight while its state's seq is the entry's:
@@ -172,7 +193,9 @@ type Router struct {
 	// entries, not whole states.
 	reqs        map[string]*reqState
 	spareStates []*reqState
-	stats       Stats
+	// inflight counts the requests tracked, by id or by lease.
+	inflight int
+	stats    Stats
 	// removed holds ids RemoveWorker took out, so their late KV events are
 	// dropped; AddWorker of the id lifts it.
 	removed map[uint64]struct{}
@@ -284,14 +307,19 @@ func (r *Router) RemoveWorker(id uint64) bool {
 		r.unindex(id)
 		return false
 	}
-	for rid, st := range r.reqs {
+	// Every request in flight, by id or by lease, has a live age entry.
+	for _, e := range r.ages[r.agesHead:] {
+		if !e.live() {
+			continue
+		}
+		st := e.st
 		for i := range st.legs {
 			if st.legs[i].w == w {
 				r.release(&st.legs[i])
 			}
 		}
 		if st.legs[0].w == nil && st.legs[1].w == nil {
-			r.untrack(rid, st)
+			r.untrack(e.id, st)
 		}
 	}
 	delete(r.workers, id)
@@ -432,36 +460,60 @@ func (r *Router) prepare(req *Request) error {
 // *BusyError (ErrAllBusy) when every such worker is busy and ErrNoWorkers
 // when there is none.
 func (r *Router) Route(req *Request) (uint64, error) {
-	if err := r.prepare(req); err != nil {
-		return 0, err
-	}
-	now := r.now()
-	r.mu.Lock()
-	id, err := r.route(req, now)
-	expired := r.takeExpired()
-	r.mu.Unlock()
-	r.logExpired(expired)
+	id, _, err := r.routeLocked(req, true)
 	return id, err
 }
 
-func (r *Router) route(req *Request, now time.Time) (uint64, error) {
+// RouteLease is Route for a caller that ends the request with its lease,
+// not its id: the request is not tracked by id, so its ID only names it in
+// logs and is not checked against the requests in flight, and PrefillDone
+// and Free by id do not reach it.
+func (r *Router) RouteLease(req *Request) (uint64, Lease, error) {
+	return r.routeLocked(req, false)
+}
+
+func (r *Router) routeLocked(req *Request, keyed bool) (uint64, Lease, error) {
+	if err := r.prepare(req); err != nil {
+		return 0, Lease{}, err
+	}
+	now := r.now()
+	r.mu.Lock()
+	id, l, err := r.route(req, now, keyed)
+	expired := r.takeExpired()
+	r.mu.Unlock()
+	r.logExpired(expired)
+	return id, l, err
+}
+
+func (r *Router) route(req *Request, now time.Time, keyed bool) (uint64, Lease, error) {
 	r.expireRequests(now)
-	if _, dup := r.reqs[req.ID]; dup {
-		return 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
+	if err := r.checkNew(req, keyed); err != nil {
+		return 0, Lease{}, err
 	}
 	r.expire(now)
 	if err := r.candidates(RoleAggregated, req, &r.cands); err != nil {
-		return 0, err
+		return 0, Lease{}, err
 	}
 	w := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
 	st := r.newState()
 	st.seqs = append(st.seqs[:0], req.SeqHashes...)
 	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: st.seqs}
 	r.charge(&st.legs[0])
-	r.track(req.ID, st, now)
+	l := r.track(req.ID, st, now, keyed)
 	r.learn(w, req, now)
 	r.stats.Routed++
-	return w.info.ID, nil
+	return w.info.ID, l, nil
+}
+
+// checkNew refuses a request tracked by id whose id is in flight.
+func (r *Router) checkNew(req *Request, keyed bool) error {
+	if !keyed {
+		return nil
+	}
+	if _, dup := r.reqs[req.ID]; dup {
+		return fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
+	}
+	return nil
 }
 
 // RouteDisagg places a disaggregated request: first a prefill worker (in kv
@@ -473,32 +525,45 @@ func (r *Router) route(req *Request, now time.Time) (uint64, error) {
 // worker nothing is tracked, and the error names the role: a *BusyError
 // (ErrAllBusy) or ErrNoWorkers.
 func (r *Router) RouteDisagg(req *Request) (prefill, decode uint64, err error) {
-	if err := r.prepare(req); err != nil {
-		return 0, 0, err
-	}
-	now := r.now()
-	r.mu.Lock()
-	prefill, decode, err = r.routeDisagg(req, now)
-	expired := r.takeExpired()
-	r.mu.Unlock()
-	r.logExpired(expired)
+	prefill, decode, _, err = r.routeDisaggLocked(req, true)
 	return prefill, decode, err
 }
 
-func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint64, err error) {
+// RouteDisaggLease is RouteDisagg for a caller that ends the request with
+// its lease, not its id: the request is not tracked by id, so its ID only
+// names it in logs and is not checked against the requests in flight, and
+// PrefillDone and Free by id do not reach it.
+func (r *Router) RouteDisaggLease(req *Request) (prefill, decode uint64, l Lease, err error) {
+	return r.routeDisaggLocked(req, false)
+}
+
+func (r *Router) routeDisaggLocked(req *Request, keyed bool) (prefill, decode uint64, l Lease, err error) {
+	if err := r.prepare(req); err != nil {
+		return 0, 0, Lease{}, err
+	}
+	now := r.now()
+	r.mu.Lock()
+	prefill, decode, l, err = r.routeDisagg(req, now, keyed)
+	expired := r.takeExpired()
+	r.mu.Unlock()
+	r.logExpired(expired)
+	return prefill, decode, l, err
+}
+
+func (r *Router) routeDisagg(req *Request, now time.Time, keyed bool) (prefill, decode uint64, l Lease, err error) {
 	r.expireRequests(now)
-	if _, dup := r.reqs[req.ID]; dup {
-		return 0, 0, fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
+	if err := r.checkNew(req, keyed); err != nil {
+		return 0, 0, Lease{}, err
 	}
 	r.expire(now)
 	// Both pools are checked before either pick, so a rejected request
 	// leaves no trace: nothing charged, no round-robin turn taken, no
 	// random draw spent.
 	if err := r.candidates(RolePrefill, req, &r.cands); err != nil {
-		return 0, 0, err
+		return 0, 0, Lease{}, err
 	}
 	if err := r.candidates(RoleDecode, req, &r.dcands); err != nil {
-		return 0, 0, err
+		return 0, 0, Lease{}, err
 	}
 	p := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
 	// The decode leg charges blocks, not uncached tokens, and weighs no
@@ -509,10 +574,10 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
 	r.charge(&st.legs[0])
 	r.charge(&st.legs[1])
-	r.track(req.ID, st, now)
+	l = r.track(req.ID, st, now, keyed)
 	r.learn(p, req, now)
 	r.stats.Routed++
-	return p.info.ID, d.info.ID, nil
+	return p.info.ID, d.info.ID, l, nil
 }
 
 // PrefillDone marks a request's first token: its prompt tokens no longer
@@ -521,10 +586,21 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 func (r *Router) PrefillDone(reqID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st, ok := r.reqs[reqID]
-	if !ok {
-		return
+	if st, ok := r.reqs[reqID]; ok {
+		r.prefillDone(reqID, st)
 	}
+}
+
+// PrefillDoneLease is PrefillDone for a request routed with a lease.
+func (r *Router) PrefillDoneLease(l Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := l.live(); st != nil {
+		r.prefillDone("", st)
+	}
+}
+
+func (r *Router) prefillDone(reqID string, st *reqState) {
 	for i := range st.legs {
 		l := &st.legs[i]
 		if l.w == nil {
@@ -548,10 +624,21 @@ func (r *Router) PrefillDone(reqID string) {
 func (r *Router) Free(reqID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	st, ok := r.reqs[reqID]
-	if !ok {
-		return
+	if st, ok := r.reqs[reqID]; ok {
+		r.free(reqID, st)
 	}
+}
+
+// FreeLease is Free for a request routed with a lease.
+func (r *Router) FreeLease(l Lease) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if st := l.live(); st != nil {
+		r.free("", st)
+	}
+}
+
+func (r *Router) free(reqID string, st *reqState) {
 	for i := range st.legs {
 		if st.legs[i].w != nil {
 			r.release(&st.legs[i])
@@ -615,15 +702,19 @@ func (r *Router) newState() *reqState {
 }
 
 // track starts tracking a routed request, whose state st came from
-// newState, and its age.
-func (r *Router) track(id string, st *reqState, now time.Time) {
+// newState, and its age; by id too when keyed.
+func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease {
 	r.reqSeq++
 	st.seq = r.reqSeq
-	r.reqs[id] = st
+	st.keyed = keyed
+	r.inflight++
+	if keyed {
+		r.reqs[id] = st
+	}
 	r.ages = append(r.ages, ageEntry{id: id, st: st, seq: st.seq, start: now})
 	// Entries of freed requests wait until the head reaches them; once they
 	// dominate, drop them so memory follows the requests in flight.
-	if n := len(r.ages) - r.agesHead; n > 2*len(r.reqs)+1024 {
+	if n := len(r.ages) - r.agesHead; n > 2*r.inflight+1024 {
 		kept := r.ages[:0]
 		for _, e := range r.ages[r.agesHead:] {
 			if e.live() {
@@ -633,12 +724,17 @@ func (r *Router) track(id string, st *reqState, now time.Time) {
 		clear(r.ages[len(kept):])
 		r.ages, r.agesHead = kept, 0
 	}
+	return Lease{st: st, seq: st.seq}
 }
 
 // untrack stops tracking request id, whose state st no leg charges any
-// longer; st is kept for a later request.
+// longer; st is kept for a later request, and its leases go stale with
+// the state's seq.
 func (r *Router) untrack(id string, st *reqState) {
-	delete(r.reqs, id)
+	if st.keyed {
+		delete(r.reqs, id)
+	}
+	r.inflight--
 	seqs := st.seqs
 	if cap(seqs) > maxKeptSeqs {
 		seqs = nil
@@ -794,7 +890,7 @@ func (r *Router) snapshot(w *worker) WorkerState {
 func (r *Router) InFlight() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.reqs)
+	return r.inflight
 }
 
 // Stats returns the router's counters.
