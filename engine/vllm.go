@@ -652,10 +652,14 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 
 // passStart clears s's contributions to an earlier pass when this pass
 // schedules it first.
+//
+// passISL and passPrefix are left as they are: they are read only while
+// passBatch is set, and set whenever it is. A decode step then writes
+// nothing past the seq's first cache line.
 func (v *VLLM) passStart(s *seq) {
 	if s.passID != v.passID {
 		s.passID = v.passID
-		s.passTokens, s.passPrefill, s.passBatch, s.passISL, s.passPrefix = 0, false, false, 0, 0
+		s.passTokens, s.passPrefill, s.passBatch = 0, false, false
 	}
 }
 
