@@ -32,7 +32,11 @@ type pblock struct {
 	// block is fresh, its event perhaps not with a router yet, while that
 	// is the pool's pass. See KVView.
 	hidden bool
-	pass   uint32
+	// fork is, for the head of a run that is not a sequence's first
+	// block, its parent hash's forkBucket plus one: the counter in
+	// blockPool.forks it adds to. 0 otherwise.
+	fork uint16
+	pass uint32
 }
 
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
@@ -51,6 +55,14 @@ type pblock struct {
 // per block. A run loses blocks from its tail (a child leaves the LRU no
 // later than its parent); a block evicted from the middle makes the rest
 // a run of its own, whose head enters the index.
+//
+// Most of a walk's index probes would find nothing: storing a block asks
+// whether its hash is indexed already, and a fresh block's hash is not.
+// So the heads that are not a sequence's first block (a fork, or a run cut
+// from its parent) are counted by their parent hash, in forks, by a few
+// bits of it: where none is counted under the parent's bucket, the block
+// after the parent's is the only indexed child the parent can have, and
+// step answers without probing the index.
 //
 // The LRU is a ring of slots in the order they became inactive, positions
 // counting up from 1 without end: the entry at position q is
@@ -81,7 +93,25 @@ type blockPool struct {
 	// and not hidden.
 	vl      viewLog
 	visible int
+
+	// forks counts the heads of runs that are not a sequence's first
+	// block, by their parent hash's forkBucket. A counter that reaches
+	// forkFull stays there, and its bucket is probed for good.
+	forks [forkBuckets]uint16
 }
+
+// forkBuckets is how many counters blockPool.forks has. At a kilobyte the
+// table stays in cache beside the walks that read it, and a pool's heads,
+// usually dozens, leave most counters at 0.
+const (
+	forkBits    = 9
+	forkBuckets = 1 << forkBits
+	forkFull    = 1<<16 - 1
+)
+
+// forkBucket is parent's counter in blockPool.forks: its top bits (the
+// index places hashes by their low bits).
+func forkBucket(parent kv.SeqHash) uint16 { return uint16(uint64(parent) >> (64 - forkBits)) }
 
 func newBlockPool(total int, emit bool) *blockPool {
 	// Room for twice the blocks, so that a compaction, which leaves at
@@ -113,8 +143,14 @@ func newBlockPool(total int, emit bool) *blockPool {
 // noSlot when h is not indexed.
 func (p *blockPool) step(prev int32, h kv.SeqHash) int32 {
 	if prev != noSlot {
-		if n := p.blocks[prev].next1 - 1; n != noSlot && p.blocks[n].hash == h {
+		b := &p.blocks[prev]
+		if n := b.next1 - 1; n != noSlot && p.blocks[n].hash == h {
 			return n
+		}
+		// Any other indexed block of h heads a run, filed under prev's
+		// hash, its parent hash.
+		if p.forks[forkBucket(b.hash)] == 0 {
+			return noSlot
 		}
 	}
 	if s, ok := p.index.get(h, p.blocks); ok {
@@ -139,13 +175,30 @@ func (p *blockPool) unlink(s int32) {
 	b := &p.blocks[s]
 	if b.prev1 == 0 {
 		p.index.removeSlot(b.hash, s)
+		if b.fork != 0 && p.forks[b.fork-1] != forkFull {
+			p.forks[b.fork-1]--
+		}
 	} else {
 		p.blocks[b.prev1-1].next1 = 0
 	}
 	if b.next1 != 0 {
 		n := b.next1 - 1
 		p.blocks[n].prev1 = 0
-		p.index.add(p.blocks[n].hash, n, p.blocks)
+		p.addHead(n, p.blocks[n].hash, b.hash, true)
+	}
+}
+
+// addHead indexes block s, which holds h, as the head of a run. Unless it
+// is a sequence's first block (hasParent false), it is counted in forks
+// under parent, its parent hash.
+func (p *blockPool) addHead(s int32, h, parent kv.SeqHash, hasParent bool) {
+	p.index.add(h, s, p.blocks)
+	if hasParent {
+		k := forkBucket(parent)
+		if p.forks[k] != forkFull {
+			p.forks[k]++
+		}
+		p.blocks[s].fork = k + 1
 	}
 }
 
@@ -377,18 +430,18 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			continue
 		}
 		b.indexed = true
+		var parent kv.SeqHash
+		if j > 0 {
+			parent = hashes[j-1]
+		}
 		if cp != noSlot && p.blocks[cp].next1 == 0 {
 			p.blocks[cp].next1, b.prev1 = s+1, cp+1
 		} else {
-			p.index.add(h, s, p.blocks)
+			p.addHead(s, h, parent, j > 0)
 		}
 		if chained {
 			p.ev.storedNext(h, locals[j])
 		} else {
-			var parent kv.SeqHash
-			if j > 0 {
-				parent = hashes[j-1]
-			}
 			p.ev.stored(h, locals[j], parent, j > 0)
 			chained = p.ev.emit
 		}
@@ -478,8 +531,15 @@ func (p *blockPool) audit() error {
 	}
 	visible, freshVisible, runHeads := 0, 0, 0
 	seen := make(map[kv.SeqHash]int32)
+	var forks [forkBuckets]int
 	for i := range p.blocks {
 		s, b := int32(i), &p.blocks[i]
+		if b.fork != 0 {
+			if !b.indexed || b.prev1 != 0 {
+				return fmt.Errorf("block %d counted as a run's head under fork bucket %d, but indexed %v, after %d", s, b.fork-1, b.indexed, b.prev1-1)
+			}
+			forks[b.fork-1]++
+		}
 		if !b.indexed {
 			if b.prev1 != 0 || b.next1 != 0 {
 				return fmt.Errorf("private block %d linked after %d, before %d", s, b.prev1-1, b.next1-1)
@@ -503,6 +563,11 @@ func (p *blockPool) audit() error {
 			if b.pass == p.vl.pass {
 				freshVisible++
 			}
+		}
+	}
+	for k := range forks {
+		if forks[k] != int(p.forks[k]) && p.forks[k] != forkFull {
+			return fmt.Errorf("fork bucket %d counts %d heads, %d by a recount", k, p.forks[k], forks[k])
 		}
 	}
 	switch {

@@ -102,14 +102,14 @@ func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash,
 		return
 	}
 	b.indexed = true
-	if cp != noSlot && p.blocks[cp].next1 == 0 {
-		p.blocks[cp].next1, b.prev1 = s+1, cp+1
-	} else {
-		p.index.add(h, s, p.blocks)
-	}
 	var parent kv.SeqHash
 	if j > 0 {
 		parent = hashes[j-1]
+	}
+	if cp != noSlot && p.blocks[cp].next1 == 0 {
+		p.blocks[cp].next1, b.prev1 = s+1, cp+1
+	} else {
+		p.addHead(s, h, parent, j > 0)
 	}
 	p.ev.stored(h, locals[j], parent, j > 0)
 	b.pass, b.hidden = p.vl.pass, j > 0 && (cp == noSlot || p.blocks[cp].hidden)

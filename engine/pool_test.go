@@ -235,17 +235,6 @@ func TestPool_LRUMatchesList(t *testing.T) {
 // after it findable, as a run of their own.
 func TestPool_APromptsBlocksAreOneRun(t *testing.T) {
 	p := newBlockPool(16, true)
-	chain := func(tokens ...kv.LocalHash) []kv.SeqHash {
-		out := make([]kv.SeqHash, len(tokens))
-		for i, l := range tokens {
-			if i == 0 {
-				out[i] = kv.SeqHash(l)
-			} else {
-				out[i] = kv.ChainHash(out[i-1], l)
-			}
-		}
-		return out
-	}
 	locals := []kv.LocalHash{1, 2, 3, 4, 5, 6}
 	a := chain(locals...)
 	sa := p.allocN(nil, 3)
@@ -278,4 +267,49 @@ func TestPool_APromptsBlocksAreOneRun(t *testing.T) {
 		assert.Equal(t, want, got, "a scan for a's block %d", j)
 	}
 	require.NoError(t, p.audit())
+}
+
+// TestPool_FullForkCounterStaysFull checks the fork counters' overflow
+// rule: a counter at forkFull neither wraps to 0 when another head is
+// counted (step would then miss that head) nor counts down when a head
+// leaves (it no longer knows how many heads it stands for).
+func TestPool_FullForkCounterStaysFull(t *testing.T) {
+	p := newBlockPool(8, true)
+	locals := []kv.LocalHash{1, 2, 3}
+	a := chain(locals...)
+	sa := p.allocN(nil, 3)
+	p.storeRun(sa, a, locals, 0, noSlot)
+	k := forkBucket(a[1])
+	p.forks[k] = forkFull // as if a pool counted that many heads there
+
+	forkLocals := []kv.LocalHash{1, 2, 9}
+	b := chain(forkLocals...)
+	sb := []int32{sa[0], sa[1]}
+	p.acquire(sb[0])
+	p.acquire(sb[1])
+	sb = p.allocN(sb, 1)
+	p.storeRun(sb[2:], b, forkLocals, 2, sb[1])
+	require.Equal(t, sb[2], p.cachedAt(b, 2), "the fork's head is found past a full counter")
+	require.Equal(t, uint16(forkFull), p.forks[k])
+	require.NoError(t, p.audit())
+
+	p.releaseAll(sb)
+	p.releaseAll(sa)
+	p.allocN(nil, len(p.free)+p.inactive) // evicts every block, the fork's head with them
+	require.Equal(t, int32(noSlot), p.cachedAt(b, 2))
+	require.Equal(t, uint16(forkFull), p.forks[k], "a full counter does not count down")
+	require.NoError(t, p.audit())
+}
+
+// chain is the sequence hashes of blocks whose token hashes are locals.
+func chain(locals ...kv.LocalHash) []kv.SeqHash {
+	out := make([]kv.SeqHash, len(locals))
+	for i, l := range locals {
+		if i == 0 {
+			out[i] = kv.SeqHash(l)
+		} else {
+			out[i] = kv.ChainHash(out[i-1], l)
+		}
+	}
+	return out
 }

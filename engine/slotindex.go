@@ -11,11 +11,11 @@ import "github.com/kvstrand/mocker/kv"
 // confirm a match is one its caller reads anyway.
 //
 // The table is kept at most a quarter full, so that the home entry is
-// nearly always the last one read: every block stored asks it whether its
-// hash heads a run already, a probe at random. It starts with room for a
-// run per 16 blocks and grows by doubling; a prefill pool's runs are a
-// prompt's new blocks, dozens each, and its table stays a few kilobytes,
-// in cache.
+// nearly always the last one read: a probe lands at random. (Most would-be
+// probes never come: see blockPool's fork counters.) It starts with room
+// for a run per 16 blocks and grows by doubling; a prefill pool's runs are
+// a prompt's new blocks, dozens each, and its table stays a few
+// kilobytes.
 //
 // The low bits are also the hash's home position, so tables are limited
 // to 2^32 entries: pools of up to 2^30 blocks, 32 GiB of them, past any
