@@ -60,7 +60,7 @@ func (m *mirrorPool) active() map[uint64]int {
 		out[id] = int(m.p.blocks[s].ref)
 	}
 	for _, b := range m.p.blocks {
-		if b.indexed && b.ref > 0 {
+		if b.indexed() && b.ref > 0 {
 			out[uint64(b.hash)] = int(b.ref)
 		}
 	}

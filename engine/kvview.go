@@ -123,14 +123,18 @@ func goneBit(h kv.SeqHash) (word int, bit uint64) {
 	return int(uint64(h) >> (64 - 13) >> 6), 1 << (uint64(h) >> (64 - 13) & 63)
 }
 
+// passTop is the first pass number never used.
+const passTop = 1 << 31
+
 func newViewLog() viewLog { return viewLog{pass: 1, goneBits: new([goneWords]uint64)} }
 
 // begin starts a pass, numbering it. It reports whether the numbers
 // wrapped: the cache must then clear every block's, so that none passes
-// for fresh.
+// for fresh. Pass numbers stay below passTop, which leaves the vLLM
+// pool a bit of its blocks' stamps.
 func (l *viewLog) begin() (wrapped bool) {
 	l.pass++
-	if l.pass == 0 {
+	if l.pass == passTop {
 		l.pass, wrapped = 1, true
 	}
 	// Deleted one by one: clearing the set's table would cost its size,
@@ -204,7 +208,7 @@ func (p *blockPool) holds(prev int32, h kv.SeqHash) (block int32, routed bool, p
 		return noSlot, false, 0
 	}
 	b := &p.blocks[s]
-	return s, !b.hidden, b.pass
+	return s, !b.hidden(), b.pass()
 }
 
 func (p *blockPool) routed() int   { return p.visible }

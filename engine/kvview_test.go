@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"testing"
 
 	"github.com/kvstrand/mocker/kv"
@@ -81,7 +80,7 @@ func TestKVView_MatchesIndexFedThePoolsEvents(t *testing.T) {
 			}
 			p.vl.end()
 			for i := range p.blocks {
-				if b := &p.blocks[i]; b.indexed && b.hidden {
+				if b := &p.blocks[i]; b.indexed() && b.hidden() {
 					hidden++
 				}
 			}
@@ -110,12 +109,15 @@ func TestKVView_PassNumbersWrap(t *testing.T) {
 	p.beginPass()
 	stored := p.vl.pass
 	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{7}, []kv.LocalHash{7}, 0, noSlot)
+	// A block whose parent no router holds is hidden, and stays so when
+	// the numbers wrap.
+	p.storeRun(p.allocN(nil, 1), []kv.SeqHash{8, 9}, []kv.LocalHash{8, 9}, 1, noSlot)
 	p.vl.end()
 	if got := view.Depth([]kv.SeqHash{7}, true); got != 0 {
 		t.Fatalf("in flight: depth %d, want 0 (the store's event is still to come)", got)
 	}
 	// The pass numbers run round to the block's again.
-	p.vl.pass = math.MaxUint32
+	p.vl.pass = passTop - 1
 	for range stored + 1 {
 		p.beginPass()
 		p.vl.end()

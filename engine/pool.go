@@ -11,33 +11,55 @@ import (
 const noSlot = -1
 
 // pblock is one physical KV block. Blocks live in a slice and are named by
-// their index, so the hot paths never allocate per block.
+// their index, so the hot paths never allocate per block. A block is 32
+// bytes, two to a cache line: none straddles two lines, so a pass over a
+// request's blocks reads one line per block.
 type pblock struct {
 	hash kv.SeqHash
 	ref  int32 // all references, holds included
 	held int32 // references that are holds
 	// lruPos is the block's position in the inactive LRU while it is
 	// inactive, 0 otherwise.
-	lruPos uint64
-	// prev1 and next1 link an indexed block into its run (see
-	// blockPool), as slot plus one: 0 is none.
-	prev1, next1 int32
-	// indexed: the block is the pool's copy of hash, findable by prefix
-	// matching. Private blocks (partial tails, duplicates, prefix caching
-	// off) are never indexed and go straight back to the free list.
-	indexed bool
-	// hidden: a router fed the pool's events drops the block's (its
-	// Stored event names a parent the router does not hold), so it never
-	// learns of it. pass is the pool's pass that stored the block: the
-	// block is fresh, its event perhaps not with a router yet, while that
-	// is the pool's pass. See KVView.
-	hidden bool
-	// fork is, for the head of a run that is not a sequence's first
-	// block, its parent hash's forkBucket plus one: the counter in
-	// blockPool.forks it adds to. 0 otherwise.
-	fork uint16
-	pass uint32
+	lruPos uint32
+	// run places the block among the indexed ones (see blockPool):
+	//   - 0: private, never indexed (a partial tail, a duplicate, any
+	//     block with prefix caching off); it goes straight back to the
+	//     free list;
+	//   - > 0: indexed, following block run-1 in its run;
+	//   - runRoot: indexed, the head of a run and a sequence's first block;
+	//   - runRoot-1-k: indexed, the head of a run that is not a sequence's
+	//     first block, counted in blockPool.forks[k].
+	run int32
+	// next1 is the slot plus one of the block that follows this one in
+	// its run, 0 for none.
+	next1 int32
+	// stamp is the pool's pass that stored the block, with hiddenBit set
+	// when a router fed the pool's events drops the block's (its Stored
+	// event names a parent the router does not hold), so never learns of
+	// it. The block is fresh, its event perhaps not with a router yet,
+	// while its pass is the pool's. See KVView.
+	stamp uint32
 }
+
+const (
+	runRoot   = -1
+	hiddenBit = passTop // above every pass number
+)
+
+// indexed reports whether the block is the pool's copy of its hash,
+// findable by prefix matching.
+func (b *pblock) indexed() bool { return b.run != 0 }
+
+// head reports whether the block heads a run; follows is the block it
+// follows when it does not.
+func (b *pblock) head() bool     { return b.run < 0 }
+func (b *pblock) follows() int32 { return b.run - 1 }
+
+// fork is the block's counter in blockPool.forks, or -1 for none.
+func (b *pblock) fork() int { return int(runRoot - 1 - b.run) }
+
+func (b *pblock) hidden() bool { return b.stamp&hiddenBit != 0 }
+func (b *pblock) pass() uint32 { return b.stamp &^ hiddenBit }
 
 // blockPool is a refcounted block pool with an inactive LRU of refcount-0
 // blocks that still serve prefix hits. Counters are kept incrementally and
@@ -45,7 +67,7 @@ type pblock struct {
 //
 // The indexed blocks form runs: a block stored right after the indexed
 // copy of its parent hash follows it in its run (the parent's next1, its
-// prev1), unless another block follows the parent already. Only the first
+// run), unless another block follows the parent already. Only the first
 // block of a run is in the hash index. A sequence hash names its parent
 // (it is chained from it), so the indexed copy of a prompt's block j is
 // the block after the indexed copy of its block j-1 or the head of a run:
@@ -78,11 +100,11 @@ type blockPool struct {
 	free    []int32
 	index   slotIndex
 	lru     []int32
-	lruMask uint64
+	lruMask uint32
 	// Positions [lruHead, lruTail) of the ring are in use; the least
 	// recently used inactive block is the first valid entry from lruHead.
-	lruHead  uint64
-	lruTail  uint64
+	lruHead  uint32
+	lruTail  uint32
 	active   int
 	inactive int
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
@@ -125,7 +147,7 @@ func newBlockPool(total int, emit bool) *blockPool {
 		free:    make([]int32, total),
 		index:   newSlotIndex(total / 16),
 		lru:     make([]int32, ring),
-		lruMask: uint64(ring - 1),
+		lruMask: uint32(ring - 1),
 		lruHead: 1,
 		lruTail: 1,
 		ev:      kvRecorder{emit: emit},
@@ -147,7 +169,7 @@ func (p *blockPool) step(prev int32, h kv.SeqHash) int32 {
 		if n := b.next1 - 1; n != noSlot && p.blocks[n].hash == h {
 			return n
 		}
-		// Any other indexed block of h heads a run, filed under prev's
+		// Any other indexed block of h heads a run, counted under prev's
 		// hash, its parent hash.
 		if p.forks[forkBucket(b.hash)] == 0 {
 			return noSlot
@@ -173,17 +195,16 @@ func (p *blockPool) cachedAt(hashes []kv.SeqHash, j int) int32 {
 // blocks after it, if any, become a run of their own.
 func (p *blockPool) unlink(s int32) {
 	b := &p.blocks[s]
-	if b.prev1 == 0 {
+	if b.head() {
 		p.index.removeSlot(b.hash, s)
-		if b.fork != 0 && p.forks[b.fork-1] != forkFull {
-			p.forks[b.fork-1]--
+		if k := b.fork(); k >= 0 && p.forks[k] != forkFull {
+			p.forks[k]--
 		}
 	} else {
-		p.blocks[b.prev1-1].next1 = 0
+		p.blocks[b.follows()].next1 = 0
 	}
 	if b.next1 != 0 {
 		n := b.next1 - 1
-		p.blocks[n].prev1 = 0
 		p.addHead(n, p.blocks[n].hash, b.hash, true)
 	}
 }
@@ -193,13 +214,15 @@ func (p *blockPool) unlink(s int32) {
 // under parent, its parent hash.
 func (p *blockPool) addHead(s int32, h, parent kv.SeqHash, hasParent bool) {
 	p.index.add(h, s, p.blocks)
-	if hasParent {
-		k := forkBucket(parent)
-		if p.forks[k] != forkFull {
-			p.forks[k]++
-		}
-		p.blocks[s].fork = k + 1
+	if !hasParent {
+		p.blocks[s].run = runRoot
+		return
 	}
+	k := forkBucket(parent)
+	if p.forks[k] != forkFull {
+		p.forks[k]++
+	}
+	p.blocks[s].run = runRoot - 1 - int32(k)
 }
 
 // isActive reports whether slot is referenced.
@@ -218,8 +241,8 @@ func (p *blockPool) lruRemove(s int32) {
 
 // lruPush makes s the most recently used inactive block.
 func (p *blockPool) lruPush(s int32) {
-	if p.lruTail-p.lruHead == uint64(len(p.lru)) {
-		p.lruCompact()
+	if p.lruTail-p.lruHead == uint32(len(p.lru)) || p.lruTail == lruTop {
+		p.lruMakeRoom()
 	}
 	p.lru[p.lruTail&p.lruMask] = s
 	p.blocks[s].lruPos = p.lruTail
@@ -240,6 +263,34 @@ func (p *blockPool) lruCompact() {
 		}
 	}
 	p.lruTail = w
+}
+
+// lruMakeRoom makes room for lruPush: room in the ring, and a position
+// below lruTop.
+func (p *blockPool) lruMakeRoom() {
+	if p.lruTail-p.lruHead == uint32(len(p.lru)) {
+		p.lruCompact()
+	}
+	if p.lruTail == lruTop {
+		p.lruRenumber()
+	}
+}
+
+// lruTop is the first LRU position never used: positions are 32 bits,
+// and 0 is none.
+const lruTop = 1<<32 - 1
+
+// lruRenumber moves the inactive blocks to positions from 1 on, in order,
+// so that the positions in use never reach lruTop. It runs once every
+// four billion blocks made inactive.
+func (p *blockPool) lruRenumber() {
+	order := p.lruOrder()
+	p.lruHead, p.lruTail = 1, 1
+	for _, s := range order {
+		p.lru[p.lruTail&p.lruMask] = s
+		p.blocks[s].lruPos = p.lruTail
+		p.lruTail++
+	}
 }
 
 // lruOldest is the least recently used inactive block, of which there
@@ -321,9 +372,9 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	for _, s := range dst[start:] {
 		p.unlink(s)
 		b := &p.blocks[s]
-		if !b.hidden {
+		if !b.hidden() {
 			p.visible--
-			p.vl.evicted(b.hash, b.pass)
+			p.vl.evicted(b.hash, b.pass())
 		}
 		*b = pblock{ref: 1}
 	}
@@ -388,7 +439,7 @@ func (p *blockPool) releaseHoldAll(slots []int32) {
 // retire files a block nobody references: indexed blocks stay findable in the
 // inactive LRU (most recently used at the tail), private ones are freed.
 func (p *blockPool) retire(s int32) {
-	if p.blocks[s].indexed {
+	if p.blocks[s].run != 0 { // indexed, written out to stay inlined
 		p.lruPush(s)
 		p.inactive++
 		return
@@ -407,7 +458,7 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// cp is the indexed block of the parent hash, noSlot if there is none.
 	cp := int32(noSlot)
 	if from > 0 {
-		if parentSlot != noSlot && p.blocks[parentSlot].indexed {
+		if parentSlot != noSlot && p.blocks[parentSlot].indexed() {
 			cp = parentSlot
 		} else {
 			cp = p.cachedAt(hashes, from-1)
@@ -429,13 +480,12 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			cp = d
 			continue
 		}
-		b.indexed = true
 		var parent kv.SeqHash
 		if j > 0 {
 			parent = hashes[j-1]
 		}
 		if cp != noSlot && p.blocks[cp].next1 == 0 {
-			p.blocks[cp].next1, b.prev1 = s+1, cp+1
+			p.blocks[cp].next1, b.run = s+1, cp+1
 		} else {
 			p.addHead(s, h, parent, j > 0)
 		}
@@ -450,10 +500,13 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			// event was not dropped. A Stored event whose parent the
 			// router does not hold is dropped whole, so its blocks are
 			// hidden, and so are their descendants.
-			hidden = j > 0 && (cp == noSlot || p.blocks[cp].hidden)
+			hidden = j > 0 && (cp == noSlot || p.blocks[cp].hidden())
 		}
 		added = true
-		b.pass, b.hidden = p.vl.pass, hidden
+		b.stamp = p.vl.pass
+		if hidden {
+			b.stamp |= hiddenBit
+		}
 		if !hidden {
 			p.visible++
 			p.vl.freshVisible++
@@ -470,7 +523,7 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 func (p *blockPool) beginPass() {
 	if p.vl.begin() {
 		for i := range p.blocks {
-			p.blocks[i].pass = 0
+			p.blocks[i].stamp &= hiddenBit
 		}
 	}
 }
@@ -492,8 +545,8 @@ func (p *blockPool) audit() error {
 		}
 	}
 	for _, s := range p.lruOrder() {
-		if p.blocks[s].ref != 0 || !p.blocks[s].indexed {
-			return fmt.Errorf("block %d in inactive LRU with ref %d indexed %v", s, p.blocks[s].ref, p.blocks[s].indexed)
+		if p.blocks[s].ref != 0 || !p.blocks[s].indexed() {
+			return fmt.Errorf("block %d in inactive LRU with ref %d indexed %v", s, p.blocks[s].ref, p.blocks[s].indexed())
 		}
 		inactive++
 	}
@@ -520,9 +573,9 @@ func (p *blockPool) audit() error {
 	p.index.each(func(s int32) bool {
 		heads++
 		b := &p.blocks[s]
-		if got, ok := p.index.get(b.hash, p.blocks); !b.indexed || b.prev1 != 0 || !ok || got != s {
-			err = fmt.Errorf("index entry for block %d (hash %x, indexed %v, after %d) finds block %d",
-				s, uint64(b.hash), b.indexed, b.prev1-1, got)
+		if got, ok := p.index.get(b.hash, p.blocks); !b.head() || !ok || got != s {
+			err = fmt.Errorf("index entry for block %d (hash %x, run %d) finds block %d",
+				s, uint64(b.hash), b.run, got)
 		}
 		return err == nil
 	})
@@ -534,15 +587,14 @@ func (p *blockPool) audit() error {
 	var forks [forkBuckets]int
 	for i := range p.blocks {
 		s, b := int32(i), &p.blocks[i]
-		if b.fork != 0 {
-			if !b.indexed || b.prev1 != 0 {
-				return fmt.Errorf("block %d counted as a run's head under fork bucket %d, but indexed %v, after %d", s, b.fork-1, b.indexed, b.prev1-1)
-			}
-			forks[b.fork-1]++
+		if k := b.fork(); k >= forkBuckets {
+			return fmt.Errorf("block %d heads a run counted in fork bucket %d, of %d", s, k, forkBuckets)
+		} else if k >= 0 {
+			forks[k]++
 		}
-		if !b.indexed {
-			if b.prev1 != 0 || b.next1 != 0 {
-				return fmt.Errorf("private block %d linked after %d, before %d", s, b.prev1-1, b.next1-1)
+		if !b.indexed() {
+			if b.next1 != 0 {
+				return fmt.Errorf("private block %d leads to %d", s, b.next1-1)
 			}
 			continue
 		}
@@ -550,17 +602,17 @@ func (p *blockPool) audit() error {
 			return fmt.Errorf("blocks %d and %d both indexed under hash %x", o, s, uint64(b.hash))
 		}
 		seen[b.hash] = s
-		if b.prev1 == 0 {
+		if b.head() {
 			runHeads++
-		} else if pr := &p.blocks[b.prev1-1]; !pr.indexed || pr.next1 != s+1 {
-			return fmt.Errorf("block %d follows block %d, which is not indexed (%v) or leads to %d", s, b.prev1-1, pr.indexed, pr.next1-1)
+		} else if pr := &p.blocks[b.follows()]; !pr.indexed() || pr.next1 != s+1 {
+			return fmt.Errorf("block %d follows block %d, which is not indexed (%v) or leads to %d", s, b.follows(), pr.indexed(), pr.next1-1)
 		}
-		if b.next1 != 0 && p.blocks[b.next1-1].prev1 != s+1 {
-			return fmt.Errorf("block %d leads to block %d, which follows %d", s, b.next1-1, p.blocks[b.next1-1].prev1-1)
+		if n := b.next1 - 1; n != noSlot && p.blocks[n].run != s+1 {
+			return fmt.Errorf("block %d leads to block %d, whose run is %d", s, n, p.blocks[n].run)
 		}
-		if !b.hidden {
+		if !b.hidden() {
 			visible++
-			if b.pass == p.vl.pass {
+			if b.pass() == p.vl.pass {
 				freshVisible++
 			}
 		}

@@ -21,13 +21,9 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.unlink(s)
 		b := &p.blocks[s]
 		p.ev.removed(b.hash)
-		if !b.hidden {
+		if !b.hidden() {
 			p.visible--
-			if b.pass == p.vl.pass {
-				p.vl.freshVisible--
-			} else {
-				p.vl.gone = append(p.vl.gone, b.hash)
-			}
+			p.vl.evicted(b.hash, b.pass())
 		}
 	} else {
 		return noSlot, false
@@ -93,7 +89,7 @@ func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash,
 	cp := int32(noSlot)
 	switch {
 	case j == 0:
-	case parentSlot != noSlot && p.blocks[parentSlot].indexed:
+	case parentSlot != noSlot && p.blocks[parentSlot].indexed():
 		cp = parentSlot
 	default:
 		cp = p.cachedAt(hashes, j-1)
@@ -101,19 +97,21 @@ func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash,
 	if p.step(cp, h) != noSlot {
 		return
 	}
-	b.indexed = true
 	var parent kv.SeqHash
 	if j > 0 {
 		parent = hashes[j-1]
 	}
 	if cp != noSlot && p.blocks[cp].next1 == 0 {
-		p.blocks[cp].next1, b.prev1 = s+1, cp+1
+		p.blocks[cp].next1, b.run = s+1, cp+1
 	} else {
 		p.addHead(s, h, parent, j > 0)
 	}
 	p.ev.stored(h, locals[j], parent, j > 0)
-	b.pass, b.hidden = p.vl.pass, j > 0 && (cp == noSlot || p.blocks[cp].hidden)
-	if !b.hidden {
+	b.stamp = p.vl.pass
+	if j > 0 && (cp == noSlot || p.blocks[cp].hidden()) {
+		b.stamp |= hiddenBit
+	}
+	if !b.hidden() {
 		p.visible++
 		p.vl.freshVisible++
 	}
@@ -124,7 +122,7 @@ func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash,
 // its prompt's chain (step).
 func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
 	for i := range p.blocks {
-		if b := &p.blocks[i]; b.indexed && b.hash == h {
+		if b := &p.blocks[i]; b.indexed() && b.hash == h {
 			return int32(i), true
 		}
 	}

@@ -132,11 +132,18 @@ func TestPool_Conservation(t *testing.T) {
 // random allocations, stores, prefix hits and releases, and checks that
 // every allocation picks the model's block and the LRU keeps the model's
 // order. Small pools revive blocks often, so the ring fills with stale
-// entries and compacts.
+// entries and compacts; some pools start just below the top of the 32-bit
+// positions, and renumber them.
 func TestPool_LRUMatchesList(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 10).Draw(rt, "blocks")
 		p := newBlockPool(n, false)
+		if rapid.Bool().Draw(rt, "nearTop") {
+			// LRU positions are 32 bits: the ring renumbers them before
+			// they reach lruTop.
+			p.lruHead = lruTop - uint32(rapid.IntRange(0, 30).Draw(rt, "belowTop"))
+			p.lruTail = p.lruHead
+		}
 		free := slices.Clone(p.free)
 		var lru []int32
 		index := map[kv.SeqHash]int32{}

@@ -24,7 +24,7 @@ func TestSlotIndex_MatchesMap(t *testing.T) {
 			switch rapid.IntRange(0, 2).Draw(rt, "op") {
 			case 0: // a free block takes a hash
 				s := int32(rapid.IntRange(0, n-1).Draw(rt, "slot"))
-				if blocks[s].indexed {
+				if blocks[s].indexed() {
 					continue
 				}
 				h := hash("add")
@@ -35,11 +35,11 @@ func TestSlotIndex_MatchesMap(t *testing.T) {
 				}
 				if !had {
 					want[h] = s
-					blocks[s].indexed = true
+					blocks[s].run = runRoot
 				}
 			case 1: // an indexed block is evicted
 				s := int32(rapid.IntRange(0, n-1).Draw(rt, "slot"))
-				if !blocks[s].indexed {
+				if !blocks[s].indexed() {
 					continue
 				}
 				if !x.removeSlot(blocks[s].hash, s) {
