@@ -466,13 +466,19 @@ func (v *VLLM) Metrics() Metrics {
 
 // audit checks the pool's counters against a recount, and the slot rule:
 // the running set never exceeds max_num_seqs (with the reservations, under
-// reserve_takes_slot), and the destination queues hold only their states.
+// reserve_takes_slot), and the running set and the destination queues
+// hold only their states.
 func (v *VLLM) audit() error {
 	if err := v.pool.audit(); err != nil {
 		return err
 	}
 	if n := len(v.running) + v.slotsReserved(); n > v.maxSeqs {
 		return fmt.Errorf("%d running (with slot-holding reservations) exceed max_num_seqs %d", n, v.maxSeqs)
+	}
+	for _, s := range v.running {
+		if s.state != stRunning {
+			return fmt.Errorf("request %d in the running set in state %d", s.id, s.state)
+		}
 	}
 	for i := range v.pending.len() {
 		if s := v.pending.at(i); s.state != stAwaitKV {
@@ -754,7 +760,12 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 			v.schedule(s, now, true, out)
 		}
 	}
-	v.compactRunning()
+	// Between passes every request in the running set runs (a finish
+	// compacts it, a cancel takes its request out): only a preemption
+	// leaves others.
+	if v.preempted {
+		v.compactRunning()
+	}
 
 	// Waiting phase, FIFO, only when nobody was preempted: a preemption
 	// means the pool is short, and the victim must not be overtaken.
