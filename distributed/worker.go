@@ -327,6 +327,8 @@ func (l *workerLoop) post(m workerMsg) { l.in <- m }
 
 // setEngine makes ew the worker's engine, its clock at modeled ms at.
 func (l *workerLoop) setEngine(ew *engine.Worker, at float64) {
+	// A router hears of first tokens only (outputOf).
+	ew.ReportFirstTokensOnly()
 	l.w = ew
 	l.v = engine.NewVirtual(ew)
 	l.v.OnOutput = l.onOutput

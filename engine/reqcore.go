@@ -149,6 +149,8 @@ func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
 	c.out++
 	if idx == 0 {
 		c.firstAt = end
+	} else if out.firstTokens {
+		return
 	}
 	out.Tokens = append(out.Tokens, Token{RequestID: c.id, Token: tok, Index: idx, At: end})
 }

@@ -346,6 +346,9 @@ type Output struct {
 	PrefillTokens int
 	DecodeTokens  int
 
+	// Tokens are the tokens generated, one per request the pass ran to
+	// the end of its sequence; only first tokens after
+	// Worker.ReportFirstTokensOnly.
 	Tokens      []Token
 	Completions []Completion
 	Rejections  []Rejection
@@ -361,6 +364,8 @@ type Output struct {
 	Metrics Metrics
 
 	lead int // leading Events that precede the pass
+	// firstTokens: Tokens reports first tokens only (kept by reset).
+	firstTokens bool
 }
 
 // Duration is the modeled length of the pass in ms.

@@ -405,3 +405,38 @@ func TestVLLM_DecodeTokensCountTheDecodeSteps(t *testing.T) {
 	assert.Equal(t, 8*11, decoded)
 	assert.Positive(t, budgetBound, "some pass ran out of budget with requests still to decode")
 }
+
+// TestWorker_ReportFirstTokensOnly runs the same requests on two workers of
+// each engine, one reporting first tokens only: its outputs carry exactly
+// the other's tokens of index 0, in order, and the same completions, which
+// still count every token.
+func TestWorker_ReportFirstTokensOnly(t *testing.T) {
+	for name, args := range map[string]Args{"vllm": smallArgs(256), "sglang": sglangArgs(256)} {
+		t.Run(name, func(t *testing.T) {
+			var all, first record
+			for i, r := range []*record{&all, &first} {
+				w := newWorker(t, args)
+				if i == 1 {
+					w.ReportFirstTokensOnly()
+				}
+				for id := range 6 {
+					require.NoError(t, w.Submit(0, Request{ID: uint64(id + 1), Tokens: seqTokens(uint32(50*id+1), 9), MaxTokens: 7}, Release))
+				}
+				drive(t, w, r, 0)
+			}
+			var want []Token
+			for _, tk := range all.tokens {
+				if tk.Index == 0 {
+					want = append(want, tk)
+				}
+			}
+			require.Len(t, want, 6)
+			require.Len(t, all.tokens, 6*7)
+			assert.Equal(t, want, first.tokens)
+			assert.Equal(t, all.completions, first.completions)
+			for _, c := range first.completions {
+				assert.Equal(t, 7, c.OutputTokens)
+			}
+		})
+	}
+}

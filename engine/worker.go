@@ -70,6 +70,15 @@ func NewWorker(s Scheduler) *Worker {
 	return w
 }
 
+// ReportFirstTokensOnly makes w's outputs carry each request's first token
+// and no other in Tokens, for a driver that reads nothing else of them: a
+// decode pass then writes no record per request. Completions still count
+// every token.
+func (w *Worker) ReportFirstTokensOnly() {
+	w.out.firstTokens = true
+	w.tout.firstTokens = true
+}
+
 // New builds the worker args describe, timing passes with model (nil means
 // perf.Polynomial) and drawing output tokens from seed. args must pass
 // Args.Validate, which New calls (an unset engine_type counts as vllm); the
