@@ -467,14 +467,33 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// chained: the previous block of the run was the last one recorded,
 	// so the next one recorded joins its event.
 	chained := false
-	// hidden is whether a router drops the Stored event of the block
-	// stored last, valid while added.
-	hidden, added := false, false
+	// added: the previous block was indexed here, so cp is a run's fresh
+	// end. stamp is then the stamp of the blocks stored (the pass, and
+	// whether a router drops their Stored event), visible whether it
+	// does not.
+	added, visible := false, false
+	var stamp uint32
 	for i, s := range slots {
 		j := from + i
 		h := hashes[j]
 		b := &p.blocks[s]
 		b.hash = h
+		// Most blocks follow one stored just before: cp has no next
+		// block, and unless a head is counted under its hash, h is not
+		// indexed (step), so s follows cp.
+		if added && p.forks[forkBucket(hashes[j-1])] == 0 {
+			p.blocks[cp].next1, b.run = s+1, cp+1
+			if chained {
+				p.ev.storedNext(h, locals[j])
+			}
+			b.stamp = stamp
+			if visible {
+				p.visible++
+				p.vl.freshVisible++
+			}
+			cp = s
+			continue
+		}
 		if d := p.step(cp, h); d != noSlot {
 			chained, added = false, false
 			cp = d
@@ -500,14 +519,15 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			// event was not dropped. A Stored event whose parent the
 			// router does not hold is dropped whole, so its blocks are
 			// hidden, and so are their descendants.
-			hidden = j > 0 && (cp == noSlot || p.blocks[cp].hidden())
+			hidden := j > 0 && (cp == noSlot || p.blocks[cp].hidden())
+			stamp, visible = p.vl.pass, !hidden
+			if hidden {
+				stamp |= hiddenBit
+			}
 		}
 		added = true
-		b.stamp = p.vl.pass
-		if hidden {
-			b.stamp |= hiddenBit
-		}
-		if !hidden {
+		b.stamp = stamp
+		if visible {
 			p.visible++
 			p.vl.freshVisible++
 		}
