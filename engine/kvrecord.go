@@ -60,6 +60,15 @@ func (r *kvRecorder) storedNext(h kv.SeqHash, local kv.LocalHash) {
 	r.recs[len(r.recs)-1].end++
 }
 
+// storedNextRun is storedNext of each of hs, whose token hashes are ls.
+func (r *kvRecorder) storedNextRun(hs []kv.SeqHash, ls []kv.LocalHash) {
+	ls = ls[:len(hs)]
+	for k, h := range hs {
+		r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: ls[k]})
+	}
+	r.recs[len(r.recs)-1].end += len(hs)
+}
+
 // removedRun records that n blocks were evicted, one after another, and
 // returns the n places for their sequence hashes, which the caller fills in
 // eviction order: it is n calls of removed. It returns nil when the

@@ -468,32 +468,22 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// so the next one recorded joins its event.
 	chained := false
 	// added: the previous block was indexed here, so cp is a run's fresh
-	// end. stamp is then the stamp of the blocks stored (the pass, and
-	// whether a router drops their Stored event), visible whether it
-	// does not.
-	added, visible := false, false
+	// end. stamp is then the stamp of the blocks stored: the pass, and
+	// whether a router drops their Stored event.
+	added := false
 	var stamp uint32
-	for i, s := range slots {
+	for i := 0; i < len(slots); i++ {
+		if added {
+			// Most blocks follow one stored just before.
+			if i, cp = p.extendRun(slots, hashes, locals, from, i, cp, chained, stamp); i == len(slots) {
+				break
+			}
+		}
+		s := slots[i]
 		j := from + i
 		h := hashes[j]
 		b := &p.blocks[s]
 		b.hash = h
-		// Most blocks follow one stored just before: cp has no next
-		// block, and unless a head is counted under its hash, h is not
-		// indexed (step), so s follows cp.
-		if added && p.forks[forkBucket(hashes[j-1])] == 0 {
-			p.blocks[cp].next1, b.run = s+1, cp+1
-			if chained {
-				p.ev.storedNext(h, locals[j])
-			}
-			b.stamp = stamp
-			if visible {
-				p.visible++
-				p.vl.freshVisible++
-			}
-			cp = s
-			continue
-		}
 		if d := p.step(cp, h); d != noSlot {
 			chained, added = false, false
 			cp = d
@@ -519,15 +509,14 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			// event was not dropped. A Stored event whose parent the
 			// router does not hold is dropped whole, so its blocks are
 			// hidden, and so are their descendants.
-			hidden := j > 0 && (cp == noSlot || p.blocks[cp].hidden())
-			stamp, visible = p.vl.pass, !hidden
-			if hidden {
+			stamp = p.vl.pass
+			if j > 0 && (cp == noSlot || p.blocks[cp].hidden()) {
 				stamp |= hiddenBit
 			}
 		}
 		added = true
 		b.stamp = stamp
-		if visible {
+		if stamp&hiddenBit == 0 {
 			p.visible++
 			p.vl.freshVisible++
 		}
@@ -536,6 +525,38 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	if len(slots) > 0 {
 		p.vl.changed()
 	}
+}
+
+// extendRun is storeRun's common case, from slots[i] on while it lasts:
+// block cp, stored just before, is a run's fresh end, with no block after
+// it, so unless a head is counted under its hash, the block of the next
+// hash is not indexed (step), and the next slot follows cp. It returns
+// the first slot it did not store and the block it stored last (cp if
+// none). chained and stamp are storeRun's.
+func (p *blockPool) extendRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, from, i int, cp int32, chained bool, stamp uint32) (int, int32) {
+	start := i
+	blocks, forks := p.blocks, &p.forks
+	hs := hashes[from : from+len(slots)] // hs[i] is slots[i]'s; i > 0
+	for ; i < len(slots); i++ {
+		if forks[forkBucket(hs[i-1])] != 0 {
+			break
+		}
+		s := slots[i]
+		b := &blocks[s]
+		b.hash = hs[i]
+		blocks[cp].next1, b.run = s+1, cp+1
+		b.stamp = stamp
+		cp = s
+	}
+	// Recorded after, so that the loop calls nothing.
+	if chained {
+		p.ev.storedNextRun(hashes[from+start:from+i], locals[from+start:from+i])
+	}
+	if stamp&hiddenBit == 0 {
+		p.visible += i - start
+		p.vl.freshVisible += i - start
+	}
+	return i, cp
 }
 
 // beginPass starts a pass: the last pass's stores and evictions are now
