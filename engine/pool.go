@@ -239,16 +239,6 @@ func (p *blockPool) lruRemove(s int32) {
 	b.lruPos = 0
 }
 
-// lruPush makes s the most recently used inactive block.
-func (p *blockPool) lruPush(s int32) {
-	if p.lruTail-p.lruHead == uint32(len(p.lru)) || p.lruTail == lruTop {
-		p.lruMakeRoom()
-	}
-	p.lru[p.lruTail&p.lruMask] = s
-	p.blocks[s].lruPos = p.lruTail
-	p.lruTail++
-}
-
 // lruCompact drops the stale entries of a full ring, moving the valid ones
 // up towards the head in order. They are at most every block, so at least
 // half the ring comes free.
@@ -265,13 +255,15 @@ func (p *blockPool) lruCompact() {
 	p.lruTail = w
 }
 
-// lruMakeRoom makes room for lruPush: room in the ring, and a position
-// below lruTop.
-func (p *blockPool) lruMakeRoom() {
-	if p.lruTail-p.lruHead == uint32(len(p.lru)) {
+// lruMakeRoomFor makes room for n blocks to become inactive, which are
+// active now: places in the ring, and positions below lruTop. A
+// compaction leaves at most the inactive blocks, so room for every other
+// block.
+func (p *blockPool) lruMakeRoomFor(n int) {
+	if int(p.lruTail-p.lruHead)+n > len(p.lru) {
 		p.lruCompact()
 	}
-	if p.lruTail == lruTop {
+	if uint64(p.lruTail)+uint64(n) > lruTop {
 		p.lruRenumber()
 	}
 }
@@ -386,20 +378,35 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 // first, as that many calls of release would: a sequence's tail enters the
 // inactive LRU before its prefix, so it is evicted first.
 func (p *blockPool) releaseAll(slots []int32) {
-	active, heldOnly := p.active, p.heldOnly
+	// The ring is made room for first, so that retiring a block, written
+	// out below, calls nothing: a loop that calls keeps its variables on
+	// the stack.
+	p.lruMakeRoomFor(len(slots))
+	blocks, lru, mask, tail, free := p.blocks, p.lru, p.lruMask, p.lruTail, p.free
+	active, inactive, heldOnly := p.active, p.inactive, p.heldOnly
 	for i := len(slots) - 1; i >= 0; i-- {
 		s := slots[i]
-		b := &p.blocks[s]
+		b := &blocks[s]
 		b.ref--
 		switch {
 		case b.ref == 0:
 			active--
-			p.retire(s)
+			if b.run != 0 { // indexed: to the LRU
+				lru[tail&mask] = s
+				b.lruPos = tail
+				tail++
+				inactive++
+			} else { // the free list has room for every block
+				n := len(free)
+				free = free[:n+1]
+				free[n] = s
+			}
 		case b.held == b.ref:
 			heldOnly++
 		}
 	}
-	p.active, p.heldOnly = active, heldOnly
+	p.lruTail, p.free = tail, free
+	p.active, p.inactive, p.heldOnly = active, inactive, heldOnly
 }
 
 // holdAll turns one of the caller's references to each of slots into a
@@ -419,10 +426,12 @@ func (p *blockPool) holdAll(slots []int32) {
 // releaseHoldAll drops one hold reference from each of slots, last slot
 // first, as that many calls of releaseHold would.
 func (p *blockPool) releaseHoldAll(slots []int32) {
-	active, heldOnly := p.active, p.heldOnly
+	p.lruMakeRoomFor(len(slots)) // as releaseAll
+	blocks, lru, mask, tail, free := p.blocks, p.lru, p.lruMask, p.lruTail, p.free
+	active, inactive, heldOnly := p.active, p.inactive, p.heldOnly
 	for i := len(slots) - 1; i >= 0; i-- {
 		s := slots[i]
-		b := &p.blocks[s]
+		b := &blocks[s]
 		if b.held == b.ref && b.ref == 1 {
 			heldOnly--
 		}
@@ -430,21 +439,20 @@ func (p *blockPool) releaseHoldAll(slots []int32) {
 		b.ref--
 		if b.ref == 0 {
 			active--
-			p.retire(s)
+			if b.run != 0 {
+				lru[tail&mask] = s
+				b.lruPos = tail
+				tail++
+				inactive++
+			} else {
+				n := len(free)
+				free = free[:n+1]
+				free[n] = s
+			}
 		}
 	}
-	p.active, p.heldOnly = active, heldOnly
-}
-
-// retire files a block nobody references: indexed blocks stay findable in the
-// inactive LRU (most recently used at the tail), private ones are freed.
-func (p *blockPool) retire(s int32) {
-	if p.blocks[s].run != 0 { // indexed, written out to stay inlined
-		p.lruPush(s)
-		p.inactive++
-		return
-	}
-	p.free = append(p.free, s)
+	p.lruTail, p.free = tail, free
+	p.active, p.inactive, p.heldOnly = active, inactive, heldOnly
 }
 
 // storeRun stores blocks from..from+len(slots)-1 of a sequence whose block

@@ -128,3 +128,25 @@ func (p *blockPool) lookup(h kv.SeqHash) (int32, bool) {
 	}
 	return noSlot, false
 }
+
+// retire files a block nobody references: indexed blocks stay findable in the
+// inactive LRU (most recently used at the tail), private ones are freed.
+// releaseAll and releaseHoldAll write it out.
+func (p *blockPool) retire(s int32) {
+	if p.blocks[s].indexed() {
+		p.lruPush(s)
+		p.inactive++
+		return
+	}
+	p.free = append(p.free, s)
+}
+
+// lruPush makes s the most recently used inactive block.
+func (p *blockPool) lruPush(s int32) {
+	if p.lruTail-p.lruHead == uint32(len(p.lru)) || p.lruTail == lruTop {
+		p.lruMakeRoomFor(1)
+	}
+	p.lru[p.lruTail&p.lruMask] = s
+	p.blocks[s].lruPos = p.lruTail
+	p.lruTail++
+}

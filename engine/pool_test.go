@@ -320,3 +320,31 @@ func chain(locals ...kv.LocalHash) []kv.SeqHash {
 	}
 	return out
 }
+
+// TestPool_ReleaseBatchMakesRoomInTheRing revives a request's blocks and
+// releases them again, over and over, beside two blocks that stay in the
+// LRU: each revival leaves stale entries in the LRU ring, and a release of
+// the whole request must make room for all its blocks before it files any
+// (compacting the ring when they would not fit), or it writes over the
+// entries of the blocks that stayed.
+func TestPool_ReleaseBatchMakesRoomInTheRing(t *testing.T) {
+	p := newBlockPool(6, false)
+	otherLocals := []kv.LocalHash{9, 8}
+	other := p.allocN(nil, 2)
+	p.storeRun(other, chain(otherLocals...), otherLocals, 0, noSlot)
+	p.releaseAll(other)
+	locals := []kv.LocalHash{1, 2, 3, 4}
+	slots := p.allocN(nil, 4)
+	p.storeRun(slots, chain(locals...), locals, 0, noSlot)
+	revived := slices.Clone(slots)
+	slices.Reverse(revived) // a release files the tail first
+	want := append([]int32{other[1], other[0]}, revived...)
+	for cycle := range 20 {
+		p.releaseAll(slots)
+		require.Equal(t, want, p.lruOrder(), "cycle %d", cycle)
+		require.NoError(t, p.audit(), "cycle %d", cycle)
+		for _, s := range revived { // oldest first: every revival but the last leaves a stale entry
+			p.acquire(s)
+		}
+	}
+}
