@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/kvstrand/mocker/kv"
+import (
+	"slices"
+
+	"github.com/kvstrand/mocker/kv"
+)
 
 // KVView reads a worker's prefix cache as a router fed the worker's KV
 // events sees it: what the events delivered so far have put in the
@@ -170,6 +174,32 @@ func (l *viewLog) evicted(h kv.SeqHash, pass uint32) {
 		w, bit := goneBit(h)
 		l.goneBits[w] |= bit
 	}
+}
+
+// evictedAll is evicted of each of slots, blocks of blocks, that a router
+// holds (not hidden), in order; it returns how many there were.
+func (l *viewLog) evictedAll(blocks []pblock, slots []int32) int {
+	gone := slices.Grow(l.gone, len(slots))
+	bits, pass := l.goneBits, l.pass
+	n, fresh := 0, 0
+	for _, s := range slots {
+		b := &blocks[s]
+		if b.hidden() {
+			continue
+		}
+		n++
+		if b.pass() == pass {
+			fresh++
+			continue
+		}
+		gone = gone[:len(gone)+1]
+		gone[len(gone)-1] = b.hash
+		w, bit := goneBit(b.hash)
+		bits[w] |= bit
+	}
+	l.gone = gone
+	l.freshVisible -= fresh
+	return n
 }
 
 // changed notes a change to the cache, counted if made outside a pass.

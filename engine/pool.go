@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/kvstrand/mocker/kv"
 )
@@ -115,6 +116,9 @@ type blockPool struct {
 	// and not hidden.
 	vl      viewLog
 	visible int
+
+	// slow holds allocN's evicted blocks that need unlink.
+	slow []int32
 
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
@@ -329,12 +333,17 @@ func (p *blockPool) acquire(s int32) {
 //
 // Evictions take a stretch of the LRU from its head.
 func (p *blockPool) allocN(dst []int32, n int) []int32 {
+	// Room for every block first: the loops below call nothing, so the
+	// compiler keeps their variables in registers.
+	dst = slices.Grow(dst, n)
+	blocks := p.blocks
 	if k := min(n, len(p.free)); k > 0 {
 		top := len(p.free) - 1
 		for i := range k {
 			s := p.free[top-i]
-			p.blocks[s] = pblock{ref: 1}
-			dst = append(dst, s)
+			blocks[s] = pblock{ref: 1}
+			dst = dst[:len(dst)+1]
+			dst[len(dst)-1] = s
 		}
 		p.free = p.free[:top+1-k]
 		p.active += k
@@ -345,31 +354,43 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	}
 	start := len(dst)
 	removed := p.ev.removedRun(n)
-	q := p.lruHead
+	lru, mask, q := p.lru, p.lruMask, p.lruHead
 	for i := 0; i < n; q++ {
-		s := p.lru[q&p.lruMask]
-		b := &p.blocks[s]
+		s := lru[q&mask]
+		b := &blocks[s]
 		if b.lruPos != q {
 			continue // revived since it was filed
 		}
 		if removed != nil {
 			removed[i] = b.hash
 		}
-		dst = append(dst, s)
+		dst = dst[:len(dst)+1]
+		dst[len(dst)-1] = s
 		i++
 	}
 	p.lruHead = q
 	p.inactive -= n
 	p.active += n
-	for _, s := range dst[start:] {
-		p.unlink(s)
-		b := &p.blocks[s]
-		if !b.hidden() {
-			p.visible--
-			p.vl.evicted(b.hash, b.pass())
+	evicted := dst[start:]
+	p.visible -= p.vl.evictedAll(blocks, evicted)
+	// Most evicted blocks end their run (a child leaves the LRU no later
+	// than its parent): the block before them then does. The others wait
+	// for unlink, after the loop.
+	slow := slices.Grow(p.slow[:0], n)
+	for _, s := range evicted {
+		if b := &blocks[s]; b.run > 0 && b.next1 == 0 {
+			blocks[b.run-1].next1 = 0
+			*b = pblock{ref: 1}
+		} else {
+			slow = slow[:len(slow)+1]
+			slow[len(slow)-1] = s
 		}
-		*b = pblock{ref: 1}
 	}
+	for _, s := range slow {
+		p.unlink(s)
+		blocks[s] = pblock{ref: 1}
+	}
+	p.slow = slow
 	p.vl.changed()
 	return dst
 }
