@@ -185,6 +185,38 @@ func (p *blockPool) step(prev int32, h kv.SeqHash) int32 {
 	return noSlot
 }
 
+// prefix appends to dst the indexed blocks of the longest prefix of hashes,
+// a sequence's block hashes from its first, that the pool holds, and
+// counts those referenced (active): a walk of step from block to block.
+// Along a run the walk calls nothing.
+func (p *blockPool) prefix(hashes []kv.SeqHash, dst []int32) (_ []int32, active int) {
+	dst = slices.Grow(dst, len(hashes))
+	blocks := p.blocks
+	s := int32(noSlot)
+	for i := 0; i < len(hashes); {
+		if s = p.step(s, hashes[i]); s == noSlot {
+			break
+		}
+		for {
+			b := &blocks[s]
+			if b.ref > 0 {
+				active++
+			}
+			dst = dst[:len(dst)+1]
+			dst[len(dst)-1] = s
+			if i++; i == len(hashes) {
+				break
+			}
+			n := b.next1 - 1
+			if n == noSlot || blocks[n].hash != hashes[i] {
+				break // where the run ends, or forks: step asks the index
+			}
+			s = n
+		}
+	}
+	return dst, active
+}
+
 // cachedAt is the indexed block of hashes[j], a prompt's block hashes, or
 // noSlot: the walk of step from its first block.
 func (p *blockPool) cachedAt(hashes []kv.SeqHash, j int) int32 {

@@ -514,18 +514,8 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 	}
 	limit := (s.length - 1) / v.bs
 	s.ensureHashes(limit, v.bs)
-	slot := int32(noSlot)
-	for hits < limit {
-		if slot = v.pool.step(slot, s.hashes[hits]); slot == noSlot {
-			break
-		}
-		if v.pool.isActive(slot) {
-			active++
-		}
-		v.hitSlots = append(v.hitSlots, slot)
-		hits++
-	}
-	return hits, active
+	v.hitSlots, active = v.pool.prefix(s.hashes[:limit], v.hitSlots)
+	return len(v.hitSlots), active
 }
 
 // promote hashes the blocks that became full and stores them in the pool.

@@ -440,3 +440,24 @@ func TestWorker_ReportFirstTokensOnly(t *testing.T) {
 		})
 	}
 }
+
+// TestVLLM_AdmissionCreditsActivePrefixHits: a request whose prefix is
+// held by a running request needs fresh blocks only for the rest, so it is
+// admitted beside that request into a pool that could not hold both
+// whole. (9 blocks of 4 tokens: A takes 4 for its 16-token prompt; B's 24
+// tokens need 6, of which 4 are A's.)
+func TestVLLM_AdmissionCreditsActivePrefixHits(t *testing.T) {
+	w := newWorker(t, smallArgs(9))
+	prompt := seqTokens(1, 24)
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt[:16], MaxTokens: 2}, Release))
+	require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: prompt, MaxTokens: 2}, Release))
+	var r record
+	drive(t, w, &r, 0)
+	require.Len(t, r.completions, 2)
+	a, b := r.completions[0], r.completions[1]
+	if a.RequestID != 1 {
+		a, b = b, a
+	}
+	assert.Equal(t, 16, b.CachedTokens, "B found A's four blocks")
+	assert.Equal(t, a.FirstTokenAt, b.FirstTokenAt, "B ran in A's first pass")
+}
