@@ -61,6 +61,9 @@ func (w *Worker) KVView() (KVView, bool) {
 // worker. inFlight says whether the worker's last pass is still in
 // flight, its events not delivered yet.
 func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
+	if p, ok := x.c.(*blockPool); ok {
+		return p.depth(seqs, inFlight)
+	}
 	l := x.c.log()
 	prev := int32(noSlot)
 	for i, h := range seqs {
@@ -239,6 +242,40 @@ func (p *blockPool) holds(prev int32, h kv.SeqHash) (block int32, routed bool, p
 	}
 	b := &p.blocks[s]
 	return s, !b.hidden(), b.pass()
+}
+
+// depth is KVView.Depth of the vLLM pool, which walks a run of blocks
+// without a call per block.
+func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
+	l, blocks := &p.vl, p.blocks
+	prev := int32(noSlot)
+	for i := 0; i < len(seqs); {
+		// Depth's step, as KVView's.
+		s := p.step(prev, seqs[i])
+		held := s != noSlot && !blocks[s].hidden() && !(inFlight && blocks[s].pass() == l.pass)
+		if !held && !(inFlight && l.goneHas(seqs[i])) {
+			return i
+		}
+		prev = s
+		if i++; !held {
+			continue
+		}
+		// Along the run, while the router holds each block: any other
+		// block goes back to the step above. A block in a run is hidden
+		// as the block before it is (audit checks it), so not here.
+		for i < len(seqs) {
+			n := blocks[prev].next1 - 1
+			if n == noSlot || blocks[n].hash != seqs[i] {
+				break
+			}
+			if inFlight && blocks[n].pass() == l.pass {
+				break
+			}
+			prev = n
+			i++
+		}
+	}
+	return len(seqs)
 }
 
 func (p *blockPool) routed() int   { return p.visible }

@@ -708,6 +708,10 @@ func (p *blockPool) audit() error {
 			runHeads++
 		} else if pr := &p.blocks[b.follows()]; !pr.indexed() || pr.next1 != s+1 {
 			return fmt.Errorf("block %d follows block %d, which is not indexed (%v) or leads to %d", s, b.follows(), pr.indexed(), pr.next1-1)
+		} else if b.hidden() != pr.hidden() {
+			// A router drops a Stored event whose parent it does not
+			// hold, and the blocks after it in the event with it.
+			return fmt.Errorf("block %d hidden %v follows block %d hidden %v", s, b.hidden(), b.follows(), pr.hidden())
 		}
 		if n := b.next1 - 1; n != noSlot && p.blocks[n].run != s+1 {
 			return fmt.Errorf("block %d leads to block %d, whose run is %d", s, n, p.blocks[n].run)
