@@ -261,9 +261,6 @@ func (p *blockPool) addHead(s int32, h, parent kv.SeqHash, hasParent bool) {
 	p.blocks[s].run = runRoot - 1 - int32(k)
 }
 
-// isActive reports whether slot is referenced.
-func (p *blockPool) isActive(slot int32) bool { return p.blocks[slot].ref > 0 }
-
 // lruRemove takes inactive block s out of the LRU. Its entry goes stale,
 // unless it is the newest, which is dropped: a prefix hit usually revives
 // the blocks a request released last.
