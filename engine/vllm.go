@@ -550,19 +550,14 @@ const (
 // schedule gives s up to the remaining budget of tokens, allocating blocks
 // and preempting when allowed.
 func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) schedStatus {
-	// Most calls are a decode step: the last token is all s has to
-	// compute, and its blocks have room for it. What the general path
-	// below would do then is done here, without its other cases.
-	if s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks) {
-		v.hitsOf = nil
+	// Most calls are a decode step. What the general path below would
+	// do then is done here, without its other cases.
+	if v.plainDecode(s) {
 		s.computed = s.length
 		if v.caching && v.fullBlocks(s.computed) > s.stored {
 			v.promote(s)
 		}
-		v.budget--
-		v.passStart(s)
-		s.passTokens++
-		v.decodeToks++
+		v.takeDecode(s)
 		return schedOK
 	}
 	length := s.length
@@ -644,6 +639,23 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		v.decodeToks += desired
 	}
 	return schedOK
+}
+
+// plainDecode reports whether scheduling s is a decode step: the last
+// token is all s has to compute, its blocks have room for it, and the
+// budget has a token left.
+func (v *VLLM) plainDecode(s *seq) bool {
+	return s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks)
+}
+
+// takeDecode schedules s's decode step (plainDecode), its KV computed.
+func (v *VLLM) takeDecode(s *seq) {
+	v.hitsOf = nil
+	s.computed = s.length
+	v.budget--
+	v.passStart(s)
+	s.passTokens++
+	v.decodeToks++
 }
 
 // passStart clears s's contributions to an earlier pass when this pass
@@ -746,9 +758,17 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	// Running phase, in order. Preempted entries stay in place as
 	// non-running until compaction.
 	for i := 0; i < len(v.running) && v.budget > 0; i++ {
-		if s := v.running[i]; s.state == stRunning {
-			v.schedule(s, now, true, out)
+		s := v.running[i]
+		if s.state != stRunning {
+			continue
 		}
+		// Most are decode steps that fill no block: schedule's, without
+		// the call.
+		if v.plainDecode(s) && !(v.caching && v.fullBlocks(s.length) > s.stored) {
+			v.takeDecode(s)
+			continue
+		}
+		v.schedule(s, now, true, out)
 	}
 	// Between passes every request in the running set runs (a finish
 	// compacts it, a cancel takes its request out): only a preemption

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/kvstrand/mocker/kv"
@@ -460,4 +461,31 @@ func TestVLLM_AdmissionCreditsActivePrefixHits(t *testing.T) {
 	}
 	assert.Equal(t, 16, b.CachedTokens, "B found A's four blocks")
 	assert.Equal(t, a.FirstTokenAt, b.FirstTokenAt, "B ran in A's first pass")
+}
+
+// TestVLLM_GeneratedBlocksAreStored: blocks that decode fills with
+// generated tokens are stored like the prompt's, findable by their
+// sequence hashes, as vLLM caches them. An 8-token prompt that generates
+// 9 tokens on 4-token blocks computes 16 tokens' KV: four full blocks.
+func TestVLLM_GeneratedBlocksAreStored(t *testing.T) {
+	w := newWorker(t, smallArgs(64))
+	prompt := seqTokens(1, 8)
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: prompt, MaxTokens: 9}, Release))
+	var r record
+	drive(t, w, &r, 0)
+	require.Len(t, r.tokens, 9)
+	seq := slices.Clone(prompt)
+	for _, tk := range r.tokens {
+		seq = append(seq, tk.Token)
+	}
+	_, want := kv.BlockHashes(seq[:16], 4, nil, nil)
+	var got []kv.SeqHash
+	for _, ev := range r.kvEvents {
+		if ev.Kind == kv.Stored {
+			for _, b := range ev.Blocks {
+				got = append(got, b.Hash)
+			}
+		}
+	}
+	assert.Equal(t, want, got)
 }
