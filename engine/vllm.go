@@ -550,16 +550,6 @@ const (
 // schedule gives s up to the remaining budget of tokens, allocating blocks
 // and preempting when allowed.
 func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) schedStatus {
-	// Most calls are a decode step. What the general path below would
-	// do then is done here, without its other cases.
-	if v.plainDecode(s) {
-		s.computed = s.length
-		if v.caching && v.fullBlocks(s.computed) > s.stored {
-			v.promote(s)
-		}
-		v.takeDecode(s)
-		return schedOK
-	}
 	length := s.length
 	effective, hits := s.computed, 0
 	if s.computed == 0 && len(s.blocks) == 0 {
@@ -648,7 +638,7 @@ func (v *VLLM) plainDecode(s *seq) bool {
 	return s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks)
 }
 
-// takeDecode schedules s's decode step (plainDecode), its KV computed.
+// takeDecode schedules s's decode step (plainDecode).
 func (v *VLLM) takeDecode(s *seq) {
 	v.hitsOf = nil
 	s.computed = s.length
@@ -762,9 +752,13 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		if s.state != stRunning {
 			continue
 		}
-		// Most are decode steps that fill no block: schedule's, without
-		// the call.
-		if v.plainDecode(s) && !(v.caching && v.fullBlocks(s.length) > s.stored) {
+		// Most are decode steps: what schedule would do for them, without
+		// its other cases, and without a call unless a block filled.
+		if v.plainDecode(s) {
+			if v.caching && v.fullBlocks(s.length) > s.stored {
+				s.computed = s.length
+				v.promote(s)
+			}
 			v.takeDecode(s)
 			continue
 		}
