@@ -30,11 +30,11 @@ type KVView struct {
 // viewedCache is a cache KVView reads: vLLM's block pool or SGLang's radix
 // cache.
 type viewedCache interface {
-	// holds returns the cache's block of h (noSlot if it has none) and,
-	// if it has one, whether a router fed all its events has it too, and
-	// the pass that stored it. prev is what holds returned for h's
-	// parent hash (noSlot for a hash with no parent).
-	holds(prev int32, h kv.SeqHash) (block int32, routed bool, pass uint32)
+	// depth is KVView.Depth: a block counts while the cache holds it, a
+	// router fed all its events does too (not hidden), and, with
+	// inFlight, the last pass did not store it; or while, with inFlight,
+	// the last pass evicted it from a router that held it (goneHas).
+	depth(seqs []kv.SeqHash, inFlight bool) int
 	// routed is how many blocks a router fed all its events holds.
 	routed() int
 	log() *viewLog
@@ -60,25 +60,7 @@ func (w *Worker) KVView() (KVView, bool) {
 // Depth is how many leading blocks of seqs the router holds for the
 // worker. inFlight says whether the worker's last pass is still in
 // flight, its events not delivered yet.
-func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int {
-	if p, ok := x.c.(*blockPool); ok {
-		return p.depth(seqs, inFlight)
-	}
-	l := x.c.log()
-	prev := int32(noSlot)
-	for i, h := range seqs {
-		block, routed, pass := x.c.holds(prev, h)
-		prev = block
-		if block != noSlot && routed && !(inFlight && pass == l.pass) {
-			continue
-		}
-		if inFlight && l.goneHas(h) {
-			continue
-		}
-		return i
-	}
-	return len(seqs)
-}
+func (x KVView) Depth(seqs []kv.SeqHash, inFlight bool) int { return x.c.depth(seqs, inFlight) }
 
 // Blocks is how many blocks the router holds for the worker; inFlight as
 // for Depth.
@@ -235,22 +217,12 @@ func (l *viewLog) goneHas(h kv.SeqHash) bool {
 	return ok
 }
 
-func (p *blockPool) holds(prev int32, h kv.SeqHash) (block int32, routed bool, pass uint32) {
-	s := p.step(prev, h)
-	if s == noSlot {
-		return noSlot, false, 0
-	}
-	b := &p.blocks[s]
-	return s, !b.hidden(), b.pass()
-}
-
-// depth is KVView.Depth of the vLLM pool, which walks a run of blocks
+// depth is the vLLM pool's viewedCache.depth. It walks a run of blocks
 // without a call per block.
 func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
 	l, blocks := &p.vl, p.blocks
 	prev := int32(noSlot)
 	for i := 0; i < len(seqs); {
-		// Depth's step, as KVView's.
 		s := p.step(prev, seqs[i])
 		held := s != noSlot && !blocks[s].hidden() && !(inFlight && blocks[s].pass() == l.pass)
 		if !held && !(inFlight && l.goneHas(seqs[i])) {
@@ -281,12 +253,20 @@ func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
 func (p *blockPool) routed() int   { return p.visible }
 func (p *blockPool) log() *viewLog { return &p.vl }
 
-func (c *radixCache) holds(_ int32, h kv.SeqHash) (block int32, routed bool, pass uint32) {
-	s, ok := c.index.Get(h)
-	if !ok {
-		return noSlot, false, 0
+// depth is the radix cache's viewedCache.depth: a router holds every
+// node the tree does.
+func (c *radixCache) depth(seqs []kv.SeqHash, inFlight bool) int {
+	l := &c.vl
+	for i, h := range seqs {
+		if s, ok := c.index.Get(h); ok && !(inFlight && c.stamp[s] == l.pass) {
+			continue
+		}
+		if inFlight && l.goneHas(h) {
+			continue
+		}
+		return i
 	}
-	return s, true, c.stamp[s]
+	return len(seqs)
 }
 
 func (c *radixCache) routed() int   { return c.inTree }
