@@ -117,8 +117,9 @@ type leg struct {
 type reqState struct {
 	legs [2]leg
 	seq  uint64 // tells this request from an earlier one with the same id
-	// keyed: the request is in reqs under its id (routed by Route or
-	// RouteDisagg); a leased request is not.
+	// id is the request's; keyed says it is in reqs under it (routed by
+	// Route or RouteDisagg), where a leased request is not.
+	id    string
 	keyed bool
 	// seqs holds the shared blocks a leg charges. It outlives the request,
 	// so the state's next request copies its blocks without allocating.
@@ -152,7 +153,6 @@ func (l Lease) live() *reqState {
 // states are recycled, never freed, and each routing takes a new seq, so
 // the check needs no lookup by id.
 type ageEntry struct {
-	id    string
 	st    *reqState
 	seq   uint64
 	start time.Time
@@ -319,7 +319,7 @@ func (r *Router) RemoveWorker(id uint64) bool {
 			}
 		}
 		if st.legs[0].w == nil && st.legs[1].w == nil {
-			r.untrack(e.id, st)
+			r.untrack(st)
 		}
 	}
 	delete(r.workers, id)
@@ -587,7 +587,7 @@ func (r *Router) PrefillDone(reqID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st, ok := r.reqs[reqID]; ok {
-		r.prefillDone(reqID, st)
+		r.prefillDone(st)
 	}
 }
 
@@ -596,11 +596,11 @@ func (r *Router) PrefillDoneLease(l Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st := l.live(); st != nil {
-		r.prefillDone("", st)
+		r.prefillDone(st)
 	}
 }
 
-func (r *Router) prefillDone(reqID string, st *reqState) {
+func (r *Router) prefillDone(st *reqState) {
 	for i := range st.legs {
 		l := &st.legs[i]
 		if l.w == nil {
@@ -614,7 +614,7 @@ func (r *Router) prefillDone(reqID string, st *reqState) {
 		l.tokens = 0
 	}
 	if st.legs[0].w == nil && st.legs[1].w == nil {
-		r.untrack(reqID, st)
+		r.untrack(st)
 	}
 }
 
@@ -625,7 +625,7 @@ func (r *Router) Free(reqID string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st, ok := r.reqs[reqID]; ok {
-		r.free(reqID, st)
+		r.free(st)
 	}
 }
 
@@ -634,17 +634,17 @@ func (r *Router) FreeLease(l Lease) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if st := l.live(); st != nil {
-		r.free("", st)
+		r.free(st)
 	}
 }
 
-func (r *Router) free(reqID string, st *reqState) {
+func (r *Router) free(st *reqState) {
 	for i := range st.legs {
 		if st.legs[i].w != nil {
 			r.release(&st.legs[i])
 		}
 	}
-	r.untrack(reqID, st)
+	r.untrack(st)
 }
 
 func (r *Router) charge(l *leg) {
@@ -705,13 +705,12 @@ func (r *Router) newState() *reqState {
 // newState, and its age; by id too when keyed.
 func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease {
 	r.reqSeq++
-	st.seq = r.reqSeq
-	st.keyed = keyed
+	st.seq, st.id, st.keyed = r.reqSeq, id, keyed
 	r.inflight++
 	if keyed {
 		r.reqs[id] = st
 	}
-	r.ages = append(r.ages, ageEntry{id: id, st: st, seq: st.seq, start: now})
+	r.ages = append(r.ages, ageEntry{st: st, seq: st.seq, start: now})
 	// Entries of freed requests wait until the head reaches them; once they
 	// dominate, drop them so memory follows the requests in flight.
 	if n := len(r.ages) - r.agesHead; n > 2*r.inflight+1024 {
@@ -727,12 +726,12 @@ func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease
 	return Lease{st: st, seq: st.seq}
 }
 
-// untrack stops tracking request id, whose state st no leg charges any
-// longer; st is kept for a later request, and its leases go stale with
-// the state's seq.
-func (r *Router) untrack(id string, st *reqState) {
+// untrack stops tracking the request of state st, which no leg charges
+// any longer; st is kept for a later request, and its leases go stale
+// with the state's seq.
+func (r *Router) untrack(st *reqState) {
 	if st.keyed {
-		delete(r.reqs, id)
+		delete(r.reqs, st.id)
 	}
 	r.inflight--
 	seqs := st.seqs
@@ -759,9 +758,9 @@ func (r *Router) expireRequests(now time.Time) {
 					r.release(&st.legs[i])
 				}
 			}
-			r.untrack(e.id, st)
+			r.expired = append(r.expired, st.id)
+			r.untrack(st)
 			r.stats.ExpiredRequests++
-			r.expired = append(r.expired, e.id)
 		}
 		r.ages[r.agesHead] = ageEntry{}
 		r.agesHead++
