@@ -54,10 +54,10 @@ func (k kvView) Blocks() int { return k.view.Blocks(k.v.InFlight(k.idx)) }
 // viewKV has the router read in-process worker n (the loop's worker idx)
 // through its KV view, when it offers one and the router's index is fed by
 // KV events: the router then gets the answers the index would give without
-// the per-block work of replaying every event into it. The worker still
-// records its events (an Output that carries only events is still
-// delivered, with the load report that goes with it), but they no longer
-// go to the router.
+// the per-block work of replaying every event into it. The events no
+// longer go to the router, so the worker omits them (unless a test taps
+// them); its Outputs reach the loop as they did with them, each with the
+// load report that goes with it.
 func (c *Cluster) viewKV(n *workerNode, idx int) error {
 	if c.opts.kvEvents || !c.router.Config().UseKVEvents {
 		return nil
@@ -74,6 +74,10 @@ func (c *Cluster) viewKV(n *workerNode, idx int) error {
 		return fmt.Errorf("%s: %w", n.label(), err)
 	}
 	n.viewed = true
+	if c.opts.kvTap == nil {
+		// Nothing reads its events now: the worker need not record them.
+		n.w.OmitKVEvents()
+	}
 	return nil
 }
 

@@ -12,8 +12,15 @@ import (
 // share one Stored event, and consecutive evictions one Removed event, as
 // vLLM's pool does. A recorder built with emit false records nothing, so a
 // worker that never announces pays only a branch.
+//
+// A recorder told to omit (Worker.OmitKVEvents) records nothing either,
+// but notes that a pass had events to announce, so that its Output, with
+// no events in it, is still not empty and reaches its driver when it
+// would have with them.
 type kvRecorder struct {
 	emit    bool
+	omit    bool
+	dropped bool // something was not recorded since reset
 	next    uint64
 	recs    []evRec
 	blocks  []kv.Block
@@ -35,6 +42,7 @@ type evRec struct {
 // became findable, chained after parent when hasParent.
 func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
 	if !r.emit {
+		r.dropped = true
 		return
 	}
 	if n := len(r.recs); n > 0 {
@@ -74,7 +82,11 @@ func (r *kvRecorder) storedNextRun(hs []kv.SeqHash, ls []kv.LocalHash) {
 // eviction order: it is n calls of removed. It returns nil when the
 // recorder records nothing.
 func (r *kvRecorder) removedRun(n int) []kv.SeqHash {
-	if !r.emit || n == 0 {
+	if n == 0 {
+		return nil
+	}
+	if !r.emit {
+		r.dropped = true
 		return nil
 	}
 	start := len(r.removes)
@@ -91,6 +103,7 @@ func (r *kvRecorder) removedRun(n int) []kv.SeqHash {
 // removed records that the block with sequence hash h was evicted.
 func (r *kvRecorder) removed(h kv.SeqHash) {
 	if !r.emit {
+		r.dropped = true
 		return
 	}
 	if n := len(r.recs); n > 0 {
@@ -122,8 +135,18 @@ func (r *kvRecorder) flush(dst []kv.Event) []kv.Event {
 	return dst
 }
 
+// flushTo is flush into out's KVEvents, marking out as not empty when the
+// recorder omitted events.
+func (r *kvRecorder) flushTo(out *Output) {
+	out.KVEvents = r.flush(out.KVEvents)
+	if r.omit && r.dropped {
+		out.kvOmitted = true
+	}
+}
+
 // reset empties the recorder for the next pass, keeping its arenas.
 func (r *kvRecorder) reset() {
+	r.dropped = false
 	r.recs = r.recs[:0]
 	r.blocks = r.blocks[:0]
 	r.removes = r.removes[:0]

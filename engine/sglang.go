@@ -712,7 +712,7 @@ func (g *SGLang) pass(now float64, out *Output) PassResult {
 	default:
 		res = PassIdle
 	}
-	out.KVEvents = g.cache.ev.flush(out.KVEvents)
+	g.cache.ev.flushTo(out)
 	return res
 }
 

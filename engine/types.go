@@ -366,6 +366,9 @@ type Output struct {
 	lead int // leading Events that precede the pass
 	// firstTokens: Tokens reports first tokens only (kept by reset).
 	firstTokens bool
+	// kvOmitted: the pass changed the cache, and KVEvents omits what it
+	// would have announced (Worker.OmitKVEvents).
+	kvOmitted bool
 }
 
 // Duration is the modeled length of the pass in ms.
@@ -373,7 +376,7 @@ func (o *Output) Duration() float64 { return o.End - o.Start }
 
 func (o *Output) empty() bool {
 	return !o.Ran && len(o.Tokens) == 0 && len(o.Completions) == 0 && len(o.Rejections) == 0 &&
-		len(o.Events) == 0 && len(o.KVEvents) == 0
+		len(o.Events) == 0 && len(o.KVEvents) == 0 && !o.kvOmitted
 }
 
 func (o *Output) reset(now float64) {
@@ -386,6 +389,7 @@ func (o *Output) reset(now float64) {
 	o.Rejections = o.Rejections[:0]
 	o.Events = o.Events[:0]
 	o.KVEvents = o.KVEvents[:0]
+	o.kvOmitted = false
 	o.lead = 0
 }
 

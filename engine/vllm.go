@@ -794,7 +794,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	}
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
 		v.finishTruncated(now, out)
-		out.KVEvents = v.pool.ev.flush(out.KVEvents)
+		v.pool.ev.flushTo(out)
 		reserved := v.reservePending(now, &out.Events)
 		if v.preempted || reserved || len(out.Completions)+len(out.Rejections) > 0 {
 			return PassChanged
@@ -831,7 +831,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		v.compactRunning()
 	}
 	v.finishTruncated(end, out)
-	out.KVEvents = v.pool.ev.flush(out.KVEvents)
+	v.pool.ev.flushTo(out)
 	// The pass ends with its finished requests' blocks freed: the
 	// destinations waiting for blocks try again then.
 	v.passEnd = end

@@ -442,6 +442,56 @@ func TestWorker_ReportFirstTokensOnly(t *testing.T) {
 	}
 }
 
+// TestWorker_OmitKVEvents: a worker told to omit its KV events steps as
+// one that announces them: the same Steps return an Output, the same but
+// for the events, and an Output whose pass had events to announce is
+// marked so, which keeps it from counting as empty. Three prompt families
+// in a pool too small for all their requests make the passes store and
+// evict.
+func TestWorker_OmitKVEvents(t *testing.T) {
+	for name, args := range map[string]Args{"vllm": smallArgs(24), "sglang": sglangArgs(24)} {
+		t.Run(name, func(t *testing.T) {
+			all, omit := newWorker(t, args), newWorker(t, args)
+			omit.OmitKVEvents()
+			for _, w := range []*Worker{all, omit} {
+				for id := range 9 {
+					req := Request{ID: uint64(id + 1), Tokens: seqTokens(uint32(1+100*(id%3)), 12+2*id), MaxTokens: 6}
+					require.NoError(t, w.Submit(0, req, Release))
+				}
+			}
+			kinds := map[kv.EventKind]int{}
+			now := 0.0
+			for i := 0; ; i++ {
+				require.Less(t, i, 10000, "workers never parked")
+				at, ok := all.workWake()
+				at2, ok2 := omit.workWake()
+				require.Equal(t, ok, ok2, "step %d", i)
+				if !ok {
+					break
+				}
+				require.Equal(t, at, at2, "step %d", i)
+				now = max(now, at)
+				a, o := all.Step(now), omit.Step(now)
+				require.Equal(t, a == nil, o == nil, "step %d", i)
+				if a == nil {
+					continue
+				}
+				require.Empty(t, o.KVEvents, "step %d", i)
+				require.Equal(t, len(a.KVEvents) > 0, o.kvOmitted, "step %d: marked as omitting events", i)
+				for _, ev := range a.KVEvents {
+					kinds[ev.Kind]++
+				}
+				ac, oc := *a, *o
+				ac.KVEvents, oc.KVEvents, oc.kvOmitted = nil, nil, false
+				require.Equal(t, ac, oc, "step %d", i)
+				now = max(now, a.End)
+			}
+			assert.NotZero(t, kinds[kv.Stored], "no block stored")
+			assert.NotZero(t, kinds[kv.Removed], "no block evicted")
+		})
+	}
+}
+
 // TestVLLM_AdmissionCreditsActivePrefixHits: a request whose prefix is
 // held by a running request needs fresh blocks only for the rest, so it is
 // admitted beside that request into a pool that could not hold both

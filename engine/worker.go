@@ -79,6 +79,20 @@ func (w *Worker) ReportFirstTokensOnly() {
 	w.tout.firstTokens = true
 }
 
+// OmitKVEvents makes w's outputs carry no KV events, for a driver that
+// reads the worker's cache through its KVView instead and would drop
+// them: the cache then spends nothing on recording them. An Output whose
+// pass changed the cache is still not empty, so a driver delivers it
+// when it would have with its events.
+func (w *Worker) OmitKVEvents() {
+	switch s := w.sched.(type) {
+	case *VLLM:
+		s.pool.ev.emit, s.pool.ev.omit = false, true
+	case *SGLang:
+		s.cache.ev.emit, s.cache.ev.omit = false, true
+	}
+}
+
 // New builds the worker args describe, timing passes with model (nil means
 // perf.Polynomial) and drawing output tokens from seed. args must pass
 // Args.Validate, which New calls (an unset engine_type counts as vllm); the
