@@ -430,33 +430,37 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 func (p *blockPool) releaseAll(slots []int32) {
 	// The ring is made room for first, so that retiring a block, written
 	// out below, calls nothing: a loop that calls keeps its variables on
-	// the stack.
+	// the stack. So does a loop with more of them than registers: the
+	// counts follow from the ring's tail after the loop, and the free
+	// list, which takes only private blocks, is reached through p.
 	p.lruMakeRoomFor(len(slots))
-	blocks, lru, mask, tail, free := p.blocks, p.lru, p.lruMask, p.lruTail, p.free
-	active, inactive, heldOnly := p.active, p.inactive, p.heldOnly
+	blocks, lru, mask := p.blocks, p.lru, p.lruMask
+	tail0 := p.lruTail
+	tail, heldOnly, freed := tail0, p.heldOnly, 0
 	for i := len(slots) - 1; i >= 0; i-- {
 		s := slots[i]
 		b := &blocks[s]
 		b.ref--
 		switch {
 		case b.ref == 0:
-			active--
 			if b.run != 0 { // indexed: to the LRU
 				lru[tail&mask] = s
 				b.lruPos = tail
 				tail++
-				inactive++
 			} else { // the free list has room for every block
-				n := len(free)
-				free = free[:n+1]
-				free[n] = s
+				n := len(p.free)
+				p.free = p.free[:n+1]
+				p.free[n] = s
+				freed++
 			}
 		case b.held == b.ref:
 			heldOnly++
 		}
 	}
-	p.lruTail, p.free = tail, free
-	p.active, p.inactive, p.heldOnly = active, inactive, heldOnly
+	filed := int(tail - tail0)
+	p.lruTail, p.heldOnly = tail, heldOnly
+	p.active -= filed + freed
+	p.inactive += filed
 }
 
 // holdAll turns one of the caller's references to each of slots into a
@@ -477,8 +481,9 @@ func (p *blockPool) holdAll(slots []int32) {
 // first, as that many calls of releaseHold would.
 func (p *blockPool) releaseHoldAll(slots []int32) {
 	p.lruMakeRoomFor(len(slots)) // as releaseAll
-	blocks, lru, mask, tail, free := p.blocks, p.lru, p.lruMask, p.lruTail, p.free
-	active, inactive, heldOnly := p.active, p.inactive, p.heldOnly
+	blocks, lru, mask := p.blocks, p.lru, p.lruMask
+	tail0 := p.lruTail
+	tail, heldOnly, freed := tail0, p.heldOnly, 0
 	for i := len(slots) - 1; i >= 0; i-- {
 		s := slots[i]
 		b := &blocks[s]
@@ -488,21 +493,22 @@ func (p *blockPool) releaseHoldAll(slots []int32) {
 		b.held--
 		b.ref--
 		if b.ref == 0 {
-			active--
 			if b.run != 0 {
 				lru[tail&mask] = s
 				b.lruPos = tail
 				tail++
-				inactive++
 			} else {
-				n := len(free)
-				free = free[:n+1]
-				free[n] = s
+				n := len(p.free)
+				p.free = p.free[:n+1]
+				p.free[n] = s
+				freed++
 			}
 		}
 	}
-	p.lruTail, p.free = tail, free
-	p.active, p.inactive, p.heldOnly = active, inactive, heldOnly
+	filed := int(tail - tail0)
+	p.lruTail, p.heldOnly = tail, heldOnly
+	p.active -= filed + freed
+	p.inactive += filed
 }
 
 // storeRun stores blocks from..from+len(slots)-1 of a sequence whose block
