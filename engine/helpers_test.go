@@ -156,10 +156,32 @@ func driveWith(t tb, w *Worker, r *record, now float64, next func() (float64, bo
 		}
 		now = max(now, at)
 		if out := w.Step(now); out != nil {
+			checkDecodeTokens(t, out)
 			r.add(out)
 			now = max(now, out.End)
 		}
 		checkWorker(t, w)
+	}
+}
+
+// checkDecodeTokens checks that each decode step out's pass counts emits
+// a later token (index > 0), as a decode step does unless the pass
+// preempts its request after scheduling it, and then refunds the step.
+// Recomputes that finish emit later tokens too, so it is a bound.
+func checkDecodeTokens(t tb, out *Output) {
+	t.Helper()
+	if out.firstTokens {
+		return
+	}
+	later := 0
+	for _, tk := range out.Tokens {
+		if tk.Index > 0 {
+			later++
+		}
+	}
+	if out.DecodeTokens > later {
+		t.Errorf("pass at %.3f: %d decode tokens scheduled, %d later tokens emitted", out.Start, out.DecodeTokens, later)
+		t.FailNow()
 	}
 }
 

@@ -143,7 +143,7 @@ func (c *reqCore) ensureHashes(n, block int) {
 // generate produces c's next token at end from rng and reports it in out. The
 // first token stamps the request's time to first token.
 func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
-	tok := 1000 + outputTokenDraw(rng)
+	tok := outputToken(rng)
 	c.push(tok)
 	idx := c.out
 	c.out++
@@ -154,6 +154,9 @@ func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
 	}
 	out.Tokens = append(out.Tokens, Token{RequestID: c.id, Token: tok, Index: idx, At: end})
 }
+
+// outputToken draws an output token: a value in [1000, 2000).
+func outputToken(rng *rand.PCG) uint32 { return 1000 + outputTokenDraw(rng) }
 
 // outputTokenDraw is rand.New(rng).Uint32N(1000), the same draws and the
 // same values, without a call through the rand.Source interface per token:

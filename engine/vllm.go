@@ -83,7 +83,7 @@ type VLLM struct {
 	rng  *rand.PCG
 	// hitSlots are the slots of the prefix hits prefixHits last found;
 	// hitsOf is the waiting request admission found them for, as it hands
-	// the request to schedule.
+	// the request to schedule, which clears it.
 	hitSlots []int32
 	hitsOf   *seq
 	waiting  seqDeque
@@ -638,9 +638,36 @@ func (v *VLLM) plainDecode(s *seq) bool {
 	return s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks)
 }
 
+// decodeRun takes the decode steps of the running requests from i on
+// while each is a plain decode step (plainDecode) that fills no block, and
+// returns the first it did not take: the running phase's common case, in
+// a loop that calls nothing and keeps the pass's counts in registers. The
+// block size must be a power of two (bsShift >= 0).
+func (v *VLLM) decodeRun(i int) int {
+	running, shift, caching := v.running, uint(v.bsShift), v.caching
+	budget, toks, pass := v.budget, v.decodeToks, v.passID
+	up := v.bs - 1
+	for ; i < len(running) && budget > 0; i++ {
+		s := running[i]
+		if s.state != stRunning || s.length-s.computed != 1 || s.out <= 0 || !s.admitted ||
+			(s.length+up)>>shift > len(s.blocks) || (caching && s.length>>shift > s.stored) {
+			break
+		}
+		s.computed = s.length
+		budget--
+		if s.passID != pass {
+			s.passID = pass
+			s.passTokens, s.passPrefill, s.passBatch = 0, false, false
+		}
+		s.passTokens++
+		toks++
+	}
+	v.budget, v.decodeToks = budget, toks
+	return i
+}
+
 // takeDecode schedules s's decode step (plainDecode).
 func (v *VLLM) takeDecode(s *seq) {
-	v.hitsOf = nil
 	s.computed = s.length
 	v.budget--
 	v.passStart(s)
@@ -748,6 +775,11 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	// Running phase, in order. Preempted entries stay in place as
 	// non-running until compaction.
 	for i := 0; i < len(v.running) && v.budget > 0; i++ {
+		if v.bsShift >= 0 {
+			if i = v.decodeRun(i); i == len(v.running) || v.budget <= 0 {
+				break
+			}
+		}
 		s := v.running[i]
 		if s.state != stRunning {
 			continue
@@ -820,8 +852,18 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	out.PrefillTokens, out.DecodeTokens = v.prefillToks, v.decodeToks
 
 	finished := false
+	rng, later := v.rng, out.firstTokens
 	for _, s := range v.ready {
-		s.generate(v.rng, end, out)
+		if later && s.out > 0 && len(s.tail) < cap(s.tail) {
+			// generate, for a token out does not report, written out
+			n := len(s.tail)
+			s.tail = s.tail[:n+1]
+			s.tail[n] = outputToken(rng)
+			s.length++
+			s.out++
+		} else {
+			s.generate(rng, end, out)
+		}
 		if s.out >= s.maxOut || s.length >= v.maxModelLen {
 			v.finish(s, end, out)
 			finished = true

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/kvstrand/mocker/perf"
@@ -83,6 +84,38 @@ func TestVLLM_EveryStreamedRequestCompletes(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestVLLM_FIFOPreemptionRefundsAScheduledStep: FIFO preemption can take
+// a request whose decode step the pass already scheduled. A (5 or 6
+// tokens) and B (7 tokens) fill a pool of four 4-token blocks; in the
+// third pass A's step fits its blocks (with 6, it fills its second), B's
+// needs a fifth block, and the oldest running request, A, is preempted for
+// it. The pass then counts and emits B's step only.
+func TestVLLM_FIFOPreemptionRefundsAScheduledStep(t *testing.T) {
+	for _, aLen := range []int{5, 6} {
+		t.Run(fmt.Sprintf("A=%d", aLen), func(t *testing.T) {
+			w := newWorker(t, smallArgs(4, func(a *Args) { a.PreemptionMode = PreemptFIFO }))
+			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(1, aLen), MaxTokens: 10}, Release))
+			require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(100, 7), MaxTokens: 10}, Release))
+			var r record
+			drive(t, w, &r, 0)
+			seen := false
+			for _, o := range r.outs {
+				for _, e := range o.Events {
+					if e.Kind != EventPreempted || e.RequestID != 1 || seen {
+						continue
+					}
+					seen = true
+					assert.Equal(t, 1, o.DecodeTokens, "the preempted request's step is refunded")
+					require.Len(t, o.Tokens, 1)
+					assert.Equal(t, uint64(2), o.Tokens[0].RequestID)
+					assert.Equal(t, 2, o.Tokens[0].Index)
+				}
+			}
+			require.True(t, seen, "A was never preempted")
+		})
+	}
 }
 
 // TestVLLM_PreemptedGrowthEndsTruncated: a request that outgrows the whole
