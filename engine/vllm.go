@@ -196,7 +196,7 @@ func ceilDiv(a, b int) int { return (a + b - 1) / b }
 // fullBlocks is how many whole blocks n >= 0 tokens fill.
 func (v *VLLM) fullBlocks(n int) int {
 	if v.bsShift >= 0 {
-		return n >> v.bsShift
+		return n >> (uint(v.bsShift) & 63)
 	}
 	return n / v.bs
 }
@@ -644,7 +644,7 @@ func (v *VLLM) plainDecode(s *seq) bool {
 // a loop that calls nothing and keeps the pass's counts in registers. The
 // block size must be a power of two (bsShift >= 0).
 func (v *VLLM) decodeRun(i int) int {
-	running, shift, caching := v.running, uint(v.bsShift), v.caching
+	running, shift, caching := v.running, uint(v.bsShift)&63, v.caching
 	budget, toks, pass := v.budget, v.decodeToks, v.passID
 	up := v.bs - 1
 	for ; i < len(running) && budget > 0; i++ {
