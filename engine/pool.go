@@ -381,26 +381,27 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	if n = min(n, p.inactive); n <= 0 {
 		return dst
 	}
+	// The LRU's first n live entries, written in place: dst has room.
 	start := len(dst)
-	removed := p.ev.removedRun(n)
+	evicted := dst[start : start+n]
 	lru, mask, q := p.lru, p.lruMask, p.lruHead
-	for i := 0; i < n; q++ {
+	for i := 0; i < len(evicted); q++ {
 		s := lru[q&mask]
-		b := &blocks[s]
-		if b.lruPos != q {
+		if blocks[s].lruPos != q {
 			continue // revived since it was filed
 		}
-		if removed != nil {
-			removed[i] = b.hash
-		}
-		dst = dst[:len(dst)+1]
-		dst[len(dst)-1] = s
+		evicted[i] = s
 		i++
 	}
+	dst = dst[:start+n]
 	p.lruHead = q
 	p.inactive -= n
 	p.active += n
-	evicted := dst[start:]
+	if removed := p.ev.removedRun(n); removed != nil {
+		for i, s := range evicted {
+			removed[i] = blocks[s].hash
+		}
+	}
 	p.visible -= p.vl.evictedAll(blocks, evicted)
 	// Most evicted blocks end their run (a child leaves the LRU no later
 	// than its parent): the block before them then does. The others wait
