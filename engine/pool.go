@@ -540,7 +540,18 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	for i := 0; i < len(slots); i++ {
 		if added {
 			// Most blocks follow one stored just before.
-			if i, cp = p.extendRun(slots, hashes, locals, from, i, cp, chained, stamp); i == len(slots) {
+			start := i
+			i, cp = p.extendRun(slots, hashes[from:from+len(slots)], i, cp, stamp)
+			if n := i - start; n > 0 {
+				if chained {
+					p.ev.storedNextRun(hashes[from+start:from+i], locals[from+start:from+i])
+				}
+				if stamp&hiddenBit == 0 {
+					p.visible += n
+					p.vl.freshVisible += n
+				}
+			}
+			if i == len(slots) {
 				break
 			}
 		}
@@ -595,13 +606,14 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 // extendRun is storeRun's common case, from slots[i] on while it lasts:
 // block cp, stored just before, is a run's fresh end, with no block after
 // it, so unless a head is counted under its hash, the block of the next
-// hash is not indexed (step), and the next slot follows cp. It returns
-// the first slot it did not store and the block it stored last (cp if
-// none). chained and stamp are storeRun's.
-func (p *blockPool) extendRun(slots []int32, hashes []kv.SeqHash, locals []kv.LocalHash, from, i int, cp int32, chained bool, stamp uint32) (int, int32) {
-	start := i
+// hash is not indexed (step), and the next slot follows cp. hs are the
+// slots' hashes (hs[i] is slots[i]'s; i > 0) and stamp their stamp. It
+// returns the first slot it did not store and the block it stored last
+// (cp if none); storeRun counts and records the blocks after, so that
+// this loop keeps few variables and calls nothing.
+func (p *blockPool) extendRun(slots []int32, hs []kv.SeqHash, i int, cp int32, stamp uint32) (int, int32) {
 	blocks, forks := p.blocks, &p.forks
-	hs := hashes[from : from+len(slots)] // hs[i] is slots[i]'s; i > 0
+	hs = hs[:len(slots)]
 	for ; i < len(slots); i++ {
 		if forks[forkBucket(hs[i-1])] != 0 {
 			break
@@ -612,14 +624,6 @@ func (p *blockPool) extendRun(slots []int32, hashes []kv.SeqHash, locals []kv.Lo
 		blocks[cp].next1, b.run = s+1, cp+1
 		b.stamp = stamp
 		cp = s
-	}
-	// Recorded after, so that the loop calls nothing.
-	if chained {
-		p.ev.storedNextRun(hashes[from+start:from+i], locals[from+start:from+i])
-	}
-	if stamp&hiddenBit == 0 {
-		p.visible += i - start
-		p.vl.freshVisible += i - start
 	}
 	return i, cp
 }
