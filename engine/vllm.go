@@ -816,14 +816,14 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 
 	// Emission: every running request whose KV covers its whole sequence
 	// produces one token, including prompts that finished prefill just now.
-	v.ready = v.ready[:0]
-	ctx := 0
+	ready, ctx := v.ready[:0], 0
 	for _, s := range v.running {
 		if s.computed >= s.length {
-			v.ready = append(v.ready, s)
+			ready = append(ready, s)
 			ctx += s.length
 		}
 	}
+	v.ready = ready
 	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
 		v.finishTruncated(now, out)
 		v.pool.ev.flushTo(out)
