@@ -631,18 +631,13 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	return schedOK
 }
 
-// plainDecode reports whether scheduling s is a decode step: the last
-// token is all s has to compute, its blocks have room for it, and the
-// budget has a token left.
-func (v *VLLM) plainDecode(s *seq) bool {
-	return s.length-s.computed == 1 && s.out > 0 && s.admitted && v.budget > 0 && v.blocksFor(s.length) <= len(s.blocks)
-}
-
 // decodeRun takes the decode steps of the running requests from i on
-// while each is a plain decode step (plainDecode) that fills no block, and
-// returns the first it did not take: the running phase's common case, in
-// a loop that calls nothing and keeps the pass's counts in registers. The
-// block size must be a power of two (bsShift >= 0).
+// while each is a plain one, and returns the first it did not take: the
+// last token is all the request has to compute, its blocks have room for
+// it, it fills no block, and the budget has a token left. That is the
+// running phase's common case, done as schedule would do it, in a loop
+// that calls nothing and keeps the pass's counts in registers; schedule
+// takes the others. The block size must be a power of two (bsShift >= 0).
 func (v *VLLM) decodeRun(i int) int {
 	running, shift, caching := v.running, uint(v.bsShift)&63, v.caching
 	budget, toks, pass := v.budget, v.decodeToks, v.passID
@@ -664,15 +659,6 @@ func (v *VLLM) decodeRun(i int) int {
 	}
 	v.budget, v.decodeToks = budget, toks
 	return i
-}
-
-// takeDecode schedules s's decode step (plainDecode).
-func (v *VLLM) takeDecode(s *seq) {
-	s.computed = s.length
-	v.budget--
-	v.passStart(s)
-	s.passTokens++
-	v.decodeToks++
 }
 
 // passStart clears s's contributions to an earlier pass when this pass
@@ -780,21 +766,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 				break
 			}
 		}
-		s := v.running[i]
-		if s.state != stRunning {
-			continue
+		if s := v.running[i]; s.state == stRunning {
+			v.schedule(s, now, true, out)
 		}
-		// Most are decode steps: what schedule would do for them, without
-		// its other cases, and without a call unless a block filled.
-		if v.plainDecode(s) {
-			if v.caching && v.fullBlocks(s.length) > s.stored {
-				s.computed = s.length
-				v.promote(s)
-			}
-			v.takeDecode(s)
-			continue
-		}
-		v.schedule(s, now, true, out)
 	}
 	// Between passes every request in the running set runs (a finish
 	// compacts it, a cancel takes its request out): only a preemption
