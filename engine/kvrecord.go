@@ -135,6 +135,15 @@ func (r *kvRecorder) flush(dst []kv.Event) []kv.Event {
 	return dst
 }
 
+// omitAll makes a recorder that records omit instead; one that records
+// nothing (a worker that announces no blocks) stays as it is, so that its
+// Outputs stay empty when nothing else happened.
+func (r *kvRecorder) omitAll() {
+	if r.emit {
+		r.emit, r.omit = false, true
+	}
+}
+
 // flushTo is flush into out's KVEvents, marking out as not empty when the
 // recorder omitted events.
 func (r *kvRecorder) flushTo(out *Output) {

@@ -492,6 +492,23 @@ func TestWorker_OmitKVEvents(t *testing.T) {
 	}
 }
 
+// TestKVRecorder_OmitLeavesASilentRecorderSilent: told to omit, a
+// recorder that records marks an Output whose pass had events; one that
+// records nothing (a worker announcing no blocks, a decode worker) marks
+// none, so its Outputs stay empty as before.
+func TestKVRecorder_OmitLeavesASilentRecorderSilent(t *testing.T) {
+	for _, emit := range []bool{true, false} {
+		r := kvRecorder{emit: emit}
+		r.omitAll()
+		r.stored(1, 1, 0, false)
+		var out Output
+		r.flushTo(&out)
+		assert.Empty(t, out.KVEvents, "emit %v", emit)
+		assert.Equal(t, emit, out.kvOmitted, "emit %v", emit)
+		assert.Equal(t, emit, !out.empty(), "emit %v", emit)
+	}
+}
+
 // TestVLLM_AdmissionCreditsActivePrefixHits: a request whose prefix is
 // held by a running request needs fresh blocks only for the rest, so it is
 // admitted beside that request into a pool that could not hold both

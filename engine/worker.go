@@ -83,13 +83,14 @@ func (w *Worker) ReportFirstTokensOnly() {
 // reads the worker's cache through its KVView instead and would drop
 // them: the cache then spends nothing on recording them. An Output whose
 // pass changed the cache is still not empty, so a driver delivers it
-// when it would have with its events.
+// when it would have with its events. A worker that announces no blocks
+// is left as it is.
 func (w *Worker) OmitKVEvents() {
 	switch s := w.sched.(type) {
 	case *VLLM:
-		s.pool.ev.emit, s.pool.ev.omit = false, true
+		s.pool.ev.omitAll()
 	case *SGLang:
-		s.cache.ev.emit, s.cache.ev.omit = false, true
+		s.cache.ev.omitAll()
 	}
 }
 
