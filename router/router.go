@@ -753,13 +753,8 @@ func (r *Router) expireRequests(now time.Time) {
 			if e.start.After(cutoff) {
 				break
 			}
-			for i := range st.legs {
-				if st.legs[i].w != nil {
-					r.release(&st.legs[i])
-				}
-			}
 			r.expired = append(r.expired, st.id)
-			r.untrack(st)
+			r.free(st)
 			r.stats.ExpiredRequests++
 		}
 		r.ages[r.agesHead] = ageEntry{}
