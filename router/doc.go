@@ -35,8 +35,9 @@
 // with blocks refcounted by sequence hash so requests sharing a prefix on a
 // worker share blocks. (RouteLease and RouteDisaggLease track a request by
 // the Lease they return instead of its id, for callers that route at a
-// high rate: PrefillDoneLease and FreeLease then need no lookup.) At router_temperature 0 the minimum cost wins, ties
-// going to the worker with fewer indexed blocks and then to a uniform draw;
+// high rate: PrefillDoneLease and FreeLease then need no lookup.) At
+// router_temperature 0 the minimum cost wins, ties going to the worker
+// with fewer indexed blocks and then to a uniform draw;
 // above 0 a worker is sampled with probability proportional to
 // exp(−(cost − min)/((max − min)·temperature)).
 // decode_active_request_weight (default 0) adds that many cost units per
