@@ -139,11 +139,13 @@ func (m *hashMemo) lookup(tokens []uint32, blockSize int) *kv.Hashes {
 // generates for a request that names only a prompt size, and the prompt's
 // hashes, which the loop computes once per request at arrival for the
 // router and both workers (each would otherwise hash the prompt again). A
-// worker copies what it keeps of both when its Submit or Reserve fires,
-// and the loop schedules inputs at its now, so an input carrying a
-// request's prompt may still be queued at the instant the request ends,
-// never later: storage retired at retiredAt is reused only once the clock
-// has passed it.
+// worker copies what it keeps of the tokens when its Submit or Reserve
+// fires, and reads the hashes for as long as it knows the request. A
+// request ends only once its workers are done with it, or as the loop
+// queues the input that makes them forget it; the loop schedules inputs
+// at its now, so that input, or one carrying the prompt, may still be
+// queued at the instant the request ends, never later: storage retired at
+// retiredAt is reused only once the clock has passed it.
 type promptSpares struct {
 	spare, retired []*promptBuf
 	retiredAt      float64

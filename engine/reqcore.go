@@ -32,10 +32,20 @@ type reqCore struct {
 	// tail holds the sequence's tokens from position tailAt on.
 	tail   []uint32
 	tailAt int
+	// hashes and locals are the hashes of the sequence's full blocks
+	// hashed so far: in an arena of the worker's (hashArenas), or, until
+	// the sequence fills a block of generated tokens, the prompt hashes the
+	// request came with (borrowed), which the worker reads and never
+	// writes. A request waiting in a long queue then holds no copy of them.
 	hashes []kv.SeqHash
 	locals []kv.LocalHash
 	cached int // prompt tokens served from cache at admission
 	policy CompletionPolicy
+	// borrowed says hashes and locals are the request's.
+	borrowed bool
+	// hashRoom is how many blocks the sequence can ever fill: the size of
+	// the arenas it takes.
+	hashRoom int32
 	// priority is Request.Priority.
 	priority int
 
@@ -69,7 +79,7 @@ func errPrefillDestination(id uint64) error {
 // hashBlock > 0 (prefix caching on) the prompt's full blocks of that many
 // tokens are hashed at once, or taken from req when it carries them; the
 // tail and hash arenas of a recycled request are reused.
-func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int) {
+func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas) {
 	c.id = req.ID
 	c.prompt = len(req.Tokens)
 	c.length = c.prompt
@@ -82,14 +92,15 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	// read again.
 	c.tailAt = c.prompt
 	if hashBlock > 0 {
-		// Room for the hashes of every block the sequence can fill, so
-		// that hashing generated blocks never regrows the arenas.
-		blocks := longest / hashBlock
-		c.locals, c.hashes = slices.Grow(c.locals[:0], blocks), slices.Grow(c.hashes[:0], blocks)
+		// Arenas take room for the hashes of every block the sequence can
+		// fill, so that hashing generated blocks never regrows them.
+		c.hashRoom = int32(longest / hashBlock)
 		if h := req.Hashes; h.Covers(c.prompt, hashBlock) {
-			c.locals = append(c.locals, h.Locals...)
-			c.hashes = append(c.hashes, h.Seqs...)
+			// Capacity clipped: nothing can append into the caller's arrays.
+			n := len(h.Seqs)
+			c.locals, c.hashes, c.borrowed = h.Locals[:n:n], h.Seqs[:n:n], true
 		} else {
+			c.locals, c.hashes = arenas.take(int(c.hashRoom))
 			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals, c.hashes)
 		}
 		c.tailAt = len(c.hashes) * hashBlock
@@ -113,9 +124,38 @@ func (c *reqCore) longest(maxLen int) int {
 	return n
 }
 
-// recycled is c emptied for reuse, keeping its slices' storage.
-func (c *reqCore) recycled() reqCore {
-	return reqCore{tail: c.tail[:0], hashes: c.hashes[:0], locals: c.locals[:0]}
+// recycled is c emptied for reuse, keeping its token storage; its hash
+// arenas go back to arenas.
+func (c *reqCore) recycled(arenas *hashArenas) reqCore {
+	if !c.borrowed && cap(c.hashes) > 0 {
+		arenas.give(c.locals, c.hashes)
+	}
+	return reqCore{tail: c.tail[:0]}
+}
+
+// hashArenas keeps a worker's spare hash arenas: the storage of the block
+// hashes of the requests that hash their own, passed from request to
+// request.
+type hashArenas struct {
+	locals [][]kv.LocalHash
+	seqs   [][]kv.SeqHash
+}
+
+// take returns an empty pair of arenas with room for n blocks.
+func (a *hashArenas) take(n int) ([]kv.LocalHash, []kv.SeqHash) {
+	var ls []kv.LocalHash
+	var hs []kv.SeqHash
+	if k := len(a.seqs) - 1; k >= 0 {
+		ls, hs = a.locals[k], a.seqs[k]
+		a.locals[k], a.seqs[k] = nil, nil
+		a.locals, a.seqs = a.locals[:k], a.seqs[:k]
+	}
+	return slices.Grow(ls[:0], n), slices.Grow(hs[:0], n)
+}
+
+// give keeps a pair of arenas for a later take.
+func (a *hashArenas) give(ls []kv.LocalHash, hs []kv.SeqHash) {
+	a.locals, a.seqs = append(a.locals, ls[:0]), append(a.seqs, hs[:0])
 }
 
 // push appends a token to the sequence.
@@ -127,7 +167,12 @@ func (c *reqCore) push(tok uint32) {
 // ensureHashes extends c's block hashes to cover its first n blocks of
 // block tokens, which must be full. Prompt blocks are hashed when the
 // request arrives; blocks of generated tokens when they are first needed.
-func (c *reqCore) ensureHashes(n, block int) {
+func (c *reqCore) ensureHashes(n, block int, arenas *hashArenas) {
+	if c.borrowed && n > len(c.hashes) {
+		// The first generated block to hash: the hashes become c's own.
+		ls, hs := arenas.take(max(n, int(c.hashRoom)))
+		c.locals, c.hashes, c.borrowed = append(ls, c.locals...), append(hs, c.hashes...), false
+	}
 	for i := len(c.hashes); i < n; i++ {
 		at := i*block - c.tailAt
 		l := kv.HashTokens(c.tail[at : at+block])

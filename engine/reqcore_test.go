@@ -2,6 +2,7 @@ package engine
 
 import (
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +16,8 @@ import (
 // prompt's block hashes (as the cluster passes on the ones it routed by)
 // runs exactly as one the worker hashes itself, and hashes for another
 // block size, or not covering every block, are ignored. The worker keeps
-// none of the caller's slices: they may change after Submit.
+// no reference to the prompt's tokens, which may change after Submit; it
+// reads the given hashes while it knows the request and never writes them.
 func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 	for _, e := range []struct {
 		name string
@@ -32,18 +34,21 @@ func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 						now = max(now, out.End)
 					}
 				}
+				var given []*kv.Hashes
 				for i := range 6 {
 					// Shared prefixes, partial last blocks, then a hit.
 					toks := seqTokens(uint32(100*(i%2)), 9+5*i)
 					req := Request{ID: uint64(i + 1), Tokens: toks, MaxTokens: 7}
-					bs, locals, seqs := hashes(toks)
-					if bs > 0 {
+					if bs, locals, seqs := hashes(toks); bs > 0 {
+						// Room past the slices' ends: a worker appending to
+						// them would write into it.
+						locals, seqs = slices.Grow(locals, 8), slices.Grow(seqs, 8)
 						req.Hashes = &kv.Hashes{BlockSize: bs, Locals: locals, Seqs: seqs}
+						given = append(given, req.Hashes,
+							&kv.Hashes{BlockSize: bs, Locals: slices.Clone(locals), Seqs: slices.Clone(seqs)})
 					}
 					require.NoError(t, w.Submit(now, req, Release))
 					clear(toks)
-					clear(locals)
-					clear(seqs)
 					emit(w.Step(now))
 				}
 				for {
@@ -55,6 +60,15 @@ func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 					emit(w.Step(now))
 				}
 				checkWorker(t, w)
+				for i := 0; i < len(given); i += 2 {
+					h, was := given[i], given[i+1]
+					require.Equal(t, was.Locals, h.Locals, "the worker wrote into given token hashes")
+					require.Equal(t, was.Seqs, h.Seqs, "the worker wrote into given hashes")
+					require.Equal(t, make([]kv.SeqHash, cap(h.Seqs)-len(h.Seqs)), h.Seqs[len(h.Seqs):cap(h.Seqs)],
+						"the worker appended to given hashes")
+					require.Equal(t, make([]kv.LocalHash, cap(h.Locals)-len(h.Locals)), h.Locals[len(h.Locals):cap(h.Locals)],
+						"the worker appended to given token hashes")
+				}
 				return sb.String()
 			}
 			own := run(func([]uint32) (int, []kv.LocalHash, []kv.SeqHash) { return 0, nil, nil })

@@ -127,7 +127,8 @@ type SGLang struct {
 	activated []*sgReq
 	byID      idtab.Table[*sgReq]
 	spare     []*sgReq
-	batch     []*sgReq // this pass's extend or decode batch
+	arenas    hashArenas // the hash storage of recycled requests
+	batch     []*sgReq   // this pass's extend or decode batch
 
 	heldPrivate int // private pages of held requests
 	retractions uint64
@@ -227,7 +228,7 @@ func (g *SGLang) newReq() *sgReq {
 
 func (g *SGLang) recycle(r *sgReq) {
 	g.byID.Delete(r.id)
-	*r = sgReq{reqCore: r.recycled(), pages: r.pages[:0], last: noSlot, state: sgDone}
+	*r = sgReq{reqCore: r.recycled(&g.arenas), pages: r.pages[:0], last: noSlot, state: sgDone}
 	g.spare = append(g.spare, r)
 }
 
@@ -260,7 +261,7 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 	r := g.newReq()
 	// Admission refuses a request whose full length overflows the pool
 	// (neverFits), so none grows past it plus its last, unfed token.
-	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1)
+	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1, &g.arenas)
 	r.state = sgWaiting
 	g.byID.Set(r.id, r)
 	return r, nil
@@ -423,7 +424,7 @@ func (g *SGLang) prefix(r *sgReq) (pages int, last int32) {
 	if r.matchVer == c.version && r.matchLimit == limit {
 		return r.matchPages, r.matchLast
 	}
-	r.ensureHashes(limit, g.page)
+	r.ensureHashes(limit, g.page, &g.arenas)
 	n, last := 0, int32(noSlot)
 	if r.matchVer != 0 && r.matchLimit == limit && r.matchEvicts == c.evictions {
 		// Nothing left the tree since the last match, so it still holds
@@ -461,7 +462,7 @@ func (g *SGLang) insert(r *sgReq) {
 	if !g.caching || full <= r.depth {
 		return
 	}
-	r.ensureHashes(full, g.page)
+	r.ensureHashes(full, g.page, &g.arenas)
 	used := 0
 	for i := r.depth; i < full; i++ {
 		r.last = g.cache.extend(r.last, r.pages[used], r.hashes[i], r.locals[i])

@@ -37,7 +37,7 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 	hits, last := 0, int32(noSlot)
 	if g.caching {
 		full := r.prompt / g.page
-		r.ensureHashes(full, g.page)
+		r.ensureHashes(full, g.page, &g.arenas)
 		hits, last = g.cache.match(r.hashes[:full])
 	}
 	missing := r.prompt - hits*g.page

@@ -15,7 +15,10 @@ type Request struct {
 	// caller that hashed the prompt already (to route it) passes them on,
 	// so that a worker whose block size is Hashes.BlockSize need not hash
 	// it again; a worker with another block size, or given hashes that do
-	// not cover every complete block, hashes Tokens itself.
+	// not cover every complete block, hashes Tokens itself. A worker that
+	// uses them reads them, without copying, for as long as it knows the
+	// request, and never writes them: the caller must leave them unchanged
+	// until then. (Tokens it copies what it keeps of, at once.)
 	Hashes *kv.Hashes
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
 	// and prefill workers always produce exactly one token.

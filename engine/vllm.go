@@ -96,6 +96,7 @@ type VLLM struct {
 	running   []*seq
 	byID      idtab.Table[*seq]
 	spare     []*seq
+	arenas    hashArenas // the hash storage of recycled requests
 	ready     []*seq
 	// done holds completions decided outside a pass (an activated
 	// destination with nothing left to decode); the next pass reports them.
@@ -224,7 +225,7 @@ func (v *VLLM) newSeq() *seq {
 
 func (v *VLLM) recycle(s *seq) {
 	v.byID.Delete(s.id)
-	*s = seq{reqCore: s.recycled(), blocks: s.blocks[:0], state: stDone}
+	*s = seq{reqCore: s.recycled(&v.arenas), blocks: s.blocks[:0], state: stDone}
 	v.spare = append(v.spare, s)
 }
 
@@ -240,16 +241,8 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 		return nil, err
 	}
 	s := v.newSeq()
-	// A sequence ends at max_model_len, and one outgrowing the pool after
-	// a preemption is truncated, so it never exceeds the pool plus the
-	// token it last generated.
-	maxLen := min(v.maxModelLen, v.total*v.bs+1)
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen)
-	// Room for every block it can fill, as fill makes for its tokens, so
-	// that its block list never regrows.
-	if want := ceilDiv(s.longest(maxLen), v.bs); cap(s.blocks) < want {
-		s.blocks = make([]int32, 0, want)
-	}
+	maxLen := v.maxLen()
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen, &v.arenas)
 	s.state = st
 	v.byID.Set(s.id, s)
 	if st == stAwaitKV {
@@ -502,6 +495,20 @@ func (v *VLLM) freeBlocks(s *seq) {
 	s.computed = 0
 }
 
+// maxLen is the longest a sequence can grow here: it ends at
+// max_model_len, and one outgrowing the pool after a preemption is
+// truncated, so it never exceeds the pool plus the token it last generated.
+func (v *VLLM) maxLen() int { return min(v.maxModelLen, v.total*v.bs+1) }
+
+// blockRoom gives s's block list room for every block s can fill, as fill
+// does for its tokens, so that the list never regrows. It is made when s
+// first takes blocks: a request waiting in a long queue holds none.
+func (v *VLLM) blockRoom(s *seq) {
+	if want := ceilDiv(s.longest(v.maxLen()), v.bs); cap(s.blocks) < want {
+		s.blocks = make([]int32, 0, want)
+	}
+}
+
 // prefixHits walks s's block hashes from the start until the first miss.
 // The hit is capped so the last prompt token is always recomputed (its
 // logits produce the next token). active counts hits on referenced blocks,
@@ -513,7 +520,7 @@ func (v *VLLM) prefixHits(s *seq) (hits, active int) {
 		return 0, 0
 	}
 	limit := (s.length - 1) / v.bs
-	s.ensureHashes(limit, v.bs)
+	s.ensureHashes(limit, v.bs, &v.arenas)
 	v.hitSlots, active = v.pool.prefix(s.hashes[:limit], v.hitSlots)
 	return len(v.hitSlots), active
 }
@@ -527,7 +534,7 @@ func (v *VLLM) promote(s *seq) {
 	if full <= s.stored {
 		return
 	}
-	s.ensureHashes(full, v.bs)
+	s.ensureHashes(full, v.bs, &v.arenas)
 	i := s.stored
 	parent := int32(noSlot)
 	if i > 0 {
@@ -576,6 +583,9 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		return schedBlocked
 	}
 	desired := min(remaining, v.budget)
+	if len(s.blocks) == 0 {
+		v.blockRoom(s)
+	}
 	for _, slot := range v.hitSlots[:hits] {
 		v.pool.acquire(slot)
 		s.blocks = append(s.blocks, slot)
@@ -944,6 +954,7 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	if blocks-activeHits > v.total-v.pool.active {
 		return false
 	}
+	v.blockRoom(s)
 	for _, slot := range v.hitSlots[:hits] {
 		v.pool.acquire(slot)
 		s.blocks = append(s.blocks, slot)
