@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"math/bits"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
@@ -48,6 +47,8 @@ type reqCore struct {
 	hashRoom int32
 	// priority is Request.Priority.
 	priority int
+	// tokKey keys the request's generated tokens (token).
+	tokKey uint64
 
 	arrival, firstAt float64
 }
@@ -79,7 +80,7 @@ func errPrefillDestination(id uint64) error {
 // hashBlock > 0 (prefix caching on) the prompt's full blocks of that many
 // tokens are hashed at once, or taken from req when it carries them; the
 // tail and hash arenas of a recycled request are reused.
-func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas) {
+func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas, tokSeed uint64) {
 	c.id = req.ID
 	c.prompt = len(req.Tokens)
 	c.length = c.prompt
@@ -112,6 +113,7 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	c.policy = policy
 	c.priority = req.Priority
 	c.arrival = now
+	c.tokKey = mix64(tokSeed ^ mix64(req.ID))
 }
 
 // longest is the longest c's sequence can grow on a worker where it can
@@ -173,6 +175,9 @@ func (c *reqCore) ensureHashes(n, block int, arenas *hashArenas) {
 		ls, hs := arenas.take(max(n, int(c.hashRoom)))
 		c.locals, c.hashes, c.borrowed = append(ls, c.locals...), append(hs, c.hashes...), false
 	}
+	if n*block-c.tailAt > len(c.tail) {
+		c.fillTail()
+	}
 	for i := len(c.hashes); i < n; i++ {
 		at := i*block - c.tailAt
 		l := kv.HashTokens(c.tail[at : at+block])
@@ -185,12 +190,13 @@ func (c *reqCore) ensureHashes(n, block int, arenas *hashArenas) {
 	}
 }
 
-// generate produces c's next token at end from rng and reports it in out. The
+// generate produces c's next token at end and reports it in out. The
 // first token stamps the request's time to first token.
-func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
-	tok := outputToken(rng)
-	c.push(tok)
+func (c *reqCore) generate(end float64, out *Output) {
+	c.fillTail()
 	idx := c.out
+	tok := c.token(idx)
+	c.push(tok)
 	c.out++
 	if idx == 0 {
 		c.firstAt = end
@@ -200,22 +206,33 @@ func (c *reqCore) generate(rng *rand.PCG, end float64, out *Output) {
 	out.Tokens = append(out.Tokens, Token{RequestID: c.id, Token: tok, Index: idx, At: end})
 }
 
-// outputToken draws an output token: a value in [1000, 2000).
-func outputToken(rng *rand.PCG) uint32 { return 1000 + outputTokenDraw(rng) }
+// token is c's generated token of output index idx: a value in
+// [1000, 2000) that depends only on the worker's seed, the request's id
+// and idx. A request's tokens do not depend on what else its passes run,
+// and a token need not be stored to be known: a decode step that reports
+// no token leaves it unstored (fillTail stores it when a block hash reads
+// it).
+func (c *reqCore) token(idx int) uint32 {
+	hi, _ := bits.Mul64(mix64(c.tokKey+uint64(idx)*0x9e3779b97f4a7c15), 1000)
+	return 1000 + uint32(hi)
+}
 
-// outputTokenDraw is rand.New(rng).Uint32N(1000), the same draws and the
-// same values, without a call through the rand.Source interface per token:
-// Lemire's multiply, rejecting the few products that would bias it.
-func outputTokenDraw(rng *rand.PCG) uint32 {
-	const n = 1000
-	hi, lo := bits.Mul64(rng.Uint64(), n)
-	if lo < n {
-		const thresh = (1<<64 - n) % n // 2⁶⁴ mod n
-		for lo < thresh {
-			hi, lo = bits.Mul64(rng.Uint64(), n)
-		}
+// fillTail stores the generated tokens c counts (length) but has not
+// stored. The token at position p of the sequence has output index
+// p - prompt: the first is the prefill's (the placeholder a destination
+// pushes for it), and is always stored.
+func (c *reqCore) fillTail() {
+	for p := c.tailAt + len(c.tail); p < c.length; p++ {
+		c.tail = append(c.tail, c.token(p-c.prompt))
 	}
-	return uint32(hi)
+}
+
+// mix64 is SplitMix64's finalizer: a bijection of 64-bit words whose every
+// output bit depends on every input bit.
+func mix64(z uint64) uint64 {
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // completion is c's Completion at `at` with the fields every model fills;

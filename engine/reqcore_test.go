@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -100,18 +99,70 @@ func TestRequest_GivenHashesChangeNothing(t *testing.T) {
 	}
 }
 
-// TestOutputTokenDraw_SameAsUint32N checks that drawing output tokens
-// straight from the PCG gives what rand.Rand.Uint32N(1000) would, draw for
-// draw: a run's tokens (and the hashes of its output blocks) do not
-// depend on which of the two draws them.
-func TestOutputTokenDraw_SameAsUint32N(t *testing.T) {
-	for seed := range uint64(8) {
-		direct := rand.NewPCG(seed, 0x6d6f636b6572)
-		viaRand := rand.New(rand.NewPCG(seed, 0x6d6f636b6572))
-		for i := range 100_000 {
-			if got, want := outputTokenDraw(direct), viaRand.Uint32N(1000); got != want {
-				t.Fatalf("seed %d, draw %d: got %d, want %d", seed, i, got, want)
+// TestToken_RangeSpreadAndKey: generated tokens fall in [1000, 2000),
+// spread evenly over it, and depend on the key and the index alone; no two
+// requests of a worker share a block's worth of them.
+func TestToken_RangeSpreadAndKey(t *testing.T) {
+	const n = 1_000_000
+	var counts [1000]int
+	c := reqCore{tokKey: mix64(7 ^ mix64(1))}
+	for i := range n {
+		tok := c.token(i)
+		require.True(t, tok >= 1000 && tok < 2000, "token %d of index %d out of [1000, 2000)", tok, i)
+		counts[tok-1000]++
+	}
+	// Each value is expected n/1000 = 1,000 times, with a standard
+	// deviation of about 32: ±200 is over six of them.
+	for v, k := range counts {
+		require.InDelta(t, n/1000, k, 200, "token %d drawn %d times", 1000+v, k)
+	}
+	again := reqCore{tokKey: c.tokKey}
+	for i := range 1000 {
+		require.Equal(t, c.token(i), again.token(i), "index %d: the same key, another token", i)
+	}
+	// Blocks of 16 generated tokens of 2,000 requests on one worker: all
+	// distinct.
+	blocks := map[kv.LocalHash]uint64{}
+	for id := range uint64(2000) {
+		r := reqCore{tokKey: mix64(7 ^ mix64(id))}
+		toks := make([]uint32, 16)
+		for b := range 8 {
+			for i := range toks {
+				toks[i] = r.token(16*b + i)
 			}
+			h := kv.HashTokens(toks)
+			if other, dup := blocks[h]; dup {
+				t.Fatalf("requests %d and %d generate the same block", other, id)
+			}
+			blocks[h] = id
 		}
+	}
+}
+
+// TestWorker_TokensDoNotDependOnTheBatch: a request generates the same
+// tokens run alone as among others, on each engine.
+func TestWorker_TokensDoNotDependOnTheBatch(t *testing.T) {
+	for name, args := range map[string]Args{"vllm": smallArgs(256), "sglang": sglangArgs(256)} {
+		t.Run(name, func(t *testing.T) {
+			run := func(ids ...uint64) map[uint64][]uint32 {
+				w := newWorker(t, args)
+				for _, id := range ids {
+					require.NoError(t, w.Submit(0, Request{ID: id, Tokens: seqTokens(uint32(50*id+1), 9), MaxTokens: 7}, Release))
+				}
+				var r record
+				drive(t, w, &r, 0)
+				got := map[uint64][]uint32{}
+				for _, tk := range r.tokens {
+					require.Equal(t, len(got[tk.RequestID]), tk.Index, "request %d's tokens out of order", tk.RequestID)
+					got[tk.RequestID] = append(got[tk.RequestID], tk.Token)
+				}
+				return got
+			}
+			alone := run(3)
+			require.Len(t, alone[3], 7)
+			among := run(1, 2, 3, 4, 5)
+			assert.Equal(t, alone[3], among[3], "request 3's tokens")
+			assert.NotEqual(t, among[1], among[2], "two requests, the same tokens")
+		})
 	}
 }

@@ -3,7 +3,6 @@ package engine
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
@@ -119,7 +118,7 @@ type SGLang struct {
 	initRatio, minRatio, ratioDecay, ratio float64
 
 	cache   *radixCache
-	rng     *rand.PCG
+	tokSeed uint64   // seeds the requests' generated tokens (reqCore.token)
 	waiting []*sgReq // a request mid chunked prefill, if any, is first
 	running []*sgReq
 	// activated are destinations whose KV arrived, waiting for a running
@@ -191,7 +190,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		optimistic:    sg.OptimisticPrefill,
 		model:         model,
-		rng:           rand.NewPCG(seed, 0x73676c616e67),
+		tokSeed:       seed ^ 0x73676c616e67,
 	}
 	if sg.MaxRunningRequests != nil {
 		g.maxRunning = *sg.MaxRunningRequests
@@ -261,7 +260,7 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 	r := g.newReq()
 	// Admission refuses a request whose full length overflows the pool
 	// (neverFits), so none grows past it plus its last, unfed token.
-	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1, &g.arenas)
+	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1, &g.arenas, g.tokSeed)
 	r.state = sgWaiting
 	g.byID.Set(r.id, r)
 	return r, nil
@@ -853,7 +852,7 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 // emit gives running request r its next token at end, finishing it when
 // it reaches its output cap.
 func (g *SGLang) emit(r *sgReq, end float64, out *Output) {
-	r.generate(g.rng, end, out)
+	r.generate(end, out)
 	if r.out >= r.maxOut {
 		g.finish(r, end, out)
 	}

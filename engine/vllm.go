@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"math/rand/v2"
 
 	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/perf"
@@ -80,7 +79,8 @@ type VLLM struct {
 	handoffBook
 
 	pool *blockPool
-	rng  *rand.PCG
+	// tokSeed seeds the requests' generated tokens (reqCore.token).
+	tokSeed uint64
 	// hitSlots are the slots of the prefix hits prefixHits last found;
 	// hitsOf is the waiting request admission found them for, as it hands
 	// the request to schedule, which clears it.
@@ -159,7 +159,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		compat:        args.DynamoCompat,
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
-		rng:           rand.NewPCG(seed, 0x6d6f636b6572),
+		tokSeed:       seed ^ 0x6d6f636b6572,
 	}
 	if v.decodeSpeedup <= 0 {
 		v.decodeSpeedup = 1
@@ -242,7 +242,7 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	}
 	s := v.newSeq()
 	maxLen := v.maxLen()
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen, &v.arenas)
+	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen, &v.arenas, v.tokSeed)
 	s.state = st
 	v.byID.Set(s.id, s)
 	if st == stAwaitKV {
@@ -836,17 +836,15 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	out.PrefillTokens, out.DecodeTokens = v.prefillToks, v.decodeToks
 
 	finished := false
-	rng, later := v.rng, out.firstTokens
+	later := out.firstTokens
 	for _, s := range v.ready {
-		if later && s.out > 0 && len(s.tail) < cap(s.tail) {
-			// generate, for a token out does not report, written out
-			n := len(s.tail)
-			s.tail = s.tail[:n+1]
-			s.tail[n] = outputToken(rng)
+		if later && s.out > 0 {
+			// generate, for a token out does not report: it is counted,
+			// and stored when a block hash reads it (fillTail).
 			s.length++
 			s.out++
 		} else {
-			s.generate(rng, end, out)
+			s.generate(end, out)
 		}
 		if s.out >= s.maxOut || s.length >= v.maxModelLen {
 			v.finish(s, end, out)

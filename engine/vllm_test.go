@@ -409,8 +409,8 @@ func TestVLLM_DecodeTokensCountTheDecodeSteps(t *testing.T) {
 
 // TestWorker_ReportFirstTokensOnly runs the same requests on two workers of
 // each engine, one reporting first tokens only: its outputs carry exactly
-// the other's tokens of index 0, in order, and the same completions, which
-// still count every token.
+// the other's tokens of index 0, in order, the same completions, which
+// still count every token, and the same events.
 func TestWorker_ReportFirstTokensOnly(t *testing.T) {
 	for name, args := range map[string]Args{"vllm": smallArgs(256), "sglang": sglangArgs(256)} {
 		t.Run(name, func(t *testing.T) {
@@ -435,6 +435,11 @@ func TestWorker_ReportFirstTokensOnly(t *testing.T) {
 			require.Len(t, all.tokens, 6*7)
 			assert.Equal(t, want, first.tokens)
 			assert.Equal(t, all.completions, first.completions)
+			// The tokens it does not report are the same: so are the
+			// hashes of the blocks they fill.
+			require.NotEmpty(t, all.kvEvents)
+			assert.Equal(t, all.kvEvents, first.kvEvents)
+			assert.Equal(t, all.events, first.events)
 			for _, c := range first.completions {
 				assert.Equal(t, 7, c.OutputTokens)
 			}
