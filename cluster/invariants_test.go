@@ -69,16 +69,20 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 		{"a hold's pin ended twice", func(c *Cluster) { c.stats.pinsAborted++ },
 			"pins 3 != released 3 + aborted 1 + cancelled 0 + open 0"},
 		{"held blocks after drain", func(c *Cluster) { c.workers[0].last.HeldBlocks = 4 },
-			"prefill-0 after drain: held 4 blocks (0 requests), reserved 0, active 0; want all 0"},
+			"prefill-0 after drain: held 4 blocks (0 requests), reserved 0, active 0, running 0, waiting 0; want all 0"},
 		{"a held request after drain", func(c *Cluster) { c.workers[0].last.HeldRequests = 1 },
-			"prefill-0 after drain: held 0 blocks (1 requests), reserved 0, active 0; want all 0"},
+			"prefill-0 after drain: held 0 blocks (1 requests), reserved 0, active 0, running 0, waiting 0; want all 0"},
 		{"reserved blocks after drain", func(c *Cluster) { c.workers[1].last.ReservedBlocks = 2 },
-			"decode-0 after drain: held 0 blocks (0 requests), reserved 2, active 0; want all 0"},
+			"decode-0 after drain: held 0 blocks (0 requests), reserved 2, active 0, running 0, waiting 0; want all 0"},
 		{"active blocks after drain", func(c *Cluster) {
 			w := &c.workers[1].last
 			w.ActiveBlocks += 3
 			w.FreeBlocks -= 3 // blocks conserved: only the drained check sees it
-		}, "decode-0 after drain: held 0 blocks (0 requests), reserved 0, active 3; want all 0"},
+		}, "decode-0 after drain: held 0 blocks (0 requests), reserved 0, active 3, running 0, waiting 0; want all 0"},
+		{"a request waiting after drain", func(c *Cluster) { c.workers[1].last.Waiting = 1 },
+			"decode-0 after drain: held 0 blocks (0 requests), reserved 0, active 0, running 0, waiting 1; want all 0"},
+		{"a request running after drain", func(c *Cluster) { c.workers[0].last.Running = 1 },
+			"prefill-0 after drain: held 0 blocks (0 requests), reserved 0, active 0, running 1, waiting 0; want all 0"},
 		{"a block lost", func(c *Cluster) { c.workers[0].last.FreeBlocks-- },
 			"prefill-0: active 0 + inactive"},
 		{"a block counted twice", func(c *Cluster) { c.workers[1].last.InactiveBlocks++ },

@@ -281,9 +281,9 @@ func (st invariantState) check() error {
 	}
 	if st.settled && s.InFlight == 0 {
 		for i, w := range s.Workers {
-			if w.HeldBlocks != 0 || w.HeldRequests != 0 || w.ReservedBlocks != 0 || w.ActiveBlocks != 0 {
-				errs = append(errs, fmt.Errorf("%s after drain: held %d blocks (%d requests), reserved %d, active %d; want all 0",
-					labels[i], w.HeldBlocks, w.HeldRequests, w.ReservedBlocks, w.ActiveBlocks))
+			if w.HeldBlocks != 0 || w.HeldRequests != 0 || w.ReservedBlocks != 0 || w.ActiveBlocks != 0 || w.Running != 0 || w.Waiting != 0 {
+				errs = append(errs, fmt.Errorf("%s after drain: held %d blocks (%d requests), reserved %d, active %d, running %d, waiting %d; want all 0",
+					labels[i], w.HeldBlocks, w.HeldRequests, w.ReservedBlocks, w.ActiveBlocks, w.Running, w.Waiting))
 			}
 		}
 		if st.open != 0 {
