@@ -125,6 +125,24 @@
 // and never sees speedup_ratio's pacing: the cluster's loop turns modeled
 // time into wall time for the whole cluster at once (see package cluster).
 //
+// # Output tokens and the cost of a pass
+//
+// A generated token id is a function of the worker's seed, the request's
+// id and the token's index, in [1000, 2000): a request's tokens do not
+// depend on which requests share its passes, and a token no Output reports
+// is stored only when a block hash reads it.
+//
+// A pass costs the requests it has work for, not every running one. On a
+// vLLM decode worker whose Outputs report first tokens only, a running
+// request whose next passes are plain decode steps (no block to take or to
+// store, not its last token) coasts through them untouched: the pass counts
+// it in its decode batch from sums the worker keeps, and it runs as itself
+// again in the first pass that is not plain for it. A request that waits
+// for blocks (admission, or a destination's reservation) is walked through
+// the prefix cache again only once blocks were released or a block of its
+// prompt stored since it last lacked them. Neither changes a result: tests
+// run workers with and without them side by side and compare every Output.
+//
 // # Two views of occupancy
 //
 // The capacity view counts every allocated block, held ones included; it is

@@ -38,6 +38,9 @@ type seq struct {
 	passBatch   bool // counted in the prefill batch (prompt tokens scheduled)
 	// admitted is set once the request first got KV; cached is fixed then.
 	admitted bool
+	// coasting: the request's length and output count stand as of pass
+	// from; see coast.
+	coasting bool
 	computed int // tokens whose KV is computed (num_computed_tokens)
 	stored   int // leading blocks that carry their sequence hash
 	// Contributions to the current pass, refunded if the seq is preempted
@@ -49,6 +52,7 @@ type seq struct {
 	preempts   int
 	passISL    float64
 	passPrefix float64
+	from       uint64
 }
 
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
@@ -123,6 +127,23 @@ type VLLM struct {
 	sumPrefix   float64
 	prefillToks int
 	decodeToks  int
+
+	// Coasting (see coast): canCoast says this worker's requests may;
+	// cpass counts the passes that ran; coastN requests coast, and
+	// coastLen sums their length - from; coastQ orders them by the pass
+	// they are due in; activeDemand is the tokens the running requests
+	// that do not coast ask of the next pass.
+	// The destination and the waiting request that last lacked blocks
+	// (see lackWatch).
+	reserveLack, admitLack lackWatch
+	walkAlways             bool // tests: no lackWatch shortcut
+
+	canCoast     bool
+	cpass        uint64
+	coastN       int
+	coastLen     int
+	coastQ       coastQueue
+	activeDemand int
 }
 
 // NewVLLM builds the vLLM model for args, which must pass Args.Validate (an
@@ -167,6 +188,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if bs := args.BlockSize; bs&(bs-1) == 0 {
 		v.bsShift = bits.TrailingZeros(uint(bs))
 	}
+	v.canCoast = v.decodeWorker && v.bsShift >= 0
 	if args.MaxNumSeqs != nil {
 		if *args.MaxNumSeqs <= 0 {
 			return nil, fmt.Errorf("max_num_seqs %d: must be positive (null for unbounded)", *args.MaxNumSeqs)
@@ -224,6 +246,12 @@ func (v *VLLM) newSeq() *seq {
 }
 
 func (v *VLLM) recycle(s *seq) {
+	if v.reserveLack.s == s {
+		v.unlack(&v.reserveLack)
+	}
+	if v.admitLack.s == s {
+		v.unlack(&v.admitLack)
+	}
 	v.byID.Delete(s.id)
 	*s = seq{reqCore: s.recycled(&v.arenas), blocks: s.blocks[:0], state: stDone}
 	v.spare = append(v.spare, s)
@@ -412,6 +440,11 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	case stActivated:
 		v.activated.remove(s)
 	case stRunning:
+		if s.coasting {
+			v.uncoast(s)
+		} else {
+			v.activeDemand -= s.length - s.computed
+		}
 		for i, r := range v.running {
 			if r == s {
 				v.running = append(v.running[:i], v.running[i+1:]...)
@@ -468,10 +501,21 @@ func (v *VLLM) audit() error {
 	if n := len(v.running) + v.slotsReserved(); n > v.maxSeqs {
 		return fmt.Errorf("%d running (with slot-holding reservations) exceed max_num_seqs %d", n, v.maxSeqs)
 	}
+	coasting, coastLen, demand := 0, 0, 0
 	for _, s := range v.running {
 		if s.state != stRunning {
 			return fmt.Errorf("request %d in the running set in state %d", s.id, s.state)
 		}
+		if s.coasting {
+			coasting++
+			coastLen += s.length - int(s.from)
+		} else {
+			demand += s.length - s.computed
+		}
+	}
+	if coasting != v.coastN || coastLen != v.coastLen || demand != v.activeDemand {
+		return fmt.Errorf("coasting: %d requests of length sum %d, the others asking %d tokens; counted %d, %d and %d",
+			coasting, coastLen, demand, v.coastN, v.coastLen, v.activeDemand)
 	}
 	for i := range v.pending.len() {
 		if s := v.pending.at(i); s.state != stAwaitKV {
@@ -654,6 +698,9 @@ func (v *VLLM) decodeRun(i int) int {
 	up := v.bs - 1
 	for ; i < len(running) && budget > 0; i++ {
 		s := running[i]
+		if s.coasting {
+			continue
+		}
 		if s.state != stRunning || s.length-s.computed != 1 || s.out <= 0 || !s.admitted ||
 			(s.length+up)>>shift > len(s.blocks) || (caching && s.length>>shift > s.stored) {
 			break
@@ -707,6 +754,9 @@ func (v *VLLM) victim() *seq {
 // keeps its generated tokens and recomputes them on readmission; whatever it
 // was given earlier in this pass goes back to the budget.
 func (v *VLLM) preempt(s *seq, now float64, out *Output) {
+	if s.coasting {
+		v.uncoastCharged(s)
+	}
 	n := len(s.blocks)
 	v.freeBlocks(s)
 	if s.passID == v.passID && s.passTokens > 0 {
@@ -766,6 +816,10 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		s := v.activated.popFront()
 		s.state = stRunning
 		v.running = append(v.running, s)
+		v.activeDemand++
+	}
+	if v.coastN > 0 || v.coastQ.n > 0 {
+		v.coastStart()
 	}
 
 	// Running phase, in order. Preempted entries stay in place as
@@ -776,7 +830,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 				break
 			}
 		}
-		if s := v.running[i]; s.state == stRunning {
+		if s := v.running[i]; s.state == stRunning && !s.coasting {
 			v.schedule(s, now, true, out)
 		}
 	}
@@ -800,15 +854,26 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 
 	// Emission: every running request whose KV covers its whole sequence
 	// produces one token, including prompts that finished prefill just now.
-	ready, ctx := v.ready[:0], 0
+	// The coasting requests are ready too, and count by their sums; the
+	// others ask the next pass for a step if ready, else for the rest of
+	// their sequence.
+	ready, ctx, demand := v.ready[:0], 0, 0
 	for _, s := range v.running {
+		if s.coasting {
+			continue
+		}
 		if s.computed >= s.length {
 			ready = append(ready, s)
 			ctx += s.length
+			demand++
+		} else {
+			demand += s.length - s.computed
 		}
 	}
-	v.ready = ready
-	if v.prefillToks+v.decodeToks == 0 && len(v.ready) == 0 {
+	v.ready, v.activeDemand = ready, demand
+	nReady := len(ready) + v.coastN
+	ctx += v.coastLen + v.coastN*int(v.cpass)
+	if v.prefillToks+v.decodeToks == 0 && nReady == 0 {
 		v.finishTruncated(now, out)
 		v.pool.ev.flushTo(out)
 		reserved := v.reservePending(now, &out.Events)
@@ -822,9 +887,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	if v.batch > 0 && !v.decodeWorker {
 		prefillMs = v.model.PrefillMs(v.batch, meanLen(v.sumISL, v.batch, v.compat), meanLen(v.sumPrefix, v.batch, v.compat))
 	}
-	if len(v.ready) > 0 && !v.prefillWorker {
-		d := v.model.DecodeMs(len(v.ready), float64(v.pool.active*v.bs), float64(v.total*v.bs),
-			meanLen(float64(ctx), len(v.ready), v.compat))
+	if nReady > 0 && !v.prefillWorker {
+		d := v.model.DecodeMs(nReady, float64(v.pool.active*v.bs), float64(v.total*v.bs),
+			meanLen(float64(ctx), nReady, v.compat))
 		// Floor first, then divide, as Dynamo does: decode_speedup_ratio
 		// may take a step under 1 ms.
 		decodeMs = max(perf.MinDecodeMs, d) / v.decodeSpeedup
@@ -848,11 +913,21 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		}
 		if s.out >= s.maxOut || s.length >= v.maxModelLen {
 			v.finish(s, end, out)
+			v.activeDemand--
 			finished = true
 		}
 	}
 	if finished {
 		v.compactRunning()
+	}
+	// Every coasting request generated its token.
+	v.cpass++
+	if v.canCoast && later {
+		for _, s := range v.ready {
+			if s.state == stRunning {
+				v.coast(s)
+			}
+		}
 	}
 	v.finishTruncated(end, out)
 	v.pool.ev.flushTo(out)
@@ -908,6 +983,11 @@ func (v *VLLM) admit(now float64, out *Output) {
 				length, blocks, v.bs, v.total), out)
 			continue
 		}
+		// Unless fewer hits could refuse it, a request that lacked blocks
+		// returns here as it would after the walk.
+		if (v.chunked || !fresh) && v.stillLacks(&v.admitLack, s) {
+			return
+		}
 		hits, activeHits := v.prefixHits(s)
 		if uncached := s.prompt - min(hits*v.bs, s.prompt); fresh && !v.chunked && uncached > v.maxBatched {
 			v.reject(s, now, RejectBudget, fmt.Sprintf("%d uncached prompt tokens exceed max_num_batched_tokens %d with chunked prefill off",
@@ -920,8 +1000,10 @@ func (v *VLLM) admit(now float64, out *Output) {
 		// Only hits on active blocks are credited: inactive ones may be
 		// evicted by the very allocation that admits the request.
 		if blocks-activeHits > v.total-v.pool.active {
+			v.lacked(&v.admitLack, s)
 			return
 		}
+		v.unlack(&v.admitLack)
 		v.hitsOf = s
 		if v.schedule(s, now, false, out) != schedOK {
 			return
@@ -945,13 +1027,18 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	if len(v.running)+v.slotsReserved() >= v.maxSeqs {
 		return false
 	}
+	if v.stillLacks(&v.reserveLack, s) {
+		return false
+	}
 	blocks := ceilDiv(s.length, v.bs)
 	hits, activeHits := v.prefixHits(s)
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.
 	if blocks-activeHits > v.total-v.pool.active {
+		v.lacked(&v.reserveLack, s)
 		return false
 	}
+	v.unlack(&v.reserveLack)
 	v.blockRoom(s)
 	for _, slot := range v.hitSlots[:hits] {
 		v.pool.acquire(slot)

@@ -1,0 +1,187 @@
+package engine
+
+// Coasting: a decode worker's running request whose next passes are plain
+// decode steps — a token whose KV its blocks have room for, filling no
+// block, not its last — coasts through them untouched. Its length and
+// output count stand as of the pass it started coasting in (from); each
+// pass that runs adds one to both, unwritten, and the pass counts it in
+// its decode batch by the sums the worker keeps (coastN, coastLen). It
+// runs again as itself from the pass it is due in (the first that is not
+// plain for it), or when a preemption takes it or a cancellation ends it;
+// it is brought up to date then (uncoast). A pass then costs the requests
+// it has work for, not every running one: a request of n output tokens
+// is touched in a few passes, not n.
+//
+// It holds for a worker whose passes give every running request its step:
+// the steps the next pass asks for fit its token budget (activeDemand), so
+// the order in which the running phase takes them decides nothing but the
+// pool's, which only the requests that do not coast touch. It is a decode
+// worker's (its running requests decode, but for the recomputations of
+// preempted ones), with power-of-two blocks, whose outputs report first
+// tokens only (the tokens a coasting request generates are reported
+// nowhere).
+
+// coastEntry is a coasting request's place in the queue of those due:
+// stale once the request stopped coasting from that pass (s.from).
+type coastEntry struct {
+	due, from uint64
+	s         *seq
+}
+
+// coast lets s, a running request the pass just gave a token, coast until
+// the first later pass that is not a plain decode step for it, if that is
+// not the next one.
+func (v *VLLM) coast(s *seq) {
+	l := s.length
+	// The pass k passes from now (k = 1: the next) computes token l+k-2,
+	// which needs ceil((l+k-1)/bs) blocks, and fills block
+	// floor((l+k-1)/bs) when that exceeds the stored ones; its emission
+	// gives output token out+k, the last when it reaches max_tokens or
+	// the sequence max_model_len.
+	k := min(len(s.blocks)*v.bs-l+2, s.maxOut-s.out, v.maxModelLen-l)
+	if v.caching {
+		k = min(k, (s.stored+1)*v.bs-l+1)
+	}
+	if k <= 1 {
+		return
+	}
+	s.coasting, s.from = true, v.cpass
+	v.coastN++
+	v.coastLen += l - int(s.from)
+	v.activeDemand--
+	v.pushCoast(coastEntry{due: v.cpass + uint64(k-1), from: s.from, s: s})
+}
+
+// uncoast brings coasting s up to date: one token for every pass that ran
+// since it started coasting.
+func (v *VLLM) uncoast(s *seq) {
+	d := int(v.cpass - s.from)
+	v.coastN--
+	v.coastLen -= s.length - int(s.from)
+	s.length += d
+	s.out += d
+	s.computed = s.length - 1
+	s.coasting = false
+}
+
+// coastStart opens a pass for the coasting requests: those due run again
+// as themselves, all do if the steps asked of the pass might not fit its
+// budget, and the rest are charged their steps.
+func (v *VLLM) coastStart() {
+	if v.coastQ.n > 0 {
+		v.dueCoast()
+	}
+	if v.coastN == 0 {
+		return
+	}
+	if v.coastN+v.activeDemand > v.maxBatched {
+		for _, s := range v.running {
+			if s.coasting {
+				v.uncoast(s)
+			}
+		}
+		v.clearCoast()
+		return
+	}
+	v.budget -= v.coastN
+	v.decodeToks += v.coastN
+}
+
+// uncoastCharged brings up to date coasting s, which the running pass
+// preempts: the step the pass charged it goes back.
+func (v *VLLM) uncoastCharged(s *seq) {
+	v.uncoast(s)
+	v.budget++
+	v.decodeToks--
+}
+
+// coastRing is the size of the ring of due passes: a request coasts
+// until its next block fills or it needs another, block_size passes or
+// so, which the ring covers; one due further off waits in coastFar.
+const coastRing = 64
+
+// coastQueue holds the coasting requests by the pass they are due in.
+type coastQueue struct {
+	ring [coastRing][]coastEntry // due % coastRing, due < cpass+coastRing
+	far  []coastEntry            // a min-heap by due, the others
+	n    int                     // entries held, stale ones included
+}
+
+func (v *VLLM) pushCoast(e coastEntry) {
+	q := &v.coastQ
+	q.n++
+	if e.due < v.cpass+coastRing {
+		b := &q.ring[e.due%coastRing]
+		*b = append(*b, e)
+		return
+	}
+	h := append(q.far, e)
+	i := len(h) - 1
+	for i > 0 {
+		p := (i - 1) / 2
+		if h[p].due <= e.due {
+			break
+		}
+		h[i] = h[p]
+		i = p
+	}
+	h[i] = e
+	q.far = h
+}
+
+// dueCoast takes from the queue the entries due at pass v.cpass (moving
+// into the ring those of the far heap that came within its reach) and
+// brings up to date the requests they name that still coast from there.
+func (v *VLLM) dueCoast() {
+	q := &v.coastQ
+	for len(q.far) > 0 && q.far[0].due < v.cpass+coastRing {
+		e := popFar(&q.far)
+		b := &q.ring[max(e.due, v.cpass)%coastRing]
+		*b = append(*b, e)
+	}
+	b := &q.ring[v.cpass%coastRing]
+	for _, e := range *b {
+		if e.s.coasting && e.s.from == e.from {
+			v.uncoast(e.s)
+			v.activeDemand++
+		}
+	}
+	q.n -= len(*b)
+	*b = (*b)[:0]
+}
+
+// clearCoast empties the queue.
+func (v *VLLM) clearCoast() {
+	q := &v.coastQ
+	for i := range q.ring {
+		q.ring[i] = q.ring[i][:0]
+	}
+	q.far, q.n = q.far[:0], 0
+}
+
+func popFar(hp *[]coastEntry) coastEntry {
+	h := *hp
+	top, n := h[0], len(h)-1
+	last := h[n]
+	h = h[:n]
+	i := 0
+	for {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if r := c + 1; r < n && h[r].due < h[c].due {
+			c = r
+		}
+		if h[c].due >= last.due {
+			break
+		}
+		h[i] = h[c]
+		i = c
+	}
+	if n > 0 {
+		h[i] = last
+	}
+	*hp = h
+	return top
+}

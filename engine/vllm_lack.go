@@ -1,0 +1,69 @@
+package engine
+
+// lackWatch remembers a request whose admission or reservation lacked
+// blocks, and the pool's counts then. The blocks it lacks,
+//
+//	blocks - activeHits - (total - active),
+//
+// only a release (active falls) or a store of a block of its prompt (its
+// active hits may grow) can bring down: taking a free block or an
+// inactive hit, evicting one, or a hit becoming active leaves it or
+// raises it. Until the pool counts one of those, the request lacks blocks
+// still, and its prefix is not walked again. Stores count as the pool's
+// stores until the request lacks blocks a second time; from then on the
+// pool filters them (watch), counting only those that may be of its
+// prompt: a request that waits long is walked again only when it may fit.
+type lackWatch struct {
+	s                *seq
+	released, stores uint64
+	filtered         bool
+}
+
+// stillLacks says w's request is s, which lacks blocks as when w saw it.
+func (v *VLLM) stillLacks(w *lackWatch, s *seq) bool {
+	p := v.pool
+	stores := p.stores
+	if w.filtered {
+		stores = p.watchStores
+	}
+	return w.s == s && p.released == w.released && stores == w.stores && !v.walkAlways
+}
+
+// lacked has w remember that s lacks blocks.
+func (v *VLLM) lacked(w *lackWatch, s *seq) {
+	switch {
+	case w.s != s:
+		w.s, w.filtered = s, false
+	case !w.filtered:
+		w.filtered = true
+		v.rewatch()
+	}
+	w.released, w.stores = v.pool.released, v.pool.stores
+	if w.filtered {
+		w.stores = v.pool.watchStores
+	}
+}
+
+// unlack has w forget its request.
+func (v *VLLM) unlack(w *lackWatch) {
+	if w.s != nil {
+		refilter := w.filtered
+		w.s, w.filtered = nil, false
+		if refilter {
+			v.rewatch()
+		}
+	}
+}
+
+// rewatch has the pool watch for stores of the prompt blocks the walks of
+// the filtered requests read, and of those only.
+func (v *VLLM) rewatch() {
+	p := v.pool
+	p.watch = [watchWords]uint64{}
+	p.watching = false
+	for _, w := range [2]*lackWatch{&v.reserveLack, &v.admitLack} {
+		if s := w.s; s != nil && w.filtered {
+			p.watchAll(s.hashes[:min(len(s.hashes), (s.length-1)/v.bs)])
+		}
+	}
+}
