@@ -115,7 +115,8 @@ func (v *VLLM) pushCoast(e coastEntry) {
 		*b = append(*b, e)
 		return
 	}
-	h := append(q.far, e)
+	q.far = append(q.far, e)
+	h := q.far
 	i := len(h) - 1
 	for i > 0 {
 		p := (i - 1) / 2
