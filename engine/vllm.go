@@ -128,22 +128,20 @@ type VLLM struct {
 	prefillToks int
 	decodeToks  int
 
-	// Coasting (see coast): canCoast says this worker's requests may;
-	// cpass counts the passes that ran; coastN requests coast, and
-	// coastLen sums their length - from; coastQ orders them by the pass
-	// they are due in; activeDemand is the tokens the running requests
-	// that do not coast ask of the next pass.
 	// The destination and the waiting request that last lacked blocks
 	// (see lackWatch).
 	reserveLack, admitLack lackWatch
 	walkAlways             bool // tests: no lackWatch shortcut
 
-	canCoast     bool
-	cpass        uint64
-	coastN       int
-	coastLen     int
-	coastQ       coastQueue
-	activeDemand int
+	// Coasting (see coast): canCoast says this worker's requests may;
+	// cpass counts the passes that ran; coastN requests coast, and
+	// coastLen sums their length - from; coastQ orders them by the pass
+	// they are due in.
+	canCoast bool
+	cpass    uint64
+	coastN   int
+	coastLen int
+	coastQ   coastQueue
 }
 
 // NewVLLM builds the vLLM model for args, which must pass Args.Validate (an
@@ -188,7 +186,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if bs := args.BlockSize; bs&(bs-1) == 0 {
 		v.bsShift = bits.TrailingZeros(uint(bs))
 	}
-	v.canCoast = v.decodeWorker && v.bsShift >= 0
+	v.canCoast = !v.prefillWorker && v.bsShift >= 0
 	if args.MaxNumSeqs != nil {
 		if *args.MaxNumSeqs <= 0 {
 			return nil, fmt.Errorf("max_num_seqs %d: must be positive (null for unbounded)", *args.MaxNumSeqs)
@@ -442,8 +440,6 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	case stRunning:
 		if s.coasting {
 			v.uncoast(s)
-		} else {
-			v.activeDemand -= s.length - s.computed
 		}
 		for i, r := range v.running {
 			if r == s {
@@ -501,7 +497,7 @@ func (v *VLLM) audit() error {
 	if n := len(v.running) + v.slotsReserved(); n > v.maxSeqs {
 		return fmt.Errorf("%d running (with slot-holding reservations) exceed max_num_seqs %d", n, v.maxSeqs)
 	}
-	coasting, coastLen, demand := 0, 0, 0
+	coasting, coastLen := 0, 0
 	for _, s := range v.running {
 		if s.state != stRunning {
 			return fmt.Errorf("request %d in the running set in state %d", s.id, s.state)
@@ -509,13 +505,10 @@ func (v *VLLM) audit() error {
 		if s.coasting {
 			coasting++
 			coastLen += s.length - int(s.from)
-		} else {
-			demand += s.length - s.computed
 		}
 	}
-	if coasting != v.coastN || coastLen != v.coastLen || demand != v.activeDemand {
-		return fmt.Errorf("coasting: %d requests of length sum %d, the others asking %d tokens; counted %d, %d and %d",
-			coasting, coastLen, demand, v.coastN, v.coastLen, v.activeDemand)
+	if coasting != v.coastN || coastLen != v.coastLen {
+		return fmt.Errorf("coasting: %d requests of length sum %d; counted %d and %d", coasting, coastLen, v.coastN, v.coastLen)
 	}
 	for i := range v.pending.len() {
 		if s := v.pending.at(i); s.state != stAwaitKV {
@@ -816,7 +809,6 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		s := v.activated.popFront()
 		s.state = stRunning
 		v.running = append(v.running, s)
-		v.activeDemand++
 	}
 	if v.coastN > 0 || v.coastQ.n > 0 {
 		v.coastStart()
@@ -854,10 +846,8 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 
 	// Emission: every running request whose KV covers its whole sequence
 	// produces one token, including prompts that finished prefill just now.
-	// The coasting requests are ready too, and count by their sums; the
-	// others ask the next pass for a step if ready, else for the rest of
-	// their sequence.
-	ready, ctx, demand := v.ready[:0], 0, 0
+	// The coasting requests are ready too, and count by their sums.
+	ready, ctx := v.ready[:0], 0
 	for _, s := range v.running {
 		if s.coasting {
 			continue
@@ -865,12 +855,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		if s.computed >= s.length {
 			ready = append(ready, s)
 			ctx += s.length
-			demand++
-		} else {
-			demand += s.length - s.computed
 		}
 	}
-	v.ready, v.activeDemand = ready, demand
+	v.ready = ready
 	nReady := len(ready) + v.coastN
 	ctx += v.coastLen + v.coastN*int(v.cpass)
 	if v.prefillToks+v.decodeToks == 0 && nReady == 0 {
@@ -913,7 +900,6 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		}
 		if s.out >= s.maxOut || s.length >= v.maxModelLen {
 			v.finish(s, end, out)
-			v.activeDemand--
 			finished = true
 		}
 	}

@@ -1,25 +1,32 @@
 package engine
 
-// Coasting: a decode worker's running request whose next passes are plain
-// decode steps — a token whose KV its blocks have room for, filling no
-// block, not its last — coasts through them untouched. Its length and
-// output count stand as of the pass it started coasting in (from); each
-// pass that runs adds one to both, unwritten, and the pass counts it in
-// its decode batch by the sums the worker keeps (coastN, coastLen). It
-// runs again as itself from the pass it is due in (the first that is not
-// plain for it), or when a preemption takes it or a cancellation ends it;
-// it is brought up to date then (uncoast). A pass then costs the requests
-// it has work for, not every running one: a request of n output tokens
-// is touched in a few passes, not n.
+// Coasting: a running request whose next passes are plain decode steps —
+// a token whose KV its blocks have room for, filling no block, not its
+// last — coasts through them untouched. Its length and output count stand
+// as of the pass it started coasting in (from); each pass that runs adds
+// one to both, unwritten, and counts it in its decode batch by the sums
+// the worker keeps (coastN, coastLen). It runs again as itself from the
+// pass it is due in (the first that is not plain for it), or when a
+// preemption takes it or a cancellation ends it; it is brought up to date
+// then (uncoast). A pass then costs the requests it has work for, not
+// every running one: a request of n output tokens is touched in a few
+// passes, not n.
 //
-// It holds for a worker whose passes give every running request its step:
-// the steps the next pass asks for fit its token budget (activeDemand), so
-// the order in which the running phase takes them decides nothing but the
-// pool's, which only the requests that do not coast touch. It is a decode
-// worker's (its running requests decode, but for the recomputations of
-// preempted ones), with power-of-two blocks, whose outputs report first
-// tokens only (the tokens a coasting request generates are reported
-// nowhere).
+// The running phase charges the coasting requests their steps before it
+// takes the others, whatever their places in the running order; that
+// changes nothing, because no request before a coasting one asks for more
+// than a step. The phase gives each request, in order, what it asks while
+// the budget lasts, so one that got its step had every request before it
+// get all it asked, and each of those asks for one step next (its
+// sequence is computed) or has left; requests join the running set at its
+// end. By induction, while a request coasts, every request before it asks
+// for one step, all of them fit, and the order of the charges decides
+// nothing; what the budget leaves for the requests after the last coasting
+// one is what the running order would have left them.
+//
+// It holds for workers whose outputs report first tokens only (a coasting
+// request's tokens are reported nowhere) and whose blocks are a power of
+// two; a prefill worker's requests generate one token and never coast.
 
 // coastEntry is a coasting request's place in the queue of those due:
 // stale once the request stopped coasting from that pass (s.from).
@@ -48,7 +55,6 @@ func (v *VLLM) coast(s *seq) {
 	s.coasting, s.from = true, v.cpass
 	v.coastN++
 	v.coastLen += l - int(s.from)
-	v.activeDemand--
 	v.pushCoast(coastEntry{due: v.cpass + uint64(k-1), from: s.from, s: s})
 }
 
@@ -65,23 +71,10 @@ func (v *VLLM) uncoast(s *seq) {
 }
 
 // coastStart opens a pass for the coasting requests: those due run again
-// as themselves, all do if the steps asked of the pass might not fit its
-// budget, and the rest are charged their steps.
+// as themselves, and the others are charged their steps.
 func (v *VLLM) coastStart() {
 	if v.coastQ.n > 0 {
 		v.dueCoast()
-	}
-	if v.coastN == 0 {
-		return
-	}
-	if v.coastN+v.activeDemand > v.maxBatched {
-		for _, s := range v.running {
-			if s.coasting {
-				v.uncoast(s)
-			}
-		}
-		v.clearCoast()
-		return
 	}
 	v.budget -= v.coastN
 	v.decodeToks += v.coastN
@@ -144,20 +137,10 @@ func (v *VLLM) dueCoast() {
 	for _, e := range *b {
 		if e.s.coasting && e.s.from == e.from {
 			v.uncoast(e.s)
-			v.activeDemand++
 		}
 	}
 	q.n -= len(*b)
 	*b = (*b)[:0]
-}
-
-// clearCoast empties the queue.
-func (v *VLLM) clearCoast() {
-	q := &v.coastQ
-	for i := range q.ring {
-		q.ring[i] = q.ring[i][:0]
-	}
-	q.far, q.n = q.far[:0], 0
 }
 
 func popFar(hp *[]coastEntry) coastEntry {

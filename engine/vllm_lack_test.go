@@ -7,15 +7,17 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestVLLM_LackWatchChangesNothing runs random schedules of submissions,
+// TestVLLM_ShortcutsChangeNothing runs random schedules of submissions,
 // hold releases and cancellations on two prefill or aggregated workers
-// alike but for one walking the prefix of a waiting request that lacked
-// blocks on every pass, the other only once blocks were released or a
-// block of its prompt stored since: every Output, every input's effect and
-// the metrics after each are the same, exactly. Small pools of shared
-// prefixes keep requests waiting for blocks while holds pin them.
-func TestVLLM_LackWatchChangesNothing(t *testing.T) {
-	var skipped int
+// alike but for their shortcuts, which one of them may not take: walking
+// the prefix of a waiting request that lacked blocks only once blocks
+// were released or a block of its prompt stored since, and coasting.
+// Every Output, every input's effect and the metrics after each are the
+// same, exactly. Small pools of shared prefixes keep requests waiting for
+// blocks while holds pin them; long prompts take several passes of small
+// budgets while others decode.
+func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
+	var skipped, coasted int
 	rapid.Check(t, func(rt *rapid.T) {
 		wt := rapid.SampledFrom([]WorkerType{WorkerPrefill, WorkerAggregated}).Draw(rt, "worker_type")
 		args := smallArgs(rapid.IntRange(4, 48).Draw(rt, "blocks"), func(a *Args) {
@@ -25,10 +27,12 @@ func TestVLLM_LackWatchChangesNothing(t *testing.T) {
 			a.EnableChunkedPrefill = rapid.Bool().Draw(rt, "chunked")
 			a.MaxNumSeqs = intp(rapid.IntRange(1, 8).Draw(rt, "seqs"))
 			if rapid.Bool().Draw(rt, "budget_set") {
-				a.MaxNumBatchedTokens = intp(rapid.IntRange(4, 128).Draw(rt, "budget"))
+				a.MaxNumBatchedTokens = intp(rapid.IntRange(1, 128).Draw(rt, "budget"))
 			}
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
 		})
+		// A worker whose outputs report every token does not coast.
+		firstOnly := rapid.IntRange(0, 3).Draw(rt, "report") > 0
 		var ws [2]*Worker
 		var vs [2]*Virtual
 		var recs [2]record
@@ -39,9 +43,14 @@ func TestVLLM_LackWatchChangesNothing(t *testing.T) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			w.ReportFirstTokensOnly()
+			if firstOnly {
+				w.ReportFirstTokensOnly()
+			}
 			ws[i], vs[i] = w, NewVirtual(w)
 			vs[i].OnOutput = func(_ int, out *Output) {
+				if vl := w.Scheduler().(*VLLM); vl.coastN > 0 {
+					coasted++
+				}
 				recs[i].add(out)
 				metrics[i] = append(metrics[i], w.Metrics())
 				checkWorker(rt, w)
@@ -53,6 +62,7 @@ func TestVLLM_LackWatchChangesNothing(t *testing.T) {
 			}
 		}
 		ws[1].Scheduler().(*VLLM).walkAlways = true
+		ws[1].Scheduler().(*VLLM).canCoast = false
 
 		n := 0
 		at := 0.0
@@ -68,7 +78,7 @@ func TestVLLM_LackWatchChangesNothing(t *testing.T) {
 				}
 				toks := append(seqTokens(uint32(1000*rapid.IntRange(0, 2).Draw(rt, "prefix")), rapid.IntRange(0, 24).Draw(rt, "shared")),
 					seqTokens(uint32(100_000+100*n), rapid.IntRange(1, 24).Draw(rt, "own"))...)
-				in = Submit{Request: Request{ID: uint64(n), Tokens: toks, MaxTokens: rapid.IntRange(1, 40).Draw(rt, "max_tokens")}, Policy: pol}
+				in = Submit{Request: Request{ID: uint64(n), Tokens: toks, MaxTokens: rapid.IntRange(1, 80).Draw(rt, "max_tokens")}, Policy: pol}
 				n++
 			case 3:
 				in = ReleaseHeld{ID: id("release"), Outcome: rapid.SampledFrom([]Outcome{Transferred, Aborted}).Draw(rt, "outcome")}
@@ -92,4 +102,5 @@ func TestVLLM_LackWatchChangesNothing(t *testing.T) {
 		}
 	})
 	require.Positive(t, skipped, "no request ever lacked blocks")
+	require.Positive(t, coasted, "no request ever coasted")
 }
