@@ -90,7 +90,7 @@ func (v *VLLM) uncoastCharged(s *seq) {
 
 // coastRing is the size of the ring of due passes: a request coasts
 // until its next block fills or it needs another, block_size passes or
-// so, which the ring covers; one due further off waits in coastFar.
+// so, which the ring covers; one due further off waits in the far heap.
 const coastRing = 64
 
 // coastQueue holds the coasting requests by the pass they are due in.
