@@ -101,7 +101,9 @@ type VLLM struct {
 	byID      idtab.Table[*seq]
 	spare     []*seq
 	arenas    hashArenas // the hash storage of recycled requests
-	ready     []*seq
+	// blockLists are spare block lists (see blockRoom).
+	blockLists [][]int32
+	ready      []*seq
 	// done holds completions decided outside a pass (an activated
 	// destination with nothing left to decode); the next pass reports them.
 	done []Completion
@@ -251,7 +253,8 @@ func (v *VLLM) recycle(s *seq) {
 		v.unlack(&v.admitLack)
 	}
 	v.byID.Delete(s.id)
-	*s = seq{reqCore: s.recycled(&v.arenas), blocks: s.blocks[:0], state: stDone}
+	v.giveBlockList(s)
+	*s = seq{reqCore: s.recycled(&v.arenas), state: stDone}
 	v.spare = append(v.spare, s)
 }
 
@@ -527,7 +530,7 @@ func (v *VLLM) audit() error {
 // the LRU evicts a sequence's tail before the prefix others may share.
 func (v *VLLM) freeBlocks(s *seq) {
 	v.pool.releaseAll(s.blocks)
-	s.blocks = s.blocks[:0]
+	v.giveBlockList(s)
 	s.stored = 0
 	s.computed = 0
 }
@@ -538,12 +541,33 @@ func (v *VLLM) freeBlocks(s *seq) {
 func (v *VLLM) maxLen() int { return min(v.maxModelLen, v.total*v.bs+1) }
 
 // blockRoom gives s's block list room for every block s can fill, as fill
-// does for its tokens, so that the list never regrows. It is made when s
-// first takes blocks: a request waiting in a long queue holds none.
+// does for its tokens, so that the list never regrows. Block lists pass
+// from request to request through the worker (blockLists): a request
+// takes one when it takes blocks and gives it back when it frees them, so
+// a request waiting in a long queue holds none.
 func (v *VLLM) blockRoom(s *seq) {
-	if want := ceilDiv(s.longest(v.maxLen()), v.bs); cap(s.blocks) < want {
-		s.blocks = make([]int32, 0, want)
+	want := ceilDiv(s.longest(v.maxLen()), v.bs)
+	if cap(s.blocks) >= want {
+		return
 	}
+	if n := len(v.blockLists) - 1; n >= 0 {
+		l := v.blockLists[n]
+		v.blockLists[n] = nil
+		v.blockLists = v.blockLists[:n]
+		if cap(l) >= want {
+			s.blocks = l
+			return
+		}
+	}
+	s.blocks = make([]int32, 0, want)
+}
+
+// giveBlockList takes s's block list, emptied, for a later request.
+func (v *VLLM) giveBlockList(s *seq) {
+	if cap(s.blocks) > 0 {
+		v.blockLists = append(v.blockLists, s.blocks[:0])
+	}
+	s.blocks = nil
 }
 
 // prefixHits walks s's block hashes from the start until the first miss.
