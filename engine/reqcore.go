@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"math/bits"
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
@@ -212,19 +211,42 @@ func (c *reqCore) generate(end float64, out *Output) {
 // and a token need not be stored to be known: a decode step that reports
 // no token leaves it unstored (fillTail stores it when a block hash reads
 // it).
+//
+// Tokens come in pairs: indexes 2i and 2i+1 are the low and high halves of
+// one mixed word, each scaled to [0, 1000).
 func (c *reqCore) token(idx int) uint32 {
-	hi, _ := bits.Mul64(mix64(c.tokKey+uint64(idx)*0x9e3779b97f4a7c15), 1000)
-	return 1000 + uint32(hi)
+	x := mix64(c.tokKey + uint64(idx>>1)*0x9e3779b97f4a7c15)
+	return tokenOf(uint32(x >> (uint(idx&1) * 32)))
 }
+
+// tokenOf scales a random 32-bit word to a token in [1000, 2000).
+func tokenOf(w uint32) uint32 { return 1000 + uint32(uint64(w)*1000>>32) }
 
 // fillTail stores the generated tokens c counts (length) but has not
 // stored. The token at position p of the sequence has output index
 // p - prompt: the first is the prefill's (the placeholder a destination
-// pushes for it), and is always stored.
+// pushes for it), and is always stored. The tail has room for them (fill
+// made it for the longest the sequence can grow), and a pair of tokens
+// takes one mixed word.
 func (c *reqCore) fillTail() {
-	for p := c.tailAt + len(c.tail); p < c.length; p++ {
-		c.tail = append(c.tail, c.token(p-c.prompt))
+	n, end := len(c.tail), c.length-c.tailAt
+	if end <= n {
+		return
 	}
+	t := slices.Grow(c.tail, end-n)[:end]
+	i, idx := n, c.tailAt+n-c.prompt
+	if idx&1 == 1 {
+		t[i] = c.token(idx)
+		i, idx = i+1, idx+1
+	}
+	for ; i+1 < end; i, idx = i+2, idx+2 {
+		x := mix64(c.tokKey + uint64(idx>>1)*0x9e3779b97f4a7c15)
+		t[i], t[i+1] = tokenOf(uint32(x)), tokenOf(uint32(x>>32))
+	}
+	if i < end {
+		t[i] = c.token(idx)
+	}
+	c.tail = t
 }
 
 // mix64 is SplitMix64's finalizer: a bijection of 64-bit words whose every

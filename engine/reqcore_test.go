@@ -120,6 +120,21 @@ func TestToken_RangeSpreadAndKey(t *testing.T) {
 	for i := range 1000 {
 		require.Equal(t, c.token(i), again.token(i), "index %d: the same key, another token", i)
 	}
+	// fillTail stores, from any index, odd or even, the tokens token gives.
+	for from := range 6 {
+		for n := range 7 {
+			r := reqCore{tokKey: c.tokKey, prompt: 3, tailAt: 2, tail: []uint32{7}}
+			for i := range from {
+				r.tail = append(r.tail, r.token(i))
+			}
+			r.length = 3 + from + n
+			r.fillTail()
+			require.Len(t, r.tail, 1+from+n)
+			for i := range from + n {
+				require.Equal(t, r.token(i), r.tail[1+i], "from %d, %d more: index %d", from, n, i)
+			}
+		}
+	}
 	// Blocks of 16 generated tokens of 2,000 requests on one worker: all
 	// distinct.
 	blocks := map[kv.LocalHash]uint64{}
