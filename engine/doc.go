@@ -133,16 +133,17 @@
 // is stored only when a block hash reads it.
 //
 // A pass costs the requests it has work for, not every running one. On a
-// vLLM decode or aggregated worker whose Outputs report first tokens only
-// (as a cluster's do), a running request whose next passes are plain
-// decode steps (no block to take or to store, not its last token) coasts
-// through them untouched: the pass counts it in its decode batch from
-// sums the worker keeps, and it runs as itself again in the first pass
-// that is not plain for it. A request that waits
-// for blocks (admission, or a destination's reservation) is walked through
-// the prefix cache again only once blocks were released or a block of its
-// prompt stored since it last lacked them. Neither changes a result: tests
-// run workers with and without them side by side and compare every Output.
+// vLLM decode or aggregated worker with chunked prefill on (the default)
+// whose Outputs report first tokens only (as a cluster's do), a running
+// request whose next passes are plain decode steps (no block to take or
+// to store, not its last token) coasts through them untouched: the pass
+// counts it in its decode batch from sums the worker keeps, and it runs
+// as itself again in the first pass that is not plain for it. A request
+// that waits for blocks (admission, or a destination's reservation) is
+// walked through the prefix cache again only once blocks were released or
+// a block of its prompt stored since it last lacked them. Neither changes
+// a result: tests run workers with and without them side by side and
+// compare every Output.
 //
 // # Two views of occupancy
 //

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/perf"
@@ -53,6 +54,7 @@ type seq struct {
 	passISL    float64
 	passPrefix float64
 	from       uint64
+	rank       uint64 // orders the running set (VLLM.run)
 }
 
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
@@ -97,10 +99,14 @@ type VLLM struct {
 	// reserve_takes_slot).
 	pending   seqDeque
 	activated seqDeque
-	running   []*seq
-	byID      idtab.Table[*seq]
-	spare     []*seq
-	arenas    hashArenas // the hash storage of recycled requests
+	// running is the running set, in order; active is its requests that
+	// do not coast, in the same order, which the passes go through.
+	running []*seq
+	active  []*seq
+	ranks   uint64
+	byID    idtab.Table[*seq]
+	spare   []*seq
+	arenas  hashArenas // the hash storage of recycled requests
 	// blockLists are spare block lists (see blockRoom).
 	blockLists [][]int32
 	ready      []*seq
@@ -188,7 +194,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if bs := args.BlockSize; bs&(bs-1) == 0 {
 		v.bsShift = bits.TrailingZeros(uint(bs))
 	}
-	v.canCoast = !v.prefillWorker && v.bsShift >= 0
+	v.canCoast = !v.prefillWorker && v.chunked && v.bsShift >= 0
 	if args.MaxNumSeqs != nil {
 		if *args.MaxNumSeqs <= 0 {
 			return nil, fmt.Errorf("max_num_seqs %d: must be positive (null for unbounded)", *args.MaxNumSeqs)
@@ -443,13 +449,12 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 	case stRunning:
 		if s.coasting {
 			v.uncoast(s)
+		} else {
+			i := slices.Index(v.active, s)
+			v.active = slices.Delete(v.active, i, i+1)
 		}
-		for i, r := range v.running {
-			if r == s {
-				v.running = append(v.running[:i], v.running[i+1:]...)
-				break
-			}
-		}
+		i := slices.Index(v.running, s)
+		v.running = slices.Delete(v.running, i, i+1)
 	}
 	n := len(s.blocks)
 	v.freeBlocks(s)
@@ -509,6 +514,18 @@ func (v *VLLM) audit() error {
 			coasting++
 			coastLen += s.length - int(s.from)
 		}
+	}
+	j := 0
+	for _, s := range v.running {
+		if !s.coasting {
+			if j == len(v.active) || v.active[j] != s {
+				return fmt.Errorf("the requests that do not coast are not the active list")
+			}
+			j++
+		}
+	}
+	if j != len(v.active) {
+		return fmt.Errorf("%d active requests, %d running that do not coast", len(v.active), j)
 	}
 	if coasting != v.coastN || coastLen != v.coastLen {
 		return fmt.Errorf("coasting: %d requests of length sum %d; counted %d and %d", coasting, coastLen, v.coastN, v.coastLen)
@@ -710,14 +727,11 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 // that calls nothing and keeps the pass's counts in registers; schedule
 // takes the others. The block size must be a power of two (bsShift >= 0).
 func (v *VLLM) decodeRun(i int) int {
-	running, shift, caching := v.running, uint(v.bsShift)&63, v.caching
+	running, shift, caching := v.active, uint(v.bsShift)&63, v.caching
 	budget, toks, pass := v.budget, v.decodeToks, v.passID
 	up := v.bs - 1
 	for ; i < len(running) && budget > 0; i++ {
 		s := running[i]
-		if s.coasting {
-			continue
-		}
 		if s.state != stRunning || s.length-s.computed != 1 || s.out <= 0 || !s.admitted ||
 			(s.length+up)>>shift > len(s.blocks) || (caching && s.length>>shift > s.stored) {
 			break
@@ -832,21 +846,21 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	for v.activated.len() > 0 && (v.slotReserve || len(v.running) < v.maxSeqs) {
 		s := v.activated.popFront()
 		s.state = stRunning
-		v.running = append(v.running, s)
+		v.run(s)
 	}
 	if v.coastN > 0 || v.coastQ.n > 0 {
 		v.coastStart()
 	}
 
-	// Running phase, in order. Preempted entries stay in place as
-	// non-running until compaction.
-	for i := 0; i < len(v.running) && v.budget > 0; i++ {
+	// Running phase, in order, of the requests that do not coast.
+	// Preempted entries stay in place as non-running until compaction.
+	for i := 0; i < len(v.active) && v.budget > 0; i++ {
 		if v.bsShift >= 0 {
-			if i = v.decodeRun(i); i == len(v.running) || v.budget <= 0 {
+			if i = v.decodeRun(i); i == len(v.active) || v.budget <= 0 {
 				break
 			}
 		}
-		if s := v.running[i]; s.state == stRunning && !s.coasting {
+		if s := v.active[i]; s.state == stRunning {
 			v.schedule(s, now, true, out)
 		}
 	}
@@ -872,10 +886,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	// produces one token, including prompts that finished prefill just now.
 	// The coasting requests are ready too, and count by their sums.
 	ready, ctx := v.ready[:0], 0
-	for _, s := range v.running {
-		if s.coasting {
-			continue
-		}
+	for _, s := range v.active {
 		if s.computed >= s.length {
 			ready = append(ready, s)
 			ctx += s.length
@@ -933,10 +944,14 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	// Every coasting request generated its token.
 	v.cpass++
 	if v.canCoast && later {
+		coasted := false
 		for _, s := range v.ready {
-			if s.state == stRunning {
-				v.coast(s)
+			if s.state == stRunning && v.coast(s) {
+				coasted = true
 			}
+		}
+		if coasted {
+			v.active = slices.DeleteFunc(v.active, func(s *seq) bool { return s.coasting })
 		}
 	}
 	v.finishTruncated(end, out)
@@ -1020,7 +1035,7 @@ func (v *VLLM) admit(now float64, out *Output) {
 		}
 		v.waiting.popFront()
 		s.state = stRunning
-		v.running = append(v.running, s)
+		v.run(s)
 	}
 }
 
@@ -1095,15 +1110,29 @@ func (v *VLLM) finish(s *seq, end float64, out *Output) {
 
 // compactRunning drops requests that left the running set, keeping order.
 func (v *VLLM) compactRunning() {
+	v.running = compactSeqs(v.running)
+	v.active = compactSeqs(v.active)
+}
+
+// compactSeqs drops from ss the requests no longer running, keeping order.
+func compactSeqs(ss []*seq) []*seq {
 	j := 0
-	for _, s := range v.running {
+	for _, s := range ss {
 		if s.state == stRunning {
-			v.running[j] = s
+			ss[j] = s
 			j++
 		}
 	}
-	clear(v.running[j:])
-	v.running = v.running[:j]
+	clear(ss[j:])
+	return ss[:j]
+}
+
+// run adds s to the end of the running set.
+func (v *VLLM) run(s *seq) {
+	v.ranks++
+	s.rank = v.ranks
+	v.running = append(v.running, s)
+	v.active = append(v.active, s)
 }
 
 // seqDeque is a ring buffer of seqs: preempted requests go to the front,

@@ -24,6 +24,12 @@ package engine
 // nothing; what the budget leaves for the requests after the last coasting
 // one is what the running order would have left them.
 //
+// That the phase gives the requests what they ask in order holds with
+// chunked prefill on. Off, a request whose prompt cannot go in what is
+// left of the budget is passed over while later ones run, so the order of
+// the charges would decide whether it runs: workers with chunked prefill
+// off do not coast.
+//
 // It holds for workers whose outputs report first tokens only (a coasting
 // request's tokens are reported nowhere) and whose blocks are a power of
 // two; a prefill worker's requests generate one token and never coast.
@@ -37,8 +43,9 @@ type coastEntry struct {
 
 // coast lets s, a running request the pass just gave a token, coast until
 // the first later pass that is not a plain decode step for it, if that is
-// not the next one.
-func (v *VLLM) coast(s *seq) {
+// not the next one, and reports whether it does. The caller takes it out
+// of the active list.
+func (v *VLLM) coast(s *seq) bool {
 	l := s.length
 	// The pass k passes from now (k = 1: the next) computes token l+k-2,
 	// which needs ceil((l+k-1)/bs) blocks, and fills block
@@ -50,12 +57,13 @@ func (v *VLLM) coast(s *seq) {
 		k = min(k, (s.stored+1)*v.bs-l+1)
 	}
 	if k <= 1 {
-		return
+		return false
 	}
 	s.coasting, s.from = true, v.cpass
 	v.coastN++
 	v.coastLen += l - int(s.from)
 	v.pushCoast(coastEntry{due: v.cpass + uint64(k-1), from: s.from, s: s})
+	return true
 }
 
 // uncoast brings coasting s up to date: one token for every pass that ran
@@ -137,10 +145,24 @@ func (v *VLLM) dueCoast() {
 	for _, e := range *b {
 		if e.s.coasting && e.s.from == e.from {
 			v.uncoast(e.s)
+			v.rejoin(e.s)
 		}
 	}
 	q.n -= len(*b)
 	*b = (*b)[:0]
+}
+
+// rejoin puts s, which stopped coasting, back in the active list at its
+// place in the running order.
+func (v *VLLM) rejoin(s *seq) {
+	v.active = append(v.active, s)
+	a := v.active
+	i := len(a) - 1
+	for i > 0 && a[i-1].rank > s.rank {
+		a[i] = a[i-1]
+		i--
+	}
+	a[i] = s
 }
 
 func popFar(hp *[]coastEntry) coastEntry {
