@@ -467,6 +467,13 @@ func (p *blockPool) releaseAll(slots []int32) {
 			heldOnly++
 		}
 	}
+	p.endRelease(tail0, tail, heldOnly, freed)
+}
+
+// endRelease ends a batch release: the LRU's tail moved from tail0 to
+// tail (the blocks filed there), freed blocks went to the free list, and
+// heldOnly is the count of blocks only holds reference.
+func (p *blockPool) endRelease(tail0, tail uint32, heldOnly, freed int) {
 	filed := int(tail - tail0)
 	p.lruTail, p.heldOnly = tail, heldOnly
 	p.active -= filed + freed
@@ -516,11 +523,7 @@ func (p *blockPool) releaseHoldAll(slots []int32) {
 			}
 		}
 	}
-	filed := int(tail - tail0)
-	p.lruTail, p.heldOnly = tail, heldOnly
-	p.active -= filed + freed
-	p.released += uint64(filed + freed)
-	p.inactive += filed
+	p.endRelease(tail0, tail, heldOnly, freed)
 }
 
 // storeRun stores blocks from..from+len(slots)-1 of a sequence whose block
