@@ -40,34 +40,7 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
 			a.EnableChunkedPrefill = rapid.Bool().Draw(rt, "chunked")
 		})
-		var ws [2]*Worker
-		var vs [2]*Virtual
-		var recs [2]record
-		var replies [2][]InputResult
-		var metrics [2][]Metrics
-		for i := range ws {
-			w, err := New(args, contextModel{}, 3)
-			if err != nil {
-				rt.Fatal(err)
-			}
-			w.ReportFirstTokensOnly()
-			ws[i], vs[i] = w, NewVirtual(w)
-			vs[i].OnOutput = func(_ int, out *Output) {
-				recs[i].add(out)
-				metrics[i] = append(metrics[i], w.Metrics())
-				checkWorker(rt, w)
-				if vl := w.Scheduler().(*VLLM); vl.coastN > 0 {
-					coasted++
-				}
-			}
-			vs[i].OnInput = func(r InputResult) {
-				replies[i] = append(replies[i], r)
-				metrics[i] = append(metrics[i], w.Metrics())
-				checkWorker(rt, w)
-			}
-		}
-		ws[1].Scheduler().(*VLLM).canCoast = false
-		ws[1].Scheduler().(*VLLM).walkAlways = true
+		p := newShortcutPair(rt, args, true)
 
 		n := 0
 		at := 0.0
@@ -88,19 +61,11 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 			default:
 				in = CancelDestination{ID: id("cancel_dest")}
 			}
-			for _, v := range vs {
-				v.Schedule(at, 0, in)
-			}
+			p.schedule(at, in)
 		}
-		for i, v := range vs {
-			if err := v.Run(); err != nil {
-				rt.Fatalf("worker %d: %v", i, err)
-			}
-		}
-		require.Equal(rt, recs[1].outs, recs[0].outs, "outputs")
-		require.Equal(rt, replies[1], replies[0], "inputs' effects")
-		require.Equal(rt, metrics[1], metrics[0], "metrics")
-		for _, m := range metrics[0] {
+		p.runAndCompare(rt)
+		coasted += p.coasted
+		for _, m := range p.metrics[0] {
 			preemptions = max(preemptions, int(m.Preemptions))
 		}
 	})
@@ -167,27 +132,76 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 		{0.35611974261701107, Reserve{Request: Request{ID: 14, Tokens: seqTokens(2000, 1), MaxTokens: 173}}},
 		{1.0890002604573965, Activate{ID: 6}},
 	}
-	var recs [2]record
-	for i := range recs {
+	p := newShortcutPair(t, args, true)
+	at := 0.0
+	for _, s := range schedule {
+		at += s.gap
+		p.schedule(at, s.in)
+	}
+	p.runAndCompare(t)
+	require.NotEmpty(t, p.recs[0].outs)
+}
+
+// shortcutPair is two workers built alike from the same arguments, the
+// second without the shortcuts (coasting, the lack watch), fed the same
+// inputs at the same times.
+type shortcutPair struct {
+	ws      [2]*Worker
+	vs      [2]*Virtual
+	recs    [2]record
+	replies [2][]InputResult
+	metrics [2][]Metrics
+	// coasted counts the Outputs after which a request coasted.
+	coasted int
+}
+
+// newShortcutPair builds the pair; firstOnly has both report first tokens
+// only, as a cluster's workers do. Every Output and input's effect is
+// recorded with the metrics after it, and checks both workers.
+func newShortcutPair(t tb, args Args, firstOnly bool) *shortcutPair {
+	t.Helper()
+	p := &shortcutPair{}
+	for i := range p.ws {
 		w, err := New(args, contextModel{}, 3)
 		require.NoError(t, err)
-		w.ReportFirstTokensOnly()
-		if i == 1 {
-			w.Scheduler().(*VLLM).canCoast = false
+		if firstOnly {
+			w.ReportFirstTokensOnly()
 		}
-		v := NewVirtual(w)
-		v.OnOutput = func(_ int, out *Output) {
-			recs[i].add(out)
+		p.ws[i], p.vs[i] = w, NewVirtual(w)
+		p.vs[i].OnOutput = func(_ int, out *Output) {
+			if w.Scheduler().(*VLLM).coastN > 0 {
+				p.coasted++
+			}
+			p.recs[i].add(out)
+			p.metrics[i] = append(p.metrics[i], w.Metrics())
 			checkWorker(t, w)
 		}
-		v.OnInput = func(InputResult) {}
-		at := 0.0
-		for _, s := range schedule {
-			at += s.gap
-			v.Schedule(at, 0, s.in)
+		p.vs[i].OnInput = func(r InputResult) {
+			p.replies[i] = append(p.replies[i], r)
+			p.metrics[i] = append(p.metrics[i], w.Metrics())
+			checkWorker(t, w)
 		}
-		require.NoError(t, v.Run())
 	}
-	require.NotEmpty(t, recs[0].outs)
-	require.Equal(t, recs[1].outs, recs[0].outs)
+	plain := p.ws[1].Scheduler().(*VLLM)
+	plain.canCoast, plain.walkAlways = false, true
+	return p
+}
+
+// schedule gives both workers in at modeled time at.
+func (p *shortcutPair) schedule(at float64, in Input) {
+	for _, v := range p.vs {
+		v.Schedule(at, 0, in)
+	}
+}
+
+// runAndCompare runs both workers until they idle and requires the same
+// Outputs, input effects and metrics, exactly.
+func (p *shortcutPair) runAndCompare(t tb) {
+	t.Helper()
+	for i, v := range p.vs {
+		require.NoError(t, v.Run(), "worker %d", i)
+	}
+	require.Equal(t, p.recs[1].outs, p.recs[0].outs, "outputs")
+	require.Equal(t, p.replies[1], p.replies[0], "inputs' effects")
+	require.Equal(t, p.metrics[1], p.metrics[0], "metrics")
 }

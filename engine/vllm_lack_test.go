@@ -33,36 +33,7 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 		})
 		// A worker whose outputs report every token does not coast.
 		firstOnly := rapid.IntRange(0, 3).Draw(rt, "report") > 0
-		var ws [2]*Worker
-		var vs [2]*Virtual
-		var recs [2]record
-		var replies [2][]InputResult
-		var metrics [2][]Metrics
-		for i := range ws {
-			w, err := New(args, contextModel{}, 3)
-			if err != nil {
-				rt.Fatal(err)
-			}
-			if firstOnly {
-				w.ReportFirstTokensOnly()
-			}
-			ws[i], vs[i] = w, NewVirtual(w)
-			vs[i].OnOutput = func(_ int, out *Output) {
-				if vl := w.Scheduler().(*VLLM); vl.coastN > 0 {
-					coasted++
-				}
-				recs[i].add(out)
-				metrics[i] = append(metrics[i], w.Metrics())
-				checkWorker(rt, w)
-			}
-			vs[i].OnInput = func(r InputResult) {
-				replies[i] = append(replies[i], r)
-				metrics[i] = append(metrics[i], w.Metrics())
-				checkWorker(rt, w)
-			}
-		}
-		ws[1].Scheduler().(*VLLM).walkAlways = true
-		ws[1].Scheduler().(*VLLM).canCoast = false
+		p := newShortcutPair(rt, args, firstOnly)
 
 		n := 0
 		at := 0.0
@@ -85,19 +56,11 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 			default:
 				in = Cancel{ID: id("cancel")}
 			}
-			for _, v := range vs {
-				v.Schedule(at, 0, in)
-			}
+			p.schedule(at, in)
 		}
-		for i, v := range vs {
-			if err := v.Run(); err != nil {
-				rt.Fatalf("worker %d: %v", i, err)
-			}
-		}
-		require.Equal(rt, recs[1].outs, recs[0].outs, "outputs")
-		require.Equal(rt, replies[1], replies[0], "inputs' effects")
-		require.Equal(rt, metrics[1], metrics[0], "metrics")
-		if vl := ws[0].Scheduler().(*VLLM); vl.admitLack.s != nil || vl.pool.released > 0 {
+		p.runAndCompare(rt)
+		coasted += p.coasted
+		if vl := p.ws[0].Scheduler().(*VLLM); vl.admitLack.s != nil || vl.pool.released > 0 {
 			skipped++
 		}
 	})
