@@ -1024,8 +1024,8 @@ func (v *VLLM) admit(now float64, out *Output) {
 		}
 		// Only hits on active blocks are credited: inactive ones may be
 		// evicted by the very allocation that admits the request.
-		if blocks-activeHits > v.total-v.pool.active {
-			v.lacked(&v.admitLack, s)
+		if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
+			v.lacked(&v.admitLack, s, lack)
 			return
 		}
 		v.unlack(&v.admitLack)
@@ -1059,8 +1059,8 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	hits, activeHits := v.prefixHits(s)
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.
-	if blocks-activeHits > v.total-v.pool.active {
-		v.lacked(&v.reserveLack, s)
+	if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
+		v.lacked(&v.reserveLack, s, lack)
 		return false
 	}
 	v.unlack(&v.reserveLack)

@@ -1,20 +1,23 @@
 package engine
 
 // lackWatch remembers a request whose admission or reservation lacked
-// blocks, and the pool's counts then. The blocks it lacks,
+// blocks, how many, and the pool's counts then. The blocks it lacks,
 //
 //	blocks - activeHits - (total - active),
 //
 // only a release (active falls) or a store of a block of its prompt (its
 // active hits may grow) can bring down: taking a free block or an
 // inactive hit, evicting one, or a hit becoming active leaves it or
-// raises it. Until the pool counts one of those, the request lacks blocks
-// still, and its prefix is not walked again. Stores count as the pool's
+// raises it. A released block lowers it by one at most (by none when it
+// was one of the active hits, which then fall too), so until the pool has
+// released as many blocks as the request lacked, or counts a store, the
+// request lacks blocks still, and its prefix is not walked again. Stores count as the pool's
 // stores until the request lacks blocks a second time; from then on the
 // pool filters them (watch), counting only those that may be of its
 // prompt: a request that waits long is walked again only when it may fit.
 type lackWatch struct {
 	s                *seq
+	lack             uint64 // blocks lacked at the last walk, ≥ 1
 	released, stores uint64
 	filtered         bool
 }
@@ -26,11 +29,12 @@ func (v *VLLM) stillLacks(w *lackWatch, s *seq) bool {
 	if w.filtered {
 		stores = p.watchStores
 	}
-	return w.s == s && p.released == w.released && stores == w.stores && !v.walkAlways
+	return w.s == s && p.released-w.released < w.lack && stores == w.stores && !v.walkAlways
 }
 
-// lacked has w remember that s lacks blocks.
-func (v *VLLM) lacked(w *lackWatch, s *seq) {
+// lacked has w remember that s lacks lack blocks (≥ 1).
+func (v *VLLM) lacked(w *lackWatch, s *seq, lack int) {
+	w.lack = uint64(lack)
 	switch {
 	case w.s != s:
 		w.s, w.filtered = s, false
