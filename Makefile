@@ -1,4 +1,4 @@
-# mocker — make run | make test | make e2e | make bench | make lint
+# mocker — make run | make test | make deep | make e2e | make bench | make lint
 GO            ?= go
 BIN           := $(CURDIR)/bin
 GOLANGCI_VER  := v2.15.0
@@ -11,7 +11,7 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short e2e images vet bench lint build fuzz golden clean
+.PHONY: run test test-short deep e2e images vet bench lint build fuzz golden clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
@@ -26,9 +26,19 @@ build:
 ## the wall clock, so the CPU the other packages' tests would take from
 ## them would show in their modeled figures (the matrix and Dynamo's
 ## scenarios are coupled and would not care).
+## The engine's shortcut properties then run deep: each compares a
+## worker that takes the scheduler's shortcuts with one that does not, and
+## the cases they guard (a preemption in a pass whose budget runs out, say)
+## come up once in thousands of random schedules.
 test: vet
 	$(GO) test -race -count=1 -timeout 45m $$($(GO) list ./... | grep -v '/e2e$$')
 	$(GO) test -race -count=1 -timeout 30m ./e2e
+	$(MAKE) deep
+
+## deep: the engine's shortcut properties at CHECKS random schedules each
+CHECKS        ?= 20000
+deep:
+	$(GO) test -count=1 -timeout 20m -run '^(TestVLLM_CoastingChangesNothing|TestVLLM_ShortcutsChangeNothing)$$' ./engine -rapid.checks=$(CHECKS)
 
 ## e2e: the router-mode matrix and the fault tests, over etcd, NATS and worker
 ## containers (needs Docker; `make test` runs them too, as part of ./...)
