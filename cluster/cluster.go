@@ -55,7 +55,7 @@ type Cluster struct {
 	heldNow  int // held blocks across workers, from the last outputs
 	stats    counters
 	forensic *forensics
-	prompts  promptSpares
+	prompts  retiring[promptBuf]
 	hashMemo hashMemo
 	prefixes prefixMemo
 	series   seriesRec
@@ -69,8 +69,8 @@ type Cluster struct {
 	stopping  bool
 	ended     bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
-	// (see reply).
-	spareReqs  []*request
+	// (see recycle).
+	spareReqs  retiring[request]
 	spareCalls []*call     // RunVirtual's, likewise (answer)
 	spareExch  []*exchange // likewise (retireExchange)
 	// snap, when set, takes RunVirtual's figures once the loop has

@@ -135,19 +135,21 @@ func (m *hashMemo) lookup(tokens []uint32, blockSize int) *kv.Hashes {
 	return hs
 }
 
-// promptSpares recycles the storage of prompts: the tokens the loop
-// generates for a request that names only a prompt size, and the prompt's
-// hashes, which the loop computes once per request at arrival for the
-// router and both workers (each would otherwise hash the prompt again). A
-// worker copies what it keeps of the tokens when its Submit or Reserve
-// fires, and reads the hashes for as long as it knows the request. A
-// request ends only once its workers are done with it, or as the loop
+// retiring recycles storage that the loop's inputs read: a request's
+// record, whose machine holds the Submit and Reserve it hands its workers
+// (handoff.Action), and its prompt: the tokens the loop generates for a
+// request that names only a prompt size, and the prompt's hashes, which
+// the loop computes once per request at arrival for the router and both
+// workers (each would otherwise hash the prompt again). A worker reads
+// a Submit or Reserve, and copies what it keeps of the tokens, when the
+// input fires, and reads the hashes for as long as it knows the request.
+// A request ends only once its workers are done with it, or as the loop
 // queues the input that makes them forget it; the loop schedules inputs
 // at its now, so that input, or one carrying the prompt, may still be
-// queued at the instant the request ends, never later: storage retired at
-// retiredAt is reused only once the clock has passed it.
-type promptSpares struct {
-	spare, retired []*promptBuf
+// queued at the instant the request ends, never later: storage retired
+// at retiredAt is reused only once the clock has passed it.
+type retiring[T any] struct {
+	spare, retired []*T
 	retiredAt      float64
 }
 
@@ -157,28 +159,21 @@ type promptBuf struct {
 	tokens []uint32
 }
 
-// take returns storage for a prompt at modeled time now.
-func (s *promptSpares) take(now float64) *promptBuf {
+// take returns storage retired before modeled time now, or new storage.
+func (s *retiring[T]) take(now float64) *T {
 	s.settle(now)
-	n := len(s.spare)
-	if n == 0 {
-		return &promptBuf{}
-	}
-	b := s.spare[n-1]
-	s.spare = s.spare[:n-1]
-	return b
+	return popSpare(&s.spare)
 }
 
-// retire gives back the storage of a request that ended at now.
-func (s *promptSpares) retire(now float64, b *promptBuf) {
+// retire gives back storage its request is done with at now.
+func (s *retiring[T]) retire(now float64, x *T) {
 	s.settle(now)
-	b.hashes.Locals, b.hashes.Seqs, b.tokens = b.hashes.Locals[:0], b.hashes.Seqs[:0], b.tokens[:0]
-	s.retired = append(s.retired, b)
+	s.retired = append(s.retired, x)
 	s.retiredAt = now
 }
 
 // settle makes spare what was retired before now.
-func (s *promptSpares) settle(now float64) {
+func (s *retiring[T]) settle(now float64) {
 	if now > s.retiredAt && len(s.retired) > 0 {
 		s.spare = append(s.spare, s.retired...)
 		clear(s.retired)
@@ -503,7 +498,9 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 func (c *Cluster) reply(r *request, res Result) {
 	if r.prompt != nil {
 		if !c.remote { // a remote worker may send the tokens again later
-			c.prompts.retire(c.v.Now(), r.prompt)
+			b := r.prompt
+			b.hashes.Locals, b.hashes.Seqs, b.tokens = b.hashes.Locals[:0], b.hashes.Seqs[:0], b.tokens[:0]
+			c.prompts.retire(c.v.Now(), b)
 		}
 		r.prompt = nil
 	}
@@ -534,7 +531,7 @@ func (c *Cluster) newCall() *call { return popSpare(&c.spareCalls) }
 
 // newRequest returns a record for an arriving request: an ended one's
 // when there is one.
-func (c *Cluster) newRequest() *request { return popSpare(&c.spareReqs) }
+func (c *Cluster) newRequest() *request { return c.spareReqs.take(c.v.Now()) }
 
 // popSpare takes the last of spares, or a new T when there is none.
 func popSpare[T any](spares *[]*T) *T {
@@ -549,7 +546,8 @@ func popSpare[T any](spares *[]*T) *T {
 }
 
 // recycle keeps the record of a request that just ended for a later
-// arrival. Nothing that outlives a request may recognise it by its record
+// arrival, once the clock has passed this instant (retiring): its
+// machine's Submit or Reserve may still be queued until then. Nothing that outlives a request may recognise it by its record
 // alone: whatever reaches a request later (a link reply, a stop) looks it
 // up by its id, which is never reused, in c.reqs or through its call. A
 // remote cluster's link replies still carry records (onRemoteLink), so
@@ -558,7 +556,7 @@ func (c *Cluster) recycle(r *request) {
 	if c.remote || c.opts.fresh {
 		return
 	}
-	c.spareReqs = append(c.spareReqs, r)
+	c.spareReqs.retire(c.v.Now(), r)
 }
 
 func outcomeOf(p handoff.Phase) string {
@@ -668,9 +666,9 @@ func (c *Cluster) onInput(ir engine.InputResult) {
 
 func inputID(in engine.Input) uint64 {
 	switch in := in.(type) {
-	case engine.Submit:
+	case *engine.Submit:
 		return in.Request.ID
-	case engine.Reserve:
+	case *engine.Reserve:
 		return in.Request.ID
 	case engine.ReleaseHeld:
 		return in.ID

@@ -18,10 +18,10 @@ import (
 // processes implements the same interface and posts what its workers send
 // into the loop.
 type WorkerHandle interface {
-	// Apply hands in to the worker at the loop's modeled now. The slices a
-	// Submit or Reserve carries (the prompt's tokens and hashes) stay
-	// unchanged only until the loop's clock passes the end of their
-	// request, when the loop reuses the hashes' storage: a handle that
+	// Apply hands in to the worker at the loop's modeled now. A *Submit
+	// or *Reserve, and the slices it carries (the prompt's tokens and
+	// hashes), stay unchanged only until the loop's clock passes the end
+	// of their request, when the loop reuses their storage: a handle that
 	// reads them later must copy them.
 	Apply(in engine.Input)
 	// Metrics is the worker's occupancy now (for a remote worker: as last

@@ -198,3 +198,26 @@ func TestPrefixMemo_SameTokensAndHashesAsDrawingThem(t *testing.T) {
 	assert.Len(t, m.entries, prefixMemoSize, "bounded")
 	assert.Len(t, m.byKey, prefixMemoSize)
 }
+
+// TestRetiring_ReusesOnlyOnceTheClockHasPassed: storage a request is done
+// with at an instant (its record, whose machine holds the Submit and
+// Reserve it hands its workers, and its prompt) goes to no other request
+// at that instant, when an input that reads it may still be queued, and
+// comes back from the next instant on.
+func TestRetiring_ReusesOnlyOnceTheClockHasPassed(t *testing.T) {
+	var s retiring[request]
+	a, b := s.take(0), s.take(0)
+	require.NotSame(t, a, b)
+	s.retire(5, a)
+	s.retire(5, b)
+	c := s.take(5)
+	require.True(t, c != a && c != b, "storage retired at 5 ms handed out again at 5 ms")
+	s.retire(5, c)
+	got := []*request{s.take(5.25), s.take(5.25), s.take(5.25)}
+	require.ElementsMatch(t, []*request{a, b, c}, got, "what was retired at 5 ms is spare at 5.25 ms")
+	require.True(t, !slices.Contains(got, s.take(5.25)), "nothing is handed out twice")
+	s.retire(6, got[0])
+	s.retire(7, got[1])
+	require.Same(t, got[0], s.take(7), "retired at 6 ms, spare at 7 ms")
+	require.NotSame(t, got[1], s.take(7), "retired at 7 ms, not yet spare")
+}

@@ -187,7 +187,7 @@ func inProcess(t *testing.T) []engine.Completion {
 	for i, r := range reqs {
 		require.NoError(t, v.RunUntil(at[i]))
 		v.AdvanceTo(at[i])
-		v.Schedule(at[i], 0, engine.Submit{Request: r, Policy: engine.Release})
+		v.Schedule(at[i], 0, &engine.Submit{Request: r, Policy: engine.Release})
 	}
 	require.NoError(t, v.Run())
 	return done

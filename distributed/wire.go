@@ -141,10 +141,10 @@ type command struct {
 
 func commandOf(in engine.Input) command {
 	switch in := in.(type) {
-	case engine.Submit:
+	case *engine.Submit:
 		r := in.Request
 		return command{Op: opSubmit, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority, Hold: in.Policy == engine.Hold}
-	case engine.Reserve:
+	case *engine.Reserve:
 		r := in.Request
 		return command{Op: opReserve, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority}
 	case engine.ReleaseHeld:
@@ -172,9 +172,9 @@ func (c command) input() (engine.Input, error) {
 		if c.Hold {
 			p = engine.Hold
 		}
-		return engine.Submit{Request: req, Policy: p}, nil
+		return &engine.Submit{Request: req, Policy: p}, nil
 	case opReserve:
-		return engine.Reserve{Request: req}, nil
+		return &engine.Reserve{Request: req}, nil
 	case opReleaseHeld:
 		return engine.ReleaseHeld{ID: c.ID, Outcome: engine.Outcome(c.Outcome)}, nil
 	case opCancel:

@@ -129,7 +129,7 @@ func BenchmarkVirtualDisagg(b *testing.B) {
 			e := &out.Events[i]
 			switch e.Kind {
 			case EventHoldStarted:
-				v.Schedule(v.Now(), D, Reserve{Request: Request{ID: e.RequestID, Tokens: prompts[e.RequestID%ring], MaxTokens: osl}})
+				v.Schedule(v.Now(), D, &Reserve{Request: Request{ID: e.RequestID, Tokens: prompts[e.RequestID%ring], MaxTokens: osl}})
 			case EventDecodeReserved:
 				v.Schedule(v.Now(), P, StartTransfer{ID: e.RequestID, Tokens: TransferTokens(pa.KVTransferTimingMode, isl, e.MissingTokens)})
 			case EventHoldReleased:

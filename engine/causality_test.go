@@ -199,7 +199,7 @@ func TestVirtual_PerRequestCausality(t *testing.T) {
 			at := rapid.Float64Range(0, 150).Draw(rt, "at")
 			tokens := seqTokens(uint32(1000*(i+1)), rapid.IntRange(1, 24).Draw(rt, "len"))
 			pol := rapid.SampledFrom([]CompletionPolicy{Release, Hold}).Draw(rt, "policy")
-			v.Schedule(at, 0, Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: rapid.IntRange(1, 10).Draw(rt, "max")}, Policy: pol})
+			v.Schedule(at, 0, &Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: rapid.IntRange(1, 10).Draw(rt, "max")}, Policy: pol})
 		}
 		for range rapid.IntRange(0, 16).Draw(rt, "inputs") {
 			at := rapid.Float64Range(0, 250).Draw(rt, "input_at")

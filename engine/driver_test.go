@@ -47,7 +47,7 @@ func runCluster(t *testing.T, args func(n int, mod ...func(*Args)) Args, seed ui
 		}
 		prefix := seqTokens(uint32(1000*rng.IntN(3)), 8)
 		tokens := slices.Concat(prefix, seqTokens(rng.Uint32(), 1+rng.IntN(30)))
-		v.Schedule(at, w, Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, Policy: pol})
+		v.Schedule(at, w, &Submit{Request: Request{ID: uint64(i), Tokens: tokens, MaxTokens: 1 + rng.IntN(12)}, Policy: pol})
 	}
 	require.NoError(t, v.Run())
 	for i := range ws {
@@ -83,7 +83,7 @@ func TestVirtual_BusyWorkerChainsPasses(t *testing.T) {
 		}
 		done = append(done, o.Completions...)
 	}
-	v.Schedule(0, 0, Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: n}})
+	v.Schedule(0, 0, &Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 8), MaxTokens: n}})
 	require.NoError(t, v.Run())
 	require.Len(t, passes, n)
 	for i := 1; i < n; i++ {
@@ -91,7 +91,7 @@ func TestVirtual_BusyWorkerChainsPasses(t *testing.T) {
 	}
 	require.Len(t, done, 1)
 	last := done[0].At
-	v.Schedule(last+250, 0, Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
+	v.Schedule(last+250, 0, &Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
 	require.NoError(t, v.Run())
 	require.Len(t, done, 2)
 	assert.Equal(t, last+250, done[1].Arrival)
@@ -151,7 +151,7 @@ func TestVirtual_DestinationReadyIsAScheduledInput(t *testing.T) {
 		}
 	}
 	v.OnOutput = func(_ int, out *Output) { events = append(events, out.Events...) }
-	v.Schedule(0, 0, Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 1}, Policy: Hold})
+	v.Schedule(0, 0, &Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 10), MaxTokens: 1}, Policy: Hold})
 	v.Schedule(20, 0, DestinationReady{ID: 1, Tokens: 10})
 	v.Schedule(30, 0, DestinationReady{ID: 1, Tokens: 10}) // already ready
 	v.Schedule(40, 0, DestinationReady{ID: 7, Tokens: 10}) // unknown
@@ -197,14 +197,14 @@ func TestVirtual_RefusedInputReachesOnInput(t *testing.T) {
 			refused = append(refused, r.Reply.Err)
 		}
 	}
-	v.Schedule(0, 0, Submit{Request: Request{ID: 1}})
-	v.Schedule(1, 0, Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
+	v.Schedule(0, 0, &Submit{Request: Request{ID: 1}})
+	v.Schedule(1, 0, &Submit{Request: Request{ID: 2, Tokens: seqTokens(1, 8), MaxTokens: 1}})
 	require.NoError(t, v.Run())
 	require.Len(t, refused, 1, "the empty prompt is refused and reported")
 	assert.Zero(t, w.Metrics().ActiveBlocks, "the good request ran to its end")
 
 	quiet := NewVirtual(newWorker(t, smallArgs(64)))
-	quiet.Schedule(0, 0, Submit{Request: Request{ID: 1}})
+	quiet.Schedule(0, 0, &Submit{Request: Request{ID: 1}})
 	require.Error(t, quiet.Run(), "nobody listens: the refusal stops the run")
 }
 

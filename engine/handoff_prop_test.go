@@ -71,12 +71,12 @@ func TestHandoff_Conservation(t *testing.T) {
 				prefix := seqTokens(uint32(1000*rapid.IntRange(0, 2).Draw(rt, "prefix")), rapid.IntRange(0, 12).Draw(rt, "plen"))
 				tokens := slices.Concat(prefix, seqTokens(uint32(100000+100*id), rapid.IntRange(1, 16).Draw(rt, "tlen")))
 				prompts[id] = tokens
-				v.Schedule(at, P, Submit{Request: Request{ID: id, Tokens: tokens, MaxTokens: 1}, Policy: Hold})
+				v.Schedule(at, P, &Submit{Request: Request{ID: id, Tokens: tokens, MaxTokens: 1}, Policy: Hold})
 			case 2:
 				if len(prompts) > 0 {
 					if id := ids("reserve"); !reserved[id] {
 						reserved[id] = true
-						v.Schedule(at, D, Reserve{Request: Request{ID: id, Tokens: prompts[id], MaxTokens: rapid.IntRange(1, 6).Draw(rt, "max")}})
+						v.Schedule(at, D, &Reserve{Request: Request{ID: id, Tokens: prompts[id], MaxTokens: rapid.IntRange(1, 6).Draw(rt, "max")}})
 					}
 				}
 			case 3:

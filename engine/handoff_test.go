@@ -432,8 +432,8 @@ func TestHandoff_EventsInTimeOrder(t *testing.T) {
 				at = append(at, v.Now())
 			}
 		}
-		v.Schedule(0, 0, Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 9), MaxTokens: 1}, Policy: Hold})
-		v.Schedule(17, 0, Submit{Request: Request{ID: 2, Tokens: seqTokens(5000, 900), MaxTokens: 1}, Policy: Hold})
+		v.Schedule(0, 0, &Submit{Request: Request{ID: 1, Tokens: seqTokens(1, 9), MaxTokens: 1}, Policy: Hold})
+		v.Schedule(17, 0, &Submit{Request: Request{ID: 2, Tokens: seqTokens(5000, 900), MaxTokens: 1}, Policy: Hold})
 		require.NoError(t, v.Run())
 		var found bool
 		for i, e := range delivered {

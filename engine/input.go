@@ -4,6 +4,13 @@ package engine
 // single Step(Message): a new kind of input is a new type here, not a new
 // method on every driver. Worker.Apply takes any of them with the modeled
 // time it happens at; the set is closed (the method is unexported).
+//
+// Submit and Reserve, which carry a whole request, are inputs by pointer
+// (*Submit, *Reserve): a driver that keeps one per request hands it in
+// without a copy, where a value would be copied into an allocation of its
+// own. The worker reads it when the input is applied; until then the
+// caller must leave it unchanged (a driver that schedules it for later,
+// Virtual.Schedule, included). The others are small values.
 type Input interface {
 	isInput()
 }
@@ -50,11 +57,11 @@ type DestinationReady struct {
 	Tokens int
 }
 
-func (Submit) isInput()            {}
+func (*Submit) isInput()           {}
 func (ReleaseHeld) isInput()       {}
 func (Cancel) isInput()            {}
 func (StartTransfer) isInput()     {}
-func (Reserve) isInput()           {}
+func (*Reserve) isInput()          {}
 func (Activate) isInput()          {}
 func (CancelDestination) isInput() {}
 func (DestinationReady) isInput()  {}
@@ -76,10 +83,10 @@ type Reply struct {
 // and Reserve at once.
 func (w *Worker) Apply(at float64, in Input) Reply {
 	switch in := in.(type) {
-	case Submit:
+	case *Submit:
 		err := w.Submit(at, in.Request, in.Policy)
 		return Reply{OK: err == nil, Err: err}
-	case Reserve:
+	case *Reserve:
 		err := w.Reserve(at, in.Request)
 		return Reply{OK: err == nil, Err: err}
 	case ReleaseHeld:

@@ -295,7 +295,7 @@ func (v *Virtual) pull() {
 		return
 	}
 	v.push(vevent{at: max(a.At, v.now), kind: vSourced, worker: int32(a.Worker),
-		arg: v.carry(vpayload{in: Submit{Request: a.Request, Policy: a.Policy}})})
+		arg: v.carry(vpayload{in: &Submit{Request: a.Request, Policy: a.Policy}})})
 }
 
 // Next reports the time of the earliest event; blocked is true when that

@@ -50,7 +50,7 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 			id := func(label string) uint64 { return uint64(rapid.IntRange(0, max(0, n-1)).Draw(rt, label)) }
 			switch rapid.IntRange(0, 5).Draw(rt, "action") {
 			case 0, 1:
-				in = Reserve{Request: Request{ID: uint64(n),
+				in = &Reserve{Request: Request{ID: uint64(n),
 					Tokens:    seqTokens(uint32(1000*rapid.IntRange(0, 3).Draw(rt, "prefix")), rapid.IntRange(1, 200).Draw(rt, "prompt")),
 					MaxTokens: rapid.IntRange(1, 300).Draw(rt, "max_tokens")}}
 				n++
@@ -106,30 +106,30 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 		gap float64
 		in  Input
 	}{
-		{1, Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 97), MaxTokens: 1}}},
-		{1, Reserve{Request: Request{ID: 1, Tokens: seqTokens(0, 1), MaxTokens: 1}}},
-		{1, Reserve{Request: Request{ID: 2, Tokens: seqTokens(0, 25), MaxTokens: 17}}},
+		{1, &Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 97), MaxTokens: 1}}},
+		{1, &Reserve{Request: Request{ID: 1, Tokens: seqTokens(0, 1), MaxTokens: 1}}},
+		{1, &Reserve{Request: Request{ID: 2, Tokens: seqTokens(0, 25), MaxTokens: 17}}},
 		{1, Cancel{ID: 1}},
 		{1.55859375, Activate{ID: 2}},
-		{3.079249146111093e-13, Reserve{Request: Request{ID: 3, Tokens: seqTokens(0, 4), MaxTokens: 2}}},
-		{0.5994506692566759, Reserve{Request: Request{ID: 4, Tokens: seqTokens(1000, 200), MaxTokens: 202}}},
+		{3.079249146111093e-13, &Reserve{Request: Request{ID: 3, Tokens: seqTokens(0, 4), MaxTokens: 2}}},
+		{0.5994506692566759, &Reserve{Request: Request{ID: 4, Tokens: seqTokens(1000, 200), MaxTokens: 202}}},
 		{2.10972691089568e-65, Activate{ID: 4}},
 		{2.7132289017949716e-281, Cancel{ID: 3}},
-		{1.2901470313039455e-34, Reserve{Request: Request{ID: 5, Tokens: seqTokens(0, 1), MaxTokens: 56}}},
-		{1.71661376953125e-05, Reserve{Request: Request{ID: 6, Tokens: seqTokens(1000, 109), MaxTokens: 300}}},
-		{12.140625, Reserve{Request: Request{ID: 7, Tokens: seqTokens(0, 156), MaxTokens: 76}}},
-		{2.625, Reserve{Request: Request{ID: 8, Tokens: seqTokens(1000, 6), MaxTokens: 2}}},
-		{6.16084280561282e-200, Reserve{Request: Request{ID: 9, Tokens: seqTokens(2000, 4), MaxTokens: 153}}},
+		{1.2901470313039455e-34, &Reserve{Request: Request{ID: 5, Tokens: seqTokens(0, 1), MaxTokens: 56}}},
+		{1.71661376953125e-05, &Reserve{Request: Request{ID: 6, Tokens: seqTokens(1000, 109), MaxTokens: 300}}},
+		{12.140625, &Reserve{Request: Request{ID: 7, Tokens: seqTokens(0, 156), MaxTokens: 76}}},
+		{2.625, &Reserve{Request: Request{ID: 8, Tokens: seqTokens(1000, 6), MaxTokens: 2}}},
+		{6.16084280561282e-200, &Reserve{Request: Request{ID: 9, Tokens: seqTokens(2000, 4), MaxTokens: 153}}},
 		{0.7255859375, Activate{ID: 2}},
 		{5.686853330223069e-31, Cancel{ID: 8}},
-		{0.11191122774891582, Reserve{Request: Request{ID: 10, Tokens: seqTokens(2000, 2), MaxTokens: 1}}},
+		{0.11191122774891582, &Reserve{Request: Request{ID: 10, Tokens: seqTokens(2000, 2), MaxTokens: 1}}},
 		{0.36594972035617235, Activate{ID: 5}},
 		{26.600174576541903, Cancel{ID: 0}},
-		{3.7435531616210938, Reserve{Request: Request{ID: 11, Tokens: seqTokens(0, 2), MaxTokens: 18}}},
-		{4.30078125, Reserve{Request: Request{ID: 12, Tokens: seqTokens(3000, 1), MaxTokens: 8}}},
-		{5.634501576423645e-08, Reserve{Request: Request{ID: 13, Tokens: seqTokens(0, 4), MaxTokens: 191}}},
+		{3.7435531616210938, &Reserve{Request: Request{ID: 11, Tokens: seqTokens(0, 2), MaxTokens: 18}}},
+		{4.30078125, &Reserve{Request: Request{ID: 12, Tokens: seqTokens(3000, 1), MaxTokens: 8}}},
+		{5.634501576423645e-08, &Reserve{Request: Request{ID: 13, Tokens: seqTokens(0, 4), MaxTokens: 191}}},
 		{2.3142892307510942e-43, CancelDestination{ID: 3}},
-		{0.35611974261701107, Reserve{Request: Request{ID: 14, Tokens: seqTokens(2000, 1), MaxTokens: 173}}},
+		{0.35611974261701107, &Reserve{Request: Request{ID: 14, Tokens: seqTokens(2000, 1), MaxTokens: 173}}},
 		{1.0890002604573965, Activate{ID: 6}},
 	}
 	p := newShortcutPair(t, args, true)

@@ -49,7 +49,7 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 				}
 				toks := append(seqTokens(uint32(1000*rapid.IntRange(0, 2).Draw(rt, "prefix")), rapid.IntRange(0, 24).Draw(rt, "shared")),
 					seqTokens(uint32(100_000+100*n), rapid.IntRange(1, 24).Draw(rt, "own"))...)
-				in = Submit{Request: Request{ID: uint64(n), Tokens: toks, MaxTokens: rapid.IntRange(1, 80).Draw(rt, "max_tokens")}, Policy: pol}
+				in = &Submit{Request: Request{ID: uint64(n), Tokens: toks, MaxTokens: rapid.IntRange(1, 80).Draw(rt, "max_tokens")}, Policy: pol}
 				n++
 			case 3:
 				in = ReleaseHeld{ID: id("release"), Outcome: rapid.SampledFrom([]Outcome{Transferred, Aborted}).Draw(rt, "outcome")}

@@ -187,7 +187,10 @@ func (Stop) isEvent()             {}
 // request no allocation of their own.
 type Action struct {
 	Kind ActionKind
-	// Side and Input are Apply's: hand Input to the worker on Side.
+	// Side and Input are Apply's: hand Input to the worker on Side. A
+	// Submit or Reserve points into the machine, and stays as it is until
+	// Init makes the machine another request's: a driver that reuses
+	// machines does so only once their inputs have been applied.
 	// Transferred is CloseRoom's: how the hold ended. Phase and Error are
 	// Finish's: Phase is terminal, Error says why when it is not
 	// Completed. (The small fields come first: an Action is 40 bytes.)
@@ -292,6 +295,23 @@ type Machine struct {
 	// appended to: a driver that steps many machines keeps one slice,
 	// warm in cache, for all their actions.
 	out []Action
+	// submit and reserve are the Submit and Reserve the machine hands its
+	// workers, which go by pointer (engine.Input): kept here, handing one
+	// in allocates nothing. Each is written as it is emitted.
+	submit  engine.Submit
+	reserve engine.Reserve
+}
+
+// submitInput is the request's Submit with policy p.
+func (m *Machine) submitInput(p engine.CompletionPolicy) *engine.Submit {
+	m.submit = engine.Submit{Request: m.spec.Request, Policy: p}
+	return &m.submit
+}
+
+// reserveInput is the request's Reserve.
+func (m *Machine) reserveInput() *engine.Reserve {
+	m.reserve = engine.Reserve{Request: m.spec.Request}
+	return &m.reserve
 }
 
 // New builds the machine of one request, in phase Routed.
@@ -362,9 +382,9 @@ func (m *Machine) stepAggregated(ev Event) {
 	case Start:
 		m.phase = PrefillQueued
 		m.submitted = true
-		m.emit(apply(Prefill, engine.Submit{Request: s.Request, Policy: engine.Release}))
+		m.emit(apply(Prefill, m.submitInput(engine.Release)))
 	case InputReply:
-		if _, ok := ev.Input.(engine.Submit); ok && ev.Reply.Err != nil {
+		if _, ok := ev.Input.(*engine.Submit); ok && ev.Reply.Err != nil {
 			m.prefillEnded = true
 			m.finish(Errored, fmt.Sprintf("submit to %s: %v", s.PrefillName, ev.Reply.Err))
 		}
@@ -436,11 +456,11 @@ func (m *Machine) stepHandoff(ev Event) {
 	switch ev := ev.(type) {
 	case Start:
 		m.submitted = true
-		m.emit(apply(Prefill, engine.Submit{Request: s.Request, Policy: engine.Hold}))
+		m.emit(apply(Prefill, m.submitInput(engine.Hold)))
 		if s.Order == DestinationFirst {
 			m.phase = BootstrapWaiting
 			m.reservePosted = true
-			m.emit(apply(Decode, engine.Reserve{Request: s.Request}))
+			m.emit(apply(Decode, m.reserveInput()))
 		} else {
 			m.phase = PrefillQueued
 		}
@@ -522,12 +542,12 @@ func (m *Machine) stepHandoff(ev Event) {
 func (m *Machine) onReply(ev InputReply) {
 	s := &m.spec
 	switch ev.Input.(type) {
-	case engine.Submit:
+	case *engine.Submit:
 		if ev.Reply.Err != nil {
 			m.prefillEnded = true
 			m.fail(Errored, fmt.Sprintf("submit to %s: %v", s.PrefillName, ev.Reply.Err))
 		}
-	case engine.Reserve:
+	case *engine.Reserve:
 		if ev.Reply.Err != nil {
 			m.reservePosted = false
 			m.fail(Errored, fmt.Sprintf("reserve on %s: %v", s.DecodeName, ev.Reply.Err))
@@ -566,7 +586,7 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 		}
 		m.phase = Held
 		m.reservePosted = true
-		m.emit(apply(Decode, engine.Reserve{Request: s.Request}))
+		m.emit(apply(Decode, m.reserveInput()))
 	case engine.EventHoldReleased:
 		m.rec.HoldEnded, m.rec.HoldOutcome, m.rec.HoldReason = true, e.Outcome, e.Reason
 		m.rec.PinMs, m.rec.HoldEnd = e.DurationMs, e.At

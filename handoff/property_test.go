@@ -35,7 +35,7 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 					Rejection: engine.Rejection{RequestID: 1, Code: engine.RejectHandoffTimeout}}
 			},
 			func(rt *rapid.T) Event {
-				in := rapid.SampledFrom([]engine.Input{engine.Submit{}, engine.Reserve{}, engine.Cancel{ID: 1},
+				in := rapid.SampledFrom([]engine.Input{&engine.Submit{}, &engine.Reserve{}, engine.Cancel{ID: 1},
 					engine.Activate{ID: 1}, engine.DestinationReady{ID: 1}}).Draw(rt, "input")
 				return InputReply{Side: rapid.SampledFrom(sides).Draw(rt, "side"), Input: in, Reply: engine.Reply{OK: rapid.Bool().Draw(rt, "ok")}}
 			},

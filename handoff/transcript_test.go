@@ -185,9 +185,9 @@ func parseEvent(t *testing.T, f []string, kv kvs) Event {
 		var in engine.Input
 		switch f[2] {
 		case "submit":
-			in = engine.Submit{}
+			in = &engine.Submit{}
 		case "reserve":
-			in = engine.Reserve{}
+			in = &engine.Reserve{}
 		case "cancel":
 			in = engine.Cancel{ID: 7}
 		case "start_transfer":
@@ -222,9 +222,9 @@ func describe(a Action) string {
 	switch a.Kind {
 	case Apply:
 		switch in := a.Input.(type) {
-		case engine.Submit:
+		case *engine.Submit:
 			return fmt.Sprintf("apply %s submit policy=%s", a.Side, in.Policy)
-		case engine.Reserve:
+		case *engine.Reserve:
 			return fmt.Sprintf("apply %s reserve", a.Side)
 		case engine.Cancel:
 			return fmt.Sprintf("apply %s cancel", a.Side)
