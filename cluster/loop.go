@@ -129,6 +129,10 @@ func (c *Cluster) run() {
 	timer.Stop()
 	defer timer.Stop()
 	var stuckSince time.Time
+	// known says at, blocked and ok are the queue's next event as it is:
+	// read after the last advance, with no message handled since.
+	var at float64
+	var blocked, ok, known bool
 	for {
 		if c.stopping && c.active == 0 {
 			for _, w := range c.workers {
@@ -138,7 +142,10 @@ func (c *Cluster) run() {
 			c.publish()
 			return
 		}
-		at, blocked, ok := c.v.Next()
+		if !known {
+			at, blocked, ok = c.v.Next()
+		}
+		known = false
 		if c.snap != nil && c.snap(at, ok) {
 			c.snap = nil
 		}
@@ -167,8 +174,8 @@ func (c *Cluster) run() {
 				}
 			}
 			c.advance(at)
-			c.publish()
-			c.poll()
+			at, blocked, ok = c.publish()
+			known = !c.poll()
 			continue
 		case ok && blocked && c.stopping:
 			// Closing: a reply that never comes must not hold the loop.
@@ -200,28 +207,35 @@ func (c *Cluster) advance(at float64) {
 	c.checkDrained()
 }
 
-// poll handles the messages already waiting, without blocking.
-func (c *Cluster) poll() {
+// poll handles the messages already waiting, without blocking, and
+// reports whether there were any.
+func (c *Cluster) poll() (handled bool) {
+	if len(c.mail) == 0 {
+		return false // the common case, without a select
+	}
 	for {
 		select {
 		case m := <-c.mail:
 			c.handle(m)
+			handled = true
 		default:
-			return
+			return handled
 		}
 	}
 }
 
-// publish stores the loop's clock for Now.
-func (c *Cluster) publish() {
+// publish stores the loop's clock for Now, and returns the queue's next
+// event (engine.Virtual.Next) that it stores with it.
+func (c *Cluster) publish() (at float64, blocked, ok bool) {
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
 	c.heldPub.Store(int64(c.heldNow))
 	c.peakPub.Store(int64(c.stats.peakHeld))
 	next := math.Inf(1)
-	if at, _, ok := c.v.Next(); ok {
+	if at, blocked, ok = c.v.Next(); ok {
 		next = at
 	}
 	c.nextBits.Store(math.Float64bits(next))
+	return at, blocked, ok
 }
 
 // stamp is the modeled time an input arriving now takes: the wall clock's
