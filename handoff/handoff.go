@@ -252,34 +252,37 @@ type Spec struct {
 }
 
 // Record is what the machine learned of the request, for its result.
+//
+// The flags come last, together: a machine is kept for each request in
+// flight, a long queue's worth of them in an overloaded run.
 type Record struct {
 	Arrival, FirstTokenAt float64
 	CachedTokens          int
-	PrefillDone           bool
-	Held, HoldEnded       bool
 	HoldStart, HoldEnd    float64
 	PinMs                 float64
-	HoldOutcome           engine.Outcome
-	HoldReason            engine.EndReason
-	Claimed               bool // the transfer started
 	TransferMs            float64
-	WaitSeen              bool
 	WaitStart             float64
-	Reserved              bool
 	ReservedAt            float64
 	Missing               int
 	DecodeWaitMs          float64
-	Done                  bool
 	Final                 engine.Completion
+	Rejection             *engine.Rejection
+	HoldOutcome           engine.Outcome
+	HoldReason            engine.EndReason
 	// RejectedBy is the side that refused the request, when one did.
-	RejectedBy Side
-	Rejection  *engine.Rejection
+	RejectedBy      Side
+	PrefillDone     bool
+	Held, HoldEnded bool
+	Claimed         bool // the transfer started
+	WaitSeen        bool
+	Reserved        bool
+	Done            bool
 }
 
 // Machine is one request's lifecycle. The zero value is not usable; build
 // it with New.
 type Machine struct {
-	spec Spec
+	spec Spec // its Request is in submit
 	rec  Record
 
 	phase         Phase
@@ -288,29 +291,33 @@ type Machine struct {
 	reservePosted bool
 	connected     bool
 	cleaned       bool
-	pending       bool // end is the Finish, waiting for the prefill to be done
+	pending       bool // endPhase and endErr are the Finish's, waiting for the prefill to be done
 	finished      bool
-	end           Action
+	endPhase      Phase
+	endErr        string
 	// out is the caller's slice during a Step, which the actions are
 	// appended to: a driver that steps many machines keeps one slice,
 	// warm in cache, for all their actions.
 	out []Action
 	// submit and reserve are the Submit and Reserve the machine hands its
 	// workers, which go by pointer (engine.Input): kept here, handing one
-	// in allocates nothing. Each is written as it is emitted.
+	// in allocates nothing. submit holds the request from Init on.
 	submit  engine.Submit
 	reserve engine.Reserve
 }
 
+// req is the machine's request.
+func (m *Machine) req() *engine.Request { return &m.submit.Request }
+
 // submitInput is the request's Submit with policy p.
 func (m *Machine) submitInput(p engine.CompletionPolicy) *engine.Submit {
-	m.submit = engine.Submit{Request: m.spec.Request, Policy: p}
+	m.submit.Policy = p
 	return &m.submit
 }
 
 // reserveInput is the request's Reserve.
 func (m *Machine) reserveInput() *engine.Reserve {
-	m.reserve = engine.Reserve{Request: m.spec.Request}
+	m.reserve = engine.Reserve{Request: m.submit.Request}
 	return &m.reserve
 }
 
@@ -325,7 +332,8 @@ func New(spec Spec) *Machine {
 // does, for a driver that keeps each machine inside its own record of the
 // request.
 func (m *Machine) Init(spec Spec) {
-	*m = Machine{spec: spec}
+	*m = Machine{spec: spec, submit: engine.Submit{Request: spec.Request}}
+	m.spec.Request = engine.Request{}
 }
 
 // Phase is where the request is.
@@ -333,9 +341,6 @@ func (m *Machine) Phase() Phase { return m.phase }
 
 // Record is what the machine learned so far.
 func (m *Machine) Record() *Record { return &m.rec }
-
-// Spec is the machine's spec.
-func (m *Machine) Spec() *Spec { return &m.spec }
 
 // Finished reports whether the machine has emitted its Finish.
 func (m *Machine) Finished() bool { return m.finished }
@@ -363,7 +368,7 @@ func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
 // finish ends the request with phase, once the prefill is done with it.
 func (m *Machine) finish(phase Phase, err string) {
 	if !m.pending {
-		m.end = Action{Kind: Finish, Phase: phase, Error: err}
+		m.endPhase, m.endErr = phase, err
 		m.pending = true
 	}
 }
@@ -371,8 +376,8 @@ func (m *Machine) finish(phase Phase, err string) {
 func (m *Machine) settle() {
 	if m.pending && !m.finished && (!m.submitted || m.prefillEnded) {
 		m.finished = true
-		m.phase = m.end.Phase
-		m.emit(m.end)
+		m.phase = m.endPhase
+		m.emit(Action{Kind: Finish, Phase: m.endPhase, Error: m.endErr})
 	}
 }
 
@@ -410,7 +415,7 @@ func (m *Machine) stepAggregated(ev Event) {
 		m.finish(Errored, ev.Reason)
 		if !m.cleaned {
 			m.cleaned = true
-			m.emit(apply(Prefill, engine.Cancel{ID: s.Request.ID}))
+			m.emit(apply(Prefill, engine.Cancel{ID: m.req().ID}))
 		}
 	}
 }
@@ -423,7 +428,7 @@ func (m *Machine) reject(ev WorkerRejection) {
 // transferTokens is the size of the transfer the source models.
 func (m *Machine) transferTokens() int {
 	s := &m.spec
-	return engine.TransferTokens(s.TransferMode, len(s.Request.Tokens), m.rec.Missing)
+	return engine.TransferTokens(s.TransferMode, len(m.req().Tokens), m.rec.Missing)
 }
 
 // cleanup withdraws the request from both workers: a prefill that holds KV
@@ -434,7 +439,7 @@ func (m *Machine) cleanup() {
 		return
 	}
 	m.cleaned = true
-	id := m.spec.Request.ID
+	id := m.req().ID
 	if m.submitted && !m.prefillEnded {
 		m.emit(apply(Prefill, engine.Cancel{ID: id}))
 	}
@@ -452,7 +457,7 @@ func (m *Machine) fail(phase Phase, err string) {
 
 func (m *Machine) stepHandoff(ev Event) {
 	s := &m.spec
-	id := s.Request.ID
+	id := m.req().ID
 	switch ev := ev.(type) {
 	case Start:
 		m.submitted = true
@@ -565,7 +570,7 @@ func (m *Machine) onReply(ev InputReply) {
 
 func (m *Machine) onEvent(side Side, e engine.Event) {
 	s := &m.spec
-	id := s.Request.ID
+	id := m.req().ID
 	switch e.Kind {
 	case engine.EventHoldStarted:
 		m.rec.Held, m.rec.HoldStart = true, e.At
