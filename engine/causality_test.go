@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"cmp"
 	"fmt"
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -256,3 +259,23 @@ func TestVirtual_PerRequestCausality(t *testing.T) {
 
 // String makes failure messages readable.
 func (it reqItem) String() string { return fmt.Sprintf("%s@%.3f", it.what, it.at) }
+
+// TestSortEventsByAt_SameAsAStableSort: a worker's pending events come out
+// in the order a stable sort by time gives, ties (equal times, and the
+// infinities) in the order they were made.
+func TestSortEventsByAt_SameAsAStableSort(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		times := []float64{0, 1, 1.5, 2, 250, math.Inf(1), math.Inf(-1)}
+		n := rapid.IntRange(0, 40).Draw(rt, "n")
+		evs := make([]Event, n)
+		for i := range evs {
+			evs[i] = Event{At: rapid.SampledFrom(times).Draw(rt, "at"), RequestID: uint64(i)}
+		}
+		want := slices.Clone(evs)
+		slices.SortStableFunc(want, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
+		sortEventsByAt(evs)
+		if !slices.Equal(evs, want) {
+			rt.Fatalf("got %v, want %v", evs, want)
+		}
+	})
+}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/kvstrand/mocker/perf"
 )
@@ -428,9 +427,7 @@ func (w *Worker) Step(now float64) *Output {
 // End) for a later Step. The sort matters only then, or for a caller whose
 // clock stepped back.
 func (w *Worker) flush(dst []Event, upTo float64) []Event {
-	if !slices.IsSortedFunc(w.pending, cmpEventAt) {
-		slices.SortStableFunc(w.pending, cmpEventAt)
-	}
+	sortEventsByAt(w.pending)
 	n := len(w.pending)
 	for n > 0 && w.pending[n-1].At > upTo {
 		n--
@@ -440,7 +437,26 @@ func (w *Worker) flush(dst []Event, upTo float64) []Event {
 	return dst
 }
 
-func cmpEventAt(a, b Event) int { return cmp.Compare(a.At, b.At) }
+// sortEventsByAt sorts events by At, keeping the order of events at one
+// time: slices.SortStableFunc by cmp.Compare of At. pending is nearly in
+// order (an input given during a pass comes after the pass's events at
+// its End), so an insertion sort, which moves an event only past those
+// it goes before, does little more than check the order, without the
+// copies of two events per comparison that a cmp function would take.
+func sortEventsByAt(evs []Event) {
+	for i := 1; i < len(evs); i++ {
+		if !cmp.Less(evs[i].At, evs[i-1].At) {
+			continue
+		}
+		e := evs[i]
+		j := i
+		for j > 0 && cmp.Less(e.At, evs[j-1].At) {
+			evs[j] = evs[j-1]
+			j--
+		}
+		evs[j] = e
+	}
+}
 
 // Metrics reports the worker's occupancy now.
 func (w *Worker) Metrics() Metrics {
