@@ -86,17 +86,21 @@ func (x KVView) Outside() int { return x.c.log().outside }
 // is a set once it is long: goneSet holds its first goneIn hashes. inPass
 // is set during a pass; outside counts cache changes made outside one.
 //
-// goneBits has a bit set for each hash in gone (goneBit), and others that
-// share theirs: a hash whose bit is clear is not in gone. A router asks
-// about a handful of hashes during a pass that evicts hundreds, and most
-// are not in gone, so most answers need neither the list nor the set,
-// which is then built only for a pass where a bit says maybe.
+// goneBits has a bit set for each of the first bitsIn hashes in gone
+// (goneBit), and others that share theirs: a hash whose bit is clear is
+// not among them. A router asks about a handful of hashes during a pass
+// that evicts hundreds, and most are not in gone, so most answers need
+// neither the list nor the set, which is then built only for a pass where
+// a bit says maybe. The bits are set when a router first asks, so a pass
+// nobody asks about (a decode worker's: routers walk the prefill side's
+// caches) costs an append per eviction.
 type viewLog struct {
 	pass         uint32
 	gone         []kv.SeqHash
 	goneSet      kv.Index[struct{}]
 	goneIn       int
 	goneBits     *[goneWords]uint64
+	bitsIn       int
 	freshVisible int
 	inPass       bool
 	outside      int
@@ -132,15 +136,15 @@ func (l *viewLog) begin() (wrapped bool) {
 	for _, h := range l.gone[:l.goneIn] {
 		l.goneSet.Delete(h)
 	}
-	if len(l.gone) < goneWords {
-		for _, h := range l.gone {
+	if l.bitsIn < goneWords {
+		for _, h := range l.gone[:l.bitsIn] {
 			w, _ := goneBit(h)
 			l.goneBits[w] = 0
 		}
 	} else {
 		clear(l.goneBits[:])
 	}
-	l.gone, l.goneIn = l.gone[:0], 0
+	l.gone, l.goneIn, l.bitsIn = l.gone[:0], 0, 0
 	l.freshVisible = 0
 	l.inPass = true
 	return wrapped
@@ -156,8 +160,6 @@ func (l *viewLog) evicted(h kv.SeqHash, pass uint32) {
 		l.freshVisible--
 	} else {
 		l.gone = append(l.gone, h)
-		w, bit := goneBit(h)
-		l.goneBits[w] |= bit
 	}
 }
 
@@ -165,7 +167,7 @@ func (l *viewLog) evicted(h kv.SeqHash, pass uint32) {
 // holds (not hidden), in order; it returns how many there were.
 func (l *viewLog) evictedAll(blocks []pblock, slots []int32) int {
 	gone := slices.Grow(l.gone, len(slots))
-	bits, pass := l.goneBits, l.pass
+	pass := l.pass
 	n, fresh := 0, 0
 	for _, s := range slots {
 		b := &blocks[s]
@@ -179,8 +181,6 @@ func (l *viewLog) evictedAll(blocks []pblock, slots []int32) int {
 		}
 		gone = gone[:len(gone)+1]
 		gone[len(gone)-1] = b.hash
-		w, bit := goneBit(b.hash)
-		bits[w] |= bit
 	}
 	l.gone = gone
 	l.freshVisible -= fresh
@@ -197,6 +197,11 @@ func (l *viewLog) changed() {
 // goneHas reports whether the last pass evicted h while a router still
 // held it from an earlier pass.
 func (l *viewLog) goneHas(h kv.SeqHash) bool {
+	for _, g := range l.gone[l.bitsIn:] {
+		w, bit := goneBit(g)
+		l.goneBits[w] |= bit
+	}
+	l.bitsIn = len(l.gone)
 	if w, bit := goneBit(h); l.goneBits[w]&bit == 0 {
 		return false
 	}
