@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"math"
+	"slices"
 )
 
 // Arrival is a request reaching a worker at modeled time At.
@@ -26,12 +27,13 @@ const (
 	vSourced       // an arrival pulled from the ArrivalSource
 	vCall          // a callback at a modeled time
 	vTicket        // a placeholder for an input whose content is not known yet
+	vBatch         // the next call of a CallEach run
 )
 
 // vevent is a queued event. It holds no pointers, so that the heap moves
 // it with plain copies: an event's input or callback (and a ticket's
 // fill) waits in the payload its arg names, a wake-up's arg is its slot's
-// generation.
+// generation, a CallEach call's its run's place in batches.
 type vevent struct {
 	at     float64
 	seq    uint64
@@ -101,7 +103,7 @@ type Virtual struct {
 	// freePay are the unused ones.
 	payloads []vpayload
 	freePay  []uint64
-	batches  []*vbatch // CallEach runs, kept aside from q
+	batches  []*vbatch // CallEach runs, each with its next call in q
 
 	// OnOutput, when set, receives every worker Output at its End (the
 	// clock reads End during the call). The events that precede a pass
@@ -171,16 +173,23 @@ func (v *Virtual) take(i uint64) vpayload {
 // CallEach runs fn(i) at modeled time at(i) for every i in [0, n), each in
 // the place among the events of its time that n calls to Call, made now in
 // order, would give it; the times must not decrease, and are clamped to
-// now as Call's are. at(i) is read once, after call i-1 has run. The calls
-// wait aside from the event queue, so a long batch (a run's arrivals)
-// costs neither queue space nor a closure each, and the queue stays as
-// small as what is in flight.
+// now as Call's are. at(i) is read once, as call i-1 runs (before fn).
+// Only the next call of a run is in the event queue, so a long batch (a
+// run's arrivals) costs neither queue space nor a closure each, and the
+// queue stays as small as what is in flight.
 func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
-	v.batches = append(v.batches, &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn, stale: true})
+	i := len(v.batches)
+	if k := slices.Index(v.batches, nil); k >= 0 {
+		i = k
+	} else {
+		v.batches = append(v.batches, nil)
+	}
+	v.batches[i] = &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn}
 	v.seq += uint64(n)
+	v.queueBatch(i)
 }
 
 // vbatch is a CallEach run: call i has sequence number seq0+i.
@@ -188,46 +197,26 @@ type vbatch struct {
 	seq0    uint64
 	next, n int
 	floor   float64 // now when the run was scheduled
-	// nextAt is the time of call next, clamped to floor, unless stale:
-	// every event the loop takes compares it, and at is read once per call.
-	nextAt float64
-	stale  bool
-	at     func(i int) float64
-	fn     func(i int)
+	at      func(i int) float64
+	fn      func(i int)
 }
 
-func (b *vbatch) head() (at float64, seq uint64) {
-	if b.stale {
-		b.nextAt, b.stale = max(b.at(b.next), b.floor), false
-	}
-	return b.nextAt, b.seq0 + uint64(b.next)
+// queueBatch queues the next call of batches[i], at its own sequence
+// number.
+func (v *Virtual) queueBatch(i int) {
+	b := v.batches[i]
+	v.place(vevent{at: max(b.at(b.next), b.floor), seq: b.seq0 + uint64(b.next), kind: vBatch, arg: uint64(i)})
 }
 
-// first locates the earliest pending event: the queue's head (batch < 0)
-// or the next call of batches[batch]. ok is false when nothing is pending.
-func (v *Virtual) first() (at float64, batch int, ok bool) {
-	batch = -1
-	var seq uint64
-	if len(v.q) > 0 {
-		at, seq, ok = v.q[0].at, v.q[0].seq, true
-	}
-	for i, b := range v.batches {
-		if bat, bseq := b.head(); !ok || bat < at || (bat == at && bseq < seq) {
-			at, seq, batch, ok = bat, bseq, i, true
-		}
-	}
-	return at, batch, ok
-}
-
-// fireBatch runs the next call of batches[i] at its time.
+// fireBatch runs the next call of batches[i], queueing the one after.
 func (v *Virtual) fireBatch(i int) {
 	b := v.batches[i]
-	v.now, _ = b.head()
 	k := b.next
 	b.next++
-	b.stale = true
-	if b.next == b.n {
-		v.batches = append(v.batches[:i], v.batches[i+1:]...)
+	if b.next < b.n {
+		v.queueBatch(i)
+	} else {
+		v.batches[i] = nil
 	}
 	b.fn(k)
 }
@@ -302,11 +291,10 @@ func (v *Virtual) pull() {
 // event is a ticket still waiting to be filled. ok is false when the queue
 // is empty.
 func (v *Virtual) Next() (at float64, blocked, ok bool) {
-	at, batch, ok := v.first()
-	if !ok {
+	if len(v.q) == 0 {
 		return 0, false, false
 	}
-	return at, batch < 0 && v.headBlocked(), true
+	return v.q[0].at, v.headBlocked(), true
 }
 
 // NextLive is Next for a driver that reports the time to another queue:
@@ -335,8 +323,8 @@ func (v *Virtual) headBlocked() bool {
 // a driver that stamps inputs with the time its wall clock allows. It
 // never moves past the earliest queued event nor backwards.
 func (v *Virtual) AdvanceTo(t float64) {
-	if at, _, ok := v.first(); ok {
-		t = min(t, at)
+	if len(v.q) > 0 {
+		t = min(t, v.q[0].at)
 	}
 	v.now = max(v.now, t)
 }
@@ -362,21 +350,11 @@ func (v *Virtual) RunDue(until float64) error { return v.runTo(until, v.seq) }
 // those queued before seq limit, and leaves the clock at until unless it
 // stopped at an unfilled ticket.
 func (v *Virtual) runTo(until float64, limit uint64) error {
-	for v.err == nil {
-		at, batch, ok := v.first()
-		if !ok || (until >= 0 && at > until) {
+	for v.err == nil && len(v.q) > 0 {
+		at := v.q[0].at
+		if until >= 0 && at > until {
 			break
 		}
-		if batch >= 0 {
-			if at == until {
-				if _, seq := v.batches[batch].head(); seq >= limit {
-					break
-				}
-			}
-			v.fireBatch(batch)
-			continue
-		}
-		// The head is the earliest event: Next would find it again.
 		if v.headBlocked() {
 			return v.err
 		}
@@ -402,6 +380,10 @@ func (v *Virtual) blocked() bool {
 func (v *Virtual) Err() error { return v.err }
 
 func (v *Virtual) handle(e *vevent) {
+	if e.kind == vBatch {
+		v.fireBatch(int(e.arg))
+		return
+	}
 	var p vpayload
 	if e.kind != vWake {
 		p = v.take(e.arg)
@@ -526,6 +508,11 @@ func (v *Virtual) deliver(w int, out *Output) {
 func (v *Virtual) push(e vevent) {
 	e.seq = v.seq
 	v.seq++
+	v.place(e)
+}
+
+// place adds e, whose seq is set, to the heap.
+func (v *Virtual) place(e vevent) {
 	v.q = append(v.q, vevent{})
 	q := v.q
 	i := len(q) - 1
