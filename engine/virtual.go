@@ -95,6 +95,8 @@ type Virtual struct {
 	workers []*Worker
 	slots   []vslot
 	q       []vevent
+	nowQ    []vevent // events at now, from nowAt on (see push)
+	nowAt   int
 	seq     uint64
 	now     float64
 	src     ArrivalSource
@@ -291,10 +293,11 @@ func (v *Virtual) pull() {
 // event is a ticket still waiting to be filled. ok is false when the queue
 // is empty.
 func (v *Virtual) Next() (at float64, blocked, ok bool) {
-	if len(v.q) == 0 {
+	e := v.head()
+	if e == nil {
 		return 0, false, false
 	}
-	return v.q[0].at, v.headBlocked(), true
+	return e.at, v.blocks(e), true
 }
 
 // NextLive is Next for a driver that reports the time to another queue:
@@ -303,28 +306,28 @@ func (v *Virtual) Next() (at float64, blocked, ok bool) {
 // workers at such a time would make an extra step, and lose the place
 // of the real one.
 func (v *Virtual) NextLive() (at float64, ok bool) {
-	for len(v.q) > 0 {
-		if e := &v.q[0]; e.kind != vWake || e.arg == v.slots[e.worker].gen {
+	for {
+		if e := v.head(); e == nil || e.kind != vWake || e.arg == v.slots[e.worker].gen {
 			break
 		}
-		v.pop()
+		v.popHead()
 	}
 	at, _, ok = v.Next()
 	return at, ok
 }
 
-// headBlocked reports whether the queue's head is a ticket still waiting
+// blocks reports whether e, the queue's head, is a ticket still waiting
 // to be filled.
-func (v *Virtual) headBlocked() bool {
-	return v.q[0].kind == vTicket && !v.payloads[v.q[0].arg].filled
+func (v *Virtual) blocks(e *vevent) bool {
+	return e.kind == vTicket && !v.payloads[e.arg].filled
 }
 
 // AdvanceTo moves the clock forward to t without processing anything, for
 // a driver that stamps inputs with the time its wall clock allows. It
 // never moves past the earliest queued event nor backwards.
 func (v *Virtual) AdvanceTo(t float64) {
-	if len(v.q) > 0 {
-		t = min(t, v.q[0].at)
+	if e := v.head(); e != nil {
+		t = min(t, e.at)
 	}
 	v.now = max(v.now, t)
 }
@@ -350,18 +353,18 @@ func (v *Virtual) RunDue(until float64) error { return v.runTo(until, v.seq) }
 // those queued before seq limit, and leaves the clock at until unless it
 // stopped at an unfilled ticket.
 func (v *Virtual) runTo(until float64, limit uint64) error {
-	for v.err == nil && len(v.q) > 0 {
-		at := v.q[0].at
-		if until >= 0 && at > until {
+	for v.err == nil {
+		h := v.head()
+		if h == nil || (until >= 0 && h.at > until) {
 			break
 		}
-		if v.headBlocked() {
+		if v.blocks(h) {
 			return v.err
 		}
-		if at == until && v.q[0].seq >= limit {
+		if h.at == until && h.seq >= limit {
 			break
 		}
-		e := v.pop()
+		e := v.popHead()
 		v.now = e.at
 		v.handle(&e)
 	}
@@ -501,15 +504,58 @@ func (v *Virtual) deliver(w int, out *Output) {
 	}
 }
 
-// push and pop keep q a binary min-heap on (at, seq). Every event has its
-// own seq, so the order events come out in is fixed whatever the heap's
-// layout. Both sift a hole rather than swap: an event is moved once per
-// level instead of twice, and the one being placed is written once.
+// The queue is two: q, a binary min-heap on (at, seq), and nowQ, the
+// events queued for the clock's now, in the order they were queued. Every
+// event has its own seq, so the order events come out in is fixed
+// whatever the heap's layout. Most events a step queues are for now (an
+// input, the reply it brings, a ticket), and go through nowQ without
+// sifting: its events all have the same time, the clock's (the clock
+// never passes a queued event), and sequence numbers that rise, so its
+// head is its earliest, and the queue's head is the earlier of the two
+// heads.
+//
+// push queues e at the next sequence number.
 func (v *Virtual) push(e vevent) {
 	e.seq = v.seq
 	v.seq++
+	if e.at == v.now {
+		v.nowQ = append(v.nowQ, e)
+		return
+	}
 	v.place(e)
 }
+
+// head is the earliest queued event, nil when none is.
+func (v *Virtual) head() *vevent {
+	if v.nowAt < len(v.nowQ) {
+		n := &v.nowQ[v.nowAt]
+		if len(v.q) > 0 && before(&v.q[0], n) {
+			return &v.q[0]
+		}
+		return n
+	}
+	if len(v.q) > 0 {
+		return &v.q[0]
+	}
+	return nil
+}
+
+// popHead removes and returns the earliest queued event, of which there
+// must be one.
+func (v *Virtual) popHead() vevent {
+	if v.nowAt < len(v.nowQ) && (len(v.q) == 0 || !before(&v.q[0], &v.nowQ[v.nowAt])) {
+		e := v.nowQ[v.nowAt]
+		if v.nowAt++; v.nowAt == len(v.nowQ) {
+			v.nowQ, v.nowAt = v.nowQ[:0], 0
+		}
+		return e
+	}
+	return v.pop()
+}
+
+// place and pop keep q a heap. Both sift a hole rather than swap: an
+// event is moved once per level instead of twice, and the one being
+// placed is written once.
 
 // place adds e, whose seq is set, to the heap.
 func (v *Virtual) place(e vevent) {
