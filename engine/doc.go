@@ -35,9 +35,10 @@
 // only the next pass's admission, so applying them earlier would change
 // event stamps and nothing a user measures.
 //
-// Inputs are typed values (Submit, ReleaseHeld, Cancel, StartTransfer,
-// Reserve, Activate, CancelDestination, DestinationReady) handed to
-// Worker.Apply with their modeled time, as raft takes one Step(Message).
+// Inputs are typed values (ReleaseHeld, Cancel, StartTransfer, Activate,
+// CancelDestination, DestinationReady, and *Submit and *Reserve, which
+// carry a whole request and go by pointer) handed to Worker.Apply with
+// their modeled time, as raft takes one Step(Message).
 // Virtual runs any number of workers on one discrete-event queue: the same
 // inputs and seeds give byte-identical outputs, and a run costs only the
 // computation. It never reads a clock; the cluster's loop (package
