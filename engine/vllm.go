@@ -943,7 +943,10 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	}
 	// Every coasting request generated its token.
 	v.cpass++
-	if v.canCoast && later {
+	// No request starts coasting in a pass that preempted: the preemption
+	// may have given back budget after a request before it was cut short
+	// (vllm_coast.go).
+	if v.canCoast && later && !v.preempted {
 		coasted := false
 		for _, s := range v.ready {
 			if s.state == stRunning && v.coast(s) {

@@ -19,7 +19,10 @@ package engine
 // the budget lasts, so one that got its step had every request before it
 // get all it asked, and each of those asks for one step next (its
 // sequence is computed) or has left; requests join the running set at its
-// end. By induction, while a request coasts, every request before it asks
+// end. A preemption breaks the first link: it gives back the steps its
+// request was given in the pass, so a request after one the budget cut
+// short may still get its step. No request starts coasting in a pass that
+// preempted. By induction, while a request coasts, every request before it asks
 // for one step, all of them fit, and the order of the charges decides
 // nothing; what the budget leaves for the requests after the last coasting
 // one is what the running order would have left them.

@@ -142,6 +142,68 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 	require.NotEmpty(t, p.recs[0].outs)
 }
 
+// TestVLLM_NoCoastingAfterARefund replays the schedule that showed why a
+// request must not start coasting in a pass that preempted: with a budget
+// of 3, a decoding request got its step only because a preemption, after
+// a recomputing request before it had taken what the budget left, gave a
+// step back. The next pass gave that recompute the whole budget, and the
+// decoding request nothing; charged first as a coasting request, it would
+// have taken a step from the recompute. The worker with its shortcuts and
+// the one without must agree.
+func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
+	args := smallArgs(30, func(a *Args) {
+		a.WorkerType = WorkerDecode
+		a.BlockSize = 16
+		a.EnablePrefixCaching = false
+		a.MaxNumSeqs = intp(3)
+		a.MaxNumBatchedTokens = intp(3)
+		a.PreemptionMode = PreemptFIFO
+		a.EnableChunkedPrefill = true
+	})
+	schedule := []struct {
+		gap float64
+		in  Input
+	}{
+		{2.9886123600881547, &Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 12), MaxTokens: 13}}},
+		{4.9375, Activate{ID: 0}},
+		{7.68980339234792, &Reserve{Request: Request{ID: 1, Tokens: seqTokens(0, 64), MaxTokens: 8}}},
+		{6.4405752742156506e-111, CancelDestination{ID: 0}},
+		{1.5458984375, CancelDestination{ID: 1}},
+		{8.494137974257198e-85, CancelDestination{ID: 0}},
+		{2.2021767448665285e-299, Activate{ID: 1}},
+		{0.5379094123565977, Activate{ID: 0}},
+		{14.098476775928804, CancelDestination{ID: 0}},
+		{0.7081952214379328, Activate{ID: 0}},
+		{14, &Reserve{Request: Request{ID: 2, Tokens: seqTokens(3000, 1), MaxTokens: 251}}},
+		{0.9364280999288894, &Reserve{Request: Request{ID: 3, Tokens: seqTokens(1000, 2), MaxTokens: 247}}},
+		{1.852307921892134, &Reserve{Request: Request{ID: 4, Tokens: seqTokens(1000, 174), MaxTokens: 160}}},
+		{7.022249429137446, &Reserve{Request: Request{ID: 5, Tokens: seqTokens(0, 156), MaxTokens: 13}}},
+		{15.2473753397353, Activate{ID: 4}},
+		{3.4378662109375, Activate{ID: 5}},
+		{0.798828125, &Reserve{Request: Request{ID: 6, Tokens: seqTokens(0, 112), MaxTokens: 58}}},
+		{2.862218175923778e-19, Activate{ID: 5}},
+		{7.797317493896117e-07, Activate{ID: 3}},
+		{0.21748007833957672, &Reserve{Request: Request{ID: 7, Tokens: seqTokens(0, 17), MaxTokens: 109}}},
+		{10.140625, &Reserve{Request: Request{ID: 8, Tokens: seqTokens(2000, 1), MaxTokens: 182}}},
+		{14.028110934356224, &Reserve{Request: Request{ID: 9, Tokens: seqTokens(3000, 31), MaxTokens: 202}}},
+		{13.3155459075064, &Reserve{Request: Request{ID: 10, Tokens: seqTokens(2000, 2), MaxTokens: 82}}},
+		{30, Activate{ID: 8}},
+		{1.5802979292453683e-203, &Reserve{Request: Request{ID: 11, Tokens: seqTokens(2000, 79), MaxTokens: 188}}},
+		{0.32238877814277167, Cancel{ID: 1}},
+		{0.09423828125, &Reserve{Request: Request{ID: 12, Tokens: seqTokens(0, 28), MaxTokens: 28}}},
+		{5.024592825667609e-19, &Reserve{Request: Request{ID: 13, Tokens: seqTokens(1000, 43), MaxTokens: 4}}},
+		{0.3399976456400478, Activate{ID: 10}},
+	}
+	p := newShortcutPair(t, args, true)
+	at := 0.0
+	for _, s := range schedule {
+		at += s.gap
+		p.schedule(at, s.in)
+	}
+	p.runAndCompare(t)
+	require.Positive(t, p.coasted, "no request coasted: the schedule no longer tests coasting")
+}
+
 // shortcutPair is two workers built alike from the same arguments, the
 // second without the shortcuts (coasting, the lack watch), fed the same
 // inputs at the same times.
