@@ -294,6 +294,11 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 		assert.Contains(t, r.Error, "worker w0 lost: frames")
 		assert.Contains(t, r.Error, "no longer in its resend buffer")
 	}
+	// The worker's new session joins the loop after the old one's requests
+	// ended: a request sent at once could reach the loop first and find no
+	// worker.
+	require.Eventually(t, func() bool { return tr.host.Workers()[engine.WorkerAggregated] == 1 },
+		time.Minute, 5*time.Millisecond, "w0 never joined again")
 	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
 	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 	assert.Equal(t, "w0", r.DecodeWorker, "w0 joined again")
