@@ -98,8 +98,11 @@ type forensics struct {
 	events  []Event
 	nextEv  int
 	edges   map[[2]string]*HoldEdge
-	keepAll bool    // keep every event in all (RunVirtual)
-	all     []Event // every event, when keepAll
+	// edgeList holds the same edges: a cluster of a few workers has a
+	// few, which a scan finds sooner than hashing two names does.
+	edgeList []*HoldEdge
+	keepAll  bool    // keep every event in all (RunVirtual)
+	all      []Event // every event, when keepAll
 }
 
 func newForensics(log *slog.Logger) *forensics {
@@ -209,12 +212,7 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
 
-	key := [2]string{h.PrefillWorker, h.DecodeWorker}
-	e := f.edges[key]
-	if e == nil {
-		e = &HoldEdge{PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker}
-		f.edges[key] = e
-	}
+	e := f.edge(h.PrefillWorker, h.DecodeWorker)
 	e.Holds++
 	if outcome == OutcomeAborted {
 		e.Aborted++
@@ -273,6 +271,35 @@ func (f *forensics) recentEvents() []Event {
 	out := make([]Event, 0, len(f.events))
 	out = append(out, f.events[f.nextEv:]...)
 	return append(out, f.events[:f.nextEv]...)
+}
+
+// scanEdges is how many edges edge scans before it asks the map.
+const scanEdges = 16
+
+// edge is the edge from prefill worker p to decode worker d, made on its
+// first hold.
+func (f *forensics) edge(p, d string) *HoldEdge {
+	if len(f.edgeList) <= scanEdges {
+		for _, e := range f.edgeList {
+			if e.PrefillWorker == p && e.DecodeWorker == d {
+				return e
+			}
+		}
+		if len(f.edgeList) < scanEdges {
+			return f.addEdge(p, d)
+		}
+	}
+	if e := f.edges[[2]string{p, d}]; e != nil {
+		return e
+	}
+	return f.addEdge(p, d)
+}
+
+func (f *forensics) addEdge(p, d string) *HoldEdge {
+	e := &HoldEdge{PrefillWorker: p, DecodeWorker: d}
+	f.edges[[2]string{p, d}] = e
+	f.edgeList = append(f.edgeList, e)
+	return e
 }
 
 func (f *forensics) graph() []HoldEdge {

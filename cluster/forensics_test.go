@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"log/slog"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -71,4 +72,27 @@ func TestLongestFirst_OrdersByDurationThenTransfer(t *testing.T) {
 	require.Len(t, got, 3)
 	assert.Equal(t, []uint64{2, 1, 3}, []uint64{got[0].TransferID, got[1].TransferID, got[2].TransferID})
 	assert.Len(t, LongestFirst(hs, 10), 4, "n beyond the list keeps them all")
+}
+
+// TestForensics_EdgesOfManyWorkers: an edge is found again whichever way
+// the forensics looks it up (a scan while they are few, the map past
+// that), so each pair of workers keeps one edge with all its holds.
+func TestForensics_EdgesOfManyWorkers(t *testing.T) {
+	f := newForensics(slog.New(slog.DiscardHandler))
+	const pairs = 3 * scanEdges
+	name := func(role string, i int) string { return role + strconv.Itoa(i) }
+	for round := range 3 {
+		for i := range pairs {
+			e := f.edge(name("p", i%7), name("d", i))
+			e.Holds++
+			require.Equal(t, name("p", i%7), e.PrefillWorker)
+			require.Equal(t, name("d", i), e.DecodeWorker)
+			require.EqualValues(t, round+1, e.Holds, "pair %d: one edge, found again", i)
+		}
+	}
+	g := f.graph()
+	require.Len(t, g, pairs)
+	for _, e := range g {
+		require.EqualValues(t, 3, e.Holds)
+	}
 }
