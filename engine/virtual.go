@@ -354,7 +354,7 @@ func (v *Virtual) RunDue(until float64) error { return v.runTo(until, v.seq) }
 // stopped at an unfilled ticket.
 func (v *Virtual) runTo(until float64, limit uint64) error {
 	for v.err == nil {
-		h := v.head()
+		h, now := v.headOf()
 		if h == nil || (until >= 0 && h.at > until) {
 			break
 		}
@@ -364,7 +364,7 @@ func (v *Virtual) runTo(until float64, limit uint64) error {
 		if h.at == until && h.seq >= limit {
 			break
 		}
-		e := v.popHead()
+		e := v.take1(now)
 		v.now = e.at
 		v.handle(&e)
 	}
@@ -527,23 +527,35 @@ func (v *Virtual) push(e vevent) {
 
 // head is the earliest queued event, nil when none is.
 func (v *Virtual) head() *vevent {
+	e, _ := v.headOf()
+	return e
+}
+
+// headOf is head, and whether it is nowQ's.
+func (v *Virtual) headOf() (e *vevent, now bool) {
 	if v.nowAt < len(v.nowQ) {
 		n := &v.nowQ[v.nowAt]
 		if len(v.q) > 0 && before(&v.q[0], n) {
-			return &v.q[0]
+			return &v.q[0], false
 		}
-		return n
+		return n, true
 	}
 	if len(v.q) > 0 {
-		return &v.q[0]
+		return &v.q[0], false
 	}
-	return nil
+	return nil, false
 }
 
 // popHead removes and returns the earliest queued event, of which there
 // must be one.
 func (v *Virtual) popHead() vevent {
-	if v.nowAt < len(v.nowQ) && (len(v.q) == 0 || !before(&v.q[0], &v.nowQ[v.nowAt])) {
+	_, now := v.headOf()
+	return v.take1(now)
+}
+
+// take1 removes and returns the head, nowQ's when now.
+func (v *Virtual) take1(now bool) vevent {
+	if now {
 		e := v.nowQ[v.nowAt]
 		if v.nowAt++; v.nowAt == len(v.nowQ) {
 			v.nowQ, v.nowAt = v.nowQ[:0], 0
