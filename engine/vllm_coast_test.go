@@ -102,10 +102,7 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 		a.PreemptionMode = PreemptFIFO
 		a.EnableChunkedPrefill = false
 	})
-	schedule := []struct {
-		gap float64
-		in  Input
-	}{
+	schedule := []scheduled{
 		{1, &Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 97), MaxTokens: 1}}},
 		{1, &Reserve{Request: Request{ID: 1, Tokens: seqTokens(0, 1), MaxTokens: 1}}},
 		{1, &Reserve{Request: Request{ID: 2, Tokens: seqTokens(0, 25), MaxTokens: 17}}},
@@ -132,13 +129,7 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 		{0.35611974261701107, &Reserve{Request: Request{ID: 14, Tokens: seqTokens(2000, 1), MaxTokens: 173}}},
 		{1.0890002604573965, Activate{ID: 6}},
 	}
-	p := newShortcutPair(t, args, true)
-	at := 0.0
-	for _, s := range schedule {
-		at += s.gap
-		p.schedule(at, s.in)
-	}
-	p.runAndCompare(t)
+	p := replayShortcutPair(t, args, schedule)
 	require.NotEmpty(t, p.recs[0].outs)
 }
 
@@ -160,10 +151,7 @@ func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
 		a.PreemptionMode = PreemptFIFO
 		a.EnableChunkedPrefill = true
 	})
-	schedule := []struct {
-		gap float64
-		in  Input
-	}{
+	schedule := []scheduled{
 		{2.9886123600881547, &Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 12), MaxTokens: 13}}},
 		{4.9375, Activate{ID: 0}},
 		{7.68980339234792, &Reserve{Request: Request{ID: 1, Tokens: seqTokens(0, 64), MaxTokens: 8}}},
@@ -194,6 +182,21 @@ func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
 		{5.024592825667609e-19, &Reserve{Request: Request{ID: 13, Tokens: seqTokens(1000, 43), MaxTokens: 4}}},
 		{0.3399976456400478, Activate{ID: 10}},
 	}
+	p := replayShortcutPair(t, args, schedule)
+	require.Positive(t, p.coasted, "no request coasted: the schedule no longer tests coasting")
+}
+
+// scheduled is one input of a replayed schedule, gap ms after the one
+// before.
+type scheduled struct {
+	gap float64
+	in  Input
+}
+
+// replayShortcutPair gives schedule to a pair of decode workers built
+// from args, reporting first tokens only, and requires them to agree.
+func replayShortcutPair(t *testing.T, args Args, schedule []scheduled) *shortcutPair {
+	t.Helper()
 	p := newShortcutPair(t, args, true)
 	at := 0.0
 	for _, s := range schedule {
@@ -201,7 +204,7 @@ func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
 		p.schedule(at, s.in)
 	}
 	p.runAndCompare(t)
-	require.Positive(t, p.coasted, "no request coasted: the schedule no longer tests coasting")
+	return p
 }
 
 // shortcutPair is two workers built alike from the same arguments, the
