@@ -139,7 +139,8 @@ type VLLM struct {
 	// The destination and the waiting request that last lacked blocks
 	// (see lackWatch).
 	reserveLack, admitLack lackWatch
-	walkAlways             bool // tests: no lackWatch shortcut
+	walkAlways             bool   // tests: no lackWatch shortcut
+	sparedWalks            uint64 // prefix walks the lackWatch spared (tests read it)
 
 	// Coasting (see coast): canCoast says this worker's requests may;
 	// cpass counts the passes that ran; coastN requests coast, and

@@ -18,7 +18,7 @@ import (
 // max_model_len and max_tokens end requests while coasting would go on. The
 // timing model reads every figure a pass gives it (contextModel).
 func TestVLLM_CoastingChangesNothing(t *testing.T) {
-	var coasted, preemptions int
+	var coasted, preemptions, spared int
 	rapid.Check(t, func(rt *rapid.T) {
 		bs := rapid.SampledFrom([]int{2, 4, 8, 16, 3, 128}).Draw(rt, "block_size")
 		args := smallArgs(rapid.IntRange(4, 64).Draw(rt, "blocks"), func(a *Args) {
@@ -65,12 +65,14 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 		}
 		p.runAndCompare(rt)
 		coasted += p.coasted
+		spared += int(p.ws[0].Scheduler().(*VLLM).sparedWalks)
 		for _, m := range p.metrics[0] {
 			preemptions = max(preemptions, int(m.Preemptions))
 		}
 	})
 	require.Positive(t, coasted, "no request ever coasted")
 	require.Positive(t, preemptions, "no run preempted")
+	require.Positive(t, spared, "the lack watch never spared a destination's walk")
 }
 
 // contextModel is a timing model whose every input moves its result, so

@@ -11,10 +11,11 @@ package engine
 // raises it. A released block lowers it by one at most (by none when it
 // was one of the active hits, which then fall too), so until the pool has
 // released as many blocks as the request lacked, or counts a store, the
-// request lacks blocks still, and its prefix is not walked again. Stores count as the pool's
-// stores until the request lacks blocks a second time; from then on the
-// pool filters them (watch), counting only those that may be of its
-// prompt: a request that waits long is walked again only when it may fit.
+// request lacks blocks still, and its prefix is not walked again. Stores
+// count as the pool's stores until the request lacks blocks a second
+// time; from then on the pool filters them (watch), counting only those
+// that may be of its prompt: a request that waits long is walked again
+// only when it may fit.
 type lackWatch struct {
 	s                *seq
 	lack             uint64 // blocks lacked at the last walk, ≥ 1
@@ -29,7 +30,11 @@ func (v *VLLM) stillLacks(w *lackWatch, s *seq) bool {
 	if w.filtered {
 		stores = p.watchStores
 	}
-	return w.s == s && p.released-w.released < w.lack && stores == w.stores && !v.walkAlways
+	if w.s == s && p.released-w.released < w.lack && stores == w.stores && !v.walkAlways {
+		v.sparedWalks++
+		return true
+	}
+	return false
 }
 
 // lacked has w remember that s lacks lack blocks (≥ 1).

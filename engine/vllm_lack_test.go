@@ -17,7 +17,7 @@ import (
 // blocks while holds pin them; long prompts take several passes of small
 // budgets while others decode.
 func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
-	var skipped, coasted int
+	var spared, coasted int
 	rapid.Check(t, func(rt *rapid.T) {
 		wt := rapid.SampledFrom([]WorkerType{WorkerPrefill, WorkerAggregated}).Draw(rt, "worker_type")
 		args := smallArgs(rapid.IntRange(4, 48).Draw(rt, "blocks"), func(a *Args) {
@@ -60,10 +60,8 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 		}
 		p.runAndCompare(rt)
 		coasted += p.coasted
-		if vl := p.ws[0].Scheduler().(*VLLM); vl.admitLack.s != nil || vl.pool.released > 0 {
-			skipped++
-		}
+		spared += int(p.ws[0].Scheduler().(*VLLM).sparedWalks)
 	})
-	require.Positive(t, skipped, "no request ever lacked blocks")
+	require.Positive(t, spared, "the lack watch never spared a walk")
 	require.Positive(t, coasted, "no request ever coasted")
 }
