@@ -215,8 +215,12 @@ func (c *reqCore) generate(end float64, out *Output) {
 // Tokens come in pairs: indexes 2i and 2i+1 are the low and high halves of
 // one mixed word, each scaled to [0, 1000).
 func (c *reqCore) token(idx int) uint32 {
-	x := mix64(c.tokKey + uint64(idx>>1)*0x9e3779b97f4a7c15)
-	return tokenOf(uint32(x >> (uint(idx&1) * 32)))
+	return tokenOf(uint32(c.tokenPair(idx>>1) >> (uint(idx&1) * 32)))
+}
+
+// tokenPair is the mixed word of c's tokens 2*pair and 2*pair+1.
+func (c *reqCore) tokenPair(pair int) uint64 {
+	return mix64(c.tokKey + uint64(pair)*0x9e3779b97f4a7c15)
 }
 
 // tokenOf scales a random 32-bit word to a token in [1000, 2000).
@@ -240,7 +244,7 @@ func (c *reqCore) fillTail() {
 		i, idx = i+1, idx+1
 	}
 	for ; i+1 < end; i, idx = i+2, idx+2 {
-		x := mix64(c.tokKey + uint64(idx>>1)*0x9e3779b97f4a7c15)
+		x := c.tokenPair(idx >> 1)
 		t[i], t[i+1] = tokenOf(uint32(x)), tokenOf(uint32(x>>32))
 	}
 	if i < end {
