@@ -159,6 +159,11 @@ type promptBuf struct {
 	tokens []uint32
 }
 
+// reset empties b, keeping its room.
+func (b *promptBuf) reset() {
+	b.hashes.Locals, b.hashes.Seqs, b.tokens = b.hashes.Locals[:0], b.hashes.Seqs[:0], b.tokens[:0]
+}
+
 // take returns storage retired before modeled time now, or new storage.
 func (s *retiring[T]) take(now float64) *T {
 	s.settle(now)
@@ -498,9 +503,8 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 func (c *Cluster) reply(r *request, res Result) {
 	if r.prompt != nil {
 		if !c.remote { // a remote worker may send the tokens again later
-			b := r.prompt
-			b.hashes.Locals, b.hashes.Seqs, b.tokens = b.hashes.Locals[:0], b.hashes.Seqs[:0], b.tokens[:0]
-			c.prompts.retire(c.v.Now(), b)
+			r.prompt.reset()
+			c.prompts.retire(c.v.Now(), r.prompt)
 		}
 		r.prompt = nil
 	}
@@ -547,9 +551,10 @@ func popSpare[T any](spares *[]*T) *T {
 
 // recycle keeps the record of a request that just ended for a later
 // arrival, once the clock has passed this instant (retiring): its
-// machine's Submit or Reserve may still be queued until then. Nothing that outlives a request may recognise it by its record
-// alone: whatever reaches a request later (a link reply, a stop) looks it
-// up by its id, which is never reused, in c.reqs or through its call. A
+// machine's Submit or Reserve may still be queued until then. Nothing
+// that outlives a request may recognise it by its record alone: whatever
+// reaches a request later (a link reply, a stop) looks it up by its id,
+// which is never reused, in c.reqs or through its call. A
 // remote cluster's link replies still carry records (onRemoteLink), so
 // its records are left to the collector.
 func (c *Cluster) recycle(r *request) {
