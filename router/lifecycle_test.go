@@ -93,8 +93,8 @@ func TestRouter_RequestTTLExpiresForgottenRequests(t *testing.T) {
 
 // TestRouter_RequestTTLCountsFromTheLatestRouting: a request id freed and
 // routed again (its state recycled for the new routing) ages from the new
-// routing, even while the first routing's age entry is still queued behind
-// an older request; and the blocks a recycled state charges are the new
+// routing, though an older request routed before its first routing is
+// still in flight; and the blocks a recycled state charges are the new
 // prompt's.
 func TestRouter_RequestTTLCountsFromTheLatestRouting(t *testing.T) {
 	t.Parallel()

@@ -124,6 +124,11 @@ type reqState struct {
 	// seqs holds the shared blocks a leg charges. It outlives the request,
 	// so the state's next request copies its blocks without allocating.
 	seqs []kv.SeqHash
+	// start is when the request was routed, for router_request_ttl_secs;
+	// older and newer link the requests in flight in the order they were
+	// routed (the router's ages list).
+	start        time.Time
+	older, newer *reqState
 }
 
 // maxKeptSeqs bounds the block list a spare state keeps, so one very long
@@ -147,18 +152,6 @@ func (l Lease) live() *reqState {
 	}
 	return l.st
 }
-
-// ageEntry records when a request was routed, for router_request_ttl_secs.
-// The request is still in flight while its state's seq is the entry's:
-// states are recycled, never freed, and each routing takes a new seq, so
-// the check needs no lookup by id.
-type ageEntry struct {
-	st    *reqState
-	seq   uint64
-	start time.Time
-}
-
-func (e *ageEntry) live() bool { return e.st.seq == e.seq }
 
 // Router places requests on workers. It is safe for concurrent use: routing
 // decisions, KV events and load reports are serialised by one mutex.
@@ -199,12 +192,13 @@ type Router struct {
 	// removed holds ids RemoveWorker took out, so their late KV events are
 	// dropped; AddWorker of the id lifts it.
 	removed map[uint64]struct{}
-	// ages lists requests by routing time from agesHead on, for the request
-	// TTL; entries of requests already freed are skipped when reached.
-	ages     []ageEntry
-	agesHead int
-	reqSeq   uint64
-	reqTTL   time.Duration
+	// oldest and newest end the list of requests in flight by routing
+	// time (reqState.older, newer), for the request TTL: a request leaves
+	// it when it is freed, so it holds no one else, and costs no memory of
+	// its own.
+	oldest, newest *reqState
+	reqSeq         uint64
+	reqTTL         time.Duration
 	// expired collects ids expired under the lock, logged after unlock.
 	expired []string
 
@@ -307,12 +301,9 @@ func (r *Router) RemoveWorker(id uint64) bool {
 		r.unindex(id)
 		return false
 	}
-	// Every request in flight, by id or by lease, has a live age entry.
-	for _, e := range r.ages[r.agesHead:] {
-		if !e.live() {
-			continue
-		}
-		st := e.st
+	// Every request in flight, by id or by lease, is in the ages list.
+	for st, next := r.oldest, (*reqState)(nil); st != nil; st = next {
+		next = st.newer
 		for i := range st.legs {
 			if st.legs[i].w == w {
 				r.release(&st.legs[i])
@@ -710,19 +701,13 @@ func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease
 	if keyed {
 		r.reqs[id] = st
 	}
-	r.ages = append(r.ages, ageEntry{st: st, seq: st.seq, start: now})
-	// Entries of freed requests wait until the head reaches them; once they
-	// dominate, drop them so memory follows the requests in flight.
-	if n := len(r.ages) - r.agesHead; n > 2*r.inflight+1024 {
-		kept := r.ages[:0]
-		for _, e := range r.ages[r.agesHead:] {
-			if e.live() {
-				kept = append(kept, e)
-			}
-		}
-		clear(r.ages[len(kept):])
-		r.ages, r.agesHead = kept, 0
+	st.start, st.older, st.newer = now, r.newest, nil
+	if r.newest != nil {
+		r.newest.newer = st
+	} else {
+		r.oldest = st
 	}
+	r.newest = st
 	return Lease{st: st, seq: st.seq}
 }
 
@@ -734,6 +719,16 @@ func (r *Router) untrack(st *reqState) {
 		delete(r.reqs, st.id)
 	}
 	r.inflight--
+	if st.older != nil {
+		st.older.newer = st.newer
+	} else {
+		r.oldest = st.newer
+	}
+	if st.newer != nil {
+		st.newer.older = st.older
+	} else {
+		r.newest = st.older
+	}
 	seqs := st.seqs
 	if cap(seqs) > maxKeptSeqs {
 		seqs = nil
@@ -746,24 +741,10 @@ func (r *Router) untrack(st *reqState) {
 // router_request_ttl_secs or more before now, as if freed.
 func (r *Router) expireRequests(now time.Time) {
 	cutoff := now.Add(-r.reqTTL)
-	for r.agesHead < len(r.ages) {
-		e := r.ages[r.agesHead]
-		if e.live() {
-			st := e.st
-			if e.start.After(cutoff) {
-				break
-			}
-			r.expired = append(r.expired, st.id)
-			r.free(st)
-			r.stats.ExpiredRequests++
-		}
-		r.ages[r.agesHead] = ageEntry{}
-		r.agesHead++
-	}
-	if r.agesHead > 1024 && r.agesHead*2 > len(r.ages) {
-		n := copy(r.ages, r.ages[r.agesHead:])
-		clear(r.ages[n:])
-		r.ages, r.agesHead = r.ages[:n], 0
+	for st := r.oldest; st != nil && !st.start.After(cutoff); st = r.oldest {
+		r.expired = append(r.expired, st.id)
+		r.free(st) // unlinks st
+		r.stats.ExpiredRequests++
 	}
 }
 
