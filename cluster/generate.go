@@ -57,24 +57,34 @@ func (h *call) deliver(res Result) {
 		h.done(res)
 		return
 	}
-	if b := h.batch; b != nil {
-		b.results[h.index] = res
-		if b.left--; b.left == 0 {
-			if b.onDone != nil {
-				b.onDone() // it closes done
-			} else {
-				close(b.done)
-			}
-		}
+	if h.batch != nil {
+		h.batch.put(h.index, res)
 		return
 	}
 	h.reply <- res
 }
 
+// put writes the result of the batch's call i.
+func (b *batchResults) put(i int, res Result) {
+	b.results[i] = res
+	if b.left--; b.left == 0 {
+		if b.onDone != nil {
+			b.onDone() // it closes done
+		} else {
+			close(b.done)
+		}
+	}
+}
+
 // request is one request in flight: its handoff machine and workers.
 type request struct {
-	id      uint64
+	id uint64
+	// h is the request's call; nil for an arrival of RunVirtual's, whose
+	// call went to the next arrival once the request was built: its result
+	// goes to batch's place index.
 	h       *call
+	batch   *batchResults
+	index   int
 	m       *handoff.Machine // machine, once routed
 	machine handoff.Machine
 	lease   router.Lease // its claim on the router's load tracking
@@ -420,6 +430,14 @@ func (c *Cluster) arrive(h *call) {
 	spec.PrefillName, spec.DecodeName = p.label(), r.decode.label()
 	spec.TransferMode = p.args.KVTransferTimingMode
 	spec.SessionTimeoutMs = p.args.HandoffSessionTimeoutMs
+	if h.spare {
+		// Nothing reads a call of RunVirtual's again: it takes no stop, no
+		// hold and no context, and a long queue of requests then holds no
+		// call each.
+		r.h, h.r = nil, nil
+		r.batch, r.index = h.batch, h.index
+		c.keepCall(h)
+	}
 	r.m = &r.machine
 	r.m.Init(spec)
 	c.reqs.Set(id, r)
@@ -509,13 +527,21 @@ func (c *Cluster) reply(r *request, res Result) {
 		r.prompt = nil
 	}
 	h := r.h
-	c.unwatch(h)
-	if h.wantHold && c.clock != nil && !c.stopping {
-		h.hold = c.takeHold()
+	if h != nil {
+		c.unwatch(h)
+		if h.wantHold && c.clock != nil && !c.stopping {
+			h.hold = c.takeHold()
+		}
 	}
 	// A caller that reads Now after its result sees at least the result's
 	// instant, even when a paced loop runs ahead of the wall clock.
 	c.nowBits.Store(math.Float64bits(c.v.Now()))
+	if h == nil {
+		b, i := r.batch, r.index
+		c.recycle(r)
+		b.put(i, res)
+		return
+	}
 	h.r = nil // a late stop finds nothing to stop
 	c.recycle(r)
 	c.answer(h, res)
@@ -525,7 +551,14 @@ func (c *Cluster) reply(r *request, res Result) {
 // the loop's own.
 func (c *Cluster) answer(h *call, res Result) {
 	h.deliver(res)
-	if h.spare && !c.opts.fresh {
+	if h.spare {
+		c.keepCall(h)
+	}
+}
+
+// keepCall keeps a call of RunVirtual's for a later arrival.
+func (c *Cluster) keepCall(h *call) {
+	if !c.opts.fresh {
 		c.spareCalls = append(c.spareCalls, h)
 	}
 }

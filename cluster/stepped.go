@@ -284,6 +284,9 @@ func (c *Cluster) stopEnded(arrived bool) {
 	// context asks for the next, as looking at every Settle would.
 	c.polled = false
 	for _, r := range c.sortedRequests() {
+		if r.h == nil {
+			continue
+		}
 		if ctx := r.h.ctx; ctx != nil && ctx.Err() != nil {
 			if w, ok := c.watched[ctx]; ok {
 				c.forget(w)
