@@ -504,7 +504,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	rec := r.m.Record()
 	if res.Outcome == OutcomeCompleted {
 		res.Error = ""
-		markTruncated(&res, r.decode, rec.Final)
+		markTruncated(&res, r.decode, rec)
 	}
 	res = c.fill(res, r)
 	c.count(&res)
@@ -811,19 +811,19 @@ func (c *Cluster) sortedRequests() []*request {
 // markTruncated flags a completion that stopped short of max_tokens
 // because its sequence hit a length limit on w, and says which: it is
 // still "completed", but its output is shorter than asked.
-func markTruncated(res *Result, w *workerNode, comp engine.Completion) {
-	if !comp.Truncated {
+func markTruncated(res *Result, w *workerNode, rec *handoff.Record) {
+	if !rec.Truncated {
 		return
 	}
 	res.Truncated = true
-	seq := comp.PromptTokens + comp.OutputTokens
+	seq := rec.PromptTokens + rec.OutputTokens
 	if m := w.args.MaxModelLen; m != nil && seq >= *m {
 		res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence (%d tokens) reached %s's max_model_len %d",
-			comp.OutputTokens, seq, w.label(), *m)
+			rec.OutputTokens, seq, w.label(), *m)
 		return
 	}
 	res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence outgrew %s's KV pool (%d tokens: num_gpu_blocks %d × block_size %d)",
-		comp.OutputTokens, w.label(), w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
+		rec.OutputTokens, w.label(), w.args.NumGPUBlocks*w.args.BlockSize, w.args.NumGPUBlocks, w.args.BlockSize)
 }
 
 // fill adds what the request's machine knows to res: timings, the hold and
@@ -865,8 +865,8 @@ func (c *Cluster) fill(res Result, r *request) Result {
 		res.TTFTMs = s.FirstTokenAt - arrival
 	}
 	if s.Done {
-		res.OutputTokens = s.Final.OutputTokens
-		c.timings(&res, arrival, s.FirstTokenAt, s.Final.At)
+		res.OutputTokens = s.OutputTokens
+		c.timings(&res, arrival, s.FirstTokenAt, s.DoneAt)
 	}
 	if res.Error == "" && res.Outcome != OutcomeCompleted {
 		res.Error = r.m.Phase().String()

@@ -265,10 +265,13 @@ type Record struct {
 	ReservedAt            float64
 	Missing               int
 	DecodeWaitMs          float64
-	Final                 engine.Completion
-	Rejection             *engine.Rejection
-	HoldOutcome           engine.Outcome
-	HoldReason            engine.EndReason
+	// DoneAt, OutputTokens, PromptTokens and Truncated are the final
+	// completion's At, counts and flag, once Done.
+	DoneAt                     float64
+	OutputTokens, PromptTokens int
+	Rejection                  *engine.Rejection
+	HoldOutcome                engine.Outcome
+	HoldReason                 engine.EndReason
 	// RejectedBy is the side that refused the request, when one did.
 	RejectedBy      Side
 	PrefillDone     bool
@@ -277,12 +280,27 @@ type Record struct {
 	WaitSeen        bool
 	Reserved        bool
 	Done            bool
+	Truncated       bool
+}
+
+// done records the final completion c.
+func (r *Record) done(c engine.Completion) {
+	r.Done, r.DoneAt, r.OutputTokens, r.PromptTokens, r.Truncated = true, c.At, c.OutputTokens, c.PromptTokens, c.Truncated
+}
+
+// params is a Spec without its Request, which the machine keeps in its
+// Submit.
+type params struct {
+	PrefillName, DecodeName string
+	TransferMode            engine.TransferTimingMode
+	SessionTimeoutMs        int64
+	Order                   Order
 }
 
 // Machine is one request's lifecycle. The zero value is not usable; build
 // it with New.
 type Machine struct {
-	spec Spec // its Request is in submit
+	spec params // its Request is in submit
 	rec  Record
 
 	phase         Phase
@@ -332,8 +350,9 @@ func New(spec Spec) *Machine {
 // does, for a driver that keeps each machine inside its own record of the
 // request.
 func (m *Machine) Init(spec Spec) {
-	*m = Machine{spec: spec, submit: engine.Submit{Request: spec.Request}}
-	m.spec.Request = engine.Request{}
+	*m = Machine{submit: engine.Submit{Request: spec.Request}}
+	m.spec = params{PrefillName: spec.PrefillName, DecodeName: spec.DecodeName,
+		TransferMode: spec.TransferMode, SessionTimeoutMs: spec.SessionTimeoutMs, Order: spec.Order}
 }
 
 // Phase is where the request is.
@@ -399,7 +418,8 @@ func (m *Machine) stepAggregated(ev Event) {
 	case WorkerCompletion:
 		c := ev.Completion
 		m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, c.CachedTokens
-		m.rec.PrefillDone, m.rec.Done, m.rec.Final = true, true, c
+		m.rec.PrefillDone = true
+		m.rec.done(c)
 		m.prefillEnded = true
 		m.finish(Completed, "")
 	case WorkerRejection:
@@ -487,7 +507,7 @@ func (m *Machine) stepHandoff(ev Event) {
 			}
 			return
 		}
-		m.rec.Done, m.rec.Final = true, c
+		m.rec.done(c)
 		m.finish(Completed, "")
 
 	case WorkerRejection:
