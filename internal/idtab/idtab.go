@@ -89,9 +89,9 @@ func (t *Table[V]) Set(id uint64, v V) {
 		return
 	}
 	// The slot is another id's. Double the slots while they would still
-	// be at least an eighth full, which a window of consecutive ids in use
+	// be at least a quarter full, which a window of consecutive ids in use
 	// keeps them; past that, the ids are too far apart for slots to pay.
-	if len(t.slots) < 8*(t.Len()+1) {
+	if len(t.slots) < 4*(t.Len()+1) {
 		t.grow(2 * len(t.slots))
 		t.Set(id, v)
 		return

@@ -129,7 +129,7 @@ func TestTable_ALongLivedIdDoesNotGrowTheSlots(t *testing.T) {
 	if v, ok := tab.Get(0); !ok || v != -1 {
 		t.Fatalf("the long-lived id reads %d, %v", v, ok)
 	}
-	if len(tab.slots) > 16*(window+2) { // grown only while an eighth full
+	if len(tab.slots) > 8*(window+2) { // grown only while a quarter full
 		t.Fatalf("%d slots for %d ids", len(tab.slots), tab.Len())
 	}
 	var ids []uint64
