@@ -85,13 +85,13 @@ type request struct {
 	h       *call
 	batch   *batchResults
 	index   int
-	m       *handoff.Machine // machine, once routed
 	machine handoff.Machine
 	lease   router.Lease // its claim on the router's load tracking
 	prefill *workerNode
 	decode  *workerNode
 	tid     uint64     // transfer id, once the prefill holds
 	closed  bool       // its transfer room was closed
+	routed  bool       // machine is the request's
 	room    memRoom    // its transfer room, on the in-memory link
 	prompt  *promptBuf // its prompt's tokens and hashes, until it ends (nil: the caller's and the memo's)
 }
@@ -438,8 +438,8 @@ func (c *Cluster) arrive(h *call) {
 		r.batch, r.index = h.batch, h.index
 		c.keepCall(h)
 	}
-	r.m = &r.machine
-	r.m.Init(spec)
+	r.routed = true
+	r.machine.Init(spec)
 	c.reqs.Set(id, r)
 	c.active++
 	c.step(r, handoff.Start{})
@@ -455,7 +455,7 @@ func (c *Cluster) refuse(r *request, err error) {
 
 // stopRequest is the caller giving up on r.
 func (c *Cluster) stopRequest(r *request, reason string) {
-	if r.m != nil && !r.m.Finished() {
+	if r.routed && !r.machine.Finished() {
 		c.step(r, handoff.Stop{Reason: reason})
 	}
 }
@@ -467,7 +467,7 @@ func (c *Cluster) stopRequest(r *request, reason string) {
 // whose actions go above these and are gone when it returns.
 func (c *Cluster) step(r *request, ev handoff.Event) {
 	start := len(c.acts)
-	c.acts = r.m.Step(ev, c.acts)
+	r.machine.Step(ev, &c.acts)
 	for i := start; i < len(c.acts); i++ {
 		a := c.acts[i]
 		c.act(r, &a)
@@ -501,7 +501,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	res := Result{PrefillWorker: r.prefill.name, DecodeWorker: r.decode.name, PrefillDPRank: r.prefill.rank, DecodeDPRank: r.decode.rank}
 	res.Outcome = outcomeOf(phase)
 	res.Error = err
-	rec := r.m.Record()
+	rec := r.machine.Record()
 	if res.Outcome == OutcomeCompleted {
 		res.Error = ""
 		markTruncated(&res, r.decode, rec)
@@ -816,7 +816,7 @@ func markTruncated(res *Result, w *workerNode, rec *handoff.Record) {
 		return
 	}
 	res.Truncated = true
-	seq := rec.PromptTokens + rec.OutputTokens
+	seq := int(rec.PromptTokens) + int(rec.OutputTokens)
 	if m := w.args.MaxModelLen; m != nil && seq >= *m {
 		res.Error = fmt.Sprintf("output truncated at %d tokens: the sequence (%d tokens) reached %s's max_model_len %d",
 			rec.OutputTokens, seq, w.label(), *m)
@@ -829,9 +829,9 @@ func markTruncated(res *Result, w *workerNode, rec *handoff.Record) {
 // fill adds what the request's machine knows to res: timings, the hold and
 // the handoff.
 func (c *Cluster) fill(res Result, r *request) Result {
-	s := r.m.Record()
+	s := r.machine.Record()
 	res.TransferID = r.tid
-	res.CachedTokens = s.CachedTokens
+	res.CachedTokens = int(s.CachedTokens)
 	if s.Held {
 		res.Pinned = true
 		if s.HoldEnded {
@@ -865,11 +865,11 @@ func (c *Cluster) fill(res Result, r *request) Result {
 		res.TTFTMs = s.FirstTokenAt - arrival
 	}
 	if s.Done {
-		res.OutputTokens = s.OutputTokens
+		res.OutputTokens = int(s.OutputTokens)
 		c.timings(&res, arrival, s.FirstTokenAt, s.DoneAt)
 	}
 	if res.Error == "" && res.Outcome != OutcomeCompleted {
-		res.Error = r.m.Phase().String()
+		res.Error = r.machine.Phase().String()
 	}
 	return res
 }

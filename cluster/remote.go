@@ -567,7 +567,7 @@ func (c *Cluster) leave(name, reason string) {
 		if r.prefill != n && r.decode != n {
 			continue
 		}
-		phase := r.m.Phase()
+		phase := r.machine.Phase()
 		if r.decode != n && phase == handoff.Activated {
 			continue // a lost prefill: the decode runs it alone now
 		}

@@ -257,19 +257,22 @@ type Spec struct {
 // flight, a long queue's worth of them in an overloaded run.
 type Record struct {
 	Arrival, FirstTokenAt float64
-	CachedTokens          int
 	HoldStart, HoldEnd    float64
 	PinMs                 float64
 	TransferMs            float64
 	WaitStart             float64
 	ReservedAt            float64
-	Missing               int
 	DecodeWaitMs          float64
 	// DoneAt, OutputTokens, PromptTokens and Truncated are the final
 	// completion's At, counts and flag, once Done.
-	DoneAt                     float64
-	OutputTokens, PromptTokens int
-	Rejection                  *engine.Rejection
+	DoneAt    float64
+	Rejection *engine.Rejection
+	// Token counts fit in 32 bits: the cluster takes prompts of up to 2^22
+	// tokens and outputs of up to 2^24 (cluster.MaxPromptTokens,
+	// MaxRequestMaxTokens).
+	CachedTokens               int32
+	Missing                    int32
+	OutputTokens, PromptTokens int32
 	HoldOutcome                engine.Outcome
 	HoldReason                 engine.EndReason
 	// RejectedBy is the side that refused the request, when one did.
@@ -285,24 +288,26 @@ type Record struct {
 
 // done records the final completion c.
 func (r *Record) done(c engine.Completion) {
-	r.Done, r.DoneAt, r.OutputTokens, r.PromptTokens, r.Truncated = true, c.At, c.OutputTokens, c.PromptTokens, c.Truncated
+	r.Done, r.DoneAt, r.Truncated = true, c.At, c.Truncated
+	r.OutputTokens, r.PromptTokens = int32(c.OutputTokens), int32(c.PromptTokens)
 }
 
-// params is a Spec without its Request, which the machine keeps in its
-// Submit.
+// params is what the machine keeps of its Spec besides the request, which
+// is in its Submit, and the order and transfer mode, which are among its
+// flags.
 type params struct {
 	PrefillName, DecodeName string
-	TransferMode            engine.TransferTimingMode
 	SessionTimeoutMs        int64
-	Order                   Order
 }
 
 // Machine is one request's lifecycle. The zero value is not usable; build
 // it with New.
 type Machine struct {
-	spec params // its Request is in submit
+	spec params
 	rec  Record
 
+	order         Order
+	missingOnly   bool // the transfer moves the destination's missing tokens
 	phase         Phase
 	submitted     bool // the prefill (or only) worker got the request
 	prefillEnded  bool // ... and is done with it
@@ -316,7 +321,7 @@ type Machine struct {
 	// out is the caller's slice during a Step, which the actions are
 	// appended to: a driver that steps many machines keeps one slice,
 	// warm in cache, for all their actions.
-	out []Action
+	out *[]Action
 	// submit and reserve are the Submit and Reserve the machine hands its
 	// workers, which go by pointer (engine.Input): kept here, handing one
 	// in allocates nothing. submit holds the request from Init on.
@@ -350,9 +355,9 @@ func New(spec Spec) *Machine {
 // does, for a driver that keeps each machine inside its own record of the
 // request.
 func (m *Machine) Init(spec Spec) {
-	*m = Machine{submit: engine.Submit{Request: spec.Request}}
-	m.spec = params{PrefillName: spec.PrefillName, DecodeName: spec.DecodeName,
-		TransferMode: spec.TransferMode, SessionTimeoutMs: spec.SessionTimeoutMs, Order: spec.Order}
+	*m = Machine{submit: engine.Submit{Request: spec.Request}, order: spec.Order,
+		missingOnly: spec.TransferMode == engine.TransferDestinationMissing}
+	m.spec = params{PrefillName: spec.PrefillName, DecodeName: spec.DecodeName, SessionTimeoutMs: spec.SessionTimeoutMs}
 }
 
 // Phase is where the request is.
@@ -365,24 +370,23 @@ func (m *Machine) Record() *Record { return &m.rec }
 func (m *Machine) Finished() bool { return m.finished }
 
 // Step applies one event and appends the actions it calls for, in order,
-// to dst.
-func (m *Machine) Step(ev Event, dst []Action) []Action {
+// to *dst.
+func (m *Machine) Step(ev Event, dst *[]Action) {
 	if m.finished {
-		return dst
+		return
 	}
 	m.out = dst
-	switch m.spec.Order {
+	switch m.order {
 	case Aggregated:
 		m.stepAggregated(ev)
 	default:
 		m.stepHandoff(ev)
 	}
 	m.settle()
-	dst, m.out = m.out, nil
-	return dst
+	m.out = nil
 }
 
-func (m *Machine) emit(a Action) { m.out = append(m.out, a) }
+func (m *Machine) emit(a Action) { *m.out = append(*m.out, a) }
 
 // finish ends the request with phase, once the prefill is done with it.
 func (m *Machine) finish(phase Phase, err string) {
@@ -417,7 +421,7 @@ func (m *Machine) stepAggregated(ev Event) {
 		}
 	case WorkerCompletion:
 		c := ev.Completion
-		m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, c.CachedTokens
+		m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, int32(c.CachedTokens)
 		m.rec.PrefillDone = true
 		m.rec.done(c)
 		m.prefillEnded = true
@@ -447,8 +451,11 @@ func (m *Machine) reject(ev WorkerRejection) {
 
 // transferTokens is the size of the transfer the source models.
 func (m *Machine) transferTokens() int {
-	s := &m.spec
-	return engine.TransferTokens(s.TransferMode, len(m.req().Tokens), m.rec.Missing)
+	mode := engine.TransferFullPrompt
+	if m.missingOnly {
+		mode = engine.TransferDestinationMissing
+	}
+	return engine.TransferTokens(mode, len(m.req().Tokens), int(m.rec.Missing))
 }
 
 // cleanup withdraws the request from both workers: a prefill that holds KV
@@ -482,7 +489,7 @@ func (m *Machine) stepHandoff(ev Event) {
 	case Start:
 		m.submitted = true
 		m.emit(apply(Prefill, m.submitInput(engine.Hold)))
-		if s.Order == DestinationFirst {
+		if m.order == DestinationFirst {
 			m.phase = BootstrapWaiting
 			m.reservePosted = true
 			m.emit(apply(Decode, m.reserveInput()))
@@ -500,7 +507,7 @@ func (m *Machine) stepHandoff(ev Event) {
 		c := ev.Completion
 		if ev.Side == Prefill {
 			m.rec.PrefillDone = true
-			m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, c.CachedTokens
+			m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, int32(c.CachedTokens)
 			if !c.Held {
 				m.prefillEnded = true
 				m.fail(Errored, fmt.Sprintf("prefill on %s ended without holding KV", s.PrefillName))
@@ -514,7 +521,7 @@ func (m *Machine) stepHandoff(ev Event) {
 		m.reject(ev)
 		if ev.Side == Prefill {
 			m.prefillEnded = true
-			if ev.Rejection.Code == engine.RejectHandoffTimeout && s.Order == DestinationFirst {
+			if ev.Rejection.Code == engine.RejectHandoffTimeout && m.order == DestinationFirst {
 				// The bootstrap wait timed out before the decode reserved (a
 				// DestinationReady after it finds nothing to ready).
 				m.emit(apply(Decode, engine.CancelDestination{ID: id}))
@@ -535,7 +542,7 @@ func (m *Machine) stepHandoff(ev Event) {
 		// the transfer, stamped at the reservation (the driver holds the
 		// loop there until the cue comes back). Destination-first: the
 		// engine started it with the hold.
-		if s.Order == SourceFirst && m.phase == Reserved && !m.rec.HoldEnded {
+		if m.order == SourceFirst && m.phase == Reserved && !m.rec.HoldEnded {
 			m.emit(apply(Prefill, engine.StartTransfer{ID: id, Tokens: m.transferTokens()}))
 		}
 
@@ -601,7 +608,7 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 			// and no decode is asked for.
 			return
 		}
-		if s.Order == DestinationFirst {
+		if m.order == DestinationFirst {
 			// The transfer starts with the hold; the decode connects now
 			// and waits for the outcome.
 			m.phase = Transferring
@@ -625,8 +632,8 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 	case engine.EventDecodeWaitStart:
 		m.rec.WaitSeen, m.rec.WaitStart = true, e.At
 	case engine.EventDecodeReserved:
-		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, e.MissingTokens, e.DurationMs
-		if s.Order == DestinationFirst {
+		m.rec.Reserved, m.rec.ReservedAt, m.rec.Missing, m.rec.DecodeWaitMs = true, e.At, int32(e.MissingTokens), e.DurationMs
+		if m.order == DestinationFirst {
 			if !m.pending {
 				m.phase = PrefillQueued
 				m.emit(apply(Prefill, engine.DestinationReady{ID: id, Tokens: m.transferTokens()}))

@@ -52,7 +52,8 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 			// Step appends to the slice it is given and leaves what it
 			// holds alone.
 			kept := Action{Kind: Connect, Error: "kept"}
-			acts := m.Step(ev, []Action{kept})
+			acts := []Action{kept}
+			m.Step(ev, &acts)
 			if len(acts) == 0 || acts[0] != kept {
 				rt.Fatalf("Step after %T dropped or changed the action it was given: %v", ev, acts)
 			}

@@ -87,7 +87,9 @@ func replay(t *testing.T, transcript string) string {
 			continue
 		}
 		require.NotNil(t, m, "a transcript starts with spec")
-		for _, a := range m.Step(parseEvent(t, f, kv), nil) {
+		var acts []Action
+		m.Step(parseEvent(t, f, kv), &acts)
+		for _, a := range acts {
 			out.WriteString("  " + describe(a) + "\n")
 		}
 		fmt.Fprintf(&out, "  phase %s\n", m.Phase())
