@@ -107,11 +107,10 @@ type Stats struct {
 }
 
 type leg struct {
-	w       *worker
-	tokens  int          // pending prefill tokens charged to w
-	seqs    []kv.SeqHash // shared blocks charged to w
-	blocks  int          // unshared blocks charged to w
-	release bool         // the leg ends at PrefillDone (a disaggregated prefill)
+	w      *worker
+	tokens int          // pending prefill tokens charged to w
+	seqs   []kv.SeqHash // shared blocks charged to w
+	blocks int          // unshared blocks charged to w
 }
 
 type reqState struct {
@@ -121,6 +120,9 @@ type reqState struct {
 	// Route or RouteDisagg), where a leased request is not.
 	id    string
 	keyed bool
+	// split says legs[0] is a disaggregated prefill, which ends at
+	// PrefillDone.
+	split bool
 	// seqs holds the shared blocks a leg charges. It outlives the request,
 	// so the state's next request copies its blocks without allocating.
 	seqs []kv.SeqHash
@@ -561,8 +563,9 @@ func (r *Router) routeDisagg(req *Request, now time.Time, keyed bool) (prefill, 
 	// overlap: its pick needs no index walk.
 	d := r.pick(r.dcands, req, 0, false, false)
 	st := r.newState()
-	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize), release: true}
+	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize)}
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
+	st.split = true
 	r.charge(&st.legs[0])
 	r.charge(&st.legs[1])
 	l = r.track(req.ID, st, now, keyed)
@@ -597,7 +600,7 @@ func (r *Router) prefillDone(st *reqState) {
 		if l.w == nil {
 			continue
 		}
-		if l.release {
+		if i == 0 && st.split {
 			r.release(l)
 			continue
 		}
