@@ -16,6 +16,7 @@ import (
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/internal/idtab"
+	"github.com/kvstrand/mocker/internal/spare"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 	"github.com/kvstrand/mocker/router"
@@ -71,8 +72,8 @@ type Cluster struct {
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
 	spareReqs  retiring[request]
-	spareCalls []*call     // RunVirtual's, likewise (answer)
-	spareExch  []*exchange // likewise (retireExchange)
+	spareCalls spare.List[call] // RunVirtual's, likewise (answer)
+	spareExch  []*exchange      // likewise (retireExchange)
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
+	"github.com/kvstrand/mocker/internal/spare"
 )
 
 // Forensic event names, one per handoff transition (DESIGN §3).
@@ -91,7 +92,7 @@ type forensics struct {
 	// open are the holds that last, by request id; spare are records of
 	// ended ones for the next to use.
 	open    idtab.Table[*Hold]
-	spare   []*Hold
+	spare   spare.List[Hold]
 	longest holdHeap
 	recent  []Hold
 	next    int // ring cursor in recent
@@ -146,9 +147,7 @@ func (f *forensics) record(ev Event) {
 
 func (f *forensics) holdStarted(h Hold) {
 	var p *Hold
-	if n := len(f.spare); n > 0 {
-		p, f.spare = f.spare[n-1], f.spare[:n-1]
-	} else {
+	if p = f.spare.Take(); p == nil {
 		p = new(Hold)
 	}
 	*p = h
@@ -203,7 +202,7 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 	}
 	f.open.Delete(reqID)
 	h := *p
-	f.spare = append(f.spare, p)
+	f.spare.Put(p)
 	if transferred {
 		h.Claimed = true
 	}

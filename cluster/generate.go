@@ -11,6 +11,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/internal/spare"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
@@ -159,8 +160,9 @@ func (m *hashMemo) lookup(tokens []uint32, blockSize int) *kv.Hashes {
 // queued at the instant the request ends, never later: storage retired
 // at retiredAt is reused only once the clock has passed it.
 type retiring[T any] struct {
-	spare, retired []*T
-	retiredAt      float64
+	spare     spare.List[T]
+	retired   []*T
+	retiredAt float64
 }
 
 // promptBuf is one request's prompt storage.
@@ -177,7 +179,10 @@ func (b *promptBuf) reset() {
 // take returns storage retired before modeled time now, or new storage.
 func (s *retiring[T]) take(now float64) *T {
 	s.settle(now)
-	return popSpare(&s.spare)
+	if x := s.spare.Take(); x != nil {
+		return x
+	}
+	return new(T)
 }
 
 // retire gives back storage its request is done with at now.
@@ -190,7 +195,9 @@ func (s *retiring[T]) retire(now float64, x *T) {
 // settle makes spare what was retired before now.
 func (s *retiring[T]) settle(now float64) {
 	if now > s.retiredAt && len(s.retired) > 0 {
-		s.spare = append(s.spare, s.retired...)
+		for _, x := range s.retired {
+			s.spare.Put(x)
+		}
 		clear(s.retired)
 		s.retired = s.retired[:0]
 	}
@@ -559,28 +566,21 @@ func (c *Cluster) answer(h *call, res Result) {
 // keepCall keeps a call of RunVirtual's for a later arrival.
 func (c *Cluster) keepCall(h *call) {
 	if !c.opts.fresh {
-		c.spareCalls = append(c.spareCalls, h)
+		c.spareCalls.Put(h)
 	}
 }
 
 // newCall returns a call for an arrival of RunVirtual's.
-func (c *Cluster) newCall() *call { return popSpare(&c.spareCalls) }
+func (c *Cluster) newCall() *call {
+	if h := c.spareCalls.Take(); h != nil {
+		return h
+	}
+	return new(call)
+}
 
 // newRequest returns a record for an arriving request: an ended one's
 // when there is one.
 func (c *Cluster) newRequest() *request { return c.spareReqs.take(c.v.Now()) }
-
-// popSpare takes the last of spares, or a new T when there is none.
-func popSpare[T any](spares *[]*T) *T {
-	n := len(*spares)
-	if n == 0 {
-		return new(T)
-	}
-	v := (*spares)[n-1]
-	(*spares)[n-1] = nil
-	*spares = (*spares)[:n-1]
-	return v
-}
 
 // recycle keeps the record of a request that just ended for a later
 // arrival, once the clock has passed this instant (retiring): its

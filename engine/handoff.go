@@ -1,6 +1,9 @@
 package engine
 
-import "github.com/kvstrand/mocker/internal/idtab"
+import (
+	"github.com/kvstrand/mocker/internal/idtab"
+	"github.com/kvstrand/mocker/internal/spare"
+)
 
 // Handoffs is implemented by schedulers that take part in disaggregated
 // handoffs, on either side. A Worker finds it by type assertion; a scheduler
@@ -109,7 +112,7 @@ type handoffBook struct {
 	// still pre-empt; certain those of transfers under way.
 	contested deadlineHeap
 	certain   deadlineHeap
-	spare     []*holdRec
+	spare     spare.List[holdRec]
 	seq       uint64
 
 	transferring int
@@ -142,11 +145,8 @@ func (b *handoffBook) fillMetrics(m *Metrics) {
 // blocks, and starts its abort clock: the deadlines count from this moment,
 // never from the request's arrival.
 func (b *handoffBook) startHold(at float64, id uint64, blocks int, events *[]Event) {
-	var h *holdRec
-	if n := len(b.spare); n > 0 {
-		h = b.spare[n-1]
-		b.spare = b.spare[:n-1]
-	} else {
+	h := b.spare.Take()
+	if h == nil {
 		h = &holdRec{}
 	}
 	*h = holdRec{id: id, at: at, blocks: blocks, phase: phaseHeld, idx: -1}
@@ -260,7 +260,7 @@ func (b *handoffBook) endHold(now float64, id uint64, outcome Outcome, reason En
 	b.holds.Delete(id)
 	*events = append(*events, Event{Kind: EventHoldReleased, At: now, RequestID: id, Blocks: h.blocks,
 		Outcome: outcome, Reason: reason, DurationMs: max(0, now-h.at)})
-	b.spare = append(b.spare, h)
+	b.spare.Put(h)
 	b.owner.freeHold(now, id, events)
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
+	"github.com/kvstrand/mocker/internal/spare"
 	"github.com/kvstrand/mocker/perf"
 )
 
@@ -125,7 +126,7 @@ type SGLang struct {
 	// slot.
 	activated []*sgReq
 	byID      idtab.Table[*sgReq]
-	spare     []*sgReq
+	spare     spare.List[sgReq]
 	arenas    hashArenas // the hash storage of recycled requests
 	batch     []*sgReq   // this pass's extend or decode batch
 
@@ -217,9 +218,7 @@ func NewSGLang(args Args, model perf.Model, seed uint64) (*SGLang, error) {
 }
 
 func (g *SGLang) newReq() *sgReq {
-	if n := len(g.spare); n > 0 {
-		r := g.spare[n-1]
-		g.spare = g.spare[:n-1]
+	if r := g.spare.Take(); r != nil {
 		return r
 	}
 	return &sgReq{last: noSlot}
@@ -228,7 +227,7 @@ func (g *SGLang) newReq() *sgReq {
 func (g *SGLang) recycle(r *sgReq) {
 	g.byID.Delete(r.id)
 	*r = sgReq{reqCore: r.recycled(&g.arenas), pages: r.pages[:0], last: noSlot, state: sgDone}
-	g.spare = append(g.spare, r)
+	g.spare.Put(r)
 }
 
 // Submit implements Scheduler. On a prefill worker a Hold request is the

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/kvstrand/mocker/internal/idtab"
+	"github.com/kvstrand/mocker/internal/spare"
 	"github.com/kvstrand/mocker/perf"
 )
 
@@ -105,7 +106,7 @@ type VLLM struct {
 	active  []*seq
 	ranks   uint64
 	byID    idtab.Table[*seq]
-	spare   []*seq
+	spare   spare.List[seq]
 	arenas  hashArenas // the hash storage of recycled requests
 	// blockLists are spare block lists (see blockRoom).
 	blockLists [][]int32
@@ -244,9 +245,7 @@ func (v *VLLM) hashBlock() int {
 }
 
 func (v *VLLM) newSeq() *seq {
-	if n := len(v.spare); n > 0 {
-		s := v.spare[n-1]
-		v.spare = v.spare[:n-1]
+	if s := v.spare.Take(); s != nil {
 		return s
 	}
 	return &seq{}
@@ -262,7 +261,7 @@ func (v *VLLM) recycle(s *seq) {
 	v.byID.Delete(s.id)
 	v.giveBlockList(s)
 	*s = seq{reqCore: s.recycled(&v.arenas), state: stDone}
-	v.spare = append(v.spare, s)
+	v.spare.Put(s)
 }
 
 // Submit implements Scheduler.

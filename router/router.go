@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/kvstrand/mocker/internal/spare"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router/indexer"
 )
@@ -187,7 +188,7 @@ type Router struct {
 	// a map that churns through a request per route then moves 24-byte
 	// entries, not whole states.
 	reqs        map[string]*reqState
-	spareStates []*reqState
+	spareStates spare.List[reqState]
 	// inflight counts the requests tracked, by id or by lease.
 	inflight int
 	stats    Stats
@@ -683,16 +684,14 @@ func (r *Router) expire(now time.Time) {
 // newState returns an unused request state, with no legs, to fill in
 // and track.
 func (r *Router) newState() *reqState {
-	if len(r.spareStates) == 0 {
+	if r.spareStates.Len() == 0 {
 		// More requests in flight than ever: states come 64 at a time.
 		slab := make([]reqState, 64)
 		for i := range slab {
-			r.spareStates = append(r.spareStates, &slab[i])
+			r.spareStates.Put(&slab[i])
 		}
 	}
-	st := r.spareStates[len(r.spareStates)-1]
-	r.spareStates = r.spareStates[:len(r.spareStates)-1]
-	return st
+	return r.spareStates.Take()
 }
 
 // track starts tracking a routed request, whose state st came from
@@ -737,7 +736,7 @@ func (r *Router) untrack(st *reqState) {
 		seqs = nil
 	}
 	*st = reqState{seqs: seqs[:0]}
-	r.spareStates = append(r.spareStates, st)
+	r.spareStates.Put(st)
 }
 
 // expireRequests drops from load tracking every request routed
