@@ -72,8 +72,8 @@ type Cluster struct {
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
 	spareReqs  retiring[request]
-	spareCalls spare.List[call] // RunVirtual's, likewise (answer)
-	spareExch  []*exchange      // likewise (retireExchange)
+	spareCalls spare.List[call]     // RunVirtual's, likewise (answer)
+	spareExch  spare.List[exchange] // likewise (retireExchange)
 	// snap, when set, takes RunVirtual's figures once the loop has
 	// processed every event up to the last result's instant (it is given
 	// the next event's time) and reports whether it did.

@@ -65,9 +65,7 @@ type exchangeState struct {
 // newExchange returns an exchange for a new connection: an ended one's
 // when there is one.
 func (c *Cluster) newExchange() *exchange {
-	if n := len(c.spareExch); n > 0 {
-		x := c.spareExch[n-1]
-		c.spareExch = c.spareExch[:n-1]
+	if x := c.spareExch.Take(); x != nil {
 		return x
 	}
 	x := new(exchange)
@@ -97,7 +95,7 @@ func (c *Cluster) exchange(tid uint64) *exchange {
 func (c *Cluster) retireExchange(x *exchange) {
 	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exchange(x.tid) != x {
 		x.exchangeState = exchangeState{}
-		c.spareExch = append(c.spareExch, x)
+		c.spareExch.Put(x)
 	}
 }
 
