@@ -370,7 +370,8 @@ func (m *Machine) Record() *Record { return &m.rec }
 func (m *Machine) Finished() bool { return m.finished }
 
 // Step applies one event and appends the actions it calls for, in order,
-// to *dst.
+// to *dst, which must not be nil. A driver that steps many machines keeps
+// one slice for all their actions and passes its address.
 func (m *Machine) Step(ev Event, dst *[]Action) {
 	if m.finished {
 		return
