@@ -46,16 +46,16 @@ type seq struct {
 	computed int // tokens whose KV is computed (num_computed_tokens)
 	stored   int // leading blocks that carry their sequence hash
 	// Contributions to the current pass, refunded if the seq is preempted
-	// later in the same pass.
+	// later in the same pass (passISL and passPrefix too). Token counts
+	// fit in 32 bits: a sequence is no longer than the pool holds.
 	passID     uint64
-	passTokens int
+	passTokens int32
+	preempts   int32
 	blocks     []int32
 	reqCore
-	preempts   int
-	passISL    float64
-	passPrefix float64
-	from       uint64
-	rank       uint64 // orders the running set (VLLM.run)
+	passISL, passPrefix int32
+	from                uint64
+	rank                uint64 // orders the running set (VLLM.run)
 }
 
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
@@ -697,7 +697,7 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 
 	v.budget -= desired
 	v.passStart(s)
-	s.passTokens += desired
+	s.passTokens += int32(desired)
 	if remaining > 1 || s.out == 0 {
 		s.passPrefill = true
 		v.prefillToks += desired
@@ -707,11 +707,10 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		promptTokens := min(effective+desired, s.prompt) - min(effective, s.prompt)
 		if !v.decodeWorker && promptTokens > 0 {
 			s.passBatch = true
-			s.passISL = float64(effective + promptTokens)
-			s.passPrefix = float64(effective)
+			s.passISL, s.passPrefix = int32(effective+promptTokens), int32(effective)
 			v.batch++
-			v.sumISL += s.passISL
-			v.sumPrefix += s.passPrefix
+			v.sumISL += float64(s.passISL)
+			v.sumPrefix += float64(s.passPrefix)
 		}
 	} else {
 		v.decodeToks += desired
@@ -791,16 +790,16 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 	n := len(s.blocks)
 	v.freeBlocks(s)
 	if s.passID == v.passID && s.passTokens > 0 {
-		v.budget += s.passTokens
+		v.budget += int(s.passTokens)
 		if s.passPrefill {
-			v.prefillToks -= s.passTokens
+			v.prefillToks -= int(s.passTokens)
 			if s.passBatch {
 				v.batch--
-				v.sumISL -= s.passISL
-				v.sumPrefix -= s.passPrefix
+				v.sumISL -= float64(s.passISL)
+				v.sumPrefix -= float64(s.passPrefix)
 			}
 		} else {
-			v.decodeToks -= s.passTokens
+			v.decodeToks -= int(s.passTokens)
 		}
 		s.passTokens = 0
 	}
@@ -1099,7 +1098,7 @@ func (v *VLLM) slotsReserved() int {
 // MaxTokens, ended it.
 func (v *VLLM) finish(s *seq, end float64, out *Output) {
 	c := s.completion(end)
-	c.Preemptions, c.Held, c.Truncated = s.preempts, s.policy == Hold, s.out < s.maxOut
+	c.Preemptions, c.Held, c.Truncated = int(s.preempts), s.policy == Hold, s.out < s.maxOut
 	out.Completions = append(out.Completions, c)
 	if s.policy == Hold {
 		v.pool.holdAll(s.blocks)

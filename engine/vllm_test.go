@@ -3,6 +3,7 @@ package engine
 import (
 	"slices"
 	"testing"
+	"unsafe"
 
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
@@ -560,4 +561,13 @@ func TestVLLM_GeneratedBlocksAreStored(t *testing.T) {
 		}
 	}
 	assert.Equal(t, want, got)
+}
+
+// TestVLLM_SeqFillsItsSizeClass: a seq is the 256 bytes its layout
+// comment counts on. Objects of that size class start on a cache line, so
+// a decode pass over a running request reads its first two lines; a seq of
+// 257 bytes or more goes to the 288-byte class, whose objects straddle
+// lines.
+func TestVLLM_SeqFillsItsSizeClass(t *testing.T) {
+	assert.Equal(t, uintptr(256), unsafe.Sizeof(seq{}), "seq's size: see the comment on its fields")
 }
