@@ -94,14 +94,8 @@ func (contextModel) DecodeMs(batch int, active, total, contextLen float64) float
 // charged first, that request would keep the recompute waiting a pass
 // longer. The worker with its shortcuts and the one without must agree.
 func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
-	args := smallArgs(56, func(a *Args) {
-		a.WorkerType = WorkerDecode
-		a.BlockSize = 8
-		a.EnablePrefixCaching = false
-		a.MaxNumSeqs = intp(3)
-		a.MaxNumBatchedTokens = intp(3)
+	args := budget3Decode(56, 8, func(a *Args) {
 		a.MaxModelLen = intp(157)
-		a.PreemptionMode = PreemptFIFO
 		a.EnableChunkedPrefill = false
 	})
 	schedule := []scheduled{
@@ -144,15 +138,7 @@ func TestVLLM_NoCoastingWithChunkedPrefillOff(t *testing.T) {
 // have taken a step from the recompute. The worker with its shortcuts and
 // the one without must agree.
 func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
-	args := smallArgs(30, func(a *Args) {
-		a.WorkerType = WorkerDecode
-		a.BlockSize = 16
-		a.EnablePrefixCaching = false
-		a.MaxNumSeqs = intp(3)
-		a.MaxNumBatchedTokens = intp(3)
-		a.PreemptionMode = PreemptFIFO
-		a.EnableChunkedPrefill = true
-	})
+	args := budget3Decode(30, 16, func(a *Args) { a.EnableChunkedPrefill = true })
 	schedule := []scheduled{
 		{2.9886123600881547, &Reserve{Request: Request{ID: 0, Tokens: seqTokens(0, 12), MaxTokens: 13}}},
 		{4.9375, Activate{ID: 0}},
@@ -186,6 +172,20 @@ func TestVLLM_NoCoastingAfterARefund(t *testing.T) {
 	}
 	p := replayShortcutPair(t, args, schedule)
 	require.Positive(t, p.coasted, "no request coasted: the schedule no longer tests coasting")
+}
+
+// budget3Decode is the decode worker the replayed schedules ran on: blocks
+// blocks of blockSize tokens, no prefix caching, at most three sequences
+// and three tokens a pass, FIFO preemption; then mod.
+func budget3Decode(blocks, blockSize int, mod func(*Args)) Args {
+	return smallArgs(blocks, func(a *Args) {
+		a.WorkerType = WorkerDecode
+		a.BlockSize = blockSize
+		a.EnablePrefixCaching = false
+		a.MaxNumSeqs = intp(3)
+		a.MaxNumBatchedTokens = intp(3)
+		a.PreemptionMode = PreemptFIFO
+	}, mod)
 }
 
 // scheduled is one input of a replayed schedule, gap ms after the one
