@@ -132,11 +132,12 @@ func (l *viewLog) begin() (wrapped bool) {
 	}
 	// Deleted one by one: clearing the set's table would cost its size,
 	// that of the longest gone list yet, every pass. So are the bits,
-	// while that is cheaper than clearing them all.
+	// while that is cheaper than clearing them all: a few hashes' worth,
+	// since the words clear a cache line at a time.
 	for _, h := range l.gone[:l.goneIn] {
 		l.goneSet.Delete(h)
 	}
-	if l.bitsIn < goneWords {
+	if l.bitsIn < goneWords/16 {
 		for _, h := range l.gone[:l.bitsIn] {
 			w, _ := goneBit(h)
 			l.goneBits[w] = 0

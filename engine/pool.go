@@ -122,9 +122,12 @@ type blockPool struct {
 	ev kvRecorder
 	// vl is what KVView needs to answer as a router fed ev's events
 	// would; visible counts the blocks such a router holds, those indexed
-	// and not hidden.
+	// and not hidden. They are kept only while viewed: a pool that
+	// announces no blocks (a decode worker's) offers no view, and its
+	// evictions and passes skip the log.
 	vl      viewLog
 	visible int
+	viewed  bool
 
 	// slow holds allocN's evicted blocks that need unlink.
 	slow []int32
@@ -148,7 +151,10 @@ const (
 // index places hashes by their low bits).
 func forkBucket(parent kv.SeqHash) uint16 { return uint16(uint64(parent) >> (64 - forkBits)) }
 
-func newBlockPool(total int, emit bool) *blockPool {
+// newBlockPool builds a pool of total blocks. announce says whether it
+// announces its blocks (KV events, a view): a decode worker's, or one with
+// prefix caching off, does not.
+func newBlockPool(total int, announce bool) *blockPool {
 	// Room for twice the blocks, so that a compaction, which leaves at
 	// most every block, frees at least half the ring.
 	ring := 1
@@ -163,8 +169,9 @@ func newBlockPool(total int, emit bool) *blockPool {
 		lruMask: uint32(ring - 1),
 		lruHead: 1,
 		lruTail: 1,
-		ev:      kvRecorder{emit: emit},
+		ev:      kvRecorder{emit: announce},
 		vl:      newViewLog(),
+		viewed:  announce,
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
 	for i := range p.free {
@@ -411,7 +418,9 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 			removed[i] = blocks[s].hash
 		}
 	}
-	p.visible -= p.vl.evictedAll(blocks, evicted)
+	if p.viewed {
+		p.visible -= p.vl.evictedAll(blocks, evicted)
+	}
 	// Most evicted blocks end their run (a child leaves the LRU no later
 	// than its parent): the block before them then does. The others wait
 	// for unlink, after the loop.
@@ -673,7 +682,7 @@ func (p *blockPool) extendRun(slots []int32, hs []kv.SeqHash, i int, cp int32, s
 // beginPass starts a pass: the last pass's stores and evictions are now
 // the router's, if it has all the events.
 func (p *blockPool) beginPass() {
-	if p.vl.begin() {
+	if p.viewed && p.vl.begin() {
 		for i := range p.blocks {
 			p.blocks[i].stamp &= hiddenBit
 		}
@@ -781,7 +790,7 @@ func (p *blockPool) audit() error {
 	switch {
 	case heads != p.index.n || runHeads != heads:
 		err = fmt.Errorf("index counts %d entries, holds %d; %d runs", p.index.n, heads, runHeads)
-	case visible != p.visible || freshVisible != p.vl.freshVisible:
+	case p.viewed && (visible != p.visible || freshVisible != p.vl.freshVisible):
 		err = fmt.Errorf("a router holds %d blocks (%d of the last pass) by the counters, %d (%d) by a recount",
 			p.visible, p.vl.freshVisible, visible, freshVisible)
 	}

@@ -21,7 +21,7 @@ func (p *blockPool) alloc() (int32, bool) {
 		p.unlink(s)
 		b := &p.blocks[s]
 		p.ev.removed(b.hash)
-		if !b.hidden() {
+		if p.viewed && !b.hidden() {
 			p.visible--
 			p.vl.evicted(b.hash, b.pass())
 		}

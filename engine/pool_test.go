@@ -348,3 +348,27 @@ func TestPool_ReleaseBatchMakesRoomInTheRing(t *testing.T) {
 		}
 	}
 }
+
+// TestPool_OnlyAnAnnouncingPoolLogsEvictions: a pass's evictions of blocks
+// a router holds go to the view log of a pool that announces its blocks. A
+// decode worker's pool offers no view: it keeps neither the log nor the
+// view's counters, and its audit does not ask for them.
+func TestPool_OnlyAnAnnouncingPoolLogsEvictions(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		p := newBlockPool(2, announce)
+		a := storedBlock(t, p, 0xa)
+		b := storedBlock(t, p, 0xb)
+		p.release(a)
+		p.release(b)
+		p.beginPass() // a and b are now the router's, if it is fed
+		got := p.allocN(nil, 2)
+		require.Len(t, got, 2, "both inactive blocks are evicted")
+		if announce {
+			assert.ElementsMatch(t, []kv.SeqHash{0xa, 0xb}, p.vl.gone, "the view answers for the evicted blocks")
+			assert.Equal(t, 0, p.visible)
+		} else {
+			assert.Empty(t, p.vl.gone, "no view, no log")
+		}
+		require.NoError(t, p.audit())
+	}
+}
