@@ -40,7 +40,8 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 // prefix) and 100 output tokens, full handoff through the in-memory link,
 // arrivals faster than decode serves them so that holds queue and some
 // abort. It reports simulated requests per CPU second of the whole
-// process (sim_req/cpu_s) and allocation per request, in two regimes:
+// process (sim_req/cpu_s), allocation per request, and the page faults per
+// request (faults/op) the run took, in two regimes:
 //
 //   - steady: an arrival every 12 ms, about the fastest the cluster
 //     serves in a steady state. Decode is saturated and about half the
@@ -54,6 +55,14 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 //     through the run, every queued request keeps its records, and the
 //     cost per request grows with b.N: compare versions at one fixed
 //     -benchtime=Nx.
+//
+// The first run in a process takes its heap's pages from the kernel as it
+// touches them, about a page fault per 4 KiB of what it allocates (the
+// results alone are 184 bytes a request); a later run (-count) reuses
+// them and faults almost never. How much CPU a fault costs is the
+// machine's: under a microsecond on bare metal, ten or more in some
+// virtual machines, where it is a sixth of the first run's time. faults/op
+// tells the two apart; compare versions at the same -count.
 //
 // GAP_MS=x adds a run at that gap (GAP_MS=2 is deep saturation).
 func BenchmarkVirtualDisagg(b *testing.B) {
@@ -88,7 +97,7 @@ func benchmarkVirtualDisagg(b *testing.B, gapMs float64) {
 		arr[i] = Arrival{AtMs: float64(i) * gapMs, Request: Request{Tokens: ring[i%prompts], MaxTokens: 100}}
 	}
 	b.ReportAllocs()
-	cpu0 := cputime.Self()
+	cpu0, faults0 := cputime.Self(), cputime.Faults()
 	b.ResetTimer()
 	run, err := RunVirtual(cfg, arr, VirtualOptions{})
 	b.StopTimer()
@@ -98,6 +107,7 @@ func benchmarkVirtualDisagg(b *testing.B, gapMs float64) {
 	if cpu := cputime.Self() - cpu0; cpu > 0 {
 		b.ReportMetric(float64(b.N)/cpu.Seconds(), "sim_req/cpu_s")
 	}
+	b.ReportMetric(float64(cputime.Faults()-faults0)/float64(b.N), "faults/op")
 	s := run.Stats
 	if s.Errored > 0 || s.Completed == 0 {
 		b.Fatalf("completed %d, errored %d", s.Completed, s.Errored)
