@@ -31,5 +31,5 @@ func Faults() int64 {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return ru.Minflt + ru.Majflt
+	return int64(ru.Minflt) + int64(ru.Majflt) // 32 bits on some systems
 }
