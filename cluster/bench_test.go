@@ -57,12 +57,12 @@ func BenchmarkGenerate_Disagg(b *testing.B) {
 //     -benchtime=Nx.
 //
 // The first run in a process takes its heap's pages from the kernel as it
-// touches them, about a page fault per 4 KiB of what it allocates (the
-// results alone are 184 bytes a request); a later run (-count) reuses
-// them and faults almost never. How much CPU a fault costs is the
-// machine's: under a microsecond on bare metal, ten or more in some
-// virtual machines, where it is a sixth of the first run's time. faults/op
-// tells the two apart; compare versions at the same -count.
+// touches them, about a page fault per 4 KiB of what it allocates (half of
+// it the results, a Result a request); a later run (-count) reuses them
+// and faults almost never. How much CPU a fault costs is the machine's:
+// under a microsecond on bare metal, ten or more in some virtual machines,
+// where it is a sixth of the first run's time. faults/op tells the two
+// apart; compare versions at the same -count.
 //
 // GAP_MS=x adds a run at that gap (GAP_MS=2 is deep saturation).
 func BenchmarkVirtualDisagg(b *testing.B) {

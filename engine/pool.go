@@ -122,9 +122,11 @@ type blockPool struct {
 	ev kvRecorder
 	// vl is what KVView needs to answer as a router fed ev's events
 	// would; visible counts the blocks such a router holds, those indexed
-	// and not hidden. They are kept only while viewed: a pool that
-	// announces no blocks (a decode worker's) offers no view, and its
-	// evictions and passes skip the log.
+	// and not hidden. They hold only while viewed: a pool that announces
+	// no blocks (a decode worker's) offers no view, and its evictions and
+	// passes skip the log (its stores still count visible, unread). viewed
+	// is not ev.emit, which a worker told to omit its events turns off
+	// while still offering the view.
 	vl      viewLog
 	visible int
 	viewed  bool
