@@ -31,5 +31,5 @@ func Faults() int64 {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
 	}
-	return int64(ru.Minflt) + int64(ru.Majflt) // 32 bits on some systems
+	return int64(ru.Minflt) + int64(ru.Majflt) //nolint:unconvert // int32 on linux/386 and freebsd/386
 }
