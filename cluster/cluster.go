@@ -17,6 +17,7 @@ import (
 	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/internal/spare"
+	"github.com/kvstrand/mocker/internal/timescale"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 	"github.com/kvstrand/mocker/router"
@@ -40,11 +41,13 @@ type Cluster struct {
 	// names names requests for the router.
 	names reqNames
 
-	// clock paces the loop; nil runs it as fast as the CPU allows.
-	clock   *wallClock
-	speedup float64
-	opts    options
-	link    transferLink
+	// scale relates the loop's modeled time to the wall clock's; pace
+	// holds the loop back to the wall clock, and is nil for a loop that
+	// runs as fast as the CPU allows.
+	scale timescale.Scale
+	pace  *timescale.Pacer
+	opts  options
+	link  transferLink
 
 	// Everything below is owned by the loop goroutine.
 	v        *engine.Virtual
@@ -110,9 +113,8 @@ type Cluster struct {
 
 	nowBits  atomic.Uint64 // the loop's modeled now
 	nextBits atomic.Uint64 // its next event's time (+Inf: none)
-	lag      lagMeter
-	heldPub  atomic.Int64 // held blocks now, as the loop last published
-	peakPub  atomic.Int64 // peak held blocks
+	heldPub  atomic.Int64  // held blocks now, as the loop last published
+	peakPub  atomic.Int64  // peak held blocks
 	started  time.Time
 }
 
@@ -223,7 +225,7 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		log:      log,
 		router:   rt,
 		byRole:   make(map[engine.WorkerType][]*workerNode),
-		speedup:  speedup(res.pools[0].args),
+		scale:    scaleOf(res.pools[0].args),
 		forensic: newForensics(log),
 		opts:     opts,
 		mail:     make(chan message, 1024),
@@ -269,7 +271,7 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		}
 	}
 	if !opts.virtual {
-		c.clock = &wallClock{start: time.Now(), speedup: c.speedup}
+		c.pace = timescale.NewPacer(paceSlack)
 	}
 	if !opts.stepped {
 		go c.run()
@@ -358,6 +360,10 @@ func roleName(r engine.WorkerType) string {
 // Name is the cluster's registry name.
 func (c *Cluster) Name() string { return c.cfg.Name }
 
+// Scale relates the cluster's modeled time to script time: its workers'
+// speedup_ratio.
+func (c *Cluster) Scale() timescale.Scale { return c.scale }
+
 // Config is the configuration the cluster runs with, defaults applied.
 func (c *Cluster) Config() Config { return c.cfg }
 
@@ -365,11 +371,11 @@ func (c *Cluster) Config() Config { return c.cfg }
 // the wall clock while the loop waits for its next event.
 func (c *Cluster) Now() float64 {
 	now := math.Float64frombits(c.nowBits.Load())
-	if c.clock == nil {
+	if c.pace == nil {
 		return now
 	}
 	next := math.Float64frombits(c.nextBits.Load())
-	return max(now, min(c.clock.modeled(), next))
+	return max(now, min(c.wallModeled(), next))
 }
 
 // HeldBlocks reports the blocks held across the cluster now and at the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/internal/jsonval"
+	"github.com/kvstrand/mocker/internal/timescale"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -356,7 +357,7 @@ func (c Config) SpeedupRatio() (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return speedup(r.pools[0].args), nil
+	return scaleOf(r.pools[0].args).Ratio(), nil
 }
 
 // resolve applies defaults and validates cfg, naming the field at fault.
@@ -485,7 +486,7 @@ func resolve(cfg Config) (resolved, error) {
 		if _, ok := first.own["speedup_ratio"]; ok {
 			a, b = first, p
 		}
-		if speedup(p.args) != speedup(first.args) {
+		if scaleOf(p.args) != scaleOf(first.args) {
 			return r, fmt.Errorf("%s.speedup_ratio: %v differs from %s.speedup_ratio %v; the workers of one cluster share one modeled clock",
 				a.path, a.args.SpeedupRatio, b.path, b.args.SpeedupRatio)
 		}
@@ -498,12 +499,8 @@ func resolve(cfg Config) (resolved, error) {
 	return r, nil
 }
 
-func speedup(a engine.Args) float64 {
-	if a.SpeedupRatio <= 0 {
-		return 1
-	}
-	return a.SpeedupRatio
-}
+// scaleOf is the time scale of a worker's args.
+func scaleOf(a engine.Args) timescale.Scale { return timescale.New(a.SpeedupRatio) }
 
 // poolArgs layers the laptop defaults, the cluster's args, the pool's args
 // and the role, and names any error by the layer that set the field.

@@ -89,7 +89,10 @@
 //
 // Every time a Result, an event or Stats reports is modeled time. New's
 // loop is paced against the wall clock: it processes the events of modeled
-// time t once the wall clock reaches t / speedup_ratio since New. A request
+// time t once the wall clock reaches t / speedup_ratio since New (the
+// relation and its rounding are internal/timescale's Scale, the pacing its
+// Pacer, which the harness's paced clock and the distributed worker use
+// too). A request
 // from Generate arrives at the loop's modeled now: the wall clock's modeled
 // time while the loop keeps up, never a time the loop has already passed.
 // Every later step of a request is an event on the same queue, so no

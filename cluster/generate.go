@@ -258,7 +258,7 @@ const holdMax = 100 * time.Millisecond
 // the instant the last one ended. On a virtual or stepped cluster it is
 // Generate (the zero TimeHold).
 func (c *Cluster) GenerateHoldingTime(ctx context.Context, req Request, prev TimeHold) (Result, TimeHold) {
-	if c.clock == nil || c.opts.stepped || c.remote {
+	if c.pace == nil || c.opts.stepped || c.remote {
 		// Remote workers keep their own clocks: nothing here to hold.
 		c.ReleaseTime(prev)
 		return c.Generate(ctx, req), TimeHold{}
@@ -536,7 +536,7 @@ func (c *Cluster) reply(r *request, res Result) {
 	h := r.h
 	if h != nil {
 		c.unwatch(h)
-		if h.wantHold && c.clock != nil && !c.stopping {
+		if h.wantHold && c.pace != nil && !c.stopping {
 			h.hold = c.takeHold()
 		}
 	}

@@ -3,7 +3,6 @@ package cluster
 import (
 	"fmt"
 	"math"
-	"sync/atomic"
 	"time"
 )
 
@@ -153,24 +152,17 @@ func (c *Cluster) run() {
 		switch {
 		case ok && !blocked:
 			stuckSince = time.Time{}
-			if c.clock != nil && !c.stopping && at > c.v.Now() && c.holding() {
+			if c.pace != nil && !c.stopping && at > c.v.Now() && c.holding() {
 				// A caller acts on a result: modeled time waits for it.
 				timer.Reset(holdMax - time.Since(c.holdTouch))
 				wake = timer.C
 				break
 			}
-			if c.clock != nil && !c.stopping {
-				d := c.clock.wallAt(at) - c.clock.elapsed()
-				if d > paceSlack {
-					c.lag.caughtUp()
+			if c.pace != nil && !c.stopping {
+				if d := c.pace.Until(c.scale.Script(at)); d > 0 {
 					timer.Reset(d)
 					wake = timer.C
 					break
-				}
-				if d < 0 {
-					c.lag.observe(-d)
-				} else {
-					c.lag.caughtUp()
 				}
 			}
 			c.advance(at)
@@ -242,8 +234,8 @@ func (c *Cluster) publish() (at float64, blocked, ok bool) {
 // modeled time, but never before what the loop has processed nor past its
 // next event.
 func (c *Cluster) stamp() float64 {
-	if c.clock != nil && !c.stopping && !c.holding() {
-		c.v.AdvanceTo(c.clock.modeled())
+	if c.pace != nil && !c.stopping && !c.holding() {
+		c.v.AdvanceTo(c.wallModeled())
 	}
 	return c.v.Now()
 }
@@ -304,36 +296,9 @@ func (c *Cluster) accept(m arriveMsg) {
 	}
 }
 
-// wallClock maps modeled time to the wall clock: modeled = wall since start
-// × speedup.
-type wallClock struct {
-	start   time.Time
-	speedup float64
-}
-
-func (w *wallClock) elapsed() time.Duration { return time.Since(w.start) }
-
-func (w *wallClock) modeled() float64 {
-	return float64(time.Since(w.start)) / float64(time.Millisecond) * w.speedup
-}
-
-func (w *wallClock) wallAt(modeled float64) time.Duration {
-	return time.Duration(modeled / w.speedup * float64(time.Millisecond))
-}
-
-// lagMeter records how far the paced loop ran behind the wall clock.
-type lagMeter struct {
-	now, peak atomic.Int64 // ns
-}
-
-func (l *lagMeter) observe(d time.Duration) {
-	l.now.Store(int64(d))
-	if int64(d) > l.peak.Load() {
-		l.peak.Store(int64(d))
-	}
-}
-
-func (l *lagMeter) caughtUp() { l.now.Store(0) }
+// wallModeled is the modeled time the wall clock has reached on a paced
+// loop.
+func (c *Cluster) wallModeled() float64 { return c.scale.Modeled(c.pace.Elapsed()) }
 
 // LagReport says how far the paced loop fell behind the wall clock over
 // the cluster's life so far.
@@ -352,7 +317,13 @@ func (l LagReport) Excessive() bool { return l.RunMs > 0 && l.PeakMs > 0.1*l.Run
 // Lag reports the loop's lag (zero for a virtual cluster).
 func (c *Cluster) Lag() LagReport {
 	now, peak := c.ClockLag()
-	return LagReport{PeakMs: ms(peak), NowMs: ms(now), RunMs: ms(time.Since(c.started))}
+	return NewLagReport(now, peak, time.Since(c.started))
+}
+
+// NewLagReport is the report of a clock that runs now behind the wall
+// clock, at most peak, over run of wall time.
+func NewLagReport(now, peak, run time.Duration) LagReport {
+	return LagReport{PeakMs: ms(peak), NowMs: ms(now), RunMs: ms(run)}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -363,5 +334,8 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 // modeled result changes), and the script's wall-clock pacing then offers
 // less modeled load than it says. Zero for a virtual cluster.
 func (c *Cluster) ClockLag() (now, peak time.Duration) {
-	return time.Duration(c.lag.now.Load()), time.Duration(c.lag.peak.Load())
+	if c.pace == nil {
+		return 0, 0
+	}
+	return c.pace.Lag()
 }

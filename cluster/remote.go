@@ -8,6 +8,7 @@ import (
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/internal/timescale"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -146,7 +147,7 @@ type RemoteHost struct{ c *Cluster }
 // Epoch is the wall-clock instant of the cluster's modeled time 0, and
 // Speedup its speedup_ratio: modeled ms = (wall − Epoch) in ms × Speedup.
 // A transport maps its workers' clocks onto this one.
-func (h *RemoteHost) Epoch() (time.Time, float64) { return h.c.started, h.c.speedup }
+func (h *RemoteHost) Epoch() (time.Time, timescale.Scale) { return h.c.started, h.c.scale }
 
 // Pools are the cluster's pools after defaults: the roles a joining
 // worker may have, with the args (block_size, speedup_ratio, engine) it
@@ -397,7 +398,9 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	c.v = engine.NewVirtual()
 	c.started = time.Now()
 	if !c.opts.virtual {
-		c.clock = &wallClock{start: c.started, speedup: c.speedup}
+		// The workers take their modeled clocks from the same instant
+		// (Epoch).
+		c.pace = timescale.NewPacerAt(c.started, paceSlack)
 	}
 	// Workers outlive a cluster and may serve several: request and
 	// transfer ids start from the clock (a thousand per ms, wrapping after
@@ -486,8 +489,8 @@ func (c *Cluster) join(info RemoteInfo, rw RemoteWorker) error {
 		return fmt.Errorf("worker %s refused: engine %s, but the cluster's is %s", info.Name, a.EngineType, c.cfg.Engine)
 	case a.BlockSize != p.args.BlockSize:
 		return fmt.Errorf("worker %s refused: block_size %d differs from the cluster's %d", info.Name, a.BlockSize, p.args.BlockSize)
-	case speedup(a) != c.speedup:
-		return fmt.Errorf("worker %s refused: speedup_ratio %g differs from the cluster's %g", info.Name, speedup(a), c.speedup)
+	case scaleOf(a) != c.scale:
+		return fmt.Errorf("worker %s refused: speedup_ratio %g differs from the cluster's %g", info.Name, scaleOf(a).Ratio(), c.scale.Ratio())
 	case a.DPSize > 1:
 		return fmt.Errorf("worker %s refused: dp_size %d; distributed workers run one rank each", info.Name, a.DPSize)
 	}

@@ -5,11 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"time"
 
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/internal/timescale"
 )
 
 // A stepped cluster is the cluster's loop driven by an outside clock, such
@@ -132,8 +132,8 @@ func (c *Cluster) SetActivity(activity func() uint64) {
 // time.Duration offsets sees it (the harness's Participant): an offset on
 // the clock is modeled time / speedup.
 type ClockParticipant struct {
-	c       *Cluster
-	speedup float64
+	c     *Cluster
+	scale timescale.Scale
 	// The next event as last reported: the clock wakes the cluster at an
 	// offset rounded up to whole nanoseconds, which must still reach the
 	// event once converted back.
@@ -142,16 +142,17 @@ type ClockParticipant struct {
 	nextMs float64
 }
 
-// ClockParticipant returns c as a participant of a clock on which one
-// unit of time is speedup units of modeled time (speedup > 0).
-func (c *Cluster) ClockParticipant(speedup float64) *ClockParticipant {
-	return &ClockParticipant{c: c, speedup: speedup}
+// ClockParticipant returns c as a participant of a clock whose time is
+// script time on the cluster's scale (one unit of it is speedup_ratio
+// units of modeled time).
+func (c *Cluster) ClockParticipant() *ClockParticipant {
+	return &ClockParticipant{c: c, scale: c.scale}
 }
 
 // Settle settles the cluster at the clock's offset now: at the modeled
 // time it maps to, or at the event the clock was asked to wake it for.
 func (p *ClockParticipant) Settle(now time.Duration) {
-	ms := float64(now) / float64(time.Millisecond) * p.speedup
+	ms := p.scale.Modeled(now)
 	if p.has && now >= p.nextAt {
 		ms = max(ms, p.nextMs)
 	}
@@ -167,7 +168,7 @@ func (p *ClockParticipant) Next() (time.Duration, bool) {
 		return 0, false
 	}
 	p.nextMs = ms
-	p.nextAt = time.Duration(math.Ceil(ms / p.speedup * float64(time.Millisecond)))
+	p.nextAt = p.scale.Script(ms)
 	return p.nextAt, true
 }
 

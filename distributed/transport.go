@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/internal/timescale"
 )
 
 func init() { cluster.RegisterTransport(Start) }
@@ -79,7 +80,7 @@ type transport struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	epoch   time.Time
-	speed   float64
+	scale   timescale.Scale
 
 	mu      sync.Mutex
 	workers map[int64]*remote
@@ -141,7 +142,7 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{host: host, log: log, ns: ns, etcd: strings.Join(etcd, ","), ctx: ctx, cancel: cancel,
 		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{}}
-	t.epoch, t.speed = host.Epoch()
+	t.epoch, t.scale = host.Epoch()
 	var err error
 	if t.ec, err = dialEtcd(ctx, etcd); err != nil {
 		cancel()
@@ -418,7 +419,7 @@ func (t *transport) join(reg Registration, args engine.Args) {
 	// A coupled worker starts a fresh engine on the cluster's clock: no
 	// shift.
 	coupled := t.host.Coupled()
-	shift := float64(time.Unix(0, reg.EpochUnixNano).Sub(t.epoch)) / float64(time.Millisecond) * t.speed
+	shift := t.scale.Modeled(time.Unix(0, reg.EpochUnixNano).Sub(t.epoch))
 	if coupled {
 		shift = 0
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/internal/timescale"
 	"github.com/kvstrand/mocker/perf"
 )
 
@@ -195,11 +196,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		return fmt.Errorf("nats %s: %w", cfg.NATS, err)
 	}
 
-	l.start = time.Now()
-	l.speedup = args.SpeedupRatio
-	if l.speedup <= 0 {
-		l.speedup = 1
-	}
+	// A worker answers each input as it comes: it runs no instant
+	// early.
+	l.pace = timescale.NewPacer(0)
+	l.scale = timescale.New(args.SpeedupRatio)
 	kaCtx, kaStop := context.WithCancel(context.Background())
 	defer kaStop()
 	ka, err := ec.KeepAlive(kaCtx, lease.ID)
@@ -298,8 +298,10 @@ type workerLoop struct {
 	w       *engine.Worker
 	server  *bootstrap.Server
 	client  bootstrap.Client
-	start   time.Time
-	speedup float64
+	// pace holds the worker's queue back to the wall clock from its
+	// start (its epoch), on its scale.
+	pace    *timescale.Pacer
+	scale   timescale.Scale
 	in      chan workerMsg
 	wg      sync.WaitGroup
 	cctx    context.Context // cancels pending decode connections
@@ -350,7 +352,7 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 		return err
 	}
 	reg := Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
-		EpochUnixNano: l.start.UnixNano(), CmdSubject: cmdSubject(ns, id), OutSubject: l.outSubj,
+		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: cmdSubject(ns, id), OutSubject: l.outSubj,
 		TransferAddr: l.transferAddr(), PID: os.Getpid()}
 	regJSON, err := json.Marshal(reg)
 	if err != nil {
@@ -399,13 +401,8 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	return nil
 }
 
-func (l *workerLoop) modeled() float64 {
-	return float64(time.Since(l.start)) / float64(time.Millisecond) * l.speedup
-}
-
-func (l *workerLoop) wallAt(modeled float64) time.Duration {
-	return time.Duration(modeled / l.speedup * float64(time.Millisecond))
-}
+// modeled is the modeled time the wall clock has reached.
+func (l *workerLoop) modeled() float64 { return l.scale.Modeled(l.pace.Elapsed()) }
 
 // run is the worker's loop. When ctx ends it drains: new requests are
 // refused, and it returns once nothing is running, waiting, held or
@@ -428,7 +425,7 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 		}
 		var wake <-chan time.Time
 		if at, _, ok := l.v.Next(); ok && l.coupled == 0 {
-			d := l.wallAt(at) - time.Since(l.start)
+			d := l.pace.Until(l.scale.Script(at))
 			if d <= 0 {
 				_ = l.v.RunUntil(at)
 				l.flush()
@@ -856,11 +853,7 @@ func (l *workerLoop) awaitBound() time.Duration {
 	if a := l.args.KVTransferAbortTimeoutMs; a != nil && float64(*a) > ms {
 		ms = float64(*a)
 	}
-	speedup := l.args.SpeedupRatio
-	if speedup <= 0 {
-		speedup = 1
-	}
-	return time.Duration(ms/speedup*float64(time.Millisecond)) + 10*time.Second
+	return l.scale.Script(ms) + 10*time.Second
 }
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {

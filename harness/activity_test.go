@@ -53,7 +53,7 @@ func stoppedLong(t *testing.T, how longStop, hook bool) (cluster.Result, time.Du
 	if hook {
 		cl.SetActivity(c.Activity)
 	}
-	leave := c.Join(cl.ClockParticipant(1))
+	leave := c.Join(cl.ClockParticipant())
 	defer leave()
 
 	ctx, cancel := context.WithCancel(context.Background())

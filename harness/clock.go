@@ -72,6 +72,36 @@ type Participant interface {
 	Next() (time.Duration, bool)
 }
 
+// RunTime is what a run's own clock — a virtual clock, or a paced one
+// (`mocker run --clock virtual`, the default paced clock) — offers a
+// plugin beyond Clock: the run's time since it began, and how it keeps to
+// the wall clock. A plugin with a simulation of its own joins the clock as
+// a Participant and reads these to relate its time to the run's. The wall
+// clock is not a RunTime.
+type RunTime interface {
+	Clock
+	// Elapsed is the clock's time since the run began.
+	Elapsed() time.Duration
+	// Paced reports whether the clock waits for the wall clock.
+	Paced() bool
+	// WallStart is the wall time a paced clock started at (zero when it
+	// is not paced).
+	WallStart() time.Time
+	// Lag is how far behind the wall clock a paced clock is now and the
+	// most it has been (zero when it is not paced).
+	Lag() (now, peak time.Duration)
+	// SetPaceSlack narrows how far ahead of the wall clock a paced clock
+	// may run, for a plugin whose work reaches other processes that read
+	// the wall clock.
+	SetPaceSlack(d time.Duration)
+	// Activity moves whenever something in the run may have ended a
+	// context: a participant that watches its callers' contexts needs to
+	// look again only when it moved.
+	Activity() uint64
+}
+
+var _ RunTime = (*VirtualClock)(nil)
+
 // WallClock is the Clock of real time.
 type WallClock struct{}
 

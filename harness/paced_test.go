@@ -189,11 +189,7 @@ func TestConfig_UnknownClockIsAnInvalidConfig(t *testing.T) {
 // second when it writes progress lines less often, and by five seconds
 // when it shows nothing (quiet); a plugin's closer slack still wins.
 func TestPacedClock_SlackFollowsTheDisplay(t *testing.T) {
-	slack := func(c *VirtualClock) time.Duration {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return c.pace.slack
-	}
+	slack := func(c *VirtualClock) time.Duration { return c.pace.Slack() }
 	for _, tc := range []struct {
 		name string
 		cfg  Config

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/kvstrand/mocker/internal/timescale"
 )
 
 // DefaultVirtualEpoch is the instant a virtual clock starts at unless the
@@ -87,16 +89,15 @@ type sleeper struct {
 	t vtimer
 }
 
-// pacer holds a paced clock back to the wall clock and measures how far
-// the clock falls behind it.
+// pacer holds a paced clock back to the wall clock (timescale.Pacer, on
+// the clock's own time: a paced clock's script time is wall time) and
+// lets a stepper waiting for it be woken.
 type pacer struct {
-	wallStart time.Time
+	*timescale.Pacer
 	// poke wakes a stepper waiting for the wall clock: a task was readied,
 	// or a timer or participant joined, from outside the turn.
-	poke      chan struct{}
-	lag, peak time.Duration // behind the wall clock: now, and at most
-	slack     time.Duration // see paceSlack
-	waiting   bool          // the stepper waits for the wall clock
+	poke    chan struct{}
+	waiting bool // the stepper waits for the wall clock
 }
 
 // paceSlack is how far ahead of the wall clock a paced clock may run
@@ -155,12 +156,12 @@ func NewPacedClock(epoch time.Time) *VirtualClock { return newPacedClock(epoch, 
 // newPacedClock is NewPacedClock with the slack the run's display allows
 // (paceSlack, undisplayedPaceSlack or quietPaceSlack).
 func newPacedClock(epoch time.Time, slack time.Duration) *VirtualClock {
-	wall := time.Now()
+	p := &pacer{Pacer: timescale.NewPacer(slack), poke: make(chan struct{}, 1)}
 	if epoch.IsZero() {
-		epoch = wall
+		epoch = p.Start()
 	}
 	c := NewVirtualClock(epoch)
-	c.pace = &pacer{wallStart: wall, poke: make(chan struct{}, 1), slack: slack}
+	c.pace = p
 	return c
 }
 
@@ -169,10 +170,8 @@ func newPacedClock(epoch time.Time, slack time.Duration) *VirtualClock {
 // work to other processes, which take its timing from the wall clock,
 // asks for a close one. It does nothing on an unpaced clock.
 func (c *VirtualClock) SetPaceSlack(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.pace != nil && d >= 0 && d < c.pace.slack {
-		c.pace.slack = d
+	if c.pace != nil {
+		c.pace.Tighten(d)
 	}
 }
 
@@ -184,16 +183,8 @@ func (c *VirtualClock) CatchUp(ctx context.Context) {
 	c.mu.Lock()
 	p, now := c.pace, c.now
 	c.mu.Unlock()
-	if p == nil {
-		return
-	}
-	if d := now - time.Since(p.wallStart); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
+	if p != nil {
+		p.CatchUp(ctx, now)
 	}
 }
 
@@ -206,9 +197,7 @@ func (c *VirtualClock) Lag() (now, peak time.Duration) {
 	if c.pace == nil { // set for good when the clock is made
 		return 0, 0
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pace.lag, c.pace.peak
+	return c.pace.Lag()
 }
 
 // WallStart is the wall time a paced clock started at (zero when unpaced).
@@ -216,7 +205,7 @@ func (c *VirtualClock) WallStart() time.Time {
 	if c.pace == nil {
 		return time.Time{}
 	}
-	return c.pace.wallStart
+	return c.pace.Start()
 }
 
 // Now returns the epoch plus the virtual time elapsed.
@@ -421,7 +410,7 @@ func (c *VirtualClock) readyLocked(turn chan struct{}) {
 	if c.stalled && c.pace != nil {
 		// Nothing was due: whatever readied the task came from outside the
 		// run, at the wall clock's time.
-		c.advanceLocked(max(c.now, time.Since(c.pace.wallStart)))
+		c.advanceLocked(max(c.now, c.pace.Elapsed()))
 	}
 	c.stalled = false
 	c.pokeLocked()
@@ -462,20 +451,17 @@ func (c *VirtualClock) advanceLocked(at time.Duration) {
 // for the stepper to look again. Called and returns with c.mu held.
 func (c *VirtualClock) paceLocked(next time.Duration) bool {
 	p := c.pace
-	wall := time.Since(p.wallStart)
-	if wall >= next-p.slack {
-		p.lag = max(wall-next, 0)
-		p.peak = max(p.peak, p.lag)
+	wait := p.Until(next)
+	if wait <= 0 {
 		return true
 	}
-	p.lag = 0
 	select { // a poke from before this wait is stale
 	case <-p.poke:
 	default:
 	}
 	p.waiting = true
 	c.mu.Unlock()
-	timer := time.NewTimer(next - wall)
+	timer := time.NewTimer(wait)
 	select {
 	case <-timer.C:
 	case <-p.poke:
@@ -484,10 +470,10 @@ func (c *VirtualClock) paceLocked(next time.Duration) bool {
 	c.mu.Lock()
 	p.waiting = false
 	if len(c.runq) > 0 {
-		c.advanceLocked(min(max(c.now, time.Since(p.wallStart)), next))
+		c.advanceLocked(min(max(c.now, p.Elapsed()), next))
 		return false
 	}
-	return time.Since(p.wallStart) >= next-p.slack
+	return p.Until(next) <= 0
 }
 
 // dispatchLocked gives the turn to the next ready task when nothing runs;

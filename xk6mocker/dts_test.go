@@ -194,7 +194,7 @@ func TestDTS_MatchesTheGoAPI(t *testing.T) {
 		want []string
 	}{
 		{"Mocker", "the module's default export", keysOf(inst.Exports().Default.(*sobek.Object))},
-		{"Cluster", "the cluster handle (jsapi.go handle)", keysOf(inst.handle(&entry{name: "x", speedup: 1}))},
+		{"Cluster", "the cluster handle (jsapi.go handle)", keysOf(inst.handle(&entry{name: "x"}))},
 		{"Result", "resultObject", keysOf(resultObject(rt, cluster.Result{}, nil))},
 		{"Stats", "statsObject, drain's error included", keysOf(statsObject(rt, cluster.Stats{}, false, "gave up"))},
 		{"WorkerStats", "cluster.WorkerStats", keysOf(structObject(rt, reflect.ValueOf(cluster.WorkerStats{})))},

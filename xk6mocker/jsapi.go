@@ -144,7 +144,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		inst.sleepModeled(e, float64(d)/float64(time.Millisecond))
 		return sobek.Undefined()
 	}))
-	must(o.Set("speedup_ratio", e.speedup))
+	must(o.Set("speedup_ratio", e.scale.Ratio()))
 	must(o.Set("holds", func(sobek.FunctionCall) sobek.Value {
 		hs := e.holds()
 		out := make([]any, len(hs))

@@ -60,7 +60,7 @@ func (e *entry) report() report.Cluster {
 	st := e.stats()
 	rc := report.Cluster{
 		Name: e.name, Engine: e.engine, Router: e.router, Topology: e.topology,
-		SpeedupRatio: e.speedup, Stats: st, Series: e.c.Series(), Holds: e.holds(),
+		SpeedupRatio: e.scale.Ratio(), Stats: st, Series: e.c.Series(), Holds: e.holds(),
 	}
 	_, rc.ClockLagPeak = e.clockLag()
 	e.mu.Lock()

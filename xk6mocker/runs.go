@@ -12,6 +12,7 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/harness"
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/internal/timescale"
 )
 
 // Clusters live as long as their test run: "process-wide" for a script
@@ -91,15 +92,15 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		name = cluster.DefaultName
 		cfg.Name = name
 	}
-	paced := isPaced(clock)
+	rt, _ := clock.(harness.RunTime)
+	paced := rt != nil && rt.Paced()
 	coupled := cfg.Transport != nil && cfg.Transport.Coupled
 	if clock.Virtual() && !paced && cfg.Transport != nil && !coupled {
 		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; set transport.coupled (the cluster then drives the workers' clocks), use --clock paced (the default) or --clock wall, or remove transport to run the in-process cluster")}
 	}
 	// A bad field is reported as such, whatever already runs under the
 	// name.
-	speedup, err := cfg.SpeedupRatio()
-	if err != nil {
+	if _, err := cfg.SpeedupRatio(); err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -118,15 +119,15 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		if err != nil {
 			return nil, err
 		}
-		e := newEntry(name, c, cfg, speedup)
+		e := newEntry(name, c, cfg)
 		if clock.Virtual() {
 			// Remote workers keep the wall clock's time; on a paced clock
 			// a VU waits for them outside its turn (see outside), and the
 			// clock keeps within a millisecond of the wall clock so that
 			// requests leave when the script says.
 			e.offTurn = clock
-			if s, ok := clock.(interface{ SetPaceSlack(time.Duration) }); ok {
-				s.SetPaceSlack(time.Millisecond)
+			if rt != nil {
+				rt.SetPaceSlack(time.Millisecond)
 			}
 		}
 		r.clusters[name] = e
@@ -139,21 +140,17 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	if err != nil {
 		return nil, err
 	}
-	if a, ok := clock.(interface{ Activity() uint64 }); ok {
-		// The cluster then looks for requests whose context ended only
-		// at the steps where one may have: most steps move nothing but
-		// the cluster itself.
-		c.SetActivity(a.Activity)
+	if rt == nil {
+		return nil, fmt.Errorf("the run's clock (%T) keeps no time of its own for an in-process cluster", clock)
 	}
-	e := newEntry(name, c, cfg, speedup)
+	// The cluster then looks for requests whose context ended only at the
+	// steps where one may have: most steps move nothing but the cluster
+	// itself.
+	c.SetActivity(rt.Activity)
+	e := newEntry(name, c, cfg)
 	e.stepped = true
-	e.clock = clock
-	if l, ok := clock.(interface {
-		Lag() (time.Duration, time.Duration)
-	}); ok {
-		e.lagOf = l.Lag
-	}
-	e.leave = clock.Join(c.ClockParticipant(speedup))
+	e.clock = rt
+	e.leave = clock.Join(c.ClockParticipant())
 	r.clusters[name] = e
 	return e, nil
 }
@@ -163,17 +160,14 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 type entry struct {
 	name, engine, router, topology string
 	cfg                            cluster.Config
-	speedup                        float64 // modeled ms per wall ms
+	scale                          timescale.Scale // the cluster's modeled time against the run's
 	c                              *cluster.Cluster
 	// A cluster on the run's virtual clock (NewStepped): requests go
 	// through Submit, ordered by VU and call, and leave ends its part in
 	// the clock once closed.
 	stepped bool
-	clock   harness.Clock
+	clock   harness.RunTime
 	leave   func()
-	// lagOf is the clock's Lag, for a stepped cluster on a clock that has
-	// one (see clockLag): found once rather than per request.
-	lagOf func() (now, peak time.Duration)
 	// offTurn is the run's clock when the cluster runs outside it: a
 	// remote cluster under a paced clock, whose calls block on other
 	// processes and so must not hold the clock's turn (outside).
@@ -198,11 +192,11 @@ type entry struct {
 	finalNow float64
 }
 
-func newEntry(name string, c *cluster.Cluster, cfg cluster.Config, speedup float64) *entry {
+func newEntry(name string, c *cluster.Cluster, cfg cluster.Config) *entry {
 	// The cluster's own config has the defaults applied and the names
 	// normalised ("VLLM" → "vllm"), as tags should read.
 	applied := c.Config()
-	e := &entry{name: name, c: c, cfg: cfg, speedup: speedup, engine: applied.Engine, router: applied.Router}
+	e := &entry{name: name, c: c, cfg: cfg, scale: c.Scale(), engine: applied.Engine, router: applied.Router}
 	if e.engine == "" {
 		e.engine = cluster.DefaultEngine
 	}
@@ -223,12 +217,6 @@ func topology(cfg cluster.Config) string {
 		w = cluster.DefaultWorkers
 	}
 	return fmt.Sprintf("%d aggregated", w)
-}
-
-// isPaced reports whether clock is a paced clock (harness.NewPacedClock).
-func isPaced(clock harness.Clock) bool {
-	p, ok := clock.(interface{ Paced() bool })
-	return ok && p.Paced()
 }
 
 // outside runs f, which blocks on work outside the run's clock, so that
@@ -252,8 +240,8 @@ func (e *entry) outside(f func()) {
 // at most: its paced loop's on the wall clock, the run's clock when the
 // cluster is stepped on a paced clock.
 func (e *entry) clockLag() (now, peak time.Duration) {
-	if e.lagOf != nil {
-		return e.lagOf()
+	if e.stepped {
+		return e.clock.Lag()
 	}
 	return e.c.ClockLag()
 }
@@ -298,8 +286,8 @@ func (e *entry) stats() cluster.Stats {
 	// later instant (after a sleep on an idle cluster) reads it before
 	// then. Nothing happens to the cluster between the two (its next
 	// event is what the clock wakes it for), so its time is the clock's.
-	if el, ok := e.clock.(interface{ Elapsed() time.Duration }); ok && e.stepped {
-		s.NowMs = max(s.NowMs, float64(el.Elapsed())/float64(time.Millisecond)*e.speedup)
+	if e.stepped {
+		s.NowMs = max(s.NowMs, e.scale.Modeled(e.clock.Elapsed()))
 	}
 	return s
 }
@@ -320,10 +308,9 @@ func (e *entry) lag() cluster.LagReport {
 	if e.closed {
 		return e.finalLag
 	}
-	if w, ok := e.clock.(interface{ WallStart() time.Time }); ok && e.stepped && !w.WallStart().IsZero() {
+	if e.stepped && e.clock.Paced() {
 		now, peak := e.clockLag()
-		toMs := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-		return cluster.LagReport{PeakMs: toMs(peak), NowMs: toMs(now), RunMs: toMs(time.Since(w.WallStart()))}
+		return cluster.NewLagReport(now, peak, time.Since(e.clock.WallStart()))
 	}
 	return e.c.Lag()
 }
@@ -358,8 +345,8 @@ func (e *entry) sleep(ctx context.Context, ms float64) error {
 		return nil
 	}
 	if e.stepped {
-		// Modeled time is the clock's × speedup_ratio, exactly.
-		e.clock.Sleep(ctx, time.Duration(ms/e.speedup*float64(time.Millisecond)))
+		// The cluster's modeled time is the clock's on its scale.
+		e.clock.Sleep(ctx, e.scale.Script(ms))
 		return ctx.Err()
 	}
 	var err error

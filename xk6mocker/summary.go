@@ -133,9 +133,9 @@ func (e *entry) summary() ClusterSummary {
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
-	s.LagWarning = lagWarning(lag, e.speedup, e.stepped)
+	s.LagWarning = lagWarning(lag, e.scale.Ratio(), e.stepped)
 	s.ModeledMs = e.modeledNow()
-	s.SpeedupRatio = e.speedup
+	s.SpeedupRatio = e.scale.Ratio()
 	return s
 }
 
