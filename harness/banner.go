@@ -22,6 +22,11 @@ func (t *testRun) writeBanner(w io.Writer) {
 		fmt.Fprintf(&b, "      clock: paced, from %s (virtual time at the wall clock's pace: results as on --clock virtual)\n", t.vclock.epoch.Format(time.RFC3339))
 	case t.vclock != nil:
 		fmt.Fprintf(&b, "      clock: virtual, from %s (time moves only when every VU waits)\n", t.vclock.epoch.Format(time.RFC3339))
+	case t.clockWhy != "":
+		b.WriteString("      clock: wall\n")
+	}
+	if t.clockWhy != "" {
+		fmt.Fprintf(&b, "             (chosen: %s; --clock paced, virtual or wall to choose)\n", t.clockWhy)
 	}
 	b.WriteString("\n")
 	fmt.Fprintf(&b, "  scenarios: %s:\n", scenariosHeadline(t.opts.Scenarios))

@@ -256,6 +256,11 @@ const (
 	// own goroutine: what it measures then varies with the host's load.
 	// The distributed transport needs a paced or wall clock.
 	ClockWall
+	// ClockAuto, the command's default, runs a script that imports a
+	// module keeping modeled time of its own (a TimeKeeper, such as
+	// k6/x/mocker) on ClockPaced, and any other script on ClockWall,
+	// where the time JavaScript takes counts as it does in k6.
+	ClockAuto
 )
 
 // String is the mode's name on the command line.
@@ -267,6 +272,8 @@ func (m ClockMode) String() string {
 		return "virtual"
 	case ClockWall:
 		return "wall"
+	case ClockAuto:
+		return "auto"
 	}
 	return fmt.Sprintf("ClockMode(%d)", int(m))
 }

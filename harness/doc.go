@@ -62,7 +62,7 @@
 // seed (Math.random is seeded from options.randomSeed, 0 by default on the
 // virtual clock): the summary export, handleSummary data and NDJSON are the
 // same byte for byte on any host. ClockPaced (`--clock paced`, the zero
-// value and the command's default) makes it a paced clock (NewPacedClock):
+// value) makes it a paced clock (NewPacedClock):
 // the same turns and results, but time moves to an instant only once the
 // wall clock has nearly reached it (up to a quarter second early while a
 // progress display redraws on a terminal, a second otherwise, so that
@@ -75,6 +75,23 @@
 // the run's exit code (e.g. ExitInvalidConfig for an option it cannot honour
 // on the virtual clock). ClockWall runs every VU freely on the host's clock,
 // as k6 does; what a run measures then varies with the host's load.
+// ClockAuto, the command's default, picks ClockPaced for a script that
+// imports a module keeping modeled time of its own (a TimeKeeper, such as
+// k6/x/mocker) and ClockWall for any other, so that a plain k6 script runs
+// with k6's semantics; the banner says which clock was chosen and why.
+//
+// Two rules keep a paced or virtual clock moving when JavaScript does not
+// wait. An iteration that takes no clock time (it never slept or waited on
+// a plugin) is followed by the next one a microsecond of clock time later:
+// a VU that never waits runs a million iterations per clock second, as
+// fast as the CPU allows, and a duration-bound scenario still ends. A task
+// that keeps its turn for over half a second of wall time without waiting
+// on the clock (`while (true) {}`, a long computation) is stuck: until it
+// waits, the clock moves with the wall clock, firing its timers, so the
+// scenario's duration, gracefulStop and maxDuration interrupt its runtime
+// as they do on the wall clock, and the run warns once. Both are
+// deterministic for scripts that wait at all; a stuck VU's run is not, as
+// on the wall clock.
 // VU.WhenWaiting tells a plugin when the VU is about to wait (sleep, a
 // promise or timer, between iterations).
 //
@@ -96,15 +113,16 @@
 //     the one maintained package that does has deprecated ripemd160);
 //   - setup data that cannot be encoded as JSON (NaN, Infinity, a
 //     function) fails the test with 107, where k6 reports a generic error;
-//   - runs are on a paced clock by default (ClockPaced): the time
-//     a script's JavaScript takes is no script time, so iteration_duration
-//     and group_duration count only waits (sleep, plugins, timers), and
-//     Math.random is seeded with 0 unless options.randomSeed says otherwise;
-//     `--clock wall` gives k6's behaviour;
+//   - a script that imports k6/x/mocker runs on a paced clock by default:
+//     the time its JavaScript takes is no script time (up to the stuck-task
+//     rule above), so iteration_duration and group_duration count only waits
+//     (sleep, plugins, timers), and Math.random is seeded with 0 unless
+//     options.randomSeed says otherwise; `--clock wall` gives k6's
+//     behaviour, which other scripts get by default;
 //   - on a paced or virtual clock an iteration that never waits takes no
-//     time; it then waits for the clock's next instant rather than spin for
-//     ever; options.randomSeed (and --random-seed) seed Math.random, which
-//     k6 does not offer;
+//     time, and the next starts a microsecond later;
+//     options.randomSeed (and --random-seed) seed Math.random, which k6
+//     does not offer;
 //   - JS timers run in the order of their deadlines on the wall clock too;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)

@@ -179,9 +179,9 @@ func TestConfig_UnknownClockIsAnInvalidConfig(t *testing.T) {
 	t.Parallel()
 	res := runScript(t, `export default function () {}`, func(c *Config) { c.Clock = ClockMode(7) })
 	assert.Equal(t, ExitInvalidConfig, ExitCode(res.err))
-	assert.ErrorContains(t, res.err, "Config.Clock: want ClockPaced, ClockVirtual or ClockWall, got 7")
+	assert.ErrorContains(t, res.err, "Config.Clock: want ClockPaced, ClockVirtual, ClockWall or ClockAuto, got 7")
 	assert.Equal(t, "ClockMode(7)", ClockMode(7).String())
-	assert.Equal(t, []string{"paced", "virtual", "wall"}, []string{ClockPaced.String(), ClockVirtual.String(), ClockWall.String()})
+	assert.Equal(t, []string{"paced", "virtual", "wall", "auto"}, []string{ClockPaced.String(), ClockVirtual.String(), ClockWall.String(), ClockAuto.String()})
 }
 
 // TestPacedClock_SlackFollowsTheDisplay: a paced run runs ahead of the

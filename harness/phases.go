@@ -54,12 +54,15 @@ func (t *testRun) run(parent context.Context) (retErr error) {
 		return err
 	}
 	defer t.startClock(ctx)()
+	unwatchStuck := t.watchStuck()
+	defer unwatchStuck()
 
 	if err := t.setupPhase(parent, v0); err != nil {
 		return err
 	}
 	t.scenariosPhase(ctx)
 	teardownErr := t.teardownPhase(v0)
+	unwatchStuck()
 	if t.vclock != nil {
 		// A paced clock may be up to its slack ahead of the wall clock.
 		t.vclock.CatchUp(parent)
@@ -490,7 +493,22 @@ func (t *testRun) reportPace(runDuration time.Duration) {
 // warnZeroIteration says once that iterations take no virtual time.
 func (t *testRun) warnZeroIteration() {
 	t.zeroWarned.Do(func() {
-		t.logger.Warn("an iteration took no script time (it never slept or waited on a plugin): on a paced or virtual clock the time JavaScript takes is not counted, and each such iteration waits for the next instant anything happens; give iterations a think time with sleep(), or run with --clock wall")
+		t.logger.Warn("an iteration took no script time (it never slept or waited on a plugin): on a paced or virtual clock the time JavaScript takes is not counted, and the next iteration starts a microsecond of script time later; give iterations a think time with sleep(), or run with --clock wall")
+	})
+}
+
+// watchStuck has a paced or virtual clock count the time of a VU stuck in
+// JavaScript as wall time (VirtualClock.watchStuck), and says so once.
+// The returned func ends the watch; calling it again does nothing.
+func (t *testRun) watchStuck() func() {
+	if t.vclock == nil {
+		return func() {}
+	}
+	var once sync.Once
+	return t.vclock.watchStuck(func() {
+		once.Do(func() {
+			t.logger.Warn(fmt.Sprintf("a VU has run JavaScript for over %s without waiting on the clock: until it waits, the paced or virtual clock moves with the wall clock, so the scenario's duration, gracefulStop or maxDuration can end it", stuckAfter))
+		})
 	})
 }
 

@@ -118,6 +118,7 @@ type testRun struct {
 	groups      *groupTree
 	clock       runClock // the run's time source (wall or virtual)
 	vclock      *VirtualClock
+	clockWhy    string // why ClockAuto chose the clock, for the banner
 	randomSeed  *int64 // options.randomSeed, once the options are read
 	zeroWarned  sync.Once
 	wallStart   time.Time
@@ -180,6 +181,14 @@ func Run(ctx context.Context, cfg Config) error {
 	if t.env == nil {
 		t.env = map[string]string{}
 	}
+	if cfg.Clock == ClockAuto && cfg.clock == nil {
+		if cfg.VirtualEpoch.IsZero() {
+			cfg.Clock, t.clockWhy = chooseClock(cfg.Script)
+		} else {
+			cfg.Clock, t.clockWhy = ClockPaced, "a virtual epoch was given"
+		}
+		t.cfg.Clock = cfg.Clock
+	}
 	switch {
 	case cfg.clock != nil:
 		t.clock = cfg.clock
@@ -190,7 +199,7 @@ func Run(ctx context.Context, cfg Config) error {
 		t.vclock = NewVirtualClock(cfg.VirtualEpoch)
 		t.clock = t.vclock
 	case cfg.Clock != ClockWall:
-		return exitErrorf(ExitInvalidConfig, "harness: Config.Clock: want ClockPaced, ClockVirtual or ClockWall, got %d", int(cfg.Clock))
+		return exitErrorf(ExitInvalidConfig, "harness: Config.Clock: want ClockPaced, ClockVirtual, ClockWall or ClockAuto, got %d", int(cfg.Clock))
 	}
 	t.wallStart = time.Now()
 	defer t.end()

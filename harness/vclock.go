@@ -80,6 +80,9 @@ type VirtualClock struct {
 	// outside is set once the run was stopped from outside (endedOutside):
 	// from then on every step counts as activity.
 	outside bool
+	// handoffs counts the turns handed to tasks, for the watch on a task
+	// that keeps its turn (watchStuck).
+	handoffs uint64
 }
 
 // sleeper is one Sleep's gate and the timer that opens it, allocated
@@ -503,20 +506,35 @@ func (c *VirtualClock) dispatchLocked() {
 	c.runq[n] = nil
 	c.runq = c.runq[:n]
 	c.busy = true
+	c.handoffs++
 	// The task may end a context before it blocks again.
 	c.activity.Add(1)
 	next <- struct{}{}
 }
 
-// yield waits for the next instant at which anything happens (see
-// runClock).
+// yieldQuantum is how much clock time an iteration that took none is
+// charged before the next one starts: time must move on for a VU that
+// never waits (a duration-bound scenario would otherwise loop for ever at
+// one instant), and a microsecond lets such a VU run a million iterations
+// per second of clock time, as fast as the CPU allows, never throttled to
+// the instants something else happens at.
+const yieldQuantum = time.Microsecond
+
+// yield waits for the next instant at which anything happens, at most
+// yieldQuantum from now (see runClock).
 func (c *VirtualClock) yield(ctx context.Context) {
 	g := c.NewGate().(*vgate)
 	c.mu.Lock()
 	c.yielders = append(c.yielders, g)
 	c.mu.Unlock()
+	stop := c.AfterFunc(yieldQuantum, func() { c.nextInstant() })
 	g.Wait(ctx)
+	stop()
 }
+
+// nextInstant does nothing: a timer that runs it is an instant for the
+// clock to move to, which wakes its yielders (advanceLocked).
+func (c *VirtualClock) nextInstant() {}
 
 // cancelled wakes the waiters whose context has ended.
 func (c *VirtualClock) cancelled() { c.sweep() }
@@ -691,4 +709,86 @@ func (c *VirtualClock) stepOnce() bool {
 		c.sweepLocked()
 	}
 	return true
+}
+
+// stuckAfter is how long (wall time) a task may keep its turn without
+// waiting on the clock before the clock treats it as stuck in JavaScript
+// (watchStuck). Long enough that no script that waits now and then, on
+// any host, comes near it: a turn ends at every sleep, request and
+// iteration of a script that waits at all.
+const stuckAfter = 500 * time.Millisecond
+
+// watchStuck watches for a task that keeps its turn — a VU in
+// `while (true) {}`, or in any computation longer than stuckAfter — and
+// then moves the clock on without it, at the wall clock's pace from the
+// moment it took the turn, firing the timers that come due: the time such
+// a task takes counts as wall time, so the scenario's duration,
+// gracefulStop and maxDuration end it by interrupting its runtime, as
+// they do on the wall clock. Nothing else runs until it gives the turn
+// up; participants settle then. onStuck is called (on the watch's
+// goroutine) each time a task is found stuck. stop ends the watch.
+func (c *VirtualClock) watchStuck(onStuck func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(stuckAfter / 4)
+		defer tick.Stop()
+		var seen uint64
+		var since time.Time // when the watch first saw turn seen held
+		var base time.Duration
+		stuck := false
+		for {
+			var now time.Time
+			select {
+			case <-done:
+				return
+			case now = <-tick.C:
+			}
+			c.mu.Lock()
+			if !c.busy || c.stepping || c.handoffs != seen {
+				seen, since, stuck = c.handoffs, now, false
+				c.mu.Unlock()
+				continue
+			}
+			if !stuck && now.Sub(since) >= stuckAfter {
+				stuck, base = true, c.now
+				if onStuck != nil {
+					c.mu.Unlock()
+					onStuck()
+					c.mu.Lock()
+				}
+			}
+			if stuck {
+				c.runWhileStuckLocked(base + now.Sub(since))
+			}
+			c.mu.Unlock()
+		}
+	}()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}
+
+// runWhileStuckLocked moves the clock to at, firing the timers due by
+// then in order, while a task keeps its turn (watchStuck). Called and
+// returns with c.mu held.
+func (c *VirtualClock) runWhileStuckLocked(at time.Duration) {
+	for len(c.timers) > 0 && c.timers[0].at <= at && c.busy {
+		t := heap.Pop(&c.timers).(*vtimer)
+		c.advanceLocked(t.at)
+		c.activity.Add(1)
+		c.mu.Unlock()
+		t.f()
+		c.mu.Lock()
+		c.sweepLocked()
+	}
+	if c.busy {
+		c.advanceLocked(at)
+	}
 }

@@ -322,17 +322,25 @@ func TestVirtual_SameScriptSameSummaryByte(t *testing.T) {
 
 // TestVirtual_IterationsThatNeverWaitStillLetTimeMove: a default function
 // that never sleeps takes no virtual time; rather than spin at one instant
-// for ever, each such iteration waits for the clock's next instant, and
-// the run says so.
+// for ever, the next iteration starts a microsecond later (never throttled
+// to the instants something else happens at), and the run says so.
 func TestVirtual_IterationsThatNeverWaitStillLetTimeMove(t *testing.T) {
 	t.Parallel()
 	looping := runScript(t, `
-export const options = { vus: 2, duration: '3s' };
+export const options = { vus: 2, duration: '10ms' };
 export default function () {}
 `, virtual)
 	require.NoError(t, looping.err, looping.stderr)
 	assert.Contains(t, looping.stderr, "took no script time")
-	assert.Equal(t, 6.0, looping.metric(t, "iterations", "count"), "one per VU per second: the gauges' 1 s tick is the only other instant")
+	assert.Equal(t, 20_000.0, looping.metric(t, "iterations", "count"), "one per VU per microsecond of the 10 ms")
+
+	shared := runScript(t, `
+export const options = { scenarios: { s: { executor: 'shared-iterations', vus: 2, iterations: 20000, maxDuration: '5m' } } };
+export default function () {}
+`, virtual)
+	require.NoError(t, shared.err, shared.stderr)
+	assert.Equal(t, 20_000.0, shared.metric(t, "iterations", "count"), "every iteration runs: none is dropped at maxDuration")
+	assert.Zero(t, shared.metricOrZero(t, "dropped_iterations", "count"))
 
 	paced := runScript(t, `
 export const options = { scenarios: { s: { executor: 'constant-arrival-rate', rate: 10, timeUnit: '1s', duration: '2s', preAllocatedVUs: 1 } } };

@@ -24,6 +24,11 @@ func init() {
 // another path.
 type Module struct{}
 
+// KeepsTime reports that the module keeps modeled time (harness.TimeKeeper):
+// a script that imports it runs, by default, on the paced clock, which
+// drives its in-process clusters.
+func (Module) KeepsTime() bool { return true }
+
 // Metric names, as thresholds refer to them.
 const (
 	MetricRequests         = "mocker_requests"

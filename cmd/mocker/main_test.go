@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -141,7 +142,8 @@ func TestDispatch_VersionGoesToStdout(t *testing.T) {
 	assert.Empty(t, stderr.String())
 }
 
-// TestRun_Clocks: the run is paced by default, --clock (or MOCKER_CLOCK)
+// TestRun_Clocks: by default a script that uses k6/x/mocker is paced and
+// any other runs on the wall clock, as in k6; --clock (or MOCKER_CLOCK)
 // picks another clock, and a wrong choice says what the choices are.
 func TestRun_Clocks(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "s.js")
@@ -150,6 +152,13 @@ import { sleep } from 'k6';
 export const options = { iterations: 2 };
 export default function () { console.log('at ' + Date.now()); sleep(0.05); }
 `), 0o600))
+	withMocker := filepath.Join(t.TempDir(), "m.js")
+	require.NoError(t, os.WriteFile(withMocker, []byte(`
+import { sleep } from 'k6';
+import mocker from 'k6/x/mocker';
+export const options = { iterations: 1 };
+export default function () { sleep(0.05); }
+`), 0o600))
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -157,19 +166,25 @@ export default function () { console.log('at ' + Date.now()); sleep(0.05); }
 		code int
 		says string
 	}{
-		{"default is paced", nil, "", 0, "clock: paced, from "},
+		{"default is wall for a plain script", nil, "", 0, "(chosen: the script imports no module that keeps modeled time"},
+		{"default is paced with mocker", []string{withMocker}, "", 0, "(chosen: the script imports k6/x/mocker, which keeps modeled time"},
 		{"virtual", []string{"--clock", "virtual"}, "", 0, "clock: virtual, from 2026-01-01T00:00:00Z"},
 		{"env", nil, "virtual", 0, "clock: virtual, from "},
 		{"flag over env", []string{"--clock", "paced"}, "virtual", 0, "clock: paced, from "},
 		{"paced epoch", []string{"--virtual-epoch", "2030-05-06T07:08:09Z"}, "", 0, "clock: paced, from 2030-05-06T07:08:09Z"},
 		{"wall", []string{"--clock", "wall"}, "", 0, "output: -"},
-		{"unknown", []string{"--clock", "fast"}, "", 104, "--clock: want paced, virtual or wall, got \"fast\""},
-		{"unknown env", nil, "fast", 104, "MOCKER_CLOCK: want paced, virtual or wall, got \"fast\""},
+		{"auto", []string{"--clock", "auto"}, "", 0, "clock: wall"},
+		{"unknown", []string{"--clock", "fast"}, "", 104, "--clock: want auto, paced, virtual or wall, got \"fast\""},
+		{"unknown env", nil, "fast", 104, "MOCKER_CLOCK: want auto, paced, virtual or wall, got \"fast\""},
 		{"epoch on the wall clock", []string{"--clock", "wall", "--virtual-epoch", "2030-05-06T07:08:09Z"}, "", 104, "--virtual-epoch: only means something with --clock paced or --clock virtual"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("MOCKER_CLOCK", tc.env)
-			code, _, stderr := runArgs(append(append([]string{"--no-color"}, tc.args...), script)...)
+			args := tc.args
+			if !slices.Contains(args, withMocker) {
+				args = append(args, script)
+			}
+			code, _, stderr := runArgs(append([]string{"--no-color"}, args...)...)
 			assert.Equal(t, tc.code, code, stderr)
 			assert.Contains(t, stderr, tc.says)
 			if tc.name == "wall" {

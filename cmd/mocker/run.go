@@ -48,15 +48,16 @@ Flags:
       --summary-trend-stats S   comma-separated trend stats, e.g. avg,p(95),p(99)
       --report FILE             write an HTML report of the run to FILE: each
                                 cluster's history and the thresholds (self-contained)
-      --clock paced|virtual|wall
+      --clock auto|paced|virtual|wall
                                 what time the script runs on (or MOCKER_CLOCK):
-                                paced (default) and virtual give the same
-                                results on any host, however busy; virtual runs
-                                as fast as the CPU allows, paced at the wall
-                                clock's pace; wall lets every VU run freely on
-                                the host's clock, results then vary with the
-                                host (the distributed transport needs paced
-                                or wall)
+                                paced and virtual give the same results on any
+                                host, however busy; virtual runs as fast as the
+                                CPU allows, paced at the wall clock's pace; wall
+                                lets every VU run freely on the host's clock, as
+                                k6 does, results then vary with the host (the
+                                distributed transport needs paced or wall);
+                                auto (default) is paced for a script that
+                                imports k6/x/mocker, wall for any other
       --virtual-epoch T         where a paced or virtual clock starts
                                 (Date.now() at the start), RFC 3339; default
                                 the start of the run when paced,
@@ -304,7 +305,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		}
 	})
 	switch clockMode {
-	case "", "paced":
+	case "", "auto":
+		cfg.Clock = harness.ClockAuto
+	case "paced":
 		cfg.Clock = harness.ClockPaced
 	case "wall":
 		cfg.Clock = harness.ClockWall
@@ -312,7 +315,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		cfg.Clock = harness.ClockVirtual
 	default:
 		if badValue == nil {
-			badValue = fmt.Errorf("%s: want paced, virtual or wall, got %q", clockFrom, clockMode)
+			badValue = fmt.Errorf("%s: want auto, paced, virtual or wall, got %q", clockFrom, clockMode)
 		}
 	}
 	if cfg.Clock != harness.ClockWall && oneProcOnTurns && os.Getenv("GOMAXPROCS") == "" {
