@@ -77,7 +77,7 @@ const (
 )
 
 // Config describes one cluster: what mocker.cluster({...}) receives in a
-// script (DESIGN §8). JSON keys are the script's. The zero value is a valid
+// script (docs/design.md §1 and xk6mocker/doc.go). JSON keys are the script's. The zero value is a valid
 // config: two aggregated vLLM workers behind a round-robin router, with the
 // laptop-sized engine defaults (block_size 16, num_gpu_blocks 1024,
 // speedup_ratio 10).

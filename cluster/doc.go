@@ -152,7 +152,7 @@
 //
 // # Invariants
 //
-// CheckInvariants, called after Drain, checks DESIGN §9: block conservation
+// CheckInvariants, called after Drain, checks docs/design.md §6: block conservation
 // per worker (per rank), request conservation, holds and transfers accounted for, no
 // KV held, reserved or active once drained, and causality per request.
 package cluster

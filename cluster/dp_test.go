@@ -161,7 +161,7 @@ func TestDP_InvariantsNameTheRank(t *testing.T) {
 
 // TestDP_LiveClusterDrainsEveryRank: a paced cluster with data-parallel
 // ranks on both sides runs requests through Generate and drains, with
-// DESIGN §9 checked per rank, and its results name the ranks.
+// docs/design.md §6 checked per rank, and its results name the ranks.
 func TestDP_LiveClusterDrainsEveryRank(t *testing.T) {
 	c := start(t, Config{Engine: "vllm", Disagg: true, Router: "round-robin",
 		Args:    map[string]any{"speedup_ratio": 100},

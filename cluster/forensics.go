@@ -11,7 +11,7 @@ import (
 	"github.com/kvstrand/mocker/internal/spare"
 )
 
-// Forensic event names, one per handoff transition (DESIGN §3).
+// Forensic event names, one per handoff transition (docs/design.md §3).
 const (
 	EventPinStart       = "prefill_kv_pin_start"
 	EventDecodeWait     = "decode_kv_wait_start"

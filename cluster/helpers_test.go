@@ -12,7 +12,7 @@ import (
 
 // start builds a cluster that is closed when the test ends. Unless the
 // test has already failed or closed the cluster itself, the cleanup first
-// drains it and checks DESIGN §9, so every test that builds a cluster also
+// drains it and checks docs/design.md §6, so every test that builds a cluster also
 // checks that its load left nothing behind.
 func start(t *testing.T, cfg Config) *Cluster {
 	t.Helper()
@@ -35,7 +35,7 @@ func start(t *testing.T, cfg Config) *Cluster {
 	return c
 }
 
-// drainAndCheck drains c and checks DESIGN §9.
+// drainAndCheck drains c and checks docs/design.md §6.
 func drainAndCheck(t *testing.T, c *Cluster) Stats {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

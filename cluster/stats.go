@@ -242,7 +242,7 @@ type invariantState struct {
 	settled   bool // nothing in flight: the after-drain invariants apply
 }
 
-// CheckInvariants checks DESIGN §9 on the cluster now: block conservation
+// CheckInvariants checks docs/design.md §6 on the cluster now: block conservation
 // per worker (per data-parallel rank, each its own pool), request and pin conservation, modeled time never going back
 // for a request, and, when nothing is in flight, that no worker holds,
 // reserves or runs anything and every transfer ended. It returns every

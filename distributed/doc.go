@@ -1,6 +1,6 @@
 // Package distributed runs mock workers in their own processes and the
 // cluster's router in the script's process, found through etcd and
-// talking over NATS (DESIGN.md §6).
+// talking over NATS (docs/design.md §5).
 //
 // The worker side is RunWorker (`mocker worker`): one engine worker on its
 // own loop paced against the wall clock (or, for a router that asks to

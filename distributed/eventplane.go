@@ -8,7 +8,7 @@ import (
 	"github.com/kvstrand/mocker/kv"
 )
 
-// Dynamo's event plane (reference/dynamo-distributed.md §2), published by
+// Dynamo's event plane (lib/runtime/src/transports/event_plane), published by
 // every worker so Dynamo's tools (`nats sub 'namespace.>'`, a Dynamo KV
 // router) see what they expect:
 //

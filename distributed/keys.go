@@ -13,7 +13,7 @@ import (
 // they all go when the lease does (revoked on a clean shutdown, expired
 // 10 s after the worker stops keeping it alive).
 //
-// Dynamo's (reference/dynamo-distributed.md §1), so a Dynamo user's
+// Dynamo's (lib/runtime/src/discovery/kv_store.rs), so a Dynamo user's
 // `etcdctl get --prefix v1/` reads what they expect:
 //
 //	v1/instances/{ns}/{component}/generate/{instance:x}   Endpoint

@@ -3,7 +3,7 @@ package distributed
 import "encoding/binary"
 
 // msgpack is the few MessagePack encodings Dynamo's event plane needs
-// (reference/dynamo-distributed.md §2: its one implemented codec): maps
+// (Dynamo's event plane, whose one implemented codec it is): maps
 // with string keys, strings, unsigned integers, arrays, binary and nil. A
 // dependency for this much would weigh more than these lines.
 type msgpack struct{ b []byte }

@@ -14,7 +14,7 @@ import (
 )
 
 // The scenarios of Dynamo's own router end-to-end tests with mockers
-// (reference/dynamo-distributed.md §5), here over etcd, NATS and worker
+// (tests/router/test_router_e2e_with_mockers.py in Dynamo), here over etcd, NATS and worker
 // containers: the kv router sends a prompt to the worker that has its
 // longest prefix cached, every time; under a busy threshold an overloaded
 // cluster refuses with "all workers busy", counted, and nothing else

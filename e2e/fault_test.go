@@ -103,7 +103,7 @@ func outcomes(rs []cluster.Result) map[string]int {
 	return n
 }
 
-// drainClean drains the cluster and asserts the invariants of DESIGN.md §9
+// drainClean drains the cluster and asserts the invariants of docs/design.md §6
 // over what is left: every live pool at zero held, reserved and active
 // blocks, every request counted once, every hold ended.
 func drainClean(t *testing.T, c *cluster.Cluster) cluster.Stats {

@@ -9,7 +9,7 @@ import (
 
 // Golden tests for dynamo_compat (docs/fidelity.md). Every expected value
 // is worked out by hand from Dynamo's formulas as the reference notes give
-// them (reference/dynamo-mocker.md §2, §4), never taken from mocker.
+// them (Dynamo's lib/mocker scheduler sources, vllm/core.rs and sglang/*.rs), never taken from mocker.
 
 // TestFidelity_SGLangDecodeUtilisation (item 1). SGLang defaults: 16384
 // pages of 1 token, so the pool holds 16384 tokens. Dynamo passes the

@@ -10,7 +10,7 @@ import (
 	"github.com/kvstrand/mocker/perf"
 )
 
-// SGLang scheduling constants (reference/dynamo-mocker.md §4).
+// SGLang scheduling constants, as Dynamo's mocker (lib/mocker/src/scheduler/sglang) and SGLang set them.
 const (
 	// sglangInitRatio is the new-token ratio at conservativeness 1: the
 	// fraction of each running request's remaining output that admission
@@ -77,7 +77,7 @@ type sgReq struct {
 	growth         int // a reservation's clipped output, reserved in admission
 }
 
-// SGLang is the SGLang scheduler model (reference/dynamo-mocker.md §4): a
+// SGLang is the SGLang scheduler model (engine/doc.go, "Two scheduler models"): a
 // token pool of num_gpu_blocks pages of block_size tokens under a radix
 // cache with lock refs and LRU eviction of unlocked leaves; admission
 // against the free and evictable room left after reserving each running

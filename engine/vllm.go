@@ -61,7 +61,7 @@ type seq struct {
 // VLLM is the vLLM scheduler model: a two-phase pass (running requests, then
 // waiting ones) under a token budget and a sequence cap, chunked prefill,
 // prefix-hit admission credited only for active blocks, and recompute
-// preemption. See reference/dynamo-mocker.md §2.
+// preemption. See engine/doc.go, "Two scheduler models", and docs/fidelity.md.
 type VLLM struct {
 	bs, total int
 	// bsShift is log2(bs) when bs is a power of two, else -1: the block

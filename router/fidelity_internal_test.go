@@ -9,7 +9,7 @@ import (
 
 // Golden tests for the kv cost under dynamo_compat (docs/fidelity.md). The
 // request has 10 blocks of 4 tokens; costs are worked out by hand from
-// Dynamo main's formula (reference/dynamo-router.md §1, current):
+// Dynamo main's formula (lib/kv-router/src/scheduling/selector/default.rs):
 //
 //	cost = prefill_load_scale × max((pending + isl)/bs − overlap, 0)
 //	     + decode blocks + decode_active_request_weight × requests in flight
@@ -107,7 +107,7 @@ func TestFidelity_ConfigKeys(t *testing.T) {
 }
 
 // TestDynamo_KVRoutingDocsExample mirrors the worked example of Dynamo's
-// KV routing docs (docs/router/kv_cache_routing.md): with overlap weight 1
+// KV routing docs (Dynamo's docs/router/kv_cache_routing.md): with overlap weight 1
 // three workers cost 1·8 + 10 = 18, 1·5 + 5 = 10 and 1·2 + 9 = 11 blocks,
 // and the second wins. Built from a 2-block request (8 tokens, none
 // cached): prefill blocks = (pending + 8)/4, decode blocks = active + 2.

@@ -42,7 +42,7 @@ type runResult struct {
 var hookMu sync.Mutex
 
 // runScript runs testdata/name through the harness and waits for the run's
-// clusters to close. Every cluster is drained and its DESIGN §9 invariants
+// clusters to close. Every cluster is drained and its docs/design.md §6 invariants
 // checked right before it closes; the test fails if any is violated.
 func runScript(t *testing.T, name string, env map[string]string, outputs ...string) runResult {
 	t.Helper()

@@ -163,17 +163,17 @@ func TestWrap_KeepsWordsAndWidth(t *testing.T) {
 	}
 }
 
-// TestREADME_ArgsAndMetricsExcerptsAreRealOutput runs each `$ bin/mocker
-// args|metrics …` command shown in README.md and compares what it prints
-// with the lines the README shows under it.
-func TestREADME_ArgsAndMetricsExcerptsAreRealOutput(t *testing.T) {
+// TestDocs_ArgsAndMetricsExcerptsAreRealOutput runs each `$ bin/mocker
+// args|metrics …` command shown in docs/results.md and compares what it
+// prints with the lines the page shows under it.
+func TestDocs_ArgsAndMetricsExcerptsAreRealOutput(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "results.md"))
 	require.NoError(t, err)
 	cmd := regexp.MustCompile(`(?m)^\$ bin/mocker ((?:args|metrics)\b.*)\n`)
 	text := string(readme)
 	found := cmd.FindAllStringSubmatchIndex(text, -1)
-	require.NotEmpty(t, found, "README.md shows mocker args and mocker metrics")
+	require.NotEmpty(t, found, "docs/results.md shows mocker args and mocker metrics")
 	for _, m := range found {
 		args := strings.Fields(text[m[2]:m[3]])
 		shown := text[m[1]:]
@@ -186,6 +186,6 @@ func TestREADME_ArgsAndMetricsExcerptsAreRealOutput(t *testing.T) {
 		}
 		code, stdout, stderr := dispatchOut(args...)
 		require.Equal(t, 0, code, stderr)
-		assert.Equalf(t, stdout, shown, "README.md shows `mocker %s` printing something else", strings.Join(args, " "))
+		assert.Equalf(t, stdout, shown, "docs/results.md shows `mocker %s` printing something else", strings.Join(args, " "))
 	}
 }
