@@ -5,9 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net"
 	"strconv"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // VLLMParams are the disaggregated params a vLLM-style prefill returns with
@@ -245,58 +246,24 @@ func jsonKind(v any) string {
 	}
 }
 
-// maxExactFloat is the largest integer a float64 holds exactly; beyond it a
-// decoded id may already have been rounded, so it is refused rather than
-// silently pointed at another transfer.
-const maxExactFloat = 1 << 53
-
+// uintField reads a non-negative integer field of the params. A float
+// beyond 2^53 may already have been rounded by whoever decoded it, so it
+// is refused (jsonval.AsUint) rather than silently pointed at another
+// transfer.
 func uintField(engine string, m map[string]any, field string) (uint64, error) {
 	v, ok := m[field]
 	if !ok {
 		return 0, paramsErr(engine, field, "missing")
 	}
-	bad := func(got string) error {
-		return paramsErr(engine, field, "must be a non-negative integer, got "+got)
-	}
-	switch n := v.(type) {
-	case json.Number:
-		if u, err := strconv.ParseUint(n.String(), 10, 64); err == nil {
-			return u, nil
+	u, ok := jsonval.AsUint(v)
+	if !ok {
+		got := jsonKind(v)
+		if _, isNum := jsonval.AsFloat(v); isNum {
+			got = jsonval.Describe(v)
 		}
-		f, err := n.Float64()
-		if err != nil || f < 0 || f != math.Trunc(f) || f > maxExactFloat {
-			return 0, bad(n.String())
-		}
-		return uint64(f), nil
-	case float64:
-		if n < 0 || n != math.Trunc(n) || n > maxExactFloat {
-			return 0, bad(strconv.FormatFloat(n, 'g', -1, 64))
-		}
-		return uint64(n), nil
-	case float32:
-		return uintField(engine, map[string]any{field: float64(n)}, field)
-	case int:
-		return signed(int64(n), bad)
-	case int64:
-		return signed(n, bad)
-	case int32:
-		return signed(int64(n), bad)
-	case uint:
-		return uint64(n), nil
-	case uint64:
-		return n, nil
-	case uint32:
-		return uint64(n), nil
-	default:
-		return 0, bad(jsonKind(v))
+		return 0, paramsErr(engine, field, "must be a non-negative integer, got "+got)
 	}
-}
-
-func signed(n int64, bad func(string) error) (uint64, error) {
-	if n < 0 {
-		return 0, bad(strconv.FormatInt(n, 10))
-	}
-	return uint64(n), nil
+	return u, nil
 }
 
 func stringField(engine string, m map[string]any, field string) (string, error) {

@@ -534,7 +534,6 @@ func argTimingModel(v any) (*TimingModelArgs, error) {
 const (
 	argWantPositive          = "a positive integer"
 	argWantNonNegative       = "a non-negative integer"
-	argWantPositiveNumber    = "a positive number"
 	argWantNonNegativeNumber = "a non-negative number"
 )
 
@@ -694,84 +693,8 @@ func argCheckKeys(prefix string, m map[string]any, specs, compat []argKeySpec) e
 // fit; range checks beyond the type live in Validate, so hand-built Args get
 // the same messages.
 
-// argToFloat reads any numeric representation a decoder or a JavaScript
-// runtime produces.
-func argToFloat(v any) (float64, bool) {
-	switch x := v.(type) {
-	case json.Number:
-		f, err := x.Float64()
-		return f, err == nil
-	case float64:
-		return x, true
-	case float32:
-		return float64(x), true
-	case int:
-		return float64(x), true
-	case int8:
-		return float64(x), true
-	case int16:
-		return float64(x), true
-	case int32:
-		return float64(x), true
-	case int64:
-		return float64(x), true
-	case uint:
-		return float64(x), true
-	case uint8:
-		return float64(x), true
-	case uint16:
-		return float64(x), true
-	case uint32:
-		return float64(x), true
-	case uint64:
-		return float64(x), true
-	}
-	return 0, false
-}
-
-// argToInt64 reads an integral number exactly where it can, so large integers
-// do not pass through float64.
-func argToInt64(v any) (n int64, isNumber, ok bool) {
-	switch x := v.(type) {
-	case json.Number:
-		if i, err := strconv.ParseInt(x.String(), 10, 64); err == nil {
-			return i, true, true
-		}
-	case int:
-		return int64(x), true, true
-	case int8:
-		return int64(x), true, true
-	case int16:
-		return int64(x), true, true
-	case int32:
-		return int64(x), true, true
-	case int64:
-		return x, true, true
-	case uint:
-		return int64(x), true, uint64(x) <= math.MaxInt64
-	case uint8:
-		return int64(x), true, true
-	case uint16:
-		return int64(x), true, true
-	case uint32:
-		return int64(x), true, true
-	case uint64:
-		return int64(x), true, x <= math.MaxInt64
-	}
-	f, isNum := argToFloat(v)
-	if !isNum {
-		return 0, false, false
-	}
-	// 2^63 is the first float64 beyond int64; integral floats below it
-	// convert exactly.
-	if f != math.Trunc(f) || math.IsInf(f, 0) || f >= 1<<63 || f < -(1<<63) {
-		return 0, true, false
-	}
-	return int64(f), true, true
-}
-
 func argInt64Value(field string, v any, want string) (int64, error) {
-	n, _, ok := argToInt64(v)
+	n, ok := jsonval.AsInt(v)
 	if !ok {
 		return 0, argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 	}
@@ -790,7 +713,7 @@ func argIntValue(field string, v any, want string) (int, error) {
 }
 
 func argFloatValue(field string, v any, want string) (float64, error) {
-	f, ok := argToFloat(v)
+	f, ok := jsonval.AsFloat(v)
 	if !ok {
 		return 0, argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // page is what the template renders.
@@ -144,18 +146,10 @@ func asMap(v any) map[string]any {
 	return m
 }
 
+// toInt reads a count from the summary data (0 when it is not one).
 func toInt(v any) int64 {
-	switch n := v.(type) {
-	case float64:
-		return int64(n)
-	case int64:
-		return n
-	case uint64:
-		return int64(n)
-	case int:
-		return int64(n)
-	}
-	return 0
+	n, _ := jsonval.AsInt(v)
+	return n
 }
 
 func sum(a, b any) any {

@@ -1,13 +1,14 @@
 package metrics
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 const (
@@ -133,7 +134,7 @@ func (p *printer) thresholds(metrics map[string]any, keys []string) {
 			observed := "observed value missing"
 			if ns, _ := r["noSamples"].(bool); ns {
 				observed = p.paint(ansiDim, "no samples")
-			} else if v, has := asFloat(r["observed"]); has {
+			} else if v, has := jsonval.AsFloat(r["observed"]); has {
 				observed = p.thresholdValue(src, typ, contains, v)
 			}
 			lines = append(lines, fmt.Sprintf("%s%s '%s' %s", indent, p.mark(ok), src, observed))
@@ -199,8 +200,8 @@ func (p *printer) group(b *strings.Builder, g map[string]any, indent string, roo
 	for _, c := range asSlice(g["checks"]) {
 		cm := asMap(c)
 		name, _ := cm["name"].(string)
-		passes, _ := asFloat(cm["passes"])
-		fails, _ := asFloat(cm["fails"])
+		passes, _ := jsonval.AsFloat(cm["passes"])
+		fails, _ := jsonval.AsFloat(cm["fails"])
 		if fails == 0 {
 			fmt.Fprintf(b, "%s%s %s\n", indent, p.mark(true), name)
 			continue
@@ -239,7 +240,7 @@ func (p *printer) metrics(metrics map[string]any, keys []string) {
 		typ, _ := m["type"].(string)
 		contains, _ := m["contains"].(string)
 		vals := asMap(m["values"])
-		num := func(name string) float64 { v, _ := asFloat(vals[name]); return v }
+		num := func(name string) float64 { v, _ := jsonval.AsFloat(vals[name]); return v }
 		var fields []string
 		switch typ {
 		case "counter":
@@ -252,7 +253,7 @@ func (p *printer) metrics(metrics map[string]any, keys []string) {
 				p.mark(true) + " " + formatNumber(num("passes")), p.mark(false) + " " + formatNumber(num("fails"))}
 		case "trend":
 			for _, st := range p.stats {
-				v, ok := asFloat(vals[st])
+				v, ok := jsonval.AsFloat(vals[st])
 				if !ok {
 					continue
 				}
@@ -446,23 +447,4 @@ func asStrings(v any) []string {
 		return out
 	}
 	return nil
-}
-
-func asFloat(v any) (float64, bool) {
-	switch n := v.(type) {
-	case float64:
-		return n, true
-	case float32:
-		return float64(n), true
-	case int:
-		return float64(n), true
-	case int64:
-		return float64(n), true
-	case uint64:
-		return float64(n), true
-	case json.Number:
-		f, err := n.Float64()
-		return f, err == nil
-	}
-	return 0, false
 }

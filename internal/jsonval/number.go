@@ -109,6 +109,38 @@ func formatNumber(f float64) string {
 	return strconv.FormatFloat(f, 'g', -1, 64)
 }
 
+// AsInt reads an integer from any Go integer type, an integral float64 or
+// float32 within ±2^53 (beyond it a float may already have been rounded),
+// or a json.Number; false for anything else. It is the one rule for what
+// counts as an integer in a config or a script: Int applies it and adds a
+// range.
+func AsInt(v any) (int64, bool) { return asInt(v) }
+
+// AsUint is AsInt for unsigned values, which may go past 2^63 when given
+// as a uint, a uint64 or a json.Number; negative values are false.
+func AsUint(v any) (uint64, bool) {
+	switch x := v.(type) {
+	case uint:
+		return uint64(x), true
+	case uint64:
+		return x, true
+	case json.Number:
+		if u, err := strconv.ParseUint(x.String(), 10, 64); err == nil {
+			return u, true
+		}
+	}
+	n, ok := asInt(v)
+	if !ok || n < 0 {
+		return 0, false
+	}
+	return uint64(n), true
+}
+
+// AsFloat reads a number from the kinds AsInt reads and any float64,
+// float32 or json.Number; false for anything else. NaN and ±Inf pass: Float
+// refuses them.
+func AsFloat(v any) (float64, bool) { return asFloat(v) }
+
 func asInt(v any) (int64, bool) {
 	switch x := v.(type) {
 	case int:

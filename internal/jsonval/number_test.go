@@ -105,3 +105,30 @@ func TestMillis(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, d, "the largest accepted value does not overflow")
 }
+
+// TestAsUint_OneRuleForIntegers: unsigned reads take what AsInt takes,
+// and beyond 2^63 only what cannot have been rounded (a uint64, a
+// json.Number's digits); negatives and rounded floats are refused.
+func TestAsUint_OneRuleForIntegers(t *testing.T) {
+	for _, tc := range []struct {
+		v    any
+		want uint64
+		ok   bool
+	}{
+		{uint64(1 << 63), 1 << 63, true},
+		{json.Number("18446744073709551615"), 18446744073709551615, true},
+		{float64(1 << 53), 1 << 53, true},
+		{float64(1<<53) * 2, 0, false},
+		{-1, 0, false},
+		{json.Number("-3"), 0, false},
+		{2.5, 0, false},
+		{"7", 0, false},
+		{int32(7), 7, true},
+	} {
+		got, ok := AsUint(tc.v)
+		assert.Equal(t, tc.ok, ok, "%#v", tc.v)
+		assert.Equal(t, tc.want, got, "%#v", tc.v)
+	}
+	n, ok := AsInt(float64(1<<53) * 4)
+	assert.False(t, ok, "an integral float past 2^53 may have been rounded: %d", n)
+}
