@@ -25,7 +25,7 @@ import (
 
 // Cluster is a set of mock workers, a router and the prefill workers'
 // transfer servers, living in this process on one event loop. Build one
-// with New (or Shared), send requests with Generate from any number of
+// with New, send requests with Generate from any number of
 // goroutines, and end it with Close.
 type Cluster struct {
 	cfg       Config
@@ -64,14 +64,14 @@ type Cluster struct {
 	prefixes prefixMemo
 	series   seriesRec
 	drainers []func()
-	// Holds keep a paced loop's modeled time still for callers that got a
-	// result and have not acted on it yet (GenerateHoldingTime).
-	holds     map[uint64]struct{}
-	holdSeq   uint64
-	holdTouch time.Time // wall time of the last hold taken or released
-	holdsLost uint64    // holds that ran out (holdMax)
-	stopping  bool
-	ended     bool // the loop has returned; Stats reads the workers' last reports
+	// Pauses keep a paced loop's modeled time still for callers that got a
+	// result and have not acted on it yet (GenerateThenPause).
+	pauses     map[uint64]struct{}
+	pauseSeq   uint64
+	pauseTouch time.Time // wall time of the last pause taken or ended
+	pausesLost uint64    // pauses that ran out (pauseMax)
+	stopping   bool
+	ended      bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
 	spareReqs  retiring[request]
@@ -357,7 +357,7 @@ func roleName(r engine.WorkerType) string {
 	return string(r)
 }
 
-// Name is the cluster's registry name.
+// Name is the cluster's name (Config.Name).
 func (c *Cluster) Name() string { return c.cfg.Name }
 
 // Scale relates the cluster's modeled time to script time: its workers'

@@ -82,7 +82,8 @@ const (
 // laptop-sized engine defaults (block_size 16, num_gpu_blocks 1024,
 // speedup_ratio 10).
 type Config struct {
-	// Name keys the cluster in the Shared registry. Default "default".
+	// Name names the cluster: a script's clusters are keyed by it (the
+	// plugin gives every VU the same one). Default "default".
 	Name string `json:"name"`
 	// Engine is the scheduler model of every worker: "vllm" (default,
 	// source-first handoff) or "sglang" (destination-first handoff unless
@@ -701,7 +702,7 @@ func quoted(v any) string {
 // Diff names the first key, in sorted path order, whose value differs
 // between c and o, as "seed 1 vs 2" or "decode.args.max_num_seqs 8 vs
 // (not set)" (c's value first); "" when the two describe the same cluster.
-// Numbers compare by value (5 and 5.0 alike), as the Shared registry
+// Numbers compare by value (5 and 5.0 alike), as a registry of clusters by name
 // compares configs.
 func (c Config) Diff(o Config) string {
 	a, b := configTree(c), configTree(o)
@@ -963,4 +964,21 @@ func readMemTotalMB(path string) float64 {
 		return kb / 1024
 	}
 	return 0
+}
+
+// NameInUseError is asking for a cluster by a name that another config
+// already uses.
+type NameInUseError struct {
+	// Name is the cluster name asked for.
+	Name string
+	// Diff is Config.Diff of the existing config and the new one, e.g.
+	// "seed 1 vs 2".
+	Diff string
+}
+
+// Error reads, e.g., `name: cluster "default" already exists with another
+// config: seed 1 vs 2; …`, suggesting the two ways out.
+func (e *NameInUseError) Error() string {
+	return fmt.Sprintf("name: cluster %q already exists with another config: %s (existing vs this one); give this cluster another name (name: %q), or the same config",
+		e.Name, e.Diff, e.Name+"-2")
 }

@@ -108,9 +108,9 @@
 // (router_ttl_secs, router_request_ttl_secs) are modeled seconds too. What
 // the wall clock still decides is the offered load: a script's durations,
 // rates and sleeps are wall time, so the arrivals they produce depend on
-// how fast the script runs. GenerateHoldingTime takes the caller's own
+// how fast the script runs. GenerateThenPause takes the caller's own
 // time out of it for closed loops: modeled time stands still from a result
-// until the caller's next request (or ReleaseTime).
+// until the caller's next request (or Resume).
 //
 // NewStepped builds the same cluster without a goroutine or a wall clock,
 // for an outside clock to drive (the harness's paced or virtual clock, under

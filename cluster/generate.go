@@ -26,10 +26,10 @@ type call struct {
 	done func(Result)
 	ctx  context.Context
 	key  Key
-	// A GenerateHoldingTime call: wantHold asks for a hold with the result
-	// (hold is its id, set before the reply is sent).
-	wantHold   bool
-	hold       uint64
+	// A GenerateThenPause call: wantPause asks for a pause with the result
+	// (pause is its id, set before the reply is sent).
+	wantPause  bool
+	pause      uint64
 	r          *request // owned by the loop
 	stopReason string   // a stop that came before the arrival was handled
 	// batch, when set, collects the result instead of reply: RunVirtual's
@@ -237,81 +237,82 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	return c.await(ctx, h)
 }
 
-// TimeHold is modeled time held still for a closed-loop caller between a
-// result and its next step (GenerateHoldingTime); the zero TimeHold holds
+// Pause is a stop of a paced cluster's modeled time, for a closed-loop
+// caller between a result and its next step (GenerateThenPause): not a KV
+// hold, which is a prefill's KV kept for its decode. The zero Pause stops
 // nothing.
-type TimeHold struct{ id uint64 }
+type Pause struct{ id uint64 }
 
-// holdMax bounds how long (wall time) holds may keep a paced loop still
-// without being taken or released: a caller that computes for longer
-// than that, or forgets its hold, lets modeled time go on.
-const holdMax = 100 * time.Millisecond
+// pauseMax bounds how long (wall time) pauses may keep a paced loop still
+// without one being taken or ended: a caller that computes for longer
+// than that, or forgets its pause, lets modeled time go on.
+const pauseMax = 100 * time.Millisecond
 
-// GenerateHoldingTime is Generate for a caller that loops: it sends its next
-// request as soon as it has acted on the last result. The request
-// releases prev as it arrives, and the result comes with a new hold: until
-// the caller releases it (ReleaseTime, or its next GenerateHoldingTime), the
-// paced loop does not move modeled time past the instant the result was
-// ready (for at most holdMax of wall time without news of any hold). The
-// caller's own think time, however long the host takes over it, is then
-// no modeled time, as on the virtual clock: the next request arrives at
-// the instant the last one ended. On a virtual or stepped cluster it is
-// Generate (the zero TimeHold).
-func (c *Cluster) GenerateHoldingTime(ctx context.Context, req Request, prev TimeHold) (Result, TimeHold) {
+// GenerateThenPause is Generate for a caller that loops: it sends its next
+// request as soon as it has acted on the last result. The request ends
+// prev as it arrives, and the result comes with a new pause: until the
+// caller resumes (Resume, or its next GenerateThenPause), the paced loop
+// does not move modeled time past the instant the result was ready (for
+// at most pauseMax of wall time without news of any pause). The caller's
+// own think time, however long the host takes over it, is then no modeled
+// time, as on the virtual clock: the next request arrives at the instant
+// the last one ended. On a virtual or stepped cluster it is Generate (the
+// zero Pause).
+func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause) (Result, Pause) {
 	if c.pace == nil || c.opts.stepped || c.remote {
-		// Remote workers keep their own clocks: nothing here to hold.
-		c.ReleaseTime(prev)
-		return c.Generate(ctx, req), TimeHold{}
+		// Remote workers keep their own clocks: nothing here to pause.
+		c.Resume(prev)
+		return c.Generate(ctx, req), Pause{}
 	}
 	if err := req.validate(); err != nil {
-		c.ReleaseTime(prev)
-		return Result{Outcome: OutcomeError, Error: err.Error()}, TimeHold{}
+		c.Resume(prev)
+		return Result{Outcome: OutcomeError, Error: err.Error()}, Pause{}
 	}
-	h := &call{req: req, reply: make(chan Result, 1), wantHold: true}
-	if !c.send(arriveMsg{h: h, release: prev.id}) {
-		return Result{Outcome: OutcomeError, Error: errClosed}, TimeHold{}
+	h := &call{req: req, reply: make(chan Result, 1), wantPause: true}
+	if !c.send(arriveMsg{h: h, resume: prev.id}) {
+		return Result{Outcome: OutcomeError, Error: errClosed}, Pause{}
 	}
 	res := c.await(ctx, h)
-	return res, TimeHold{id: h.hold}
+	return res, Pause{id: h.pause}
 }
 
-// ReleaseTime lets modeled time go on past h (no-op for the zero
-// TimeHold or a hold already released or run out).
-func (c *Cluster) ReleaseTime(h TimeHold) {
-	if h.id == 0 || c.opts.stepped {
+// Resume lets modeled time go on past p (no-op for the zero Pause or a
+// pause already ended or run out).
+func (c *Cluster) Resume(p Pause) {
+	if p.id == 0 || c.opts.stepped {
 		return
 	}
-	c.send(releaseMsg(h))
+	c.send(resumeMsg(p))
 }
 
-// takeHold starts a hold at the loop's now.
-func (c *Cluster) takeHold() uint64 {
-	if c.holds == nil {
-		c.holds = map[uint64]struct{}{}
+// takePause starts a pause at the loop's now.
+func (c *Cluster) takePause() uint64 {
+	if c.pauses == nil {
+		c.pauses = map[uint64]struct{}{}
 	}
-	c.holdSeq++
-	c.holds[c.holdSeq] = struct{}{}
-	c.holdTouch = time.Now()
-	return c.holdSeq
+	c.pauseSeq++
+	c.pauses[c.pauseSeq] = struct{}{}
+	c.pauseTouch = time.Now()
+	return c.pauseSeq
 }
 
-// releaseHold ends a hold.
-func (c *Cluster) releaseHold(id uint64) {
-	if _, ok := c.holds[id]; ok {
-		delete(c.holds, id)
-		c.holdTouch = time.Now()
+// endPause ends a pause.
+func (c *Cluster) endPause(id uint64) {
+	if _, ok := c.pauses[id]; ok {
+		delete(c.pauses, id)
+		c.pauseTouch = time.Now()
 	}
 }
 
-// holding reports whether holds keep modeled time still now; holds with
-// no news for holdMax run out.
-func (c *Cluster) holding() bool {
-	if len(c.holds) == 0 {
+// paused reports whether pauses keep modeled time still now; pauses with
+// no news for pauseMax run out.
+func (c *Cluster) paused() bool {
+	if len(c.pauses) == 0 {
 		return false
 	}
-	if time.Since(c.holdTouch) > holdMax {
-		c.holdsLost += uint64(len(c.holds))
-		clear(c.holds)
+	if time.Since(c.pauseTouch) > pauseMax {
+		c.pausesLost += uint64(len(c.pauses))
+		clear(c.pauses)
 		return false
 	}
 	return true
@@ -536,8 +537,8 @@ func (c *Cluster) reply(r *request, res Result) {
 	h := r.h
 	if h != nil {
 		c.unwatch(h)
-		if h.wantHold && c.pace != nil && !c.stopping {
-			h.hold = c.takeHold()
+		if h.wantPause && c.pace != nil && !c.stopping {
+			h.pause = c.takePause()
 		}
 	}
 	// A caller that reads Now after its result sees at least the result's

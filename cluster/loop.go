@@ -21,9 +21,9 @@ import (
 type message interface{ isMessage() }
 
 type arriveMsg struct {
-	h       *call
-	release uint64  // a hold the arrival ends (GenerateHoldingTime)
-	at      float64 // modeled time, when stamped is set
+	h      *call
+	resume uint64  // a pause the arrival ends (GenerateThenPause)
+	at     float64 // modeled time, when stamped is set
 	// stamped arrivals keep their own time (RunVirtual, tests); others are
 	// stamped with the loop's now.
 	stamped bool
@@ -47,7 +47,7 @@ type sleepMsg struct {
 	done chan struct{}
 }
 type drainMsg struct{ done chan struct{} }
-type releaseMsg struct{ id uint64 }
+type resumeMsg struct{ id uint64 }
 type closeMsg struct{}
 
 // arrivalsMsg is RunVirtual's arrivals: order lists the valid ones by
@@ -66,7 +66,7 @@ func (sleepMsg) isMessage()    {}
 func (drainMsg) isMessage()    {}
 func (closeMsg) isMessage()    {}
 func (arrivalsMsg) isMessage() {}
-func (releaseMsg) isMessage()  {}
+func (resumeMsg) isMessage()   {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
@@ -152,9 +152,9 @@ func (c *Cluster) run() {
 		switch {
 		case ok && !blocked:
 			stuckSince = time.Time{}
-			if c.pace != nil && !c.stopping && at > c.v.Now() && c.holding() {
+			if c.pace != nil && !c.stopping && at > c.v.Now() && c.paused() {
 				// A caller acts on a result: modeled time waits for it.
-				timer.Reset(holdMax - time.Since(c.holdTouch))
+				timer.Reset(pauseMax - time.Since(c.pauseTouch))
 				wake = timer.C
 				break
 			}
@@ -234,7 +234,7 @@ func (c *Cluster) publish() (at float64, blocked, ok bool) {
 // modeled time, but never before what the loop has processed nor past its
 // next event.
 func (c *Cluster) stamp() float64 {
-	if c.pace != nil && !c.stopping && !c.holding() {
+	if c.pace != nil && !c.stopping && !c.paused() {
 		c.v.AdvanceTo(c.wallModeled())
 	}
 	return c.v.Now()
@@ -254,8 +254,8 @@ func (c *Cluster) handle(m message) {
 		}
 	case linkMsg:
 		c.onLinkMsg(m)
-	case releaseMsg:
-		c.releaseHold(m.id)
+	case resumeMsg:
+		c.endPause(m.id)
 	case queryMsg:
 		m.fn()
 		close(m.done)
@@ -291,8 +291,8 @@ func (c *Cluster) accept(m arriveMsg) {
 	}
 	h := m.h
 	c.v.Call(at, func() { c.arrive(h) })
-	if m.release != 0 {
-		c.releaseHold(m.release)
+	if m.resume != 0 {
+		c.endPause(m.resume)
 	}
 }
 

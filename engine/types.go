@@ -324,14 +324,6 @@ type Metrics struct {
 	Passes uint64
 }
 
-// CacheUsage is the router-facing usage fraction (gpu_cache_usage_perc).
-func (m Metrics) CacheUsage() float64 {
-	if m.TotalBlocks == 0 {
-		return 0
-	}
-	return float64(m.RouterActiveBlocks) / float64(m.TotalBlocks)
-}
-
 // Output is what one Step produced. It is owned by the Worker: a pass's
 // Output stays intact until the first Step at or after its End (Steps in
 // between, for deadlines or input events, use another buffer), and any other

@@ -224,19 +224,13 @@ func (v *Virtual) fireBatch(i int) {
 }
 
 // Ticket reserves a place at modeled time at (clamped to now) for an event
-// to be filled in later (FillInput, FillCall or Void). RunUntil does not
+// to be filled in later (FillCall or Void). RunUntil does not
 // pass an unfilled ticket.
 func (v *Virtual) Ticket(at float64) Ticket {
 	seq := v.seq
 	e := vevent{at: max(at, v.now), kind: vTicket, arg: v.carry(vpayload{ticket: true, seq: seq})}
 	v.push(e)
 	return Ticket{At: e.at, seq: seq, pay: e.arg}
-}
-
-// FillInput makes ticket t an Input to worker, applied at the ticket's
-// time and place.
-func (v *Virtual) FillInput(t Ticket, worker int, in Input) {
-	v.fill(t, vpayload{worker: worker, in: in})
 }
 
 // FillCall makes ticket t a callback run at the ticket's time and place.

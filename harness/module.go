@@ -176,19 +176,6 @@ func Register(importPath string, m Module) {
 	modules[importPath] = m
 }
 
-// RegisteredModules lists the import paths of registered plugin modules,
-// sorted.
-func RegisteredModules() []string {
-	registryMu.RLock()
-	defer registryMu.RUnlock()
-	out := make([]string, 0, len(modules))
-	for k := range modules {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func lookupModule(path string) (Module, bool) {
 	registryMu.RLock()
 	defer registryMu.RUnlock()

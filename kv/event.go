@@ -60,9 +60,3 @@ type WorkerEvent struct {
 type Sink interface {
 	KVEvent(workerID uint64, ev Event)
 }
-
-// SinkFunc adapts a function to Sink.
-type SinkFunc func(workerID uint64, ev Event)
-
-// KVEvent calls f.
-func (f SinkFunc) KVEvent(workerID uint64, ev Event) { f(workerID, ev) }

@@ -123,7 +123,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 				throw(rt, err)
 			}
 		}
-		inst.releaseHolds()
+		inst.resumeTime()
 		vuCtx := inst.vu.Context()
 		ctx, cancel := inst.vu.Clock().WithTimeout(vuCtx, timeout)
 		defer cancel()
@@ -187,23 +187,23 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 		e.outside(func() { res = e.generate(ctx, req) })
 		return res
 	}
-	// On the wall clock the VU holds the cluster's modeled time still from
-	// one result to its next step (its next request, or its next wait):
+	// On the wall clock the VU pauses the cluster's modeled time from one
+	// result to its next step (its next request, or its next wait):
 	// the time the host takes over the script's JavaScript is no modeled
 	// time, so a closed loop offers the same load however busy the host.
 	type held struct {
-		res  cluster.Result
-		hold cluster.TimeHold
+		res   cluster.Result
+		pause cluster.Pause
 	}
-	prev := inst.holds[e]
-	delete(inst.holds, e)
+	prev := inst.pauses[e]
+	delete(inst.pauses, e)
 	done := make(chan held, 1)
 	go func() {
 		if e.isClosed() {
 			done <- held{res: closedResult(e)}
 			return
 		}
-		res, h := e.c.GenerateHoldingTime(ctx, req, prev)
+		res, h := e.c.GenerateThenPause(ctx, req, prev)
 		done <- held{res, h}
 	}()
 	// One waiting VU at a time samples the gauge: a ticker per waiting VU
@@ -211,7 +211,7 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	// per period.
 	if !e.sampler.CompareAndSwap(false, true) {
 		r := <-done
-		inst.keepHold(e, r.hold)
+		inst.keepPause(e, r.pause)
 		return r.res
 	}
 	defer e.sampler.Store(false)
@@ -220,7 +220,7 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	for {
 		select {
 		case r := <-done:
-			inst.keepHold(e, r.hold)
+			inst.keepPause(e, r.pause)
 			return r.res
 		case now := <-tick.C:
 			if e.sampleDue(now, heldSampleEvery) {
@@ -230,28 +230,28 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 	}
 }
 
-// keepHold keeps h until the VU next waits.
-func (inst *instance) keepHold(e *entry, h cluster.TimeHold) {
-	if h == (cluster.TimeHold{}) {
+// keepPause keeps h until the VU next waits.
+func (inst *instance) keepPause(e *entry, h cluster.Pause) {
+	if h == (cluster.Pause{}) {
 		return
 	}
-	if inst.holds == nil {
-		inst.holds = map[*entry]cluster.TimeHold{}
+	if inst.pauses == nil {
+		inst.pauses = map[*entry]cluster.Pause{}
 	}
-	inst.holds[e] = h
+	inst.pauses[e] = h
 	if !inst.waitHooked {
 		inst.waitHooked = true
-		inst.vu.WhenWaiting(inst.releaseHolds)
+		inst.vu.WhenWaiting(inst.resumeTime)
 	}
 }
 
-// releaseHolds lets the clusters' modeled time go on: the VU waits.
-func (inst *instance) releaseHolds() {
+// resumeTime lets the clusters' modeled time go on: the VU waits.
+func (inst *instance) resumeTime() {
 	inst.waitHooked = false
-	for e, h := range inst.holds {
-		e.c.ReleaseTime(h)
+	for e, h := range inst.pauses {
+		e.c.Resume(h)
 	}
-	clear(inst.holds)
+	clear(inst.pauses)
 }
 
 // submit hands req to a stepped cluster, keyed by this VU and its call
@@ -273,7 +273,7 @@ func (inst *instance) sleepModeled(e *entry, ms float64) {
 	if ms <= 0 {
 		return
 	}
-	inst.releaseHolds()
+	inst.resumeTime()
 	_ = e.sleep(inst.vu.Context(), ms)
 }
 

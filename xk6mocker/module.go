@@ -93,9 +93,9 @@ type instance struct {
 	m      moduleMetrics
 	regErr error  // a script declared one of our metric names with another type
 	calls  uint64 // requests this VU handed to stepped clusters
-	// holds keep each wall-clock cluster's modeled time still until the
+	// pauses keep each wall-clock cluster's modeled time still until the
 	// VU next waits (see generateBlocking).
-	holds      map[*entry]cluster.TimeHold
+	pauses     map[*entry]cluster.Pause
 	waitHooked bool
 	tagSets    map[tagKey]metrics.Tags            // tagSet's cache
 	recentTags recent.Eight[tagKey, metrics.Tags] // tagSet's last sets, looked at first

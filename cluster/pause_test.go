@@ -9,24 +9,24 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestPaced_HeldTimeKeepsTheCallersThinkTimeOutOfTheModel: a closed loop
+// TestPaced_PausedTimeKeepsTheCallersThinkTimeOutOfTheModel: a closed loop
 // that takes a while (wall time) between a result and its next request
-// offers, with GenerateHoldingTime, its next request at the instant the
+// offers, with GenerateThenPause, its next request at the instant the
 // last one ended; with Generate, the host's time between the two becomes
 // modeled time. The cluster's modeled clock after ten requests tells
 // which.
-func TestPaced_HeldTimeKeepsTheCallersThinkTimeOutOfTheModel(t *testing.T) {
+func TestPaced_PausedTimeKeepsTheCallersThinkTimeOutOfTheModel(t *testing.T) {
 	const think = 5 * time.Millisecond // 50 modeled ms at speedup 10
 	loop := func(held bool) (gap float64) {
 		c := start(t, Config{Workers: 1, Args: map[string]any{"speedup_ratio": 10}})
 		// The first request arrives at the wall clock's modeled now.
 		var first float64
-		var hold TimeHold
+		var pause Pause
 		var busy float64
 		for i := range 10 {
 			var res Result
 			if held {
-				res, hold = c.GenerateHoldingTime(context.Background(), Request{PromptTokens: 64, MaxTokens: 4}, hold)
+				res, pause = c.GenerateThenPause(context.Background(), Request{PromptTokens: 64, MaxTokens: 4}, pause)
 			} else {
 				res = c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 4})
 			}
@@ -37,7 +37,7 @@ func TestPaced_HeldTimeKeepsTheCallersThinkTimeOutOfTheModel(t *testing.T) {
 			busy += res.E2EMs
 			time.Sleep(think)
 		}
-		c.ReleaseTime(hold)
+		c.Resume(pause)
 		var now float64
 		c.query(func() { now = c.v.Now() })
 		return now - first - busy
