@@ -1,0 +1,233 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/replay"
+	"github.com/kvstrand/mocker/report"
+)
+
+// replayUsage is `mocker replay -h`.
+const replayUsage = `Usage: mocker replay --trace FILE --config FILE [flags]
+
+Replays a request trace through a mock cluster on virtual time, as fast as
+the CPU allows, and prints an aiperf-style summary. The same trace, config
+and flags give the same output, byte for byte. Formats: docs/replay.md.
+
+Flags:
+      --trace FILE              the trace: Mooncake JSONL (hash_ids, optional
+                                session_id and delay), or CSV with a header;
+                                gzip is read as such (required)
+      --config FILE             the cluster config, JSON or YAML: the object
+                                mocker.cluster({...}) takes (required)
+      --trace-block-size N      tokens per hash id (default 512)
+      --rate-scale X            divide arrival times by X: 2 sends twice as fast
+      --max-requests N          send at most N requests
+      --duration D              send no request at or after modeled time D (e.g. 10m)
+      --seed N                  the cluster's seed (over the config's)
+      --slo ttft=MS,itl=MS,e2e=MS
+                                latency bounds for goodput (any subset)
+      --json FILE               write every figure as JSON to FILE ("-": stdout)
+      --report FILE             write an HTML report of the run to FILE
+`
+
+func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	tracePath := fs.String("trace", "", "")
+	configPath := fs.String("config", "", "")
+	blockSize := fs.Int("trace-block-size", replay.DefaultBlockSize, "")
+	rate := fs.Float64("rate-scale", 1, "")
+	maxReq := fs.Int("max-requests", 0, "")
+	dur := fs.Duration("duration", 0, "")
+	seed := fs.String("seed", "", "")
+	slo := fs.String("slo", "", "")
+	jsonPath := fs.String("json", "", "")
+	reportPath := fs.String("report", "", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(stdout, replayUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "mocker replay: %v\n\n%s", err, replayUsage)
+		return exitUsage
+	}
+	if *tracePath == "" || *configPath == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mocker replay: --trace and --config are required, and nothing else\n\n%s", replayUsage)
+		return exitUsage
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "mocker replay: %v\n", err)
+		return 1
+	}
+	cfg, err := readClusterConfig(*configPath)
+	if err != nil {
+		return fail(err)
+	}
+	if *seed != "" {
+		var n json.Number = json.Number(*seed)
+		v, err := n.Int64()
+		if err != nil || v < 0 {
+			return fail(fmt.Errorf("--seed: want an integer ≥ 0, got %q", *seed))
+		}
+		cfg.Seed = uint64(v)
+	}
+	slov, err := replay.ParseSLO(*slo)
+	if err != nil {
+		return fail(err)
+	}
+	f, err := os.Open(*tracePath)
+	if err != nil {
+		return fail(fmt.Errorf("--trace: %w", err))
+	}
+	defer f.Close()
+	tr, err := replay.NewReader(f)
+	if err != nil {
+		return fail(fmt.Errorf("--trace %s: %w", *tracePath, err))
+	}
+	defer tr.Close()
+	opts := replay.Options{BlockSize: *blockSize, RateScale: *rate, MaxRequests: *maxReq,
+		DurationMs: float64(*dur) / float64(time.Millisecond), SLO: slov}
+	if stderrTTY {
+		opts.Progress = progressLine(stderr)
+	}
+	out, err := replay.Run(cfg, tr, opts)
+	if stderrTTY {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err != nil {
+		return fail(fmt.Errorf("%s: %w", *tracePath, err))
+	}
+	if err := out.Summary.WriteTable(stdout); err != nil {
+		return fail(err)
+	}
+	if *jsonPath != "" {
+		var b bytes.Buffer
+		if err := out.Summary.WriteJSON(&b); err != nil {
+			return fail(err)
+		}
+		if *jsonPath == "-" {
+			_, err = stdout.Write(b.Bytes())
+		} else {
+			err = os.WriteFile(*jsonPath, b.Bytes(), 0o644)
+		}
+		if err != nil {
+			return fail(fmt.Errorf("--json: %w", err))
+		}
+	}
+	if *reportPath != "" {
+		r := replayReport(filepath.Base(*tracePath), cfg, out)
+		if err := report.WriteFile(*reportPath, r); err != nil {
+			return fail(fmt.Errorf("--report: %w", err))
+		}
+	}
+	return 0
+}
+
+// readClusterConfig reads a cluster config file, JSON or YAML, through the
+// parser scripts' mocker.cluster({...}) objects go through.
+func readClusterConfig(path string) (cluster.Config, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return cluster.Config{}, fmt.Errorf("--config: %w", err)
+	}
+	js, err := yaml.YAMLToJSON(raw) // JSON is YAML: both come out as JSON
+	if err != nil {
+		return cluster.Config{}, fmt.Errorf("--config %s: %w", path, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(js))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return cluster.Config{}, fmt.Errorf("--config %s: want an object: %w", path, err)
+	}
+	cfg, err := cluster.ConfigFromMap(m)
+	if err != nil {
+		return cluster.Config{}, fmt.Errorf("--config %s: %w", path, err)
+	}
+	if cfg.Transport != nil {
+		return cluster.Config{}, fmt.Errorf("--config %s: transport: replay runs the cluster in process; remove it", path)
+	}
+	return cfg, nil
+}
+
+// progressLine draws requests ended, modeled time and the rate on one
+// terminal line, at most every 200 ms of wall time.
+func progressLine(w io.Writer) func(uint64, float64) {
+	start := time.Now()
+	var last time.Time
+	return func(ended uint64, nowMs float64) {
+		now := time.Now()
+		if now.Sub(last) < 200*time.Millisecond {
+			return
+		}
+		last = now
+		rate := float64(ended) / now.Sub(start).Seconds()
+		fmt.Fprintf(w, "\r\033[Kreplay: %d requests ended · modeled %.1f s · %.0f req/s", ended, nowMs/1000, rate)
+	}
+}
+
+// replayReport is the run as the report package draws a cluster.
+func replayReport(title string, cfg cluster.Config, out replay.Output) report.Report {
+	st := out.Run.Stats
+	speed, _ := cfg.SpeedupRatio()
+	engine, router := cfg.Engine, cfg.Router
+	if engine == "" {
+		engine = "vllm"
+	}
+	if router == "" {
+		router = "round-robin"
+	}
+	c := report.Cluster{Name: "replay", Engine: engine, Router: router, Topology: replayTopology(cfg),
+		SpeedupRatio: speed, Stats: st, Series: out.Run.Series, Holds: out.Run.Holds,
+		TTFT: quantiles("completed", &out.Figures.TTFT)}
+	outcomes := make([]string, 0, len(out.Figures.Pins))
+	for o := range out.Figures.Pins {
+		outcomes = append(outcomes, o)
+	}
+	sort.Strings(outcomes)
+	for _, o := range outcomes {
+		c.PinDurations = append(c.PinDurations, quantiles(o, out.Figures.Pins[o]))
+	}
+	for _, w := range st.Workers {
+		c.Routed = append(c.Routed, report.Routed{Worker: w.Name, Role: w.Role,
+			Requests: out.Figures.Routed[[2]string{w.Name, fmt.Sprint(w.DPRank)}]})
+	}
+	return report.Report{Title: "mocker replay " + title, Clusters: []report.Cluster{c}}
+}
+
+func replayTopology(cfg cluster.Config) string {
+	if !cfg.Disagg {
+		n := cfg.Workers
+		if n == 0 {
+			n = 2 // the config's default
+		}
+		return fmt.Sprintf("%d aggregated", n)
+	}
+	return fmt.Sprintf("%d prefill + %d decode", max(cfg.Prefill.Workers, 1), max(cfg.Decode.Workers, 1))
+}
+
+func quantiles(label string, h *metrics.Histogram) report.Distribution {
+	d := report.Distribution{Label: label, Count: h.Count()}
+	if d.Count == 0 {
+		return d
+	}
+	d.Quantiles = make([]float64, 101)
+	for i := range d.Quantiles {
+		d.Quantiles[i] = h.Percentile(float64(i))
+	}
+	return d
+}
