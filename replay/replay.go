@@ -31,9 +31,23 @@ type Options struct {
 	// SLO bounds a request's latencies for goodput; zero fields do not
 	// bound.
 	SLO SLO
+	// OnRequest, when set, receives every request as it ends, in the
+	// order requests end, on the cluster's loop.
+	OnRequest func(RequestEnd)
 	// Progress, when set, is called on the cluster's loop every
 	// ProgressEvery ended requests with the count and the modeled time.
 	Progress func(ended uint64, nowMs float64)
+}
+
+// RequestEnd is one request of the trace as it ended.
+type RequestEnd struct {
+	// Line is the trace row the request came from; Session its session
+	// ("" for none).
+	Line    int
+	Session string
+	// ArrivedMs and EndedMs are modeled times.
+	ArrivedMs, EndedMs float64
+	Result             cluster.Result
 }
 
 // ProgressEvery is how many ended requests pass between calls of
@@ -99,6 +113,8 @@ type turn struct {
 	timestampMs float64
 	hasTime     bool
 	line        int
+	name        string  // its session's
+	at          float64 // when it arrives
 }
 
 // session is a session's state: its turns read ahead, and whether one is
@@ -164,14 +180,14 @@ func (p *player) next() (cluster.StreamArrival, bool) {
 				s.lastTs, s.hasTs = rec.TimestampMs, rec.HasTimestamp
 				if s.out || len(s.queue) > 0 {
 					t.ids = append([]uint64(nil), rec.HashIDs...)
-					t.session = s
+					t.session, t.name = s, rec.Session
 					s.queue = append(s.queue, t)
 					continue
 				}
 				// Read only after the turn before it ended: it is late,
 				// and goes now.
 				p.late++
-				t.session = s
+				t.session, t.name = s, rec.Session
 				s.out = true
 				return p.arrival(t, p.lastAt), true
 			}
@@ -182,6 +198,7 @@ func (p *player) next() (cluster.StreamArrival, bool) {
 			s = &session{out: true, lastTs: rec.TimestampMs, hasTs: true}
 			p.sessions[rec.Session] = s
 			t.session = s
+			t.name = rec.Session
 		}
 		if !p.started {
 			p.started, p.firstTs = true, rec.TimestampMs
@@ -211,13 +228,14 @@ func (p *player) arrival(t turn, at float64) cluster.StreamArrival {
 	p.key++
 	p.sent++
 	b := &p.bufs[key&1]
+	t.at = at
 	return cluster.StreamArrival{Key: key, Arrival: cluster.Arrival{AtMs: at, Request: p.request(t, key, b)}}
 }
 
 // request is t's request, its tokens appended to *buf (reused) when the
 // trace names its blocks; the cluster draws them otherwise.
 func (p *player) request(t turn, key int, buf *[]uint32) cluster.Request {
-	p.inflight[key] = turn{session: t.session, input: t.input, output: t.output}
+	p.inflight[key] = turn{session: t.session, input: t.input, output: t.output, line: t.line, name: t.name, at: t.at}
 	req := cluster.Request{PromptTokens: t.input, MaxTokens: t.output}
 	if len(t.ids) > 0 {
 		*buf = AppendTokens((*buf)[:0], t.ids, t.input, p.opts.BlockSize, uint64(key))
@@ -232,6 +250,9 @@ func (p *player) ended(key int, now float64, res cluster.Result) (cluster.Stream
 	t := p.inflight[key]
 	delete(p.inflight, key)
 	p.figs.add(t.input, res)
+	if p.opts.OnRequest != nil {
+		p.opts.OnRequest(RequestEnd{Line: t.line, Session: t.name, ArrivedMs: t.at, EndedMs: now, Result: res})
+	}
 	if p.opts.Progress != nil && p.figs.ended%ProgressEvery == 0 {
 		p.opts.Progress(p.figs.ended, now)
 	}
@@ -257,5 +278,6 @@ func (p *player) ended(key int, now float64, res cluster.Result) (cluster.Stream
 	p.key++
 	p.sent++
 	var own []uint32 // a follow-up owns its tokens until it arrives
+	nt.at = at
 	return cluster.StreamArrival{Key: key2, Arrival: cluster.Arrival{AtMs: at, Request: p.request(nt, key2, &own)}}, true
 }
