@@ -183,14 +183,19 @@ func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
+	v.addBatch(&vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn})
+}
+
+// addBatch takes b's places in the event order and queues its first call.
+func (v *Virtual) addBatch(b *vbatch) {
 	i := len(v.batches)
 	if k := slices.Index(v.batches, nil); k >= 0 {
 		i = k
 	} else {
 		v.batches = append(v.batches, nil)
 	}
-	v.batches[i] = &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn}
-	v.seq += uint64(n)
+	v.batches[i] = b
+	v.seq += uint64(b.n)
 	v.queueBatch(i)
 }
 
@@ -207,15 +212,7 @@ const StreamSpan = 1 << 48
 // would order it. Times must not decrease; one earlier than now is
 // clamped to now.
 func (v *Virtual) CallStream(next func(i int) (at float64, ok bool), fn func(i int)) {
-	i := len(v.batches)
-	if k := slices.Index(v.batches, nil); k >= 0 {
-		i = k
-	} else {
-		v.batches = append(v.batches, nil)
-	}
-	v.batches[i] = &vbatch{seq0: v.seq, n: StreamSpan, floor: v.now, more: next, fn: fn}
-	v.seq += StreamSpan
-	v.queueBatch(i)
+	v.addBatch(&vbatch{seq0: v.seq, n: StreamSpan, floor: v.now, more: next, fn: fn})
 }
 
 // vbatch is a CallEach or CallStream run: call i has sequence number

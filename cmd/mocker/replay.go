@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/kvstrand/mocker/cluster"
-	"github.com/kvstrand/mocker/harness/metrics"
 	"github.com/kvstrand/mocker/replay"
 	"github.com/kvstrand/mocker/report"
 )
@@ -193,14 +192,14 @@ func replayReport(title string, cfg cluster.Config, out replay.Output) report.Re
 	}
 	c := report.Cluster{Name: "replay", Engine: engine, Router: router, Topology: replayTopology(cfg),
 		SpeedupRatio: speed, Stats: st, Series: out.Run.Series, Holds: out.Run.Holds,
-		TTFT: quantiles("completed", &out.Figures.TTFT)}
+		TTFT: report.Quantiles("completed", &out.Figures.TTFT)}
 	outcomes := make([]string, 0, len(out.Figures.Pins))
 	for o := range out.Figures.Pins {
 		outcomes = append(outcomes, o)
 	}
 	sort.Strings(outcomes)
 	for _, o := range outcomes {
-		c.PinDurations = append(c.PinDurations, quantiles(o, out.Figures.Pins[o]))
+		c.PinDurations = append(c.PinDurations, report.Quantiles(o, out.Figures.Pins[o]))
 	}
 	for _, w := range st.Workers {
 		c.Routed = append(c.Routed, report.Routed{Worker: w.Name, Role: w.Role,
@@ -218,16 +217,4 @@ func replayTopology(cfg cluster.Config) string {
 		return fmt.Sprintf("%d aggregated", n)
 	}
 	return fmt.Sprintf("%d prefill + %d decode", max(cfg.Prefill.Workers, 1), max(cfg.Decode.Workers, 1))
-}
-
-func quantiles(label string, h *metrics.Histogram) report.Distribution {
-	d := report.Distribution{Label: label, Count: h.Count()}
-	if d.Count == 0 {
-		return d
-	}
-	d.Quantiles = make([]float64, 101)
-	for i := range d.Quantiles {
-		d.Quantiles[i] = h.Percentile(float64(i))
-	}
-	return d
 }
