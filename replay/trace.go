@@ -203,7 +203,7 @@ func (t *Reader) jsonRow(b []byte) error {
 		if errors.As(err, &te) {
 			return &ParseError{Line: t.line, Field: te.Field, Err: fmt.Errorf("want %s, got a JSON %s", want(te.Type.Kind().String()), te.Value)}
 		}
-		return &ParseError{Line: t.line, Err: fmt.Errorf("not a JSON object: %v", err)}
+		return &ParseError{Line: t.line, Err: fmt.Errorf("not a JSON object: %w", err)}
 	}
 	r, row := &t.rec, &t.row
 	switch {

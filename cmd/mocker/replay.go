@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"time"
 
 	"sigs.k8s.io/yaml"
@@ -77,8 +78,7 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 		return fail(err)
 	}
 	if *seed != "" {
-		var n json.Number = json.Number(*seed)
-		v, err := n.Int64()
+		v, err := strconv.ParseInt(*seed, 10, 64)
 		if err != nil || v < 0 {
 			return fail(fmt.Errorf("--seed: want an integer ≥ 0, got %q", *seed))
 		}
