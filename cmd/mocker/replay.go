@@ -44,62 +44,113 @@ Flags:
       --report FILE             write an HTML report of the run to FILE
 `
 
-func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
-	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+// traceFlags are the flags replay and sweep share: the trace, the base
+// config and how the trace is played.
+type traceFlags struct {
+	trace, config, seed, slo string
+	blockSize, maxRequests   int
+	rate                     float64
+	duration                 time.Duration
+}
+
+func addTraceFlags(fs *flag.FlagSet) *traceFlags {
+	f := &traceFlags{}
+	fs.StringVar(&f.trace, "trace", "", "")
+	fs.StringVar(&f.config, "config", "", "")
+	fs.IntVar(&f.blockSize, "trace-block-size", replay.DefaultBlockSize, "")
+	fs.Float64Var(&f.rate, "rate-scale", 1, "")
+	fs.IntVar(&f.maxRequests, "max-requests", 0, "")
+	fs.DurationVar(&f.duration, "duration", 0, "")
+	fs.StringVar(&f.seed, "seed", "", "")
+	fs.StringVar(&f.slo, "slo", "", "")
+	return f
+}
+
+// parseCommand parses args into fs, printing usage on -h and naming the
+// mistake otherwise; ok false returns code.
+func parseCommand(name, usage string, fs *flag.FlagSet, f *traceFlags, args []string, stdout, stderr io.Writer) (code int, ok bool) {
 	fs.SetOutput(io.Discard)
-	tracePath := fs.String("trace", "", "")
-	configPath := fs.String("config", "", "")
-	blockSize := fs.Int("trace-block-size", replay.DefaultBlockSize, "")
-	rate := fs.Float64("rate-scale", 1, "")
-	maxReq := fs.Int("max-requests", 0, "")
-	dur := fs.Duration("duration", 0, "")
-	seed := fs.String("seed", "", "")
-	slo := fs.String("slo", "", "")
-	jsonPath := fs.String("json", "", "")
-	reportPath := fs.String("report", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(stdout, replayUsage)
-			return 0
+			fmt.Fprint(stdout, usage)
+			return 0, false
 		}
-		fmt.Fprintf(stderr, "mocker replay: %v\n\n%s", err, replayUsage)
-		return exitUsage
+		fmt.Fprintf(stderr, "mocker %s: %v\n\n%s", name, err, usage)
+		return exitUsage, false
 	}
-	if *tracePath == "" || *configPath == "" || fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "mocker replay: --trace and --config are required, and nothing else\n\n%s", replayUsage)
-		return exitUsage
+	if f.trace == "" || f.config == "" || fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mocker %s: --trace and --config are required, and nothing else\n\n%s", name, usage)
+		return exitUsage, false
+	}
+	return 0, true
+}
+
+// configMap reads --config as a JSON object, applying --seed.
+func (f *traceFlags) configMap() (map[string]any, error) {
+	m, err := readConfigMap(f.config)
+	if err != nil {
+		return nil, err
+	}
+	if f.seed != "" {
+		v, err := strconv.ParseInt(f.seed, 10, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--seed: want an integer ≥ 0, got %q", f.seed)
+		}
+		m["seed"] = json.Number(strconv.FormatInt(v, 10))
+	}
+	return m, nil
+}
+
+// options are the replay options the flags give.
+func (f *traceFlags) options() (replay.Options, error) {
+	slo, err := replay.ParseSLO(f.slo)
+	return replay.Options{BlockSize: f.blockSize, RateScale: f.rate, MaxRequests: f.maxRequests,
+		DurationMs: float64(f.duration) / float64(time.Millisecond), SLO: slo}, err
+}
+
+// openTrace opens --trace for one run.
+func (f *traceFlags) openTrace() (*replay.Reader, func() error, error) {
+	file, err := os.Open(f.trace)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--trace: %w", err)
+	}
+	tr, err := replay.NewReader(file)
+	if err != nil {
+		_ = file.Close()
+		return nil, nil, fmt.Errorf("--trace %s: %w", f.trace, err)
+	}
+	return tr, func() error { _ = tr.Close(); return file.Close() }, nil
+}
+
+func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
+	fs := flag.NewFlagSet("replay", flag.ContinueOnError)
+	f := addTraceFlags(fs)
+	jsonPath := fs.String("json", "", "")
+	reportPath := fs.String("report", "", "")
+	if code, ok := parseCommand("replay", replayUsage, fs, f, args, stdout, stderr); !ok {
+		return code
 	}
 	fail := func(err error) int {
 		fmt.Fprintf(stderr, "mocker replay: %v\n", err)
 		return 1
 	}
-	cfg, err := readClusterConfig(*configPath)
+	m, err := f.configMap()
 	if err != nil {
 		return fail(err)
 	}
-	if *seed != "" {
-		v, err := strconv.ParseInt(*seed, 10, 64)
-		if err != nil || v < 0 {
-			return fail(fmt.Errorf("--seed: want an integer ≥ 0, got %q", *seed))
-		}
-		cfg.Seed = uint64(v)
-	}
-	slov, err := replay.ParseSLO(*slo)
+	cfg, err := clusterConfig(f.config, m)
 	if err != nil {
 		return fail(err)
 	}
-	f, err := os.Open(*tracePath)
+	opts, err := f.options()
 	if err != nil {
-		return fail(fmt.Errorf("--trace: %w", err))
+		return fail(err)
 	}
-	defer f.Close()
-	tr, err := replay.NewReader(f)
+	tr, closeTrace, err := f.openTrace()
 	if err != nil {
-		return fail(fmt.Errorf("--trace %s: %w", *tracePath, err))
+		return fail(err)
 	}
-	defer tr.Close()
-	opts := replay.Options{BlockSize: *blockSize, RateScale: *rate, MaxRequests: *maxReq,
-		DurationMs: float64(*dur) / float64(time.Millisecond), SLO: slov}
+	defer func() { _ = closeTrace() }()
 	if stderrTTY {
 		opts.Progress = progressLine(stderr)
 	}
@@ -108,7 +159,7 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
 	if err != nil {
-		return fail(fmt.Errorf("%s: %w", *tracePath, err))
+		return fail(fmt.Errorf("%s: %w", f.trace, err))
 	}
 	if err := out.Summary.WriteTable(stdout); err != nil {
 		return fail(err)
@@ -128,7 +179,7 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 		}
 	}
 	if *reportPath != "" {
-		r := replayReport(filepath.Base(*tracePath), cfg, out)
+		r := replayReport(filepath.Base(f.trace), cfg, out)
 		if err := report.WriteFile(*reportPath, r); err != nil {
 			return fail(fmt.Errorf("--report: %w", err))
 		}
@@ -136,23 +187,29 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 	return 0
 }
 
-// readClusterConfig reads a cluster config file, JSON or YAML, through the
-// parser scripts' mocker.cluster({...}) objects go through.
-func readClusterConfig(path string) (cluster.Config, error) {
+// readConfigMap reads a cluster config file, JSON or YAML, as the JSON
+// object mocker.cluster({...}) takes.
+func readConfigMap(path string) (map[string]any, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
-		return cluster.Config{}, fmt.Errorf("--config: %w", err)
+		return nil, fmt.Errorf("--config: %w", err)
 	}
 	js, err := yaml.YAMLToJSON(raw) // JSON is YAML: both come out as JSON
 	if err != nil {
-		return cluster.Config{}, fmt.Errorf("--config %s: %w", path, err)
+		return nil, fmt.Errorf("--config %s: %w", path, err)
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
 	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
-		return cluster.Config{}, fmt.Errorf("--config %s: want an object: %w", path, err)
+	if err := dec.Decode(&m); err != nil || m == nil {
+		return nil, fmt.Errorf("--config %s: want a JSON or YAML object (%v)", path, err)
 	}
+	return m, nil
+}
+
+// clusterConfig reads m through the parser scripts' mocker.cluster({...})
+// objects go through, refusing a transport: a replay runs in process.
+func clusterConfig(path string, m map[string]any) (cluster.Config, error) {
 	cfg, err := cluster.ConfigFromMap(m)
 	if err != nil {
 		return cluster.Config{}, fmt.Errorf("--config %s: %w", path, err)
