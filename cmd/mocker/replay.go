@@ -201,8 +201,11 @@ func readConfigMap(path string) (map[string]any, error) {
 	dec := json.NewDecoder(bytes.NewReader(js))
 	dec.UseNumber()
 	var m map[string]any
-	if err := dec.Decode(&m); err != nil || m == nil {
-		return nil, fmt.Errorf("--config %s: want a JSON or YAML object (%v)", path, err)
+	if err := dec.Decode(&m); err != nil {
+		return nil, fmt.Errorf("--config %s: want a JSON or YAML object: %w", path, err)
+	}
+	if m == nil {
+		return nil, fmt.Errorf("--config %s: want a JSON or YAML object, got null", path)
 	}
 	return m, nil
 }

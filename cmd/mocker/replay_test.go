@@ -67,3 +67,27 @@ func TestReplayCmd_ErrorsNameWhatToFix(t *testing.T) {
 		assert.Contains(t, stderr.String(), tc.want, tc.args)
 	}
 }
+
+func TestSweepCmd_SameCSVOnOneOrTwoCores(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "cluster.yaml")
+	require.NoError(t, os.WriteFile(cfg, []byte(replayConfigYAML), 0o644))
+	var csvs [2]string
+	for i, parallel := range []string{"1", "2"} {
+		var stdout, stderr bytes.Buffer
+		js := filepath.Join(dir, "sweep.json")
+		code := dispatch([]string{"sweep", "--trace", "../../replay/testdata/shared.jsonl", "--config", cfg,
+			"--grid", "prefill.workers=1..2,router=kv|round-robin", "--parallel", parallel, "--json", js}, &stdout, &stderr)
+		require.Equal(t, 0, code, stderr.String())
+		csvs[i] = stdout.String()
+		b, err := os.ReadFile(js)
+		require.NoError(t, err)
+		assert.Contains(t, string(b), `"goodput_per_gpu"`)
+	}
+	assert.Equal(t, csvs[0], csvs[1])
+	assert.Equal(t, 5, bytes.Count([]byte(csvs[0]), []byte("\n")), "a header and one row per combination")
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, exitUsage, dispatch([]string{"sweep", "--trace", "x", "--config", cfg}, &stdout, &stderr))
+	assert.Contains(t, stderr.String(), "--grid is required")
+}
