@@ -76,14 +76,17 @@ func TestSweepCmd_SameCSVOnOneOrTwoCores(t *testing.T) {
 	var csvs [2]string
 	for i, parallel := range []string{"1", "2"} {
 		var stdout, stderr bytes.Buffer
-		js := filepath.Join(dir, "sweep.json")
+		js, html := filepath.Join(dir, "sweep.json"), filepath.Join(dir, "sweep.html")
 		code := dispatch([]string{"sweep", "--trace", "../../replay/testdata/shared.jsonl", "--config", cfg,
-			"--grid", "prefill.workers=1..2,router=kv|round-robin", "--parallel", parallel, "--json", js}, &stdout, &stderr)
+			"--grid", "prefill.workers=1..2,router=kv|round-robin", "--parallel", parallel, "--json", js, "--html", html}, &stdout, &stderr)
 		require.Equal(t, 0, code, stderr.String())
 		csvs[i] = stdout.String()
 		b, err := os.ReadFile(js)
 		require.NoError(t, err)
 		assert.Contains(t, string(b), `"goodput_per_gpu"`)
+		page, err := os.ReadFile(html)
+		require.NoError(t, err)
+		assert.Contains(t, string(page), "prefill.workers=2 router=round-robin")
 	}
 	assert.Equal(t, csvs[0], csvs[1])
 	assert.Equal(t, 5, bytes.Count([]byte(csvs[0]), []byte("\n")), "a header and one row per combination")

@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 
 	"github.com/kvstrand/mocker/replay"
+	"github.com/kvstrand/mocker/report"
 )
 
 // sweepUsage is `mocker sweep -h`.
@@ -40,6 +43,9 @@ Flags:
       --parallel N              runs at once (default: the CPUs)
       --csv FILE                write the rows as CSV to FILE (default stdout)
       --json FILE               write the rows, every figure, as JSON to FILE
+      --html FILE               write a page of goodput per GPU against TTFT p90,
+                                the Pareto front marked, and the stranding
+                                figures of each configuration
 `
 
 func sweepCmd(args []string, stdout, stderr io.Writer) int {
@@ -49,6 +55,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) int {
 	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "")
 	csvPath := fs.String("csv", "", "")
 	jsonPath := fs.String("json", "", "")
+	htmlPath := fs.String("html", "", "")
 	if code, ok := parseCommand("sweep", sweepUsage, fs, f, args, stdout, stderr); !ok {
 		return code
 	}
@@ -106,5 +113,30 @@ func sweepCmd(args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("--json: %w", err))
 		}
 	}
+	if *htmlPath != "" {
+		var b bytes.Buffer
+		if err := report.WriteSweep(&b, filepath.Base(f.trace), sweepPoints(grid, rows)); err != nil {
+			return fail(err)
+		}
+		if err := os.WriteFile(*htmlPath, b.Bytes(), 0o644); err != nil {
+			return fail(fmt.Errorf("--html: %w", err))
+		}
+	}
 	return 0
+}
+
+// sweepPoints are the rows as the sweep page draws them.
+func sweepPoints(grid []replay.Axis, rows []replay.Row) []report.SweepPoint {
+	pts := make([]report.SweepPoint, len(rows))
+	for i, r := range rows {
+		label := make([]string, len(grid))
+		for j, ax := range grid {
+			label[j] = fmt.Sprintf("%s=%v", ax.Key, r.Values[j])
+		}
+		k := r.Summary.KV
+		pts[i] = report.SweepPoint{Label: strings.Join(label, " "), GPUs: r.GPUs, GoodputPerGPU: r.GoodputPerGPU,
+			TTFTP90Ms: r.Summary.TTFT.P90, Pareto: r.Pareto, Holds: k.Holds, Aborted: k.Aborted,
+			PeakHeldBlocks: k.PeakHeldBlocks, PrefillRefusals: k.PrefillRefusals, Error: r.Error}
+	}
+	return pts
 }
