@@ -30,10 +30,18 @@ func streamOf(arrs []Arrival) StreamSource {
 
 func TestRunStream_SameResultsAsRunVirtual(t *testing.T) {
 	t.Parallel()
+	// The cascade: held KV fills a small prefill pool past its busy
+	// threshold, so requests are refused and holds abort.
+	cascade := Config{Disagg: true, Seed: 2,
+		Args:          map[string]any{"kv_transfer_abort_timeout_ms": 300},
+		Prefill:       PoolConfig{Args: map[string]any{"num_gpu_blocks": 256}},
+		Decode:        PoolConfig{Args: map[string]any{"max_num_seqs": 2, "reserve_takes_slot": true}},
+		RouterOptions: map[string]any{"busy_threshold": 0.5}}
 	for _, tc := range []struct {
 		name string
+		cfg  Config
 		gap  float64
-	}{{"steady", 12}, {"saturated", 2}} {
+	}{{"steady", saturatedDisagg(), 12}, {"saturated", saturatedDisagg(), 2}, {"cascade", cascade, 5}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			const n = 400
@@ -43,11 +51,11 @@ func TestRunStream_SameResultsAsRunVirtual(t *testing.T) {
 				arr[i] = Arrival{AtMs: float64(i) * tc.gap, Request: Request{Tokens: promptTokens(req, 3, uint64(i+1)), MaxTokens: req.MaxTokens}}
 			}
 			arr[5].Request.MaxTokens = -1 // an invalid one ends at once, in both
-			want, err := RunVirtual(saturatedDisagg(), arr, VirtualOptions{})
+			want, err := RunVirtual(tc.cfg, arr, VirtualOptions{})
 			require.NoError(t, err)
 			got := make([]Result, n)
 			seen := 0
-			run, err := RunStream(saturatedDisagg(), streamOf(arr), StreamOptions{OnResult: func(key int, _ float64, res Result) (StreamArrival, bool) {
+			run, err := RunStream(tc.cfg, streamOf(arr), StreamOptions{OnResult: func(key int, _ float64, res Result) (StreamArrival, bool) {
 				got[key] = res
 				seen++
 				return StreamArrival{}, false
@@ -57,6 +65,10 @@ func TestRunStream_SameResultsAsRunVirtual(t *testing.T) {
 			assert.Equal(t, want.Results, got)
 			assert.Equal(t, want.Stats, run.Stats)
 			assert.Equal(t, want.Series, run.Series)
+			if tc.name == "cascade" {
+				assert.Positive(t, run.Stats.Rejected, "the cascade refuses prefills")
+				assert.Positive(t, run.Stats.PinsAborted, "and aborts holds")
+			}
 		})
 	}
 }
