@@ -84,8 +84,11 @@ func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
 	if !(opts.RateScale > 0) || opts.RateScale > 1e9 {
 		return Output{}, fmt.Errorf("rate scale: want a number > 0, got %g", opts.RateScale)
 	}
-	if opts.MaxRequests < 0 || !(opts.DurationMs >= 0) {
-		return Output{}, errors.New("max requests and duration: want ≥ 0")
+	if opts.MaxRequests < 0 {
+		return Output{}, fmt.Errorf("max requests: want ≥ 0 (0: all), got %d", opts.MaxRequests)
+	}
+	if !(opts.DurationMs >= 0) {
+		return Output{}, fmt.Errorf("duration: want ≥ 0 ms (0: the whole trace), got %g", opts.DurationMs)
 	}
 	p := &player{tr: tr, opts: opts, sessions: map[string]*session{}, inflight: map[int]turn{}, figs: newFigures(opts.SLO)}
 	run, err := cluster.RunStream(cfg, p.next, cluster.StreamOptions{OnResult: p.ended})

@@ -161,3 +161,39 @@ func TestReplay_Controls(t *testing.T) {
 	sess, _ := replayFile(t, disagg(), "testdata/sessions.jsonl", Options{MaxRequests: 4})
 	assert.Equal(t, uint64(4), sess.Summary.Requests, "turns count toward max requests")
 }
+
+func TestReplay_CSVSessions(t *testing.T) {
+	t.Parallel()
+	trace := "session_id,timestamp,input_length,output_length,delay,note\n" +
+		"s1,0,300,10,,first\n" +
+		"s1,,400,10,75,second\n" +
+		",3,100,5,,alone\n"
+	tr, err := NewReader(strings.NewReader(trace))
+	require.NoError(t, err)
+	ended := map[int]RequestEnd{}
+	out, err := Run(disagg(), tr, Options{OnRequest: func(e RequestEnd) { ended[e.Line] = e }})
+	require.NoError(t, err)
+	require.Len(t, ended, 3)
+	assert.InDelta(t, ended[2].EndedMs+75, ended[3].ArrivedMs, 1e-9, "the second turn waits its delay after the first ended")
+	assert.Equal(t, 3.0, ended[4].ArrivedMs)
+	assert.Equal(t, "s1", ended[3].Session)
+	assert.Equal(t, 1, out.Summary.Sessions)
+}
+
+func TestRun_RefusesBadOptions(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		opts Options
+		want string
+	}{
+		{Options{RateScale: -1}, "rate scale"},
+		{Options{MaxRequests: -1}, "max requests"},
+		{Options{DurationMs: -5}, "duration"},
+		{Options{BlockSize: -512}, "trace block size"},
+	} {
+		tr, err := NewReader(strings.NewReader("timestamp,input_length,output_length\n0,5,2\n"))
+		require.NoError(t, err)
+		_, err = Run(disagg(), tr, tc.opts)
+		assert.ErrorContains(t, err, tc.want)
+	}
+}
