@@ -98,9 +98,6 @@ func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
 	if p.err != nil {
 		return Output{}, p.err
 	}
-	if p.sent == 0 && p.rows == 0 {
-		return Output{}, ErrEmpty
-	}
 	out := Output{Run: run, Figures: p.figs}
 	out.Summary = p.figs.summary(run.Stats, p.firstAt, len(p.sessions), p.late)
 	return out, nil
@@ -108,16 +105,14 @@ func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
 
 // turn is a request read from the trace and not yet ended.
 type turn struct {
-	session     *session
-	input       int
-	output      int
-	ids         []uint64 // a queued turn's own copy
-	delayMs     float64
-	timestampMs float64
-	hasTime     bool
-	line        int
-	name        string  // its session's
-	at          float64 // when it arrives
+	session *session
+	input   int
+	output  int
+	ids     []uint64 // a queued turn's own copy
+	delayMs float64
+	line    int
+	name    string  // its session's
+	at      float64 // when it arrives
 }
 
 // session is a session's state: its turns read ahead, and whether one is
@@ -125,7 +120,6 @@ type turn struct {
 type session struct {
 	queue  []turn
 	out    bool
-	endAt  float64 // when its last turn ended, while none is out
 	lastTs float64 // the last turn's timestamp, for a delay not given
 	hasTs  bool
 }
@@ -169,8 +163,7 @@ func (p *player) next() (cluster.StreamArrival, bool) {
 			break
 		}
 		p.rows++
-		t := turn{input: rec.InputLength, output: rec.OutputLength, ids: rec.HashIDs, line: rec.Line,
-			timestampMs: rec.TimestampMs, hasTime: rec.HasTimestamp, delayMs: rec.DelayMs}
+		t := turn{input: rec.InputLength, output: rec.OutputLength, ids: rec.HashIDs, line: rec.Line, delayMs: rec.DelayMs}
 		if rec.Session != "" {
 			s := p.sessions[rec.Session]
 			if s != nil {
@@ -264,7 +257,7 @@ func (p *player) ended(key int, now float64, res cluster.Result) (cluster.Stream
 		return cluster.StreamArrival{}, false
 	}
 	if len(s.queue) == 0 || p.err != nil || (p.opts.MaxRequests > 0 && p.sent >= p.opts.MaxRequests) {
-		s.out, s.endAt = false, now
+		s.out = false
 		s.queue = nil
 		return cluster.StreamArrival{}, false
 	}
@@ -273,7 +266,7 @@ func (p *player) ended(key int, now float64, res cluster.Result) (cluster.Stream
 	s.queue = s.queue[1:]
 	at := now + nt.delayMs
 	if p.opts.DurationMs > 0 && at >= p.opts.DurationMs {
-		s.out, s.endAt = false, now
+		s.out = false
 		s.queue = nil
 		return cluster.StreamArrival{}, false
 	}
