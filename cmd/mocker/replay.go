@@ -165,17 +165,8 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 		return fail(err)
 	}
 	if *jsonPath != "" {
-		var b bytes.Buffer
-		if err := out.Summary.WriteJSON(&b); err != nil {
+		if err := writeOut("--json", *jsonPath, stdout, out.Summary.WriteJSON); err != nil {
 			return fail(err)
-		}
-		if *jsonPath == "-" {
-			_, err = stdout.Write(b.Bytes())
-		} else {
-			err = os.WriteFile(*jsonPath, b.Bytes(), 0o644)
-		}
-		if err != nil {
-			return fail(fmt.Errorf("--json: %w", err))
 		}
 	}
 	if *reportPath != "" {
@@ -185,6 +176,25 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 		}
 	}
 	return 0
+}
+
+// writeOut renders an output with write and puts it in the file at path,
+// or on stdout when path is "-"; errors name the flag.
+func writeOut(flagName, path string, stdout io.Writer, write func(io.Writer) error) error {
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return fmt.Errorf("%s: %w", flagName, err)
+	}
+	var err error
+	if path == "-" {
+		_, err = stdout.Write(b.Bytes())
+	} else {
+		err = os.WriteFile(path, b.Bytes(), 0o644)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", flagName, err)
+	}
+	return nil
 }
 
 // readConfigMap reads a cluster config file, JSON or YAML, as the JSON

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -89,37 +87,32 @@ func sweepCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(fmt.Errorf("%s: %w", f.trace, err))
 	}
-	var csv bytes.Buffer
-	if err := replay.WriteCSV(&csv, grid, rows); err != nil {
-		return fail(err)
-	}
 	if *csvPath == "" {
-		_, err = stdout.Write(csv.Bytes())
-	} else {
-		err = os.WriteFile(*csvPath, csv.Bytes(), 0o644)
+		*csvPath = "-"
 	}
-	if err != nil {
-		return fail(fmt.Errorf("--csv: %w", err))
+	outs := []struct {
+		flag, path string
+		write      func(io.Writer) error
+	}{
+		{"--csv", *csvPath, func(w io.Writer) error { return replay.WriteCSV(w, grid, rows) }},
+		{"--json", *jsonPath, func(w io.Writer) error {
+			enc := json.NewEncoder(w)
+			enc.SetIndent("", "  ")
+			return enc.Encode(struct {
+				Grid []replay.Axis `json:"grid"`
+				Rows []replay.Row  `json:"rows"`
+			}{grid, rows})
+		}},
+		{"--html", *htmlPath, func(w io.Writer) error {
+			return report.WriteSweep(w, filepath.Base(f.trace), sweepPoints(grid, rows))
+		}},
 	}
-	if *jsonPath != "" {
-		b, err := json.MarshalIndent(struct {
-			Grid []replay.Axis `json:"grid"`
-			Rows []replay.Row  `json:"rows"`
-		}{grid, rows}, "", "  ")
-		if err != nil {
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		if err := writeOut(o.flag, o.path, stdout, o.write); err != nil {
 			return fail(err)
-		}
-		if err := os.WriteFile(*jsonPath, append(b, '\n'), 0o644); err != nil {
-			return fail(fmt.Errorf("--json: %w", err))
-		}
-	}
-	if *htmlPath != "" {
-		var b bytes.Buffer
-		if err := report.WriteSweep(&b, filepath.Base(f.trace), sweepPoints(grid, rows)); err != nil {
-			return fail(err)
-		}
-		if err := os.WriteFile(*htmlPath, b.Bytes(), 0o644); err != nil {
-			return fail(fmt.Errorf("--html: %w", err))
 		}
 	}
 	return 0
