@@ -50,6 +50,11 @@ type batchResults struct {
 	// onDone, when set, runs on the loop as the last result is written,
 	// and closes done itself (later).
 	onDone func()
+	// sink, when set, takes each result instead of results (RunStream),
+	// and streaming says more calls may come: the batch is not done
+	// while it does, whatever left says.
+	sink      func(i int, res Result)
+	streaming bool
 }
 
 // deliver gives the caller its result. It runs on the loop.
@@ -67,13 +72,22 @@ func (h *call) deliver(res Result) {
 
 // put writes the result of the batch's call i.
 func (b *batchResults) put(i int, res Result) {
-	b.results[i] = res
-	if b.left--; b.left == 0 {
-		if b.onDone != nil {
-			b.onDone() // it closes done
-		} else {
-			close(b.done)
-		}
+	if b.sink != nil {
+		b.sink(i, res)
+	} else {
+		b.results[i] = res
+	}
+	if b.left--; b.left == 0 && !b.streaming {
+		b.finish()
+	}
+}
+
+// finish ends the batch: every call has its result.
+func (b *batchResults) finish() {
+	if b.onDone != nil {
+		b.onDone() // it closes done
+	} else {
+		close(b.done)
 	}
 }
 

@@ -246,6 +246,8 @@ func (c *Cluster) handle(m message) {
 		c.accept(m)
 	case arrivalsMsg:
 		c.acceptArrivals(m)
+	case streamMsg:
+		m.s.start()
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)

@@ -183,31 +183,65 @@ func (v *Virtual) CallEach(n int, at func(i int) float64, fn func(i int)) {
 	if n <= 0 {
 		return
 	}
+	v.addBatch(&vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn})
+}
+
+// addBatch takes b's places in the event order and queues its first call.
+func (v *Virtual) addBatch(b *vbatch) {
 	i := len(v.batches)
 	if k := slices.Index(v.batches, nil); k >= 0 {
 		i = k
 	} else {
 		v.batches = append(v.batches, nil)
 	}
-	v.batches[i] = &vbatch{seq0: v.seq, n: n, floor: v.now, at: at, fn: fn}
-	v.seq += uint64(n)
+	v.batches[i] = b
+	v.seq += uint64(b.n)
 	v.queueBatch(i)
 }
 
-// vbatch is a CallEach run: call i has sequence number seq0+i.
+// StreamSpan is the number of places in the event order a CallStream run
+// takes: far more calls than any run makes (2^48), and far fewer than the
+// sequence numbers a run could ever use up.
+const StreamSpan = 1 << 48
+
+// CallStream is CallEach over a run whose length is not known ahead:
+// next(i) gives call i's time, or ok false to end the run, and is read
+// once, as call i-1 runs (before fn), or now for call 0. The calls take
+// the places CallEach(StreamSpan, ...) would give them, so a stream of n
+// arrivals is ordered among the other events exactly as CallEach(n, ...)
+// would order it. Times must not decrease; one earlier than now is
+// clamped to now.
+func (v *Virtual) CallStream(next func(i int) (at float64, ok bool), fn func(i int)) {
+	v.addBatch(&vbatch{seq0: v.seq, n: StreamSpan, floor: v.now, more: next, fn: fn})
+}
+
+// vbatch is a CallEach or CallStream run: call i has sequence number
+// seq0+i.
 type vbatch struct {
 	seq0    uint64
 	next, n int
 	floor   float64 // now when the run was scheduled
 	at      func(i int) float64
+	more    func(i int) (float64, bool) // a CallStream run's, instead of at
 	fn      func(i int)
 }
 
 // queueBatch queues the next call of batches[i], at its own sequence
-// number.
+// number, or ends a CallStream run whose source has no more.
 func (v *Virtual) queueBatch(i int) {
 	b := v.batches[i]
-	v.place(vevent{at: max(b.at(b.next), b.floor), seq: b.seq0 + uint64(b.next), kind: vBatch, arg: uint64(i)})
+	var at float64
+	if b.more != nil {
+		t, ok := b.more(b.next)
+		if !ok {
+			v.batches[i] = nil
+			return
+		}
+		at = max(t, v.now)
+	} else {
+		at = b.at(b.next)
+	}
+	v.place(vevent{at: max(at, b.floor), seq: b.seq0 + uint64(b.next), kind: vBatch, arg: uint64(i)})
 }
 
 // fireBatch runs the next call of batches[i], queueing the one after.

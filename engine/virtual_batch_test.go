@@ -8,7 +8,8 @@ import (
 	"pgregory.net/rapid"
 )
 
-// TestVirtual_CallEachIsCallsInOrder: a CallEach run fires exactly where
+// TestVirtual_CallEachIsCallsInOrder: a CallEach run, or a CallStream run
+// of as many calls, fires exactly where
 // the same calls made one by one with Call would, among calls scheduled
 // before and after it and by the calls themselves, ties included.
 func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
@@ -27,7 +28,13 @@ func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
 		start := float64(rapid.IntRange(0, 3).Draw(t, "start"))
 		spawn := rapid.IntRange(0, 3).Draw(t, "spawn")
 
-		run := func(each bool) []string {
+		type mode int
+		const (
+			calls mode = iota
+			each
+			stream
+		)
+		run := func(m mode) []string {
 			v := NewVirtual()
 			var log []string
 			call := func(name string, at float64) {
@@ -45,11 +52,19 @@ func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
 			for i, at := range before {
 				call("b"+string(rune('a'+i)), at)
 			}
-			if each {
+			switch m {
+			case each:
 				v.CallEach(len(batch), func(i int) float64 { return batch[i] }, func(i int) {
 					log = append(log, "x"+string(rune('a'+i)))
 				})
-			} else {
+			case stream:
+				v.CallStream(func(i int) (float64, bool) {
+					if i >= len(batch) {
+						return 0, false
+					}
+					return batch[i], true
+				}, func(i int) { log = append(log, "x"+string(rune('a'+i))) })
+			default:
 				for i, at := range batch {
 					v.Call(at, func() { log = append(log, "x"+string(rune('a'+i))) })
 				}
@@ -60,7 +75,9 @@ func TestVirtual_CallEachIsCallsInOrder(t *testing.T) {
 			require.NoError(t, v.Run())
 			return log
 		}
-		require.Equal(t, run(false), run(true))
+		want := run(calls)
+		require.Equal(t, want, run(each))
+		require.Equal(t, want, run(stream), "a stream of n calls takes the places CallEach's n calls take")
 	})
 }
 

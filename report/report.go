@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/harness/metrics"
 )
 
 // MaxHolds bounds the holds the timeline draws: the longest ones.
@@ -56,6 +57,19 @@ type Distribution struct {
 	// Quantiles[i] is the i-th percentile in modeled ms, i = 0..100;
 	// empty when Count is 0.
 	Quantiles []float64
+}
+
+// Quantiles reads h as a Distribution of its 101 percentiles.
+func Quantiles(label string, h *metrics.Histogram) Distribution {
+	d := Distribution{Label: label, Count: h.Count()}
+	if d.Count == 0 {
+		return d
+	}
+	d.Quantiles = make([]float64, 101)
+	for i := range d.Quantiles {
+		d.Quantiles[i] = h.Percentile(float64(i))
+	}
+	return d
 }
 
 // Routed is one worker's share of the router's decisions.

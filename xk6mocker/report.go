@@ -65,9 +65,9 @@ func (e *entry) report() report.Cluster {
 	_, rc.ClockLagPeak = e.clockLag()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	rc.TTFT = distribution("all", &e.seen.ttft)
+	rc.TTFT = report.Quantiles("all", &e.seen.ttft)
 	for _, o := range sortedKeys(e.seen.pins) {
-		rc.PinDurations = append(rc.PinDurations, distribution(o, e.seen.pins[o]))
+		rc.PinDurations = append(rc.PinDurations, report.Quantiles(o, e.seen.pins[o]))
 	}
 	rc.Routed = routedPer(st.Workers, e.seen.routed)
 	return rc
@@ -129,19 +129,6 @@ func (o *observed) add(res cluster.Result) {
 	if res.DecodeWorker != "" && res.DecodeWorker != res.PrefillWorker {
 		o.routed[rankOf{res.DecodeWorker, res.DecodeDPRank}]++
 	}
-}
-
-// distribution reads h as its 101 percentiles.
-func distribution(label string, h *metrics.Histogram) report.Distribution {
-	d := report.Distribution{Label: label, Count: h.Count()}
-	if d.Count == 0 {
-		return d
-	}
-	d.Quantiles = make([]float64, 101)
-	for i := range d.Quantiles {
-		d.Quantiles[i] = h.Percentile(float64(i))
-	}
-	return d
 }
 
 func sortedKeys[V any](m map[string]V) []string {

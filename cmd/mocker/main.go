@@ -6,6 +6,8 @@
 //
 //	mocker run [flags] script.js   run a k6-style load script (see `mocker run -h`)
 //	mocker worker [flags]          run one distributed worker (see `mocker worker -h`)
+//	mocker replay [flags]          replay a request trace on virtual time (see `mocker replay -h`)
+//	mocker sweep [flags]           replay a trace over a grid of configs (see `mocker sweep -h`)
 //	mocker args [KEY...]           print the engine arguments (see `mocker args -h`)
 //	mocker metrics [NAME...]       print the metrics of k6/x/mocker
 //	mocker version                 print the version
@@ -17,6 +19,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+
+	"golang.org/x/term"
 )
 
 // version is set at link time (-ldflags "-X main.version=..."); otherwise the
@@ -45,6 +49,10 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:])
 	case "worker":
 		return workerCmd(args[1:], stderr)
+	case "sweep":
+		return sweepCmd(args[1:], stdout, stderr)
+	case "replay":
+		return replayCmd(args[1:], stdout, stderr, stderr == io.Writer(os.Stderr) && term.IsTerminal(int(os.Stderr.Fd())))
 	case "args", "metrics":
 		return docsCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
@@ -72,6 +80,8 @@ func usage(w io.Writer) {
 Usage:
   mocker run [flags] script.js   run a k6-style load script against mock workers
   mocker worker --role R ...     run one worker for a distributed cluster (etcd + NATS)
+  mocker replay --trace F ...    replay a request trace on virtual time: aiperf-style figures
+  mocker sweep --grid G ...      replay a trace over a grid of configs: CSV, Pareto front
   mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
   mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
   mocker version                 print the version
@@ -82,7 +92,7 @@ Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the ex
 }
 
 // commandUsage is each command's help, for 'mocker help COMMAND'.
-var commandUsage = map[string]string{"run": runUsage, "worker": workerUsage, "args": argsUsage, "metrics": metricsUsage}
+var commandUsage = map[string]string{"run": runUsage, "replay": replayUsage, "sweep": sweepUsage, "worker": workerUsage, "args": argsUsage, "metrics": metricsUsage}
 
 func versionString() string {
 	if version != "" {

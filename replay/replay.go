@@ -1,0 +1,279 @@
+package replay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// DefaultBlockSize is the trace block size hash ids stand for when
+// Options.BlockSize is 0: 512 tokens, as the published Mooncake traces use.
+const DefaultBlockSize = 512
+
+// Options tune Run.
+type Options struct {
+	// BlockSize is the tokens one hash id stands for (default
+	// DefaultBlockSize); the cluster's engine block_size may differ.
+	BlockSize int
+	// RateScale divides the arrival times of requests outside sessions
+	// and of sessions' first turns: 2 sends the trace twice as fast.
+	// Default 1. Session delays are not scaled: they are think time.
+	RateScale float64
+	// MaxRequests stops sending after this many requests (turns count);
+	// 0 sends all.
+	MaxRequests int
+	// DurationMs stops sending requests that would arrive at or after
+	// this modeled time (after RateScale); 0 sends all. Requests in flight
+	// then finish.
+	DurationMs float64
+	// SLO bounds a request's latencies for goodput; zero fields do not
+	// bound.
+	SLO SLO
+	// OnRequest, when set, receives every request as it ends, in the
+	// order requests end, on the cluster's loop.
+	OnRequest func(RequestEnd)
+	// Progress, when set, is called on the cluster's loop every
+	// ProgressEvery ended requests with the count and the modeled time.
+	Progress func(ended uint64, nowMs float64)
+}
+
+// RequestEnd is one request of the trace as it ended.
+type RequestEnd struct {
+	// Line is the trace row the request came from; Session its session
+	// ("" for none).
+	Line    int
+	Session string
+	// ArrivedMs and EndedMs are modeled times.
+	ArrivedMs, EndedMs float64
+	Result             cluster.Result
+}
+
+// ProgressEvery is how many ended requests pass between calls of
+// Options.Progress.
+const ProgressEvery = 4096
+
+// Output is what Run returns: the summary and the cluster's run.
+type Output struct {
+	Summary Summary
+	Run     cluster.StreamRun
+	// Figures keeps the distributions behind the summary, for the report.
+	Figures *Figures
+}
+
+// Run replays the trace read by tr through a cluster built from cfg, on
+// virtual time: requests outside sessions and the first turn of each
+// session arrive at their timestamps (relative to the trace's first, over
+// RateScale); a session's later turn arrives its delay after the turn
+// before it ended (its delay field, or else the gap between the two
+// turns' timestamps, or else 0). Memory follows the requests in flight
+// and the sessions' turns read ahead, not the trace's length. A trace
+// error (a bad row, timestamps going backwards) stops the run and is
+// returned once the requests in flight have ended.
+func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
+	if opts.BlockSize == 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
+	if opts.BlockSize < 1 {
+		return Output{}, fmt.Errorf("trace block size: want ≥ 1 tokens, got %d", opts.BlockSize)
+	}
+	if opts.RateScale == 0 {
+		opts.RateScale = 1
+	}
+	if !(opts.RateScale > 0) || opts.RateScale > 1e9 {
+		return Output{}, fmt.Errorf("rate scale: want a number > 0, got %g", opts.RateScale)
+	}
+	if opts.MaxRequests < 0 {
+		return Output{}, fmt.Errorf("max requests: want ≥ 0 (0: all), got %d", opts.MaxRequests)
+	}
+	if !(opts.DurationMs >= 0) {
+		return Output{}, fmt.Errorf("duration: want ≥ 0 ms (0: the whole trace), got %g", opts.DurationMs)
+	}
+	p := &player{tr: tr, opts: opts, sessions: map[string]*session{}, inflight: map[int]turn{}, figs: newFigures(opts.SLO)}
+	run, err := cluster.RunStream(cfg, p.next, cluster.StreamOptions{OnResult: p.ended})
+	if err != nil {
+		return Output{}, err
+	}
+	if p.err != nil {
+		return Output{}, p.err
+	}
+	out := Output{Run: run, Figures: p.figs}
+	out.Summary = p.figs.summary(run.Stats, p.firstAt, len(p.sessions), p.late)
+	return out, nil
+}
+
+// turn is a request read from the trace and not yet ended.
+type turn struct {
+	session *session
+	input   int
+	output  int
+	ids     []uint64 // a queued turn's own copy
+	delayMs float64
+	line    int
+	name    string  // its session's
+	at      float64 // when it arrives
+}
+
+// session is a session's state: its turns read ahead, and whether one is
+// out (sent, or due to be).
+type session struct {
+	queue  []turn
+	out    bool
+	lastTs float64 // the last turn's timestamp, for a delay not given
+	hasTs  bool
+}
+
+// player feeds the trace to the cluster and collects the results.
+type player struct {
+	tr       *Reader
+	opts     Options
+	sessions map[string]*session
+	inflight map[int]turn
+	figs     *Figures
+	bufs     [2][]uint32 // the arrival read ahead and the one before it
+	key      int
+	sent     int
+	rows     int
+	late     uint64
+	firstTs  float64 // the trace's first timestamp: time 0
+	firstAt  float64 // the first arrival, modeled ms
+	started  bool
+	lastAt   float64 // the last arrival handed out, modeled ms
+	lastRow  int     // its line
+	lastTs   float64 // its timestamp
+	stopped  bool
+	err      error
+}
+
+// next is the cluster's StreamSource: the next request outside a session
+// or first turn, queueing the sessions' later turns it reads on the way.
+func (p *player) next() (cluster.StreamArrival, bool) {
+	for !p.stopped {
+		if p.opts.MaxRequests > 0 && p.sent >= p.opts.MaxRequests {
+			break
+		}
+		rec, err := p.tr.Next()
+		if err != nil {
+			if !errors.Is(err, io.EOF) {
+				p.err = err
+			} else if p.rows == 0 {
+				p.err = ErrEmpty
+			}
+			break
+		}
+		p.rows++
+		t := turn{input: rec.InputLength, output: rec.OutputLength, ids: rec.HashIDs, line: rec.Line, delayMs: rec.DelayMs}
+		if rec.Session != "" {
+			s := p.sessions[rec.Session]
+			if s != nil {
+				if !rec.HasDelay {
+					t.delayMs = 0
+					if s.hasTs && rec.HasTimestamp && rec.TimestampMs > s.lastTs {
+						t.delayMs = rec.TimestampMs - s.lastTs
+					}
+				}
+				s.lastTs, s.hasTs = rec.TimestampMs, rec.HasTimestamp
+				if s.out || len(s.queue) > 0 {
+					t.ids = append([]uint64(nil), rec.HashIDs...)
+					t.session, t.name = s, rec.Session
+					s.queue = append(s.queue, t)
+					continue
+				}
+				// Read only after the turn before it ended: it is late,
+				// and goes now.
+				p.late++
+				t.session, t.name = s, rec.Session
+				s.out = true
+				return p.arrival(t, p.lastAt), true
+			}
+			if !rec.HasTimestamp {
+				p.err = &ParseError{Line: rec.Line, Field: "timestamp", Err: errors.New("missing: a session's first turn needs its arrival time")}
+				break
+			}
+			s = &session{out: true, lastTs: rec.TimestampMs, hasTs: true}
+			p.sessions[rec.Session] = s
+			t.session = s
+			t.name = rec.Session
+		}
+		if !p.started {
+			p.started, p.firstTs = true, rec.TimestampMs
+		} else if rec.TimestampMs < p.lastTs {
+			p.err = &ParseError{Line: rec.Line, Field: "timestamp", Err: fmt.Errorf("%g is before line %d's %g: requests must be in time order", rec.TimestampMs, p.lastRow, p.lastTs)}
+			break
+		}
+		p.lastTs, p.lastRow = rec.TimestampMs, rec.Line
+		at := (rec.TimestampMs - p.firstTs) / p.opts.RateScale
+		if p.opts.DurationMs > 0 && at >= p.opts.DurationMs {
+			break
+		}
+		if p.sent == 0 {
+			p.firstAt = at
+		}
+		p.lastAt = at
+		return p.arrival(t, at), true
+	}
+	p.stopped = true
+	return cluster.StreamArrival{}, false
+}
+
+// arrival makes t a request arriving at at, its tokens in the buffer
+// the arrival before the last is done with.
+func (p *player) arrival(t turn, at float64) cluster.StreamArrival {
+	key := p.key
+	p.key++
+	p.sent++
+	b := &p.bufs[key&1]
+	t.at = at
+	return cluster.StreamArrival{Key: key, Arrival: cluster.Arrival{AtMs: at, Request: p.request(t, key, b)}}
+}
+
+// request is t's request, its tokens appended to *buf (reused) when the
+// trace names its blocks; the cluster draws them otherwise.
+func (p *player) request(t turn, key int, buf *[]uint32) cluster.Request {
+	p.inflight[key] = turn{session: t.session, input: t.input, output: t.output, line: t.line, name: t.name, at: t.at}
+	req := cluster.Request{PromptTokens: t.input, MaxTokens: t.output}
+	if len(t.ids) > 0 {
+		*buf = AppendTokens((*buf)[:0], t.ids, t.input, p.opts.BlockSize, uint64(key))
+		req.Tokens = *buf
+	}
+	return req
+}
+
+// ended is the cluster's OnResult: it records the result and sends the
+// session's next turn, if one is queued.
+func (p *player) ended(key int, now float64, res cluster.Result) (cluster.StreamArrival, bool) {
+	t := p.inflight[key]
+	delete(p.inflight, key)
+	p.figs.add(t.input, res)
+	if p.opts.OnRequest != nil {
+		p.opts.OnRequest(RequestEnd{Line: t.line, Session: t.name, ArrivedMs: t.at, EndedMs: now, Result: res})
+	}
+	if p.opts.Progress != nil && p.figs.ended%ProgressEvery == 0 {
+		p.opts.Progress(p.figs.ended, now)
+	}
+	s := t.session
+	if s == nil {
+		return cluster.StreamArrival{}, false
+	}
+	if len(s.queue) == 0 || p.err != nil || (p.opts.MaxRequests > 0 && p.sent >= p.opts.MaxRequests) {
+		s.out = false
+		s.queue = nil
+		return cluster.StreamArrival{}, false
+	}
+	nt := s.queue[0]
+	s.queue[0] = turn{}
+	s.queue = s.queue[1:]
+	at := now + nt.delayMs
+	if p.opts.DurationMs > 0 && at >= p.opts.DurationMs {
+		s.out = false
+		s.queue = nil
+		return cluster.StreamArrival{}, false
+	}
+	key2 := p.key
+	p.key++
+	p.sent++
+	var own []uint32 // a follow-up owns its tokens until it arrives
+	nt.at = at
+	return cluster.StreamArrival{Key: key2, Arrival: cluster.Arrival{AtMs: at, Request: p.request(nt, key2, &own)}}, true
+}

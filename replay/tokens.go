@@ -1,0 +1,34 @@
+package replay
+
+// AppendTokens appends a prompt of n tokens built from a trace's hash ids
+// to dst: hash id h stands for blockSize tokens, each of them h folded to
+// 32 bits, so equal ids give equal blocks (and the cluster's prefix cache
+// and kv router see the reuse the trace records), as Dynamo's replay
+// builds them. Ids beyond n tokens are ignored; tokens past the ids' blocks
+// are drawn from uniq (the request's own), so they match no other
+// request's.
+func AppendTokens(dst []uint32, ids []uint64, n, blockSize int, uniq uint64) []uint32 {
+	for _, h := range ids {
+		if len(dst) >= n {
+			break
+		}
+		tok := uint32(h) ^ uint32(h>>32)
+		k := min(blockSize, n-len(dst))
+		for range k {
+			dst = append(dst, tok)
+		}
+	}
+	base := mix(uniq)
+	for j := uint64(0); len(dst) < n; j++ {
+		dst = append(dst, uint32(mix(base+j))|1<<31)
+	}
+	return dst
+}
+
+// mix is splitmix64's finaliser: a well-spread 64-bit value from x.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
