@@ -20,6 +20,11 @@
 // mocker_kv_aborts threshold is crossed: the refusals alone then carry the
 // cascade.
 //
+// Thresholds a copy must keep: 'mocker_requests{outcome:error}' and
+// mocker_requests_lost at count==0, which fail the run when requests end
+// in error or are lost (a worker gone mid-run, a cluster that stops
+// answering), and the drain in teardown, which counts the lost ones.
+//
 // Run:  bin/mocker run scripts/cascade.js
 //       bin/mocker run --clock virtual scripts/cascade.js   (the same result as live,
 //       in a fraction of the time: for CI)
@@ -74,6 +79,10 @@ export const options = {
     'mocker_requests{outcome:aborted}': ['count>0'],
     mocker_prefill_rejections: ['count>0'], // full prefill pools refused work
     mocker_leaks: ['count==0'], // nothing stays held after drain
+    // the cluster stayed whole: no request ended in error, and every
+    // request's outcome reached the metrics (keep these two in a copy)
+    'mocker_requests{outcome:error}': ['count==0'],
+    mocker_requests_lost: ['count==0'],
   },
 };
 

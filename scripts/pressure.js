@@ -18,6 +18,11 @@
 // cluster's modeled clock runs SPEEDUP times faster, so a higher SPEEDUP
 // turns the same rates into a lighter load in modeled time.
 //
+// Thresholds a copy must keep: 'mocker_requests{outcome:error}' and
+// mocker_requests_lost at count==0, which fail the run when requests end
+// in error or are lost (a worker gone mid-run, a cluster that stops
+// answering), and the drain in teardown, which counts the lost ones.
+//
 // Run:  bin/mocker run scripts/pressure.js
 //       bin/mocker run --clock virtual scripts/pressure.js   (the same result as live,
 //       in a fraction of the time: for CI)
@@ -82,6 +87,10 @@ export const options = {
     mocker_kv_aborts: ['count>0'],
     // the requests that complete still get their first token in bounded time
     'mocker_ttft{outcome:completed}': [`p(95)<${__ENV.TTFT_P95_MS || 3000}`],
+    // the cluster stayed whole: no request ended in error, and every
+    // request's outcome reached the metrics (keep these two in a copy)
+    'mocker_requests{outcome:error}': ['count==0'],
+    mocker_requests_lost: ['count==0'],
   },
 };
 

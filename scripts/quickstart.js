@@ -13,6 +13,11 @@
 // shows the latencies, the pins, transfers and aborts, and a "KV handoff"
 // section with the longest holds (prefill → decode).
 //
+// Thresholds a copy must keep: 'mocker_requests{outcome:error}' and
+// mocker_requests_lost at count==0, which fail the run when requests end
+// in error or are lost (a worker gone mid-run, a cluster that stops
+// answering), and the drain in teardown, which counts the lost ones.
+//
 // Run:  bin/mocker run scripts/quickstart.js      (live; `make run` runs it on virtual time)
 //       bin/mocker run --clock virtual scripts/quickstart.js   (the same result as live,
 //       in a fraction of the time: for CI)
@@ -65,6 +70,10 @@ export const options = {
     // modeled latencies of the requests that completed
     'mocker_ttft{outcome:completed}': ['p(95)<1000'],
     checks: ['rate>0.75'],
+    // the cluster stayed whole: no request ended in error, and every
+    // request's outcome reached the metrics (keep these two in a copy)
+    'mocker_requests{outcome:error}': ['count==0'],
+    mocker_requests_lost: ['count==0'],
   },
 };
 

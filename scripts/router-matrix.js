@@ -16,6 +16,11 @@
 // for the others. Compare cells through their summaries, or
 // --summary-export them.
 //
+// Thresholds a copy must keep: 'mocker_requests{outcome:error}' and
+// mocker_requests_lost at count==0, which fail the run when requests end
+// in error or are lost (a worker gone mid-run, a cluster that stops
+// answering), and the drain in teardown, which counts the lost ones.
+//
 // Run:  bin/mocker run -e ROUTER=kv -e ENGINE=vllm scripts/router-matrix.js
 //       bin/mocker run --clock virtual scripts/router-matrix.js   (the same result as live,
 //       in a fraction of the time: for CI)
@@ -66,6 +71,10 @@ const thresholds = {
   mocker_kv_pins: ['count>0'],
   mocker_kv_transfer_duration: ['p(95)<50'], // 1024 tokens × 128 KiB at 25 GB/s ≈ 5 ms
   checks: ['rate>0.95'],
+  // the cluster stayed whole: no request ended in error, and every
+  // request's outcome reached the metrics (keep these two in a copy)
+  'mocker_requests{outcome:error}': ['count==0'],
+  mocker_requests_lost: ['count==0'],
 };
 // Only the kv router sees the prefix caches; the other modes hit when the
 // worker they happen to pick still has the prefix.

@@ -107,6 +107,7 @@
 //
 //	mocker_requests              Counter       one per request; outcome
 //	mocker_request_failed        Rate          outcome other than completed
+//	mocker_requests_lost         Counter       outcome not in the metrics, counted by drain
 //	mocker_ttft                  Trend (time)  when a first token came; outcome
 //	mocker_itl                   Trend (time)  when two or more tokens came; outcome
 //	mocker_e2e                   Trend (time)  completed requests; outcome
@@ -142,7 +143,11 @@
 // (a gracefulStop that ran out while the request was in flight), so such
 // requests are not in the metrics; the KV handoff section of the summary,
 // whose counters come from the cluster and include them, shows how many
-// there were ("outside iterations").
+// there were ("outside iterations"), and drain adds them, with the requests
+// still in flight when it gives up, to mocker_requests_lost. A script that
+// keeps 'mocker_requests{outcome:error}' and mocker_requests_lost at
+// count==0 (every script in scripts/ does) fails when its cluster breaks,
+// whatever else it asserts.
 //
 // The module adds a line per cluster to the progress display (held blocks
 // now and at the peak, holds aborted, prefills refused) and, for a run

@@ -129,6 +129,7 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		defer cancel()
 		st, err := e.drain(ctx)
 		inst.sampleHeld(e, heldNow{st.HeldBlocks, st.PeakHeldBlocks})
+		inst.countLost(e, st)
 		msg := ""
 		if err != nil {
 			msg = drainMessage(st, timeout, vuCtx.Err() != nil, err)
@@ -203,6 +204,11 @@ func (inst *instance) generateBlocking(e *entry, req cluster.Request) cluster.Re
 			done <- held{res: closedResult(e)}
 			return
 		}
+		if e.faulted() {
+			e.c.Resume(prev)
+			done <- held{res: e.faultResult(ctx)}
+			return
+		}
 		res, h := e.c.GenerateThenPause(ctx, req, prev)
 		done <- held{res, h}
 	}()
@@ -260,6 +266,10 @@ func (inst *instance) resumeTime() {
 func (inst *instance) submit(e *entry, ctx context.Context, req cluster.Request, done func(cluster.Result)) {
 	if e.isClosed() {
 		done(closedResult(e))
+		return
+	}
+	if e.faulted() {
+		e.deliverFault(ctx, done)
 		return
 	}
 	inst.calls++
@@ -386,6 +396,7 @@ func (e *entry) tags(kv ...string) map[string]string {
 func (inst *instance) emit(e *entry, res cluster.Result) {
 	e.observe(res)
 	if !inst.accepting() {
+		e.dropped.Add(1)
 		return
 	}
 	e.recorded.Add(1)
@@ -433,6 +444,28 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 	lagNow, _ := e.clockLag()
 	push(m.lag, float64(lagNow)/float64(time.Millisecond), plain)
 	inst.sampleHeld(e, e.held())
+}
+
+// countLost pushes to mocker_requests_lost the requests of e whose outcome
+// the metrics do not have and that no earlier drain counted: those whose
+// samples were dropped with their interrupted iteration, and those still
+// in flight after the drain (st). A request in flight now that later ends
+// is not counted twice: the count only ever rises to the larger total.
+func (inst *instance) countLost(e *entry, st cluster.Stats) {
+	if !inst.accepting() {
+		return
+	}
+	lost := e.dropped.Load() + uint64(max(st.InFlight, 0))
+	for {
+		counted := e.lostCounted.Load()
+		if lost <= counted {
+			return
+		}
+		if e.lostCounted.CompareAndSwap(counted, lost) {
+			inst.vu.PushTagged(inst.m.lost, float64(lost-counted), inst.tagSet(tagKey{e: e}))
+			return
+		}
+	}
 }
 
 // decodeWait is how long res's decode worker waited for its reservation,

@@ -26,6 +26,8 @@ type MetricDoc struct {
 var MetricDocs = []MetricDoc{
 	{Name: MetricRequests, Type: metrics.Counter, Contains: metrics.Default, Tags: []string{"outcome"},
 		Meaning: "One per request that ended, by outcome: completed, aborted, rejected or error."},
+	{Name: MetricRequestsLost, Type: metrics.Counter, Contains: metrics.Default,
+		Meaning: "Requests whose outcome is not in the other metrics: ended after their VU was interrupted (a gracefulStop that ran out, a cluster that stopped answering), or still without an outcome when drain gave up. cluster.drain() counts them, so drain in teardown."},
 	{Name: MetricRequestFailed, Type: metrics.Rate, Contains: metrics.Default,
 		Meaning: "One per request: non-zero when its outcome is not completed."},
 	{Name: MetricTTFT, Type: metrics.Trend, Contains: metrics.Time, Tags: []string{"outcome"},

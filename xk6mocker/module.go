@@ -32,6 +32,7 @@ func (Module) KeepsTime() bool { return true }
 // Metric names, as thresholds refer to them.
 const (
 	MetricRequests         = "mocker_requests"
+	MetricRequestsLost     = "mocker_requests_lost"
 	MetricRequestFailed    = "mocker_request_failed"
 	MetricTTFT             = "mocker_ttft"
 	MetricITL              = "mocker_itl"
@@ -49,6 +50,7 @@ const (
 // moduleMetrics are one test run's metric handles.
 type moduleMetrics struct {
 	requests, requestFailed    *metrics.Metric
+	lost                       *metrics.Metric
 	ttft, itl, e2e             *metrics.Metric
 	pins, pinDuration, aborts  *metrics.Metric
 	transfer, decodeWait, held *metrics.Metric
@@ -81,6 +83,7 @@ func registerMetrics(reg *metrics.Registry) (moduleMetrics, error) {
 		held:              add(MetricKVHeldBlocks, metrics.Gauge, metrics.Default),
 		prefillRejections: add(MetricPrefillRejection, metrics.Counter, metrics.Default),
 		lag:               add(MetricClockLag, metrics.Trend, metrics.Time),
+		lost:              add(MetricRequestsLost, metrics.Counter, metrics.Default),
 	}
 	return mm, err
 }

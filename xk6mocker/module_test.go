@@ -493,6 +493,12 @@ func TestMetrics_InterruptedRequestsAreCountedInTheSummary(t *testing.T) {
 	outside := float64(st.Requests) - recorded
 	require.Positive(t, outside, "gracefulStop: 0s cuts requests that run for seconds")
 	assert.Regexp(t, `outside iterations\.+: `+itoa(uint64(outside))+` requests ended after their VU was interrupted`, res.stdout)
+	// and the drain in teardown counts them lost, once
+	lost := 0.0
+	for _, p := range readPoints(t, path)[MetricRequestsLost] {
+		lost += p.Data.Value
+	}
+	assert.Equal(t, outside, lost, "%s counts the requests left out of the metrics", MetricRequestsLost)
 }
 
 func TestSleep_SleepsModeledTime(t *testing.T) {

@@ -33,6 +33,7 @@ type run struct {
 	mu       sync.Mutex
 	clusters map[string]*entry
 	done     bool
+	fault    *fault // the run's fault (withFault), for each cluster built
 }
 
 // runFor returns the run vu belongs to, creating it for the run's first VU.
@@ -47,7 +48,7 @@ func runFor(vu harness.VU) *run {
 	if r, ok := runs[id]; ok {
 		return r
 	}
-	r := &run{clusters: map[string]*entry{}}
+	r := &run{clusters: map[string]*entry{}, fault: faultFor(vu.Context())}
 	runs[id] = r
 	closing.Add(1)
 	rc.AddSummarySection(r.writeSummary)
@@ -120,6 +121,7 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 			return nil, err
 		}
 		e := newEntry(name, c, cfg)
+		e.fault = r.fault
 		if clock.Virtual() {
 			// Remote workers keep the wall clock's time; on a paced clock
 			// a VU waits for them outside its turn (see outside), and the
@@ -148,6 +150,7 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	// itself.
 	c.SetActivity(rt.Activity)
 	e := newEntry(name, c, cfg)
+	e.fault = r.fault
 	e.stepped = true
 	e.clock = rt
 	e.leave = clock.Join(c.ClockParticipant())
@@ -181,6 +184,14 @@ type entry struct {
 	// recorded counts the requests whose samples the harness accepted
 	// (they ended inside an iteration, setup or teardown).
 	recorded atomic.Uint64
+	// dropped counts the requests whose samples the harness dropped (their
+	// VU was interrupted), and lostCounted those of them, and of the
+	// requests a drain left in flight, pushed to mocker_requests_lost.
+	dropped, lostCounted atomic.Uint64
+	// fault, when set (tests), breaks the cluster from outside the script;
+	// taken counts the requests it has seen.
+	fault *fault
+	taken atomic.Uint64
 
 	mu       sync.Mutex
 	closed   bool
@@ -250,6 +261,9 @@ func (e *entry) clockLag() (now, peak time.Duration) {
 func (e *entry) generate(ctx context.Context, req cluster.Request) cluster.Result {
 	if e.isClosed() {
 		return closedResult(e)
+	}
+	if e.faulted() {
+		return e.faultResult(ctx)
 	}
 	return e.c.Generate(ctx, req)
 }
