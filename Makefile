@@ -17,9 +17,10 @@ BENCHTIME     ?= 1s
 run: build
 	$(BIN)/mocker run $(RUN_FLAGS) $(SCRIPT)
 
-## build: build the mocker binary into ./bin
+## build: build the mocker binary into ./bin; -buildvcs=auto over a GOFLAGS
+## that turns it off, so that `mocker version` names the commit
 build:
-	$(GO) build -o $(BIN)/mocker ./cmd/mocker
+	$(GO) build -buildvcs=auto -o $(BIN)/mocker ./cmd/mocker
 
 ## test: vet, then every test with the race detector (container tests need Docker).
 ## e2e runs alone, after the rest: the fault tests run their workers on

@@ -15,6 +15,9 @@ import (
 // that a wrong -d, -u or scenario is seen at once rather than at the end.
 func (t *testRun) writeBanner(w io.Writer) {
 	var b strings.Builder
+	if t.cfg.Version != "" {
+		fmt.Fprintf(&b, "    version: %s\n", t.cfg.Version)
+	}
 	fmt.Fprintf(&b, "     script: %s\n", t.cfg.Script)
 	fmt.Fprintf(&b, "     output: %s\n", outputsDescription(t.cfg.Outputs, t.cfg.SummaryExport))
 	switch {

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -111,5 +112,24 @@ func TestBannerDur_DropsZeroUnits(t *testing.T) {
 		2*time.Hour + 30*time.Minute: "2h30m",
 	} {
 		assert.Equal(t, want, bannerDur(d), "%v", d)
+	}
+}
+
+// TestBanner_NamesTheBuildFirstWhenGiven: Config.Version opens the start
+// banner on a line of its own; without it the banner starts at the script.
+func TestBanner_NamesTheBuildFirstWhenGiven(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		version, first string
+	}{
+		{"mocker v1.2.3, go1.26.0", "    version: mocker v1.2.3, go1.26.0\n"},
+		{"", "     script: s.js\n"},
+	} {
+		tr := &testRun{cfg: Config{Script: "s.js", Version: tc.version}, opts: &options.Options{}}
+		var b strings.Builder
+		tr.writeBanner(&b)
+		first, _, _ := strings.Cut(b.String(), "\n")
+		assert.Equal(t, tc.first, first+"\n")
+		assert.Contains(t, b.String(), "     script: s.js\n")
 	}
 }

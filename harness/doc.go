@@ -42,7 +42,8 @@
 // handleSummary), reached by type assertion.
 //
 // On Config.Stderr, unless Config.Quiet, Run prints a start banner (the
-// script, the outputs and one line per scenario, worded as k6 words them)
+// program's build when Config.Version gives it, the script, the outputs
+// and one line per scenario, worded as k6 words them)
 // before the VUs are initialised, then a progress display: redrawn in place
 // on a terminal, periodic plain lines without escape codes otherwise. Logs
 // (console.*, iteration exceptions, warnings) go to the same writer as

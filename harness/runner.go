@@ -25,6 +25,10 @@ import (
 type Config struct {
 	// Script is the path of the ES module to run.
 	Script string
+	// Version, when set, says which build of the program runs the script:
+	// the start banner shows it on a line of its own, so that a run's log
+	// tells which code produced it.
+	Version string
 	// Env is exactly what scripts see as __ENV (scenario env merged over
 	// it). Run never adds the process environment by itself; the CLI, like
 	// `k6 run`, puts the process environment in first and the -e variables

@@ -10,7 +10,7 @@
 //	mocker sweep [flags]           replay a trace over a grid of configs (see `mocker sweep -h`)
 //	mocker args [KEY...]           print the engine arguments (see `mocker args -h`)
 //	mocker metrics [NAME...]       print the metrics of k6/x/mocker
-//	mocker version                 print the version
+//	mocker version                 print the version, revision and Go version
 //	mocker help                    print the usage
 package main
 
@@ -22,10 +22,6 @@ import (
 
 	"golang.org/x/term"
 )
-
-// version is set at link time (-ldflags "-X main.version=..."); otherwise the
-// module version recorded in the binary is used.
-var version = ""
 
 func main() {
 	if os.Getenv("GOGC") == "" {
@@ -56,7 +52,7 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 	case "args", "metrics":
 		return docsCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, "mocker", versionString())
+		fmt.Fprint(stdout, readBuildInfo().Text())
 		return 0
 	case "help", "-h", "--help":
 		if len(args) > 1 {
@@ -84,7 +80,7 @@ Usage:
   mocker sweep --grid G ...      replay a trace over a grid of configs: CSV, Pareto front
   mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
   mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
-  mocker version                 print the version
+  mocker version                 print the version, git revision and Go version
   mocker help                    print this help
 
 Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the exit codes.
@@ -93,13 +89,3 @@ Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the ex
 
 // commandUsage is each command's help, for 'mocker help COMMAND'.
 var commandUsage = map[string]string{"run": runUsage, "replay": replayUsage, "sweep": sweepUsage, "worker": workerUsage, "args": argsUsage, "metrics": metricsUsage}
-
-func versionString() string {
-	if version != "" {
-		return version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
-		return bi.Main.Version
-	}
-	return "(devel)"
-}

@@ -138,7 +138,7 @@ func TestDispatch_VersionGoesToStdout(t *testing.T) {
 	t.Parallel()
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, 0, dispatch([]string{"version"}, &stdout, &stderr))
-	assert.Regexp(t, `^mocker \S+\n$`, stdout.String())
+	assert.Regexp(t, `^mocker \S+\n(  \S.*\n)*  go        go1\.\S+ \S+/\S+\n$`, stdout.String())
 	assert.Empty(t, stderr.String())
 }
 

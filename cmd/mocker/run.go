@@ -234,6 +234,7 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 
 	cfg := harness.Config{
 		Script:        rest[0],
+		Version:       "mocker " + readBuildInfo().Line(),
 		Env:           map[string]string{},
 		Outputs:       f.outs,
 		SummaryExport: f.summaryExport,
