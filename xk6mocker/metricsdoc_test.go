@@ -62,7 +62,7 @@ func TestMetricDocs_TagsAreTheSamplesTags(t *testing.T) {
 	}{
 		{"metrics.js", map[string]string{"ITERATIONS": "18"}},
 		{"rejections.js", nil},
-		{"lost.js", nil}, // drain counts its cut requests lost
+		{"interrupted.js", nil}, // drain counts its cut requests lost
 	} {
 		t.Run(tc.script, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "out.ndjson")
