@@ -354,7 +354,11 @@ declare module 'k6/x/mocker' {
     /** The same as a Promise, settled on the VU's event loop. */
     generateAsync(request: Request): Promise<Result>;
     stats(): Stats;
-    /** Waits up to timeoutMs of wall time (default 30000) for in-flight work. */
+    /**
+     * Waits up to timeoutMs of wall time (default 30000) for in-flight work,
+     * then adds to mocker_requests_lost the requests whose outcome the
+     * metrics lack: call it in teardown.
+     */
     drain(timeoutMs?: number): Stats;
     /** Blocks the VU for ms of modeled time. */
     sleep(ms: number): void;
