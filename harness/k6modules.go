@@ -22,6 +22,7 @@ func builtinModules() map[string]Module {
 		"k6/encoding":  ModuleFunc(newEncodingModule),
 		"k6/crypto":    ModuleFunc(newCryptoModule),
 		"k6/data":      ModuleFunc(newDataModule),
+		"k6/http":      ModuleFunc(newHTTPModule),
 	}
 }
 

@@ -144,6 +144,7 @@ func (t *testRun) initPrimaryVU(ctx context.Context) (*vu, error) {
 	}
 	t.scriptPath = abs
 	t.loader = newLoader(builtinModules())
+	t.loader.refuse = t.refuseOnVirtualClock
 	v0, err := t.makeVU(ctx, 0)
 	if err != nil {
 		return nil, scriptError("init", err)
@@ -168,10 +169,10 @@ func (t *testRun) load(v0 *vu) error {
 	defer t.loader.setPrimary(nil) // later VUs instantiate on their own goroutines
 	rec, err := t.loader.loadFile(t.scriptPath)
 	if err != nil {
-		return exitErrorf(ExitScriptException, "%v", err)
+		return t.loadError(exitErrorf(ExitScriptException, "%v", err))
 	}
 	if err := rec.Link(); err != nil {
-		return exitErrorf(ExitScriptException, "linking %s: %v", t.cfg.Script, err)
+		return t.loadError(exitErrorf(ExitScriptException, "linking %s: %v", t.cfg.Script, err))
 	}
 	cyc, ok := rec.(sobek.CyclicModuleRecord)
 	if !ok {
@@ -223,7 +224,7 @@ func (t *testRun) readOptions(v0 *vu) error {
 // startCollector parses the thresholds and hands outs to a new collector,
 // which closes them when the run is released.
 func (t *testRun) startCollector(outs []metrics.Output) error {
-	ths, err := metrics.ParseThresholds(t.opts.Thresholds, t.reg)
+	ths, err := metrics.ParseThresholds(t.thresholdsWithHTTP(), t.reg)
 	if err != nil {
 		return &ExitError{Code: ExitInvalidConfig, Err: fmt.Errorf("thresholds: %w", err)}
 	}

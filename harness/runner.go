@@ -118,7 +118,8 @@ type testRun struct {
 	groups      *groupTree
 	clock       runClock // the run's time source (wall or virtual)
 	vclock      *VirtualClock
-	randomSeed  *int64 // options.randomSeed, once the options are read
+	net         netModules // k6/http's shared state
+	randomSeed  *int64     // options.randomSeed, once the options are read
 	zeroWarned  sync.Once
 	wallStart   time.Time
 	shared      sharedArrays
