@@ -9,12 +9,13 @@ import (
 
 	"github.com/kvstrand/mocker/harness/k6http"
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/harness/sse"
 )
 
 // networkModules are the built-in modules that talk to real servers over
 // sockets. A virtual clock cannot model the time a socket takes, so a run
 // on it refuses them at init (see refuseOnVirtualClock).
-var networkModules = map[string]bool{"k6/http": true}
+var networkModules = map[string]bool{"k6/http": true, "k6/x/sse": true, "k6/experimental/sse": true}
 
 // refusedModuleError is an import the run's clock cannot support.
 type refusedModuleError struct{ module string }
@@ -37,6 +38,10 @@ type netModules struct {
 	once sync.Once
 	http *k6http.Shared
 	err  error
+
+	sseOnce sync.Once
+	sse     *sse.Shared
+	sseErr  error
 }
 
 func (t *testRun) httpShared() (*k6http.Shared, error) {
@@ -58,6 +63,17 @@ func newHTTPModule(h VU) ModuleInstance {
 		panic(v.rt.NewGoError(err))
 	}
 	named := k6http.NewClient(httpVU{v}, sh).Exports()
+	return ExportsFunc(func() Exports { return Exports{Named: named} })
+}
+
+func newSSEModule(h VU) ModuleInstance {
+	v := h.(*vu)
+	t := v.t
+	t.net.sseOnce.Do(func() { t.net.sse, t.net.sseErr = sse.NewShared(t.reg) })
+	if t.net.sseErr != nil {
+		panic(v.rt.NewGoError(t.net.sseErr))
+	}
+	named := sse.NewClient(httpVU{v}, t.net.sse).Exports()
 	return ExportsFunc(func() Exports { return Exports{Named: named} })
 }
 
