@@ -17,17 +17,18 @@ import (
 // on it refuses them at init (see refuseOnVirtualClock).
 var networkModules = map[string]bool{"k6/http": true, "k6/x/sse": true, "k6/experimental/sse": true}
 
-// refusedModuleError is an import the run's clock cannot support.
-type refusedModuleError struct{ module string }
+// VirtualClockRefusal is the error of a run on the virtual clock whose
+// script imports a module that waits on real sockets (exit code 104).
+type VirtualClockRefusal struct{ module string }
 
-func (e *refusedModuleError) Error() string {
+func (e *VirtualClockRefusal) Error() string {
 	return fmt.Sprintf("module %q cannot run on the virtual clock: it waits on real sockets, whose time a virtual clock cannot model; run with --clock wall (or the paced clock) to use it", e.module)
 }
 
 // refuseOnVirtualClock is the loader's check of an import specifier.
 func (t *testRun) refuseOnVirtualClock(specifier string) error {
 	if networkModules[specifier] && t.cfg.clock == nil && t.cfg.Clock == ClockVirtual {
-		return &refusedModuleError{module: specifier}
+		return &VirtualClockRefusal{module: specifier}
 	}
 	return nil
 }
