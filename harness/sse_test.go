@@ -116,7 +116,7 @@ export default function () {}
 	assert.Contains(t, res.err.Error(), `"k6/x/sse"`)
 }
 
-// TestOpenAIScript_MeasuresEveryToken runs scripts/openai.js against the
+// TestOpenAIScript_MeasuresEveryToken runs scripts/http/openai.js against the
 // OpenAI-like server: every streamed chunk is one token in the script's
 // counters, TTFT has one sample per completion and ITL one per later
 // token, and its thresholds pass.
@@ -124,7 +124,7 @@ func TestOpenAIScript_MeasuresEveryToken(t *testing.T) {
 	t.Parallel()
 	const tokens = 8
 	srv, sent := newOpenAIServer(t, tokens, time.Millisecond)
-	res := runFile(t, "../scripts/openai.js", func(c *Config) {
+	res := runFile(t, "../scripts/http/openai.js", func(c *Config) {
 		c.Env = map[string]string{"BASE_URL": srv.URL, "VUS": "2", "DURATION": "1s"}
 	})
 	require.NoError(t, res.err, res.stderr)

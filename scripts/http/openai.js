@@ -1,9 +1,9 @@
-// Load test of an OpenAI-compatible server (mocker serve, vLLM, a Dynamo
+// openai.js: a load test of an OpenAI-compatible server (mocker serve, vLLM, a Dynamo
 // frontend...): streaming chat completions over Server-Sent Events, with
 // time to first token and inter-token latency as Trends and thresholds on
 // them.
 //
-//   mocker run --clock wall -e BASE_URL=http://127.0.0.1:8000 -e MODEL=mock scripts/openai.js
+//   bin/mocker run --clock wall -e BASE_URL=http://127.0.0.1:8000 -e MODEL=mock scripts/http/openai.js
 //
 // Environment: BASE_URL (default http://127.0.0.1:8000, where `mocker
 // serve` listens), MODEL (default "mock"), MAX_TOKENS (64), VUS (4),
