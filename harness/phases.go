@@ -206,6 +206,9 @@ func (t *testRun) readOptions(v0 *vu) error {
 	for _, k := range options.UnknownKeys(rawOpts) {
 		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
 	}
+	if err := t.applySegment(); err != nil {
+		return err
+	}
 	t.optionsJSON = t.opts.ConsolidatedJSON()
 	if t.randomSeed = t.opts.RandomSeed; t.randomSeed != nil {
 		// VU 0 was made before the options were read.
