@@ -214,7 +214,11 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 				c.vu.Emit(c.samples)
 				c.samples = c.samples[:0]
 			}
-			fire("event", c.rt.ToValue(it.event))
+			ev := c.rt.NewObject()
+			_ = ev.Set("id", it.event.ID)
+			_ = ev.Set("name", it.event.Name)
+			_ = ev.Set("data", it.event.Data)
+			fire("event", ev)
 		case it.err != nil:
 			msg := it.err.Error()
 			_ = res.Set("error", msg)
