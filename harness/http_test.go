@@ -80,3 +80,29 @@ export default function () {
 	assert.NotContains(t, seen["data_sent"], "status")
 	assert.Equal(t, "api", seen["data_sent"]["scenario"])
 }
+
+// TestHTTP_ResponseBehavesAsAPlainObject: the Response, whose fields are
+// made on first read, still lists, serialises, keeps assignments and
+// returns the same nested objects on each read.
+func TestHTTP_ResponseBehavesAsAPlainObject(t *testing.T) {
+	t.Parallel()
+	res := runHTTPScript(t, `
+import http from 'k6/http';
+import { check } from 'k6';
+export const options = { thresholds: { checks: ['rate==1'] } };
+export default function () {
+  const r = http.get(__ENV.BASE_URL + '/json');
+  check(r, {
+    'keys': (r) => Object.keys(r).includes('timings') && Object.keys(r).includes('status'),
+    'stringify': (r) => JSON.parse(JSON.stringify(r)).status === 200,
+    'in': (r) => 'body' in r && !('nope' in r),
+    'identity': (r) => r.headers === r.headers && r.timings === r.timings,
+    'assign': (r) => { r.extra = 5; r.status = 7; return r.extra === 5 && r.status === 7; },
+    'delete': (r) => { delete r.proto; return r.proto === undefined; },
+    'spread': (r) => ({ ...r }).url === __ENV.BASE_URL + '/json',
+  });
+}
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, 7.0, res.metric(t, "checks", "passes"))
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -138,104 +139,218 @@ func filtered(t metrics.Tags, opts *Options) map[string]string {
 	return out
 }
 
-// response builds the JS Response of the exchange h.
+// response returns the JS Response of the exchange h. Its fields are
+// made when the script first reads them (most scripts read two or three
+// of the fifteen), and a field the script sets keeps its value.
 func (c *Client) response(s *spec, h *hop) sobek.Value {
+	return c.rt.NewDynamicObject(&responseObject{c: c, s: s, h: h})
+}
+
+// responseKeys are the Response's fields, in the order JSON.stringify and
+// Object.keys list them.
+var responseKeys = []string{
+	"status", "status_text", "proto", "url", "headers", "cookies", "body", "timings",
+	"error", "error_code", "tls_version", "remote_ip", "remote_port", "request", "json",
+}
+
+// responseObject backs a Response (sobek.DynamicObject).
+type responseObject struct {
+	c     *Client
+	s     *spec
+	h     *hop
+	made  map[string]sobek.Value
+	unset map[string]bool
+}
+
+func (r *responseObject) Get(key string) sobek.Value {
+	if v, ok := r.made[key]; ok {
+		return v
+	}
+	if r.unset[key] {
+		return nil
+	}
+	v := r.field(key)
+	if v == nil {
+		return nil
+	}
+	switch key {
+	case "headers", "cookies", "timings", "request", "json", "body":
+		// objects keep their identity from one read to the next
+		if r.made == nil {
+			r.made = make(map[string]sobek.Value, 4)
+		}
+		r.made[key] = v
+	}
+	return v
+}
+
+func (r *responseObject) Set(key string, val sobek.Value) bool {
+	if r.made == nil {
+		r.made = map[string]sobek.Value{}
+	}
+	r.made[key] = val
+	delete(r.unset, key)
+	return true
+}
+
+func (r *responseObject) Has(key string) bool {
+	if _, ok := r.made[key]; ok {
+		return true
+	}
+	return !r.unset[key] && slices.Contains(responseKeys, key)
+}
+
+func (r *responseObject) Delete(key string) bool {
+	delete(r.made, key)
+	if r.unset == nil {
+		r.unset = map[string]bool{}
+	}
+	r.unset[key] = true
+	return true
+}
+
+func (r *responseObject) Keys() []string {
+	out := make([]string, 0, len(responseKeys)+len(r.made))
+	for _, k := range responseKeys {
+		if !r.unset[k] && k != "json" {
+			out = append(out, k)
+		}
+	}
+	for k := range r.made {
+		if !slices.Contains(responseKeys, k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// field makes one field's value; nil for a key that is no field.
+func (r *responseObject) field(key string) sobek.Value {
+	c, s, h, rt := r.c, r.s, r.h, r.c.rt
+	switch key {
+	case "status":
+		return rt.ToValue(h.status)
+	case "status_text":
+		return rt.ToValue(h.statusText)
+	case "proto":
+		return rt.ToValue(h.proto)
+	case "url":
+		return rt.ToValue(h.url)
+	case "error":
+		return rt.ToValue(h.errMsg)
+	case "error_code":
+		return rt.ToValue(h.errCode)
+	case "tls_version":
+		return rt.ToValue(h.tlsVersion)
+	case "remote_ip", "remote_port":
+		host, p, err := net.SplitHostPort(h.remote)
+		if key == "remote_ip" {
+			if err != nil {
+				host = ""
+			}
+			return rt.ToValue(host)
+		}
+		port, _ := strconv.Atoi(p)
+		return rt.ToValue(port)
+	case "headers":
+		headers := rt.NewObject()
+		for k, v := range h.header {
+			_ = headers.Set(k, strings.Join(v, ", "))
+		}
+		return headers
+	case "cookies":
+		return c.responseCookies(h)
+	case "timings":
+		t := h.timings
+		o := rt.NewObject()
+		_ = o.Set("blocked", t.blocked)
+		_ = o.Set("connecting", t.connecting)
+		_ = o.Set("tls_handshaking", t.tls)
+		_ = o.Set("sending", t.sending)
+		_ = o.Set("waiting", t.waiting)
+		_ = o.Set("receiving", t.receiving)
+		_ = o.Set("duration", t.duration())
+		return o
+	case "body":
+		switch {
+		case h.err != nil:
+		case s.responseType == "text":
+			return rt.ToValue(string(h.body))
+		case s.responseType == "binary":
+			return rt.ToValue(rt.NewArrayBuffer(h.body))
+		}
+		return sobek.Null()
+	case "request":
+		return c.requestInfo(h)
+	case "json":
+		return rt.ToValue(func(call sobek.FunctionCall) sobek.Value { return c.parseJSON(s, h, call.Argument(0)) })
+	}
+	return nil
+}
+
+func (c *Client) responseCookies(h *hop) *sobek.Object {
 	rt := c.rt
-	r := rt.NewObject()
-	_ = r.Set("status", h.status)
-	_ = r.Set("status_text", h.statusText)
-	_ = r.Set("proto", h.proto)
-	_ = r.Set("url", h.url)
-	_ = r.Set("error", h.errMsg)
-	_ = r.Set("error_code", h.errCode)
-	_ = r.Set("tls_version", h.tlsVersion)
-	ip, port := "", 0
-	if host, p, err := net.SplitHostPort(h.remote); err == nil {
-		ip = host
-		port, _ = strconv.Atoi(p)
-	}
-	_ = r.Set("remote_ip", ip)
-	_ = r.Set("remote_port", port)
-	headers := rt.NewObject()
-	for k, v := range h.header {
-		_ = headers.Set(k, strings.Join(v, ", "))
-	}
-	_ = r.Set("headers", headers)
 	cookies := rt.NewObject()
+	byName := map[string][]any{}
+	var order []string
 	for _, ck := range h.setCookies {
-		o := map[string]any{
+		expires := int64(0)
+		if !ck.Expires.IsZero() {
+			expires = ck.Expires.UnixMilli()
+		}
+		if _, ok := byName[ck.Name]; !ok {
+			order = append(order, ck.Name)
+		}
+		byName[ck.Name] = append(byName[ck.Name], map[string]any{
 			"name": ck.Name, "value": ck.Value, "domain": ck.Domain, "path": ck.Path,
-			"http_only": ck.HttpOnly, "secure": ck.Secure, "max_age": ck.MaxAge, "expires": ck.Expires.UnixMilli(),
-		}
-		if ck.Expires.IsZero() {
-			o["expires"] = 0
-		}
-		prev := cookies.Get(ck.Name)
-		list := []any{}
-		if prev != nil {
-			_ = rt.ExportTo(prev, &list)
-		}
-		_ = cookies.Set(ck.Name, append(list, o))
+			"http_only": ck.HttpOnly, "secure": ck.Secure, "max_age": ck.MaxAge, "expires": expires,
+		})
 	}
-	_ = r.Set("cookies", cookies)
-	t := h.timings
-	timingsObj := rt.NewObject()
-	_ = timingsObj.Set("blocked", t.blocked)
-	_ = timingsObj.Set("connecting", t.connecting)
-	_ = timingsObj.Set("tls_handshaking", t.tls)
-	_ = timingsObj.Set("sending", t.sending)
-	_ = timingsObj.Set("waiting", t.waiting)
-	_ = timingsObj.Set("receiving", t.receiving)
-	_ = timingsObj.Set("duration", t.duration())
-	_ = r.Set("timings", timingsObj)
-	var body sobek.Value = sobek.Null()
-	switch {
-	case h.err != nil:
-	case s.responseType == "text":
-		body = rt.ToValue(string(h.body))
-	case s.responseType == "binary":
-		body = rt.ToValue(rt.NewArrayBuffer(h.body))
+	for _, n := range order {
+		_ = cookies.Set(n, byName[n])
 	}
-	_ = r.Set("body", body)
+	return cookies
+}
+
+func (c *Client) requestInfo(h *hop) *sobek.Object {
+	rt := c.rt
 	req := rt.NewObject()
 	_ = req.Set("method", h.method)
 	_ = req.Set("url", h.url)
-	reqHeaders := rt.NewObject()
+	headers := rt.NewObject()
 	for k, v := range h.reqHeader {
-		_ = reqHeaders.Set(k, v)
+		_ = headers.Set(k, v)
 	}
-	_ = req.Set("headers", reqHeaders)
+	_ = req.Set("headers", headers)
 	_ = req.Set("body", string(h.reqBody))
-	reqCookies := rt.NewObject()
-	if hreq := (&http.Request{Header: h.reqHeader}); hreq.Header != nil {
-		for _, ck := range hreq.Cookies() {
-			_ = reqCookies.Set(ck.Name, []any{map[string]any{"name": ck.Name, "value": ck.Value, "replace": false}})
-		}
+	cookies := rt.NewObject()
+	for _, ck := range (&http.Request{Header: h.reqHeader}).Cookies() {
+		_ = cookies.Set(ck.Name, []any{map[string]any{"name": ck.Name, "value": ck.Value, "replace": false}})
 	}
-	_ = req.Set("cookies", reqCookies)
-	_ = r.Set("request", req)
-	raw := h.body
-	_ = r.Set("json", func(call sobek.FunctionCall) sobek.Value {
-		if h.err != nil || s.responseType == "none" {
-			c.throw("the response has no body to parse as JSON (responseType %q%s)", s.responseType, errSuffix(h))
+	_ = req.Set("cookies", cookies)
+	return req
+}
+
+// parseJSON is Response.json(selector?).
+func (c *Client) parseJSON(s *spec, h *hop, sel sobek.Value) sobek.Value {
+	rt := c.rt
+	if h.err != nil || s.responseType == "none" {
+		c.throw("the response has no body to parse as JSON (responseType %q%s)", s.responseType, errSuffix(h))
+	}
+	src := string(h.body)
+	if !sobek.IsUndefined(sel) {
+		res := gjson.Get(src, sel.String())
+		if !res.Exists() {
+			return sobek.Undefined()
 		}
-		src := string(raw)
-		if sel := call.Argument(0); !sobek.IsUndefined(sel) {
-			res := gjson.Get(src, sel.String())
-			if !res.Exists() {
-				return sobek.Undefined()
-			}
-			src = res.Raw
-		}
-		var parsed sobek.Value
-		jsonParse, _ := sobek.AssertFunction(rt.Get("JSON").ToObject(rt).Get("parse"))
-		parsed, err := jsonParse(sobek.Undefined(), rt.ToValue(src))
-		if err != nil {
-			c.throw("cannot parse the response body as JSON: %v", err)
-		}
-		return parsed
-	})
-	return r
+		src = res.Raw
+	}
+	jsonParse, _ := sobek.AssertFunction(rt.Get("JSON").ToObject(rt).Get("parse"))
+	parsed, err := jsonParse(sobek.Undefined(), rt.ToValue(src))
+	if err != nil {
+		c.throw("cannot parse the response body as JSON: %v", err)
+	}
+	return parsed
 }
 
 func errSuffix(h *hop) string {
