@@ -106,3 +106,19 @@ export default function () {
 	require.NoError(t, res.err, res.stderr)
 	assert.Equal(t, 7.0, res.metric(t, "checks", "passes"))
 }
+
+// TestHTTP_StopCutsARequestShort: at the end of gracefulStop a request in
+// flight is cancelled; it records no sample and is no script error.
+func TestHTTP_StopCutsARequestShort(t *testing.T) {
+	t.Parallel()
+	res := runHTTPScript(t, `
+import http from 'k6/http';
+export const options = { scenarios: { s: { executor: 'constant-vus', vus: 2, duration: '200ms', gracefulStop: '0s' } } };
+export default function () { http.get(__ENV.BASE_URL + '/slow'); }
+`, nil)
+	require.NoError(t, res.err, res.stderr)
+	assert.Zero(t, res.metricOrZero(t, "http_reqs", "count"))
+	assert.Zero(t, res.metricOrZero(t, "iterations", "count"))
+	assert.NotContains(t, res.stderr, "context canceled")
+	assert.NotContains(t, res.stderr, "request failed")
+}
