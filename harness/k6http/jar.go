@@ -41,7 +41,7 @@ func (c *Client) jarObject(jar *cookiejar.Jar) *sobek.Object {
 		}
 		return u
 	}
-	_ = obj.Set("__jar", &jarRef{jar: jar})
+	_ = obj.SetSymbol(c.jarSym, rt.ToValue(&jarRef{jar: jar}))
 	_ = obj.Set("cookiesForURL", func(call sobek.FunctionCall) sobek.Value {
 		out := rt.NewObject()
 		byName := map[string][]any{}
@@ -107,8 +107,10 @@ func (c *Client) jarObject(jar *cookiejar.Jar) *sobek.Object {
 // jarOf returns the jar behind a JS cookie jar object.
 func (c *Client) jarOf(v sobek.Value) *cookiejar.Jar {
 	if obj, ok := v.(*sobek.Object); ok {
-		if ref, ok := obj.Get("__jar").Export().(*jarRef); ok {
-			return ref.jar
+		if v := obj.GetSymbol(c.jarSym); v != nil {
+			if ref, ok := v.Export().(*jarRef); ok {
+				return ref.jar
+			}
 		}
 	}
 	c.throw("params.jar: not a cookie jar (use http.cookieJar() or new http.CookieJar())")

@@ -105,8 +105,11 @@ type Client struct {
 	transport *http.Transport
 	jar       *cookiejar.Jar
 	jarObj    *sobek.Object
-	iter      int64
-	started   bool
+	// jarSym keys a cookie jar object's jar, out of the script's sight
+	// (a symbol has no name to read and is not enumerated).
+	jarSym  *sobek.Symbol
+	iter    int64
+	started bool
 
 	// callback classifies responses for http_req_failed and the
 	// expected_response tag; nil (after setResponseCallback(null))
@@ -118,7 +121,7 @@ type Client struct {
 
 // NewClient returns the k6/http instance of one VU.
 func NewClient(vu VU, sh *Shared) *Client {
-	return &Client{vu: vu, sh: sh, rt: vu.Runtime(), callback: defaultExpected}
+	return &Client{vu: vu, sh: sh, rt: vu.Runtime(), callback: defaultExpected, jarSym: sobek.NewSymbol("k6/http cookie jar")}
 }
 
 // Exports are the module's named exports.
