@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,7 +11,8 @@ import (
 )
 
 // TestK6Compat_HTTPCorpus runs the k6/http scripts of testdata/k6compat
-// against a local test server (its URL in __ENV.BASE_URL), on the wall
+// against a local test server (its URL in __ENV.BASE_URL; the same
+// server over TLS, with a self-signed certificate, in __ENV.TLS_URL), on the wall
 // clock, and compares each outcome with what k6's documentation gives:
 // the exit code, the checks that pass (none may fail) and key values of
 // the --summary-export, read as in TestK6Compat_Corpus.
@@ -68,13 +70,17 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 		{script: "http_init_context.js", code: ExitScriptException, errHas: "init context"},
 		{script: "http_connection_reuse.js", checks: 2},
 		{script: "http_no_connection_reuse.js", checks: 1},
+		{script: "http_tls_insecure.js", checks: 3},
+		{script: "http_tls_unknown_authority.js", checks: 2},
 	}
 	srv := newTestHTTPServer(t)
+	tlsSrv := httptest.NewTLSServer(srv.Config.Handler)
+	t.Cleanup(tlsSrv.Close)
 	for _, tc := range tests {
 		t.Run(strings.TrimSuffix(tc.script, ".js"), func(t *testing.T) {
 			t.Parallel()
 			res := runFile(t, filepath.Join("testdata", "k6compat", tc.script), func(c *Config) {
-				c.Env = map[string]string{"BASE_URL": srv.URL}
+				c.Env = map[string]string{"BASE_URL": srv.URL, "TLS_URL": tlsSrv.URL}
 			})
 			require.Equal(t, tc.code, ExitCode(res.err), "%v\nstderr:\n%s", res.err, res.stderr)
 			if tc.errHas != "" {
