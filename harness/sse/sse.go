@@ -298,24 +298,40 @@ func (c *Client) read(ctx context.Context, r request, items chan<- item, counted
 		return
 	}
 	counted.r = resp.Body
-	sc := bufio.NewScanner(counted)
+	err = scanEvents(counted, func(ev Event) bool {
+		select {
+		case items <- item{event: &ev, at: time.Now()}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	})
+	if err != nil && ctx.Err() == nil {
+		items <- item{err: err}
+	}
+}
+
+// scanEvents parses a text/event-stream, calling emit for each event
+// until the stream ends or emit returns false: `data:` lines are joined
+// with newlines, `event:` names the event, `id:` carries over to the
+// events that follow, comment lines (`:`) and unknown fields are skipped,
+// and a blank line ends an event that had any field.
+func scanEvents(r io.Reader, emit func(Event) bool) error {
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
 	var ev Event
 	var data strings.Builder
-	has := false
+	has, lines := false, 0
 	for sc.Scan() {
 		line := sc.Text()
 		if line == "" {
 			if has {
 				ev.Data = data.String()
-				out := ev
-				select {
-				case items <- item{event: &out, at: time.Now()}:
-				case <-ctx.Done():
-					return
+				if !emit(ev) {
+					return nil
 				}
 			}
-			ev, has = Event{ID: ev.ID}, false
+			ev, has, lines = Event{ID: ev.ID}, false, 0
 			data.Reset()
 			continue
 		}
@@ -326,10 +342,11 @@ func (c *Client) read(ctx context.Context, r request, items chan<- item, counted
 		value = strings.TrimPrefix(value, " ")
 		switch field {
 		case "data":
-			if data.Len() > 0 {
+			if lines > 0 {
 				data.WriteByte('\n')
 			}
 			data.WriteString(value)
+			lines++
 			has = true
 		case "event":
 			ev.Name = value
@@ -339,9 +356,7 @@ func (c *Client) read(ctx context.Context, r request, items chan<- item, counted
 			has = true
 		}
 	}
-	if err := sc.Err(); err != nil && ctx.Err() == nil {
-		items <- item{err: err}
-	}
+	return sc.Err()
 }
 
 // unwrapURL drops net/http's `Get "url": ` prefix from a failure.
