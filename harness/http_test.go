@@ -122,3 +122,29 @@ export default function () { http.get(__ENV.BASE_URL + '/slow'); }
 	assert.NotContains(t, res.stderr, "context canceled")
 	assert.NotContains(t, res.stderr, "request failed")
 }
+
+// TestHTTP_SocketWaitIsScriptTimeOnThePacedClock: on the paced clock a
+// request's wait passes on the run's clock (Date.now() and the test's
+// duration move by at least the server's delay), and VUs waiting on
+// sockets do not hold each other up.
+func TestHTTP_SocketWaitIsScriptTimeOnThePacedClock(t *testing.T) {
+	t.Parallel()
+	res := runHTTPScript(t, `
+import http from 'k6/http';
+import exec from 'k6/execution';
+import { check } from 'k6';
+export const options = { scenarios: { s: { executor: 'per-vu-iterations', vus: 3, iterations: 2 } }, thresholds: { checks: ['rate==1'] } };
+export default function () {
+  const t0 = Date.now();
+  const d0 = exec.instance.currentTestRunDuration;
+  const r = http.get(__ENV.BASE_URL + '/delay/150');
+  check(r, {
+    'answered': (r) => r.body === 'waited',
+    'Date.now moved': () => Date.now() - t0 >= 150,
+    'test duration moved': () => exec.instance.currentTestRunDuration - d0 >= 150,
+  });
+}
+`, func(c *Config) { c.Clock = ClockPaced })
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, 18.0, res.metric(t, "checks", "passes"))
+}

@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"strings"
@@ -59,6 +60,7 @@ func (t *testRun) httpShared() (*k6http.Shared, error) {
 
 func newHTTPModule(h VU) ModuleInstance {
 	v := h.(*vu)
+	v.t.paceToSockets()
 	sh, err := v.t.httpShared()
 	if err != nil {
 		panic(v.rt.NewGoError(err))
@@ -70,12 +72,23 @@ func newHTTPModule(h VU) ModuleInstance {
 func newSSEModule(h VU) ModuleInstance {
 	v := h.(*vu)
 	t := v.t
+	t.paceToSockets()
 	t.net.sseOnce.Do(func() { t.net.sse, t.net.sseErr = sse.NewShared(t.reg) })
 	if t.net.sseErr != nil {
 		panic(v.rt.NewGoError(t.net.sseErr))
 	}
 	named := sse.NewClient(httpVU{v}, t.net.sse).Exports()
 	return ExportsFunc(func() Exports { return Exports{Named: named} })
+}
+
+// paceToSockets keeps a paced clock within a millisecond of the wall
+// clock, as the distributed transport does: a script that waits on real
+// servers reads their time from the wall clock, and a wait on a socket
+// (see httpVU.Outside) must pass as the wall clock does.
+func (t *testRun) paceToSockets() {
+	if t.vclock != nil {
+		t.vclock.SetPaceSlack(time.Millisecond)
+	}
 }
 
 // httpVU is a VU as k6/http sees it.
@@ -85,6 +98,31 @@ func (h httpVU) Iteration() int64  { return h.iterInInstance }
 func (h httpVU) Now() time.Time    { return h.t.clock.Now() }
 func (h httpVU) Warn(msg string)   { h.t.logger.Warn(msg) }
 func (h httpVU) OnRunEnd(f func()) { h.t.OnEnd(f) }
+
+// Outside runs f, which waits on sockets, so that on a paced clock the
+// wait passes as script time: the VU sleeps on the clock (its turn
+// given up, the other VUs running, the paced clock moving with the wall
+// clock) until f, on a goroutine of its own, is done. On the wall clock
+// f simply runs.
+func (h httpVU) Outside(f func()) {
+	if h.t.vclock == nil || !h.t.vclock.Paced() {
+		f()
+		return
+	}
+	h.waiting()
+	ctx, cancel := context.WithCancel(h.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer cancel()
+		f()
+	}()
+	h.t.clock.Sleep(ctx, outsideWaitLimit)
+	<-done // f ends with the VU's context, should that end first
+}
+
+// outsideWaitLimit bounds one Outside sleep; f's end cuts it short.
+const outsideWaitLimit = 24 * time.Hour
 
 func (h httpVU) Emit(samples []metrics.Sample) {
 	if h.inInit || h.ctx.Err() != nil {

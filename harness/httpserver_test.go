@@ -19,6 +19,7 @@ import (
 //	/redirect/N         redirects N times (302) and then answers 200
 //	/redirect307        redirects once with 307 (the method and body are kept)
 //	/slow               answers only when the client gives up (or after 10 s)
+//	/delay/MS           answers after MS milliseconds
 //	/cookies/set?k=v    sets the cookies given in the query
 //	/cookies            echoes the request's cookies as JSON
 //	/echo               echoes method, headers, body and form as JSON
@@ -52,6 +53,14 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 		select {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second):
+		}
+	})
+	mux.HandleFunc("/delay/{ms}", func(w http.ResponseWriter, r *http.Request) {
+		ms, _ := strconv.Atoi(r.PathValue("ms"))
+		select {
+		case <-r.Context().Done():
+		case <-time.After(time.Duration(ms) * time.Millisecond):
+			_, _ = io.WriteString(w, "waited")
 		}
 	})
 	mux.HandleFunc("/cookies/set", func(w http.ResponseWriter, r *http.Request) {

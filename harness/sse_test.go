@@ -136,3 +136,18 @@ func TestOpenAIScript_MeasuresEveryToken(t *testing.T) {
 	assert.Equal(t, completions*tokens, res.metric(t, "llm_output_tokens", "count"))
 	assert.Zero(t, res.metric(t, "checks", "fails"))
 }
+
+// TestSSE_StreamOnThePacedClock: on the paced clock a stream's events
+// arrive as on the wall clock, and the wait for them is script time.
+func TestSSE_StreamOnThePacedClock(t *testing.T) {
+	t.Parallel()
+	srv, sent := newOpenAIServer(t, 5, 30*time.Millisecond)
+	res := runFile(t, "../scripts/http/openai.js", func(c *Config) {
+		c.Clock = ClockPaced
+		c.Env = map[string]string{"BASE_URL": srv.URL, "VUS": "2", "DURATION": "1s"}
+	})
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, float64(sent.Load()), res.metric(t, "llm_output_tokens", "count"))
+	assert.GreaterOrEqual(t, res.metric(t, "llm_ttft", "min"), 30.0, "the first token comes after the server's first gap, on the run's clock")
+	assert.GreaterOrEqual(t, res.metric(t, "llm_itl", "min"), 30.0)
+}

@@ -41,6 +41,11 @@ type VU interface {
 	// OnRunEnd registers f to run once the test run is over (from any
 	// goroutine): the VU's connections are closed there.
 	OnRunEnd(f func())
+	// Outside runs f, which blocks on sockets, without the VU holding
+	// the run's clock meanwhile: on a paced clock the VU waits as in
+	// sleep() while f runs on another goroutine, so that the wait counts
+	// as script time and other VUs go on.
+	Outside(f func())
 }
 
 // Shared is what every VU of one run shares: the built-in HTTP metrics

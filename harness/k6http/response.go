@@ -24,7 +24,8 @@ func (c *Client) syncRequest(method string, urlArg, body, params sobek.Value) so
 	if jar == nil {
 		jar = c.vuJar()
 	}
-	hops := c.do(c.vu.Context(), c.transport, jar, s)
+	var hops []*hop
+	c.vu.Outside(func() { hops = c.do(c.vu.Context(), c.transport, jar, s) })
 	return c.finish(opts, s, hops)
 }
 
@@ -410,7 +411,7 @@ func (c *Client) batch(call sobek.FunctionCall) sobek.Value {
 			results[i] = c.do(ctx, c.transport, jar, s)
 		}()
 	}
-	wg.Wait()
+	c.vu.Outside(wg.Wait)
 	if isArray {
 		out := make([]any, len(specs))
 		for i, s := range specs {

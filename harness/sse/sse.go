@@ -186,7 +186,22 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	var first, prev time.Time
 	tags := c.tags(req)
 	c.samples = c.samples[:0]
-	for it := range items {
+	next := func() (item, bool) {
+		select {
+		case it, ok := <-items:
+			return it, ok
+		default:
+		}
+		var it item
+		ok := false
+		c.vu.Outside(func() { it, ok = <-items })
+		return it, ok
+	}
+	for {
+		it, more := next()
+		if !more {
+			break
+		}
 		if closed {
 			continue // draining after close()
 		}
