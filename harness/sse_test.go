@@ -149,5 +149,7 @@ func TestSSE_StreamOnThePacedClock(t *testing.T) {
 	require.NoError(t, res.err, res.stderr)
 	assert.Equal(t, float64(sent.Load()), res.metric(t, "llm_output_tokens", "count"))
 	assert.GreaterOrEqual(t, res.metric(t, "llm_ttft", "min"), 30.0, "the first token comes after the server's first gap, on the run's clock")
-	assert.GreaterOrEqual(t, res.metric(t, "llm_itl", "min"), 30.0)
+	// One gap can look short after a late one; the stream as a whole
+	// cannot be quicker than its five gaps.
+	assert.GreaterOrEqual(t, res.metric(t, "llm_request_duration", "min"), 150.0, "a completion lasts at least its five gaps")
 }

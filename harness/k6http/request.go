@@ -122,7 +122,8 @@ func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spe
 }
 
 // urlOf returns a URL argument's text and name tag: a string, an
-// http.url“ object (named by its template) or anything with toString.
+// object from the http.url template tag (named by its template) or anything
+// with toString.
 func (c *Client) urlOf(v sobek.Value) (string, string) {
 	if obj, ok := v.(*sobek.Object); ok {
 		if u, n := obj.Get("url"), obj.Get("name"); u != nil && n != nil && !sobek.IsUndefined(u) {
