@@ -134,7 +134,7 @@ func (c *Client) Exports() map[string]any {
 	rt := c.rt
 	verb := func(method string, withBody bool) func(sobek.FunctionCall) sobek.Value {
 		return func(call sobek.FunctionCall) sobek.Value {
-			var body, params sobek.Value = sobek.Undefined(), call.Argument(1)
+			body, params := sobek.Undefined(), call.Argument(1)
 			if withBody {
 				body, params = call.Argument(1), call.Argument(2)
 			}
