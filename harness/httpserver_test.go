@@ -8,6 +8,8 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -20,6 +22,8 @@ import (
 //	/redirect307        redirects once with 307 (the method and body are kept)
 //	/slow               answers only when the client gives up (or after 10 s)
 //	/delay/MS           answers after MS milliseconds
+//	/concurrent/K       holds each request 50 ms, counting those in flight under K
+//	/concurrent-peak/K  the most requests that were in flight at once under K
 //	/cookies/set?k=v    sets the cookies given in the query
 //	/cookies            echoes the request's cookies as JSON
 //	/echo               echoes method, headers, body and form as JSON
@@ -30,6 +34,25 @@ import (
 func newTestHTTPServer(t testing.TB) *httptest.Server {
 	t.Helper()
 	mux := http.NewServeMux()
+	var inflight sync.Map // key → *[2]atomic.Int64 (now, peak)
+	counter := func(key string) *[2]atomic.Int64 {
+		c, _ := inflight.LoadOrStore(key, new([2]atomic.Int64))
+		return c.(*[2]atomic.Int64)
+	}
+	mux.HandleFunc("/concurrent/{key}", func(w http.ResponseWriter, r *http.Request) {
+		c := counter(r.PathValue("key"))
+		now := c[0].Add(1)
+		for peak := c[1].Load(); now > peak && !c[1].CompareAndSwap(peak, now); peak = c[1].Load() {
+		}
+		defer c[0].Add(-1)
+		select {
+		case <-r.Context().Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
+	mux.HandleFunc("/concurrent-peak/{key}", func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, strconv.FormatInt(counter(r.PathValue("key"))[1].Load(), 10))
+	})
 	mux.HandleFunc("/status/{code}", func(w http.ResponseWriter, r *http.Request) {
 		code, err := strconv.Atoi(r.PathValue("code"))
 		if err != nil {

@@ -21,14 +21,15 @@ import (
 func TestK6Compat_HTTPCorpus(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		script string
-		code   int
-		checks float64 // checks that pass; none may fail
-		values map[string]float64
-		absent []string
-		errHas string
+		script  string
+		code    int
+		checks  float64 // checks that pass; none may fail
+		values  map[string]float64
+		present []string // summary paths that must exist
+		errHas  string
 	}{
-		{script: "http_get_status.js", checks: 7, values: map[string]float64{"metrics/http_reqs/count": 1, "metrics/http_req_failed/value": 0}},
+		{script: "http_get_status.js", checks: 7, values: map[string]float64{"metrics/http_reqs/count": 1, "metrics/http_req_failed/value": 0},
+			present: []string{"metrics/http_req_duration{expected_response:true}/avg"}},
 		{script: "http_status_codes.js", checks: 2, values: map[string]float64{
 			"metrics/http_reqs/count": 3, "metrics/http_req_failed/passes": 2, "metrics/http_req_failed/fails": 1,
 			"metrics/http_reqs{status:404}/count": 1,
@@ -73,6 +74,9 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 		{script: "http_connection_reuse.js", checks: 2},
 		{script: "http_no_connection_reuse.js", checks: 1},
 		{script: "http_tls_insecure.js", checks: 3},
+		{script: "http_batch_per_host.js", checks: 2},
+		{script: "http_no_vu_connection_reuse.js", checks: 4},
+		{script: "http_connection_reuse_across_iterations.js", checks: 1},
 		{script: "http_tls_unknown_authority.js", checks: 2},
 	}
 	srv := newTestHTTPServer(t)
@@ -98,6 +102,10 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 				fails, _ := exportValue(res.summary, "metrics/checks/fails")
 				assert.Equal(t, tc.checks, passes, "checks passed; stderr:\n%s", res.stderr)
 				assert.Zero(t, fails, "checks failed; stderr:\n%s", res.stderr)
+			}
+			for _, path := range tc.present {
+				_, ok := exportValue(res.summary, path)
+				assert.True(t, ok, "the summary export has no %s", path)
 			}
 			for path, want := range tc.values {
 				got, ok := exportValue(res.summary, path)
