@@ -71,7 +71,6 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 		{script: "http_file_multipart.js", checks: 3},
 		{script: "http_data_metrics.js"},
 		{script: "http_init_context.js", code: ExitScriptException, errHas: "init context"},
-		{script: "http_connection_reuse.js", checks: 2},
 		{script: "http_no_connection_reuse.js", checks: 1},
 		{script: "http_tls_insecure.js", checks: 3},
 		{script: "http_batch_per_host.js", checks: 2},
