@@ -18,7 +18,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -162,13 +161,6 @@ func write(out string, shapes []shape, scripts []string) error {
 		// A crossed threshold is part of the output, exit code and all;
 		// anything else is not a run to compare. Stderr is left out: it
 		// says how long the run took on this host.
-		var refused *harness.VirtualClockRefusal
-		if errors.As(err, &refused) {
-			// A script that drives real servers (k6/http, SSE) has no
-			// virtual-clock figures to compare.
-			_ = os.Remove(base + ".ndjson")
-			continue
-		}
 		code := harness.ExitCode(err)
 		if code != harness.ExitOK && code != harness.ExitThresholdsFailed {
 			return fmt.Errorf("%s: %w\n%s", path, err, stderr.String())
