@@ -22,4 +22,5 @@ const res = sse.open('http://x/', { method: 'POST', body: '{}' }, (c) => {
 esse.open('http://x/', (c) => c.on('open', () => {}));
 const st = res.status;
 /** @type {number} */
-export { s, j, n, p, st };
+const g = get("http://x/").status;
+export { s, j, n, p, st, g };
