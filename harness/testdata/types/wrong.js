@@ -3,7 +3,7 @@
 import http from 'k6/http';
 import sse from 'k6/x/sse';
 
-const a = http.get('http://x/').body.length; // ERROR
+const a = http.get('http://x/').status.length; // ERROR
 const b = http.get('http://x/', { responseType: 'json' }); // ERROR
 const c = sse.open('http://x/', {}, (cl) => cl.on('message', () => {})); // ERROR
 const d = http.batch('http://x/'); // ERROR
