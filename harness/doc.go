@@ -1,7 +1,9 @@
 // Package harness runs k6-style load scripts on grafana/sobek with its own
 // runner: ES modules (one runtime per VU, each module compiled once), the
 // k6, k6/metrics, k6/execution, k6/timers, k6/data (SharedArray),
-// k6/encoding and k6/crypto modules, the timer globals (setTimeout,
+// k6/encoding, k6/crypto and k6/http modules (harness/k6http), an SSE
+// client as k6/x/sse (harness/sse), execution segments (harness/segment),
+// the timer globals (setTimeout,
 // setInterval and their clear functions, on the VU's event loop and timed
 // by a Clock), options with scenarios and all six k6 executors,
 // thresholds, setup/teardown, handleSummary and the end-of-test summary,
@@ -124,6 +126,9 @@
 //     time, and the next starts a microsecond later;
 //     options.randomSeed (and --random-seed) seed Math.random, which k6
 //     does not offer;
+//   - k6/http and k6/x/sse are refused on the virtual clock (exit 104),
+//     which cannot know how long a socket takes; options.systemTags filters
+//     the tags of HTTP and SSE samples only;
 //   - JS timers run in the order of their deadlines on the wall clock too;
 //   - when thresholds are crossed and exec.test.fail() was also called, the
 //     exit code is 99 (thresholds take precedence over 110); an abort (108)

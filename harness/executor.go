@@ -380,7 +380,7 @@ func (s *scenarioRun) runArrivalRate(testCtx, regular, hard context.Context) {
 	wg := newTasks(clock)
 	workers := map[*vu]*arrivalWorker{}
 	var started []*arrivalWorker // in the order they started
-	sched := schedule.NewArrivals(s.cfg)
+	sched := s.arrivals()
 	for {
 		off, ok := sched.Next()
 		if !ok {

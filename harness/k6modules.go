@@ -22,6 +22,11 @@ func builtinModules() map[string]Module {
 		"k6/encoding":  ModuleFunc(newEncodingModule),
 		"k6/crypto":    ModuleFunc(newCryptoModule),
 		"k6/data":      ModuleFunc(newDataModule),
+		"k6/http":      ModuleFunc(newHTTPModule),
+		"k6/x/sse":     ModuleFunc(newSSEModule),
+		// The community extension's API, under the name k6 gives its
+		// experimental modules.
+		"k6/experimental/sse": ModuleFunc(newSSEModule),
 	}
 }
 

@@ -21,6 +21,10 @@ type loader struct {
 	goMods  map[string]*goModuleRecord
 	vus     sync.Map // *sobek.Runtime -> *vu
 	builtin map[string]Module
+	// refuse, when set, rejects an import the run cannot support; the
+	// first refusal is kept in refused, for the exit code.
+	refuse  func(specifier string) error
+	refused error
 	// primary is the VU whose runtime instantiates each Go module as soon
 	// as the module is first resolved (while the script links), so that
 	// the module's export names are known before any namespace object or
@@ -60,7 +64,18 @@ func (l *loader) resolve(referrer any, specifier string) (sobek.ModuleRecord, er
 	}
 	mod, ok := l.builtin[specifier]
 	primary := l.primary
+	refuse := l.refuse
 	l.mu.Unlock()
+	if refuse != nil {
+		if err := refuse(specifier); err != nil {
+			l.mu.Lock()
+			if l.refused == nil {
+				l.refused = err
+			}
+			l.mu.Unlock()
+			return nil, err
+		}
+	}
 	if !ok {
 		mod, ok = lookupModule(specifier)
 	}
@@ -311,4 +326,11 @@ func (i *goModuleInstance) HasTLA() bool { return false }
 
 func (i *goModuleInstance) ExecuteModule(*sobek.Runtime, func(any) error, func(any) error) (sobek.CyclicModuleInstance, error) {
 	return i, nil
+}
+
+// refusal is the first import refused by l.refuse, or nil.
+func (l *loader) refusal() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.refused
 }

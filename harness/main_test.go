@@ -18,6 +18,9 @@ import (
 var mockerBin string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(benchServerEnv) != "" {
+		os.Exit(serveForBenchmarks())
+	}
 	dir, err := os.MkdirTemp("", "harness-test-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

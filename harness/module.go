@@ -205,7 +205,7 @@ func summaryHooks() []SummaryHook {
 
 func isBuiltinModule(path string) bool {
 	switch path {
-	case "k6", "k6/metrics", "k6/execution", "k6/timers", "k6/data", "k6/encoding", "k6/crypto":
+	case "k6", "k6/metrics", "k6/execution", "k6/timers", "k6/data", "k6/encoding", "k6/crypto", "k6/http", "k6/x/sse", "k6/experimental/sse":
 		return true
 	}
 	return false

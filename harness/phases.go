@@ -147,6 +147,7 @@ func (t *testRun) initPrimaryVU(ctx context.Context) (*vu, error) {
 	}
 	t.scriptPath = abs
 	t.loader = newLoader(builtinModules())
+	t.loader.refuse = t.refuseOnVirtualClock
 	v0, err := t.makeVU(ctx, 0)
 	if err != nil {
 		return nil, scriptError("init", err)
@@ -171,10 +172,10 @@ func (t *testRun) load(v0 *vu) error {
 	defer t.loader.setPrimary(nil) // later VUs instantiate on their own goroutines
 	rec, err := t.loader.loadFile(t.scriptPath)
 	if err != nil {
-		return exitErrorf(ExitScriptException, "%v", err)
+		return t.loadError(exitErrorf(ExitScriptException, "%v", err))
 	}
 	if err := rec.Link(); err != nil {
-		return exitErrorf(ExitScriptException, "linking %s: %v", t.cfg.Script, err)
+		return t.loadError(exitErrorf(ExitScriptException, "linking %s: %v", t.cfg.Script, err))
 	}
 	cyc, ok := rec.(sobek.CyclicModuleRecord)
 	if !ok {
@@ -208,6 +209,9 @@ func (t *testRun) readOptions(v0 *vu) error {
 	for _, k := range options.UnknownKeys(rawOpts) {
 		t.logger.Warn("options." + k + " is not a k6 option; it is ignored")
 	}
+	if err := t.applySegment(); err != nil {
+		return err
+	}
 	t.optionsJSON = t.opts.ConsolidatedJSON()
 	if t.randomSeed = t.opts.RandomSeed; t.randomSeed != nil {
 		// VU 0 was made before the options were read.
@@ -226,7 +230,7 @@ func (t *testRun) readOptions(v0 *vu) error {
 // startCollector parses the thresholds and hands outs to a new collector,
 // which closes them when the run is released.
 func (t *testRun) startCollector(outs []metrics.Output) error {
-	ths, err := metrics.ParseThresholds(t.opts.Thresholds, t.reg)
+	ths, err := metrics.ParseThresholds(t.thresholdsWithHTTP(), t.reg)
 	if err != nil {
 		return &ExitError{Code: ExitInvalidConfig, Err: fmt.Errorf("thresholds: %w", err)}
 	}

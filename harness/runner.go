@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvstrand/mocker/harness/metrics"
 	"github.com/kvstrand/mocker/harness/options"
+	"github.com/kvstrand/mocker/harness/segment"
 )
 
 // Config is one `run` of a script: what the CLI parsed.
@@ -59,6 +60,12 @@ type Config struct {
 	// TermWidth is the width of the stderr terminal in columns; progress
 	// lines are cut to fit it. 0 means unknown (no cutting).
 	TermWidth int
+
+	// ExecutionSegment and ExecutionSegmentSequence are k6's
+	// --execution-segment and --execution-segment-sequence: this process
+	// runs that share of the test (see applySegment). Empty: the
+	// options' executionSegment keys, or the whole test.
+	ExecutionSegment, ExecutionSegmentSequence string
 
 	// Clock is what time the script runs on. The zero value, ClockPaced,
 	// gives results that do not depend on the host; see ClockMode.
@@ -122,8 +129,10 @@ type testRun struct {
 	groups      *groupTree
 	clock       runClock // the run's time source (wall or virtual)
 	vclock      *VirtualClock
-	clockWhy    string // why ClockAuto chose the clock, for the banner
-	randomSeed  *int64 // options.randomSeed, once the options are read
+	clockWhy    string          // why ClockAuto chose the clock, for the banner
+	net         netModules      // k6/http's shared state
+	stripe      *segment.Stripe // the execution segment's share; nil: the whole test
+	randomSeed  *int64          // options.randomSeed, once the options are read
 	zeroWarned  sync.Once
 	wallStart   time.Time
 	shared      sharedArrays

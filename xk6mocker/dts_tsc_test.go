@@ -7,25 +7,18 @@ package xk6mocker
 
 import (
 	"os"
-	"os/exec"
-	"regexp"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/internal/tsctest"
 )
 
 // tsc type-checks files, JavaScript included, against index.d.ts.
 func tsc(t *testing.T, files ...string) (string, error) {
 	t.Helper()
-	bin, err := exec.LookPath("tsc")
-	require.NoError(t, err, "the tsc tag needs the TypeScript compiler on PATH (apt-get install node-typescript)")
-	args := append([]string{"--noEmit", "--allowJs", "--checkJs", "--strict", "--target", "es2020",
-		"--module", "es2020", "--moduleResolution", "node", "--lib", "es2020", "index.d.ts"}, files...)
-	out, err := exec.Command(bin, args...).CombinedOutput()
-	return string(out), err
+	return tsctest.Check(t, append([]string{"index.d.ts"}, files...)...)
 }
 
 func TestDTS_ScriptsTypeCheck(t *testing.T) {
@@ -40,20 +33,10 @@ func TestDTS_TypeCheckCatchesMistakes(t *testing.T) {
 	t.Parallel()
 	src, err := os.ReadFile("testdata/types/wrong.js")
 	require.NoError(t, err)
-	var want []int
-	for i, line := range strings.Split(string(src), "\n") {
-		if strings.Contains(line, "// ERROR") {
-			want = append(want, i+1)
-		}
-	}
+	want := tsctest.MarkedLines(string(src))
 	require.NotEmpty(t, want)
 	out, err := tsc(t, "testdata/types/wrong.js")
 	require.Error(t, err, "tsc accepted a script with type errors:\n%s", out)
-	var got []int
-	for _, m := range regexp.MustCompile(`wrong\.js\((\d+),\d+\): error`).FindAllStringSubmatch(out, -1) {
-		n, err := strconv.Atoi(m[1])
-		require.NoError(t, err)
-		got = append(got, n)
-	}
+	got := tsctest.ErrorLines(t, out, "wrong.js")
 	assert.Equal(t, want, got, "tsc:\n%s", out)
 }

@@ -65,6 +65,13 @@ Flags:
       --random-seed N           seed Math.random in every VU (overrides
                                 options.randomSeed; 0 by default on a paced
                                 or virtual clock)
+      --execution-segment S     run only this share of the test, e.g. 1/3:2/3
+                                (options.executionSegment): its part of every
+                                scenario's VUs, iterations and arrival-rate
+                                starts, so that several processes split one test
+      --execution-segment-sequence Q
+                                the segments all processes use, e.g.
+                                0,1/3,2/3,1 (options.executionSegmentSequence)
   -q, --quiet                   no start banner and no progress display
       --no-color                no ANSI colours in the summary
       --no-setup                skip setup()
@@ -170,6 +177,7 @@ type runFlags struct {
 	vus, iterations                                 int64
 	duration, summaryExport, trendStats, report     string
 	clock, epoch                                    string
+	segment, segmentSequence                        string
 	seed                                            int64
 	env, outs                                       listFlag
 	quiet, noColor, noSetup, noTeardown, systemEnvs bool
@@ -204,6 +212,8 @@ func newRunFlags() (*flag.FlagSet, *runFlags) {
 	fs.StringVar(&f.report, "report", "", "")
 	fs.StringVar(&f.clock, "clock", "", "")
 	fs.StringVar(&f.epoch, "virtual-epoch", "", "")
+	fs.StringVar(&f.segment, "execution-segment", "", "")
+	fs.StringVar(&f.segmentSequence, "execution-segment-sequence", "", "")
 	fs.Int64Var(&f.seed, "random-seed", 0, "")
 	fs.BoolVar(&f.noColor, "no-color", false, "")
 	fs.BoolVar(&f.noSetup, "no-setup", false, "")
@@ -246,6 +256,9 @@ func runWith(ctx context.Context, args []string, stdout, stderr io.Writer, stdou
 		StderrTTY:     stderrTTY,
 		TermWidth:     termWidth,
 		Overrides:     harness.Overrides{NoSetup: f.noSetup, NoTeardown: f.noTeardown},
+
+		ExecutionSegment:         f.segment,
+		ExecutionSegmentSequence: f.segmentSequence,
 	}
 	// As in `k6 run`, __ENV starts from the process environment; -e wins.
 	if f.systemEnvs {

@@ -1,0 +1,212 @@
+package harness
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvstrand/mocker/internal/cputime"
+)
+
+// benchServerEnv makes the test binary serve HTTP for the benchmarks
+// instead of running tests (see TestMain): the server runs in a process of
+// its own, so that the benchmark's CPU time is the client's alone.
+const benchServerEnv = "MOCKER_HARNESS_BENCH_SERVER"
+
+// serveForBenchmarks serves /get (a small body) and /stream?n=N&gap=D (N
+// SSE events D apart) on a loopback port it prints, until stdin closes.
+func serveForBenchmarks() int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	mux := http.NewServeMux()
+	body := strings.Repeat("x", 128)
+	mux.HandleFunc("/get", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, body) })
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		gap, _ := time.ParseDuration(r.URL.Query().Get("gap"))
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		tick := time.NewTicker(gap)
+		defer tick.Stop()
+		for i := range n {
+			select {
+			case <-r.Context().Done():
+				return
+			case <-tick.C:
+			}
+			fmt.Fprintf(w, "id: %d\ndata: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n", i)
+			fl.Flush()
+		}
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	fmt.Println(ln.Addr().String())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = srv.Close()
+	return 0
+}
+
+// startBenchServer runs serveForBenchmarks in a child process and
+// returns its base URL.
+func startBenchServer(b *testing.B) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchServerEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("the benchmark server did not start: %v", err)
+	}
+	return "http://" + strings.TrimSpace(addr)
+}
+
+// BenchmarkHTTPGet measures the CPU time this process spends per GET
+// against a keep-alive server in another process: a bare net/http client
+// loop (the baseline) and the harness running http.get in a script (1
+// VU), with its samples and response object. cpu-µs/req is the figure.
+func BenchmarkHTTPGet(b *testing.B) {
+	base := startBenchServer(b)
+	b.Run("NetHTTPClient", func(b *testing.B) {
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+		defer client.CloseIdleConnections()
+		cpu0 := cputime.Self()
+		b.ResetTimer()
+		for range b.N {
+			resp, err := client.Get(base + "/get")
+			if err != nil {
+				b.Fatal(err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+		}
+		b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
+	})
+	b.Run("Harness", func(b *testing.B) {
+		script := filepath.Join(b.TempDir(), "get.js")
+		src := `import http from 'k6/http';
+export default function () { http.get(__ENV.BASE_URL + '/get'); }`
+		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+			b.Fatal(err)
+		}
+		n := int64(max(b.N, 1))
+		cfg := Config{
+			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
+			Env:       map[string]string{"BASE_URL": base},
+			Overrides: Overrides{VUs: ptr(int64(1)), Iterations: &n},
+		}
+		cpu0 := cputime.Self()
+		b.ResetTimer()
+		if err := Run(context.Background(), cfg); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(n), "cpu-µs/req")
+	})
+}
+
+// BenchmarkSSEStreams runs 1,000 VUs, each reading one stream of 100
+// events/s for 2 s, from a server in another process, and reports the
+// harness's CPU time per event and the events' mean interval as the VUs
+// saw it (10 ms when the client keeps up).
+func BenchmarkSSEStreams(b *testing.B) {
+	base := startBenchServer(b)
+	script := filepath.Join(b.TempDir(), "sse.js")
+	src := `import sse from 'k6/x/sse';
+export const options = { scenarios: { s: { executor: 'per-vu-iterations', vus: 1000, iterations: 1, maxDuration: '60s' } } };
+export default function () {
+  sse.open(__ENV.BASE_URL + '/stream?n=200&gap=10ms', {}, (c) => { c.on('event', () => {}); });
+}`
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	for range b.N {
+		export := filepath.Join(b.TempDir(), "summary.json")
+		cfg := Config{
+			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
+			Env: map[string]string{"BASE_URL": base}, SummaryExport: export,
+		}
+		cpu0 := cputime.Self()
+		var err error
+		peak := peakHeap(func() { err = Run(context.Background(), cfg) })
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu := cputime.Self() - cpu0
+		b.ReportMetric(float64(peak)/1000/1024, "peak-heap-KiB/VU")
+		raw, err := os.ReadFile(export)
+		if err != nil {
+			b.Fatal(err)
+		}
+		events, gap := sseFigures(raw)
+		if events != 1000*200 {
+			b.Fatalf("got %v events, want %d", events, 1000*200)
+		}
+		b.ReportMetric(float64(cpu.Microseconds())/events, "cpu-µs/event")
+		b.ReportMetric(gap, "interval-ms")
+	}
+}
+
+// peakHeap runs f and returns the largest heap in use seen while it ran
+// (sampled every 20 ms).
+func peakHeap(f func()) uint64 {
+	done := make(chan struct{})
+	peak := make(chan uint64)
+	go func() {
+		var top uint64
+		var ms runtime.MemStats
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				peak <- top
+				return
+			case <-tick.C:
+				runtime.ReadMemStats(&ms)
+				top = max(top, ms.HeapInuse)
+			}
+		}
+	}()
+	f()
+	close(done)
+	return <-peak
+}
+
+func sseFigures(export []byte) (events, meanGap float64) {
+	var s struct {
+		Metrics map[string]map[string]float64 `json:"metrics"`
+	}
+	if err := json.Unmarshal(export, &s); err != nil {
+		return 0, 0
+	}
+	return s.Metrics["sse_event"]["count"], s.Metrics["sse_event_interval"]["avg"]
+}

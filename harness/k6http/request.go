@@ -1,0 +1,639 @@
+package k6http
+
+import (
+	"bytes"
+	"compress/flate"
+	"compress/gzip"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptrace"
+	"net/textproto"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/grafana/sobek"
+)
+
+// defaultTimeout is k6's request timeout.
+const defaultTimeout = 60 * time.Second
+
+// spec is one request as the script described it, converted on the VU
+// goroutine so that it can be sent from any other.
+type spec struct {
+	method, url  string
+	name         string // the name tag
+	body         []byte
+	header       http.Header
+	tags         map[string]string
+	timeout      time.Duration
+	responseType string
+	redirects    int
+	jar          *cookiejar.Jar
+	cookies      map[string]cookieParam
+	callback     *expected
+	user, pass   string
+	hasAuth      bool
+}
+
+type cookieParam struct {
+	value   string
+	replace bool
+}
+
+// hop is one HTTP exchange of a request (a request that follows
+// redirects makes several), as measured.
+type hop struct {
+	method, url string
+	reqHeader   http.Header
+	reqBody     []byte
+	status      int
+	statusText  string
+	proto       string
+	header      http.Header
+	body        []byte
+	err         error
+	errCode     int
+	errMsg      string
+	tlsVersion  string
+	remote      string
+	timings     timings
+	sent, recv  int64
+	setCookies  []*http.Cookie
+	at          time.Time // when the exchange ended (wall clock)
+}
+
+// timings are k6's phases of one exchange, in milliseconds.
+type timings struct {
+	blocked, connecting, tls, sending, waiting, receiving float64
+}
+
+func (t timings) duration() float64 { return t.sending + t.waiting + t.receiving }
+
+// parseSpec reads a request's arguments; it throws on a malformed one.
+func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spec {
+	opts, err := c.sh.options()
+	if err != nil {
+		c.throw("%v", err)
+	}
+	s := &spec{method: strings.ToUpper(method), header: http.Header{}, timeout: defaultTimeout,
+		responseType: "text", redirects: opts.MaxRedirects, callback: c.callback}
+	if opts.DiscardResponseBodies {
+		s.responseType = "none"
+	}
+	s.url, s.name = c.urlOf(urlArg)
+	u, perr := url.Parse(s.url)
+	if perr == nil && u.User != nil {
+		s.user = u.User.Username()
+		s.pass, _ = u.User.Password()
+		s.hasAuth = true
+		u.User = nil
+		s.url = u.String()
+		if s.name == "" || strings.Contains(s.name, "@") {
+			s.name = s.url
+		}
+	}
+	if s.name == "" {
+		s.name = s.url
+	}
+	var compression string
+	if p, ok := params.(*sobek.Object); ok {
+		compression = c.parseParams(s, p)
+	}
+	c.setBody(s, body)
+	if compression != "" && len(s.body) > 0 {
+		s.body = c.compress(s.body, compression)
+		s.header.Set("Content-Encoding", compression)
+	}
+	if opts.UserAgent != "" && s.header.Get("User-Agent") == "" {
+		s.header.Set("User-Agent", opts.UserAgent)
+	}
+	return s
+}
+
+// urlOf returns a URL argument's text and name tag: a string, an
+// object from the http.url template tag (named by its template) or anything
+// with toString.
+func (c *Client) urlOf(v sobek.Value) (string, string) {
+	if obj, ok := v.(*sobek.Object); ok {
+		if u, n := obj.Get("url"), obj.Get("name"); u != nil && n != nil && !sobek.IsUndefined(u) {
+			return u.String(), n.String()
+		}
+	}
+	if v == nil || sobek.IsUndefined(v) || sobek.IsNull(v) {
+		c.throw("http: a request needs a URL")
+	}
+	return v.String(), ""
+}
+
+// parseParams reads params into s and returns the requested body
+// compression.
+func (c *Client) parseParams(s *spec, p *sobek.Object) string {
+	get := func(k string) sobek.Value {
+		v := p.Get(k)
+		if v == nil || sobek.IsUndefined(v) {
+			return nil
+		}
+		return v
+	}
+	if h, ok := get("headers").(*sobek.Object); ok {
+		for _, k := range h.Keys() {
+			s.header.Set(k, h.Get(k).String())
+		}
+	}
+	if t, ok := get("tags").(*sobek.Object); ok {
+		s.tags = make(map[string]string, len(t.Keys()))
+		for _, k := range t.Keys() {
+			s.tags[k] = t.Get(k).String()
+		}
+		if n, ok := s.tags["name"]; ok {
+			s.name = n
+		}
+	}
+	if v := get("timeout"); v != nil {
+		s.timeout = c.durationOf(v, "params.timeout")
+	}
+	if v := get("responseType"); v != nil {
+		switch rt := v.String(); rt {
+		case "text", "binary", "none":
+			s.responseType = rt
+		default:
+			c.throw("params.responseType: %q is not one of text, binary, none", rt)
+		}
+	}
+	if v := get("redirects"); v != nil {
+		n := v.ToInteger()
+		if n < 0 {
+			c.throw("params.redirects: %d is negative", n)
+		}
+		s.redirects = int(n)
+	}
+	if v := get("auth"); v != nil {
+		if a := v.String(); a != "basic" {
+			c.throw("params.auth: %q is not supported; only \"basic\" (credentials in the URL) is", a)
+		}
+	}
+	if v := get("jar"); v != nil && !sobek.IsNull(v) {
+		s.jar = c.jarOf(v)
+	}
+	if ck, ok := get("cookies").(*sobek.Object); ok {
+		s.cookies = map[string]cookieParam{}
+		for _, k := range ck.Keys() {
+			v := ck.Get(k)
+			if o, ok := v.(*sobek.Object); ok {
+				cp := cookieParam{value: o.Get("value").String()}
+				if r := o.Get("replace"); r != nil {
+					cp.replace = r.ToBoolean()
+				}
+				s.cookies[k] = cp
+				continue
+			}
+			s.cookies[k] = cookieParam{value: v.String()}
+		}
+	}
+	if v := p.Get("responseCallback"); v != nil && !sobek.IsUndefined(v) {
+		s.callback = c.toCallback(v, "params.responseCallback")
+	}
+	if v := get("compression"); v != nil {
+		switch algo := v.String(); algo {
+		case "", "gzip", "deflate":
+			return algo
+		default:
+			c.throw("params.compression: %q is not supported (gzip, deflate)", algo)
+		}
+	}
+	return ""
+}
+
+// durationOf reads a timeout: a number of milliseconds or a Go-style
+// duration string ("30s").
+func (c *Client) durationOf(v sobek.Value, what string) time.Duration {
+	if s, ok := v.Export().(string); ok {
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			c.throw("%s: %q is not a duration such as \"30s\": %v", what, s, err)
+		}
+		return d
+	}
+	ms := v.ToFloat()
+	if ms < 0 {
+		c.throw("%s: %v is negative", what, ms)
+	}
+	return time.Duration(ms * float64(time.Millisecond))
+}
+
+// setBody converts the body: a string or ArrayBuffer is sent as is, an
+// object is form-encoded (multipart when it holds http.file() values).
+func (c *Client) setBody(s *spec, body sobek.Value) {
+	if body == nil || sobek.IsUndefined(body) || sobek.IsNull(body) {
+		return
+	}
+	obj, isObj := body.(*sobek.Object)
+	if !isObj {
+		s.body = bytesOf(body)
+		return
+	}
+	switch body.Export().(type) {
+	case sobek.ArrayBuffer, []byte:
+		s.body = bytesOf(body)
+		return
+	}
+	keys := obj.Keys()
+	sort.Strings(keys)
+	multi := false
+	for _, k := range keys {
+		if _, ok := obj.Get(k).Export().(*fileData); ok {
+			multi = true
+		}
+	}
+	if !multi {
+		form := url.Values{}
+		for _, k := range keys {
+			form.Set(k, obj.Get(k).String())
+		}
+		s.body = []byte(form.Encode())
+		if s.header.Get("Content-Type") == "" {
+			s.header.Set("Content-Type", "application/x-www-form-urlencoded")
+		}
+		return
+	}
+	var buf bytes.Buffer
+	w := multipart.NewWriter(&buf)
+	for _, k := range keys {
+		v := obj.Get(k)
+		if f, ok := v.Export().(*fileData); ok {
+			h := textproto.MIMEHeader{}
+			h.Set("Content-Disposition", fmt.Sprintf(`form-data; name=%q; filename=%q`, k, f.Filename))
+			h.Set("Content-Type", f.ContentType)
+			part, _ := w.CreatePart(h)
+			_, _ = part.Write(f.Data)
+			continue
+		}
+		_ = w.WriteField(k, v.String())
+	}
+	_ = w.Close()
+	s.body = buf.Bytes()
+	s.header.Set("Content-Type", w.FormDataContentType())
+}
+
+func (c *Client) compress(body []byte, algo string) []byte {
+	var buf bytes.Buffer
+	var w io.WriteCloser
+	if algo == "gzip" {
+		w = gzip.NewWriter(&buf)
+	} else {
+		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
+	}
+	_, _ = w.Write(body)
+	_ = w.Close()
+	return buf.Bytes()
+}
+
+// beginRequest readies the VU's client for a request: on the first of an
+// iteration it resets the cookies and, with noVUConnectionReuse, closes
+// the idle connections.
+func (c *Client) beginRequest(what string) *Options {
+	if c.vu.InInit() {
+		c.throw("%s: making requests in the init context is not supported; call it from setup(), an exec function such as default, or teardown()", what)
+	}
+	opts, err := c.sh.options()
+	if err != nil {
+		c.throw("%v", err)
+	}
+	if c.transport == nil {
+		tr := newTransport(opts)
+		c.transport = tr
+		c.vu.OnRunEnd(tr.CloseIdleConnections)
+	}
+	if it := c.vu.Iteration(); !c.started || it != c.iter {
+		if c.started {
+			if !opts.NoCookiesReset {
+				c.jar = nil
+			}
+			if opts.NoVUConnectionReuse {
+				c.transport.CloseIdleConnections()
+			}
+		}
+		c.started, c.iter = true, it
+	}
+	return opts
+}
+
+// newTransport is a VU's transport: keep-alive unless noConnectionReuse,
+// dialling through options.hosts, counting bytes on the wire.
+func newTransport(o *Options) *http.Transport {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	hosts := o.Hosts
+	return &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if to, ok := hosts[addr]; ok {
+				addr = to
+			} else if host, port, err := net.SplitHostPort(addr); err == nil {
+				if to, ok := hosts[host]; ok {
+					if _, _, err := net.SplitHostPort(to); err == nil {
+						addr = to
+					} else {
+						addr = net.JoinHostPort(to, port)
+					}
+				}
+			}
+			conn, err := d.DialContext(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return &countingConn{Conn: conn}, nil
+		},
+		TLSClientConfig:     &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
+		ForceAttemptHTTP2:   true,
+		DisableKeepAlives:   o.NoConnectionReuse,
+		MaxIdleConns:        0,
+		MaxIdleConnsPerHost: 100,
+		IdleConnTimeout:     90 * time.Second,
+	}
+}
+
+// countingConn counts the bytes a connection carries (TLS included), for
+// data_sent and data_received.
+type countingConn struct {
+	net.Conn
+	sent, recv atomic.Int64
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.recv.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) Write(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	c.sent.Add(int64(n))
+	return n, err
+}
+
+func connCounter(conn net.Conn) *countingConn {
+	if tc, ok := conn.(*tls.Conn); ok {
+		conn = tc.NetConn()
+	}
+	cc, _ := conn.(*countingConn)
+	return cc
+}
+
+// tracer records one exchange's phases on the wall clock.
+type tracer struct {
+	mu                                sync.Mutex
+	start, connStart, connDone        time.Time
+	tlsStart, tlsDone, gotConn, wrote time.Time
+	firstByte                         time.Time
+	conn                              *countingConn
+	sent0, recv0                      int64
+	remote                            string
+}
+
+func (tr *tracer) trace() *httptrace.ClientTrace {
+	now := func(dst *time.Time) {
+		tr.mu.Lock()
+		*dst = time.Now()
+		tr.mu.Unlock()
+	}
+	return &httptrace.ClientTrace{
+		ConnectStart: func(string, string) {
+			tr.mu.Lock()
+			if tr.connStart.IsZero() {
+				tr.connStart = time.Now()
+			}
+			tr.mu.Unlock()
+		},
+		ConnectDone:       func(string, string, error) { now(&tr.connDone) },
+		TLSHandshakeStart: func() { now(&tr.tlsStart) },
+		TLSHandshakeDone:  func(tls.ConnectionState, error) { now(&tr.tlsDone) },
+		GotConn: func(info httptrace.GotConnInfo) {
+			tr.mu.Lock()
+			defer tr.mu.Unlock()
+			tr.gotConn = time.Now()
+			tr.remote = info.Conn.RemoteAddr().String()
+			if cc := connCounter(info.Conn); cc != nil {
+				tr.conn = cc
+				if info.Reused {
+					tr.sent0, tr.recv0 = cc.sent.Load(), cc.recv.Load()
+				}
+			}
+		},
+		WroteRequest:         func(httptrace.WroteRequestInfo) { now(&tr.wrote) },
+		GotFirstResponseByte: func() { now(&tr.firstByte) },
+	}
+}
+
+func ms(d time.Duration) float64 {
+	if d < 0 {
+		return 0
+	}
+	return float64(d) / float64(time.Millisecond)
+}
+
+// phases turns the recorded times into k6's timings; end is when the
+// body was read.
+func (tr *tracer) phases(end time.Time) timings {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	var t timings
+	if tr.gotConn.IsZero() {
+		return t
+	}
+	blockedEnd := tr.gotConn
+	if !tr.connStart.IsZero() {
+		blockedEnd = tr.connStart
+		t.connecting = ms(tr.connDone.Sub(tr.connStart))
+	}
+	t.blocked = ms(blockedEnd.Sub(tr.start))
+	if !tr.tlsStart.IsZero() {
+		t.tls = ms(tr.tlsDone.Sub(tr.tlsStart))
+	}
+	wrote := tr.wrote
+	if wrote.IsZero() {
+		wrote = tr.gotConn
+	}
+	t.sending = ms(wrote.Sub(tr.gotConn))
+	first := tr.firstByte
+	if first.IsZero() {
+		first = end
+	}
+	t.waiting = ms(first.Sub(wrote))
+	t.receiving = ms(end.Sub(first))
+	return t
+}
+
+// do sends s, following redirects, and returns every exchange. It runs
+// on any goroutine and touches no JS.
+func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec) []*hop {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, s.timeout, errTimeout)
+		defer cancel()
+	}
+	method, target, body := s.method, s.url, s.body
+	var hops []*hop
+	for {
+		h := c.exchange(ctx, transport, jar, s, method, target, body)
+		hops = append(hops, h)
+		if h.err != nil || !isRedirect(h.status) {
+			return hops
+		}
+		loc := h.header.Get("Location")
+		if loc == "" {
+			return hops
+		}
+		if len(hops) > s.redirects {
+			return hops
+		}
+		base, _ := url.Parse(target)
+		next, err := base.Parse(loc)
+		if err != nil {
+			return hops
+		}
+		target = next.String()
+		switch h.status {
+		case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther:
+			// As browsers (and Go's client, and k6) do: the next request
+			// is a GET without the body; 307 and 308 repeat the request.
+			if method != http.MethodHead {
+				method = http.MethodGet
+			}
+			body = nil
+		}
+	}
+}
+
+func isRedirect(status int) bool {
+	switch status {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return true
+	}
+	return false
+}
+
+// exchange makes one HTTP exchange and reads the response body.
+func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte) *hop {
+	h := &hop{method: method, url: target, reqBody: body}
+	tr := &tracer{start: time.Now()}
+	fail := func(err error) *hop {
+		if cause := context.Cause(ctx); errors.Is(cause, errTimeout) {
+			err = errTimeout
+		}
+		h.err = err
+		h.errCode, h.errMsg = classify(err)
+		h.timings = tr.phases(time.Now())
+		h.at = time.Now()
+		if tr.conn != nil {
+			h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
+		}
+		return h
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr.trace()), method, target, rd)
+	if err != nil {
+		h.err = err
+		h.errCode, h.errMsg = codeInvalidURL, err.Error()
+		h.at = time.Now()
+		return h
+	}
+	if req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
+		h.err = fmt.Errorf("invalid URL %q: want an absolute http:// or https:// URL", target)
+		h.errCode, h.errMsg = codeInvalidURL, h.err.Error()
+		h.at = time.Now()
+		return h
+	}
+	for k, v := range s.header {
+		req.Header[k] = append([]string(nil), v...)
+	}
+	if host := req.Header.Get("Host"); host != "" {
+		req.Host = host
+	}
+	if s.hasAuth {
+		req.SetBasicAuth(s.user, s.pass)
+	}
+	if jar != nil {
+		sent := map[string]bool{}
+		for name, cp := range s.cookies {
+			if cp.replace {
+				sent[name] = true
+			}
+		}
+		for _, ck := range jar.Cookies(req.URL) {
+			if !sent[ck.Name] {
+				req.AddCookie(ck)
+			}
+		}
+	}
+	names := make([]string, 0, len(s.cookies))
+	for name := range s.cookies {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		req.AddCookie(&http.Cookie{Name: name, Value: s.cookies[name].value})
+	}
+	h.reqHeader = req.Header.Clone()
+	resp, err := transport.RoundTrip(req)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if s.responseType == "none" {
+		_, err = io.Copy(io.Discard, resp.Body)
+	} else {
+		h.body, err = io.ReadAll(resp.Body)
+	}
+	end := time.Now()
+	h.status = resp.StatusCode
+	h.statusText = resp.Status
+	h.proto = resp.Proto
+	h.header = resp.Header
+	h.remote = tr.remote
+	if resp.TLS != nil {
+		h.tlsVersion = tlsName(resp.TLS.Version)
+	}
+	h.setCookies = resp.Cookies()
+	if jar != nil && len(h.setCookies) > 0 {
+		jar.SetCookies(req.URL, h.setCookies)
+	}
+	if err != nil {
+		hh := fail(err)
+		hh.status = 0
+		return hh
+	}
+	h.errCode = statusCode(h.status)
+	h.timings = tr.phases(end)
+	h.at = end
+	if tr.conn != nil {
+		h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
+	}
+	return h
+}
+
+func tlsName(v uint16) string {
+	switch v {
+	case tls.VersionTLS10:
+		return "tls1.0"
+	case tls.VersionTLS11:
+		return "tls1.1"
+	case tls.VersionTLS12:
+		return "tls1.2"
+	case tls.VersionTLS13:
+		return "tls1.3"
+	}
+	return ""
+}

@@ -1,0 +1,50 @@
+package sse
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestScanEvents_FollowsTheEventStreamFormat(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		stream string
+		want   []Event
+	}{
+		{"one data line", "data: hi\n\n", []Event{{Data: "hi"}}},
+		{"lines joined with newlines", "data: a\ndata:\ndata: b\n\n", []Event{{Data: "a\n\nb"}}},
+		{"name and id", "event: delta\nid: 7\ndata: x\n\n", []Event{{ID: "7", Name: "delta", Data: "x"}}},
+		{"id carries over, name does not", "event: a\nid: 1\ndata: x\n\ndata: y\n\n", []Event{{ID: "1", Name: "a", Data: "x"}, {ID: "1", Data: "y"}}},
+		{"comments and unknown fields skipped", ": keep-alive\nretry: 10\ndata: z\n\n", []Event{{Data: "z"}}},
+		{"blank lines alone dispatch nothing", "\n\n\ndata: q\n\n\n", []Event{{Data: "q"}}},
+		{"CRLF line ends", "data: w\r\n\r\n", []Event{{Data: "w"}}},
+		{"no space after the colon", "data:tight\n\n", []Event{{Data: "tight"}}},
+		{"an unfinished event is not dispatched", "data: done\n\ndata: cut", []Event{{Data: "done"}}},
+		{"OpenAI's end marker is an ordinary event", "data: {\"a\":1}\n\ndata: [DONE]\n\n", []Event{{Data: `{"a":1}`}, {Data: "[DONE]"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			var got []Event
+			require.NoError(t, scanEvents(strings.NewReader(tc.stream), func(e Event) bool {
+				got = append(got, e)
+				return true
+			}))
+			assert.Equal(t, tc.want, got)
+		})
+	}
+}
+
+func TestScanEvents_StopsWhenTold(t *testing.T) {
+	t.Parallel()
+	n := 0
+	require.NoError(t, scanEvents(strings.NewReader("data: 1\n\ndata: 2\n\ndata: 3\n\n"), func(Event) bool {
+		n++
+		return n < 2
+	}))
+	assert.Equal(t, 2, n)
+}

@@ -1,0 +1,1 @@
+declare const console: { log(...a: unknown[]): void };
