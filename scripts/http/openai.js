@@ -3,18 +3,21 @@
 // time to first token and inter-token latency as Trends and thresholds on
 // them.
 //
-//   bin/mocker run --clock wall -e BASE_URL=http://127.0.0.1:8000 -e MODEL=mock scripts/http/openai.js
+//   bin/mocker serve &                      # or any OpenAI-compatible server
+//   bin/mocker run -e BASE_URL=http://127.0.0.1:8000 scripts/http/openai.js
 //
 // Environment: BASE_URL (default http://127.0.0.1:8000, where `mocker
-// serve` listens), MODEL (default "mock"), MAX_TOKENS (64), VUS (4),
-// DURATION (30s), API_KEY (sent as a bearer token when set).
+// serve` listens), MODEL (default: the first model the server lists at
+// /v1/models), MAX_TOKENS (64), VUS (4), DURATION (30s), API_KEY (sent as
+// a bearer token when set). It runs on the wall clock (a script that does
+// not import k6/x/mocker gets it by default), as network load must.
 import sse from 'k6/x/sse';
 import http from 'k6/http';
 import { check } from 'k6';
 import { Trend, Counter, Rate } from 'k6/metrics';
 
 const BASE_URL = __ENV.BASE_URL || 'http://127.0.0.1:8000';
-const MODEL = __ENV.MODEL || 'mock';
+const MODEL = __ENV.MODEL || '';
 const MAX_TOKENS = Number(__ENV.MAX_TOKENS || 64);
 
 const ttft = new Trend('llm_ttft', true);
@@ -40,11 +43,15 @@ if (__ENV.API_KEY) headers.Authorization = `Bearer ${__ENV.API_KEY}`;
 export function setup() {
   const r = http.get(`${BASE_URL}/v1/models`, { headers });
   check(r, { 'models listed': (r) => r.status === 200 });
+  if (MODEL) return { model: MODEL };
+  const listed = r.status === 200 ? r.json('data.0.id') : '';
+  if (!listed) throw new Error(`${BASE_URL}/v1/models lists no model; set -e MODEL=...`);
+  return { model: listed };
 }
 
-export default function () {
+export default function (data) {
   const body = JSON.stringify({
-    model: MODEL,
+    model: data.model,
     stream: true,
     max_tokens: MAX_TOKENS,
     messages: [{ role: 'user', content: `Say something about request ${__VU}-${__ITER}.` }],
