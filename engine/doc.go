@@ -108,7 +108,8 @@
 //     destinations still waiting for their reservation and activated ones
 //     waiting for a slot, but not reserved destinations awaiting Activate,
 //     which ReservedRequests reports (in both models); DynamoWaiting adds
-//     them, as Dynamo's waiting_requests does.
+//     them, as Dynamo's waiting_requests does, and under dynamo_compat
+//     Waiting reports that figure.
 //
 // # Fidelity with Dynamo
 //

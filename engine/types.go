@@ -299,7 +299,7 @@ type Metrics struct {
 	// Waiting counts queued requests: fresh, preempted, a destination not
 	// yet reserved, and (SGLang) a prefill in its bootstrap queue. A
 	// reserved destination awaiting Activate is in ReservedRequests
-	// instead.
+	// instead, except under dynamo_compat, where Waiting is DynamoWaiting.
 	Waiting int
 	// HeldRequests counts source holds, transferring ones included.
 	HeldRequests int
@@ -318,7 +318,7 @@ type Metrics struct {
 	// reserved destinations awaiting Activate included (Waiting +
 	// ReservedRequests). Compare it with Dynamo's metric; mocker's Waiting
 	// keeps reservations apart because they wait for a transfer, not for
-	// the scheduler.
+	// the scheduler. Under dynamo_compat Waiting reports this figure.
 	DynamoWaiting int
 	// Passes counts forward passes that did work.
 	Passes uint64

@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Mirrors of Dynamo's mocker unit tests where mocker's default differs
+// from Dynamo main and dynamo_compat gives Dynamo's figure: each asserts
+// both, the default first (docs/fidelity.md lists the differences).
+
+// byCompat picks the figure expected under dynamo_compat or by default.
+func byCompat(compat bool, mocker, dynamo int) int {
+	if compat {
+		return dynamo
+	}
+	return mocker
+}
+
+// TestDynamo_DestinationLifecycleCountedOnceAsWaiting mirrors Dynamo's
+// destination_lifecycle_is_counted_once_as_queued_decode (vLLM
+// destination lifecycle tests) on a decode worker of 6 blocks of 4,
+// max_num_batched_tokens 32, max_num_seqs 1: a 4-token destination
+// reserves at once, a 24-token one (6 blocks, 5 free) stays pending and is
+// cancelled, a blocker takes the slot, the reserved one is activated and
+// runs after it. Dynamo's waiting_requests reads 1, 2, 1, then 1 (the
+// activated request waits for the slot) and 0 at the end; mocker's
+// Waiting leaves the reservation out by default (0, 1, 0, 1, 0), and
+// reports Dynamo's figure under dynamo_compat. DynamoWaiting is Dynamo's
+// figure in both. Dynamo's forward-pass queue counts have no counterpart.
+// The held destination asks for 2 tokens here where Dynamo's asks for 1:
+// mocker counts the prefill side's token in MaxTokens, so both decode one
+// token on the destination (with 1, mocker's completes on activation).
+func TestDynamo_DestinationLifecycleCountedOnceAsWaiting(t *testing.T) {
+	for _, compat := range []bool{false, true} {
+		name := "default"
+		if compat {
+			name = "dynamo_compat"
+		}
+		t.Run(name, func(t *testing.T) {
+			w := newWorker(t, decodeArgs(6, func(a *Args) {
+				a.MaxNumBatchedTokens = intp(32)
+				a.MaxNumSeqs = intp(1)
+				a.DynamoCompat = compat
+			}))
+			var r record
+			waiting := func(mocker, dynamo int, msg string) {
+				t.Helper()
+				m := w.Metrics()
+				assert.Equal(t, byCompat(compat, mocker, dynamo), m.Waiting, "Waiting: %s", msg)
+				assert.Equal(t, dynamo, m.DynamoWaiting, "DynamoWaiting: %s", msg)
+			}
+
+			const held, pending, blocker = 32002, 32004, 32005
+			require.NoError(t, w.Reserve(0, Request{ID: held, Tokens: repeatToken(1, 4), MaxTokens: 2}))
+			now := drive(t, w, &r, 0)
+			require.Len(t, r.eventsFor(EventDecodeReserved, held), 1, "reserved at once")
+			waiting(0, 1, "after the reservation")
+
+			require.NoError(t, w.Reserve(now, Request{ID: pending, Tokens: repeatToken(2, 24), MaxTokens: 1}))
+			now = drive(t, w, &r, now)
+			assert.Empty(t, r.eventsFor(EventDecodeReserved, pending), "6 blocks needed, 5 free")
+			waiting(1, 2, "with a pending destination")
+
+			require.True(t, w.CancelDestination(now, pending))
+			waiting(0, 1, "after the pending one is cancelled")
+
+			require.NoError(t, w.Submit(now, Request{ID: blocker, Tokens: repeatToken(3, 4), MaxTokens: 2}, Release))
+			out := step(t, w, &r, now)
+			require.Equal(t, 1, w.Metrics().Running)
+			require.True(t, w.Activate(out.Start, held))
+			waiting(1, 1, "the activated request waits for the slot")
+
+			driveAll(t, w, &r, out.End)
+			_, ok := r.completion(held)
+			require.True(t, ok)
+			waiting(0, 0, "after completion")
+			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+		})
+	}
+}
+
+// repeatToken returns n copies of token, as Dynamo's tests write vec![token; n].
+func repeatToken(token uint32, n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = token
+	}
+	return out
+}
+
+// TestFidelity_SGLangWaitingCountsReservations: the same rule on an SGLang
+// decode worker, whose destinations reserve in its passes: two reserved
+// destinations are waiting under dynamo_compat, and in ReservedRequests
+// only by default.
+func TestFidelity_SGLangWaitingCountsReservations(t *testing.T) {
+	for _, compat := range []bool{false, true} {
+		w := newWorker(t, sglangArgs(64, func(a *Args) {
+			a.WorkerType = WorkerDecode
+			a.DynamoCompat = compat
+		}))
+		var r record
+		require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: seqTokens(100, 8), MaxTokens: 3}))
+		require.NoError(t, w.Reserve(0, Request{ID: 2, Tokens: seqTokens(200, 8), MaxTokens: 3}))
+		drive(t, w, &r, 0)
+		m := w.Metrics()
+		require.Equal(t, 2, m.ReservedRequests)
+		assert.Equal(t, byCompat(compat, 0, 2), m.Waiting, "dynamo_compat %v", compat)
+		assert.Equal(t, 2, m.DynamoWaiting)
+	}
+}
