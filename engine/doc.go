@@ -160,7 +160,8 @@
 // # The Hold policy
 //
 // A request submitted with Hold is the source side of a disaggregated
-// handoff. When it finishes (after its single token on a prefill worker) its
+// handoff. When it finishes (after its first token on a prefill worker,
+// or, on a vLLM one under dynamo_compat, its MaxTokens) its
 // running slot is freed but its blocks stay allocated: they fill the pool,
 // count against admission and can make later prefills wait or be rejected.
 // An EventHoldStarted marks the moment; ReleaseHeld ends the hold with an

@@ -111,3 +111,58 @@ func TestFidelity_SGLangWaitingCountsReservations(t *testing.T) {
 		assert.Equal(t, 2, m.DynamoWaiting)
 	}
 }
+
+// TestDynamo_TerminalCompletionHoldsSourceWithoutFreeingKV mirrors Dynamo's
+// terminal_completion_holds_source_without_freeing_kv (vLLM source hold
+// tests): a prefill worker of 8 blocks of 4, max_num_batched_tokens 8,
+// max_num_seqs 1, prefix caching off, takes an 8-token prompt with
+// max_tokens 2 under the Hold policy. Dynamo's core generates both tokens:
+// the first pass prefills (2 blocks) without completing, the second
+// allocates the block the first token needs, completes and holds all 3
+// blocks; releasing the hold frees them, and a second release changes
+// nothing. mocker stops a prefill worker's request at its first token by
+// default, so the first pass completes and holds the prompt's 2 blocks;
+// dynamo_compat generates MaxTokens there as Dynamo's core does.
+func TestDynamo_TerminalCompletionHoldsSourceWithoutFreeingKV(t *testing.T) {
+	for _, compat := range []bool{false, true} {
+		name := "default"
+		if compat {
+			name = "dynamo_compat"
+		}
+		t.Run(name, func(t *testing.T) {
+			w := newWorker(t, prefillArgs(8, func(a *Args) {
+				a.MaxNumBatchedTokens = intp(8)
+				a.MaxNumSeqs = intp(1)
+				a.EnablePrefixCaching = false
+				a.DynamoCompat = compat
+			}))
+			var r record
+			const id = 101
+			require.NoError(t, w.Submit(0, Request{ID: id, Tokens: seqTokens(0, 8), MaxTokens: 2}, Hold))
+
+			first := step(t, w, &r, 0)
+			_, done := r.completion(id)
+			assert.Equal(t, !compat, done, "the first pass completes only by default")
+			activeAfterFirst := w.Metrics().ActiveBlocks
+			assert.Equal(t, 2, activeAfterFirst, "the prompt's blocks")
+
+			if compat {
+				step(t, w, &r, first.End)
+				_, done = r.completion(id)
+				assert.True(t, done, "the second pass completes")
+			}
+			assert.Len(t, r.eventsFor(EventHoldStarted, id), 1)
+			m := w.Metrics()
+			assert.Equal(t, byCompat(compat, 2, 3), m.ActiveBlocks, "held blocks")
+			assert.Equal(t, byCompat(compat, 2, 3), m.HeldBlocks)
+			assert.Equal(t, byCompat(compat, 1, 2), len(r.tokens), "tokens produced")
+			assert.Equal(t, 1, m.HeldRequests)
+
+			require.True(t, w.ReleaseHeld(first.End+10, id, Transferred))
+			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+			assert.False(t, w.ReleaseHeld(first.End+11, id, Transferred), "released once")
+			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+			assert.Equal(t, 0, w.Metrics().HeldRequests)
+		})
+	}
+}

@@ -21,7 +21,8 @@ type Request struct {
 	// until then. (Tokens it copies what it keeps of, at once.)
 	Hashes *kv.Hashes
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
-	// and prefill workers always produce exactly one token.
+	// and prefill workers produce exactly one token, except a vLLM one
+	// under dynamo_compat, which generates MaxTokens as Dynamo's core does.
 	MaxTokens int
 	// Priority orders an SGLang worker's waiting queue under dynamo_compat,
 	// as Dynamo main does: higher values first (SGLang's default
