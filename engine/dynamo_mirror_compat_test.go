@@ -11,6 +11,25 @@ import (
 // from Dynamo main and dynamo_compat gives Dynamo's figure: each asserts
 // both, the default first (docs/fidelity.md lists the differences).
 
+// eachCompat runs f as two subtests, mocker's default and dynamo_compat,
+// on a worker built from base with the switch set and its budget of
+// batched tokens and running slots.
+func eachCompat(t *testing.T, base func(int, ...func(*Args)) Args, blocks, budget, seqs int, f func(t *testing.T, compat bool, w *Worker)) {
+	for _, compat := range []bool{false, true} {
+		name := "default"
+		if compat {
+			name = "dynamo_compat"
+		}
+		t.Run(name, func(t *testing.T) {
+			f(t, compat, newWorker(t, base(blocks, func(a *Args) {
+				a.MaxNumBatchedTokens = intp(budget)
+				a.MaxNumSeqs = intp(seqs)
+				a.DynamoCompat = compat
+			})))
+		})
+	}
+}
+
 // byCompat picks the figure expected under dynamo_compat or by default.
 func byCompat(compat bool, mocker, dynamo int) int {
 	if compat {
@@ -34,52 +53,41 @@ func byCompat(compat bool, mocker, dynamo int) int {
 // mocker counts the prefill side's token in MaxTokens, so both decode one
 // token on the destination (with 1, mocker's completes on activation).
 func TestDynamo_DestinationLifecycleCountedOnceAsWaiting(t *testing.T) {
-	for _, compat := range []bool{false, true} {
-		name := "default"
-		if compat {
-			name = "dynamo_compat"
+	eachCompat(t, decodeArgs, 6, 32, 1, func(t *testing.T, compat bool, w *Worker) {
+		var r record
+		waiting := func(mocker, dynamo int, msg string) {
+			t.Helper()
+			m := w.Metrics()
+			assert.Equal(t, byCompat(compat, mocker, dynamo), m.Waiting, "Waiting: %s", msg)
+			assert.Equal(t, dynamo, m.DynamoWaiting, "DynamoWaiting: %s", msg)
 		}
-		t.Run(name, func(t *testing.T) {
-			w := newWorker(t, decodeArgs(6, func(a *Args) {
-				a.MaxNumBatchedTokens = intp(32)
-				a.MaxNumSeqs = intp(1)
-				a.DynamoCompat = compat
-			}))
-			var r record
-			waiting := func(mocker, dynamo int, msg string) {
-				t.Helper()
-				m := w.Metrics()
-				assert.Equal(t, byCompat(compat, mocker, dynamo), m.Waiting, "Waiting: %s", msg)
-				assert.Equal(t, dynamo, m.DynamoWaiting, "DynamoWaiting: %s", msg)
-			}
 
-			const held, pending, blocker = 32002, 32004, 32005
-			require.NoError(t, w.Reserve(0, Request{ID: held, Tokens: repeatToken(1, 4), MaxTokens: 2}))
-			now := drive(t, w, &r, 0)
-			require.Len(t, r.eventsFor(EventDecodeReserved, held), 1, "reserved at once")
-			waiting(0, 1, "after the reservation")
+		const held, pending, blocker = 32002, 32004, 32005
+		require.NoError(t, w.Reserve(0, Request{ID: held, Tokens: repeatToken(1, 4), MaxTokens: 2}))
+		now := drive(t, w, &r, 0)
+		require.Len(t, r.eventsFor(EventDecodeReserved, held), 1, "reserved at once")
+		waiting(0, 1, "after the reservation")
 
-			require.NoError(t, w.Reserve(now, Request{ID: pending, Tokens: repeatToken(2, 24), MaxTokens: 1}))
-			now = drive(t, w, &r, now)
-			assert.Empty(t, r.eventsFor(EventDecodeReserved, pending), "6 blocks needed, 5 free")
-			waiting(1, 2, "with a pending destination")
+		require.NoError(t, w.Reserve(now, Request{ID: pending, Tokens: repeatToken(2, 24), MaxTokens: 1}))
+		now = drive(t, w, &r, now)
+		assert.Empty(t, r.eventsFor(EventDecodeReserved, pending), "6 blocks needed, 5 free")
+		waiting(1, 2, "with a pending destination")
 
-			require.True(t, w.CancelDestination(now, pending))
-			waiting(0, 1, "after the pending one is cancelled")
+		require.True(t, w.CancelDestination(now, pending))
+		waiting(0, 1, "after the pending one is cancelled")
 
-			require.NoError(t, w.Submit(now, Request{ID: blocker, Tokens: repeatToken(3, 4), MaxTokens: 2}, Release))
-			out := step(t, w, &r, now)
-			require.Equal(t, 1, w.Metrics().Running)
-			require.True(t, w.Activate(out.Start, held))
-			waiting(1, 1, "the activated request waits for the slot")
+		require.NoError(t, w.Submit(now, Request{ID: blocker, Tokens: repeatToken(3, 4), MaxTokens: 2}, Release))
+		out := step(t, w, &r, now)
+		require.Equal(t, 1, w.Metrics().Running)
+		require.True(t, w.Activate(out.Start, held))
+		waiting(1, 1, "the activated request waits for the slot")
 
-			driveAll(t, w, &r, out.End)
-			_, ok := r.completion(held)
-			require.True(t, ok)
-			waiting(0, 0, "after completion")
-			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
-		})
-	}
+		driveAll(t, w, &r, out.End)
+		_, ok := r.completion(held)
+		require.True(t, ok)
+		waiting(0, 0, "after completion")
+		assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+	})
 }
 
 // repeatToken returns n copies of token, as Dynamo's tests write vec![token; n].
@@ -124,45 +132,36 @@ func TestFidelity_SGLangWaitingCountsReservations(t *testing.T) {
 // default, so the first pass completes and holds the prompt's 2 blocks;
 // dynamo_compat generates MaxTokens there as Dynamo's core does.
 func TestDynamo_TerminalCompletionHoldsSourceWithoutFreeingKV(t *testing.T) {
-	for _, compat := range []bool{false, true} {
-		name := "default"
-		if compat {
-			name = "dynamo_compat"
-		}
-		t.Run(name, func(t *testing.T) {
-			w := newWorker(t, prefillArgs(8, func(a *Args) {
-				a.MaxNumBatchedTokens = intp(8)
-				a.MaxNumSeqs = intp(1)
-				a.EnablePrefixCaching = false
-				a.DynamoCompat = compat
-			}))
-			var r record
-			const id = 101
-			require.NoError(t, w.Submit(0, Request{ID: id, Tokens: seqTokens(0, 8), MaxTokens: 2}, Hold))
-
-			first := step(t, w, &r, 0)
-			_, done := r.completion(id)
-			assert.Equal(t, !compat, done, "the first pass completes only by default")
-			activeAfterFirst := w.Metrics().ActiveBlocks
-			assert.Equal(t, 2, activeAfterFirst, "the prompt's blocks")
-
-			if compat {
-				step(t, w, &r, first.End)
-				_, done = r.completion(id)
-				assert.True(t, done, "the second pass completes")
-			}
-			assert.Len(t, r.eventsFor(EventHoldStarted, id), 1)
-			m := w.Metrics()
-			assert.Equal(t, byCompat(compat, 2, 3), m.ActiveBlocks, "held blocks")
-			assert.Equal(t, byCompat(compat, 2, 3), m.HeldBlocks)
-			assert.Equal(t, byCompat(compat, 1, 2), len(r.tokens), "tokens produced")
-			assert.Equal(t, 1, m.HeldRequests)
-
-			require.True(t, w.ReleaseHeld(first.End+10, id, Transferred))
-			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
-			assert.False(t, w.ReleaseHeld(first.End+11, id, Transferred), "released once")
-			assert.Equal(t, 0, w.Metrics().ActiveBlocks)
-			assert.Equal(t, 0, w.Metrics().HeldRequests)
-		})
+	noCaching := func(n int, mod ...func(*Args)) Args {
+		return prefillArgs(n, append(mod, func(a *Args) { a.EnablePrefixCaching = false })...)
 	}
+	eachCompat(t, noCaching, 8, 8, 1, func(t *testing.T, compat bool, w *Worker) {
+		var r record
+		const id = 101
+		require.NoError(t, w.Submit(0, Request{ID: id, Tokens: seqTokens(0, 8), MaxTokens: 2}, Hold))
+
+		first := step(t, w, &r, 0)
+		_, done := r.completion(id)
+		assert.Equal(t, !compat, done, "the first pass completes only by default")
+		activeAfterFirst := w.Metrics().ActiveBlocks
+		assert.Equal(t, 2, activeAfterFirst, "the prompt's blocks")
+
+		if compat {
+			step(t, w, &r, first.End)
+			_, done = r.completion(id)
+			assert.True(t, done, "the second pass completes")
+		}
+		assert.Len(t, r.eventsFor(EventHoldStarted, id), 1)
+		m := w.Metrics()
+		assert.Equal(t, byCompat(compat, 2, 3), m.ActiveBlocks, "held blocks")
+		assert.Equal(t, byCompat(compat, 2, 3), m.HeldBlocks)
+		assert.Equal(t, byCompat(compat, 1, 2), len(r.tokens), "tokens produced")
+		assert.Equal(t, 1, m.HeldRequests)
+
+		require.True(t, w.ReleaseHeld(first.End+10, id, Transferred))
+		assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+		assert.False(t, w.ReleaseHeld(first.End+11, id, Transferred), "released once")
+		assert.Equal(t, 0, w.Metrics().ActiveBlocks)
+		assert.Equal(t, 0, w.Metrics().HeldRequests)
+	})
 }
