@@ -292,3 +292,25 @@ func TestRouteRefusal_NamesTheBusyPool(t *testing.T) {
 		assert.Equal(t, tc.prefillRejected, r.PrefillRejected)
 	}
 }
+
+// TestDisagg_CompatPrefillGeneratesOneToken: under dynamo_compat a vLLM
+// prefill worker generates the max_tokens it is given, so the handoff asks
+// it for one token, as Dynamo's frontend does: every hold is the prompt's
+// blocks alone, and the decode worker still produces the whole answer.
+func TestDisagg_CompatPrefillGeneratesOneToken(t *testing.T) {
+	cfg := roomyDisagg()
+	cfg.Args["dynamo_compat"] = true
+	cfg.Args["block_size"] = 16
+	c := start(t, cfg)
+	const n, prompt = 4, 64
+	for _, r := range runAll(c, repeat(Request{PromptTokens: prompt, MaxTokens: 10}, n)) {
+		require.Equal(t, OutcomeCompleted, r.Outcome, r.Error)
+		assert.Equal(t, 10, r.OutputTokens)
+	}
+	drainAndCheck(t, c)
+	holds := c.Holds()
+	require.Len(t, holds, n)
+	for _, h := range holds {
+		assert.Equal(t, prompt/16, h.Blocks, "a prefill that generated more would hold its tokens' blocks too")
+	}
+}

@@ -151,8 +151,10 @@ type Args struct {
 	// decode model's utilisation unclamped (and SGLang's logical KV not
 	// capped at the pool), integer mean prompt, prefix and context lengths
 	// for the timing model, and SGLang's new-token ratio re-estimated after
-	// a retraction instead of reset and decayed on extend passes too, and
-	// SGLang's waiting queue ordered by Request.Priority.
+	// a retraction instead of reset and decayed on extend passes too,
+	// SGLang's waiting queue ordered by Request.Priority, reserved
+	// destinations counted in Metrics.Waiting, and a vLLM prefill worker
+	// generating a request's MaxTokens, not only its first token.
 	DynamoCompat bool `json:"dynamo_compat"`
 
 	// SGLang holds the SGLang knobs. ParseArgs always fills it for an sglang

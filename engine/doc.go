@@ -73,6 +73,9 @@
 //     decoding fills them. Stored events therefore go out while a request
 //     runs, a concurrent request with the same prefix hits it, and a
 //     retracted request's pages stay cached (evictable) for its readmission.
+//     A generated token's page is taken and stored by the step that
+//     computes its KV, one pass after Dynamo's, which takes it when the
+//     token is sampled (docs/fidelity.md).
 //   - The admission budget is the free and evictable room, minus the unused
 //     tail of each running request's last page (Dynamo's page overhead),
 //     minus the running requests' clipped remaining output times the
@@ -83,6 +86,9 @@
 //   - A prompt longer than the chunk budget is cut to the page-aligned room
 //     left in this pass's chunk budget, as SGLang does, not to the whole
 //     chunked_prefill_size.
+//   - A request whose prompt and remaining output need more pages than
+//     the pool has is refused on admission (never_fits), since it could
+//     never complete; Dynamo admits its first chunk (docs/fidelity.md).
 //   - lpm orders the waiting queue by cached prefix only; SGLang's in-batch
 //     deprioritisation of requests sharing a prefix with one already taken
 //     is not modeled. The queue is not ordered at all in a pass where no
@@ -108,7 +114,8 @@
 //     destinations still waiting for their reservation and activated ones
 //     waiting for a slot, but not reserved destinations awaiting Activate,
 //     which ReservedRequests reports (in both models); DynamoWaiting adds
-//     them, as Dynamo's waiting_requests does.
+//     them, as Dynamo's waiting_requests does, and under dynamo_compat
+//     Waiting reports that figure.
 //
 // # Fidelity with Dynamo
 //
@@ -159,7 +166,8 @@
 // # The Hold policy
 //
 // A request submitted with Hold is the source side of a disaggregated
-// handoff. When it finishes (after its single token on a prefill worker) its
+// handoff. When it finishes (after its first token on a prefill worker,
+// or, on a vLLM one under dynamo_compat, its MaxTokens) its
 // running slot is freed but its blocks stay allocated: they fill the pool,
 // count against admission and can make later prefills wait or be rejected.
 // An EventHoldStarted marks the moment; ReleaseHeld ends the hold with an

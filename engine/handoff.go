@@ -139,6 +139,11 @@ func (b *handoffBook) fillMetrics(m *Metrics) {
 	m.ReservedRequests = b.reservedReqs
 	m.ReservedBlocks = b.reservedBlocks
 	m.DynamoWaiting = m.Waiting + b.reservedReqs
+	if b.args.DynamoCompat {
+		// Dynamo's waiting_requests counts reserved destinations; under
+		// dynamo_compat that is the figure Waiting reports.
+		m.Waiting = m.DynamoWaiting
+	}
 }
 
 // startHold records that request id became SourceHeld at `at` with blocks

@@ -21,7 +21,8 @@ type Request struct {
 	// until then. (Tokens it copies what it keeps of, at once.)
 	Hashes *kv.Hashes
 	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
-	// and prefill workers always produce exactly one token.
+	// and prefill workers produce exactly one token, except a vLLM one
+	// under dynamo_compat, which generates MaxTokens as Dynamo's core does.
 	MaxTokens int
 	// Priority orders an SGLang worker's waiting queue under dynamo_compat,
 	// as Dynamo main does: higher values first (SGLang's default
@@ -299,7 +300,7 @@ type Metrics struct {
 	// Waiting counts queued requests: fresh, preempted, a destination not
 	// yet reserved, and (SGLang) a prefill in its bootstrap queue. A
 	// reserved destination awaiting Activate is in ReservedRequests
-	// instead.
+	// instead, except under dynamo_compat, where Waiting is DynamoWaiting.
 	Waiting int
 	// HeldRequests counts source holds, transferring ones included.
 	HeldRequests int
@@ -318,7 +319,7 @@ type Metrics struct {
 	// reserved destinations awaiting Activate included (Waiting +
 	// ReservedRequests). Compare it with Dynamo's metric; mocker's Waiting
 	// keeps reservations apart because they wait for a transfer, not for
-	// the scheduler.
+	// the scheduler. Under dynamo_compat Waiting reports this figure.
 	DynamoWaiting int
 	// Passes counts forward passes that did work.
 	Passes uint64

@@ -277,7 +277,10 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	}
 	s := v.newSeq()
 	maxLen := v.maxLen()
-	s.fill(now, req, policy, v.prefillWorker, v.hashBlock(), maxLen, &v.arenas, v.tokSeed)
+	// A prefill worker stops each request at its first token; Dynamo's
+	// core generates the MaxTokens it is given there too (its frontend
+	// asks a prefill worker for one), as dynamo_compat does.
+	s.fill(now, req, policy, v.prefillWorker && !v.compat, v.hashBlock(), maxLen, &v.arenas, v.tokSeed)
 	s.state = st
 	v.byID.Set(s.id, s)
 	if st == stAwaitKV {

@@ -324,7 +324,9 @@ type Machine struct {
 	out *[]Action
 	// submit and reserve are the Submit and Reserve the machine hands its
 	// workers, which go by pointer (engine.Input): kept here, handing one
-	// in allocates nothing. submit holds the request from Init on.
+	// in allocates nothing. submit holds the request from Init on; in a
+	// handoff, reserve holds it whole from Start on and submit asks the
+	// prefill side for one token.
 	submit  engine.Submit
 	reserve engine.Reserve
 }
@@ -338,9 +340,9 @@ func (m *Machine) submitInput(p engine.CompletionPolicy) *engine.Submit {
 	return &m.submit
 }
 
-// reserveInput is the request's Reserve.
+// reserveInput is the request's Reserve, the whole request as Start kept
+// it.
 func (m *Machine) reserveInput() *engine.Reserve {
-	m.reserve = engine.Reserve{Request: m.submit.Request}
 	return &m.reserve
 }
 
@@ -488,6 +490,12 @@ func (m *Machine) stepHandoff(ev Event) {
 	id := m.req().ID
 	switch ev := ev.(type) {
 	case Start:
+		// The decode side generates the answer; the prefill side is asked
+		// for its first token only, as Dynamo's frontend asks. A prefill
+		// worker stops there anyway unless dynamo_compat has it generate
+		// what it is asked for.
+		m.reserve.Request = m.submit.Request
+		m.submit.Request.MaxTokens = 1
 		m.submitted = true
 		m.emit(apply(Prefill, m.submitInput(engine.Hold)))
 		if m.order == DestinationFirst {

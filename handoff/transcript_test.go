@@ -225,9 +225,9 @@ func describe(a Action) string {
 	case Apply:
 		switch in := a.Input.(type) {
 		case *engine.Submit:
-			return fmt.Sprintf("apply %s submit policy=%s", a.Side, in.Policy)
+			return fmt.Sprintf("apply %s submit policy=%s max_tokens=%d", a.Side, in.Policy, in.Request.MaxTokens)
 		case *engine.Reserve:
-			return fmt.Sprintf("apply %s reserve", a.Side)
+			return fmt.Sprintf("apply %s reserve max_tokens=%d", a.Side, in.Request.MaxTokens)
 		case engine.Cancel:
 			return fmt.Sprintf("apply %s cancel", a.Side)
 		case engine.StartTransfer:
