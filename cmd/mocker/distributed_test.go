@@ -90,13 +90,41 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "decode"}, &bytes.Buffer{}, &stderr))
 	assert.True(t, strings.HasPrefix(stderr.String(), "mocker worker: --role, --etcd and --nats are required"), stderr.String())
 	stderr.Reset()
-	assert.Equal(t, 1, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
+	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), `--role: "cook"; want prefill, decode or aggregated`)
 	stderr.Reset()
 	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "prefill", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--max-rooms", "-1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), "--max-rooms -1: want 0 (the default) or more")
+}
+
+// TestWorker_FlagsThatMakeNoSenseAreRefusedByName: each is a usage error
+// naming its flag, before the worker dials anything.
+func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
+	t.Parallel()
+	big := filepath.Join(t.TempDir(), "big.json")
+	require.NoError(t, os.WriteFile(big, make([]byte, maxArgsFile+1), 0o600))
+	base := []string{"worker", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"repeated role", []string{"--role", "prefill", "--role", "decode"}, `flag -role: given twice ("prefill", then "decode")`},
+		{"block_size 0", []string{"--role", "decode", "--args", `{"block_size": 0}`}, "--args: block_size 0: a worker must state its block size"},
+		{"negative drain timeout", []string{"--role", "decode", "--drain-timeout", "-1s"}, "--drain-timeout -1s: want 0 or more"},
+		{"args file too large", []string{"--role", "decode", "--args", "@" + big}, "larger than 16 MiB"},
+		{"bad etcd URL", []string{"--role", "decode", "--etcd", "::"}, "transport.etcd[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			assert.Equal(t, exitUsage, dispatch(append(append([]string{}, base...), tt.args...), &bytes.Buffer{}, &stderr))
+			assert.Contains(t, stderr.String(), tt.want)
+		})
+	}
 }
 
 // TestRun_CoupledWorkersGiveTheInProcessFigures: scripts/cascade.js under
