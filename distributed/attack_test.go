@@ -340,6 +340,7 @@ func forgedPlaneMessages(t *testing.T, ls *localServices) {
 		assert.Equal(ct, frames+workers, ps.Rejected)
 	}, 30*time.Second, 20*time.Millisecond)
 	ps := tr.PlaneStats()
+	assert.Equal(t, ps.Rejected, tr.PlaneRejected(), "what the summary shows")
 	t.Logf("forged %d frames and %d commands, replayed %d: %+v", wantFrames, wantCommands, replayed, ps)
 	assert.Positive(t, ps.RejectedFrames[rejectBadMAC], "forged frames fail their MAC")
 	assert.True(t, strings.Contains(fmt.Sprint(ps.WorkerRejected), "p0") && strings.Contains(fmt.Sprint(ps.WorkerRejected), "d0"),

@@ -207,3 +207,6 @@ func (t *transport) PlaneStats() PlaneStats {
 	t.mu.Unlock()
 	return s
 }
+
+// PlaneRejected is PlaneStats().Rejected, for summaries.
+func (t *transport) PlaneRejected() uint64 { return t.PlaneStats().Rejected }
