@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -155,7 +156,8 @@ func startServices(secure bool) (*localServices, error) {
 		ls.etcdAuth = cluster.EtcdAuth{Username: "root", Password: secretToken()}
 	}
 	var err error
-	if ls.dir, err = os.MkdirTemp("", "mocker-etcd-"); err != nil {
+	removeStaleEtcdDirs(os.TempDir())
+	if ls.dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", etcdDirPrefix, os.Getpid())); err != nil {
 		return nil, fmt.Errorf("transport local: %w", err)
 	}
 	clientURL, err := freeURL("http")
@@ -341,4 +343,30 @@ func enableEtcdAuth(url string, auth cluster.EtcdAuth) error {
 		return fmt.Errorf("enabling auth: %w", err)
 	}
 	return nil
+}
+
+// etcdDirPrefix names the embedded etcd's data directories in the temp
+// directory: mocker-etcd-pid{PID}-{random}, PID the process that runs it.
+const etcdDirPrefix = "mocker-etcd-pid"
+
+// removeStaleEtcdDirs removes the embedded etcd data a killed run left
+// (SIGKILL leaves no time to clean up): the directories in dir whose
+// process is gone.
+func removeStaleEtcdDirs(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), etcdDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }
