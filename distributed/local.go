@@ -20,6 +20,7 @@ import (
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	etcdtls "go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -149,18 +150,35 @@ func secretToken() cluster.Secret { return cluster.Secret(fmt.Sprintf("%x", newM
 
 // startServices starts the embedded etcd and NATS; secure has both
 // require a user and password made up for this run.
-func startServices(secure bool) (*localServices, error) {
+func startServices(secure bool) (*localServices, error) { return startServicesTLS(secure, nil) }
+
+// serverTLS are the PEM files of services that speak TLS only and verify
+// their clients' certificates: the CA, the servers' pair and the pair
+// their clients present.
+type serverTLS struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// startServicesTLS is startServices, with TLS on both services when tf is
+// set.
+func startServicesTLS(secure bool, tf *serverTLS) (*localServices, error) {
 	ls := &localServices{}
+	scheme := "http"
+	if tf != nil {
+		scheme = "https"
+		client := cluster.TLSFiles{CA: tf.CA, Cert: tf.ClientCert, Key: tf.ClientKey}
+		ls.natsAuth.TLS, ls.etcdAuth.TLS = client, client
+	}
 	if secure {
-		ls.natsAuth = cluster.NATSAuth{User: "mocker", Password: secretToken()}
-		ls.etcdAuth = cluster.EtcdAuth{Username: "root", Password: secretToken()}
+		ls.natsAuth.User, ls.natsAuth.Password = "mocker", secretToken()
+		ls.etcdAuth.Username, ls.etcdAuth.Password = "root", secretToken()
 	}
 	var err error
 	removeStaleEtcdDirs(os.TempDir())
 	if ls.dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", etcdDirPrefix, os.Getpid())); err != nil {
 		return nil, fmt.Errorf("transport local: %w", err)
 	}
-	clientURL, err := freeURL("http")
+	clientURL, err := freeURL(scheme)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("transport local: %w", err), ls.close())
 	}
@@ -177,6 +195,9 @@ func startServices(secure bool) (*localServices, error) {
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	ec.ListenClientUrls = []url.URL{*cu}
 	ec.AdvertiseClientUrls = []url.URL{*cu}
+	if tf != nil {
+		ec.ClientTLSInfo = etcdtls.TLSInfo{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, TrustedCAFile: tf.CA, ClientCertAuth: true}
+	}
 	ec.ListenPeerUrls = []url.URL{*pu}
 	ec.AdvertisePeerUrls = []url.URL{*pu}
 	ec.InitialCluster = ec.Name + "=" + peerURL
@@ -197,8 +218,16 @@ func startServices(secure bool) (*localServices, error) {
 			return nil, errors.Join(fmt.Errorf("transport local: embedded etcd: %w", err), ls.close())
 		}
 	}
-	ls.nats, err = natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
-		MaxPayload: 8 << 20, Username: ls.natsAuth.User, Password: ls.natsAuth.Password.Reveal()})
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		MaxPayload: 8 << 20, Username: ls.natsAuth.User, Password: ls.natsAuth.Password.Reveal()}
+	if tf != nil {
+		opts.TLSConfig, err = natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, CaFile: tf.CA, Verify: true})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("transport local: embedded NATS TLS: %w", err), ls.close())
+		}
+		opts.TLS, opts.TLSVerify = true, true
+	}
+	ls.nats, err = natsserver.NewServer(opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("transport local: embedded NATS: %w", err), ls.close())
 	}
@@ -326,7 +355,11 @@ func (t *tailBuffer) Bytes() []byte {
 // enableEtcdAuth makes the embedded etcd require auth's user (its root)
 // and password.
 func enableEtcdAuth(url string, auth cluster.EtcdAuth) error {
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: dialTimeout, Logger: zap.NewNop()})
+	tc, err := tlsConfig("etcd", auth.TLS)
+	if err != nil {
+		return err
+	}
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: dialTimeout, Logger: zap.NewNop(), TLS: tc})
 	if err != nil {
 		return err
 	}
