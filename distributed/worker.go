@@ -165,7 +165,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
 		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
 		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role),
-		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: plane, routers: map[int64]string{}}
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: plane, routers: map[int64]string{}, rooms: sessionRooms{}}
 	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
 	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
@@ -308,6 +308,7 @@ type workerLoop struct {
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
+	rooms        sessionRooms // the prefill's open rooms, by session
 	plane        planeKey
 	routers      map[int64]string
 	rejected     rejections
@@ -536,6 +537,7 @@ func (l *workerLoop) receive(c command) {
 // this they would run, or hold their KV, until their own ends, crowding
 // out the requests of the session that replaces it.
 func (l *workerLoop) withdraw(session uint64) {
+	l.abortRooms(session)
 	ids := l.owned.take(session)
 	if len(ids) == 0 {
 		return
@@ -649,12 +651,15 @@ func (l *workerLoop) command(c command) {
 	}
 	switch c.Op {
 	case opOpenRoom:
-		l.openRoom(c.TID, c.ID)
+		if l.openRoom(c.TID, c.ID) {
+			l.rooms.opened(c.Session, c.TID)
+		}
 		return
 	case opCloseRoom:
 		if l.server == nil {
 			return
 		}
+		l.rooms.closed(c.Session, c.TID)
 		var err error
 		if c.Transferred {
 			err = l.server.Complete(c.TID)
@@ -732,6 +737,7 @@ func (l *workerLoop) couple(c command) {
 				// The session numbers its transfers from 1, as a
 				// cluster in process does.
 				l.server.Reset()
+				l.rooms = sessionRooms{}
 			}
 			l.coupled, l.turn, l.answered = c.Session, c.Turn, 0
 			l.log.Info("running on a router's clock", "session", c.Session, "at_ms", c.At)
@@ -777,15 +783,16 @@ func (l *workerLoop) runUntil(t float64) {
 }
 
 // openRoom opens a transfer room and answers with the handoff params the
-// decode needs, in the engine's own shape.
-func (l *workerLoop) openRoom(tid, reqID uint64) {
+// decode needs, in the engine's own shape; it reports whether the room is
+// open.
+func (l *workerLoop) openRoom(tid, reqID uint64) bool {
 	if l.server == nil {
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: "worker " + l.cfg.Name + " has no transfer server (not a prefill worker)"}})
-		return
+		return false
 	}
 	if err := l.server.Open(tid); err != nil {
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
-		return
+		return false
 	}
 	// The room is the transfer id; the token binds the router's request
 	// id, which the decode presents with it.
@@ -797,10 +804,12 @@ func (l *workerLoop) openRoom(tid, reqID uint64) {
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
+		_ = l.server.Abort(tid)
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
-		return
+		return false
 	}
 	l.items = append(l.items, item{Room: &wireRoom{TID: tid, Params: raw}})
+	return true
 }
 
 // connect is the decode side of a transfer: dial the source's transfer
