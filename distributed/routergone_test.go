@@ -148,6 +148,10 @@ func TestRouterLease_LostEndsItsRequestsAndRegistersAgain(t *testing.T) {
 	tr := c.Transport().(*transport)
 	tr.mu.Lock()
 	old := tr.router
+	// Widen the gap between the worker's leaving and its joining again,
+	// which a loaded host opens on its own: a request that finds the
+	// router registered again must find its worker joined again too.
+	tr.rejoining = func() { time.Sleep(300 * time.Millisecond) }
 	tr.mu.Unlock()
 	ec := etcdClient(t, ls)
 	_, err = ec.Revoke(context.Background(), old)

@@ -23,6 +23,10 @@ import (
 
 func init() { cluster.RegisterTransport(Start) }
 
+// routerPendingBytes bounds the frames a router's subscription holds
+// before its loop takes them.
+const routerPendingBytes = 256 << 20
+
 // attachWait bounds how long a cluster attaching to running workers waits
 // for one worker of each of its pools to be registered.
 const attachWait = 10 * time.Second
@@ -90,9 +94,15 @@ type transport struct {
 	staged  map[int64]stagedWorker
 	local   *localServices
 	closed  bool
-	// router is the router's lease id, under which its key lives (keys.go)
-	// and which its sessions' hellos carry.
+	// lease is the router's lease id, under which its key lives (keys.go)
+	// and which its sessions' hellos carry; router is the lease it serves
+	// under: after a lost lease, lease is the new one at once, router
+	// only once every worker has joined again under it.
+	lease  clientv3.LeaseID
 	router clientv3.LeaseID
+	// rejoining, when set, runs between a worker's leaving and its
+	// joining again (a test widens the gap).
+	rejoining func()
 	// plane is the router's key pair (seal.go); leaveID and leaveKey seal
 	// the departure markers it sends itself; rejected counts the frames
 	// dropped at its gate (gate.go), workerRejected the commands each
@@ -180,7 +190,10 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 	t.publish = t.nc.Publish
 	t.sub, err = t.nc.Subscribe(outWildcard(ns), t.onFrame)
 	if err == nil {
-		err = t.sub.SetPendingLimits(-1, -1)
+		// Bounded, so a flood on the bus cannot grow the router without
+		// end; a frame dropped past it is asked for again like one NATS
+		// lost.
+		err = t.sub.SetPendingLimits(-1, routerPendingBytes)
 	}
 	if err == nil {
 		err = t.nc.Flush()
@@ -230,7 +243,10 @@ func (t *transport) register() (<-chan *clientv3.LeaseKeepAliveResponse, error) 
 		return nil, fmt.Errorf("etcd %s: router keep-alive: %w", t.etcd, err)
 	}
 	t.mu.Lock()
-	t.router = lease.ID
+	t.lease = lease.ID
+	if t.router == 0 {
+		t.router = lease.ID
+	}
 	t.mu.Unlock()
 	return ka, nil
 }
@@ -250,7 +266,7 @@ func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 			return
 		}
 		t.mu.Lock()
-		old := t.router
+		old := t.lease
 		t.mu.Unlock()
 		reason := fmt.Sprintf("the router's etcd lease %x ended (etcd %s unreachable past its %d s TTL), so its workers withdrew its requests", int64(old), t.etcd, leaseTTLSeconds)
 		t.log.Error("router lease lost; its requests end and it registers again", "reason", reason)
@@ -273,6 +289,11 @@ func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 		for id, w := range ids {
 			t.giveUp(id, w, reason)
 		}
+		// Only now: a request that finds the router registered again
+		// finds its workers joined again too.
+		t.mu.Lock()
+		t.router = t.lease
+		t.mu.Unlock()
 	}
 }
 
@@ -450,7 +471,7 @@ func (t *transport) join(reg Registration, args engine.Args) {
 	if coupled {
 		shift = 0
 	}
-	router := t.router
+	router := t.lease
 	session := newSessionID()
 	key, err := t.plane.sessionKey(reg.PlaneKey, t.ns, reg.InstanceID, int64(router), session)
 	if err != nil {
@@ -677,6 +698,12 @@ func (t *transport) giveUp(id int64, w *remote, reason string) {
 		return
 	}
 	t.host.Leave(w.reg.Name, reason)
+	t.mu.Lock()
+	rejoining := t.rejoining
+	t.mu.Unlock()
+	if rejoining != nil {
+		rejoining()
+	}
 	t.join(w.reg, w.args)
 }
 
@@ -845,12 +872,12 @@ func (t *transport) Close() error {
 		_ = t.nc.FlushTimeout(time.Second) // the goodbyes
 	}
 	t.mu.Lock()
-	router := t.router
+	lease := t.lease
 	t.mu.Unlock()
-	if router != 0 {
+	if lease != 0 {
 		// The workers have the goodbyes; the key's end says it again.
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = t.ec.Revoke(rctx, router)
+		_, _ = t.ec.Revoke(rctx, lease)
 		rcancel()
 	}
 	t.cancel()

@@ -305,10 +305,10 @@ type workerLoop struct {
 	events    eventPublisher // Dynamo's event plane
 	kvSubj    string
 	loadSubj  string
+	rooms     sessionRooms // the prefill's open rooms, by session
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
-	rooms        sessionRooms // the prefill's open rooms, by session
 	plane        planeKey
 	routers      map[int64]string
 	rejected     rejections
