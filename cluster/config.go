@@ -156,6 +156,11 @@ type TransportConfig struct {
 	Etcd []string `json:"etcd"`
 	// NATS is the NATS server URL requests and events travel through.
 	NATS string `json:"nats"`
+	// NATSAuth and EtcdAuth are the credentials and TLS files the router
+	// presents (the script's nats: {url, user, ...} and etcd: {endpoints,
+	// username, ...}; transport_auth.go).
+	NATSAuth NATSAuth `json:"nats_auth,omitzero"`
+	EtcdAuth EtcdAuth `json:"etcd_auth,omitzero"`
 	// Namespace scopes the workers this cluster uses (default
 	// DefaultNamespace).
 	Namespace string `json:"namespace"`
@@ -290,24 +295,17 @@ func transportFromMap(path string, v any) (*TransportConfig, error) {
 		field := path + "." + k
 		switch k {
 		case "etcd":
-			switch e := obj[k].(type) {
-			case string:
-				t.Etcd = []string{e}
-			case []string:
-				t.Etcd = append([]string(nil), e...)
-			case []any:
-				for i, x := range e {
-					s, err := stringValue(fmt.Sprintf("%s[%d]", field, i), x)
-					if err != nil {
-						return nil, err
-					}
-					t.Etcd = append(t.Etcd, s)
-				}
-			default:
-				return nil, fmt.Errorf("%s: want a list of endpoint URLs, got %s", field, jsonval.Describe(obj[k]))
+			if o, ok := obj[k].(map[string]any); ok {
+				err = etcdFromObject(field, o, t)
+			} else {
+				t.Etcd, err = endpointsValue(field, obj[k])
 			}
 		case "nats":
-			t.NATS, err = stringValue(field, obj[k])
+			if o, ok := obj[k].(map[string]any); ok {
+				err = natsFromObject(field, o, t)
+			} else {
+				t.NATS, err = stringValue(field, obj[k])
+			}
 		case "namespace":
 			t.Namespace, err = stringValue(field, obj[k])
 		case "local":

@@ -41,7 +41,7 @@ func (t *TransportConfig) Validate() error {
 		}
 	}
 	if t.Local {
-		if len(t.Etcd) > 0 || t.NATS != "" {
+		if len(t.Etcd) > 0 || t.NATS != "" || t.NATSAuth != (NATSAuth{}) || t.EtcdAuth != (EtcdAuth{}) {
 			return errors.New("transport.local: starts its own etcd and NATS; leave etcd and nats out, or drop local to attach to yours")
 		}
 		return nil
@@ -51,14 +51,30 @@ func (t *TransportConfig) Validate() error {
 	}
 	for i, e := range t.Etcd {
 		if u, err := url.Parse(e); err != nil || u.Host == "" {
-			return fmt.Errorf("transport.etcd[%d]: %q is not an endpoint URL such as http://127.0.0.1:2379", i, e)
+			return fmt.Errorf("transport.etcd[%d]: %q is not an endpoint URL such as http://127.0.0.1:2379", i, RedactURL(e))
 		}
 	}
 	if t.NATS == "" {
 		return errors.New("transport.nats: want the NATS server URL, e.g. 'nats://127.0.0.1:4222'")
 	}
 	if u, err := url.Parse(t.NATS); err != nil || u.Host == "" || !strings.HasPrefix(u.Scheme, "nats") && u.Scheme != "tls" {
-		return fmt.Errorf("transport.nats: %q is not a NATS URL such as nats://127.0.0.1:4222", t.NATS)
+		return fmt.Errorf("transport.nats: %q is not a NATS URL such as nats://127.0.0.1:4222", RedactURL(t.NATS))
 	}
-	return nil
+	if err := t.NATSAuth.validate("transport.nats"); err != nil {
+		return err
+	}
+	return t.EtcdAuth.validate("transport.etcd")
+}
+
+// RedactURL hides a password a URL carries (nats://user:pass@host) from
+// the messages and logs that name it.
+func RedactURL(s string) string {
+	u, err := url.Parse(s)
+	if err != nil {
+		if strings.Contains(s, "@") {
+			return "[a URL with credentials, unreadable]"
+		}
+		return s
+	}
+	return u.Redacted()
 }

@@ -17,10 +17,15 @@ import (
 	"github.com/kvstrand/mocker/engine"
 )
 
-// services starts an embedded etcd and NATS for one test.
-func services(t *testing.T) *localServices {
+// services starts an embedded etcd and NATS for one test, open to any
+// client; securedServices's require the run's user and password.
+func services(t *testing.T) *localServices { t.Helper(); return startedServices(t, false) }
+
+func securedServices(t *testing.T) *localServices { t.Helper(); return startedServices(t, true) }
+
+func startedServices(t *testing.T, secure bool) *localServices {
 	t.Helper()
-	ls, err := startServices()
+	ls, err := startServices(secure)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ls.close() })
 	return ls
@@ -39,6 +44,7 @@ func startWorkers(t *testing.T, ls *localServices, ns string, cfgs ...WorkerConf
 	var wg sync.WaitGroup
 	for _, cfg := range cfgs {
 		cfg.Etcd, cfg.NATS, cfg.Namespace = []string{ls.etcdURL}, ls.natsURL, ns
+		cfg.NATSAuth, cfg.EtcdAuth = ls.natsAuth, ls.etcdAuth
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		ws.cancel[cfg.Name], ws.errs[cfg.Name] = cancel, errc
@@ -64,7 +70,7 @@ func startWorkers(t *testing.T, ls *localServices, ns string, cfgs ...WorkerConf
 
 func etcdClient(t *testing.T, ls *localServices) *clientv3.Client {
 	t.Helper()
-	ec, err := dialEtcd(context.Background(), []string{ls.etcdURL})
+	ec, err := dialEtcd(context.Background(), []string{ls.etcdURL}, ls.etcdAuth)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ec.Close() })
 	return ec
@@ -74,7 +80,7 @@ func attachConfig(ls *localServices, ns string) cluster.Config {
 	return cluster.Config{
 		Name: "attach", Disagg: true,
 		Args:      map[string]any{"speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 2000},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns},
+		Transport: ls.transport(ns),
 	}
 }
 
@@ -255,7 +261,7 @@ func TestWorker_StopDrainsThenLeaves(t *testing.T) {
 	ws := startWorkers(t, ls, "drain",
 		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`)})
 	c, err := cluster.New(cluster.Config{Name: "drain", Workers: 1, Args: map[string]any{"speedup_ratio": 1},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: "drain"}})
+		Transport: ls.transport("drain")})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
 

@@ -79,9 +79,66 @@ type coupledDriver struct {
 	seq     uint64
 	turn    uint64
 	jitter  func() // runs before each command: the wall time it takes must not matter
+	router  *testRouter
 }
 
-func newCoupledDriver(t *testing.T, ls *localServices, ns string) *coupledDriver {
+// testRouter is a router's identity, by hand: its key in etcd, under its
+// lease, and its sessions' MAC keys.
+type testRouter struct {
+	id    int64
+	ns    string
+	plane planeKey
+	mu    sync.Mutex
+	keys  map[uint64][]byte // by session
+}
+
+// newTestRouter registers a router in ns; the workers started after it
+// know its key from the start.
+func newTestRouter(t *testing.T, ls *localServices, ns string) *testRouter {
+	t.Helper()
+	ec := etcdClient(t, ls)
+	lease, err := ec.Grant(context.Background(), 600)
+	require.NoError(t, err)
+	plane, err := newPlaneKey()
+	require.NoError(t, err)
+	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), PlaneKey: plane.public()})
+	require.NoError(t, err)
+	_, err = ec.Put(context.Background(), routerKey(ns, int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
+	require.NoError(t, err)
+	return &testRouter{id: int64(lease.ID), ns: ns, plane: plane, keys: map[uint64][]byte{}}
+}
+
+// key is session's MAC key with worker reg.
+func (r *testRouter) key(t *testing.T, reg Registration, session uint64) []byte {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if k := r.keys[session]; k != nil {
+		return k
+	}
+	k, err := r.plane.sessionKey(reg.PlaneKey, r.ns, reg.InstanceID, r.id, session)
+	require.NoError(t, err)
+	r.keys[session] = k
+	return k
+}
+
+// open returns a frame's body when one of the router's sessions' tags
+// verifies.
+func (r *testRouter) open(subject string, data []byte) ([]byte, bool) {
+	tags, body, err := unseal(data)
+	if err != nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, tag := range tags {
+		if k := r.keys[tag.id]; k != nil && verify(tag, k, dirFrame, subject, body) {
+			return body, true
+		}
+	}
+	return nil, false
+}
+
+func newCoupledDriver(t *testing.T, ls *localServices, ns string, router *testRouter) *coupledDriver {
 	t.Helper()
 	ec := etcdClient(t, ls)
 	resp, err := ec.Get(context.Background(), registrationPrefix(ns), clientv3.WithPrefix())
@@ -89,13 +146,14 @@ func newCoupledDriver(t *testing.T, ls *localServices, ns string) *coupledDriver
 	require.Len(t, resp.Kvs, 1)
 	var reg Registration
 	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &reg))
-	nc, err := dialNATS(ls.natsURL, "coupled-test")
+	nc, err := dialNATS(ls.natsURL, "coupled-test", ls.natsAuth)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	d := &coupledDriver{t: t, nc: nc, reg: reg, frames: make(chan *frame, 1024)}
+	d := &coupledDriver{t: t, nc: nc, reg: reg, frames: make(chan *frame, 1024), router: router}
 	sub, err := nc.Subscribe(reg.OutSubject, func(m *nats.Msg) {
+		body, ok := router.open(m.Subject, m.Data)
 		f := new(frame)
-		if json.Unmarshal(m.Data, f) == nil {
+		if ok && json.Unmarshal(body, f) == nil {
 			d.frames <- f
 		}
 	})
@@ -111,9 +169,13 @@ func (d *coupledDriver) send(c command) {
 	}
 	d.seq++
 	c.Session, c.Seq = d.session, d.seq
+	if c.Op == opHello {
+		c.Router = d.router.id
+	}
 	data, err := json.Marshal(c)
 	require.NoError(d.t, err)
-	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, data))
+	key := d.router.key(d.t, d.reg, d.session)
+	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, seal(dirCommand, d.reg.CmdSubject, data, keyed{id: d.session, key: key})))
 }
 
 // answer waits for the frame that answers turn, collecting the outputs'
@@ -201,8 +263,9 @@ func inProcess(t *testing.T) []engine.Completion {
 func TestCoupled_ResultsDependOnTheCommandsAlone(t *testing.T) {
 	ls := services(t)
 	const ns = "coupled"
+	router := newTestRouter(t, ls, ns)
 	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
-	d := newCoupledDriver(t, ls, ns)
+	d := newCoupledDriver(t, ls, ns, router)
 
 	fast := completionsOf(d.run(11))
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -230,15 +293,16 @@ func TestCoupled_ResultsDependOnTheCommandsAlone(t *testing.T) {
 func TestCoupled_SecondRouterIsRefused(t *testing.T) {
 	ls := services(t)
 	const ns = "coupled-two"
+	router := newTestRouter(t, ls, ns)
 	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
-	d := newCoupledDriver(t, ls, ns)
+	d := newCoupledDriver(t, ls, ns, router)
 	d.session, d.turn = 21, 1
 	var done []engine.Completion
 	d.send(command{Op: opHello, Coupled: true, At: 100, Turn: 1})
 	_, pending := d.answer(1, &done)
 	assert.False(t, pending, "a fresh engine has nothing to do")
 
-	other := &coupledDriver{t: t, nc: d.nc, reg: d.reg, frames: d.frames, session: 22}
+	other := &coupledDriver{t: t, nc: d.nc, reg: d.reg, frames: d.frames, session: 22, router: router}
 	other.send(command{Op: opHello, Coupled: true, At: 0, Turn: 1})
 	var refused *sessionEnded
 	deadline := time.After(10 * time.Second)

@@ -29,6 +29,12 @@
 // workers withdraw that router's requests the same way. wire.go has the
 // protocol; reliable.go its pieces.
 //
+// Every command and frame is sealed with a MAC under a key its router
+// session and worker derive from X25519 keys published in etcd under their
+// leases (seal.go); whatever fails, or comes from a registration not under
+// its own lease, is dropped and counted at the gates (gate.go), never
+// applied. auth.go dials NATS and etcd with credentials and TLS.
+//
 // Keys and subjects are in keys.go and wire.go; Dynamo's discovery keys are
 // written alongside ours so a Dynamo user's tools read them.
 package distributed

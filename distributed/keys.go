@@ -73,6 +73,9 @@ type RouterRegistration struct {
 	PID      int    `json:"pid"`
 	// StartedUnixNano is when the router registered.
 	StartedUnixNano int64 `json:"started_unix_nano"`
+	// PlaneKey is the public half of the router's X25519 key pair
+	// (base64): a worker derives its sessions' MAC keys from it (seal.go).
+	PlaneKey string `json:"plane_key"`
 }
 
 // instanceOfKey reads the instance id from a key's hex tail.
@@ -108,6 +111,9 @@ type Registration struct {
 	// advertised host.
 	TransferAddr string `json:"transfer_addr,omitempty"`
 	PID          int    `json:"pid"`
+	// PlaneKey is the public half of the worker's X25519 key pair
+	// (base64): a router derives its session's MAC key from it (seal.go).
+	PlaneKey string `json:"plane_key"`
 }
 
 // endpointValue is Dynamo's Endpoint discovery value.

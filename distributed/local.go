@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +11,17 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
+	etcdtls "go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
@@ -35,11 +41,15 @@ const localStartWait = 60 * time.Second
 
 // localServices is what local mode started: etcd, NATS and the workers.
 type localServices struct {
-	dir      string
-	etcd     *embed.Etcd
-	etcdURL  string
-	nats     *natsserver.Server
-	natsURL  string
+	dir     string
+	etcd    *embed.Etcd
+	etcdURL string
+	nats    *natsserver.Server
+	natsURL string
+	// natsAuth and etcdAuth are the run's random credentials, when the
+	// services require them; the children get them in their environment.
+	natsAuth cluster.NATSAuth
+	etcdAuth cluster.EtcdAuth
 	mu       sync.Mutex
 	children []*child
 }
@@ -56,12 +66,14 @@ type child struct {
 // startLocal starts an embedded etcd and NATS server, attaches to them and
 // spawns the cluster's pools as child worker processes.
 func startLocal(cfg cluster.Config, host *cluster.RemoteHost, log *slog.Logger) (cluster.Transport, error) {
-	ls, err := startServices()
+	// Loopback is open to every user of the host: the services want the
+	// run's own credentials.
+	ls, err := startServices(true)
 	if err != nil {
 		return nil, err
 	}
 	ns := cfg.Transport.NamespaceOrDefault()
-	t, err := attach(host, []string{ls.etcdURL}, ls.natsURL, ns, log)
+	t, err := attach(host, ls.transport(ns), log)
 	if err != nil {
 		return nil, errors.Join(err, ls.close())
 	}
@@ -128,13 +140,45 @@ func freeURL(scheme string) (string, error) {
 	return scheme + "://" + addr, nil
 }
 
-func startServices() (*localServices, error) {
+// transport is how a router reaches the services.
+func (ls *localServices) transport(ns string) *cluster.TransportConfig {
+	return &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns, NATSAuth: ls.natsAuth, EtcdAuth: ls.etcdAuth}
+}
+
+// secretToken is a random credential.
+func secretToken() cluster.Secret { return cluster.Secret(fmt.Sprintf("%x", newMACKey())) }
+
+// startServices starts the embedded etcd and NATS; secure has both
+// require a user and password made up for this run.
+func startServices(secure bool) (*localServices, error) { return startServicesTLS(secure, nil) }
+
+// serverTLS are the PEM files of services that speak TLS only and verify
+// their clients' certificates: the CA, the servers' pair and the pair
+// their clients present.
+type serverTLS struct {
+	CA, ServerCert, ServerKey, ClientCert, ClientKey string
+}
+
+// startServicesTLS is startServices, with TLS on both services when tf is
+// set.
+func startServicesTLS(secure bool, tf *serverTLS) (*localServices, error) {
 	ls := &localServices{}
+	scheme := "http"
+	if tf != nil {
+		scheme = "https"
+		client := cluster.TLSFiles{CA: tf.CA, Cert: tf.ClientCert, Key: tf.ClientKey}
+		ls.natsAuth.TLS, ls.etcdAuth.TLS = client, client
+	}
+	if secure {
+		ls.natsAuth.User, ls.natsAuth.Password = "mocker", secretToken()
+		ls.etcdAuth.Username, ls.etcdAuth.Password = "root", secretToken()
+	}
 	var err error
-	if ls.dir, err = os.MkdirTemp("", "mocker-etcd-"); err != nil {
+	removeStaleEtcdDirs(os.TempDir())
+	if ls.dir, err = os.MkdirTemp("", fmt.Sprintf("%s%d-", etcdDirPrefix, os.Getpid())); err != nil {
 		return nil, fmt.Errorf("transport local: %w", err)
 	}
-	clientURL, err := freeURL("http")
+	clientURL, err := freeURL(scheme)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("transport local: %w", err), ls.close())
 	}
@@ -151,9 +195,15 @@ func startServices() (*localServices, error) {
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	ec.ListenClientUrls = []url.URL{*cu}
 	ec.AdvertiseClientUrls = []url.URL{*cu}
+	if tf != nil {
+		ec.ClientTLSInfo = etcdtls.TLSInfo{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, TrustedCAFile: tf.CA, ClientCertAuth: true}
+	}
 	ec.ListenPeerUrls = []url.URL{*pu}
 	ec.AdvertisePeerUrls = []url.URL{*pu}
 	ec.InitialCluster = ec.Name + "=" + peerURL
+	// bcrypt's cost guards guessable passwords; the run's is 256 random
+	// bits, and every client's login pays the cost.
+	ec.BcryptCost = 4
 	if ls.etcd, err = embed.StartEtcd(ec); err != nil {
 		return nil, errors.Join(fmt.Errorf("transport local: embedded etcd: %w", err), ls.close())
 	}
@@ -163,8 +213,21 @@ func startServices() (*localServices, error) {
 		return nil, errors.Join(errors.New("transport local: embedded etcd not ready after 30s"), ls.close())
 	}
 	ls.etcdURL = clientURL
-	ls.nats, err = natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
-		MaxPayload: 8 << 20})
+	if secure {
+		if err := enableEtcdAuth(clientURL, ls.etcdAuth); err != nil {
+			return nil, errors.Join(fmt.Errorf("transport local: embedded etcd: %w", err), ls.close())
+		}
+	}
+	opts := &natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT, NoLog: true, NoSigs: true,
+		MaxPayload: 8 << 20, Username: ls.natsAuth.User, Password: ls.natsAuth.Password.Reveal()}
+	if tf != nil {
+		opts.TLSConfig, err = natsserver.GenTLSConfig(&natsserver.TLSConfigOpts{CertFile: tf.ServerCert, KeyFile: tf.ServerKey, CaFile: tf.CA, Verify: true})
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("transport local: embedded NATS TLS: %w", err), ls.close())
+		}
+		opts.TLS, opts.TLSVerify = true, true
+	}
+	ls.nats, err = natsserver.NewServer(opts)
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("transport local: embedded NATS: %w", err), ls.close())
 	}
@@ -178,6 +241,17 @@ func startServices() (*localServices, error) {
 
 func (ls *localServices) spawn(bin, name string, argv []string) error {
 	cmd := exec.Command(bin, argv...)
+	// The credentials go in the environment, which only this user can
+	// read (/proc/PID/environ), never on the command line.
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "MOCKER_NATS_") || strings.HasPrefix(kv, "MOCKER_ETCD_")
+	})
+	if ls.natsAuth.User != "" {
+		cmd.Env = append(cmd.Env, EnvNATSUser+"="+ls.natsAuth.User, EnvNATSPassword+"="+ls.natsAuth.Password.Reveal())
+	}
+	if ls.etcdAuth.Username != "" {
+		cmd.Env = append(cmd.Env, EnvEtcdUsername+"="+ls.etcdAuth.Username, EnvEtcdPassword+"="+ls.etcdAuth.Password.Reveal())
+	}
 	ch := &child{name: name, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
 	cmd.Stdout = ch.stderr
 	cmd.Stderr = ch.stderr
@@ -276,4 +350,56 @@ func (t *tailBuffer) Bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]byte(nil), t.b...)
+}
+
+// enableEtcdAuth makes the embedded etcd require auth's user (its root)
+// and password.
+func enableEtcdAuth(url string, auth cluster.EtcdAuth) error {
+	tc, err := tlsConfig("etcd", auth.TLS)
+	if err != nil {
+		return err
+	}
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: dialTimeout, Logger: zap.NewNop(), TLS: tc})
+	if err != nil {
+		return err
+	}
+	defer ec.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	defer cancel()
+	if _, err := ec.UserAdd(ctx, auth.Username, auth.Password.Reveal()); err != nil {
+		return fmt.Errorf("adding its user: %w", err)
+	}
+	if _, err := ec.UserGrantRole(ctx, auth.Username, "root"); err != nil {
+		return fmt.Errorf("granting its user root: %w", err)
+	}
+	if _, err := ec.AuthEnable(ctx); err != nil {
+		return fmt.Errorf("enabling auth: %w", err)
+	}
+	return nil
+}
+
+// etcdDirPrefix names the embedded etcd's data directories in the temp
+// directory: mocker-etcd-pid{PID}-{random}, PID the process that runs it.
+const etcdDirPrefix = "mocker-etcd-pid"
+
+// removeStaleEtcdDirs removes the embedded etcd data a killed run left
+// (SIGKILL leaves no time to clean up): the directories in dir whose
+// process is gone.
+func removeStaleEtcdDirs(dir string) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), etcdDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidText, _, ok := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidText)
+		if !ok || err != nil || pid <= 0 || pid == os.Getpid() || processAlive(pid) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
 }

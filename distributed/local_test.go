@@ -2,6 +2,10 @@ package distributed
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -155,4 +159,26 @@ func drainedClean(t *testing.T, c *cluster.Cluster) cluster.Stats {
 		assert.Zero(t, w.Running+w.Waiting+w.HeldRequests, "%s busy", w.Name)
 	}
 	return s
+}
+
+// TestLocal_StaleEtcdDataIsRemoved: the data directory of a run killed
+// before it could clean up is removed by the next run; a live run's, and
+// anything else, is not.
+func TestLocal_StaleEtcdDataIsRemoved(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	require.NoError(t, dead.Run()) // its pid is now free
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(p, "member"), 0o700))
+		return p
+	}
+	stale := mk(fmt.Sprintf("%s%d-123", etcdDirPrefix, dead.Process.Pid))
+	live := mk(fmt.Sprintf("%s%d-456", etcdDirPrefix, os.Getppid()))
+	other := mk("mocker-etcd-789")
+	removeStaleEtcdDirs(dir)
+	assert.NoDirExists(t, stale)
+	assert.DirExists(t, live)
+	assert.DirExists(t, other)
 }

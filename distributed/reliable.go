@@ -30,12 +30,28 @@ const (
 	// keeps for resending.
 	frameBufferFrames = 1 << 16
 	frameBufferBytes  = 64 << 20
+	// heldCommandsMax and heldBytesMax bound the commands a session holds
+	// ahead of a gap; one past them is dropped (its router publishes it
+	// again once the gap is filled and it is still unacknowledged).
+	heldCommandsMax = 4096
+	heldBytesMax    = 16 << 20
+	// closedSessionsMax bounds the ended sessions a worker remembers, so
+	// that a recorded hello replayed after its session ended does not
+	// start it again. The record of a router's sessions goes with its
+	// key, which its hellos need.
+	closedSessionsMax = 1 << 16
 )
 
 // inbox is a worker's view of its routers' command streams: each
 // session's commands are applied once, in Seq order.
 type inbox struct {
 	sessions map[uint64]*inSession
+	// closed are ended sessions (by id, their router), oldest first in
+	// closedOrder.
+	closed      map[uint64]int64
+	closedOrder []uint64
+	// overflowed counts commands dropped at the held bounds.
+	overflowed uint64
 }
 
 type inSession struct {
@@ -46,9 +62,54 @@ type inSession struct {
 	heard    time.Time
 	ackDue   bool  // an ack to send
 	router   int64 // the router's lease id, from its hello
+	key      []byte
+	// heldBytes is the size of held, as the commands' encoded bodies.
+	heldBytes int
 }
 
-func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}} }
+func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}, closed: map[uint64]int64{}} }
+
+// open starts a session whose hello verified under key.
+func (b *inbox) open(session uint64, router int64, key []byte, head uint64, now time.Time) {
+	if b.sessions[session] == nil {
+		b.sessions[session] = &inSession{from: head, held: map[uint64]command{}, router: router, key: key, heard: now}
+	}
+}
+
+// key is session's MAC key; nil when the session is unknown.
+func (b *inbox) key(session uint64) []byte {
+	if s := b.sessions[session]; s != nil {
+		return s.key
+	}
+	return nil
+}
+
+// keys are the live sessions' MAC keys, to seal a frame for all of them.
+func (b *inbox) keys() []keyed {
+	out := make([]keyed, 0, len(b.sessions))
+	for id, s := range b.sessions {
+		if s.key != nil {
+			out = append(out, keyed{id: id, key: s.key})
+		}
+	}
+	return out
+}
+
+// wasClosed reports whether session ended here.
+func (b *inbox) wasClosed(session uint64) bool {
+	_, ok := b.closed[session]
+	return ok
+}
+
+// routerGone forgets the ended sessions of a router whose key is gone.
+func (b *inbox) routerGone(router int64) {
+	for id, r := range b.closed {
+		if r == router {
+			delete(b.closed, id)
+		}
+	}
+	b.closedOrder = slices.DeleteFunc(b.closedOrder, func(id uint64) bool { _, ok := b.closed[id]; return !ok })
+}
 
 // session finds or starts c's session; head is the worker's next frame
 // Seq, where a new session's frames start.
@@ -76,7 +137,15 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 		s.ackDue = true
 		return nil
 	case c.Seq > s.applied+1:
-		s.held[c.Seq] = c
+		if _, ok := s.held[c.Seq]; !ok {
+			n := commandSize(c)
+			if len(s.held) >= heldCommandsMax || s.heldBytes+n > heldBytesMax {
+				b.overflowed++
+				return nil
+			}
+			s.held[c.Seq] = c
+			s.heldBytes += n
+		}
 		return nil
 	}
 	ready := []command{c}
@@ -87,6 +156,7 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 			break
 		}
 		delete(s.held, n.Seq)
+		s.heldBytes -= commandSize(n)
 		ready = append(ready, n)
 		s.applied = n.Seq
 	}
@@ -94,8 +164,25 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 	return ready
 }
 
-// forget ends a session (its router closed).
-func (b *inbox) forget(session uint64) { delete(b.sessions, session) }
+// commandSize is roughly what c takes held: its variable parts.
+func commandSize(c command) int { return 128 + 4*len(c.Tokens) + len(c.Params) }
+
+// forget ends a session (its router closed) and remembers it ended.
+func (b *inbox) forget(session uint64) {
+	s := b.sessions[session]
+	if s == nil {
+		return
+	}
+	delete(b.sessions, session)
+	if _, ok := b.closed[session]; !ok {
+		b.closed[session] = s.router
+		b.closedOrder = append(b.closedOrder, session)
+	}
+	for len(b.closedOrder) > closedSessionsMax {
+		delete(b.closed, b.closedOrder[0])
+		b.closedOrder = b.closedOrder[1:]
+	}
+}
 
 // sessionsOf returns the sessions whose hello named router, in id order.
 func (b *inbox) sessionsOf(router int64) []uint64 {

@@ -172,13 +172,19 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 func testRemote(t *testing.T) (*remote, func() []command) {
 	t.Helper()
 	var sent []command
-	tr := &transport{log: slog.New(slog.DiscardHandler), publish: func(_ string, data []byte) error {
+	key := newMACKey()
+	tr := &transport{log: slog.New(slog.DiscardHandler), publish: func(subject string, data []byte) error {
+		tags, body, err := unseal(data)
+		require.NoError(t, err)
+		require.Len(t, tags, 1)
+		require.True(t, verify(tags[0], key, dirCommand, subject, body), "sealed under the session's key")
 		var c command
-		require.NoError(t, json.Unmarshal(data, &c))
+		require.NoError(t, json.Unmarshal(body, &c))
+		require.Equal(t, tags[0].id, c.Session, "the tag names the command's session")
 		sent = append(sent, c)
 		return nil
 	}}
-	w := &remote{t: tr, reg: Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, held: map[uint64]*frame{}}
+	w := &remote{t: tr, reg: Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, held: map[uint64]*frame{}}
 	return w, func() []command {
 		out := sent
 		sent = nil
@@ -286,7 +292,7 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	w.mu.Unlock()
 	data, err := json.Marshal(lost)
 	require.NoError(t, err)
-	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, data))
+	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, seal(dirFrame, w.reg.OutSubject, data, keyed{id: w.session, key: w.key})))
 
 	for range n {
 		r := <-results

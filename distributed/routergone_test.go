@@ -31,7 +31,7 @@ func oneWorker(t *testing.T, ns string) (*localServices, cluster.Config) {
 	startWorkers(t, ls, ns,
 		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
 	return ls, cluster.Config{Name: ns, Workers: 1, Args: map[string]any{"speedup_ratio": 1},
-		Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns}}
+		Transport: ls.transport(ns)}
 }
 
 // longRequests starts n requests on c long enough to run for minutes
@@ -65,7 +65,7 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 			WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
 		routerGone(t, ls, cluster.Config{Name: ns, Disagg: true, Args: map[string]any{"speedup_ratio": 1},
 			Prefill: cluster.PoolConfig{Workers: 1}, Decode: cluster.PoolConfig{Workers: 1},
-			Transport: &cluster.TransportConfig{Etcd: []string{ls.etcdURL}, NATS: ls.natsURL, Namespace: ns}})
+			Transport: ls.transport(ns)})
 	})
 }
 
@@ -148,6 +148,10 @@ func TestRouterLease_LostEndsItsRequestsAndRegistersAgain(t *testing.T) {
 	tr := c.Transport().(*transport)
 	tr.mu.Lock()
 	old := tr.router
+	// Widen the gap between the worker's leaving and its joining again,
+	// which a loaded host opens on its own: a request that finds the
+	// router registered again must find its worker joined again too.
+	tr.rejoining = func() { time.Sleep(300 * time.Millisecond) }
 	tr.mu.Unlock()
 	ec := etcdClient(t, ls)
 	_, err = ec.Revoke(context.Background(), old)

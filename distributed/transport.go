@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -25,6 +24,10 @@ import (
 
 func init() { cluster.RegisterTransport(Start) }
 
+// routerPendingBytes bounds the frames a router's subscription holds
+// before its loop takes them.
+const routerPendingBytes = 256 << 20
+
 // attachWait bounds how long a cluster attaching to running workers waits
 // for one worker of each of its pools to be registered.
 const attachWait = 10 * time.Second
@@ -41,7 +44,7 @@ func Start(cfg cluster.Config, host *cluster.RemoteHost) (cluster.Transport, err
 	if tc.Local {
 		return startLocal(cfg, host, log)
 	}
-	t, err := attach(host, tc.Etcd, tc.NATS, tc.NamespaceOrDefault(), log)
+	t, err := attach(host, tc, log)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +95,25 @@ type transport struct {
 	staged  map[int64]stagedWorker
 	local   *localServices
 	closed  bool
-	// router is the router's lease id, under which its key lives (keys.go)
-	// and which its sessions' hellos carry.
+	// lease is the router's lease id, under which its key lives (keys.go)
+	// and which its sessions' hellos carry; router is the lease it serves
+	// under: after a lost lease, lease is the new one at once, router
+	// only once every worker has joined again under it.
+	lease  clientv3.LeaseID
 	router clientv3.LeaseID
+	// rejoining, when set, runs between a worker's leaving and its
+	// joining again (a test widens the gap).
+	rejoining func()
+	// plane is the router's key pair (seal.go); leaveID and leaveKey seal
+	// the departure markers it sends itself; rejected counts the frames
+	// dropped at its gate (gate.go), workerRejected the commands each
+	// worker says it dropped.
+	plane          planeKey
+	leaveID        uint64
+	leaveKey       []byte
+	rejected       rejections
+	rejectLogged   time.Time
+	workerRejected map[string]uint64
 }
 
 // remote is one worker as the router reaches it: one session of the
@@ -105,6 +124,7 @@ type remote struct {
 	args    engine.Args
 	shift   float64 // ms to add to the worker's modeled times
 	session uint64
+	key     []byte // the session's MAC key
 	// coupled: the worker runs on the cluster's clock; at and turn stamp
 	// the commands sent until the next Turn.
 	coupled bool
@@ -138,13 +158,19 @@ type stagedWorker struct {
 	args engine.Args
 }
 
-func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *slog.Logger) (*transport, error) {
+func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Logger) (*transport, error) {
+	etcd, natsURL, ns := tc.Etcd, tc.NATS, tc.NamespaceOrDefault()
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &transport{host: host, log: log, ns: ns, etcd: strings.Join(etcd, ","), ctx: ctx, cancel: cancel,
-		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{}}
+	t := &transport{host: host, log: log, ns: ns, etcd: redactedURLs(etcd), ctx: ctx, cancel: cancel,
+		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
+		leaveID: newSessionID(), leaveKey: newMACKey(), workerRejected: map[string]uint64{}}
 	t.epoch, t.scale = host.Epoch()
 	var err error
-	if t.ec, err = dialEtcd(ctx, etcd); err != nil {
+	if t.plane, err = newPlaneKey(); err != nil {
+		cancel()
+		return nil, err
+	}
+	if t.ec, err = dialEtcd(ctx, etcd, tc.EtcdAuth); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -156,7 +182,7 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 	}
 	t.wg.Add(1)
 	go t.keep(ka)
-	if t.nc, err = dialNATS(natsURL, "mocker-router", nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
+	if t.nc, err = dialNATS(natsURL, "mocker-router", tc.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
 		_ = t.Close()
 		return nil, err
 	}
@@ -165,14 +191,17 @@ func attach(host *cluster.RemoteHost, etcd []string, natsURL, ns string, log *sl
 	t.publish = t.nc.Publish
 	t.sub, err = t.nc.Subscribe(outWildcard(ns), t.onFrame)
 	if err == nil {
-		err = t.sub.SetPendingLimits(-1, -1)
+		// Bounded, so a flood on the bus cannot grow the router without
+		// end; a frame dropped past it is asked for again like one NATS
+		// lost.
+		err = t.sub.SetPendingLimits(-1, routerPendingBytes)
 	}
 	if err == nil {
 		err = t.nc.Flush()
 	}
 	if err != nil {
 		_ = t.Close()
-		return nil, fmt.Errorf("nats %s: subscribe: %w", natsURL, err)
+		return nil, fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(natsURL), err)
 	}
 	lctx, lcancel := context.WithTimeout(ctx, dialTimeout)
 	resp, err := t.ec.Get(lctx, registrationPrefix(ns), clientv3.WithPrefix())
@@ -201,7 +230,8 @@ func (t *transport) register() (<-chan *clientv3.LeaseKeepAliveResponse, error) 
 		return nil, fmt.Errorf("etcd %s: router lease: %w", t.etcd, err)
 	}
 	host, _ := os.Hostname()
-	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), Host: host, PID: os.Getpid(), StartedUnixNano: time.Now().UnixNano()})
+	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), Host: host, PID: os.Getpid(), StartedUnixNano: time.Now().UnixNano(),
+		PlaneKey: t.plane.public()})
 	if err != nil {
 		return nil, err
 	}
@@ -214,7 +244,10 @@ func (t *transport) register() (<-chan *clientv3.LeaseKeepAliveResponse, error) 
 		return nil, fmt.Errorf("etcd %s: router keep-alive: %w", t.etcd, err)
 	}
 	t.mu.Lock()
-	t.router = lease.ID
+	t.lease = lease.ID
+	if t.router == 0 {
+		t.router = lease.ID
+	}
 	t.mu.Unlock()
 	return ka, nil
 }
@@ -234,7 +267,7 @@ func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 			return
 		}
 		t.mu.Lock()
-		old := t.router
+		old := t.lease
 		t.mu.Unlock()
 		reason := fmt.Sprintf("the router's etcd lease %x ended (etcd %s unreachable past its %d s TTL), so its workers withdrew its requests", int64(old), t.etcd, leaseTTLSeconds)
 		t.log.Error("router lease lost; its requests end and it registers again", "reason", reason)
@@ -257,6 +290,11 @@ func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 		for id, w := range ids {
 			t.giveUp(id, w, reason)
 		}
+		// Only now: a request that finds the router registered again
+		// finds its workers joined again too.
+		t.mu.Lock()
+		t.router = t.lease
+		t.mu.Unlock()
 	}
 }
 
@@ -355,11 +393,22 @@ func watchPrefix(ctx context.Context, ec *clientv3.Client, prefix string, rev in
 	}
 }
 
-// put joins a newly registered worker.
+// put joins a newly registered worker. Only a registration under the
+// lease its instance id names counts: a key written without it would
+// outlive its writer, and name a worker that may not be there.
 func (t *transport) put(kv *mvccpb.KeyValue) {
 	var reg Registration
 	if err := json.Unmarshal(kv.Value, &reg); err != nil {
 		t.log.Warn("unreadable registration", "key", string(kv.Key), "err", err)
+		return
+	}
+	if id, err := instanceOfKey(string(kv.Key)); err != nil || kv.Lease == 0 || kv.Lease != reg.InstanceID || id != reg.InstanceID {
+		t.log.Warn("registration ignored: not under the lease its instance_id names", "key", string(kv.Key),
+			"instance_id", fmt.Sprintf("%x", reg.InstanceID), "lease", fmt.Sprintf("%x", kv.Lease))
+		return
+	}
+	if reg.PlaneKey == "" || reg.CmdSubject != cmdSubject(t.ns, reg.InstanceID) || reg.OutSubject != outSubject(t.ns, reg.InstanceID) {
+		t.log.Warn("registration ignored: no plane_key, or subjects not its own (a worker of an older mocker?)", "key", string(kv.Key))
 		return
 	}
 	var args engine.Args
@@ -423,14 +472,21 @@ func (t *transport) join(reg Registration, args engine.Args) {
 	if coupled {
 		shift = 0
 	}
-	w := &remote{t: t, reg: reg, args: args, shift: shift, session: rand.Uint64() | 1, held: map[uint64]*frame{}, coupled: coupled}
+	router := t.lease
+	session := newSessionID()
+	key, err := t.plane.sessionKey(reg.PlaneKey, t.ns, reg.InstanceID, int64(router), session)
+	if err != nil {
+		t.mu.Unlock()
+		t.log.Warn("worker ignored: its plane_key is unusable", "worker", reg.Name, "err", err)
+		return
+	}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, held: map[uint64]*frame{}, coupled: coupled}
 	t.workers[reg.InstanceID] = w
-	router := t.router
 	t.mu.Unlock()
 	// The session's first command: its ack says where its frames start,
 	// and it names the router, whose key's end ends the session.
 	w.send(command{Op: opHello, Router: int64(router), Coupled: coupled})
-	err := t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
+	err = t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
 		w.end()
@@ -463,7 +519,8 @@ func (t *transport) del(key string) {
 	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
 	// Leave through the worker's own frame stream, behind its last
 	// frames; directly if the marker does not come back (NATS is down).
-	data, _ := json.Marshal(frame{Leave: reason})
+	body, _ := json.Marshal(frame{Leave: reason})
+	data := seal(dirFrame, w.reg.OutSubject, body, keyed{id: t.leaveID, key: t.leaveKey})
 	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
 		t.leave(id, reason)
 		return
@@ -508,9 +565,8 @@ func (t *transport) onFrame(m *nats.Msg) {
 	if w == nil {
 		return
 	}
-	f := new(frame)
-	if err := json.Unmarshal(m.Data, f); err != nil {
-		t.log.Warn("unreadable frame", "worker", w.reg.Name, "err", err)
+	f, ok := t.openFrame(w, m.Subject, m.Data)
+	if !ok {
 		return
 	}
 	if f.Leave != "" {
@@ -533,6 +589,11 @@ func (t *transport) onFrame(m *nats.Msg) {
 			}
 		}
 		return
+	}
+	if f.Rejected > 0 {
+		t.mu.Lock()
+		t.workerRejected[w.reg.Name] = max(t.workerRejected[w.reg.Name], f.Rejected)
+		t.mu.Unlock()
 	}
 	if e := f.Ended; e != nil {
 		if e.Session == w.session {
@@ -638,6 +699,12 @@ func (t *transport) giveUp(id int64, w *remote, reason string) {
 		return
 	}
 	t.host.Leave(w.reg.Name, reason)
+	t.mu.Lock()
+	rejoining := t.rejoining
+	t.mu.Unlock()
+	if rejoining != nil {
+		rejoining()
+	}
 	t.join(w.reg, w.args)
 }
 
@@ -670,7 +737,7 @@ func (w *remote) publishLocked(c command) {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, data); err != nil {
+	if err := w.t.publish(w.reg.CmdSubject, seal(dirCommand, w.reg.CmdSubject, data, keyed{id: w.session, key: w.key})); err != nil {
 		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
 	}
 }
@@ -806,12 +873,12 @@ func (t *transport) Close() error {
 		_ = t.nc.FlushTimeout(time.Second) // the goodbyes
 	}
 	t.mu.Lock()
-	router := t.router
+	lease := t.lease
 	t.mu.Unlock()
-	if router != 0 {
+	if lease != 0 {
 		// The workers have the goodbyes; the key's end says it again.
 		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_, _ = t.ec.Revoke(rctx, router)
+		_, _ = t.ec.Revoke(rctx, lease)
 		rcancel()
 	}
 	t.cancel()

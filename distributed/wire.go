@@ -60,7 +60,8 @@ import (
 //     router (Router, the router's lease id), and a worker withdraws the
 //     requests of every session of a router whose key in etcd is gone.
 //
-// Commands with no session (Session 0) are applied as they come.
+// Every command and frame is sealed (seal.go): a command with no
+// session, or one that fails its seal, is dropped and counted.
 //
 // A coupled session is one whose router drives the worker's clock
 // instead of the wall clock (opHello with Coupled): the worker starts a
@@ -222,6 +223,9 @@ type frame struct {
 	// every frame the worker sent before it left, so the worker's last
 	// results are not overtaken by its departure.
 	Leave string `json:"leave,omitempty"`
+	// Rejected counts the commands the worker has dropped since it
+	// started, for failing their seal or a bound (gate.go).
+	Rejected uint64 `json:"rejected,omitempty"`
 }
 
 // sessionAck acknowledges a router session's commands up to Seq; From is

@@ -17,7 +17,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/cluster"
@@ -38,6 +37,10 @@ type WorkerConfig struct {
 	Namespace string
 	Etcd      []string
 	NATS      string
+	// NATSAuth and EtcdAuth are the credentials and TLS files the worker
+	// presents; empty secrets are taken from the environment (auth.go).
+	NATSAuth cluster.NATSAuth
+	EtcdAuth cluster.EtcdAuth
 	// Args are engine arguments, a JSON object of Dynamo's MockEngineArgs
 	// keys, over the defaults mocker.cluster() uses (block_size 16,
 	// num_gpu_blocks 1024, speedup_ratio 10).
@@ -95,7 +98,10 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	switch cfg.Role {
 	case engine.WorkerPrefill, engine.WorkerDecode, engine.WorkerAggregated:
 	default:
-		return fmt.Errorf("--role: %q; want prefill, decode or aggregated", cfg.Role)
+		return usage(fmt.Errorf("--role: %q; want prefill, decode or aggregated", cfg.Role))
+	}
+	if cfg.DrainTimeout < 0 {
+		return usage(fmt.Errorf("--drain-timeout: %s; want 0 (the default, 30s) or more", cfg.DrainTimeout))
 	}
 	if cfg.Engine == "" {
 		cfg.Engine = string(engine.EngineVLLM)
@@ -103,13 +109,16 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if cfg.Namespace == "" {
 		cfg.Namespace = cluster.DefaultNamespace
 	}
-	tc := cluster.TransportConfig{Etcd: cfg.Etcd, NATS: cfg.NATS, Namespace: cfg.Namespace}
+	tc := cluster.TransportConfig{Etcd: cfg.Etcd, NATS: cfg.NATS, Namespace: cfg.Namespace, NATSAuth: cfg.NATSAuth, EtcdAuth: cfg.EtcdAuth}
 	if err := tc.Validate(); err != nil {
-		return err
+		return usage(err)
+	}
+	if err := checkWorkerArgs(cfg.Args); err != nil {
+		return usage(err)
 	}
 	args, err := workerArgs(cfg)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	model, err := perf.FromProfile(args.PlannerProfileData)
 	if err != nil {
@@ -131,7 +140,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	log = log.With("worker", cfg.Name)
 
-	ec, err := dialEtcd(ctx, cfg.Etcd)
+	ec, err := dialEtcd(ctx, cfg.Etcd, cfg.EtcdAuth)
 	if err != nil {
 		return err
 	}
@@ -139,7 +148,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	in := make(chan workerMsg, 4096)
 	// Back on NATS, the worker tells its routers its Head at once, so
 	// frames lost while it was away are asked for without waiting.
-	nc, err := dialNATS(cfg.NATS, cfg.Name, nats.ReconnectHandler(func(*nats.Conn) {
+	nc, err := dialNATS(cfg.NATS, cfg.Name, cfg.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) {
 		select {
 		case in <- workerMsg{reconnected: true}:
 		default: // the loop is busy; its heartbeat will do
@@ -150,10 +159,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer nc.Close()
 
+	plane, err := newPlaneKey()
+	if err != nil {
+		return err
+	}
 	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
 		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
 		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role),
-		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}}
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: plane, routers: map[int64]string{}, rooms: sessionRooms{}}
 	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
 	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
@@ -175,25 +188,22 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	lease, err := ec.Grant(gctx, leaseTTLSeconds)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd %s: lease: %w", strings.Join(cfg.Etcd, ","), err)
+		return fmt.Errorf("etcd %s: lease: %w", redactedURLs(cfg.Etcd), err)
 	}
 	id := int64(lease.ID)
 	l.id = id
 	l.outSubj = outSubject(cfg.Namespace, id)
-	sub, err := nc.Subscribe(cmdSubject(cfg.Namespace, id), func(m *nats.Msg) {
-		var c command
-		if err := json.Unmarshal(m.Data, &c); err != nil {
-			log.Warn("bad command", "err", err)
-			return
-		}
-		l.post(workerMsg{cmd: &c})
+	l.cmdSubj = cmdSubject(cfg.Namespace, id)
+	sub, err := nc.Subscribe(l.cmdSubj, func(m *nats.Msg) {
+		// Checked on the loop, which holds the session keys (gate.go).
+		l.post(workerMsg{sealed: m.Data})
 	})
 	if err != nil {
-		return fmt.Errorf("nats %s: subscribe: %w", cfg.NATS, err)
+		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("nats %s: %w", cfg.NATS, err)
+		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
 	}
 
 	// A worker answers each input as it comes: it runs no instant
@@ -204,17 +214,22 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	defer kaStop()
 	ka, err := ec.KeepAlive(kaCtx, lease.ID)
 	if err != nil {
-		return fmt.Errorf("etcd %s: keep-alive: %w", strings.Join(cfg.Etcd, ","), err)
+		return fmt.Errorf("etcd %s: keep-alive: %w", redactedURLs(cfg.Etcd), err)
 	}
 	if err := l.register(ctx, ec, lease.ID); err != nil {
 		return err
 	}
 	log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
 	gctx, cancel = context.WithTimeout(ctx, dialTimeout)
-	routers, err := ec.Get(gctx, routerPrefix(cfg.Namespace), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	routers, err := ec.Get(gctx, routerPrefix(cfg.Namespace), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd %s: list %s: %w", strings.Join(cfg.Etcd, ","), routerPrefix(cfg.Namespace), err)
+		return fmt.Errorf("etcd %s: list %s: %w", redactedURLs(cfg.Etcd), routerPrefix(cfg.Namespace), err)
+	}
+	for _, kv := range routers.Kvs {
+		if r, ok := routerOf(kv, log); ok {
+			l.routers[r.id] = r.key
+		}
 	}
 	l.wg.Add(1)
 	go l.watchRouters(kaCtx, ec, routers.Header.Revision+1)
@@ -241,47 +256,15 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	return runErr
 }
 
-func dialEtcd(ctx context.Context, endpoints []string) (*clientv3.Client, error) {
-	urls := strings.Join(endpoints, ",")
-	ec, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, fmt.Errorf("etcd %s: %w", urls, err)
-	}
-	// The client connects lazily: ask for something to know it is there.
-	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	defer cancel()
-	if _, err := ec.Get(sctx, "v1/mocker/"); err != nil {
-		_ = ec.Close()
-		return nil, fmt.Errorf("etcd %s unreachable: %w", urls, err)
-	}
-	return ec, nil
-}
-
-// reconnectBufSize is how much a NATS connection buffers while it
-// reconnects; nats.go publishes it once the connection is back (what
-// the peer was not yet resubscribed for is lost all the same). The
-// package's tests set it to -1 (no buffer: whatever is published during
-// an outage is lost) so an outage surely loses messages.
-var reconnectBufSize = 64 << 20
-
-func dialNATS(url, name string, opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(-1),
-		nats.ReconnectBufSize(reconnectBufSize)}, opts...)
-	nc, err := nats.Connect(url, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("nats %s unreachable: %w", url, err)
-	}
-	return nc, nil
-}
-
 // workerMsg is what reaches the worker's loop: a command, a transfer
 // server's cue, a decode's answer, or news that NATS is back.
 type workerMsg struct {
-	cmd         *command
+	sealed      []byte // a command as it came off NATS
 	arrived     *wireArrived
 	status      *wireStatus
 	reconnected bool
 	routerGone  int64 // a router's key in etcd is gone
+	routerUp    *routerUp
 }
 
 // workerLoop owns the engine worker: its own discrete-event queue paced
@@ -294,6 +277,7 @@ type workerLoop struct {
 	nc      *nats.Conn
 	id      int64
 	outSubj string
+	cmdSubj string
 	v       *engine.Virtual
 	w       *engine.Worker
 	server  *bootstrap.Server
@@ -323,6 +307,14 @@ type workerLoop struct {
 	events    eventPublisher // Dynamo's event plane
 	kvSubj    string
 	loadSubj  string
+	rooms     sessionRooms // the prefill's open rooms, by session
+	// plane is the worker's key pair, routers the public keys of the
+	// namespace's registered routers by lease id, rejected what the
+	// worker dropped (gate.go).
+	plane        planeKey
+	routers      map[int64]string
+	rejected     rejections
+	rejectLogged time.Time
 }
 
 func (l *workerLoop) post(m workerMsg) { l.in <- m }
@@ -353,7 +345,7 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	}
 	reg := Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
 		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: cmdSubject(ns, id), OutSubject: l.outSubj,
-		TransferAddr: l.transferAddr(), PID: os.Getpid()}
+		TransferAddr: l.transferAddr(), PID: os.Getpid(), PlaneKey: l.plane.public()}
 	regJSON, err := json.Marshal(reg)
 	if err != nil {
 		return err
@@ -393,7 +385,7 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 			clientv3.OpPut(key, string(regJSON), clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("etcd %s: register: %w", strings.Join(l.cfg.Etcd, ","), err)
+		return fmt.Errorf("etcd %s: register: %w", redactedURLs(l.cfg.Etcd), err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("etcd: %s is already registered", key)
@@ -500,22 +492,20 @@ func (l *workerLoop) handle(m workerMsg) {
 		l.items = append(l.items, item{Arrived: m.arrived})
 	case m.status != nil:
 		l.items = append(l.items, item{Status: m.status})
-	case m.cmd != nil:
-		l.receive(*m.cmd)
+	case m.sealed != nil:
+		l.receiveSealed(m.sealed)
 	case m.reconnected:
 		l.control(frame{Acks: l.inbox.active(time.Now())})
 	case m.routerGone != 0:
 		l.routerGone(m.routerGone)
+	case m.routerUp != nil:
+		l.routers[m.routerUp.id] = m.routerUp.key
 	}
 }
 
 // receive takes a command off NATS: a session's numbered commands are
 // applied once and in order (wire.go), control commands at once.
 func (l *workerLoop) receive(c command) {
-	if c.Session == 0 {
-		l.command(c)
-		return
-	}
 	switch c.Op {
 	case opAck:
 		l.inbox.session(c, l.seq, time.Now())
@@ -544,6 +534,7 @@ func (l *workerLoop) receive(c command) {
 // this they would run, or hold their KV, until their own ends, crowding
 // out the requests of the session that replaces it.
 func (l *workerLoop) withdraw(session uint64) {
+	l.abortRooms(session)
 	ids := l.owned.take(session)
 	if len(ids) == 0 {
 		return
@@ -566,14 +557,24 @@ func (l *workerLoop) withdraw(session uint64) {
 func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev int64) {
 	defer l.wg.Done()
 	watchPrefix(ctx, ec, routerPrefix(l.cfg.Namespace), rev, l.log, func(ev *clientv3.Event) {
-		if ev.Type != mvccpb.DELETE {
-			return
-		}
-		if id, err := instanceOfKey(string(ev.Kv.Key)); err == nil && id != 0 {
-			select {
-			case l.in <- workerMsg{routerGone: id}:
-			case <-ctx.Done():
+		var m workerMsg
+		switch {
+		case ev.Type == mvccpb.PUT:
+			r, ok := routerOf(ev.Kv, l.log)
+			if !ok {
+				return
 			}
+			m.routerUp = &r
+		default:
+			id, err := instanceOfKey(string(ev.Kv.Key))
+			if err != nil || id == 0 {
+				return
+			}
+			m.routerGone = id
+		}
+		select {
+		case l.in <- m:
+		case <-ctx.Done():
 		}
 	})
 }
@@ -582,15 +583,18 @@ func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev 
 // key in etcd is gone: it ended without a goodbye (killed, or cut off
 // from etcd for longer than its lease), so nobody waits for them.
 func (l *workerLoop) routerGone(router int64) {
+	delete(l.routers, router)
 	for _, session := range l.inbox.sessionsOf(router) {
 		reason := fmt.Sprintf("its router's etcd registration is gone (router %x: lease revoked or expired), so the worker withdrew the router's requests", router)
 		l.log.Info("ending a router's session", "session", session, "reason", reason)
+		key := keyed{id: session, key: l.inbox.key(session)}
 		l.inbox.forget(session)
 		// Ahead of the withdrawals' frames, for a router still there.
-		l.control(frame{Ended: &sessionEnded{Session: session, Reason: reason}})
+		l.control(frame{Ended: &sessionEnded{Session: session, Reason: reason}}, key)
 		l.withdraw(session)
 		l.uncouple(session)
 	}
+	l.inbox.routerGone(router)
 }
 
 // resend publishes again the frames a router lost, from seq on, and then
@@ -602,23 +606,27 @@ func (l *workerLoop) resend(session, seq uint64) {
 		l.control(frame{Lost: &lostFrames{Session: session, From: seq, Oldest: l.sent.oldest()}})
 		return
 	}
-	for _, data := range frames {
-		if err := l.nc.Publish(l.outSubj, data); err != nil {
+	keys := l.inbox.keys()
+	for _, body := range frames {
+		if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, body, keys...)); err != nil {
 			l.log.Warn("frame not published again", "err", err)
 		}
 	}
 	l.control(frame{})
 }
 
-// control publishes an unnumbered frame, with the worker's Head.
-func (l *workerLoop) control(f frame) {
+// control publishes an unnumbered frame, with the worker's Head, sealed
+// for every live session and those of extra (sessions just ended, whose
+// router is told why).
+func (l *workerLoop) control(f frame, extra ...keyed) {
 	f.Head = l.seq
+	f.Rejected = l.rejected.total()
 	data, err := json.Marshal(f)
 	if err != nil {
 		l.log.Error("control frame not encoded", "err", err)
 		return
 	}
-	if err := l.nc.Publish(l.outSubj, data); err != nil {
+	if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, data, append(l.inbox.keys(), extra...)...)); err != nil {
 		l.log.Warn("control frame not published", "err", err)
 	}
 }
@@ -640,12 +648,15 @@ func (l *workerLoop) command(c command) {
 	}
 	switch c.Op {
 	case opOpenRoom:
-		l.openRoom(c.TID, c.ID)
+		if l.openRoom(c.TID, c.ID) {
+			l.rooms.opened(c.Session, c.TID)
+		}
 		return
 	case opCloseRoom:
 		if l.server == nil {
 			return
 		}
+		l.rooms.closed(c.Session, c.TID)
 		var err error
 		if c.Transferred {
 			err = l.server.Complete(c.TID)
@@ -723,6 +734,7 @@ func (l *workerLoop) couple(c command) {
 				// The session numbers its transfers from 1, as a
 				// cluster in process does.
 				l.server.Reset()
+				l.rooms = sessionRooms{}
 			}
 			l.coupled, l.turn, l.answered = c.Session, c.Turn, 0
 			l.log.Info("running on a router's clock", "session", c.Session, "at_ms", c.At)
@@ -731,8 +743,9 @@ func (l *workerLoop) couple(c command) {
 	}
 	reason = "worker " + l.cfg.Name + " cannot run on a router's clock: " + reason
 	l.log.Warn("coupled session refused", "session", c.Session, "reason", reason)
+	key := keyed{id: c.Session, key: l.inbox.key(c.Session)}
 	l.inbox.forget(c.Session)
-	l.control(frame{Refused: &sessionEnded{Session: c.Session, Reason: reason}})
+	l.control(frame{Refused: &sessionEnded{Session: c.Session, Reason: reason}}, key)
 }
 
 // uncouple ends session's hold on the worker's clock, if it had it: the
@@ -767,15 +780,16 @@ func (l *workerLoop) runUntil(t float64) {
 }
 
 // openRoom opens a transfer room and answers with the handoff params the
-// decode needs, in the engine's own shape.
-func (l *workerLoop) openRoom(tid, reqID uint64) {
+// decode needs, in the engine's own shape; it reports whether the room is
+// open.
+func (l *workerLoop) openRoom(tid, reqID uint64) bool {
 	if l.server == nil {
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: "worker " + l.cfg.Name + " has no transfer server (not a prefill worker)"}})
-		return
+		return false
 	}
 	if err := l.server.Open(tid); err != nil {
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
-		return
+		return false
 	}
 	// The room is the transfer id; the token binds the router's request
 	// id, which the decode presents with it.
@@ -787,10 +801,12 @@ func (l *workerLoop) openRoom(tid, reqID uint64) {
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
+		_ = l.server.Abort(tid)
 		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
-		return
+		return false
 	}
 	l.items = append(l.items, item{Room: &wireRoom{TID: tid, Params: raw}})
+	return true
 }
 
 // connect is the decode side of a transfer: dial the source's transfer
@@ -898,7 +914,7 @@ func (l *workerLoop) flush() {
 		}
 		return
 	}
-	f := frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks}
+	f := frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks, Rejected: l.rejected.total()}
 	if l.coupled != 0 {
 		f.Turn = l.turn
 		l.answered = l.turn
@@ -912,9 +928,10 @@ func (l *workerLoop) flush() {
 		l.log.Error("frame not encoded", "err", err)
 		return
 	}
+	// Kept unsealed: a resend is sealed for the sessions live then.
 	l.sent.add(l.seq, data)
 	l.seq++
-	if err := l.nc.Publish(l.outSubj, data); err != nil {
+	if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, data, l.inbox.keys()...)); err != nil {
 		l.log.Warn("frame not published", "seq", l.seq-1, "err", err)
 	}
 }

@@ -177,10 +177,36 @@ declare module 'k6/x/mocker' {
     seed?: number;
   }
 
+  /** PEM files of a TLS client: the server's CA, and a client certificate and key for servers that verify clients. */
+  export interface TLSFiles {
+    ca?: string;
+    cert?: string;
+    key?: string;
+  }
+
+  /** NATS with credentials: one of user and password, token, creds (a credentials file) or nkey (a seed file); secrets may also come from MOCKER_NATS_USER, MOCKER_NATS_PASSWORD, MOCKER_NATS_TOKEN. */
+  export interface NATSConfig {
+    url: string;
+    user?: string;
+    password?: string;
+    token?: string;
+    creds?: string;
+    nkey?: string;
+    tls?: TLSFiles;
+  }
+
+  /** etcd with credentials; they may also come from MOCKER_ETCD_USERNAME and MOCKER_ETCD_PASSWORD. */
+  export interface EtcdConfig {
+    endpoints: string | string[];
+    username?: string;
+    password?: string;
+    tls?: TLSFiles;
+  }
+
   /** Services of the distributed transport: attach to `mocker worker` processes registered in etcd under namespace. */
   export interface TransportConfig {
-    etcd?: string | string[];
-    nats?: string;
+    etcd?: string | string[] | EtcdConfig;
+    nats?: string | NATSConfig;
     /** Default 'mocker'. */
     namespace?: string;
     /** Same as transport: 'local'. */
@@ -424,6 +450,8 @@ declare module 'k6/x/mocker' {
     modeled_ms: number;
     /** The cluster's speedup_ratio. */
     speedup_ratio: number;
+    /** Request-plane messages a distributed cluster dropped unapplied (forged, replayed, malformed or past a bound); absent when none. */
+    plane_rejected_total?: number;
   }
 
   /** handleSummary's data.mocker, also in the --summary-export file. */

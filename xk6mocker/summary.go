@@ -54,6 +54,10 @@ type ClusterSummary struct {
 	// × speedup_ratio, from the cluster's start); SpeedupRatio the ratio.
 	ModeledMs    float64 `json:"modeled_ms"`
 	SpeedupRatio float64 `json:"speedup_ratio"`
+	// PlaneRejected counts the messages a distributed cluster's request
+	// plane dropped at its gates, unapplied: forged, replayed, malformed
+	// or past a bound (docs/distributed-security.md); absent when none.
+	PlaneRejected uint64 `json:"plane_rejected_total,omitempty"`
 }
 
 // RequestCounts counts a cluster's requests by how they ended.
@@ -136,6 +140,9 @@ func (e *entry) summary() ClusterSummary {
 	s.LagWarning = lagWarning(lag, e.scale.Ratio(), e.stepped)
 	s.ModeledMs = e.modeledNow()
 	s.SpeedupRatio = e.scale.Ratio()
+	if p, ok := e.c.Transport().(interface{ PlaneRejected() uint64 }); ok {
+		s.PlaneRejected = p.PlaneRejected()
+	}
 	return s
 }
 
@@ -186,6 +193,9 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	line("peak held blocks", fmt.Sprint(s.PeakHeldBlocks))
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
 	line("modeled time", fmt.Sprintf("%s (script time × speedup_ratio %g)", ms(s.ModeledMs), s.SpeedupRatio))
+	if s.PlaneRejected > 0 {
+		line("plane rejected", fmt.Sprintf("WARN %d request-plane messages dropped unapplied (forged, replayed, malformed or past a bound)", s.PlaneRejected))
+	}
 	if s.LagWarning != "" {
 		line("clock lag", "WARN "+s.LagWarning)
 	}

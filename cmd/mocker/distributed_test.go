@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -90,13 +91,41 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "decode"}, &bytes.Buffer{}, &stderr))
 	assert.True(t, strings.HasPrefix(stderr.String(), "mocker worker: --role, --etcd and --nats are required"), stderr.String())
 	stderr.Reset()
-	assert.Equal(t, 1, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
+	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "cook", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), `--role: "cook"; want prefill, decode or aggregated`)
 	stderr.Reset()
 	assert.Equal(t, exitUsage, dispatch([]string{"worker", "--role", "prefill", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--max-rooms", "-1"},
 		&bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), "--max-rooms -1: want 0 (the default) or more")
+}
+
+// TestWorker_FlagsThatMakeNoSenseAreRefusedByName: each is a usage error
+// naming its flag, before the worker dials anything.
+func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
+	t.Parallel()
+	big := filepath.Join(t.TempDir(), "big.json")
+	require.NoError(t, os.WriteFile(big, make([]byte, maxArgsFile+1), 0o600))
+	base := []string{"worker", "--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"repeated role", []string{"--role", "prefill", "--role", "decode"}, `flag -role: given twice ("prefill", then "decode")`},
+		{"block_size 0", []string{"--role", "decode", "--args", `{"block_size": 0}`}, "--args: block_size 0: a worker must state its block size"},
+		{"negative drain timeout", []string{"--role", "decode", "--drain-timeout", "-1s"}, "--drain-timeout -1s: want 0 or more"},
+		{"args file too large", []string{"--role", "decode", "--args", "@" + big}, "larger than 16 MiB"},
+		{"bad etcd URL", []string{"--role", "decode", "--etcd", "::"}, "transport.etcd[0]"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var stderr bytes.Buffer
+			assert.Equal(t, exitUsage, dispatch(append(append([]string{}, base...), tt.args...), &bytes.Buffer{}, &stderr))
+			assert.Contains(t, stderr.String(), tt.want)
+		})
+	}
 }
 
 // TestRun_CoupledWorkersGiveTheInProcessFigures: scripts/cascade.js under
@@ -136,4 +165,28 @@ func TestRun_CoupledWorkersGiveTheInProcessFigures(t *testing.T) {
 	delete(want.Mocker.Clusters["cascade"], "transport")
 	delete(got.Mocker.Clusters["cascade"], "transport")
 	assert.Equal(t, want.Mocker, got.Mocker)
+}
+
+// TestRun_InterruptedCascadeCountsNoPhantomHolds: scripts/cascade.js
+// stopped by SIGINT mid-run ends the requests that were holding KV; their
+// holds end cancelled, and the teardown must not count them as open (nor
+// fail the run as a leak) when every block is free.
+func TestRun_InterruptedCascadeCountsNoPhantomHolds(t *testing.T) {
+	t.Parallel()
+	bin, err := binary()
+	require.NoError(t, err)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "run", "-q", "--no-color", "-e", "DURATION=120s", filepath.Join("..", "..", "scripts", "cascade.js"))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	require.NoError(t, cmd.Start())
+	// The run is well under way (decode saturated, holds piling up) long
+	// before this; how long it has run does not change what is checked.
+	time.Sleep(3 * time.Second)
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, out.String())
+	assert.Equal(t, 105, exit.ExitCode(), "interrupted: %s", out.String())
+	assert.Regexp(t, `after drain: held 0, reserved 0, active 0, open holds 0`, out.String())
+	assert.NotContains(t, out.String(), "did not drain cleanly")
 }

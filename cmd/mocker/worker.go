@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/distributed"
 	"github.com/kvstrand/mocker/engine"
 )
@@ -48,16 +49,33 @@ Flags:
       --log-level L        debug, info (default), warn or error; logs go to stderr
   -h, --help               print this help
 
+Credentials (secrets come from the environment, never from flags, which
+every user of the host sees in ps):
+      --nats-user U        NATS user; the password is $MOCKER_NATS_PASSWORD
+                           (a token instead: $MOCKER_NATS_TOKEN)
+      --nats-creds FILE    NATS credentials file (JWT and NKey seed)
+      --nats-nkey FILE     NATS NKey seed file
+      --nats-ca FILE       CA of the NATS server's certificate (TLS)
+      --nats-cert FILE     client certificate for NATS (with --nats-key)
+      --nats-key FILE      its key
+      --etcd-user U        etcd user; the password is $MOCKER_ETCD_PASSWORD
+      --etcd-ca FILE       CA of etcd's certificate (TLS)
+      --etcd-cert FILE     client certificate for etcd (with --etcd-key)
+      --etcd-key FILE      its key
+$MOCKER_NATS_USER and $MOCKER_ETCD_USERNAME stand in for the user flags.
+
 Exit codes: 0 after a clean shutdown, 1 when it cannot start or loses its
-lease, 2 for bad flags.
+lease, 2 for flags that make no sense (an unknown or repeated flag, a bad
+role, engine arguments or URL).
 `
 
 func workerCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	var cfg distributed.WorkerConfig
-	var role, etcd, argsFlag, level string
-	fs.StringVar(&role, "role", "", "")
+	var etcd, argsFlag, level string
+	var role onceFlag
+	fs.Var(&role, "role", "")
 	fs.StringVar(&cfg.Engine, "engine", "vllm", "")
 	fs.StringVar(&cfg.Namespace, "namespace", "", "")
 	fs.StringVar(&etcd, "etcd", "", "")
@@ -70,6 +88,16 @@ func workerCmd(args []string, stderr io.Writer) int {
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
+	fs.StringVar(&cfg.NATSAuth.User, "nats-user", "", "")
+	fs.StringVar(&cfg.NATSAuth.Creds, "nats-creds", "", "")
+	fs.StringVar(&cfg.NATSAuth.NKey, "nats-nkey", "", "")
+	fs.StringVar(&cfg.NATSAuth.TLS.CA, "nats-ca", "", "")
+	fs.StringVar(&cfg.NATSAuth.TLS.Cert, "nats-cert", "", "")
+	fs.StringVar(&cfg.NATSAuth.TLS.Key, "nats-key", "", "")
+	fs.StringVar(&cfg.EtcdAuth.Username, "etcd-user", "", "")
+	fs.StringVar(&cfg.EtcdAuth.TLS.CA, "etcd-ca", "", "")
+	fs.StringVar(&cfg.EtcdAuth.TLS.Cert, "etcd-cert", "", "")
+	fs.StringVar(&cfg.EtcdAuth.TLS.Key, "etcd-key", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(os.Stdout, workerUsage)
@@ -82,7 +110,7 @@ func workerCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mocker worker: unexpected argument %q\n", fs.Arg(0))
 		return exitUsage
 	}
-	if role == "" || etcd == "" || cfg.NATS == "" {
+	if role.v == "" || etcd == "" || cfg.NATS == "" {
 		fmt.Fprintf(stderr, "mocker worker: --role, --etcd and --nats are required\n\n%s", workerUsage)
 		return exitUsage
 	}
@@ -90,10 +118,22 @@ func workerCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mocker worker: --max-rooms %d: want 0 (the default) or more\n", cfg.MaxRooms)
 		return exitUsage
 	}
-	cfg.Role = engine.WorkerType(role)
+	if cfg.DrainTimeout < 0 {
+		fmt.Fprintf(stderr, "mocker worker: --drain-timeout %s: want 0 or more\n", cfg.DrainTimeout)
+		return exitUsage
+	}
+	// The passwords are the environment's (auth.go): read them here, so
+	// the config's checks see a user with its password.
+	if cfg.NATSAuth.User != "" {
+		cfg.NATSAuth.Password = cluster.Secret(os.Getenv(distributed.EnvNATSPassword))
+	}
+	if cfg.EtcdAuth.Username != "" {
+		cfg.EtcdAuth.Password = cluster.Secret(os.Getenv(distributed.EnvEtcdPassword))
+	}
+	cfg.Role = engine.WorkerType(role.v)
 	cfg.Etcd = strings.Split(etcd, ",")
 	if strings.HasPrefix(argsFlag, "@") {
-		data, err := os.ReadFile(argsFlag[1:])
+		data, err := readArgsFile(argsFlag[1:])
 		if err != nil {
 			fmt.Fprintf(stderr, "mocker worker: --args: %v\n", err)
 			return exitUsage
@@ -112,7 +152,47 @@ func workerCmd(args []string, stderr io.Writer) int {
 	defer stop()
 	if err := distributed.RunWorker(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "mocker worker: %v\n", err)
+		if distributed.IsUsage(err) {
+			return exitUsage
+		}
 		return 1
 	}
 	return 0
+}
+
+// maxArgsFile bounds what --args @FILE reads: engine arguments, even with
+// a planner profile, are far smaller, and /dev/zero is endless.
+const maxArgsFile = 16 << 20
+
+func readArgsFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxArgsFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > maxArgsFile {
+		return nil, fmt.Errorf("%s: larger than %d MiB; engine arguments are a small JSON object", path, maxArgsFile>>20)
+	}
+	return data, nil
+}
+
+// onceFlag is a string flag that may be given once: a second --role is a
+// mistake, not a change of mind.
+type onceFlag struct {
+	v   string
+	set bool
+}
+
+func (f *onceFlag) String() string { return f.v }
+
+func (f *onceFlag) Set(s string) error {
+	if f.set {
+		return fmt.Errorf("given twice (%q, then %q); give it once", f.v, s)
+	}
+	f.v, f.set = s, true
+	return nil
 }

@@ -1,0 +1,244 @@
+package distributed
+
+import (
+	"crypto/ecdh"
+	"crypto/hkdf"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+)
+
+// Integrity of the request plane. NATS credentials say who may use the
+// bus, not who said what on it: anyone allowed to publish on a worker's
+// subjects could otherwise drop it from routing, end another router's
+// session or replace its frames. So every command and frame is sealed
+// with a MAC under a key only its router session and its worker know, and
+// whatever fails is dropped and counted, never applied.
+//
+// Keys. Each worker process and each router makes an X25519 key pair when
+// it starts and publishes the public half in its etcd record, which lives
+// under its own lease (Registration.PlaneKey, RouterRegistration.PlaneKey).
+// A session's key is HKDF-SHA256 over the X25519 secret of the router's
+// and the worker's pairs, salted with the session id and bound to the
+// namespace, the worker's instance id and the router's lease id
+// (sessionKey). Nothing secret crosses the bus or etcd: etcd is trusted
+// for who is who (whoever may write the namespace's keys may register a
+// router or a worker: lock etcd down, docs/distributed-security.md), the
+// bus for nothing.
+//
+// Seal. A sealed message is the JSON body behind its tags:
+//
+//	version (1 byte, 1) | count n (2 bytes, big endian)
+//	n × ( id (8 bytes, big endian) | HMAC-SHA256 (32 bytes) )
+//	body (JSON)
+//
+// A tag's id names the key: a command has one, its session's; a frame
+// one per session the worker serves (every router reads every frame); a
+// router's own departure marker one under a key of its own (leaveTag).
+// The MAC covers the direction, the id, the subject (so the worker) and
+// the body, which carries the session's Seq: a command cannot be replayed
+// as a frame, to another worker or with another body, and the reliable
+// plane applies a Seq once.
+const (
+	sealVersion = 1
+	sealTagSize = 8 + sha256.Size
+	// maxSealTags bounds the tags of one message, so the sessions one
+	// worker serves at once.
+	maxSealTags = 256
+)
+
+// Message directions, the MAC's first byte.
+const (
+	dirCommand byte = 'c'
+	dirFrame   byte = 'f'
+)
+
+// sealTag is one id's MAC.
+type sealTag struct {
+	id  uint64
+	mac [sha256.Size]byte
+}
+
+// keyed is a MAC key and the id its tag is filed under.
+type keyed struct {
+	id  uint64
+	key []byte
+}
+
+// mac computes a tag's MAC.
+func mac(key []byte, dir byte, id uint64, subject string, body []byte) [sha256.Size]byte {
+	h := hmac.New(sha256.New, key)
+	var hdr [9]byte
+	hdr[0] = dir
+	binary.BigEndian.PutUint64(hdr[1:], id)
+	h.Write(hdr[:])
+	h.Write([]byte(subject))
+	h.Write([]byte{0})
+	h.Write(body)
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// seal returns body behind a tag for each key.
+func seal(dir byte, subject string, body []byte, keys ...keyed) []byte {
+	if len(keys) > maxSealTags {
+		keys = keys[:maxSealTags]
+	}
+	out := make([]byte, 3, 3+len(keys)*sealTagSize+len(body))
+	out[0] = sealVersion
+	binary.BigEndian.PutUint16(out[1:], uint16(len(keys)))
+	for _, k := range keys {
+		out = binary.BigEndian.AppendUint64(out, k.id)
+		m := mac(k.key, dir, k.id, subject, body)
+		out = append(out, m[:]...)
+	}
+	return append(out, body...)
+}
+
+// errMalformed is a message that is not a sealed one at all.
+var errMalformed = errors.New("not a sealed message")
+
+// unseal splits a sealed message into its tags and body; nothing in it is
+// trusted until verify says so.
+func unseal(data []byte) ([]sealTag, []byte, error) {
+	if len(data) < 3 || data[0] != sealVersion {
+		return nil, nil, errMalformed
+	}
+	n := int(binary.BigEndian.Uint16(data[1:]))
+	if n > maxSealTags || len(data) < 3+n*sealTagSize {
+		return nil, nil, errMalformed
+	}
+	tags := make([]sealTag, n)
+	p := data[3:]
+	for i := range tags {
+		tags[i].id = binary.BigEndian.Uint64(p)
+		copy(tags[i].mac[:], p[8:sealTagSize])
+		p = p[sealTagSize:]
+	}
+	return tags, p, nil
+}
+
+// tagOf finds id's tag.
+func tagOf(tags []sealTag, id uint64) (sealTag, bool) {
+	for _, t := range tags {
+		if t.id == id {
+			return t, true
+		}
+	}
+	return sealTag{}, false
+}
+
+// verify reports whether t is the MAC of body under key.
+func verify(t sealTag, key []byte, dir byte, subject string, body []byte) bool {
+	m := mac(key, dir, t.id, subject, body)
+	return hmac.Equal(m[:], t.mac[:])
+}
+
+// planeKey is a worker's or a router's X25519 key pair.
+type planeKey struct{ priv *ecdh.PrivateKey }
+
+func newPlaneKey() (planeKey, error) {
+	k, err := ecdh.X25519().GenerateKey(rand.Reader)
+	if err != nil {
+		return planeKey{}, fmt.Errorf("plane key: %w", err)
+	}
+	return planeKey{priv: k}, nil
+}
+
+// public is the pair's public half as etcd records carry it.
+func (k planeKey) public() string {
+	return base64.StdEncoding.EncodeToString(k.priv.PublicKey().Bytes())
+}
+
+// sessionKey derives the MAC key of session between worker instance and
+// router (lease ids) in namespace ns, from this side's pair and the other
+// side's public half (base64, as etcd carries it).
+func (k planeKey) sessionKey(peer string, ns string, instance, router int64, session uint64) ([]byte, error) {
+	raw, err := base64.StdEncoding.DecodeString(peer)
+	if err != nil {
+		return nil, fmt.Errorf("plane key: %w", err)
+	}
+	pub, err := ecdh.X25519().NewPublicKey(raw)
+	if err != nil {
+		return nil, fmt.Errorf("plane key: %w", err)
+	}
+	secret, err := k.priv.ECDH(pub)
+	if err != nil {
+		return nil, fmt.Errorf("plane key: %w", err)
+	}
+	salt := binary.BigEndian.AppendUint64(nil, session)
+	info := fmt.Sprintf("mocker request plane v1\x00%s\x00%x\x00%x", ns, instance, router)
+	return hkdf.Key(sha256.New, secret, salt, info, sha256.Size)
+}
+
+// newSessionID is an unguessable, non-zero session id.
+func newSessionID() uint64 {
+	var b [8]byte
+	for {
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		if id := binary.BigEndian.Uint64(b[:]); id != 0 {
+			return id
+		}
+	}
+}
+
+// newMACKey is a random key for what one process seals to itself.
+func newMACKey() []byte {
+	b := make([]byte, sha256.Size)
+	_, _ = rand.Read(b)
+	return b
+}
+
+// Rejection reasons, as PlaneStats counts them.
+const (
+	rejectMalformed      = "malformed"       // not sealed, or its body unreadable
+	rejectBadMAC         = "bad_mac"         // a tag that does not verify
+	rejectUnknownSession = "unknown_session" // no key for it here
+	rejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
+	rejectLimit          = "limit"           // a bound on held state reached
+)
+
+// rejections counts dropped messages by reason; safe for concurrent use.
+type rejections struct {
+	malformed, badMAC, unknownSession, unknownRouter, limit atomic.Uint64
+}
+
+func (r *rejections) add(reason string) {
+	switch reason {
+	case rejectMalformed:
+		r.malformed.Add(1)
+	case rejectBadMAC:
+		r.badMAC.Add(1)
+	case rejectUnknownSession:
+		r.unknownSession.Add(1)
+	case rejectUnknownRouter:
+		r.unknownRouter.Add(1)
+	case rejectLimit:
+		r.limit.Add(1)
+	}
+}
+
+func (r *rejections) total() uint64 {
+	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load()
+}
+
+// byReason is the counts by reason, the zero ones left out.
+func (r *rejections) byReason() map[string]uint64 {
+	out := map[string]uint64{}
+	for _, c := range []struct {
+		name string
+		n    uint64
+	}{{rejectMalformed, r.malformed.Load()}, {rejectBadMAC, r.badMAC.Load()}, {rejectUnknownSession, r.unknownSession.Load()},
+		{rejectUnknownRouter, r.unknownRouter.Load()}, {rejectLimit, r.limit.Load()}} {
+		if c.n > 0 {
+			out[c.name] = c.n
+		}
+	}
+	return out
+}
