@@ -501,6 +501,28 @@ func resolve(cfg Config) (resolved, error) {
 // scaleOf is the time scale of a worker's args.
 func scaleOf(a engine.Args) timescale.Scale { return timescale.New(a.SpeedupRatio) }
 
+// WorkerArgs resolves the engine args of one worker of the given engine
+// and role, as a pool of one: the laptop defaults, args over them, the
+// page-size rule, and the bounds on times and memory a cluster's pools
+// get. A worker that runs alone (`mocker worker`) uses it, so it takes
+// exactly what a pool of an in-process cluster would. Errors name the key
+// as "args.KEY".
+func WorkerArgs(engineName string, role engine.WorkerType, args map[string]any) (engine.Args, error) {
+	cfg := Config{Engine: engineName, Args: args}
+	a, err := poolArgs(cfg, role, "", nil)
+	if err != nil {
+		return a, err
+	}
+	p := pool{role: role, path: "args", workers: 1, args: a}
+	if err := checkTimes(cfg, p); err != nil {
+		return a, err
+	}
+	if err := checkMemory(cfg, []pool{p}); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
 // poolArgs layers the laptop defaults, the cluster's args, the pool's args
 // and the role, and names any error by the layer that set the field.
 func poolArgs(cfg Config, role engine.WorkerType, name string, own map[string]any) (engine.Args, error) {

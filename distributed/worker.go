@@ -1,6 +1,8 @@
 package distributed
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,18 +67,24 @@ type WorkerConfig struct {
 // before it gives up, naming the URL.
 const dialTimeout = 5 * time.Second
 
-// workerArgs resolves cfg's engine args.
+// workerArgs resolves cfg's engine args as the cluster resolves a pool's
+// (cluster.WorkerArgs): the same defaults, page-size rule and bounds.
 func workerArgs(cfg WorkerConfig) (engine.Args, error) {
-	defaults, _ := json.Marshal(map[string]any{
-		"block_size": cluster.DefaultBlockSize, "num_gpu_blocks": cluster.DefaultNumGPUBlocks, "speedup_ratio": cluster.DefaultSpeedupRatio,
-	})
-	forced, _ := json.Marshal(map[string]any{"engine_type": cfg.Engine, "worker_type": string(cfg.Role)})
-	layers := [][]byte{defaults}
+	var m map[string]any
 	if len(cfg.Args) > 0 {
-		layers = append(layers, cfg.Args)
+		dec := json.NewDecoder(bytes.NewReader(cfg.Args))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil || m == nil {
+			return engine.Args{}, fmt.Errorf("--args: want a JSON object of engine args such as {\"num_gpu_blocks\": 512}: %v", cmp.Or(err, errors.New("got null")))
+		}
 	}
-	a, err := engine.ParseArgsLayers(append(layers, forced)...)
+	a, err := cluster.WorkerArgs(cfg.Engine, cfg.Role, m)
 	if err != nil {
+		// The cluster names a key by its layer, "args.KEY"; here the
+		// layer is the flag.
+		if rest, ok := strings.CutPrefix(err.Error(), "args."); ok {
+			return a, fmt.Errorf("--args: %s", rest)
+		}
 		return a, fmt.Errorf("--args: %w", err)
 	}
 	if a.DPSize > 1 {
@@ -866,8 +874,8 @@ func (l *workerLoop) connect(c command) {
 // speedup_ratio, plus a margin for the network.
 func (l *workerLoop) awaitBound() time.Duration {
 	ms := float64(l.args.HandoffSessionTimeoutMs)
-	if a := l.args.KVTransferAbortTimeoutMs; a != nil && float64(*a) > ms {
-		ms = float64(*a)
+	if a, ok := l.args.AbortTimeoutMs(); ok {
+		ms = max(ms, float64(a))
 	}
 	return l.scale.Script(ms) + 10*time.Second
 }
