@@ -75,10 +75,10 @@ func BenchmarkKVRoute(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		req.ID = ids[i%len(ids)]
-		w, err := r.Route(&req)
+		w, err := routeByID(r, &req)
 		if err != nil || w != 1 {
 			b.Fatalf("routed to %d, %v; want worker 1", w, err)
 		}
-		r.Free(req.ID)
+		freeByID(r, req.ID)
 	}
 }

@@ -31,11 +31,11 @@
 //
 // Lower wins. pending_prefill_tokens and active_blocks are the router's own
 // prediction, updated as it routes: a routed request charges its uncached
-// prompt tokens until PrefillDone (first token) and its blocks until Free,
-// with blocks refcounted by sequence hash so requests sharing a prefix on a
-// worker share blocks. (RouteLease and RouteDisaggLease track a request by
-// the Lease they return instead of its id, for callers that route at a
-// high rate: PrefillDoneLease and FreeLease then need no lookup.) At
+// prompt tokens until PrefillDoneLease (first token) and its blocks until
+// FreeLease, with blocks refcounted by sequence hash so requests sharing a
+// prefix on a worker share blocks. (RouteLease and RouteDisaggLease track a
+// request by the Lease they return, so PrefillDoneLease and FreeLease need
+// no lookup.) At
 // router_temperature 0 the minimum cost wins, ties going to the worker
 // with fewer indexed blocks and then to a uniform draw;
 // above 0 a worker is sampled with probability proportional to

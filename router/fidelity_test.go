@@ -26,8 +26,8 @@ func TestFidelity_DecisionScenarioUnderDynamoCompat(t *testing.T) {
 		store(t, r, workerB, "ACE", 0)
 		assert.Equal(t, workerA, route(t, r, "acdf", "ACDF"), "longest prefix")
 		store(t, r, workerA, "ACDF", 3)
-		r.PrefillDone("acdf")
-		r.Free("acdf")
+		prefillDoneByID(r, "acdf")
+		freeByID(r, "acdf")
 		seen[route(t, r, "acg", "ACG")]++
 	}
 	assert.Positive(t, seen[workerA], "a wins some ties: %v", seen)

@@ -24,14 +24,14 @@ func TestRouter_EventsBeforeRegistrationAreKept(t *testing.T) {
 	r := newRouter(t, nil, agg(workerA)...)
 	store(t, r, workerB, "ABCD", 0)
 	assert.Equal(t, workerA, route(t, r, "1", "ABCD"), "an unregistered worker is not routable")
-	r.Free("1")
+	freeByID(r, "1")
 
 	require.NoError(t, r.AddWorker(agg(workerB)[0]))
 	ws, _ := r.Worker(workerB)
 	assert.Equal(t, 4, ws.TreeSize, "the early event was applied")
 	assert.Equal(t, uint64(1), r.Stats().EventsEarly)
 	assert.Equal(t, workerB, route(t, r, "2", "ABCD"), "its cache counts once registered")
-	r.Free("2")
+	freeByID(r, "2")
 
 	require.True(t, r.RemoveWorker(workerB))
 	ignored := r.Stats().EventsIgnored
@@ -74,7 +74,7 @@ func TestRouter_RequestTTLExpiresForgottenRequests(t *testing.T) {
 
 	now = now.Add(time.Second) // "old" is 300 s old
 	route(t, r, "probe", "G")
-	r.Free("probe")
+	freeByID(r, "probe")
 	ws, _ = r.Worker(workerA)
 	assert.Equal(t, 1, ws.InFlight, "the forgotten request no longer counts")
 	assert.Equal(t, 2, ws.ActiveBlocks, "only EF's blocks remain")
@@ -82,9 +82,9 @@ func TestRouter_RequestTTLExpiresForgottenRequests(t *testing.T) {
 	assert.Equal(t, 1, r.InFlight())
 	assert.Equal(t, uint64(1), r.Stats().ExpiredRequests)
 
-	r.Free("old") // late: a no-op
-	r.PrefillDone("new")
-	r.Free("new")
+	freeByID(r, "old") // late: a no-op
+	prefillDoneByID(r, "new")
+	freeByID(r, "new")
 	ws, _ = r.Worker(workerA)
 	assert.Zero(t, ws.InFlight)
 	assert.Zero(t, ws.ActiveBlocks)
@@ -108,7 +108,7 @@ func TestRouter_RequestTTLCountsFromTheLatestRouting(t *testing.T) {
 	require.NoError(t, r.AddWorker(agg(workerA)[0]))
 	probe := func() router.WorkerState {
 		route(t, r, "probe", "G")
-		r.Free("probe")
+		freeByID(r, "probe")
 		ws, _ := r.Worker(workerA)
 		return ws
 	}
@@ -116,7 +116,7 @@ func TestRouter_RequestTTLCountsFromTheLatestRouting(t *testing.T) {
 	route(t, r, "old", "Q") // holds the age queue's head until 300 s
 	at(10)
 	route(t, r, "x", "ABCD")
-	r.Free("x")
+	freeByID(r, "x")
 	at(200)
 	route(t, r, "x", "EF")
 	at(320) // "old" and the first routing of x are over 300 s old
@@ -145,9 +145,9 @@ func TestRouter_PrefillTokensThresholdFrac(t *testing.T) {
 	require.NoError(t, r.AddWorker(agg(workerA)[0]))
 	route(t, r, "a", "AB") // 8 tokens, not over 10
 	route(t, r, "b", "C")  // 12 tokens pending, over 10
-	_, err = r.Route(&router.Request{ID: "c", Tokens: tokens("D")})
+	_, err = routeByID(r, &router.Request{ID: "c", Tokens: tokens("D")})
 	require.ErrorIs(t, err, router.ErrAllBusy)
-	r.PrefillDone("b")
+	prefillDoneByID(r, "b")
 	route(t, r, "c", "D")
 
 	// A worker that reports max_num_batched_tokens is measured against it.
@@ -156,7 +156,7 @@ func TestRouter_PrefillTokensThresholdFrac(t *testing.T) {
 		router.WorkerInfo{ID: 1, Role: router.RoleAggregated, MaxBatchedTokens: 16})
 	route(t, r, "a", "AB") // 8 tokens: at the limit, not over
 	route(t, r, "b", "C")  // 12
-	_, err = r.Route(&router.Request{ID: "c", Tokens: tokens("D")})
+	_, err = routeByID(r, &router.Request{ID: "c", Tokens: tokens("D")})
 	require.ErrorIs(t, err, router.ErrAllBusy)
 	ws, _ := r.Worker(1)
 	assert.True(t, ws.Busy)
@@ -184,18 +184,18 @@ func TestRouter_RejectedDisaggLeavesSelectionState(t *testing.T) {
 			}
 			rejected, clean := build(), build()
 			rejected.UpdateLoad(9, router.Load{RouterActiveBlocks: 900})
-			_, _, err := rejected.RouteDisagg(&router.Request{ID: "x", Tokens: tokens("AB")})
+			_, _, err := routeDisaggByID(rejected, &router.Request{ID: "x", Tokens: tokens("AB")})
 			require.ErrorIs(t, err, router.ErrAllBusy)
 			rejected.UpdateLoad(9, router.Load{})
 			for i := range 6 {
 				id := string(rune('a' + i))
-				p1, _, err := rejected.RouteDisagg(&router.Request{ID: id, Tokens: tokens("AB")})
+				p1, _, err := routeDisaggByID(rejected, &router.Request{ID: id, Tokens: tokens("AB")})
 				require.NoError(t, err)
-				p2, _, err := clean.RouteDisagg(&router.Request{ID: id, Tokens: tokens("AB")})
+				p2, _, err := routeDisaggByID(clean, &router.Request{ID: id, Tokens: tokens("AB")})
 				require.NoError(t, err)
 				assert.Equal(t, p2, p1, "request %s", id)
-				rejected.Free(id)
-				clean.Free(id)
+				freeByID(rejected, id)
+				freeByID(clean, id)
 			}
 		})
 	}
@@ -252,7 +252,7 @@ func TestRouter_ClockAndLoggerRunOutsideTheLock(t *testing.T) {
 				require.NoError(t, r.AddWorker(agg(workerA)[0]))
 				return r
 			},
-			trigger: func(r *router.Router) { _, _ = r.Route(&router.Request{ID: "a", Tokens: tokens("AB")}) },
+			trigger: func(r *router.Router) { _, _ = routeByID(r, &router.Request{ID: "a", Tokens: tokens("AB")}) },
 		},
 		{
 			name: "logger",

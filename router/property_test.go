@@ -132,7 +132,7 @@ func TestRouter_NeverPicksRemovedOrBusy(t *testing.T) {
 				before := r.Workers()
 				id := fmt.Sprint("r", next)
 				next++
-				got, err := r.Route(&router.Request{ID: id, Tokens: tokens(prompts.Draw(t, "prompt"))})
+				got, err := routeByID(r, &router.Request{ID: id, Tokens: tokens(prompts.Draw(t, "prompt"))})
 				if !rejected(before, router.RoleAggregated, err) {
 					require.NoError(t, err)
 					picked(before, router.RoleAggregated, got)
@@ -142,7 +142,7 @@ func TestRouter_NeverPicksRemovedOrBusy(t *testing.T) {
 				before := r.Workers()
 				id := fmt.Sprint("d", next)
 				next++
-				p, d, err := r.RouteDisagg(&router.Request{ID: id, Tokens: tokens(prompts.Draw(t, "prompt"))})
+				p, d, err := routeDisaggByID(r, &router.Request{ID: id, Tokens: tokens(prompts.Draw(t, "prompt"))})
 				if rejected(before, router.RolePrefill, err) || rejected(before, router.RoleDecode, err) {
 					continue
 				}
@@ -156,15 +156,15 @@ func TestRouter_NeverPicksRemovedOrBusy(t *testing.T) {
 				}
 				i := rapid.IntRange(0, len(inflight)-1).Draw(t, "which")
 				if rapid.Bool().Draw(t, "free") {
-					r.Free(inflight[i])
+					freeByID(r, inflight[i])
 					inflight = append(inflight[:i], inflight[i+1:]...)
 				} else {
-					r.PrefillDone(inflight[i])
+					prefillDoneByID(r, inflight[i])
 				}
 			}
 		}
 		for _, id := range inflight {
-			r.Free(id)
+			freeByID(r, id)
 		}
 		require.Equal(t, 0, r.InFlight())
 		for _, st := range r.Workers() {
@@ -175,14 +175,13 @@ func TestRouter_NeverPicksRemovedOrBusy(t *testing.T) {
 	})
 }
 
-// TestRouter_LeasesTrackAsIDsDo drives two routers of one config through the
-// same random steps, one tracking requests by id and one by lease, and
-// requires the same choices, the same worker states and the same count in
-// flight after every step: a lease is only another name for the request.
-// Calls with a lease whose request has ended (freed, or expired by the
-// request TTL), even when its state now serves another request, must
-// change nothing.
-func TestRouter_LeasesTrackAsIDsDo(t *testing.T) {
+// TestRouter_StaleLeasesChangeNothing drives two routers of one config
+// through the same random steps, and requires the same choices, the same
+// worker states and the same count in flight after every step, while one
+// of them also gets calls with leases whose request has ended (freed, or
+// expired by the request TTL), even when their state now serves another
+// request: such calls must change nothing.
+func TestRouter_StaleLeasesChangeNothing(t *testing.T) {
 	t.Parallel()
 	rapid.Check(t, func(t *rapid.T) {
 		cfg := router.DefaultConfig()
@@ -239,12 +238,12 @@ func TestRouter_LeasesTrackAsIDsDo(t *testing.T) {
 				var f flight
 				var err1, err2 error
 				if rapid.Bool().Draw(t, "disagg") {
-					p1, d1, err := byID.RouteDisagg(&router.Request{ID: id, Tokens: tokens(prompt)})
+					p1, d1, err := routeDisaggByID(byID, &router.Request{ID: id, Tokens: tokens(prompt)})
 					p2, d2, l, err2b := byLease.RouteDisaggLease(&router.Request{ID: id, Tokens: tokens(prompt)})
 					require.Equal(t, [2]uint64{p1, d1}, [2]uint64{p2, d2})
 					f, err1, err2 = flight{id, l}, err, err2b
 				} else {
-					w1, err := byID.Route(&router.Request{ID: id, Tokens: tokens(prompt)})
+					w1, err := routeByID(byID, &router.Request{ID: id, Tokens: tokens(prompt)})
 					w2, l, err2b := byLease.RouteLease(&router.Request{ID: id, Tokens: tokens(prompt)})
 					require.Equal(t, w1, w2)
 					f, err1, err2 = flight{id, l}, err, err2b
@@ -260,12 +259,12 @@ func TestRouter_LeasesTrackAsIDsDo(t *testing.T) {
 				i := rapid.IntRange(0, len(inflight)-1).Draw(t, "which")
 				f := inflight[i]
 				if rapid.Bool().Draw(t, "free") {
-					byID.Free(f.id)
+					freeByID(byID, f.id)
 					byLease.FreeLease(f.lease)
 					inflight = append(inflight[:i], inflight[i+1:]...)
 					ended = append(ended, f.lease)
 				} else {
-					byID.PrefillDone(f.id)
+					prefillDoneByID(byID, f.id)
 					byLease.PrefillDoneLease(f.lease)
 				}
 			case 7:
@@ -285,7 +284,7 @@ func TestRouter_LeasesTrackAsIDsDo(t *testing.T) {
 			require.Equal(t, byID.InFlight(), byLease.InFlight())
 		}
 		for _, f := range inflight {
-			byID.Free(f.id)
+			freeByID(byID, f.id)
 			byLease.FreeLease(f.lease)
 		}
 		require.Zero(t, byLease.InFlight())

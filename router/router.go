@@ -25,8 +25,6 @@ var (
 	// ErrNoWorkers rejects a request because no worker of the needed role is
 	// registered.
 	ErrNoWorkers = errors.New("no workers registered")
-	// ErrDuplicateRequest rejects a request whose id is already in flight.
-	ErrDuplicateRequest = errors.New("request id already in flight")
 )
 
 // BusyError is the refusal Route and RouteDisagg return when every worker
@@ -57,7 +55,7 @@ func (e *BusyError) Is(target error) bool { return target == ErrAllBusy }
 // the block hashes if the caller already has them (LocalHashes is enough;
 // SeqHashes is then derived).
 type Request struct {
-	// ID names the request in PrefillDone and Free; unique while in flight.
+	// ID names the request in logs and errors.
 	ID     string
 	Tokens []uint32
 	// LocalHashes and SeqHashes are the prompt's complete blocks. Route fills
@@ -117,10 +115,8 @@ type leg struct {
 type reqState struct {
 	legs [2]leg
 	seq  uint64 // tells this request from an earlier one with the same id
-	// id is the request's; keyed says it is in reqs under it (routed by
-	// Route or RouteDisagg), where a leased request is not.
-	id    string
-	keyed bool
+	// id is the request's, for logs.
+	id string
 	// split says legs[0] is a disaggregated prefill, which ends at
 	// PrefillDone.
 	split bool
@@ -140,8 +136,8 @@ const maxKeptSeqs = 4096
 
 // A Lease is a routed request's claim on its workers' load, from
 // RouteLease or RouteDisaggLease. PrefillDoneLease and FreeLease end it
-// with no lookup by id, which is what a caller routing at a high rate
-// wants. Once its request is freed or expired a lease names nothing, and
+// with no lookup, which is what a caller routing at a high rate wants.
+// Once its request is freed or expired a lease names nothing, and
 // its calls do nothing: the zero Lease is such a lease.
 type Lease struct {
 	st  *reqState
@@ -183,13 +179,9 @@ type Router struct {
 	// table gives them; freeSlots the slots of removed workers.
 	slots     []*worker
 	freeSlots []int32
-	// reqs holds the requests in flight. Their states are kept apart from
-	// the map, and those of ended requests in spareStates for later ones:
-	// a map that churns through a request per route then moves 24-byte
-	// entries, not whole states.
-	reqs        map[string]*reqState
+	// spareStates keeps the states of ended requests for later ones.
 	spareStates spare.List[reqState]
-	// inflight counts the requests tracked, by id or by lease.
+	// inflight counts the requests tracked.
 	inflight int
 	stats    Stats
 	// removed holds ids RemoveWorker took out, so their late KV events are
@@ -222,7 +214,6 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		log:     slog.Default(),
 		rng:     rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15)),
 		workers: make(map[uint64]*worker),
-		reqs:    make(map[string]*reqState),
 		removed: make(map[uint64]struct{}),
 		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),
 	}
@@ -304,7 +295,7 @@ func (r *Router) RemoveWorker(id uint64) bool {
 		r.unindex(id)
 		return false
 	}
-	// Every request in flight, by id or by lease, is in the ages list.
+	// Every request in flight is in the ages list.
 	for st, next := r.oldest, (*reqState)(nil); st != nil; st = next {
 		next = st.newer
 		for i := range st.legs {
@@ -449,41 +440,30 @@ func (r *Router) prepare(req *Request) error {
 	return nil
 }
 
-// Route places an aggregated request on an aggregated worker and starts
-// tracking its load there until PrefillDone and Free. It returns a
-// *BusyError (ErrAllBusy) when every such worker is busy and ErrNoWorkers
-// when there is none.
-func (r *Router) Route(req *Request) (uint64, error) {
-	id, _, err := r.routeLocked(req, true)
-	return id, err
-}
-
-// RouteLease is Route for a caller that ends the request with its lease,
-// not its id: the request is not tracked by id, so its ID only names it in
-// logs and is not checked against the requests in flight, and PrefillDone
-// and Free by id do not reach it.
+// RouteLease places an aggregated request on an aggregated worker and
+// starts tracking its load there until PrefillDoneLease and FreeLease with
+// the lease it returns (the request's ID only names it in logs). It returns
+// a *BusyError (ErrAllBusy) when every such worker is busy and
+// ErrNoWorkers when there is none.
 func (r *Router) RouteLease(req *Request) (uint64, Lease, error) {
-	return r.routeLocked(req, false)
+	return r.routeLocked(req)
 }
 
-func (r *Router) routeLocked(req *Request, keyed bool) (uint64, Lease, error) {
+func (r *Router) routeLocked(req *Request) (uint64, Lease, error) {
 	if err := r.prepare(req); err != nil {
 		return 0, Lease{}, err
 	}
 	now := r.now()
 	r.mu.Lock()
-	id, l, err := r.route(req, now, keyed)
+	id, l, err := r.route(req, now)
 	expired := r.takeExpired()
 	r.mu.Unlock()
 	r.logExpired(expired)
 	return id, l, err
 }
 
-func (r *Router) route(req *Request, now time.Time, keyed bool) (uint64, Lease, error) {
+func (r *Router) route(req *Request, now time.Time) (uint64, Lease, error) {
 	r.expireRequests(now)
-	if err := r.checkNew(req, keyed); err != nil {
-		return 0, Lease{}, err
-	}
 	r.expire(now)
 	if err := r.candidates(RoleAggregated, req, &r.cands); err != nil {
 		return 0, Lease{}, err
@@ -493,62 +473,40 @@ func (r *Router) route(req *Request, now time.Time, keyed bool) (uint64, Lease, 
 	st.seqs = append(st.seqs[:0], req.SeqHashes...)
 	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: st.seqs}
 	r.charge(&st.legs[0])
-	l := r.track(req.ID, st, now, keyed)
+	l := r.track(req.ID, st, now)
 	r.learn(w, req, now)
 	r.stats.Routed++
 	return w.info.ID, l, nil
 }
 
-// checkNew refuses a request tracked by id whose id is in flight.
-func (r *Router) checkNew(req *Request, keyed bool) error {
-	if !keyed {
-		return nil
-	}
-	if _, dup := r.reqs[req.ID]; dup {
-		return fmt.Errorf("route request %q: %w", req.ID, ErrDuplicateRequest)
-	}
-	return nil
-}
-
-// RouteDisagg places a disaggregated request: first a prefill worker (in kv
-// mode by prefix overlap and pending prefill), then a decode worker by the
-// same mode with the overlap weight at 0 and no block sharing, so kv mode
-// balances decode workers by active blocks, as Dynamo does. The prefill
-// worker carries the prompt's uncached tokens until PrefillDone; the decode
-// worker carries the prompt's blocks until Free. If either role has no free
+// RouteDisaggLease places a disaggregated request: first a prefill worker
+// (in kv mode by prefix overlap and pending prefill), then a decode worker
+// by the same mode with the overlap weight at 0 and no block sharing, so kv
+// mode balances decode workers by active blocks, as Dynamo does. The
+// prefill worker carries the prompt's uncached tokens until
+// PrefillDoneLease; the decode worker carries the prompt's blocks until
+// FreeLease, both with the lease it returns. If either role has no free
 // worker nothing is tracked, and the error names the role: a *BusyError
 // (ErrAllBusy) or ErrNoWorkers.
-func (r *Router) RouteDisagg(req *Request) (prefill, decode uint64, err error) {
-	prefill, decode, _, err = r.routeDisaggLocked(req, true)
-	return prefill, decode, err
-}
-
-// RouteDisaggLease is RouteDisagg for a caller that ends the request with
-// its lease, not its id: the request is not tracked by id, so its ID only
-// names it in logs and is not checked against the requests in flight, and
-// PrefillDone and Free by id do not reach it.
 func (r *Router) RouteDisaggLease(req *Request) (prefill, decode uint64, l Lease, err error) {
-	return r.routeDisaggLocked(req, false)
+	return r.routeDisaggLocked(req)
 }
 
-func (r *Router) routeDisaggLocked(req *Request, keyed bool) (prefill, decode uint64, l Lease, err error) {
+func (r *Router) routeDisaggLocked(req *Request) (prefill, decode uint64, l Lease, err error) {
 	if err := r.prepare(req); err != nil {
 		return 0, 0, Lease{}, err
 	}
 	now := r.now()
 	r.mu.Lock()
-	prefill, decode, l, err = r.routeDisagg(req, now, keyed)
+	prefill, decode, l, err = r.routeDisagg(req, now)
 	expired := r.takeExpired()
 	r.mu.Unlock()
 	r.logExpired(expired)
 	return prefill, decode, l, err
 }
 
-func (r *Router) routeDisagg(req *Request, now time.Time, keyed bool) (prefill, decode uint64, l Lease, err error) {
+func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint64, l Lease, err error) {
 	r.expireRequests(now)
-	if err := r.checkNew(req, keyed); err != nil {
-		return 0, 0, Lease{}, err
-	}
 	r.expire(now)
 	// Both pools are checked before either pick, so a rejected request
 	// leaves no trace: nothing charged, no round-robin turn taken, no
@@ -569,21 +527,10 @@ func (r *Router) routeDisagg(req *Request, now time.Time, keyed bool) (prefill, 
 	st.split = true
 	r.charge(&st.legs[0])
 	r.charge(&st.legs[1])
-	l = r.track(req.ID, st, now, keyed)
+	l = r.track(req.ID, st, now)
 	r.learn(p, req, now)
 	r.stats.Routed++
 	return p.info.ID, d.info.ID, l, nil
-}
-
-// PrefillDone marks a request's first token: its prompt tokens no longer
-// count as pending prefill, and a disaggregated request's prefill worker is
-// done with it. Unknown ids and repeats are ignored.
-func (r *Router) PrefillDone(reqID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st, ok := r.reqs[reqID]; ok {
-		r.prefillDone(st)
-	}
 }
 
 // PrefillDoneLease is PrefillDone for a request routed with a lease.
@@ -610,17 +557,6 @@ func (r *Router) prefillDone(st *reqState) {
 	}
 	if st.legs[0].w == nil && st.legs[1].w == nil {
 		r.untrack(st)
-	}
-}
-
-// Free ends a request: everything it charged to its workers is released.
-// Unknown ids and repeats are ignored, so a caller may Free on every exit
-// path.
-func (r *Router) Free(reqID string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if st, ok := r.reqs[reqID]; ok {
-		r.free(st)
 	}
 }
 
@@ -695,14 +631,11 @@ func (r *Router) newState() *reqState {
 }
 
 // track starts tracking a routed request, whose state st came from
-// newState, and its age; by id too when keyed.
-func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease {
+// newState, and its age.
+func (r *Router) track(id string, st *reqState, now time.Time) Lease {
 	r.reqSeq++
-	st.seq, st.id, st.keyed = r.reqSeq, id, keyed
+	st.seq, st.id = r.reqSeq, id
 	r.inflight++
-	if keyed {
-		r.reqs[id] = st
-	}
 	st.start, st.older, st.newer = now, r.newest, nil
 	if r.newest != nil {
 		r.newest.newer = st
@@ -717,9 +650,6 @@ func (r *Router) track(id string, st *reqState, now time.Time, keyed bool) Lease
 // any longer; st is kept for a later request, and its leases go stale
 // with the state's seq.
 func (r *Router) untrack(st *reqState) {
-	if st.keyed {
-		delete(r.reqs, st.id)
-	}
 	r.inflight--
 	if st.older != nil {
 		st.older.newer = st.newer

@@ -34,7 +34,7 @@ func tokens(prompt string) []uint32 {
 
 // store feeds worker's Stored event for prompt, as an engine emits it when
 // the first cached blocks were already present.
-func store(t interface{ Helper() }, r *router.Router, worker uint64, prompt string, cached int) {
+func store(t interface{ Helper() }, r interface{ KVEvent(uint64, kv.Event) }, worker uint64, prompt string, cached int) {
 	t.Helper()
 	ls, ss := kv.BlockHashes(tokens(prompt), bs, nil, nil)
 	ev := kv.Event{Kind: kv.Stored}
@@ -46,6 +46,48 @@ func store(t interface{ Helper() }, r *router.Router, worker uint64, prompt stri
 	}
 	r.KVEvent(worker, ev)
 }
+
+// leases keeps the lease of every request a test routes, under its router
+// and id, so that tests can end requests by id as the router's callers
+// end them by lease.
+var leases sync.Map // leaseKey → router.Lease
+
+type leaseKey struct {
+	r  *router.Router
+	id string
+}
+
+// routeByID is r.RouteLease, keeping the lease under req.ID.
+func routeByID(r *router.Router, req *router.Request) (uint64, error) {
+	w, l, err := r.RouteLease(req)
+	if err == nil {
+		leases.Store(leaseKey{r, req.ID}, l)
+	}
+	return w, err
+}
+
+// routeDisaggByID is r.RouteDisaggLease, keeping the lease under req.ID.
+func routeDisaggByID(r *router.Router, req *router.Request) (prefill, decode uint64, err error) {
+	prefill, decode, l, err := r.RouteDisaggLease(req)
+	if err == nil {
+		leases.Store(leaseKey{r, req.ID}, l)
+	}
+	return prefill, decode, err
+}
+
+// leaseOf is the lease of the request routed as id (the zero Lease, which
+// the router ignores, when there is none).
+func leaseOf(r *router.Router, id string) router.Lease {
+	l, _ := leases.Load(leaseKey{r, id})
+	lease, _ := l.(router.Lease)
+	return lease
+}
+
+// prefillDoneByID is r.PrefillDoneLease for the request routed as id.
+func prefillDoneByID(r *router.Router, id string) { r.PrefillDoneLease(leaseOf(r, id)) }
+
+// freeByID is r.FreeLease for the request routed as id.
+func freeByID(r *router.Router, id string) { r.FreeLease(leaseOf(r, id)) }
 
 func newRouter(t *testing.T, mutate func(*router.Config), workers ...router.WorkerInfo) *router.Router {
 	t.Helper()
@@ -73,7 +115,7 @@ func agg(ids ...uint64) []router.WorkerInfo {
 
 func route(t *testing.T, r *router.Router, id, prompt string) uint64 {
 	t.Helper()
-	w, err := r.Route(&router.Request{ID: id, Tokens: tokens(prompt)})
+	w, err := routeByID(r, &router.Request{ID: id, Tokens: tokens(prompt)})
 	require.NoError(t, err)
 	return w
 }
@@ -101,8 +143,8 @@ func TestRouter_DecisionScenario(t *testing.T) {
 
 	assert.Equal(t, workerA, route(t, r, "acdf", "ACDF"), "longest prefix")
 	store(t, r, workerA, "ACDF", 3) // a caches F as it serves the request
-	r.PrefillDone("acdf")
-	r.Free("acdf")
+	prefillDoneByID(r, "acdf")
+	freeByID(r, "acdf")
 
 	assert.Equal(t, workerB, route(t, r, "acg", "ACG"), "cost tie goes to the smaller tree")
 }
@@ -130,31 +172,23 @@ func TestRouter_LoadTracking(t *testing.T) {
 	assert.Equal(t, 4+8, w.PrefillTokens, "uncached prompt tokens: C, then D and E")
 	assert.Equal(t, 5, w.ActiveBlocks, "A and B are shared: A B C D E")
 
-	r.PrefillDone("r1")
-	r.PrefillDone("r1") // repeats are harmless
+	prefillDoneByID(r, "r1")
+	prefillDoneByID(r, "r1") // repeats are harmless
 	w, _ = r.Worker(1)
 	assert.Equal(t, 8, w.PrefillTokens)
 	assert.Equal(t, 2, w.InFlight)
 
-	r.Free("r2") // never reported its first token: its tokens go too
+	freeByID(r, "r2") // never reported its first token: its tokens go too
 	w, _ = r.Worker(1)
 	assert.Equal(t, 0, w.PrefillTokens)
 	assert.Equal(t, 3, w.ActiveBlocks, "r1 still holds A B C")
 	assert.Equal(t, 1, w.InFlight)
 
-	r.Free("r1")
-	r.Free("r1")
+	freeByID(r, "r1")
+	freeByID(r, "r1")
 	w, _ = r.Worker(1)
 	assert.Equal(t, router.WorkerState{Info: w.Info, TreeSize: 2}, w, "everything released")
 	assert.Equal(t, 0, r.InFlight())
-}
-
-func TestRouter_DuplicateRequestID(t *testing.T) {
-	t.Parallel()
-	r := newRouter(t, nil, agg(1)...)
-	route(t, r, "x", "AB")
-	_, err := r.Route(&router.Request{ID: "x", Tokens: tokens("AB")})
-	assert.ErrorIs(t, err, router.ErrDuplicateRequest)
 }
 
 func TestRouter_BusyThresholds(t *testing.T) {
@@ -180,7 +214,7 @@ func TestRouter_BusyThresholds(t *testing.T) {
 	// Pending prefill: 12 uncached tokens on each worker is over 8.
 	assert.Equal(t, uint64(1), route(t, r, "p1", "XYZ"))
 	assert.Equal(t, uint64(2), route(t, r, "p2", "XYZ"))
-	_, err := r.Route(&router.Request{ID: "p3", Tokens: tokens("Q")})
+	_, err := routeByID(r, &router.Request{ID: "p3", Tokens: tokens("Q")})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, router.ErrAllBusy)
 	assert.True(t, errors.Is(err, router.ErrAllBusy))
@@ -192,7 +226,7 @@ func TestRouter_BusyThresholds(t *testing.T) {
 	assert.Equal(t, uint64(1), r.Stats().RejectedBusy)
 
 	// First tokens clear the pending prefill and the workers return.
-	r.PrefillDone("p2")
+	prefillDoneByID(r, "p2")
 	assert.Equal(t, uint64(2), route(t, r, "p4", "Q"))
 }
 
@@ -201,19 +235,19 @@ func TestRouter_PredictedBlocksMarkBusy(t *testing.T) {
 	frac := 0.1 // 10 of 100 blocks
 	r := newRouter(t, func(c *router.Config) { c.ActiveDecodeBlocksThreshold = &frac }, agg(1)...)
 	route(t, r, "long", "ABCDEFGHIJK") // 11 blocks, no report needed
-	_, err := r.Route(&router.Request{ID: "next", Tokens: tokens("A")})
+	_, err := routeByID(r, &router.Request{ID: "next", Tokens: tokens("A")})
 	assert.ErrorIs(t, err, router.ErrAllBusy)
-	r.Free("long")
+	freeByID(r, "long")
 	route(t, r, "next", "A")
 }
 
 func TestRouter_NoWorkersOfRole(t *testing.T) {
 	t.Parallel()
 	r := newRouter(t, nil, router.WorkerInfo{ID: 1, Role: router.RoleDecode})
-	_, err := r.Route(&router.Request{ID: "x", Tokens: tokens("A")})
+	_, err := routeByID(r, &router.Request{ID: "x", Tokens: tokens("A")})
 	assert.ErrorIs(t, err, router.ErrNoWorkers)
 	assert.NotErrorIs(t, err, router.ErrAllBusy)
-	_, _, err = r.RouteDisagg(&router.Request{ID: "y", Tokens: tokens("A")})
+	_, _, err = routeDisaggByID(r, &router.Request{ID: "y", Tokens: tokens("A")})
 	assert.ErrorIs(t, err, router.ErrNoWorkers)
 	assert.ErrorContains(t, err, "prefill")
 }
@@ -239,7 +273,7 @@ func TestRouter_RemovedWorkerIsNeverPicked(t *testing.T) {
 			s := r.Stats()
 			assert.Equal(t, uint64(1), s.EventsIgnored)
 			assert.Equal(t, uint64(1), s.LoadsIgnored)
-			r.Free("inflight") // its worker is gone: nothing left to release, no panic
+			freeByID(r, "inflight") // its worker is gone: nothing left to release, no panic
 		})
 	}
 }
@@ -267,7 +301,7 @@ func TestRouter_RouteDisagg(t *testing.T) {
 	// Decode workers' caches must not pull the decode choice (weight 0).
 	store(t, r, 4, "ABC", 0)
 
-	p, d, err := r.RouteDisagg(&router.Request{ID: "r1", Tokens: tokens("ABCD")})
+	p, d, err := routeDisaggByID(r, &router.Request{ID: "r1", Tokens: tokens("ABCD")})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(2), p, "prefill by prefix overlap")
 	assert.Equal(t, uint64(3), d, "decode tie on active blocks goes to the smaller tree")
@@ -282,20 +316,20 @@ func TestRouter_RouteDisagg(t *testing.T) {
 
 	// A second request sees decode 3 loaded and goes to 4; decode blocks are
 	// never shared, even for the same prompt.
-	_, d2, err := r.RouteDisagg(&router.Request{ID: "r2", Tokens: tokens("ABCD")})
+	_, d2, err := routeDisaggByID(r, &router.Request{ID: "r2", Tokens: tokens("ABCD")})
 	require.NoError(t, err)
 	assert.Equal(t, uint64(4), d2)
 
-	r.PrefillDone("r1")
+	prefillDoneByID(r, "r1")
 	ws, _ = r.Worker(2)
 	assert.Equal(t, 1, ws.InFlight, "r2's prefill is still there")
-	r.PrefillDone("r2")
+	prefillDoneByID(r, "r2")
 	ws, _ = r.Worker(2)
 	assert.Equal(t, router.WorkerState{Info: ws.Info, TreeSize: 3}, ws, "prefill worker is done at first token")
 	ws, _ = r.Worker(3)
 	assert.Equal(t, 4, ws.ActiveBlocks, "decode holds until Free")
-	r.Free("r1")
-	r.Free("r2")
+	freeByID(r, "r1")
+	freeByID(r, "r2")
 	assert.Equal(t, 0, r.InFlight())
 	for _, id := range []uint64{3, 4} {
 		ws, _ = r.Worker(id)
@@ -312,7 +346,7 @@ func TestRouter_RouteDisaggRejectsWithoutChargingPrefill(t *testing.T) {
 		router.WorkerInfo{ID: 2, Role: router.RoleDecode, TotalBlocks: 10},
 	)
 	r.UpdateLoad(2, router.Load{RouterActiveBlocks: 9})
-	_, _, err := r.RouteDisagg(&router.Request{ID: "x", Tokens: tokens("AB")})
+	_, _, err := routeDisaggByID(r, &router.Request{ID: "x", Tokens: tokens("AB")})
 	require.ErrorIs(t, err, router.ErrAllBusy)
 	assert.ErrorContains(t, err, "all decode workers busy")
 	var be *router.BusyError
@@ -338,11 +372,11 @@ func TestRouter_ApproximateModeLearnsRoutesAndForgets(t *testing.T) {
 	assert.Equal(t, uint64(1), r.Stats().EventsIgnored)
 
 	first := route(t, r, "r1", "ABCD")
-	r.Free("r1")
+	freeByID(r, "r1")
 	other := 3 - first
 	for i := range 5 {
 		assert.Equal(t, first, route(t, r, fmt.Sprint("again", i), "ABCE"), "the prefix routed before is assumed cached")
-		r.Free(fmt.Sprint("again", i))
+		freeByID(r, fmt.Sprint("again", i))
 	}
 	// Load the first worker (AB pulls the request there) so the other is
 	// cheaper once the cache credit is gone.
@@ -363,12 +397,12 @@ func TestRouter_ConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for i := range 200 {
 				id := fmt.Sprintf("g%d-%d", g, i)
-				if _, err := r.Route(&router.Request{ID: id, Tokens: tokens("ABCDEFGH"[:1+i%8])}); err != nil {
+				if _, err := routeByID(r, &router.Request{ID: id, Tokens: tokens("ABCDEFGH"[:1+i%8])}); err != nil {
 					t.Error(err)
 					return
 				}
-				r.PrefillDone(id)
-				r.Free(id)
+				prefillDoneByID(r, id)
+				freeByID(r, id)
 			}
 		})
 	}
@@ -416,9 +450,9 @@ func TestRouter_RouteDisaggBusyPrefillNamesPrefill(t *testing.T) {
 		router.WorkerInfo{ID: 1, Role: router.RolePrefill, TotalBlocks: 10},
 		router.WorkerInfo{ID: 2, Role: router.RoleDecode, TotalBlocks: 10},
 	)
-	_, _, err := r.RouteDisagg(&router.Request{ID: "a", Tokens: tokens("ABC")})
+	_, _, err := routeDisaggByID(r, &router.Request{ID: "a", Tokens: tokens("ABC")})
 	require.NoError(t, err)
-	_, _, err = r.RouteDisagg(&router.Request{ID: "b", Tokens: tokens("D")})
+	_, _, err = routeDisaggByID(r, &router.Request{ID: "b", Tokens: tokens("D")})
 	var be *router.BusyError
 	require.ErrorAs(t, err, &be)
 	assert.Equal(t, router.RolePrefill, be.Role)
@@ -473,7 +507,7 @@ func TestRouter_BusyThresholdsAreStrict(t *testing.T) {
 			ws, ok := r.Worker(1)
 			require.True(t, ok)
 			assert.Equal(t, tc.busy, ws.Busy)
-			_, err := r.Route(&router.Request{ID: "next", Tokens: tokens("Z")})
+			_, err := routeByID(r, &router.Request{ID: "next", Tokens: tokens("Z")})
 			if tc.busy {
 				assert.ErrorIs(t, err, router.ErrAllBusy)
 			} else {
@@ -524,8 +558,8 @@ func TestRouter_DataParallelRanks(t *testing.T) {
 		id := fmt.Sprintf("r%d", i)
 		assert.Equal(t, want, route(t, r, id, "ABCD"+suffix), "request %s", id)
 		if i < 7 { // the last stays in flight
-			r.PrefillDone(id)
-			r.Free(id)
+			prefillDoneByID(r, id)
+			freeByID(r, id)
 		}
 	}
 	got, ok := r.Worker(want)

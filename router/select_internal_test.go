@@ -252,13 +252,14 @@ func TestRouter_DeterministicWithSeed(t *testing.T) {
 			require.NoError(t, r.AddWorker(WorkerInfo{ID: id, Role: RoleAggregated}))
 		}
 		out := make([]uint64, 0, 1000)
+		leases := make([]Lease, 1000)
 		for i := range 1000 {
 			req := prompt(fmt.Sprint(i), 1+i%5, uint32(i%7))
-			w, err := r.Route(req)
+			w, l, err := r.RouteLease(req)
 			require.NoError(t, err)
-			out = append(out, w)
-			if i%3 == 0 {
-				r.Free(fmt.Sprint(i - 2))
+			out, leases[i] = append(out, w), l
+			if i%3 == 0 && i >= 2 {
+				r.FreeLease(leases[i-2])
 			}
 		}
 		return out

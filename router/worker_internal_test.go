@@ -95,10 +95,11 @@ func TestRefs_RemovedWorkersSlotIsReused(t *testing.T) {
 	add(1)
 	add(2)
 	ids := map[string]uint64{}
+	leases := map[string]Lease{}
 	for _, id := range []string{"a", "b"} {
-		w, err := r.Route(prompt(id, 4, 0))
+		w, l, err := r.RouteLease(prompt(id, 4, 0))
 		require.NoError(t, err)
-		ids[id] = w
+		ids[id], leases[id] = w, l
 	}
 	require.NotEqual(t, ids["a"], ids["b"], "round-robin spreads the two")
 	require.Equal(t, 4, r.blocks.Len(), "both hold the same 4 blocks")
@@ -111,21 +112,22 @@ func TestRefs_RemovedWorkersSlotIsReused(t *testing.T) {
 	for i := 0; ; i++ {
 		require.Less(t, i, 4, "round-robin reaches worker 3")
 		id := fmt.Sprint("c", i)
-		w, err := r.Route(prompt(id, 6, 0))
+		w, l, err := r.RouteLease(prompt(id, 6, 0))
 		require.NoError(t, err)
+		leases[id] = l
 		if w == 3 {
 			break
 		}
-		r.Free(id)
+		r.FreeLease(l)
 	}
 	assert.Equal(t, 6, active(3))
 	assert.Equal(t, 4, active(ids["b"]))
 	require.Equal(t, 6, r.blocks.Len())
-	r.Free("b")
+	r.FreeLease(leases["b"])
 	assert.Zero(t, active(ids["b"]))
 	assert.Equal(t, 6, active(3))
 	for i := range 4 {
-		r.Free(fmt.Sprint("c", i))
+		r.FreeLease(leases[fmt.Sprint("c", i)]) // a lease already freed is a no-op
 	}
 	assert.Zero(t, active(3))
 	assert.Zero(t, r.blocks.Len())
