@@ -425,7 +425,6 @@ func (e *engine) pull(ctx context.Context, ref string) error {
 type imageSource string
 
 const (
-	sourceExplicit       imageSource = "explicit"
 	sourceLocalCached    imageSource = "local-cached"
 	sourceLocalBuilt     imageSource = "local-built"
 	sourceOfficialCached imageSource = "official-cached"

@@ -26,23 +26,10 @@ type Option func(*options)
 
 type options struct {
 	strategy       *ImageStrategy
-	image          string
 	args           []string
 	startupTimeout time.Duration
 	network        string
 	aliases        []string
-}
-
-// WithImageStrategy overrides MOCKER_IMAGES for this container.
-func WithImageStrategy(s ImageStrategy) Option {
-	return func(o *options) { o.strategy = &s }
-}
-
-// WithImage runs this image reference as is, bypassing the strategy. It must
-// hold the server binary where the official image does
-// (/usr/local/bin/etcd, /nats-server).
-func WithImage(ref string) Option {
-	return func(o *options) { o.image = ref }
 }
 
 // WithArgs appends command-line flags to the server's own (for example "-js"
@@ -98,9 +85,8 @@ type serverSpec struct {
 // Etcd and NATS embed it, so its exported methods are theirs: the container
 // lifecycle is the same whichever server runs inside.
 type server struct {
-	kind  string
-	image string
-	ctr   testcontainers.Container
+	kind string
+	ctr  testcontainers.Container
 
 	mu         sync.Mutex
 	host       string
@@ -120,13 +106,9 @@ func startServer(ctx context.Context, spec serverSpec, o options) (*server, erro
 	if err != nil {
 		return nil, err
 	}
-	ref := o.image
-	source := sourceExplicit
-	if ref == "" {
-		ref, source, err = resolveImage(ctx, *o.strategy, spec.image, engineBackend{e})
-		if err != nil {
-			return nil, fmt.Errorf("%s image: %w", spec.kind, err)
-		}
+	ref, source, err := resolveImage(ctx, *o.strategy, spec.image, engineBackend{e})
+	if err != nil {
+		return nil, fmt.Errorf("%s image: %w", spec.kind, err)
 	}
 	slog.Debug("containers: starting", "kind", spec.kind, "image", ref, "source", string(source))
 
@@ -200,7 +182,7 @@ func startOnce(ctx context.Context, e *engine, spec serverSpec, o options, ref s
 		}
 		return nil, err
 	}
-	s := &server{kind: spec.kind, image: ref, ctr: ctr, hostPorts: hostPorts, loopback: e.loopback}
+	s := &server{kind: spec.kind, ctr: ctr, hostPorts: hostPorts, loopback: e.loopback}
 	if err := s.refreshEndpoints(ctx); err != nil {
 		tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
@@ -239,9 +221,6 @@ func (s *server) addr(port string) string {
 	defer s.mu.Unlock()
 	return net.JoinHostPort(s.host, s.hostPorts[port])
 }
-
-// Image is the image reference the container runs.
-func (s *server) Image() string { return s.image }
 
 // ContainerID identifies the container to the Docker engine.
 func (s *server) ContainerID() string { return s.ctr.GetContainerID() }
@@ -312,20 +291,6 @@ func withoutNotFound(err error) error {
 		return nil
 	}
 	return err
-}
-
-// Logs returns everything the server has printed so far.
-func (s *server) Logs(ctx context.Context) (string, error) {
-	rc, err := s.ctr.Logs(ctx)
-	if err != nil {
-		return "", fmt.Errorf("%s container logs: %w", s.kind, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
-		return string(b), fmt.Errorf("%s container logs: %w", s.kind, err)
-	}
-	return string(b), nil
 }
 
 // logTail formats the end of a container's logs for an error message, so a

@@ -246,9 +246,6 @@ func StartWorkers(ctx context.Context, specs ...WorkerSpec) ([]*Worker, error) {
 	return out, nil
 }
 
-// TransferHost is the address the worker advertises for KV transfers.
-func (w *Worker) TransferHost() string { return w.ip.String() }
-
 // ContainerID identifies the container to the Docker engine.
 func (w *Worker) ContainerID() string { return w.ctr.GetContainerID() }
 
