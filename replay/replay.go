@@ -72,25 +72,11 @@ type Output struct {
 // error (a bad row, timestamps going backwards) stops the run and is
 // returned once the requests in flight have ended.
 func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
-	if opts.BlockSize == 0 {
-		opts.BlockSize = DefaultBlockSize
+	src, err := NewSource(tr, opts)
+	if err != nil {
+		return Output{}, err
 	}
-	if opts.BlockSize < 1 {
-		return Output{}, fmt.Errorf("trace block size: want ≥ 1 tokens, got %d", opts.BlockSize)
-	}
-	if opts.RateScale == 0 {
-		opts.RateScale = 1
-	}
-	if !(opts.RateScale > 0) || opts.RateScale > 1e9 {
-		return Output{}, fmt.Errorf("rate scale: want a number > 0, got %g", opts.RateScale)
-	}
-	if opts.MaxRequests < 0 {
-		return Output{}, fmt.Errorf("max requests: want ≥ 0 (0: all), got %d", opts.MaxRequests)
-	}
-	if !(opts.DurationMs >= 0) {
-		return Output{}, fmt.Errorf("duration: want ≥ 0 ms (0: the whole trace), got %g", opts.DurationMs)
-	}
-	p := &player{tr: tr, opts: opts, sessions: map[string]*session{}, inflight: map[int]turn{}, figs: newFigures(opts.SLO)}
+	p := src.p
 	run, err := cluster.RunStream(cfg, p.next, cluster.StreamOptions{OnResult: p.ended})
 	if err != nil {
 		return Output{}, err
@@ -101,6 +87,30 @@ func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
 	out := Output{Run: run, Figures: p.figs}
 	out.Summary = p.figs.summary(run.Stats, p.firstAt, len(p.sessions), p.late)
 	return out, nil
+}
+
+// checked is opts with its defaults applied, or an error naming the option
+// at fault.
+func (opts Options) checked() (Options, error) {
+	if opts.BlockSize == 0 {
+		opts.BlockSize = DefaultBlockSize
+	}
+	if opts.BlockSize < 1 {
+		return opts, fmt.Errorf("trace block size: want ≥ 1 tokens, got %d", opts.BlockSize)
+	}
+	if opts.RateScale == 0 {
+		opts.RateScale = 1
+	}
+	if !(opts.RateScale > 0) || opts.RateScale > 1e9 {
+		return opts, fmt.Errorf("rate scale: want a number > 0, got %g", opts.RateScale)
+	}
+	if opts.MaxRequests < 0 {
+		return opts, fmt.Errorf("max requests: want ≥ 0 (0: all), got %d", opts.MaxRequests)
+	}
+	if !(opts.DurationMs >= 0) {
+		return opts, fmt.Errorf("duration: want ≥ 0 ms (0: the whole trace), got %g", opts.DurationMs)
+	}
+	return opts, nil
 }
 
 // turn is a request read from the trace and not yet ended.
