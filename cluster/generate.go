@@ -26,6 +26,9 @@ type call struct {
 	done func(Result)
 	ctx  context.Context
 	key  Key
+	// hasAt: a SubmitAt call, which arrives at atMs.
+	atMs  float64
+	hasAt bool
 	// A GenerateThenPause call: wantPause asks for a pause with the result
 	// (pause is its id, set before the reply is sent).
 	wantPause  bool

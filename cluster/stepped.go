@@ -62,20 +62,39 @@ func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
 // is stopped at the next Settle (the next whose activity count moved, see
 // SetActivity) and done gets outcome "error" once its KV is released.
 func (c *Cluster) Submit(ctx context.Context, req Request, key Key, done func(Result)) {
+	c.submit(&call{req: req, done: done, ctx: ctx, key: key})
+}
+
+// SubmitAt is Submit for a request that arrives at modeled time atMs
+// exactly, not at the next Settle: a trace's arrival, whose time the
+// outside clock's whole nanoseconds of script time may not hit. A caller
+// hands it in before the clock reaches atMs (the Settle that takes it in
+// must come at or before atMs); one that comes later arrives at the next
+// Settle, as Submit's do. Among arrivals at one instant, those handed in
+// at one Settle keep Key order.
+func (c *Cluster) SubmitAt(ctx context.Context, req Request, key Key, atMs float64, done func(Result)) {
+	if !(atMs >= 0) || atMs > maxModeledMs {
+		done(Result{Outcome: OutcomeError, Error: fmt.Sprintf("at_ms: want a finite number of modeled ms in [0, %g], got %g", maxModeledMs, atMs)})
+		return
+	}
+	c.submit(&call{req: req, done: done, ctx: ctx, key: key, atMs: atMs, hasAt: true})
+}
+
+func (c *Cluster) submit(h *call) {
 	if !c.opts.stepped {
 		panic("cluster: Submit needs a cluster built by NewStepped")
 	}
-	if err := req.validate(); err != nil {
-		done(Result{Outcome: OutcomeError, Error: err.Error()})
+	if err := h.req.validate(); err != nil {
+		h.done(Result{Outcome: OutcomeError, Error: err.Error()})
 		return
 	}
 	c.stepMu.Lock()
 	if c.ended || c.stopping {
 		c.stepMu.Unlock()
-		done(Result{Outcome: OutcomeError, Error: errClosed})
+		h.done(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
-	c.pending = append(c.pending, &call{req: req, done: done, ctx: ctx, key: key})
+	c.pending = append(c.pending, h)
 	c.stepMu.Unlock()
 }
 
@@ -106,7 +125,7 @@ func (c *Cluster) Settle(nowMs float64) {
 		})
 		for _, h := range in {
 			c.watch(h)
-			c.accept(arriveMsg{h: h})
+			c.accept(arriveMsg{h: h, stamped: h.hasAt, at: h.atMs})
 		}
 	}
 	c.stopEnded(arrived)
