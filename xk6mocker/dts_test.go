@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/replay"
 	"github.com/kvstrand/mocker/router"
 )
 
@@ -200,6 +201,9 @@ func TestDTS_MatchesTheGoAPI(t *testing.T) {
 		{"WorkerStats", "cluster.WorkerStats", keysOf(structObject(rt, reflect.ValueOf(cluster.WorkerStats{})))},
 		{"Hold", "cluster.Hold as holds() gives it", keysOf(structObject(rt, reflect.ValueOf(cluster.Hold{})))},
 		{"Request", "parseRequest's keys", requestKeys},
+		{"Trace", "the trace handle (trace.go traceObject)", keysOf(inst.traceObject(&traceData{}))},
+		{"TraceOptions", "mocker.trace's option keys", traceKeys},
+		{"PlayedRequest", "trace.play's request object", keysOf(inst.requestObject(replay.RequestEnd{}))},
 		{"ClusterConfig", "cluster.ConfigFromMap's keys", validKeys(t, cfgErr)},
 		{"PoolConfig", "a pool's keys", validKeys(t, poolErr)},
 		{"TransportConfig", "transport's keys", validKeys(t, transportErr)},
@@ -256,6 +260,7 @@ func TestDTS_MatchesTheGoAPI(t *testing.T) {
 	}
 	t.Run("exports", func(t *testing.T) {
 		assert.Regexp(t, `export function cluster\(config\?: ClusterConfig\): Cluster;`, d.text, "the named export cluster")
+		assert.Regexp(t, `export function trace\(data: string \| ArrayBuffer, options\?: TraceOptions\): Trace;`, d.text, "the named export trace")
 		assert.Regexp(t, `export default mocker;`, d.text)
 		assert.Regexp(t, `declare module '`+regexp.QuoteMeta(ImportPath)+`'`, d.text)
 	})

@@ -454,6 +454,48 @@ declare module 'k6/x/mocker' {
     plane_rejected_total?: number;
   }
 
+  /** mocker.trace's options: how the trace is played, as `mocker replay`'s flags. */
+  export interface TraceOptions {
+    /** Tokens one hash id stands for (default 512): --trace-block-size. */
+    block_size?: number;
+    /** Divide arrival times by this (default 1; 2 sends twice as fast): --rate-scale. */
+    rate_scale?: number;
+    /** Send at most this many requests, turns included (0: all): --max-requests. */
+    max_requests?: number;
+    /** Send no request at or after this modeled ms (0: the whole trace): --duration. */
+    duration_ms?: number;
+  }
+
+  /** What trace.play's onResult learns of a request besides its result. */
+  export interface PlayedRequest {
+    /** The trace row it came from, from 1. */
+    line: number;
+    /** Its session; '' for a request on its own. */
+    session: string;
+    /** When it arrived and ended, in modeled ms from the trace's first arrival. */
+    arrived_ms: number;
+    ended_ms: number;
+  }
+
+  /** A trace loaded by mocker.trace(), to play into a cluster. */
+  export interface Trace {
+    /**
+     * The requests play sends, turns included, within max_requests: for a
+     * threshold such as mocker_requests: [`count==${trace.requests}`],
+     * which fails when the replay was cut short. At most that many when
+     * duration_ms cuts a session.
+     */
+    readonly requests: number;
+    /**
+     * Sends every request of the trace to the cluster at its arrival time
+     * (a session's later turn its delay after the turn before ended),
+     * blocking the VU until all have ended; each counts in the metrics as
+     * generate's do, then goes to onResult. Needs --clock virtual or the
+     * paced clock. Returns the number of requests sent.
+     */
+    play(cluster: Cluster, onResult?: (result: Result, request: PlayedRequest) => void): number;
+  }
+
   /** handleSummary's data.mocker, also in the --summary-export file. */
   export interface SummaryData {
     clusters: { [name: string]: ClusterSummary };
@@ -463,10 +505,15 @@ declare module 'k6/x/mocker' {
   export interface Mocker {
     /** The run's cluster called config.name, built on first use. */
     cluster(config?: ClusterConfig): Cluster;
+    /** A trace read in the init context: open(path), or open(path, 'b') for gzip. */
+    trace(data: string | ArrayBuffer, options?: TraceOptions): Trace;
   }
 
   /** The run's cluster called config.name, built on first use. */
   export function cluster(config?: ClusterConfig): Cluster;
+
+  /** A trace read in the init context: open(path), or open(path, 'b') for gzip. */
+  export function trace(data: string | ArrayBuffer, options?: TraceOptions): Trace;
 
   const mocker: Mocker;
   export default mocker;

@@ -146,6 +146,10 @@ func (inst *instance) handle(e *entry) *sobek.Object {
 		return sobek.Undefined()
 	}))
 	must(o.Set("speedup_ratio", e.scale.Ratio()))
+	if inst.handles == nil {
+		inst.handles = map[*sobek.Object]*entry{}
+	}
+	inst.handles[o] = e
 	must(o.Set("holds", func(sobek.FunctionCall) sobek.Value {
 		hs := e.holds()
 		out := make([]any, len(hs))

@@ -104,6 +104,7 @@ type instance struct {
 	recentTags recent.Eight[tagKey, metrics.Tags] // tagSet's last sets, looked at first
 	blocking   blockingCall                       // generate's wait on a stepped cluster
 	names      valueCache                         // results' outcome and worker strings
+	handles    map[*sobek.Object]*entry           // the cluster handles this VU made, for trace.play
 }
 
 // blockingCall is what a VU's blocking generate on a stepped cluster
@@ -123,11 +124,12 @@ func (Module) NewModuleInstance(vu harness.VU) harness.ModuleInstance {
 	return inst
 }
 
-// Exports gives the default export {cluster}; cluster is also a named
-// export.
+// Exports gives the default export {cluster, trace}; both are also named
+// exports.
 func (inst *instance) Exports() harness.Exports {
 	obj := inst.rt.NewObject()
 	must(obj.Set("cluster", inst.jsClusterInInit))
+	must(obj.Set("trace", inst.jsTrace))
 	return harness.Exports{Default: obj}
 }
 
