@@ -23,7 +23,7 @@ func tsc(t *testing.T, files ...string) (string, error) {
 
 func TestDTS_ScriptsTypeCheck(t *testing.T) {
 	t.Parallel()
-	out, err := tsc(t, "testdata/types/k6-globals.d.ts", "testdata/types/typed.js", "testdata/readme.js")
+	out, err := tsc(t, "testdata/types/k6-globals.d.ts", "testdata/types/typed.js", "testdata/readme.js", "../scripts/replay.js")
 	assert.NoError(t, err, "tsc:\n%s", out)
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,7 +88,7 @@ func played(t *testing.T, config, tracePath string, env map[string]string) (map[
 		Setup struct {
 			Sent     int                      `json:"sent"`
 			Requests int                      `json:"requests"`
-			ByLine map[string]playedRequest `json:"byLine"`
+			ByLine   map[string]playedRequest `json:"byLine"`
 		} `json:"setup"`
 		Requests map[string]any `json:"requests"`
 	}
@@ -209,4 +210,46 @@ func TestTracePlay_ExampleScript(t *testing.T) {
 			assert.Contains(t, res.stdout, "✓ 'count==0'", "the requests recorded did not end in error")
 		})
 	}
+}
+
+// TestTrace_MistakesThrowNamingTheFix: each mistake with mocker.trace or
+// trace.play fails the script with an error that says what to fix: the
+// trace's line and field for a bad row, the option for a bad option.
+func TestTrace_MistakesThrowNamingTheFix(t *testing.T) {
+	for _, tc := range []struct {
+		mistake, want string
+		code          int
+	}{
+		{"bad_row", "mocker.trace: line 2: input_length: want a number of tokens in [1, ", harness.ExitScriptException},
+		{"backwards", "mocker.trace: line 3: timestamp: 5 is before line 2's 10: requests must be in time order", harness.ExitScriptException},
+		{"empty", "mocker.trace: " + replay.ErrEmpty.Error(), harness.ExitScriptException},
+		{"not_data", "mocker.trace: want the trace's contents, open(path) or open(path, 'b') for gzip, got 42", harness.ExitScriptException},
+		{"unknown_option", "mocker.trace: blocksize: unknown key; valid keys: " + strings.Join(traceKeys, ", "), harness.ExitScriptException},
+		{"bad_rate", "mocker.trace: rate_scale", harness.ExitScriptException},
+		{"outside_init", "mocker.trace: call it in the init context", harness.ExitOK},
+		{"not_a_cluster", "trace.play: want a cluster from mocker.cluster(), got [object Object]", harness.ExitOK},
+		{"bad_callback", "trace.play: onResult: want a function", harness.ExitOK},
+	} {
+		t.Run(tc.mistake, func(t *testing.T) {
+			res := runScriptWith(t, "trace_errors.js", map[string]string{"MISTAKE": tc.mistake}, func(c *harness.Config) { c.Clock = harness.ClockVirtual })
+			require.Equal(t, tc.code, res.code, "stderr: %s", res.stderr)
+			if tc.code == harness.ExitOK {
+				// An exception in an iteration fails the iteration, not the run.
+				assert.Contains(t, res.stderr, tc.want)
+				return
+			}
+			require.Error(t, res.err)
+			assert.Contains(t, res.err.Error(), tc.want)
+		})
+	}
+}
+
+// TestTrace_PlayRefusesTheWallClock: on --clock wall the cluster keeps its
+// own time, where arrivals cannot keep the trace's; play says which clock
+// to use instead.
+func TestTrace_PlayRefusesTheWallClock(t *testing.T) {
+	res := runScriptWith(t, "trace_errors.js", nil, func(c *harness.Config) { c.Clock = harness.ClockWall })
+	require.Equal(t, harness.ExitOK, res.code, "stderr: %s", res.stderr)
+	assert.Contains(t, res.stderr, "trace.play: the cluster runs on the wall clock")
+	assert.Contains(t, res.stderr, "--clock virtual")
 }
