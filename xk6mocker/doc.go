@@ -51,6 +51,20 @@
 //	name                the cluster's name
 //	speedup_ratio       modeled ms per wall ms
 //
+// # Traces
+//
+// mocker.trace(data, options) reads a request trace — Mooncake JSONL,
+// sessions or CSV, gzip too, the formats of `mocker replay` — from what
+// open() returned in the init context; options are block_size,
+// rate_scale, max_requests and duration_ms. It reads the whole trace once,
+// so a bad row throws naming its line and field, and its requests property
+// counts what play sends. trace.play(cluster, onResult) sends the trace's
+// requests at their modeled arrival times (the replay package's schedule,
+// handed to the cluster ahead of time with SubmitAt, so they arrive
+// exactly then) and blocks until all have ended, each counted in the
+// metrics as generate's are; it needs the run's clock (virtual or paced).
+// scripts/replay.js and docs/replay.md show it.
+//
 // # Wall time and modeled time
 //
 // The cluster's clock runs speedup_ratio times faster than the script's.
