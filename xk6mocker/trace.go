@@ -154,10 +154,16 @@ func openSource(data []byte, opts replay.Options) (*replay.Source, func(), error
 
 // traceObject is the script's handle of a loaded trace.
 func (inst *instance) traceObject(t *traceData) *sobek.Object {
-	rt := inst.rt
-	o := rt.NewObject()
+	o := inst.rt.NewObject()
 	must(o.Set("requests", t.requests))
-	must(o.Set("play", func(call sobek.FunctionCall) sobek.Value {
+	must(o.Set("play", inst.jsPlay(t)))
+	return o
+}
+
+// jsPlay implements trace.play(cluster, onResult).
+func (inst *instance) jsPlay(t *traceData) func(sobek.FunctionCall) sobek.Value {
+	rt := inst.rt
+	return func(call sobek.FunctionCall) sobek.Value {
 		inst.refuseInInit("trace.play")
 		h, _ := call.Argument(0).(*sobek.Object)
 		e, ok := inst.handles[h]
@@ -179,8 +185,7 @@ func (inst *instance) traceObject(t *traceData) *sobek.Object {
 			throw(rt, fmt.Errorf("trace.play: %w", err))
 		}
 		return rt.ToValue(n)
-	}))
-	return o
+	}
 }
 
 // playEnd is a request of a played trace as it ended, handed from the
