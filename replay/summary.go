@@ -32,16 +32,11 @@ func ParseSLO(s string) (SLO, error) {
 		if !ok || err != nil || !(f > 0) {
 			return SLO{}, fmt.Errorf("--slo %q: want key=ms pairs with ms > 0, e.g. ttft=200,itl=20,e2e=5000", kv)
 		}
-		switch strings.TrimSpace(k) {
-		case "ttft":
-			slo.TTFTMs = f
-		case "itl":
-			slo.ITLMs = f
-		case "e2e":
-			slo.E2EMs = f
-		default:
+		bound, known := map[string]*float64{"ttft": &slo.TTFTMs, "itl": &slo.ITLMs, "e2e": &slo.E2EMs}[strings.TrimSpace(k)]
+		if !known {
 			return SLO{}, fmt.Errorf("--slo %q: unknown key %q; want ttft, itl or e2e", kv, k)
 		}
+		*bound = f
 	}
 	return slo, nil
 }

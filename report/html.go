@@ -183,12 +183,15 @@ func msText(v any) string {
 	return fmt.Sprintf("%.0fµs", f*1000)
 }
 
-var pageTemplate = template.Must(template.New("report").Parse(`<!DOCTYPE html>
+// htmlHead opens every page the package writes, up to its title.
+const htmlHead = `<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<title>mocker report{{with .Title}}: {{.}}{{end}}</title>
+`
+
+var pageTemplate = template.Must(template.New("report").Parse(htmlHead + `<title>mocker report{{with .Title}}: {{.}}{{end}}</title>
 <style>
 body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1400px; padding: 1em 2em; color: #222; }
 h1 { font-size: 1.5em; margin-bottom: .2em; }

@@ -88,12 +88,7 @@ func WriteSweep(w io.Writer, title string, pts []SweepPoint) error {
 	}{title, svg, pts})
 }
 
-var sweepTemplate = template.Must(template.New("sweep").Parse(`<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>mocker sweep{{with .Title}}: {{.}}{{end}}</title>
+var sweepTemplate = template.Must(template.New("sweep").Parse(htmlHead + `<title>mocker sweep{{with .Title}}: {{.}}{{end}}</title>
 <style>
 body { font-family: sans-serif; margin: 2em; color: #212121; }
 table { border-collapse: collapse; font-size: 0.9em; }

@@ -108,6 +108,28 @@ func (f *traceFlags) options() (replay.Options, error) {
 		DurationMs: float64(f.duration) / float64(time.Millisecond), SLO: slo}, err
 }
 
+// load reads --config (with --seed) and the replay options the flags give.
+func (f *traceFlags) load() (map[string]any, cluster.Config, replay.Options, error) {
+	m, err := f.configMap()
+	if err != nil {
+		return nil, cluster.Config{}, replay.Options{}, err
+	}
+	cfg, err := clusterConfig(f.config, m)
+	if err != nil {
+		return nil, cluster.Config{}, replay.Options{}, err
+	}
+	opts, err := f.options()
+	return m, cfg, opts, err
+}
+
+// failWith is how command name fails: the error on stderr, exit code 1.
+func failWith(name string, stderr io.Writer) func(error) int {
+	return func(err error) int {
+		fmt.Fprintf(stderr, "mocker %s: %v\n", name, err)
+		return 1
+	}
+}
+
 // openTrace opens --trace for one run.
 func (f *traceFlags) openTrace() (*replay.Reader, func() error, error) {
 	file, err := os.Open(f.trace)
@@ -130,19 +152,8 @@ func replayCmd(args []string, stdout, stderr io.Writer, stderrTTY bool) int {
 	if code, ok := parseCommand("replay", replayUsage, fs, f, args, stdout, stderr); !ok {
 		return code
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "mocker replay: %v\n", err)
-		return 1
-	}
-	m, err := f.configMap()
-	if err != nil {
-		return fail(err)
-	}
-	cfg, err := clusterConfig(f.config, m)
-	if err != nil {
-		return fail(err)
-	}
-	opts, err := f.options()
+	fail := failWith("replay", stderr)
+	_, cfg, opts, err := f.load()
 	if err != nil {
 		return fail(err)
 	}

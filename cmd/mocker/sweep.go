@@ -57,10 +57,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) int {
 	if code, ok := parseCommand("sweep", sweepUsage, fs, f, args, stdout, stderr); !ok {
 		return code
 	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "mocker sweep: %v\n", err)
-		return 1
-	}
+	fail := failWith("sweep", stderr)
 	if *gridSpec == "" {
 		fmt.Fprintf(stderr, "mocker sweep: --grid is required\n\n%s", sweepUsage)
 		return exitUsage
@@ -69,14 +66,7 @@ func sweepCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	m, err := f.configMap()
-	if err != nil {
-		return fail(err)
-	}
-	if _, err := clusterConfig(f.config, m); err != nil {
-		return fail(err)
-	}
-	opts, err := f.options()
+	m, _, opts, err := f.load()
 	if err != nil {
 		return fail(err)
 	}
