@@ -10,14 +10,17 @@
 // their modeled times exactly and every TTFT equals `mocker replay`'s for
 // the same trace and config, and the run takes as long as the CPU needs.
 //
-// A copy must keep these two thresholds, and bound the latencies that
-// matter to it (TTFT_P90_MS, E2E_P99_MS here):
+// A copy must keep these three thresholds and the drain in teardown, and
+// bound the latencies that matter to it (TTFT_P90_MS, E2E_P99_MS here):
 //   mocker_requests count==trace.requests   every request of the trace ran
 //       inside the iteration: a replay cut short (the iteration ran out of
-//       maxDuration, or the run was stopped) leaves its last requests out
+//       MAX_DURATION, or the run was stopped) leaves its last requests out
 //       of the metrics, and this is what notices
-//   mocker_requests{outcome:error} count==0  no request ended in error (a
-//       request the cluster could not take, or one the run cut off)
+//   'mocker_requests{outcome:error}' count==0  no request ended in error (a
+//       worker gone mid-run, a request the cluster could not take)
+//   mocker_requests_lost count==0            every request's outcome reached
+//       the metrics (a cluster that stopped answering); teardown's drain
+//       counts the lost ones
 //
 // Run:  bin/mocker run --clock virtual scripts/replay.js
 //   -e TRACE=../replay/testdata/conversation.jsonl  the trace, relative to this
@@ -62,6 +65,7 @@ export const options = {
   thresholds: {
     mocker_requests: [`count==${trace.requests}`],
     'mocker_requests{outcome:error}': ['count==0'],
+    mocker_requests_lost: ['count==0'],
     mocker_ttft: [`p(90)<${__ENV.TTFT_P90_MS || 2000}`],
     mocker_e2e: [`p(99)<${__ENV.E2E_P99_MS || 20000}`],
   },

@@ -268,6 +268,12 @@ func (inst *instance) resumeTime() {
 // count so that requests made at one virtual instant always arrive in the
 // same order.
 func (inst *instance) submit(e *entry, ctx context.Context, req cluster.Request, done func(cluster.Result)) {
+	inst.submitAt(e, ctx, req, -1, done)
+}
+
+// submitAt is submit for a request that arrives at modeled time atMs
+// (cluster.SubmitAt), or, with atMs below 0, at the next Settle.
+func (inst *instance) submitAt(e *entry, ctx context.Context, req cluster.Request, atMs float64, done func(cluster.Result)) {
 	if e.isClosed() {
 		done(closedResult(e))
 		return
@@ -277,7 +283,12 @@ func (inst *instance) submit(e *entry, ctx context.Context, req cluster.Request,
 		return
 	}
 	inst.calls++
-	e.c.Submit(ctx, req, cluster.Key{Source: inst.vu.ID(), Seq: inst.calls}, done)
+	key := cluster.Key{Source: inst.vu.ID(), Seq: inst.calls}
+	if atMs < 0 {
+		e.c.Submit(ctx, req, key, done)
+		return
+	}
+	e.c.SubmitAt(ctx, req, key, atMs, done)
 }
 
 // sleepModeled blocks the VU for ms of the cluster's modeled time, on the

@@ -234,12 +234,27 @@ func (inst *instance) play(e *entry, t *traceData, onResult sobek.Callable) (int
 		})
 		queue = slices.Insert(queue, i, a)
 	}
-	for ctx.Err() == nil {
+	take := func() []playEnd {
 		mu.Lock()
+		defer mu.Unlock()
 		batch := ended
 		ended = nil
-		mu.Unlock()
-		for _, r := range batch {
+		return batch
+	}
+	// When play returns early (the VU's work was stopped, or onResult
+	// threw), the requests still out will never reach the metrics: they
+	// count as dropped, for drain's mocker_requests_lost, as generate's do
+	// once their iteration was interrupted. Their results, should they
+	// come, go nowhere.
+	defer func() {
+		for _, r := range take() {
+			inflight--
+			inst.emit(e, r.res)
+		}
+		e.dropped.Add(uint64(max(inflight, 0)))
+	}()
+	for ctx.Err() == nil {
+		for _, r := range take() {
 			inflight--
 			inst.emit(e, r.res)
 			if next, ok := src.Ended(r.key, r.at, r.res); ok {
@@ -290,12 +305,7 @@ func (inst *instance) play(e *entry, t *traceData, onResult sobek.Callable) (int
 			mu.Unlock()
 			gate.Open()
 		}
-		if e.isClosed() {
-			done(closedResult(e))
-			continue
-		}
-		inst.calls++
-		e.c.SubmitAt(ctx, a.Request, cluster.Key{Source: inst.vu.ID(), Seq: inst.calls}, a.AtMs, done)
+		inst.submitAt(e, ctx, a.Request, a.AtMs, done)
 	}
 	return sent, src.Err()
 }
