@@ -13,6 +13,7 @@ const trace = mocker.trace(open(__ENV.TRACE, 'b'), {
 
 export const options = {
   iterations: 1,
+  setupTimeout: '10h',
   thresholds: { 'mocker_requests{outcome:error}': ['count==0'], mocker_ttft: ['max>0'] },
 };
 
