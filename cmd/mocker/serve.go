@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/serve"
+)
+
+// serveUsage is `mocker serve -h`.
+const serveUsage = `Usage: mocker serve [--config FILE] [--listen ADDR] [--model NAME] [flags]
+
+Runs a mock cluster behind OpenAI's HTTP API, paced against the wall clock
+at its speedup_ratio: POST /v1/completions and /v1/chat/completions
+(streamed as server-sent events with "stream": true), GET /v1/models,
+/health and /metrics (vLLM's metric names for a vllm cluster, SGLang's for
+an sglang one, and mocker's own). Text prompts go through a built-in
+deterministic tokenizer, so requests sharing a text prefix share KV blocks.
+
+Flags:
+      --config FILE        the cluster config, as mocker.cluster({...}) takes
+                           it, in JSON or YAML (.yaml, .yml); default: two
+                           aggregated vLLM workers
+      --listen ADDR        the address to serve on (default 127.0.0.1:8000)
+      --model NAME         the model name served (default mocker)
+      --echo               answer with the prompt's words instead of filler
+      --seed N             the filler words' seed (default 0)
+      --max-body BYTES     the largest request body taken (default 4194304)
+      --drain-timeout D    on SIGTERM/SIGINT, how long to let requests in
+                           flight finish (default 30s)
+      --log-level L        debug, info (default), warn or error; logs go to stderr
+  -h, --help               print this help
+
+Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for bad flags.
+`
+
+func serveCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var configPath, listen, level string
+	var opts serve.Options
+	var drain time.Duration
+	fs.StringVar(&configPath, "config", "", "")
+	fs.StringVar(&listen, "listen", serve.DefaultListen, "")
+	fs.StringVar(&opts.Model, "model", serve.DefaultModel, "")
+	fs.BoolVar(&opts.Echo, "echo", false, "")
+	fs.Uint64Var(&opts.Seed, "seed", 0, "")
+	fs.Int64Var(&opts.MaxBodyBytes, "max-body", serve.DefaultMaxBodyBytes, "")
+	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "")
+	fs.StringVar(&level, "log-level", "info", "")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(os.Stdout, serveUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "mocker serve: %v\n\n%s", err, serveUsage)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mocker serve: unexpected argument %q\n\n%s", fs.Arg(0), serveUsage)
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		fmt.Fprintf(stderr, "mocker serve: --log-level: want debug, info, warn or error, got %q\n", level)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	var cfg cluster.Config
+	if configPath != "" {
+		var err error
+		if cfg, err = serve.LoadConfig(configPath); err != nil {
+			fmt.Fprintf(stderr, "mocker serve: %v\n", err)
+			return 1
+		}
+	}
+	opts.Logger = log
+	srv, err := serve.New(cfg, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "mocker serve: %v\n", err)
+		return 1
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "mocker serve: --listen %s: %v\n", listen, err)
+		return 1
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "model", opts.Model, "engine", srv.Cluster().Config().Engine,
+		"max_model_len", srv.Cluster().MaxModelLen())
+	select {
+	case err := <-errc:
+		fmt.Fprintf(stderr, "mocker serve: %v\n", err)
+		return 1
+	case <-ctx.Done():
+	}
+	log.Info("draining", "timeout", drain)
+	dctx, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	if _, err := srv.Drain(dctx); err != nil {
+		log.Warn("drain", "err", err)
+	}
+	if err := hs.Shutdown(dctx); err != nil {
+		log.Warn("shutdown", "err", err)
+	}
+	return 0
+}
