@@ -179,11 +179,27 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	res := s.c.Generate(r.Context(), cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens})
 	s.m.observe(&p, &res)
+	modeledHeaders(w.Header(), &res)
 	if e := s.resultError(&res); e != nil {
 		writeError(w, e)
 		return
 	}
 	writeJSON(w, http.StatusOK, s.response(&p, &res, id))
+}
+
+// Headers of a non-streamed answer that give the model's own latencies in
+// modeled ms, for a load tool to compare with what it measured.
+const (
+	HeaderTTFT = "X-Mocker-Ttft-Ms"
+	HeaderE2E  = "X-Mocker-E2e-Ms"
+)
+
+func modeledHeaders(h http.Header, res *cluster.Result) {
+	if res.OutputTokens == 0 {
+		return
+	}
+	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
+	h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a
