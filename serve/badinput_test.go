@@ -200,8 +200,12 @@ func TestErrors_BusyIs429DrainingIs503(t *testing.T) {
 	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3], "max_tokens": 2}`)
 	assert.Equal(t, http.StatusTooManyRequests, status)
 	assert.Contains(t, e.Error.Message, "all workers busy")
+	// Refused before its first token, a stream keeps the status too.
+	status, e, _ = post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3], "max_tokens": 2, "stream": true}`)
+	assert.Equal(t, http.StatusTooManyRequests, status)
+	assert.Contains(t, e.Error.Message, "all workers busy")
 	assert.Equal(t, http.StatusOK, <-long)
-	assert.Equal(t, uint64(1), s.Cluster().Stats().PrefillRejections)
+	assert.Equal(t, uint64(2), s.Cluster().Stats().PrefillRejections)
 
 	_, err := s.Drain(t.Context())
 	require.NoError(t, err)
