@@ -165,6 +165,14 @@ func (s *Server) completionPrompt(raw json.RawMessage) ([]uint32, []string, *api
 	default:
 		return nil, nil, bad("want a string or an array of token ids")
 	}
+	if inner := bytes.TrimSpace(raw[1:]); len(inner) > 0 && (inner[0] >= '0' && inner[0] <= '9') {
+		// Token ids, the common case, decoded at once; the item by item
+		// walk below only names the culprit when this fails.
+		var ids []uint32
+		if json.Unmarshal(raw, &ids) == nil {
+			return ids, nil, nil
+		}
+	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, nil, bad(err.Error())
