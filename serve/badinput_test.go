@@ -136,14 +136,7 @@ func TestErrors_AbortedHoldSaysSo(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	// The first request takes the decode's one sequence slot for a long
-	// modeled while; the second's prefill holds its KV waiting for it.
-	long := make(chan int, 1)
-	go func() {
-		status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 3000}`)
-		long <- status
-	}()
-	waitRunning(t, s, "decode-0")
+	long := occupyDecode(t, s, hc, ts.URL)
 	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, e.Error.Message, "request aborted")
@@ -163,6 +156,34 @@ func abortConfig() cluster.Config {
 		Args:   map[string]any{"speedup_ratio": 200, "kv_transfer_abort_timeout_ms": 20},
 		Decode: cluster.PoolConfig{Args: map[string]any{"max_num_seqs": 1}},
 	}
+}
+
+// occupyDecode sends a request that takes abortConfig's one decode slot
+// for a long modeled while, and returns once it runs: the next request's
+// prefill then holds its KV waiting for the decode until the hold aborts.
+// The channel gets the long request's status.
+func occupyDecode(t *testing.T, s *Server, hc *http.Client, url string) <-chan int {
+	t.Helper()
+	long := background(hc, url+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 3000}`)
+	waitRunning(t, s, "decode-0")
+	return long
+}
+
+// background posts body and sends the status on the channel it returns
+// (0 when the request failed).
+func background(hc *http.Client, url, body string) <-chan int {
+	status := make(chan int, 1)
+	go func() {
+		resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+		if err != nil {
+			status <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		status <- resp.StatusCode
+	}()
+	return status
 }
 
 // waitRunning waits until worker runs a request.
@@ -189,13 +210,9 @@ func TestErrors_BusyIs429DrainingIs503(t *testing.T) {
 		RouterOptions: map[string]any{"busy_threshold": 0.5},
 	}, Options{})
 	hc := client(ts)
-	long := make(chan int, 1)
 	// 40 of the 64 blocks: the worker is busy while it runs.
 	ids := "[" + strings.Repeat("3,", 40*16-1) + "3]"
-	go func() {
-		status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": `+ids+`, "max_tokens": 300}`)
-		long <- status
-	}()
+	long := background(hc, ts.URL+"/v1/completions", `{"prompt": `+ids+`, "max_tokens": 300}`)
 	waitRunning(t, s, "worker-0")
 	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3], "max_tokens": 2}`)
 	assert.Equal(t, http.StatusTooManyRequests, status)

@@ -207,12 +207,7 @@ func TestMetrics_AbortCounted(t *testing.T) {
 	hc := client(ts)
 	before := scrape(t, hc, ts.URL)
 	assert.Zero(t, sum(before["mocker_kv_aborts_total"], nil))
-	long := make(chan int, 1)
-	go func() {
-		status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 3000}`)
-		long <- status
-	}()
-	waitRunning(t, s, "decode-0")
+	long := occupyDecode(t, s, hc, ts.URL)
 	status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Equal(t, http.StatusOK, <-long)

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -49,8 +50,11 @@ func (s *Server) answerFor(p *prepared) answer {
 func (a answer) piece(k int) string {
 	if len(a.echo) > 0 {
 		p := a.echo[k%len(a.echo)]
-		if k == 0 {
+		switch {
+		case k == 0:
 			p = strings.TrimLeft(p, " \t\r\n")
+		case k%len(a.echo) == 0 && strings.TrimLeft(p, " \t\r\n") == p:
+			p = " " + p // the text starts over: a space from its end
 		}
 		return p
 	}
@@ -140,31 +144,17 @@ func (s *Server) response(p *prepared, res *cluster.Result, id string) responseO
 	return out
 }
 
-// appendJSONString appends s as a JSON string.
+// appendJSONString appends s as a JSON string: as it is when nothing in
+// it needs escaping (filler words never do), else as encoding/json writes
+// it.
 func appendJSONString(b []byte, s string) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\':
-				b = append(b, '\\', c)
-			case c < 0x20:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			default:
-				b = append(b, c)
-			}
-			i++
-			continue
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
 		}
-		r, n := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && n == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+n]...)
-		}
-		i += n
 	}
+	b = append(b, '"')
+	b = append(b, s...)
 	return append(b, '"')
 }

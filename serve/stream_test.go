@@ -80,12 +80,7 @@ func TestStream_ErrorAfterFirstTokenIsAnErrorChunk(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	long := make(chan int, 1)
-	go func() {
-		status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 3000}`)
-		long <- status
-	}()
-	waitRunning(t, s, "decode-0")
+	long := occupyDecode(t, s, hc, ts.URL)
 	// The prefill's first token is the stream's first: the hold aborts
 	// after it, so the stream carries it, then the error chunk.
 	resp, err := hc.Post(ts.URL+"/v1/completions", "application/json",

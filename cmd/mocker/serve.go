@@ -59,22 +59,13 @@ func serveCmd(args []string, stderr io.Writer) int {
 	fs.Int64Var(&opts.MaxBodyBytes, "max-body", serve.DefaultMaxBodyBytes, "")
 	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(os.Stdout, serveUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mocker serve: %v\n\n%s", err, serveUsage)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "mocker serve: unexpected argument %q\n\n%s", fs.Arg(0), serveUsage)
-		return 2
+	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
+		return code
 	}
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		fmt.Fprintf(stderr, "mocker serve: --log-level: want debug, info, warn or error, got %q\n", level)
-		return 2
+		return exitUsage
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 	var cfg cluster.Config
@@ -120,4 +111,23 @@ func serveCmd(args []string, stderr io.Writer) int {
 		log.Warn("shutdown", "err", err)
 	}
 	return 0
+}
+
+// parseFlags parses the flags of the command fs names; done says the
+// command ends now, with code: 0 after printing usage for -h, exitUsage
+// after saying what was wrong with the flags or a stray argument.
+func parseFlags(fs *flag.FlagSet, args []string, usage string, stderr io.Writer) (code int, done bool) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fmt.Fprint(os.Stdout, usage)
+			return 0, true
+		}
+		fmt.Fprintf(stderr, "mocker %s: %v\n\n%s", fs.Name(), err, usage)
+		return exitUsage, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "mocker %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return exitUsage, true
+	}
+	return 0, false
 }
