@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -37,6 +36,8 @@ Flags:
       --echo               answer with the prompt's words instead of filler
       --seed N             the filler words' seed (default 0)
       --max-body BYTES     the largest request body taken (default 4194304)
+      --max-conns N        connections served at once; more wait until one
+                           closes (default 4096)
       --drain-timeout D    on SIGTERM/SIGINT, how long to let requests in
                            flight finish (default 30s)
       --log-level L        debug, info (default), warn or error; logs go to stderr
@@ -51,12 +52,14 @@ func serveCmd(args []string, stderr io.Writer) int {
 	var configPath, listen, level string
 	var opts serve.Options
 	var drain time.Duration
+	var maxConns int
 	fs.StringVar(&configPath, "config", "", "")
 	fs.StringVar(&listen, "listen", serve.DefaultListen, "")
 	fs.StringVar(&opts.Model, "model", serve.DefaultModel, "")
 	fs.BoolVar(&opts.Echo, "echo", false, "")
 	fs.Uint64Var(&opts.Seed, "seed", 0, "")
 	fs.Int64Var(&opts.MaxBodyBytes, "max-body", serve.DefaultMaxBodyBytes, "")
+	fs.IntVar(&maxConns, "max-conns", serve.DefaultMaxConns, "")
 	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
 	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
@@ -83,12 +86,12 @@ func serveCmd(args []string, stderr io.Writer) int {
 		return 1
 	}
 	defer srv.Close()
-	ln, err := net.Listen("tcp", listen)
+	ln, err := serve.Listen(listen, maxConns)
 	if err != nil {
-		fmt.Fprintf(stderr, "mocker serve: --listen %s: %v\n", listen, err)
+		fmt.Fprintf(stderr, "mocker serve: --listen %s --max-conns %d: %v\n", listen, maxConns, err)
 		return 1
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
