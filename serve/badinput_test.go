@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -136,12 +137,12 @@ func TestErrors_AbortedHoldSaysSo(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	long := occupyDecode(t, s, hc, ts.URL)
+	end := occupyDecode(t, s, hc, ts.URL)
 	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
 	assert.Equal(t, http.StatusInternalServerError, status)
 	assert.Contains(t, e.Error.Message, "request aborted")
 	assert.Contains(t, e.Error.Message, "kv_transfer_abort_timeout_ms")
-	assert.Equal(t, http.StatusOK, <-long)
+	end()
 	st := s.Cluster().Stats()
 	assert.Equal(t, uint64(1), st.PinsAborted)
 	assert.Zero(t, st.HeldBlocks)
@@ -149,41 +150,49 @@ func TestErrors_AbortedHoldSaysSo(t *testing.T) {
 
 // abortConfig is a vLLM disaggregated cluster whose one decode worker
 // runs one sequence at a time, and whose prefill gives a hold up after
-// 20 modeled ms.
+// 20 modeled ms (1 ms of wall time; a long request's 16,000 tokens last
+// seconds).
 func abortConfig() cluster.Config {
 	return cluster.Config{
 		Disagg: true,
-		Args:   map[string]any{"speedup_ratio": 200, "kv_transfer_abort_timeout_ms": 20},
+		Args:   map[string]any{"speedup_ratio": 20, "kv_transfer_abort_timeout_ms": 20},
 		Decode: cluster.PoolConfig{Args: map[string]any{"max_num_seqs": 1}},
 	}
 }
 
 // occupyDecode sends a request that takes abortConfig's one decode slot
-// for a long modeled while, and returns once it runs: the next request's
+// for seconds of wall time, and returns once it runs: the next request's
 // prefill then holds its KV waiting for the decode until the hold aborts.
-// The channel gets the long request's status.
-func occupyDecode(t *testing.T, s *Server, hc *http.Client, url string) <-chan int {
+// The test ends the long request with end, once done with it.
+func occupyDecode(t *testing.T, s *Server, hc *http.Client, url string) (end func()) {
 	t.Helper()
-	long := background(hc, url+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 3000}`)
+	end = background(t, hc, url+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 16000}`)
 	waitRunning(t, s, "decode-0")
-	return long
+	return end
 }
 
-// background posts body and sends the status on the channel it returns
-// (0 when the request failed).
-func background(hc *http.Client, url, body string) <-chan int {
-	status := make(chan int, 1)
+// background posts body until the test calls the function it returns,
+// which cancels the request and waits for its end.
+func background(t *testing.T, hc *http.Client, url, body string) (end func()) {
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
 	go func() {
-		resp, err := hc.Post(url, "application/json", strings.NewReader(body))
+		defer close(done)
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
 		if err != nil {
-			status <- 0
+			return
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
 			return
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		status <- resp.StatusCode
 	}()
-	return status
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // waitRunning waits until worker runs a request.
@@ -206,13 +215,13 @@ func TestErrors_BusyIs429DrainingIs503(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, cluster.Config{
 		Workers:       1,
-		Args:          map[string]any{"speedup_ratio": 200, "num_gpu_blocks": 64},
+		Args:          map[string]any{"speedup_ratio": 1, "num_gpu_blocks": 64},
 		RouterOptions: map[string]any{"busy_threshold": 0.5},
 	}, Options{})
 	hc := client(ts)
 	// 40 of the 64 blocks: the worker is busy while it runs.
 	ids := "[" + strings.Repeat("3,", 40*16-1) + "3]"
-	long := background(hc, ts.URL+"/v1/completions", `{"prompt": `+ids+`, "max_tokens": 300}`)
+	end := background(t, hc, ts.URL+"/v1/completions", `{"prompt": `+ids+`, "max_tokens": 380}`)
 	waitRunning(t, s, "worker-0")
 	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3], "max_tokens": 2}`)
 	assert.Equal(t, http.StatusTooManyRequests, status)
@@ -221,7 +230,7 @@ func TestErrors_BusyIs429DrainingIs503(t *testing.T) {
 	status, e, _ = post(t, hc, ts.URL+"/v1/completions", `{"prompt": [1,2,3], "max_tokens": 2, "stream": true}`)
 	assert.Equal(t, http.StatusTooManyRequests, status)
 	assert.Contains(t, e.Error.Message, "all workers busy")
-	assert.Equal(t, http.StatusOK, <-long)
+	end()
 	assert.Equal(t, uint64(2), s.Cluster().Stats().PrefillRejections)
 
 	_, err := s.Drain(t.Context())

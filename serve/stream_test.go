@@ -80,7 +80,7 @@ func TestStream_ErrorAfterFirstTokenIsAnErrorChunk(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	long := occupyDecode(t, s, hc, ts.URL)
+	end := occupyDecode(t, s, hc, ts.URL)
 	// The prefill's first token is the stream's first: the hold aborts
 	// after it, so the stream carries it, then the error chunk.
 	resp, err := hc.Post(ts.URL+"/v1/completions", "application/json",
@@ -95,7 +95,7 @@ func TestStream_ErrorAfterFirstTokenIsAnErrorChunk(t *testing.T) {
 		}
 	}
 	require.NoError(t, sc.Err())
-	assert.Equal(t, http.StatusOK, <-long)
+	end()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.GreaterOrEqual(t, len(lines), 2)
 	assert.Equal(t, "[DONE]", lines[len(lines)-1])
