@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -16,19 +18,40 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 )
 
-// post sends body to path and decodes an error answer, if any.
+// post sends body to url and decodes an error answer, if any.
 func post(t *testing.T, hc *http.Client, url, body string) (int, errorBody, []byte) {
 	t.Helper()
+	a := send(hc, url, body)
+	require.NoError(t, a.err)
+	return a.status, a.e, a.raw
+}
+
+// sentAnswer is what send got.
+type sentAnswer struct {
+	status int
+	e      errorBody
+	raw    []byte
+	err    error
+}
+
+// send is post for any goroutine: it reports failures rather than
+// failing the test.
+func send(hc *http.Client, url, body string) sentAnswer {
 	resp, err := hc.Post(url, "application/json", strings.NewReader(body))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	var e errorBody
-	if resp.StatusCode != http.StatusOK {
-		require.NoError(t, json.Unmarshal(data, &e), "an error answer is OpenAI's error JSON: %s", data)
+	if err != nil {
+		return sentAnswer{err: err}
 	}
-	return resp.StatusCode, e, data
+	defer resp.Body.Close()
+	a := sentAnswer{status: resp.StatusCode}
+	if a.raw, a.err = io.ReadAll(resp.Body); a.err != nil {
+		return a
+	}
+	if resp.StatusCode != http.StatusOK {
+		if err := json.Unmarshal(a.raw, &a.e); err != nil {
+			a.err = fmt.Errorf("an error answer is OpenAI's error JSON: %w: %s", err, a.raw)
+		}
+	}
+	return a
 }
 
 // TestBadInput_EachErrorHasItsStatusAndNamesTheField: every malformed or
@@ -137,12 +160,13 @@ func TestErrors_AbortedHoldSaysSo(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	end := occupyDecode(t, s, hc, ts.URL)
-	status, e, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
-	assert.Equal(t, http.StatusInternalServerError, status)
-	assert.Contains(t, e.Error.Message, "request aborted")
-	assert.Contains(t, e.Error.Message, "kv_transfer_abort_timeout_ms")
-	end()
+	a := strandAndAbort(t, s, hc, ts.URL, func() sentAnswer {
+		return send(hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
+	})
+	require.NoError(t, a.err)
+	assert.Equal(t, http.StatusInternalServerError, a.status)
+	assert.Contains(t, a.e.Error.Message, "request aborted")
+	assert.Contains(t, a.e.Error.Message, "kv_transfer_abort_timeout_ms")
 	st := s.Cluster().Stats()
 	assert.Equal(t, uint64(1), st.PinsAborted)
 	assert.Zero(t, st.HeldBlocks)
@@ -169,6 +193,22 @@ func occupyDecode(t *testing.T, s *Server, hc *http.Client, url string) (end fun
 	end = background(t, hc, url+"/v1/completions", `{"prompt": [1,2,3,4,5,6,7,8], "max_tokens": 16000}`)
 	waitRunning(t, s, "decode-0")
 	return end
+}
+
+// strandAndAbort runs send (a request, on its own goroutine) while
+// abortConfig's one decode slot is taken: the request's prefill holds its
+// KV until the hold aborts. The request learns of the abort only when its
+// decode connects to the prefill (as a vLLM decode does), so once the
+// cluster counts the abort, the slot is freed, and what send got is
+// returned.
+func strandAndAbort[T any](t *testing.T, s *Server, hc *http.Client, url string, send func() T) T {
+	t.Helper()
+	end := occupyDecode(t, s, hc, url)
+	out := make(chan T, 1)
+	go func() { out <- send() }()
+	require.Eventually(t, func() bool { return s.Cluster().Stats().PinsAborted > 0 }, 30*time.Second, time.Millisecond, "no hold aborted")
+	end()
+	return <-out
 }
 
 // background posts body until the test calls the function it returns,
@@ -205,7 +245,7 @@ func waitRunning(t *testing.T, s *Server, worker string) {
 			}
 		}
 		return false
-	}, 30e9, 1e6, "%s never ran a request", worker)
+	}, 30*time.Second, time.Millisecond, "%s never ran a request", worker)
 }
 
 // TestErrors_BusyIs429DrainingIs503: a request the router refuses because

@@ -129,6 +129,11 @@ func TestMetrics_VLLMNamesAgreeWithResponses(t *testing.T) {
 			_, ts := startServer(t, tc.cfg, Options{Model: "m1"})
 			hc := client(ts)
 			var s sent
+			// One request per prefix first, so that the rest, sent at
+			// once, find it cached however they interleave.
+			for i := range 3 {
+				s.send(t, hc, ts.URL, fmt.Sprintf("%s user %d asks something", longPrefix, i), false, 2)
+			}
 			var wg sync.WaitGroup
 			for i := range 24 {
 				wg.Add(1)
@@ -207,10 +212,11 @@ func TestMetrics_AbortCounted(t *testing.T) {
 	hc := client(ts)
 	before := scrape(t, hc, ts.URL)
 	assert.Zero(t, sum(before["mocker_kv_aborts_total"], nil))
-	end := occupyDecode(t, s, hc, ts.URL)
-	status, _, _ := post(t, hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
-	assert.Equal(t, http.StatusInternalServerError, status)
-	end()
+	a := strandAndAbort(t, s, hc, ts.URL, func() sentAnswer {
+		return send(hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
+	})
+	require.NoError(t, a.err)
+	assert.Equal(t, http.StatusInternalServerError, a.status)
 	after := scrape(t, hc, ts.URL)
 	assert.Equal(t, 1.0, sum(after["mocker_kv_aborts_total"], nil))
 	assert.Equal(t, 1.0, sum(after["mocker_kv_holds_total"], map[string]string{"outcome": "aborted"}))

@@ -80,23 +80,33 @@ func TestStream_ErrorAfterFirstTokenIsAnErrorChunk(t *testing.T) {
 	t.Parallel()
 	s, ts := startServer(t, abortConfig(), Options{})
 	hc := client(ts)
-	end := occupyDecode(t, s, hc, ts.URL)
 	// The prefill's first token is the stream's first: the hold aborts
 	// after it, so the stream carries it, then the error chunk.
-	resp, err := hc.Post(ts.URL+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4, "stream": true}`))
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	var lines []string
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		if l, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			lines = append(lines, l)
-		}
+	type streamed struct {
+		status int
+		lines  []string
+		err    error
 	}
-	require.NoError(t, sc.Err())
-	end()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	got := strandAndAbort(t, s, hc, ts.URL, func() (r streamed) {
+		resp, err := hc.Post(ts.URL+"/v1/completions", "application/json",
+			strings.NewReader(`{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4, "stream": true}`))
+		if err != nil {
+			return streamed{err: err}
+		}
+		defer resp.Body.Close()
+		r.status = resp.StatusCode
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if l, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				r.lines = append(r.lines, l)
+			}
+		}
+		r.err = sc.Err()
+		return r
+	})
+	require.NoError(t, got.err)
+	lines := got.lines
+	require.Equal(t, http.StatusOK, got.status)
 	require.GreaterOrEqual(t, len(lines), 2)
 	assert.Equal(t, "[DONE]", lines[len(lines)-1])
 	var e errorBody
