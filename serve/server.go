@@ -42,7 +42,8 @@ type Options struct {
 	Echo bool
 	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
 	MaxBodyBytes int64
-	// Logger receives diagnostics (default: discard).
+	// Logger receives diagnostics, such as why a request failed, at debug
+	// level (default: discard).
 	Logger *slog.Logger
 }
 
@@ -181,6 +182,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	s.m.observe(&p, &res)
 	modeledHeaders(w.Header(), &res)
 	if e := s.resultError(&res); e != nil {
+		s.logFailure(id, e)
 		writeError(w, e)
 		return
 	}
@@ -214,6 +216,12 @@ func (s *Server) responseID(r *http.Request, chat bool) string {
 	}
 	n := s.seq.Add(1)
 	return prefix + strconv.FormatUint(xxh3.HashString(strconv.FormatUint(n, 10)+"/"+strconv.FormatUint(s.opts.Seed, 10)), 16) + strconv.FormatUint(n, 16)
+}
+
+// logFailure says on the server's log why a request the cluster took did
+// not complete.
+func (s *Server) logFailure(id string, e *apiError) {
+	s.opts.Logger.Debug("request failed", "id", id, "status", e.Code, "error", e.Message)
 }
 
 // resultError is the API error of a request that did not complete.

@@ -200,6 +200,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	}
 	s.m.observe(p, &res)
 	if e := s.resultError(&res); e != nil {
+		s.logFailure(id, e)
 		if !started {
 			writeError(w, e)
 			return
