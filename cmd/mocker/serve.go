@@ -29,8 +29,8 @@ deterministic tokenizer, so requests sharing a text prefix share KV blocks.
 
 Flags:
       --config FILE        the cluster config, as mocker.cluster({...}) takes
-                           it, in JSON or YAML (.yaml, .yml); default: two
-                           aggregated vLLM workers
+                           it, in JSON or YAML; default: two aggregated vLLM
+                           workers
       --listen ADDR        the address to serve on (default 127.0.0.1:8000)
       --model NAME         the model name served (default mocker)
       --echo               answer with the prompt's words instead of filler
@@ -73,8 +73,17 @@ func serveCmd(args []string, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 	var cfg cluster.Config
 	if configPath != "" {
-		var err error
-		if cfg, err = serve.LoadConfig(configPath); err != nil {
+		// The file is read as mocker replay reads its --config, and the
+		// object goes through the parser a script's mocker.cluster({...})
+		// does.
+		m, err := readConfigMap(configPath)
+		if err == nil {
+			cfg, err = cluster.ConfigFromMap(m)
+			if err != nil {
+				err = fmt.Errorf("--config %s: %w", configPath, err)
+			}
+		}
+		if err != nil {
 			fmt.Fprintf(stderr, "mocker serve: %v\n", err)
 			return 1
 		}

@@ -18,6 +18,8 @@ func TestServe_BadFlagsAndConfigsNamed(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.yaml")
 	require.NoError(t, os.WriteFile(bad, []byte("engine: vllm\nwokers: 2\n"), 0o600))
+	list := filepath.Join(dir, "list.json")
+	require.NoError(t, os.WriteFile(list, []byte(`[1, 2]`), 0o600))
 	badArgs := filepath.Join(dir, "args.json")
 	require.NoError(t, os.WriteFile(badArgs, []byte(`{"args": {"num_gpu_blocks": -5}}`), 0o600))
 	for _, tc := range []struct {
@@ -29,8 +31,9 @@ func TestServe_BadFlagsAndConfigsNamed(t *testing.T) {
 		{"unknown flag", []string{"serve", "--bogus"}, exitUsage, "mocker serve: flag provided but not defined: -bogus"},
 		{"stray argument", []string{"serve", "extra"}, exitUsage, `mocker serve: unexpected argument "extra"`},
 		{"log level", []string{"serve", "--log-level", "loud"}, exitUsage, "--log-level: want debug, info, warn or error"},
-		{"missing config", []string{"serve", "--config", filepath.Join(dir, "none.json")}, 1, "mocker serve: config: open"},
-		{"unknown key", []string{"serve", "--config", bad}, 1, "wokers: unknown key; valid keys:"},
+		{"missing config", []string{"serve", "--config", filepath.Join(dir, "none.json")}, 1, "mocker serve: --config: open"},
+		{"unknown key", []string{"serve", "--config", bad}, 1, "bad.yaml: wokers: unknown key; valid keys:"},
+		{"not an object", []string{"serve", "--config", list}, 1, "want a JSON or YAML object"},
 		{"bad engine arg", []string{"serve", "--config", badArgs}, 1, "num_gpu_blocks"},
 		{"bad listen", []string{"serve", "--listen", "127.0.0.1:99999"}, 1, "--listen 127.0.0.1:99999"},
 		{"negative max-conns", []string{"serve", "--listen", "127.0.0.1:0", "--max-conns", "-1"}, 1, "max connections: want 0"},
