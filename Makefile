@@ -11,11 +11,16 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run test test-short deep e2e images vet bench lint build fuzz golden clean
+.PHONY: run serve test test-short deep e2e images vet bench lint build fuzz golden clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
 	$(BIN)/mocker run $(RUN_FLAGS) $(SCRIPT)
+
+## serve: build mocker and serve a mock cluster over OpenAI's HTTP API on 127.0.0.1:8000 (SERVE_FLAGS, e.g. --config cluster.yaml)
+SERVE_FLAGS   ?=
+serve: build
+	$(BIN)/mocker serve $(SERVE_FLAGS)
 
 ## build: build the mocker binary into ./bin; -buildvcs=auto over a GOFLAGS
 ## that turns it off, so that `mocker version` names the commit

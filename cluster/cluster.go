@@ -309,7 +309,9 @@ func (c *Cluster) startWorkers(servers bool) error {
 				}
 				// The cluster reads a first token (an aggregated request's
 				// prefill is done), and counts the rest from completions.
-				n.w.ReportFirstTokensOnly()
+				if !c.cfg.StreamTokens {
+					n.w.ReportFirstTokensOnly()
+				}
 				n.last = n.w.Metrics()
 				if p.role == engine.WorkerPrefill && servers && rank == 0 {
 					server, err = bootstrap.Listen(bootstrap.Config{

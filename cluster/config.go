@@ -137,6 +137,11 @@ type Config struct {
 	// Transport selects the distributed transport (etcd + NATS); nil runs
 	// everything in process.
 	Transport *TransportConfig `json:"transport,omitempty"`
+	// StreamTokens has every worker report each output token as its pass
+	// ends, so a Request's OnToken hears every token rather than the first
+	// alone (an HTTP server streaming tokens to its clients needs them).
+	// It costs a record per token; modeled results do not change.
+	StreamTokens bool `json:"-"`
 	// Logger receives the forensic log (one record per handoff transition)
 	// and diagnostics. Default: discard.
 	Logger *slog.Logger `json:"-"`

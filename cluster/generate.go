@@ -653,6 +653,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	c.stats.peakHeld = max(c.stats.peakHeld, c.heldNow)
 	m := &out.Metrics
 	c.series.observe(c.v.Now(), c.heldNow, wi, m.HeldBlocks, m.ActiveBlocks, m.FreeBlocks, m.ReservedBlocks, m.Running, m.Waiting)
+	// Tokens first: the completion below may end the request and its
+	// caller must have heard every token before its result.
+	c.tellTokens(out.Tokens)
 
 	// A refusal comes with the events it causes (a destination refused is
 	// also cancelled): the machine hears the refusal first, so the request

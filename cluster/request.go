@@ -29,6 +29,16 @@ type Request struct {
 	// Tokens gives the prompt's token ids explicitly, instead of
 	// PromptTokens, Prefix and PrefixTokens.
 	Tokens []uint32 `json:"tokens"`
+	// OnToken, when set, hears each output token of the request as the
+	// loop delivers the pass that produced it: index from 0 and the pass's
+	// modeled end in ms. On a paced cluster that is when the wall clock
+	// reaches the token's modeled time, so a caller streaming tokens sends
+	// each at its modeled instant. Every token is heard only with
+	// Config.StreamTokens (the first one always). It runs on the cluster's
+	// loop: it must return at once and never call the cluster. An index may
+	// be heard again (a preempted request recomputes); a caller keeps the
+	// highest.
+	OnToken func(index int, atMs float64) `json:"-"`
 }
 
 // MaxRequestMaxTokens is the largest max_tokens a request may ask for

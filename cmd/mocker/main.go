@@ -8,6 +8,7 @@
 //	mocker worker [flags]          run one distributed worker (see `mocker worker -h`)
 //	mocker replay [flags]          replay a request trace on virtual time (see `mocker replay -h`)
 //	mocker sweep [flags]           replay a trace over a grid of configs (see `mocker sweep -h`)
+//	mocker serve [flags]           serve a mock cluster over OpenAI's HTTP API (see `mocker serve -h`)
 //	mocker args [KEY...]           print the engine arguments (see `mocker args -h`)
 //	mocker metrics [NAME...]       print the metrics of k6/x/mocker
 //	mocker version                 print the version, revision and Go version
@@ -49,6 +50,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return sweepCmd(args[1:], stdout, stderr)
 	case "replay":
 		return replayCmd(args[1:], stdout, stderr, stderr == io.Writer(os.Stderr) && term.IsTerminal(int(os.Stderr.Fd())))
+	case "serve":
+		return serveCmd(args[1:], stderr)
 	case "args", "metrics":
 		return docsCmd(args[0], args[1:], stdout, stderr)
 	case "version", "--version", "-v":
@@ -78,6 +81,7 @@ Usage:
   mocker worker --role R ...     run one worker for a distributed cluster (etcd + NATS)
   mocker replay --trace F ...    replay a request trace on virtual time: aiperf-style figures
   mocker sweep --grid G ...      replay a trace over a grid of configs: CSV, Pareto front
+  mocker serve [--config FILE]   serve a mock cluster over OpenAI's HTTP API, with vLLM metrics
   mocker args [KEY...]           print the engine arguments: type, default, meaning, in Dynamo?
   mocker metrics [NAME...]       print the metrics of k6/x/mocker: type, tags, meaning
   mocker version                 print the version, git revision and Go version
@@ -88,4 +92,4 @@ Run 'mocker COMMAND -h' for a command's flags; 'mocker run -h' also lists the ex
 }
 
 // commandUsage is each command's help, for 'mocker help COMMAND'.
-var commandUsage = map[string]string{"run": runUsage, "replay": replayUsage, "sweep": sweepUsage, "worker": workerUsage, "args": argsUsage, "metrics": metricsUsage}
+var commandUsage = map[string]string{"run": runUsage, "replay": replayUsage, "sweep": sweepUsage, "worker": workerUsage, "serve": serveUsage, "args": argsUsage, "metrics": metricsUsage}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -98,17 +97,8 @@ func workerCmd(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.EtcdAuth.TLS.CA, "etcd-ca", "", "")
 	fs.StringVar(&cfg.EtcdAuth.TLS.Cert, "etcd-cert", "", "")
 	fs.StringVar(&cfg.EtcdAuth.TLS.Key, "etcd-key", "", "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(os.Stdout, workerUsage)
-			return 0
-		}
-		fmt.Fprintf(stderr, "mocker worker: %v\n\n%s", err, workerUsage)
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "mocker worker: unexpected argument %q\n", fs.Arg(0))
-		return exitUsage
+	if code, done := parseFlags(fs, args, workerUsage, stderr); done {
+		return code
 	}
 	if role.v == "" || etcd == "" || cfg.NATS == "" {
 		fmt.Fprintf(stderr, "mocker worker: --role, --etcd and --nats are required\n\n%s", workerUsage)

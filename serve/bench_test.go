@@ -1,0 +1,227 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/cputime"
+)
+
+// benchPrompt is a completions body of 128 token ids, the first one
+// varied by n so that no two requests share a cached block.
+func benchPrompt(n uint64, maxTokens int, stream bool) []byte {
+	var b bytes.Buffer
+	b.WriteString(`{"model":"mocker","prompt":[`)
+	b.WriteString(strconv.FormatUint(n%4_000_000_000, 10))
+	b.WriteString(strings.Repeat(",17", 127))
+	fmt.Fprintf(&b, `],"max_tokens":%d,"stream":%v}`, maxTokens, stream)
+	return b.Bytes()
+}
+
+// bareHandler answers like serve without a cluster: it reads the body
+// and writes a fixed answer of the same shape (one JSON body, or tokens
+// SSE chunks flushed one by one, gap apart): the cost of net/http itself,
+// the baseline beside serve's figures.
+func bareHandler(tokens int, gap time.Duration) http.Handler {
+	body := []byte(`{"id":"cmpl-1","object":"text_completion","created":1,"model":"mocker","choices":[{"index":0,"text":"the cache holds blocks while decode waits for room and prefill keeps its KV pinned until a transfer ends or","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":128,"total_tokens":144,"completion_tokens":16,"prompt_tokens_details":{"cached_tokens":0}}}`)
+	chunk := []byte(`data: {"id":"cmpl-1","object":"text_completion","created":1,"model":"mocker","choices":[{"index":0,"text":" word","logprobs":null,"finish_reason":null,"stop_reason":null}]}` + "\n\n")
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		data, _ := io.ReadAll(r.Body)
+		if bytes.Contains(data, []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			f := w.(http.Flusher)
+			for range tokens {
+				if gap > 0 {
+					time.Sleep(gap)
+				}
+				_, _ = w.Write(chunk)
+				f.Flush()
+			}
+			_, _ = w.Write([]byte("data: [DONE]\n\n"))
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	})
+}
+
+// hammer sends b.N requests from parallel clients to url and reports the
+// process's CPU per request and per streamed token (client and server
+// alike: the bare handler's figures, measured the same way, are the
+// part that is not serve's).
+func hammer(b *testing.B, url string, maxTokens int, stream bool) {
+	b.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var seq atomic.Uint64
+	var tokens atomic.Int64
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	cpu0 := cputime.Self()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := hc.Post(url, "application/json", bytes.NewReader(benchPrompt(seq.Add(1), maxTokens, stream)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if stream {
+				sc := bufio.NewScanner(resp.Body)
+				n := int64(0)
+				for sc.Scan() {
+					if strings.HasPrefix(sc.Text(), "data: {") {
+						n++
+					}
+				}
+				tokens.Add(n)
+			} else {
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	cpu := cputime.Self() - cpu0
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu_µs/req")
+	if stream {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*maxTokens), "cpu_ns/token")
+		b.ReportMetric(float64(tokens.Load())/float64(b.N), "chunks/req")
+	}
+}
+
+// BenchmarkServe measures CPU per request through HTTP and the cluster
+// (128 prompt tokens, 16 output tokens, non-streamed, at the largest
+// speedup so that pacing does not bound the rate; and 64 tokens streamed
+// in real time, per token), beside a bare net/http handler writing
+// answers of the same shape, in the same run.
+func BenchmarkServe(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		maxTokens int
+		stream    bool
+		speedup   float64
+	}{
+		{"nonstream-128in-16out", 16, false, cluster.MaxSpeedupRatio},
+		// Paced so that tokens leave one by one, each its own chunk
+		// (chunks/req says how many did).
+		{"stream-128in-64out", 64, true, 1},
+	} {
+		cfg := cluster.Config{Workers: 2, Args: map[string]any{"speedup_ratio": tc.speedup, "max_num_seqs": 256, "num_gpu_blocks": 16384}}
+		b.Run(tc.name+"/bare-net-http", func(b *testing.B) {
+			ts := httptest.NewServer(bareHandler(tc.maxTokens, 0))
+			defer ts.Close()
+			hammer(b, ts.URL+"/v1/completions", tc.maxTokens, tc.stream)
+		})
+		if tc.stream {
+			// Chunks a few ms apart, as serve's paced ones: each wakes
+			// the writer and the reader, which back-to-back chunks do not.
+			b.Run(tc.name+"/bare-net-http-paced", func(b *testing.B) {
+				ts := httptest.NewServer(bareHandler(tc.maxTokens, 4*time.Millisecond))
+				defer ts.Close()
+				hammer(b, ts.URL+"/v1/completions", tc.maxTokens, tc.stream)
+			})
+		}
+		b.Run(tc.name+"/serve", func(b *testing.B) {
+			s, ts := startServer(b, cfg, Options{})
+			hammer(b, ts.URL+"/v1/completions", tc.maxTokens, tc.stream)
+			_ = s
+		})
+	}
+}
+
+// BenchmarkServeLatency sends one-token requests one at a time to a
+// cluster paced at speedup 10 and reports how much later than the model's
+// TTFT (divided by the speedup) the answers arrive, at the median and
+// the 90th percentile (excess_µs): the pacing grain plus HTTP's cost,
+// the figure a client's TTFT is off the model's by.
+func BenchmarkServeLatency(b *testing.B) {
+	const speedup = 10.0
+	_, ts := startServer(b, cluster.Config{Workers: 1, Args: map[string]any{"speedup_ratio": speedup}}, Options{})
+	hc := client(ts)
+	excess := make([]float64, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		resp, err := hc.Post(ts.URL+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(uint64(i), 1, false)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		wall := time.Since(start)
+		ttft, err := strconv.ParseFloat(resp.Header.Get(HeaderTTFT), 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		excess = append(excess, float64(wall.Microseconds())-ttft*1e3/speedup)
+	}
+	b.StopTimer()
+	slices.Sort(excess)
+	b.ReportMetric(excess[len(excess)/2], "p50_excess_µs")
+	b.ReportMetric(excess[len(excess)*9/10], "p90_excess_µs")
+}
+
+// BenchmarkServeStreams holds 2,000 streams open at once (256 tokens each)
+// on eight workers paced at speedup 10, and reports the paced loop's peak
+// lag behind the wall clock as a fraction of the run (lag_frac; the
+// cluster falls behind when the host cannot keep up), the stream lag a
+// client saw at the 99th percentile, and the CPU per streamed token.
+func BenchmarkServeStreams(b *testing.B) {
+	const streams, tokens = 2000, 256
+	cfg := cluster.Config{Workers: 8, Args: map[string]any{"speedup_ratio": 10, "max_num_seqs": 256, "num_gpu_blocks": 16384}}
+	s, ts := startServer(b, cfg, Options{})
+	tr := &http.Transport{MaxIdleConnsPerHost: streams}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var run time.Duration
+	var failed atomic.Int64
+	cpu0 := cputime.Self()
+	for b.Loop() {
+		start := time.Now()
+		done := make(chan struct{}, streams)
+		for i := range streams {
+			go func() {
+				defer func() { done <- struct{}{} }()
+				resp, err := hc.Post(ts.URL+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(uint64(i), tokens, true)))
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					failed.Add(1)
+				}
+			}()
+		}
+		for range streams {
+			<-done
+		}
+		run += time.Since(start)
+	}
+	cpu := cputime.Self() - cpu0
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d streams failed", n)
+	}
+	_, peak := s.Cluster().ClockLag()
+	b.ReportMetric(peak.Seconds()/run.Seconds()*float64(b.N), "lag_frac")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*streams*tokens), "cpu_ns/token")
+	b.ReportMetric(run.Seconds()/float64(b.N), "s/run")
+}

@@ -1,0 +1,75 @@
+// Package serve puts a mock cluster (package cluster) behind the HTTP
+// surface real serving stacks speak, so that routers, gateways and load
+// tools written for vLLM or SGLang can be pointed at it: OpenAI's
+// completions and chat completions APIs, streamed as server-sent events or
+// not, /v1/models, /health, and Prometheus metrics under vLLM's or
+// SGLang's names. `mocker serve` runs it.
+//
+// # Requests
+//
+// POST /v1/completions takes prompt as a string, an array of one string,
+// an array of token ids or an array of one such array; POST
+// /v1/chat/completions takes messages whose content is a string or text
+// parts. Token ids are used as they are. Text goes through Tokenize, a
+// built-in deterministic tokenizer (one token per word piece, no
+// vocabulary file), so two requests that share a text prefix share KV
+// blocks, the router's prefix matches and the prefix cache's hits. A chat
+// is rendered as "<|role|>\n" + content + "\n" per message, then
+// "<|assistant|>\n".
+//
+// The answer is exactly max_tokens tokens (max_completion_tokens for a
+// chat; when neither is given, 16 for a completion and the rest of the
+// context for a chat), as vLLM's ignore_eos would make it, unless the
+// model cuts it short (the sequence outgrew its KV pool); finish_reason is
+// "length". Its text is filler words drawn from Options.Seed and the
+// prompt, or, with Options.Echo, the prompt's own pieces (a chat's last
+// user message) over and over. usage counts prompt and completion tokens,
+// and prompt_tokens_details.cached_tokens is the prompt's prefix-cache
+// hit on the worker that prefilled it. n must be 1.
+//
+// # Time
+//
+// The cluster runs paced against the wall clock at its speedup_ratio: a
+// token leaves when the wall clock reaches its modeled time divided by
+// speedup_ratio, so the TTFT and inter-token gaps a client measures are
+// the model's, scaled. A stream writes each token as the cluster's loop
+// produces it (the loop only records it; the request's handler writes),
+// so a slow client lags alone: its lag is measured
+// (mocker_stream_lag_seconds) and never becomes modeled time. Metrics
+// report modeled seconds.
+//
+// # Errors
+//
+// Errors are OpenAI's JSON, {"error": {"message", "type", "param",
+// "code"}}: 400 for a malformed body or a field of the wrong type (named),
+// n other than 1, stream_options without stream, or a prompt over the
+// context (vLLM's "maximum context length" wording); 404 for another
+// model; 413 for a body over Options.MaxBodyBytes; 429 when the router
+// finds every worker busy (a busy threshold in router_options), 503 once
+// draining; 500 for a request whose prefill hold reached its abort timeout
+// before a decode took the KV, saying so. A stream that fails after its
+// first token sends the error as a data line, then [DONE].
+//
+// # Metrics
+//
+// GET /metrics serves, for a vLLM cluster, vllm:num_requests_running,
+// vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
+// vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total,
+// vllm:prompt_tokens_total, vllm:generation_tokens_total,
+// vllm:request_success_total{finished_reason}, the histograms
+// vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
+// vllm:e2e_request_latency_seconds, vllm:request_prefill_time_seconds and
+// vllm:request_decode_time_seconds with vLLM's buckets, and
+// vllm:cache_config_info; for an SGLang cluster sglang:num_running_reqs,
+// sglang:num_queue_reqs, sglang:token_usage, sglang:cache_hit_rate,
+// sglang:prompt_tokens_total, sglang:generation_tokens_total,
+// sglang:cached_tokens_total, sglang:num_requests_total and its three
+// latency histograms. Every series has the labels model_name, engine (the
+// data-parallel rank, as vLLM labels it) and worker (the cluster's name for
+// the worker, as one endpoint serves them all). Prompt and cache counts go
+// to the worker that prefilled a request, output and latencies to the one
+// that finished it. mocker's own: mocker_kv_held_blocks,
+// mocker_kv_holds_total{outcome}, mocker_kv_aborts_total,
+// mocker_prefill_refusals_total, mocker_clock_lag_seconds and
+// mocker_stream_lag_seconds.
+package serve

@@ -1,0 +1,225 @@
+package serve
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// scrape reads /metrics with Prometheus's own text parser.
+func scrape(t *testing.T, hc *http.Client, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := hc.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	require.NoError(t, err)
+	return fams
+}
+
+// sum adds a family's values (counter, gauge, or a histogram's count)
+// over the series whose labels include want.
+func sum(f *dto.MetricFamily, want map[string]string) float64 {
+	if f == nil {
+		return -1
+	}
+	total := 0.0
+	for _, m := range f.Metric {
+		ok := true
+		for k, v := range want {
+			found := false
+			for _, l := range m.Label {
+				if l.GetName() == k && l.GetValue() == v {
+					found = true
+				}
+			}
+			ok = ok && found
+		}
+		if !ok {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return total
+}
+
+// sent is what the responses of a run said, summed.
+type sent struct {
+	mu                              sync.Mutex
+	requests, prompt, output, cache int
+}
+
+// send posts one completion, streamed or not, and adds its usage to s.
+func (s *sent) send(t *testing.T, hc *http.Client, url, prompt string, stream bool, maxTokens int) {
+	body := fmt.Sprintf(`{"prompt": %q, "max_tokens": %d, "stream": %v}`, prompt, maxTokens, stream)
+	if stream {
+		body = fmt.Sprintf(`{"prompt": %q, "max_tokens": %d, "stream": true, "stream_options": {}}`, prompt, maxTokens)
+	}
+	resp, err := hc.Post(url+"/v1/completions", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var u usage
+	if stream {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			line, ok := strings.CutPrefix(sc.Text(), "data: ")
+			if !ok || line == "[DONE]" {
+				continue
+			}
+			var ch struct {
+				Usage *usage `json:"usage"`
+			}
+			require.NoError(t, json.Unmarshal([]byte(line), &ch))
+			if ch.Usage != nil {
+				u = *ch.Usage
+			}
+		}
+		require.NoError(t, sc.Err())
+	} else {
+		var r responseOut
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&r))
+		u = r.Usage
+	}
+	require.NotNil(t, u.PromptTokensDetails, "usage with cached tokens")
+	s.mu.Lock()
+	s.requests++
+	s.prompt += u.PromptTokens
+	s.output += u.CompletionTokens
+	s.cache += u.PromptTokensDetails.CachedTokens
+	s.mu.Unlock()
+}
+
+// TestMetrics_VLLMNamesAgreeWithResponses: Prometheus's parser reads every
+// vLLM name and mocker's own, and the counters equal what the responses
+// said: prefix_cache_hits_total is the summed cached tokens, and so on.
+func TestMetrics_VLLMNamesAgreeWithResponses(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  cluster.Config
+	}{
+		{"aggregated-kv", cluster.Config{Router: "kv", Args: fast}},
+		{"disagg", cluster.Config{Disagg: true, Prefill: cluster.PoolConfig{Workers: 2}, Args: fast}},
+		{"dp2", cluster.Config{Workers: 1, Args: map[string]any{"speedup_ratio": 1000, "dp_size": 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, ts := startServer(t, tc.cfg, Options{Model: "m1"})
+			hc := client(ts)
+			var s sent
+			// One request per prefix first, so that the rest, sent at
+			// once, find it cached however they interleave.
+			for i := range 3 {
+				s.send(t, hc, ts.URL, fmt.Sprintf("%s user %d asks something", longPrefix, i), false, 2)
+			}
+			var wg sync.WaitGroup
+			for i := range 24 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					s.send(t, hc, ts.URL, fmt.Sprintf("%s user %d asks something", longPrefix, i%3), i%2 == 0, 3+i%5)
+				}()
+			}
+			wg.Wait()
+			require.Positive(t, s.cache, "requests sharing a prefix hit the cache")
+			f := scrape(t, hc, ts.URL)
+			for _, name := range []string{
+				"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+				"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
+				"vllm:generation_tokens_total", "vllm:request_success_total", "vllm:time_to_first_token_seconds",
+				"vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
+				"vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds", "vllm:cache_config_info",
+				"mocker_kv_held_blocks", "mocker_kv_holds_total", "mocker_kv_aborts_total", "mocker_prefill_refusals_total",
+				"mocker_clock_lag_seconds", "mocker_stream_lag_seconds",
+			} {
+				require.Contains(t, f, name)
+			}
+			model := map[string]string{"model_name": "m1"}
+			assert.Equal(t, float64(s.cache), sum(f["vllm:prefix_cache_hits_total"], model))
+			assert.Equal(t, float64(s.prompt), sum(f["vllm:prefix_cache_queries_total"], model))
+			assert.Equal(t, float64(s.prompt), sum(f["vllm:prompt_tokens_total"], model))
+			assert.Equal(t, float64(s.output), sum(f["vllm:generation_tokens_total"], model))
+			assert.Equal(t, float64(s.requests), sum(f["vllm:request_success_total"], map[string]string{"finished_reason": "length"}))
+			assert.Equal(t, float64(s.requests), sum(f["vllm:time_to_first_token_seconds"], model))
+			assert.Equal(t, float64(s.output-s.requests), sum(f["vllm:inter_token_latency_seconds"], model))
+			assert.Zero(t, sum(f["mocker_kv_held_blocks"], nil))
+			assert.Zero(t, sum(f["vllm:num_requests_running"], nil))
+			for _, m := range f["vllm:cache_config_info"].Metric {
+				assert.Equal(t, 1.0, m.Gauge.GetValue())
+			}
+			if tc.cfg.Disagg {
+				assert.Equal(t, float64(s.requests), sum(f["mocker_kv_holds_total"], map[string]string{"outcome": "transferred"}))
+			}
+			if tc.name == "dp2" {
+				assert.Len(t, f["vllm:num_requests_running"].Metric, 2, "one series per rank")
+			}
+		})
+	}
+}
+
+// TestMetrics_SGLangNames: an SGLang cluster is scraped under SGLang's
+// names, its cached tokens equal to the responses'.
+func TestMetrics_SGLangNames(t *testing.T) {
+	t.Parallel()
+	_, ts := startServer(t, cluster.Config{Engine: "sglang", Router: "kv", Args: fast}, Options{})
+	hc := client(ts)
+	var s sent
+	for i := range 6 {
+		s.send(t, hc, ts.URL, longPrefix+fmt.Sprint(i), i%2 == 1, 4)
+	}
+	f := scrape(t, hc, ts.URL)
+	for _, name := range []string{
+		"sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:token_usage", "sglang:cache_hit_rate",
+		"sglang:prompt_tokens_total", "sglang:generation_tokens_total", "sglang:cached_tokens_total",
+		"sglang:num_requests_total", "sglang:time_to_first_token_seconds", "sglang:inter_token_latency_seconds",
+		"sglang:e2e_request_latency_seconds", "sglang:cache_config_info",
+	} {
+		require.Contains(t, f, name)
+	}
+	assert.NotContains(t, f, "vllm:num_requests_running")
+	assert.Positive(t, s.cache)
+	assert.Equal(t, float64(s.cache), sum(f["sglang:cached_tokens_total"], nil))
+	assert.Equal(t, float64(s.requests), sum(f["sglang:num_requests_total"], nil))
+}
+
+// TestMetrics_AbortCounted: the aborted hold of TestErrors_AbortedHoldSaysSo
+// shows as one abort and one aborted hold, no block held after it.
+func TestMetrics_AbortCounted(t *testing.T) {
+	t.Parallel()
+	s, ts := startServer(t, abortConfig(), Options{})
+	hc := client(ts)
+	before := scrape(t, hc, ts.URL)
+	assert.Zero(t, sum(before["mocker_kv_aborts_total"], nil))
+	a := strandAndAbort(t, s, hc, ts.URL, func() sentAnswer {
+		return send(hc, ts.URL+"/v1/completions", `{"prompt": [9,10,11,12,13,14,15,16,17], "max_tokens": 4}`)
+	})
+	require.NoError(t, a.err)
+	assert.Equal(t, http.StatusInternalServerError, a.status)
+	after := scrape(t, hc, ts.URL)
+	assert.Equal(t, 1.0, sum(after["mocker_kv_aborts_total"], nil))
+	assert.Equal(t, 1.0, sum(after["mocker_kv_holds_total"], map[string]string{"outcome": "aborted"}))
+	assert.Equal(t, 1.0, sum(after["vllm:request_success_total"], map[string]string{"finished_reason": "abort"}))
+	assert.Zero(t, sum(after["mocker_kv_held_blocks"], nil))
+}

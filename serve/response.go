@@ -1,0 +1,160 @@
+package serve
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// fillerWords are what answers are made of outside echo mode: one word a
+// token.
+var fillerWords = [...]string{
+	"the", "cache", "holds", "blocks", "while", "decode", "waits", "for", "room", "and",
+	"prefill", "keeps", "its", "KV", "pinned", "until", "a", "transfer", "ends", "or",
+	"aborts", "at", "timeout", "so", "later", "requests", "queue", "behind", "it", "in",
+	"turn", "each", "token", "arrives", "on", "time", "as", "modeled", "by", "the",
+	"engine", "with", "no", "GPU", "at", "all", "router", "picks", "worker", "load",
+	"prefix", "hits", "save", "compute", "batch", "grows", "then", "shrinks", "again", "now",
+	"stream", "flows", "steady", "still",
+}
+
+// answer makes a request's output text, one piece per token: the prompt's
+// pieces in echo mode, otherwise filler words drawn from the server's seed
+// and the prompt, so the same request gets the same answer.
+type answer struct {
+	echo []string
+	seed uint64
+}
+
+func (s *Server) answerFor(p *prepared) answer {
+	a := answer{echo: p.echo}
+	var buf [8]byte
+	binary.LittleEndian.PutUint64(buf[:], s.opts.Seed)
+	h := xxh3.New()
+	_, _ = h.Write(buf[:])
+	for _, t := range p.tokens[:min(len(p.tokens), 64)] {
+		binary.LittleEndian.PutUint32(buf[:4], t)
+		_, _ = h.Write(buf[:4])
+	}
+	a.seed = h.Sum64()
+	return a
+}
+
+// piece is the text of output token k.
+func (a answer) piece(k int) string {
+	if len(a.echo) > 0 {
+		p := a.echo[k%len(a.echo)]
+		switch {
+		case k == 0:
+			p = strings.TrimLeft(p, " \t\r\n")
+		case k%len(a.echo) == 0 && strings.TrimLeft(p, " \t\r\n") == p:
+			p = " " + p // the text starts over: a space from its end
+		}
+		return p
+	}
+	x := a.seed + uint64(k)*0x9e3779b97f4a7c15
+	x ^= x >> 31
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 29
+	w := fillerWords[x%uint64(len(fillerWords))]
+	if k == 0 {
+		return w
+	}
+	return " " + w
+}
+
+// text is the output of tokens [from, to).
+func (a answer) text(from, to int) string {
+	var b strings.Builder
+	for k := from; k < to; k++ {
+		b.WriteString(a.piece(k))
+	}
+	return b.String()
+}
+
+// usage is OpenAI's usage object, with the prefix-cache hit as
+// prompt_tokens_details.cached_tokens.
+type usage struct {
+	PromptTokens        int           `json:"prompt_tokens"`
+	TotalTokens         int           `json:"total_tokens"`
+	CompletionTokens    int           `json:"completion_tokens"`
+	PromptTokensDetails *tokenDetails `json:"prompt_tokens_details"`
+}
+
+type tokenDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+func usageOf(p *prepared, res *cluster.Result) usage {
+	return usage{
+		PromptTokens:        len(p.tokens),
+		CompletionTokens:    res.OutputTokens,
+		TotalTokens:         len(p.tokens) + res.OutputTokens,
+		PromptTokensDetails: &tokenDetails{CachedTokens: res.CachedTokens},
+	}
+}
+
+type chatMsgOut struct {
+	Role      string `json:"role"`
+	Content   string `json:"content"`
+	ToolCalls []any  `json:"tool_calls"`
+}
+
+type choiceOut struct {
+	Index        int         `json:"index"`
+	Text         *string     `json:"text,omitempty"`
+	Message      *chatMsgOut `json:"message,omitempty"`
+	Logprobs     any         `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+	StopReason   any         `json:"stop_reason"`
+}
+
+type responseOut struct {
+	ID      string      `json:"id"`
+	Object  string      `json:"object"`
+	Created int64       `json:"created"`
+	Model   string      `json:"model"`
+	Choices []choiceOut `json:"choices"`
+	Usage   usage       `json:"usage"`
+}
+
+// finishReason is "length": the mock always generates max_tokens unless a
+// limit cuts it, and both end by length.
+const finishReason = "length"
+
+// response is a non-streamed answer.
+func (s *Server) response(p *prepared, res *cluster.Result, id string) responseOut {
+	text := s.answerFor(p).text(0, res.OutputTokens)
+	ch := choiceOut{FinishReason: finishReason}
+	out := responseOut{ID: id, Created: time.Now().Unix(), Model: s.opts.Model, Usage: usageOf(p, res)}
+	if p.chat {
+		out.Object = "chat.completion"
+		ch.Message = &chatMsgOut{Role: "assistant", Content: text, ToolCalls: []any{}}
+	} else {
+		out.Object = "text_completion"
+		ch.Text = &text
+	}
+	out.Choices = []choiceOut{ch}
+	return out
+}
+
+// appendJSONString appends s as a JSON string: as it is when nothing in
+// it needs escaping (filler words never do), else as encoding/json writes
+// it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= utf8.RuneSelf || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always marshals
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

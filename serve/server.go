@@ -1,0 +1,253 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/zeebo/xxh3"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// Defaults of Options, in one place.
+const (
+	DefaultModel  = "mocker"
+	DefaultListen = "127.0.0.1:8000"
+	// DefaultMaxBodyBytes bounds a request body: far above any prompt the
+	// cluster takes as text, and a 10 MB body is refused before it is
+	// parsed.
+	DefaultMaxBodyBytes = 4 << 20
+)
+
+// Options say how a Server answers, apart from its cluster's config.
+type Options struct {
+	// Model is the one model name served (default DefaultModel); a
+	// request naming another gets 404.
+	Model string
+	// Seed picks the filler words of the answers.
+	Seed uint64
+	// Echo answers with the prompt's own word pieces (a chat's last user
+	// message), repeated to length, instead of filler.
+	Echo bool
+	// MaxBodyBytes bounds a request body (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// Logger receives diagnostics, such as why a request failed, at debug
+	// level (default: discard).
+	Logger *slog.Logger
+}
+
+// Server answers OpenAI's completions and chat completions APIs from an
+// in-process mock cluster, and serves the cluster's state as Prometheus
+// metrics under vLLM's or SGLang's names. Build it with New, serve its
+// Handler, end it with Close.
+type Server struct {
+	c           *cluster.Cluster
+	opts        Options
+	engine      string
+	maxModelLen int
+	reg         *prometheus.Registry
+	m           *metrics
+	mux         *http.ServeMux
+	created     int64
+	seq         atomic.Uint64
+	draining    atomic.Bool
+}
+
+// New starts the cluster cfg describes, paced against the wall clock at
+// its speedup_ratio, with every worker reporting each token as produced so
+// that streams carry them at their modeled instants.
+func New(cfg cluster.Config, opts Options) (*Server, error) {
+	if opts.Model == "" {
+		opts.Model = DefaultModel
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cfg.StreamTokens = true
+	c, err := cluster.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{c: c, opts: opts, engine: c.Config().Engine, maxModelLen: c.MaxModelLen(), created: time.Now().Unix()}
+	if s.engine == "" {
+		s.engine = cluster.DefaultEngine
+	}
+	s.reg = prometheus.NewRegistry()
+	s.m = newMetrics(s)
+	s.mux = http.NewServeMux()
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, false) })
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.generate(w, r, true) })
+	s.mux.HandleFunc("GET /v1/models", s.models)
+	s.mux.HandleFunc("GET /health", s.health)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// Handler is the server's HTTP API.
+func (s *Server) Handler() http.Handler { return s.mux }
+
+// Cluster is the cluster behind the server.
+func (s *Server) Cluster() *cluster.Cluster { return s.c }
+
+// Drain refuses new requests (503) and waits for those in flight to end
+// or ctx to be done; /health answers 503 from then on.
+func (s *Server) Drain(ctx context.Context) (cluster.Stats, error) {
+	s.draining.Store(true)
+	return s.c.Drain(ctx)
+}
+
+// Close stops the cluster; requests still in flight end with an error.
+func (s *Server) Close() error {
+	s.draining.Store(true)
+	return s.c.Close()
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.draining.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID          string  `json:"id"`
+		Object      string  `json:"object"`
+		Created     int64   `json:"created"`
+		OwnedBy     string  `json:"owned_by"`
+		Root        string  `json:"root"`
+		Parent      *string `json:"parent"`
+		MaxModelLen int     `json:"max_model_len"`
+	}
+	body := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{"list", []model{{ID: s.opts.Model, Object: "model", Created: s.created, OwnedBy: "mocker", Root: s.opts.Model, MaxModelLen: s.maxModelLen}}}
+	writeJSON(w, http.StatusOK, body)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// generate serves /v1/completions and /v1/chat/completions.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
+	if s.draining.Load() {
+		writeError(w, newAPIError(http.StatusServiceUnavailable, "", "the server is draining: it takes no new requests"))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			writeError(w, newAPIError(http.StatusRequestEntityTooLarge, "", fmt.Sprintf("request body larger than %d bytes", tooBig.Limit)))
+			return
+		}
+		writeError(w, newAPIError(http.StatusBadRequest, "", fmt.Sprintf("reading the request body: %v", err)))
+		return
+	}
+	var req openaiRequest
+	if e := decodeRequest(body, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	p, e := s.prepare(&req, chat)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	id := s.responseID(r, chat)
+	if p.stream {
+		s.stream(w, r, &p, id)
+		return
+	}
+	res := s.c.Generate(r.Context(), cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens})
+	s.m.observe(&p, &res)
+	modeledHeaders(w.Header(), &res)
+	if e := s.resultError(&res); e != nil {
+		s.logFailure(id, e)
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, s.response(&p, &res, id))
+}
+
+// Headers of a non-streamed answer that give the model's own latencies in
+// modeled ms, for a load tool to compare with what it measured.
+const (
+	HeaderTTFT = "X-Mocker-Ttft-Ms"
+	HeaderE2E  = "X-Mocker-E2e-Ms"
+)
+
+func modeledHeaders(h http.Header, res *cluster.Result) {
+	if res.OutputTokens == 0 {
+		return
+	}
+	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
+	h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+}
+
+// responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a
+// number of the server's own.
+func (s *Server) responseID(r *http.Request, chat bool) string {
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	if h := r.Header.Get("X-Request-Id"); h != "" && len(h) <= 256 {
+		return prefix + h
+	}
+	n := s.seq.Add(1)
+	return prefix + strconv.FormatUint(xxh3.HashString(strconv.FormatUint(n, 10)+"/"+strconv.FormatUint(s.opts.Seed, 10)), 16) + strconv.FormatUint(n, 16)
+}
+
+// logFailure says on the server's log why a request the cluster took did
+// not complete.
+func (s *Server) logFailure(id string, e *apiError) {
+	s.opts.Logger.Debug("request failed", "id", id, "status", e.Code, "error", e.Message)
+}
+
+// resultError is the API error of a request that did not complete.
+func (s *Server) resultError(res *cluster.Result) *apiError {
+	switch res.Outcome {
+	case cluster.OutcomeCompleted:
+		return nil
+	case cluster.OutcomeAborted:
+		return newAPIError(http.StatusInternalServerError, "", fmt.Sprintf(
+			"request aborted: prefill worker %s held its KV for %.0f modeled ms until its abort timeout (kv_transfer_abort_timeout_ms) before decode worker %s took it: %s",
+			res.PrefillWorker, res.PinMs, res.DecodeWorker, res.Error))
+	case cluster.OutcomeRejected:
+		if s.draining.Load() {
+			return newAPIError(http.StatusServiceUnavailable, "", "the server is draining: "+res.Error)
+		}
+		if res.PrefillRejected || strings.Contains(res.Error, "busy") {
+			return newAPIError(http.StatusTooManyRequests, "", "all workers busy: "+res.Error)
+		}
+		if strings.Contains(res.Error, "max_model_len") || strings.Contains(res.Error, "longer than") {
+			return newAPIError(http.StatusBadRequest, "prompt", fmt.Sprintf("This model's maximum context length is %d tokens: %s", s.maxModelLen, res.Error))
+		}
+		return newAPIError(http.StatusServiceUnavailable, "", "request refused: "+res.Error)
+	default:
+		if s.draining.Load() {
+			return newAPIError(http.StatusServiceUnavailable, "", "the server is shutting down: "+res.Error)
+		}
+		return newAPIError(http.StatusInternalServerError, "", "request failed: "+res.Error)
+	}
+}

@@ -1,0 +1,221 @@
+package serve
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+)
+
+// progress is what a streamed request's OnToken tells its handler: how
+// many tokens exist, and since when the oldest one not yet sent has been
+// waiting. OnToken runs on the cluster's loop, so it only records and
+// wakes: a slow client never slows the loop (modeled time), it only makes
+// its own stream lag, which the handler measures.
+type progress struct {
+	mu    sync.Mutex
+	n     int       // tokens produced: the highest index heard + 1
+	sent  int       // tokens the handler has taken
+	since time.Time // when token sent became ready
+	wake  chan struct{}
+}
+
+func (p *progress) onToken(i int, _ float64) {
+	p.mu.Lock()
+	if i+1 > p.n {
+		if p.n == p.sent {
+			p.since = time.Now()
+		}
+		p.n = i + 1
+	}
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns the tokens [from, to) to send now and when the first of
+// them became ready.
+func (p *progress) take() (from, to int, since time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	from, to, since = p.sent, p.n, p.since
+	p.sent = p.n
+	return from, to, since
+}
+
+// chunker writes a stream's SSE chunks.
+type chunker struct {
+	w       http.ResponseWriter
+	flusher http.Flusher
+	chat    bool
+	head    []byte // every chunk's start, through "choices":[
+	buf     []byte
+	err     error
+}
+
+func (s *Server) newChunker(w http.ResponseWriter, chat bool, id string) *chunker {
+	c := &chunker{w: w, chat: chat}
+	c.flusher, _ = w.(http.Flusher)
+	obj := "text_completion"
+	if chat {
+		obj = "chat.completion.chunk"
+	}
+	h := []byte(`data: {"id":`)
+	h = appendJSONString(h, id)
+	h = append(h, `,"object":"`...)
+	h = append(h, obj...)
+	h = append(h, `","created":`...)
+	h = strconv.AppendInt(h, time.Now().Unix(), 10)
+	h = append(h, `,"model":`...)
+	h = appendJSONString(h, s.opts.Model)
+	h = append(h, `,"choices":[`...)
+	c.head = h
+	return c
+}
+
+// start sends the headers and, for a chat, the assistant role's chunk.
+func (c *chunker) start() {
+	h := c.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	c.w.WriteHeader(http.StatusOK)
+	if c.chat {
+		c.buf = append(c.buf[:0], c.head...)
+		c.buf = append(c.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
+		c.write()
+	}
+}
+
+// text sends one chunk carrying text; finish, when set, ends the choice.
+func (c *chunker) text(text, finish string) {
+	c.buf = append(c.buf[:0], c.head...)
+	if c.chat {
+		c.buf = append(c.buf, `{"index":0,"delta":{"content":`...)
+		c.buf = appendJSONString(c.buf, text)
+		c.buf = append(c.buf, `},"logprobs":null,"finish_reason":`...)
+	} else {
+		c.buf = append(c.buf, `{"index":0,"text":`...)
+		c.buf = appendJSONString(c.buf, text)
+		c.buf = append(c.buf, `,"logprobs":null,"finish_reason":`...)
+	}
+	if finish == "" {
+		c.buf = append(c.buf, `null,"stop_reason":null}]}`+"\n\n"...)
+	} else {
+		c.buf = appendJSONString(c.buf, finish)
+		c.buf = append(c.buf, `,"stop_reason":null}]}`+"\n\n"...)
+	}
+	c.write()
+}
+
+// usage sends the usage chunk (no choices).
+func (c *chunker) usage(u usage) {
+	c.buf = append(c.buf[:0], c.head...)
+	c.buf = append(c.buf, `],"usage":`...)
+	b, _ := json.Marshal(u)
+	c.buf = append(c.buf, b...)
+	c.buf = append(c.buf, "}\n\n"...)
+	c.write()
+}
+
+// fail sends an error after the headers, as vLLM does: an error object in
+// a data line, the status staying 200.
+func (c *chunker) fail(e *apiError) {
+	b, _ := json.Marshal(errorBody{Error: *e})
+	c.buf = append(append(append(c.buf[:0], "data: "...), b...), "\n\n"...)
+	c.write()
+}
+
+func (c *chunker) done() {
+	c.buf = append(c.buf[:0], "data: [DONE]\n\n"...)
+	c.write()
+}
+
+func (c *chunker) write() {
+	if c.err != nil {
+		return
+	}
+	_, c.err = c.w.Write(c.buf)
+}
+
+func (c *chunker) flush() {
+	if c.err == nil && c.flusher != nil {
+		c.flusher.Flush()
+	}
+}
+
+// stream answers p as server-sent events: each token leaves as the
+// cluster's paced loop produces it (tokens ready together share a chunk).
+// Until the first token the request can still fail with its own status;
+// after it, a failure is an error chunk.
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id string) {
+	prog := &progress{wake: make(chan struct{}, 1)}
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	results := make(chan cluster.Result, 1)
+	go func() {
+		results <- s.c.Generate(ctx, cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens, OnToken: prog.onToken})
+	}()
+	ans := s.answerFor(p)
+	ch := s.newChunker(w, p.chat, id)
+	started := false
+	var res cluster.Result
+	for ended := false; !ended; {
+		select {
+		case <-prog.wake:
+		case res = <-results:
+			ended = true
+		}
+		if ended && res.Outcome != cluster.OutcomeCompleted {
+			break // its error goes out below, tokens or not
+		}
+		from, to, since := prog.take()
+		if ended && to < res.OutputTokens {
+			to = res.OutputTokens
+		}
+		if to == from && !ended {
+			continue
+		}
+		if !started {
+			ch.start()
+			started = true
+		}
+		if ended {
+			ch.text(ans.text(from, to), finishReason)
+		} else {
+			ch.text(ans.text(from, to), "")
+		}
+		ch.flush()
+		if to > from {
+			s.m.streamLag.Observe(time.Since(since).Seconds())
+		}
+		if ch.err != nil {
+			cancel() // the client is gone: stop the request
+		}
+	}
+	s.m.observe(p, &res)
+	if e := s.resultError(&res); e != nil {
+		s.logFailure(id, e)
+		if !started {
+			writeError(w, e)
+			return
+		}
+		ch.fail(e)
+		ch.done()
+		ch.flush()
+		return
+	}
+	if !started {
+		ch.start()
+	}
+	if p.includeUsage {
+		ch.usage(usageOf(p, &res))
+	}
+	ch.done()
+	ch.flush()
+}
