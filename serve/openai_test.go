@@ -101,11 +101,14 @@ func TestOpenAISDK_ChatStreamedAccumulates(t *testing.T) {
 	}
 	stream := c.Chat.Completions.NewStreaming(t.Context(), params)
 	var acc openai.ChatCompletionAccumulator
-	chunks, usageChunks := 0, 0
+	chunks, usageChunks, contentChunks := 0, 0, 0
 	for stream.Next() {
 		ch := stream.Current()
 		require.True(t, acc.AddChunk(ch))
 		chunks++
+		if len(ch.Choices) > 0 && ch.Choices[0].Delta.Content != "" {
+			contentChunks++
+		}
 		if ch.Usage.TotalTokens > 0 {
 			usageChunks++
 			assert.Empty(t, ch.Choices, "the usage chunk carries no choice")
@@ -120,6 +123,7 @@ func TestOpenAISDK_ChatStreamedAccumulates(t *testing.T) {
 	require.Len(t, acc.Choices, 1)
 	assert.Equal(t, "length", acc.Choices[0].FinishReason)
 	assert.Equal(t, int64(12), acc.Usage.CompletionTokens)
+	assert.Equal(t, 12, contentChunks, "one chunk per token, as vLLM streams them")
 
 	// The same request unstreamed gets the same text.
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{}

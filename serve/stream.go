@@ -185,10 +185,18 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 			ch.start()
 			started = true
 		}
-		if ended {
-			ch.text(ans.text(from, to), finishReason)
-		} else {
-			ch.text(ans.text(from, to), "")
+		// One chunk per token, as vLLM streams them: a client that counts
+		// chunks, or times the gaps between them, sees every token. Tokens
+		// the loop delivered together go out in one write.
+		for k := from; k < to; k++ {
+			finish := ""
+			if ended && k == to-1 {
+				finish = finishReason
+			}
+			ch.text(ans.piece(k), finish)
+		}
+		if ended && to == from {
+			ch.text("", finishReason)
 		}
 		ch.flush()
 		if to > from {
