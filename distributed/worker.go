@@ -75,7 +75,7 @@ func workerArgs(cfg WorkerConfig) (engine.Args, error) {
 		dec := json.NewDecoder(bytes.NewReader(cfg.Args))
 		dec.UseNumber()
 		if err := dec.Decode(&m); err != nil || m == nil {
-			return engine.Args{}, fmt.Errorf("--args: want a JSON object of engine args such as {\"num_gpu_blocks\": 512}: %v", cmp.Or(err, errors.New("got null")))
+			return engine.Args{}, fmt.Errorf("--args: want a JSON object of engine args such as {\"num_gpu_blocks\": 512}: %w", cmp.Or(err, errors.New("got null")))
 		}
 	}
 	a, err := cluster.WorkerArgs(cfg.Engine, cfg.Role, m)
