@@ -76,7 +76,7 @@ func exportedThresholds(t *testing.T, summary map[string]any) []string {
 			out = append(out, fmt.Sprintf("%s %s %t", name, src, !failed.(bool)))
 		}
 	}
-	require.Len(t, out, 5, "cascade.js has five thresholds")
+	require.Len(t, out, 7, "cascade.js has seven thresholds")
 	return out
 }
 
