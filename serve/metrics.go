@@ -48,6 +48,7 @@ type metrics struct {
 
 	ttft, itl, e2e, prefill, decode *prometheus.HistogramVec
 	streamLag                       prometheus.Histogram
+	injected                        *prometheus.CounterVec
 
 	descs map[string]*prometheus.Desc
 }
@@ -79,7 +80,11 @@ func newMetrics(s *Server) *metrics {
 		Help:    "Wall seconds from a streamed token's modeled instant (the paced loop producing it) to its chunk written and flushed to the client: a slow client's lag, never turned into modeled time.",
 		Buckets: lagBuckets,
 	})
-	s.reg.MustRegister(m.streamLag, m)
+	m.injected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "mocker_injected_failures_total",
+		Help: "Requests answered with an injected error (failure_injection_rate, or the X-Mocker-Fail header) instead of reaching the cluster, by error type.",
+	}, []string{"type"})
+	s.reg.MustRegister(m.streamLag, m.injected, m)
 
 	d := func(name, help string, extra ...string) {
 		m.descs[name] = prometheus.NewDesc(name, help, append(append([]string{}, labels...), extra...), nil)

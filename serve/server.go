@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -45,6 +46,12 @@ type Options struct {
 	// Logger receives diagnostics, such as why a request failed, at debug
 	// level (default: discard).
 	Logger *slog.Logger
+	// FailureInjectionRate is the percentage [0, 100] of requests answered
+	// with an injected error instead (FailureTypes), for testing a client's
+	// retries; a request can also ask for one by name (HeaderFail).
+	FailureInjectionRate float64
+	// FailureTypes are the errors injected at random (default: all).
+	FailureTypes []string
 }
 
 // Server answers OpenAI's completions and chat completions APIs from an
@@ -62,6 +69,7 @@ type Server struct {
 	created     int64
 	seq         atomic.Uint64
 	draining    atomic.Bool
+	inject      *injector
 }
 
 // New starts the cluster cfg describes, paced against the wall clock at
@@ -74,6 +82,14 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if r := opts.FailureInjectionRate; r < 0 || r > 100 || r != r {
+		return nil, fmt.Errorf("failure_injection_rate: want a percentage in [0, 100], got %v", r)
+	}
+	for _, k := range opts.FailureTypes {
+		if !slices.Contains(FailureTypes, k) {
+			return nil, fmt.Errorf("failure_types: %q: want one of %s", k, strings.Join(FailureTypes, ", "))
+		}
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -82,7 +98,8 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{c: c, opts: opts, engine: c.Config().Engine, maxModelLen: c.MaxModelLen(), created: time.Now().Unix()}
+	s := &Server{c: c, opts: opts, engine: c.Config().Engine, maxModelLen: c.MaxModelLen(), created: time.Now().Unix(),
+		inject: newInjector(opts.FailureInjectionRate, opts.FailureTypes, opts.Seed)}
 	if s.engine == "" {
 		s.engine = cluster.DefaultEngine
 	}
@@ -165,6 +182,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	}
 	var req openaiRequest
 	if e := decodeRequest(body, &req); e != nil {
+		writeError(w, e)
+		return
+	}
+	if e := s.inject.fail(r, s.opts.Model); e != nil {
+		s.m.injected.WithLabelValues(e.Type).Inc()
+		if e.Code == http.StatusTooManyRequests || e.Code >= 500 {
+			// The wait a retrying client honours (OpenAI's SDKs read
+			// it): short, so a test of its retries runs quickly.
+			w.Header().Set("Retry-After-Ms", injectedRetryAfterMs)
+		}
 		writeError(w, e)
 		return
 	}

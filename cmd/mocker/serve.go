@@ -41,6 +41,15 @@ Flags:
       --drain-timeout D    on SIGTERM/SIGINT, how long to let requests in
                            flight finish (default 30s)
       --log-level L        debug, info (default), warn or error; logs go to stderr
+      --failure-injection-rate PCT
+                           answer PCT% of requests (0-100, default 0) with an
+                           injected error, for testing a client's retries; a
+                           request can ask for one with the header
+                           X-Mocker-Fail: TYPE
+      --failure-types LIST the injected errors, comma-separated (default all):
+                           rate_limit (429), invalid_api_key (401),
+                           context_length (400), server_error (500),
+                           invalid_request (400), model_not_found (404)
   -h, --help               print this help
 
 Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for bad flags.
@@ -62,9 +71,22 @@ func serveCmd(args []string, stderr io.Writer) int {
 	fs.IntVar(&maxConns, "max-conns", serve.DefaultMaxConns, "")
 	fs.DurationVar(&drain, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
+	var failTypes string
+	fs.Float64Var(&opts.FailureInjectionRate, "failure-injection-rate", 0, "")
+	fs.StringVar(&failTypes, "failure-types", "", "")
 	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
 		return code
 	}
+	if r := opts.FailureInjectionRate; r < 0 || r > 100 || r != r {
+		fmt.Fprintf(stderr, "mocker serve: --failure-injection-rate: want a percentage in [0, 100], got %v\n", r)
+		return exitUsage
+	}
+	kinds, err := serve.ParseFailureTypes(failTypes)
+	if err != nil {
+		fmt.Fprintf(stderr, "mocker serve: --failure-types: %v\n", err)
+		return exitUsage
+	}
+	opts.FailureTypes = kinds
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		fmt.Fprintf(stderr, "mocker serve: --log-level: want debug, info, warn or error, got %q\n", level)
