@@ -128,7 +128,7 @@ func serveCmd(args []string, stderr io.Writer) int {
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "model", opts.Model, "engine", srv.Cluster().Config().Engine,
-		"max_model_len", srv.Cluster().MaxModelLen())
+		"max_model_len", srv.Cluster().MaxModelLen(), "version", readBuildInfo().Line())
 	select {
 	case err := <-errc:
 		fmt.Fprintf(stderr, "mocker serve: %v\n", err)

@@ -138,6 +138,8 @@ func workerCmd(args []string, stderr io.Writer) int {
 		return exitUsage
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	// Which build a worker runs belongs in its log: a fleet may mix them.
+	cfg.Logger.Info("mocker worker", "version", readBuildInfo().Line())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := distributed.RunWorker(ctx, cfg); err != nil {

@@ -63,6 +63,9 @@ const thresholds = {
   // every request ends completed, aborted or rejected: an "error" is a
   // request the distributed path lost or could not explain
   'mocker_requests{outcome:error}': ['count==0'],
+  // a request whose outcome never reached the metrics (cut off, or still
+  // unanswered when drain gave up) is lost: none may be
+  mocker_requests_lost: ['count==0'],
   mocker_leaks: ['count==0'],
 };
 if (DISAGG) {
