@@ -71,7 +71,11 @@ type Cluster struct {
 	pauseTouch time.Time // wall time of the last pause taken or ended
 	pausesLost uint64    // pauses that ran out (pauseMax)
 	stopping   bool
-	ended      bool // the loop has returned; Stats reads the workers' last reports
+	// listening is set once a request asked to hear its tokens
+	// (Request.OnToken): from then on every output's tokens are looked up
+	// for a listener, a cost a run without one does not pay.
+	listening bool
+	ended     bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
 	spareReqs  retiring[request]

@@ -394,6 +394,9 @@ func (c *Cluster) arrive(h *call) {
 	c.nextID++
 	id := c.nextID
 	c.stats.requests++
+	if h.req.OnToken != nil {
+		c.listening = true
+	}
 	if msg := c.tooLong(h.req); msg != "" {
 		res := Result{Outcome: OutcomeRejected, Error: msg}
 		c.count(&res)
@@ -655,7 +658,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 	c.series.observe(c.v.Now(), c.heldNow, wi, m.HeldBlocks, m.ActiveBlocks, m.FreeBlocks, m.ReservedBlocks, m.Running, m.Waiting)
 	// Tokens first: the completion below may end the request and its
 	// caller must have heard every token before its result.
-	c.tellTokens(out.Tokens)
+	if c.listening {
+		c.tellTokens(out.Tokens)
+	}
 
 	// A refusal comes with the events it causes (a destination refused is
 	// also cancelled): the machine hears the refusal first, so the request
