@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -650,54 +651,20 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 		field := "router_options." + k
 		var err error
 		switch k {
-		case "overlap_score_weight":
-			rc.OverlapScoreWeight, err = floatValue(field, v)
-		case "router_temperature":
-			rc.RouterTemperature, err = floatValue(field, v)
-		case "use_kv_events":
-			rc.UseKVEvents, err = boolValue(field, v)
-		case "router_ttl_secs":
-			rc.RouterTTLSecs, err = floatValue(field, v)
-		case "router_max_tree_size":
-			rc.RouterMaxTreeSize, err = intIn(field, v, 1, math.MaxInt32)
-		case "router_request_ttl_secs":
-			rc.RouterRequestTTLSecs, err = floatValue(field, v)
-		case "active_prefill_tokens_threshold_frac":
-			var f float64
-			f, err = jsonval.Float(field, v, jsonval.AboveZero, math.Inf(1))
-			rc.ActivePrefillTokensThresholdFrac = &f
-		case "active_decode_blocks_threshold", "busy_threshold":
+		case "busy_threshold":
 			var f float64
 			f, err = jsonval.Float(field, v, jsonval.AboveZero, 1)
-			if k == "busy_threshold" {
-				busy = &f
-			} else {
-				rc.ActiveDecodeBlocksThreshold = &f
-			}
-		case "active_prefill_tokens_threshold":
-			var n int64
-			n, err = jsonval.Int(field, v, 0, math.MaxInt64)
-			rc.ActivePrefillTokensThreshold = &n
-		case "seed":
-			var n int64
-			n, err = jsonval.Int(field, v, 0, math.MaxInt64)
-			rc.Seed = uint64(n)
-		case "router_prune_target_ratio":
-			rc.RouterPruneTargetRatio, err = jsonval.Float(field, v, jsonval.AboveZero, 1)
-		case "prefill_load_scale":
-			var f float64
-			f, err = jsonval.Float(field, v, 0, math.Inf(1))
-			rc.PrefillLoadScale = &f
-		case "decode_active_request_weight":
-			rc.DecodeActiveRequestWeight, err = jsonval.Float(field, v, 0, math.Inf(1))
-		case "dynamo_compat":
-			rc.DynamoCompat, err = boolValue(field, v)
+			busy = &f
 		case "router_mode":
 			err = fmt.Errorf("%s: set the mode with the cluster's router key", field)
 		case "block_size":
 			err = fmt.Errorf("%s: the router takes the workers' block_size; set it in args", field)
 		default:
-			err = fmt.Errorf("%s: unknown key; valid keys: active_decode_blocks_threshold, active_prefill_tokens_threshold, active_prefill_tokens_threshold_frac, busy_threshold, decode_active_request_weight, dynamo_compat, overlap_score_weight, prefill_load_scale, router_max_tree_size, router_prune_target_ratio, router_request_ttl_secs, router_temperature, router_ttl_secs, seed, use_kv_events", field)
+			if !slices.Contains(router.OptionKeys(), k) {
+				err = fmt.Errorf("%s: unknown key; valid keys: %s", field, routerOptionKeys())
+				break
+			}
+			err = rc.SetOption(field, k, v)
 		}
 		if err != nil {
 			return rc, false, err
@@ -713,6 +680,20 @@ func routerConfig(cfg Config, mode router.Mode, blockSize int) (router.Config, b
 		return rc, false, fmt.Errorf("router_options: %w", err)
 	}
 	return rc, busy != nil, nil
+}
+
+// routerOptionKeys lists the keys router_options takes: the router's own
+// settings but the two the cluster sets (router_mode, block_size), and
+// busy_threshold.
+func routerOptionKeys() string {
+	keys := []string{"busy_threshold"}
+	for _, k := range router.OptionKeys() {
+		if k != "router_mode" && k != "block_size" {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	return strings.Join(keys, ", ")
 }
 
 // quoted shows a script value in an error: strings quoted, anything else

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 )
 
@@ -149,14 +150,25 @@ func DefaultConfig() Config {
 // their defaults. Unknown keys and anything after the object are errors,
 // and the result is validated.
 func ParseConfig(data []byte) (Config, error) {
-	cfg := DefaultConfig()
+	var m map[string]any
 	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
+	dec.UseNumber()
+	if err := dec.Decode(&m); err != nil {
 		return Config{}, fmt.Errorf("router config: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Config{}, fmt.Errorf("router config: unexpected data after the JSON object at byte %d; give exactly one object", dec.InputOffset())
+	}
+	cfg := DefaultConfig()
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if err := cfg.SetOption("router config: "+k, k, m[k]); err != nil {
+			return Config{}, err
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err

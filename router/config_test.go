@@ -121,3 +121,25 @@ func TestAddWorker_Validation(t *testing.T) {
 	assert.Equal(t, 50, ws.Info.TotalBlocks)
 	assert.Len(t, r.Workers(), 1)
 }
+
+// ParseConfig and the cluster's router_options read every key through one
+// reader (SetOption), so a value of the wrong type or out of range is named
+// the same way in both.
+func TestParseConfig_NamesBadValues(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		`{"router_temperature":"hot"}`:           `router_temperature: want a number`,
+		`{"use_kv_events":1}`:                    `use_kv_events: want a boolean, got number 1`,
+		`{"router_max_tree_size":0.5}`:           `router_max_tree_size: want an integer`,
+		`{"active_decode_blocks_threshold":1.5}`: `active_decode_blocks_threshold`,
+		`{"router_mode":7}`:                      `router_mode: want a string, got number 7`,
+		`{"block_size":0}`:                       `block_size`,
+	} {
+		_, err := router.ParseConfig([]byte(in))
+		assert.ErrorContains(t, err, want, in)
+	}
+	cfg, err := router.ParseConfig([]byte(`{"seed":9007199254740993}`))
+	require.NoError(t, err)
+	assert.Equal(t, uint64(9007199254740993), cfg.Seed, "integers past 2^53 stay exact as JSON numbers")
+	assert.Contains(t, router.OptionKeys(), "dynamo_compat")
+}
