@@ -7,8 +7,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // page is what the template renders.
@@ -28,17 +26,12 @@ type clusterView struct {
 type harnessView struct {
 	Figures    [][2]string
 	Thresholds []thresholdView
-	Checks     []checkView
+	Checks     []SummaryCheck
 }
 
 type thresholdView struct {
 	Metric, Source, Observed string
 	OK                       bool
-}
-
-type checkView struct {
-	Path          string
-	Passes, Fails int64
 }
 
 func build(r Report) (page, error) {
@@ -72,108 +65,79 @@ func build(r Report) (page, error) {
 	return pg, nil
 }
 
-// harnessFigures reads the harness's figures from the end-of-test data.
-func harnessFigures(data map[string]any) *harnessView {
-	hv := &harnessView{}
-	ms := asMap(data["metrics"])
-	values := func(name string) map[string]any { return asMap(asMap(ms[name])["values"]) }
-	if d, ok := asMap(data["state"])["testRunDurationMs"].(float64); ok {
-		hv.Figures = append(hv.Figures, [2]string{"test run duration (script time)", seconds(d / 1000)})
+// harnessFigures reads the harness's figures from the run's summary.
+func harnessFigures(s *Summary) *harnessView {
+	hv := &harnessView{Checks: s.Checks}
+	values := func(name string) map[string]float64 {
+		m, ok := s.Metrics[name]
+		if !ok {
+			return nil
+		}
+		return m.Values
+	}
+	stat := func(v map[string]float64, k string) *float64 {
+		if f, ok := v[k]; ok {
+			return &f
+		}
+		return nil
+	}
+	if d := s.TestRunDurationMs; d != nil {
+		hv.Figures = append(hv.Figures, [2]string{"test run duration (script time)", seconds(*d / 1000)})
 	}
 	if v := values("vus"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"VUs", fmt.Sprintf("min %s, max %s", num(v["min"]), num(v["max"]))})
+		hv.Figures = append(hv.Figures, [2]string{"VUs", fmt.Sprintf("min %s, max %s", num(stat(v, "min")), num(stat(v, "max")))})
 	}
 	if v := values("vus_max"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"VUs initialised", num(v["value"])})
+		hv.Figures = append(hv.Figures, [2]string{"VUs initialised", num(stat(v, "value"))})
 	}
 	if v := values("iterations"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"iterations", fmt.Sprintf("%s (%s/s of script time)", num(v["count"]), num(v["rate"]))})
+		hv.Figures = append(hv.Figures, [2]string{"iterations", fmt.Sprintf("%s (%s/s of script time)", num(stat(v, "count")), num(stat(v, "rate")))})
 	}
 	if v := values("iteration_duration"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"iteration duration (script time)", fmt.Sprintf("avg %s, p(95) %s", msText(v["avg"]), msText(v["p(95)"]))})
+		hv.Figures = append(hv.Figures, [2]string{"iteration duration (script time)", fmt.Sprintf("avg %s, p(95) %s", msText(stat(v, "avg")), msText(stat(v, "p(95)")))})
 	}
 	if v := values("checks"); v != nil {
-		hv.Figures = append(hv.Figures, [2]string{"checks", fmt.Sprintf("%s passed of %s", num(v["passes"]), num(sum(v["passes"], v["fails"])))})
+		total := v["passes"] + v["fails"]
+		hv.Figures = append(hv.Figures, [2]string{"checks", fmt.Sprintf("%s passed of %s", num(stat(v, "passes")), num(&total))})
 	}
-	names := make([]string, 0, len(ms))
-	for k := range ms {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, name := range names {
-		m := asMap(ms[name])
-		ths := asMap(m["thresholds"])
-		srcs := make([]string, 0, len(ths))
-		for s := range ths {
-			srcs = append(srcs, s)
+	for _, name := range s.names() {
+		m := s.Metrics[name]
+		srcs := make([]string, 0, len(m.Thresholds))
+		for src := range m.Thresholds {
+			srcs = append(srcs, src)
 		}
 		sort.Strings(srcs)
 		for _, src := range srcs {
-			th := asMap(ths[src])
-			ok, _ := th["ok"].(bool)
-			obs := num(th["observed"])
-			if m["contains"] == "time" && !strings.Contains(src, "rate") && !strings.Contains(src, "count") {
-				obs = msText(th["observed"])
+			th := m.Thresholds[src]
+			obs := num(th.Observed)
+			if m.Contains == "time" && !strings.Contains(src, "rate") && !strings.Contains(src, "count") {
+				obs = msText(th.Observed)
 			}
-			if th["noSamples"] == true {
+			if th.NoSamples {
 				obs = "no samples"
 			}
-			hv.Thresholds = append(hv.Thresholds, thresholdView{Metric: name, Source: src, Observed: obs, OK: ok})
+			hv.Thresholds = append(hv.Thresholds, thresholdView{Metric: name, Source: src, Observed: obs, OK: th.OK})
 		}
 	}
-	walkChecks(asMap(data["root_group"]), &hv.Checks)
 	return hv
 }
 
-func walkChecks(g map[string]any, out *[]checkView) {
-	if g == nil {
-		return
-	}
-	checks, _ := g["checks"].([]any)
-	for _, c := range checks {
-		cm := asMap(c)
-		path, _ := cm["path"].(string)
-		*out = append(*out, checkView{Path: strings.TrimPrefix(path, "::"), Passes: toInt(cm["passes"]), Fails: toInt(cm["fails"])})
-	}
-	groups, _ := g["groups"].([]any)
-	for _, sub := range groups {
-		walkChecks(asMap(sub), out)
-	}
-}
-
-func asMap(v any) map[string]any {
-	m, _ := v.(map[string]any)
-	return m
-}
-
-// toInt reads a count from the summary data (0 when it is not one).
-func toInt(v any) int64 {
-	n, _ := jsonval.AsInt(v)
-	return n
-}
-
-func sum(a, b any) any {
-	x, _ := a.(float64)
-	y, _ := b.(float64)
-	return x + y
-}
-
-func num(v any) string {
-	f, ok := v.(float64)
-	if !ok {
+func num(v *float64) string {
+	if v == nil {
 		return "-"
 	}
+	f := *v
 	if f == math.Trunc(f) && math.Abs(f) < 1e15 {
 		return fmt.Sprintf("%.0f", f)
 	}
 	return fmt.Sprintf("%.4g", f)
 }
 
-func msText(v any) string {
-	f, ok := v.(float64)
-	if !ok {
+func msText(v *float64) string {
+	if v == nil {
 		return "-"
 	}
+	f := *v
 	switch {
 	case f >= 1000:
 		return fmt.Sprintf("%.2fs", f/1000)

@@ -18,10 +18,9 @@ const MaxHolds = 200
 type Report struct {
 	// Title heads the page: the script's path, typically.
 	Title string
-	// Summary is the run's end-of-test data, in the shape handleSummary
-	// receives (metrics, root_group, state, options); nil leaves the
-	// harness section out.
-	Summary map[string]any
+	// Summary is the run's end-of-test data (SummaryFrom reads it from the
+	// object handleSummary receives); nil leaves the harness section out.
+	Summary *Summary
 	// Clusters are the run's clusters, in the order shown.
 	Clusters []Cluster
 }

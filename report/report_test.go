@@ -81,7 +81,7 @@ func TestWrite_SelfContained(t *testing.T) {
 	t.Parallel()
 	var b bytes.Buffer
 	require.NoError(t, Write(&b, Report{Title: "t.js", Clusters: []Cluster{bigCluster("c", 4)},
-		Summary: map[string]any{"metrics": map[string]any{}}}))
+		Summary: SummaryFrom(map[string]any{"metrics": map[string]any{}})}))
 	html := b.String()
 	for _, s := range []string{"<script", "<link", "<img", "@import", "url(", "src=", "href="} {
 		assert.NotContains(t, html, s, "the page fetches nothing")
@@ -126,12 +126,12 @@ func TestHarnessFigures_ThresholdsAndChecks(t *testing.T) {
 			map[string]any{"checks": []any{map[string]any{"path": "::g::ok", "passes": 3.0, "fails": 1.0}}, "groups": []any{}},
 		}},
 	}
-	hv := harnessFigures(data)
+	hv := harnessFigures(SummaryFrom(data))
 	assert.Equal(t, []thresholdView{
 		{Metric: "checks", Source: "rate>0.5", Observed: "0.75", OK: true},
 		{Metric: "mocker_ttft{outcome:completed}", Source: "p(95)<10", Observed: "12.50ms", OK: false},
 	}, hv.Thresholds)
-	assert.Equal(t, []checkView{{Path: "g::ok", Passes: 3, Fails: 1}}, hv.Checks)
+	assert.Equal(t, []SummaryCheck{{Path: "g::ok", Passes: 3, Fails: 1}}, hv.Checks)
 	assert.Contains(t, hv.Figures, [2]string{"iterations", "30 (10/s of script time)"})
 }
 

@@ -49,7 +49,7 @@ func (r *run) report(data map[string]any) report.Report {
 	r.mu.Lock()
 	list := r.sortedEntries()
 	r.mu.Unlock()
-	out := report.Report{Summary: data}
+	out := report.Report{Summary: report.SummaryFrom(data)}
 	for _, e := range list {
 		out.Clusters = append(out.Clusters, e.report())
 	}

@@ -38,8 +38,9 @@ func TestReport_HandsEveryClusterOverOnce(t *testing.T) {
 	got, _ := runForReport(t, "summary_data.js") // its handleSummary replaces the text summary
 	require.Len(t, got, 1, "one report per run")
 	r := got[0]
-	assert.Contains(t, r.Summary, "metrics", "the harness's end-of-test data")
-	assert.Contains(t, r.Summary, "mocker", "with the plugin's key")
+	require.NotNil(t, r.Summary, "the harness's end-of-test data")
+	assert.Contains(t, r.Summary.Metrics, "mocker_kv_pins", "with the plugin's metrics")
+	assert.EqualValues(t, 18, r.Summary.Metrics["iterations"].Values["count"])
 	require.Len(t, r.Clusters, 2)
 	assert.Equal(t, "a", r.Clusters[0].Name)
 	assert.Equal(t, "b", r.Clusters[1].Name)
