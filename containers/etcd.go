@@ -2,6 +2,7 @@ package containers
 
 import (
 	"context"
+	"errors"
 	"io"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ const (
 type Etcd struct {
 	*server
 	network []string
+	scheme  string // "http://", or "https://" with [WithSecure]
 }
 
 // StartEtcd starts etcd and waits until its /health endpoint reports healthy.
@@ -35,13 +37,44 @@ func StartEtcd(ctx context.Context, opts ...Option) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startServer(ctx, etcdSpec(ctx), o)
+	spec := etcdSpec(ctx)
+	scheme := "http://"
+	if sec := o.secure; sec != nil {
+		scheme = "https://"
+		spec.files = sec.files
+		plain := spec.cmd
+		spec.cmd = func(hp map[string]string) []string {
+			var out []string
+			for _, a := range plain(hp) {
+				switch {
+				case strings.HasPrefix(a, "--listen-client-urls="), strings.HasPrefix(a, "--advertise-client-urls="):
+					a = strings.Replace(a, "http://", "https://", 1)
+				}
+				out = append(out, a)
+			}
+			// bcrypt's lowest cost: a test store, where checking a
+			// password must not take a loaded host's CPU for seconds.
+			return append(out, "--cert-file="+secureCertPath, "--key-file="+secureKeyPath, "--bcrypt-cost=4")
+		}
+		plainWait := spec.wait
+		spec.wait = func(timeout time.Duration) wait.Strategy {
+			return plainWait(timeout).(*wait.HTTPStrategy).WithTLS(true, sec.clientTLS())
+		}
+	}
+	s, err := startServer(ctx, spec, o)
 	if err != nil {
 		return nil, err
 	}
-	e := &Etcd{server: s}
+	e := &Etcd{server: s, scheme: scheme}
 	for _, a := range o.aliases {
-		e.network = append(e.network, "http://"+a+":2379")
+		e.network = append(e.network, scheme+a+":2379")
+	}
+	if o.secure != nil {
+		if err := enableEtcdAuth(ctx, e.Endpoints(), o.secure); err != nil {
+			tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			return nil, errors.Join(err, e.Terminate(tctx))
+		}
 	}
 	return e, nil
 }
@@ -103,7 +136,7 @@ func etcdSpec(ctx context.Context) serverSpec {
 // http://127.0.0.1:32771. On a local engine they do not change on Restart;
 // on a remote engine, read them again after Restart.
 func (e *Etcd) Endpoints() []string {
-	return []string{"http://" + e.addr(etcdClientPort)}
+	return []string{e.scheme + e.addr(etcdClientPort)}
 }
 
 // NetworkEndpoints are the client URLs other containers on the network given

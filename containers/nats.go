@@ -2,9 +2,11 @@ package containers
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
+	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 )
 
@@ -26,6 +28,7 @@ const (
 type NATS struct {
 	*server
 	network string
+	scheme  string // "nats://", or "tls://" when it requires TLS
 }
 
 // StartNATS starts nats-server with monitoring on and waits until /healthz
@@ -36,16 +39,31 @@ func StartNATS(ctx context.Context, opts ...Option) (*NATS, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := startServer(ctx, natsSpec(ctx), o)
+	spec := natsSpec(ctx)
+	scheme := "nats://"
+	if sec := o.secure; sec != nil {
+		scheme = "tls://"
+		conf := fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n}\nauthorization {\n  user: %q\n  password: %q\n}\n",
+			secureCertPath, secureKeyPath, sec.User, sec.Password)
+		spec.files = func() []testcontainers.ContainerFile {
+			return append(sec.files(), testcontainers.ContainerFile{Reader: strings.NewReader(conf), ContainerFilePath: natsConfPath, FileMode: 0o600})
+		}
+		plain := spec.cmd
+		spec.cmd = func(hp map[string]string) []string { return append(plain(hp), "--config="+natsConfPath) }
+	}
+	s, err := startServer(ctx, spec, o)
 	if err != nil {
 		return nil, err
 	}
-	n := &NATS{server: s}
+	n := &NATS{server: s, scheme: scheme}
 	if len(o.aliases) > 0 {
-		n.network = "nats://" + o.aliases[0] + ":4222"
+		n.network = scheme + o.aliases[0] + ":4222"
 	}
 	return n, nil
 }
+
+// natsConfPath is where a secure server's config file goes.
+const natsConfPath = "/mocker-tls/nats.conf"
 
 func natsSpec(ctx context.Context) serverSpec {
 	version := lookupVersion(ctx, natsModule, natsFallbackVersion)
@@ -82,9 +100,10 @@ func natsSpec(ctx context.Context) serverSpec {
 }
 
 // URL is the client URL reachable from this machine, e.g.
-// nats://127.0.0.1:32772. On a local engine it does not change on Restart; on
-// a remote engine, read it again after Restart.
-func (n *NATS) URL() string { return "nats://" + n.addr(natsClientPort) }
+// nats://127.0.0.1:32772 (tls://… with [WithSecure]). On a local engine it
+// does not change on Restart; on a remote engine, read it again after
+// Restart.
+func (n *NATS) URL() string { return n.scheme + n.addr(natsClientPort) }
 
 // MonitorURL is the base URL of the HTTP monitoring endpoints (/varz, /connz,
 // /healthz).

@@ -30,6 +30,7 @@ type options struct {
 	startupTimeout time.Duration
 	network        string
 	aliases        []string
+	secure         *Secure
 }
 
 // WithArgs appends command-line flags to the server's own (for example "-js"
@@ -58,6 +59,11 @@ func buildOptions(opts []Option) (options, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if o.secure != nil {
+		if err := o.secure.validate(); err != nil {
+			return o, err
+		}
+	}
 	if o.strategy == nil {
 		s, err := ImageStrategyFromEnv()
 		if err != nil {
@@ -79,6 +85,9 @@ type serverSpec struct {
 	ports []string // container ports, e.g. "2379/tcp"; the first is the client port
 	// wait is the readiness check, re-run after every start.
 	wait func(timeout time.Duration) wait.Strategy
+	// files, when set, gives the files to copy into the container before
+	// it starts (called for each attempt: a reader is read once).
+	files func() []testcontainers.ContainerFile
 }
 
 // server is a running (or stopped) server container with fixed host ports.
@@ -161,6 +170,9 @@ func startOnce(ctx context.Context, e *engine, spec serverSpec, o options, ref s
 		HostConfigModifier: func(hc *container.HostConfig) {
 			hc.PortBindings = maps.Clone(bindings)
 		},
+	}
+	if spec.files != nil {
+		req.Files = spec.files()
 	}
 	if o.network != "" {
 		req.Networks = []string{o.network}

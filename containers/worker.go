@@ -1,6 +1,7 @@
 package containers
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -134,6 +135,13 @@ type WorkerSpec struct {
 	DataNetwork *Network
 	// Flags are more `mocker worker` flags (e.g. "--log-level", "debug").
 	Flags []string
+	// Env is the worker's environment: where it reads secrets
+	// (MOCKER_NATS_PASSWORD, MOCKER_ETCD_PASSWORD and the like), which
+	// must stay off its command line.
+	Env map[string]string
+	// Files are copied into the container before it starts, by path (a
+	// CA certificate its flags name, say).
+	Files map[string][]byte
 }
 
 // Worker is a running `mocker worker` container.
@@ -197,9 +205,15 @@ func StartWorker(ctx context.Context, spec WorkerSpec) (*Worker, error) {
 	if data != spec.Network {
 		networks = append(networks, spec.Network.Name)
 	}
+	var files []testcontainers.ContainerFile
+	for path, b := range spec.Files {
+		files = append(files, testcontainers.ContainerFile{Reader: bytes.NewReader(b), ContainerFilePath: path, FileMode: 0o644})
+	}
 	req := testcontainers.ContainerRequest{
 		Image:          spec.Image,
 		Cmd:            cmd,
+		Env:            spec.Env,
+		Files:          files,
 		Labels:         labels,
 		Networks:       networks,
 		NetworkAliases: map[string][]string{spec.Network.Name: {spec.Name}},

@@ -179,6 +179,9 @@ func (s *stack) runCell(t *testing.T, c cellEnv) cellResult {
 		"KV_HITS": fmt.Sprint(hits), "SPREAD": fmt.Sprint(maxSpread), "PREFIXES": fmt.Sprint(prefixes),
 		"COUPLED": "1",
 	}
+	if s.secure != nil {
+		env["CA"] = s.secure.caFile(t)
+	}
 	argv := []string{"run", "-q", "--no-color", "--clock", "virtual", "--include-system-env-vars=false", "--summary-export", export}
 	for k, v := range env {
 		argv = append(argv, "-e", k+"="+v)
@@ -189,6 +192,9 @@ func (s *stack) runCell(t *testing.T, c cellEnv) cellResult {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, mockerBin, argv...)
 	cmd.Stdout, cmd.Stderr = &out, &out
+	if s.secure != nil {
+		cmd.Env = append(os.Environ(), s.secure.routerEnv()...)
+	}
 	start := time.Now()
 	err = cmd.Run()
 	took := time.Since(start)

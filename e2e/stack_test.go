@@ -21,6 +21,9 @@ type stack struct {
 	etcd      *containers.Etcd
 	nats      *containers.NATS
 	image     string
+	// secure, when set, is how workers and routers reach a NATS and an
+	// etcd that require TLS and a password (newSecureStack).
+	secure *stackAuth
 }
 
 var (
@@ -102,6 +105,9 @@ func (s *stack) startWorkers(t *testing.T, ns, engine string, common map[string]
 				Etcd: s.etcd.NetworkEndpoints(), NATS: s.nats.NetworkURL(), Args: args,
 				Network: s.ctl, DataNetwork: s.data, Flags: []string{"--drain-timeout", "10s"},
 			})
+			if s.secure != nil {
+				s.secure.worker(&specs[len(specs)-1])
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

@@ -13,6 +13,9 @@
 //   ROUTER, ENGINE            the cell
 //   DISAGG=1|0                prefill + decode pools, or one aggregated pool
 //   ETCD, NATS, NS            where the workers are registered
+//   CA                        (optional) the CA file of a NATS and an etcd that
+//                             require TLS; their users and passwords come from
+//                             the MOCKER_NATS_* and MOCKER_ETCD_* environment
 //   COUPLED=1                 the cluster drives the workers' clocks (run it
 //                             with --clock virtual: the same figures on any host)
 //   ARGS                      the engine args the workers run with (JSON);
@@ -49,6 +52,12 @@ const cfg = {
   seed: 7,
   transport: { etcd: __ENV.ETCD.split(','), nats: __ENV.NATS, namespace: __ENV.NS, coupled: __ENV.COUPLED === '1' },
 };
+if (__ENV.CA) {
+  // NATS and etcd require TLS (this CA) and a password, which the router
+  // reads from MOCKER_NATS_USER/PASSWORD and MOCKER_ETCD_USERNAME/PASSWORD.
+  cfg.transport.nats = { url: __ENV.NATS, tls: { ca: __ENV.CA } };
+  cfg.transport.etcd = { endpoints: __ENV.ETCD.split(','), tls: { ca: __ENV.CA } };
+}
 if (DISAGG) {
   cfg.prefill = { workers: 2 };
   cfg.decode = { workers: 2 };
