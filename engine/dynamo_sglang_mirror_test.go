@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -906,5 +907,109 @@ func TestDynamo_SGLangKVBlockedLiveSchedulerWaitsAndCancelWakesIt(t *testing.T) 
 		driveAll(t, w, &r, now+100)
 		_, done := r.completion(30003)
 		assert.True(t, done, "the cancellation woke the blocked request")
+	})
+}
+
+// test_sglang_scheduler_token_generation_patterns: 200 requests of 1000
+// prompt tokens (half of them shared, or none) for 100 tokens each, fifo
+// or lpm, pages of 1 or 4, on a pool of 500 blocks of 64 tokens, all
+// complete: 20000 tokens; the pool was used and its usage stayed within
+// it. mocker's pages are its blocks, so the pool is 32000 tokens in pages
+// of the given size.
+func TestDynamo_SGLangSchedulerTokenGenerationPatterns(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		for _, policy := range []string{SGLangPolicyFIFO, SGLangPolicyLPM} {
+			for _, page := range []int{1, 4} {
+				args := dynamoSGLangArgs(500*64/page, page, 8192, func(a *Args) { a.SGLang.SchedulePolicy = policy })
+				for _, compat := range []bool{false, true} {
+					a := args
+					sg := *a.SGLang
+					a.SGLang, a.DynamoCompat = &sg, compat
+					w := newWorker(t, a)
+					var r record
+					for i := range 200 {
+						var tokens []uint32
+						if shared {
+							tokens = repeatToken(1, 500)
+						}
+						for j := len(tokens); j < 1000; j++ {
+							tokens = append(tokens, uint32(i*1000+j+1000))
+						}
+						require.NoError(t, w.Submit(0, Request{ID: uint64(i), Tokens: tokens, MaxTokens: 100}, Release))
+					}
+					peak, now := 0, 0.0
+					for i := 0; w.Scheduler().HasWork(); i++ {
+						require.Less(t, i, 100000)
+						out := w.Step(now)
+						if out == nil {
+							at, ok := w.workWake()
+							require.True(t, ok)
+							now = at
+							continue
+						}
+						r.add(out)
+						now = max(now, out.End)
+						peak = max(peak, out.Metrics.ActiveBlocks)
+					}
+					name := fmt.Sprintf("shared %v, %s, page %d, dynamo_compat %v", shared, policy, page, compat)
+					assert.Len(t, r.tokens, 200*100, name)
+					assert.Positive(t, peak, name)
+					assert.LessOrEqual(t, peak, w.Metrics().TotalBlocks, name)
+				}
+			}
+		}
+	}
+}
+
+// destination_transfer_footprint_uses_missing_physical_pages: a 10-token
+// destination on pages of 4 moves 12 tokens cold, 8 when its first page
+// is cached, and none when an 8-token prompt is cached whole.
+func TestDynamo_DestinationTransferFootprintUsesMissingPhysicalPages(t *testing.T) {
+	eachSGLangCompat(t, dynamoSGLangDestArgs(16, 4, 16), func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		reserve := func(id uint64, tokens []uint32, now float64) (int, float64) {
+			t.Helper()
+			require.NoError(t, w.Reserve(now, Request{ID: id, Tokens: tokens, MaxTokens: 2}))
+			now = drive(t, w, &r, now)
+			res := r.eventsFor(EventDecodeReserved, id)
+			require.Len(t, res, 1)
+			require.True(t, w.CancelDestination(now, id))
+			return res[0].MissingTokens, now
+		}
+		prompt := seqTokens(0, 10)
+		cold, now := reserve(1, prompt, 0)
+		assert.Equal(t, 12, cold)
+
+		require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: prompt[:4], MaxTokens: 1}, Release))
+		now = driveAll(t, w, &r, now)
+		partial, now := reserve(3, prompt, now)
+		assert.Equal(t, 8, partial)
+
+		aligned := seqTokens(20, 8)
+		require.NoError(t, w.Submit(now, Request{ID: 4, Tokens: aligned, MaxTokens: 1}, Release))
+		now = driveAll(t, w, &r, now)
+		full, _ := reserve(5, aligned, now)
+		assert.Zero(t, full)
+	})
+}
+
+// TestFidelity_SGLangChunkBudgetChargesPages: a 7-token prompt and a
+// 1-token one under a chunk budget of 8 on pages of 4. Dynamo charges the
+// first a whole page of budget for its partial page, 8 tokens, leaving
+// none for the second, which waits for the next pass; mocker by default
+// charges the 7 tokens computed, as SGLang does, and admits both.
+func TestFidelity_SGLangChunkBudgetChargesPages(t *testing.T) {
+	eachSGLangCompat(t, dynamoSGLangArgs(64, 4, 8), func(t *testing.T, compat bool, w *Worker) {
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: repeatToken(1, 7), MaxTokens: 2}, Release))
+		require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: repeatToken(2, 1), MaxTokens: 2}, Release))
+		out := stepOnce(t, w, &r, 0)
+		if compat {
+			assert.Equal(t, []uint64{1}, tokenIDs(out))
+			assert.Equal(t, 1, w.Metrics().Waiting)
+		} else {
+			assert.Equal(t, []uint64{1, 2}, tokenIDs(out))
+			assert.Zero(t, w.Metrics().Waiting)
+		}
 	})
 }

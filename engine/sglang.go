@@ -590,7 +590,13 @@ func (g *SGLang) admit(now float64, out *Output) {
 		if chunk > limit {
 			chunk = limit / g.page * g.page
 		}
-		if chunk <= 0 || (len(g.batch) > 0 && chunk > remInput) {
+		// Dynamo charges the prefill and chunk budgets whole pages
+		// (dynamo_compat); mocker, as SGLang, the tokens computed.
+		charged := chunk
+		if g.compat {
+			charged = ceilDiv(chunk, g.page) * g.page
+		}
+		if chunk <= 0 || (len(g.batch) > 0 && charged > remInput) {
 			break
 		}
 		complete := chunk == extend
@@ -620,8 +626,8 @@ func (g *SGLang) admit(now float64, out *Output) {
 			r.cached = done
 		}
 		remTotal -= float64(cost)
-		remInput -= chunk
-		remChunk -= chunk
+		remInput -= charged
+		remChunk -= charged
 		g.batch = append(g.batch, r)
 		g.prefillToks += chunk
 		g.sumISL += float64(done + chunk)
