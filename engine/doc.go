@@ -133,7 +133,8 @@
 // mean prompt length for the timing model; (3) SGLang's new-token ratio
 // after a retraction, its decay, and queue priority; (4) destination
 // reservations: waiting_requests and which waiting vLLM request runs
-// next; (5) engine arguments Dynamo models and mocker rejects; (6) the
+// next; (5) engine arguments Dynamo models and mocker rejects, requests
+// for no token, planned output tokens; (6) the
 // router's kv tie-break; (7) the indexer; (8) held KV in the router's
 // load; (9) busy data-parallel ranks; (10) tokens generated on a prefill
 // worker; (11) SGLang: when a sampled token takes its KV, requests that
