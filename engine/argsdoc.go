@@ -86,7 +86,7 @@ var ArgDocs = []ArgDoc{
 	{Key: "reserve_takes_slot", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "no",
 		Meaning: "A decode reservation also takes a max_num_seqs slot until it activates (mocker's former rule). By default a reservation takes KV only, as in Dynamo and vLLM."},
 	{Key: "dynamo_compat", Type: "boolean", Default: "false", Support: ArgModeled, Dynamo: "no",
-		Meaning: "Reproduce Dynamo main's numbers where mocker differs on purpose (unclamped SGLang decode utilisation, integer mean prompt length, SGLang ratio re-estimate and priority order, reserved destinations counted as waiting, a vLLM prefill worker generating max_tokens); see docs/fidelity.md."},
+		Meaning: "Reproduce Dynamo main's numbers where mocker differs on purpose (unclamped SGLang decode utilisation, integer mean prompt length, SGLang ratio re-estimate and priority order, reserved destinations counted as waiting, a prefill worker generating max_tokens, SGLang's sampled token taking its KV slot at once, SGLang admitting what its budget allows instead of refusing a request that can never complete); see docs/fidelity.md."},
 	{Key: "timing_model", Type: `"polynomial" | "interpolated" | {type: "fixed", prefill_ms, decode_ms}`, Default: `"polynomial" (interpolated with planner_profile_data)`,
 		Support: ArgModeled, Dynamo: "yes",
 		Meaning: "How pass times are modeled: Dynamo's polynomial, interpolation over profile data, or fixed latencies per prefill and decode step."},

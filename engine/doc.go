@@ -75,23 +75,29 @@
 //     retracted request's pages stay cached (evictable) for its readmission.
 //     A generated token's page is taken and stored by the step that
 //     computes its KV, one pass after Dynamo's, which takes it when the
-//     token is sampled (docs/fidelity.md).
+//     token is sampled, as dynamo_compat does (fidelity item 11).
 //   - The admission budget is the free and evictable room, minus the unused
 //     tail of each running request's last page (Dynamo's page overhead),
 //     minus the running requests' clipped remaining output times the
 //     new-token ratio. A candidate is charged its page-rounded chunk, the
 //     evictable cached pages its prefix match locks (they leave the
 //     evictable room), and its own clipped output when the chunk completes
-//     its prompt.
+//     its prompt; Dynamo does not charge the locked pages (item 12). An
+//     idle worker admits its head whenever its pages exist; dynamo_compat
+//     charges it like any other, as Dynamo does (item 11).
 //   - A prompt longer than the chunk budget is cut to the page-aligned room
 //     left in this pass's chunk budget, as SGLang does, not to the whole
-//     chunked_prefill_size.
+//     chunked_prefill_size. The chunk and prefill budgets are charged the
+//     tokens computed; dynamo_compat charges whole pages, as Dynamo does
+//     (item 11).
 //   - A request whose prompt and remaining output need more pages than
 //     the pool has is refused on admission (never_fits), since it could
-//     never complete; Dynamo admits its first chunk (docs/fidelity.md).
+//     never complete. Dynamo, and dynamo_compat, admit what the budget
+//     allows (a first chunk) and leave it waiting, holding that, until it
+//     is cancelled (item 11).
 //   - lpm orders the waiting queue by cached prefix only; SGLang's in-batch
 //     deprioritisation of requests sharing a prefix with one already taken
-//     is not modeled. The queue is not ordered at all in a pass where no
+//     is not modeled, though Dynamo models it (item 12). The queue is not ordered at all in a pass where no
 //     running slot is free, and each request's match is remembered until
 //     the tree changes.
 //   - The new-token ratio decays only on decode passes that retracted
@@ -102,12 +108,13 @@
 //     Dynamo times it), so time to first token is prefill plus one step.
 //     On a prefill worker only the prefill is charged, as for vLLM.
 //   - Retraction takes the running request with the fewest output tokens,
-//     the longer prompt among equals (SGLang's tie-break); EventPreempted
-//     counts the pages it stopped using, not shared prefix pages another
-//     request still locks.
+//     the longer prompt among equals (SGLang's tie-break), or a request mid
+//     chunked prefill; EventPreempted counts the pages it stopped using,
+//     not shared prefix pages another request still locks.
 //   - The last running request is retracted only while an activated
 //     destination waits for its running slot (its KV is in place, so it
-//     can run in the room freed).
+//     can run in the room freed). Dynamo retracts only running requests,
+//     the first among equals, and never the last one (item 12).
 //   - After a retraction the new-token ratio resets to its initial value;
 //     dynamo_compat re-estimates it as Dynamo main does.
 //   - Metrics.Waiting counts queued requests, bootstrap ones,
@@ -122,6 +129,20 @@
 // Where mocker's results can differ from Dynamo main's, what each does, and
 // the switches that reproduce Dynamo's numbers (dynamo_compat, for the
 // engine and for the router) are listed in one place: docs/fidelity.md.
+// Its items, by number: (1) decode utilisation clamped at 1; (2) exact
+// mean prompt length for the timing model; (3) SGLang's new-token ratio
+// after a retraction, its decay, and queue priority; (4) destination
+// reservations: waiting_requests and which waiting vLLM request runs
+// next; (5) engine arguments Dynamo models and mocker rejects, requests
+// for no token, planned output tokens; (6) the
+// router's kv tie-break; (7) the indexer; (8) held KV in the router's
+// load; (9) busy data-parallel ranks; (10) tokens generated on a prefill
+// worker; (11) SGLang: when a sampled token takes its KV, requests that
+// can never complete, page-charged budgets; (12) SGLang: retraction
+// choice, lpm among shared prefixes, admission budget details, a
+// destination's output count. dynamo_compat gives Dynamo's numbers for
+// 1–3, 10, 11 and item 4's waiting count; router_load_includes_held for 8;
+// the router's dynamo_compat for 6.
 //
 // # Modeled time and wall time
 //
@@ -167,7 +188,7 @@
 //
 // A request submitted with Hold is the source side of a disaggregated
 // handoff. When it finishes (after its first token on a prefill worker,
-// or, on a vLLM one under dynamo_compat, its MaxTokens) its
+// or, under dynamo_compat, its MaxTokens) its
 // running slot is freed but its blocks stay allocated: they fill the pool,
 // count against admission and can make later prefills wait or be rejected.
 // An EventHoldStarted marks the moment; ReleaseHeld ends the hold with an
@@ -261,7 +282,9 @@
 // # Length limits
 //
 // A fresh request is refused (a Rejection, no token) when its prompt
-// reaches max_model_len, needs more blocks than the pool has, or, with
+// reaches max_model_len, needs more blocks than the pool has (on an SGLang
+// worker, with its output; under dynamo_compat, not at all, fidelity item
+// 11), or, with
 // chunked prefill off, has more uncached prompt tokens than one pass's
 // budget. A request that has already streamed tokens is never refused: if a
 // preemption leaves it longer than the whole pool can hold, it completes

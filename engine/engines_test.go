@@ -309,6 +309,9 @@ func conservationRun(rt *rapid.T, engine string) {
 		if moved == 0 && !w.Scheduler().HasWork() && m.Waiting == 0 && m.ReservedRequests == 0 {
 			break
 		}
+		if moved == 0 && args.DynamoCompat && engine == "sglang" {
+			cancelStalled(rt, w, now)
+		}
 	}
 	// The last round's inputs may have left events pending (a release, or
 	// a deadline they fired): flush them before counting.
@@ -349,6 +352,30 @@ func conservationRun(rt *rapid.T, engine string) {
 	if m.ActiveBlocks != 0 || m.HeldBlocks != 0 || m.HeldRequests != 0 || m.ReservedBlocks != 0 || m.ReservedRequests != 0 {
 		rt.Fatalf("after drain: %+v", m)
 	}
+}
+
+// cancelStalled ends the request an SGLang worker under dynamo_compat is
+// stuck on, once nothing else moves: as in Dynamo, a request that can
+// never complete is not refused, and it stalls, running alone in a full
+// pool or waiting at the head of the queue, until it is cancelled. The
+// request must be one whose page-rounded length plus clipped remaining
+// output reaches the pool, the only kind Dynamo's budget can leave stuck
+// on an otherwise empty worker.
+func cancelStalled(rt *rapid.T, w *Worker, now float64) {
+	g := sgOf(w)
+	var r *sgReq
+	switch {
+	case len(g.running) > 0:
+		r = g.running[0]
+	case len(g.waiting) > 0:
+		r = g.waiting[0]
+	default:
+		return
+	}
+	if need := ceilDiv(r.length, g.page)*g.page + min(r.maxOut-r.out, g.clip); need < g.total*g.page {
+		rt.Fatalf("request %d stalled but fits: %d of %d tokens (%+v)", r.id, need, g.total*g.page, w.Metrics())
+	}
+	w.Cancel(now, r.id)
 }
 
 func TestEngines_Determinism(t *testing.T) {

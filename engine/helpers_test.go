@@ -167,7 +167,10 @@ func driveWith(t tb, w *Worker, r *record, now float64, next func() (float64, bo
 // checkDecodeTokens checks that each decode step out's pass counts emits
 // a later token (index > 0), as a decode step does unless the pass
 // preempts its request after scheduling it, and then refunds the step.
-// Recomputes that finish emit later tokens too, so it is a bound.
+// Recomputes that finish emit later tokens too, so it is a bound. A first
+// token counts in a pass that prefilled nothing: under dynamo_compat an
+// SGLang request whose first token found no free slot in its extend pass
+// samples it in the next decode step, as Dynamo's does.
 func checkDecodeTokens(t tb, out *Output) {
 	t.Helper()
 	if out.firstTokens {
@@ -175,7 +178,7 @@ func checkDecodeTokens(t tb, out *Output) {
 	}
 	later := 0
 	for _, tk := range out.Tokens {
-		if tk.Index > 0 {
+		if tk.Index > 0 || out.PrefillTokens == 0 {
 			later++
 		}
 	}

@@ -49,7 +49,8 @@ const (
 type sgReq struct {
 	reqCore
 	// kvLen counts the tokens whose KV is computed: after a prefill, every
-	// token but the last generated one.
+	// token but the last generated one; under dynamo_compat, every token,
+	// since a sampled token takes its slot at once (sampleCompat).
 	kvLen int
 	last  int32   // deepest node of the locked path, noSlot when none
 	depth int     // pages on the locked path
@@ -258,8 +259,11 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 	}
 	r := g.newReq()
 	// Admission refuses a request whose full length overflows the pool
-	// (neverFits), so none grows past it plus its last, unfed token.
-	r.fill(now, req, policy, g.prefillWorker, g.hashBlock(), g.total*g.page+1, &g.arenas, g.tokSeed)
+	// (neverFits), so none grows past it plus its last, unfed token; under
+	// dynamo_compat none grows past the pool, whose last page it cannot
+	// take. A prefill worker generates only the first token, or, under
+	// dynamo_compat, MaxTokens as Dynamo's core does.
+	r.fill(now, req, policy, g.prefillWorker && !g.compat, g.hashBlock(), g.total*g.page+1, &g.arenas, g.tokSeed)
 	r.state = sgWaiting
 	g.byID.Set(r.id, r)
 	return r, nil
@@ -472,8 +476,18 @@ func (g *SGLang) insert(r *sgReq) {
 }
 
 // neverFits explains why r could not complete even alone on an empty pool,
-// or returns "".
+// or returns "". Under dynamo_compat nothing is refused for that (Dynamo
+// admits what its budget allows and the request stalls, doc.go), except a
+// destination whose prompt alone needs more pages than the pool has, which
+// Dynamo refuses when it is reserved.
 func (g *SGLang) neverFits(r *sgReq) string {
+	if g.compat {
+		if pages := ceilDiv(r.prompt, g.page); r.state == sgAwaitKV && pages > g.total {
+			return fmt.Sprintf("prompt of %d tokens needs %d pages of %d tokens but num_gpu_blocks is %d",
+				r.prompt, pages, g.page, g.total)
+		}
+		return ""
+	}
 	need := r.length + r.maxOut - r.out - 1
 	if pages := ceilDiv(need, g.page); pages > g.total {
 		return fmt.Sprintf("prompt of %d tokens plus %d more output tokens needs %d pages of %d tokens but num_gpu_blocks is %d",
@@ -576,7 +590,13 @@ func (g *SGLang) admit(now float64, out *Output) {
 		if chunk > limit {
 			chunk = limit / g.page * g.page
 		}
-		if chunk <= 0 || (len(g.batch) > 0 && chunk > remInput) {
+		// Dynamo charges the prefill and chunk budgets whole pages
+		// (dynamo_compat); mocker, as SGLang, the tokens computed.
+		charged := chunk
+		if g.compat {
+			charged = ceilDiv(chunk, g.page) * g.page
+		}
+		if chunk <= 0 || (len(g.batch) > 0 && charged > remInput) {
 			break
 		}
 		complete := chunk == extend
@@ -592,7 +612,8 @@ func (g *SGLang) admit(now float64, out *Output) {
 		// An idle worker admits its head whenever the pages exist: the
 		// request can then finish alone (neverFits), so it cannot wait
 		// forever on a reservation for output nobody else competes for.
-		if !continuing && !idle && float64(cost) >= remTotal {
+		// Dynamo charges it like any other, idle or not (dynamo_compat).
+		if !continuing && (!idle || g.compat) && float64(cost) >= remTotal {
 			break
 		}
 		if !g.materialize(r, hits, last, chunk) {
@@ -605,8 +626,8 @@ func (g *SGLang) admit(now float64, out *Output) {
 			r.cached = done
 		}
 		remTotal -= float64(cost)
-		remInput -= chunk
-		remChunk -= chunk
+		remInput -= charged
+		remChunk -= charged
 		g.batch = append(g.batch, r)
 		g.prefillToks += chunk
 		g.sumISL += float64(done + chunk)
@@ -749,6 +770,11 @@ func (g *SGLang) extendPass(now float64, out *Output) PassResult {
 		if r.kvLen < r.length {
 			continue // a chunk: no token yet
 		}
+		if g.compat {
+			g.running = append(g.running, r)
+			g.sampleCompat(r, end, out)
+			continue
+		}
 		// The prompt's full pages are cached as soon as they are computed
 		// (SGLang's cache_unfinished_req), so the router and the next
 		// admission see them while the request runs.
@@ -817,7 +843,7 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 			r.pages = append(r.pages, s)
 		}
 		g.batch = append(g.batch, r)
-		ctx += r.kvLen + 1
+		ctx += r.length
 	}
 	if len(g.batch) == 0 {
 		if retracted {
@@ -839,6 +865,14 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 	out.DecodeTokens = len(g.batch)
 	for _, r := range g.batch {
 		r.kvLen++
+		if g.compat {
+			// The slot just taken is the new token's (sampleCompat).
+			g.emit(r, end, out)
+			if r.state == sgRunning && r.kvLen >= (r.depth+1)*g.page {
+				g.insert(r)
+			}
+			continue
+		}
 		if r.kvLen >= (r.depth+1)*g.page {
 			g.insert(r) // a page the step filled is cached at once
 		}
@@ -846,6 +880,29 @@ func (g *SGLang) decodePass(now float64, out *Output) PassResult {
 	}
 	g.compactRunning()
 	return PassRan
+}
+
+// sampleCompat samples the first token of r, whose prompt the extend pass
+// just computed, as Dynamo's mocker does (dynamo_compat): the token takes
+// its KV slot at once, a new page when it crosses a page boundary, and
+// every full page of the sequence, that token's included, is cached after
+// it. The default model takes that slot in the next step, which computes
+// the token's KV (doc.go). When no page is left the request waits for its
+// token until a decode pass finds one, as Dynamo's does.
+func (g *SGLang) sampleCompat(r *sgReq, end float64, out *Output) {
+	if g.needsPage(r) {
+		s, ok := g.cache.alloc()
+		if !ok {
+			g.insert(r)
+			return
+		}
+		r.pages = append(r.pages, s)
+	}
+	r.kvLen++
+	g.emit(r, end, out)
+	if r.state == sgRunning {
+		g.insert(r)
+	}
 }
 
 // emit gives running request r its next token at end, finishing it when

@@ -20,9 +20,10 @@ type Request struct {
 	// request, and never writes them: the caller must leave them unchanged
 	// until then. (Tokens it copies what it keeps of, at once.)
 	Hashes *kv.Hashes
-	// MaxTokens caps the generated tokens. Values below 1 are treated as 1,
-	// and prefill workers produce exactly one token, except a vLLM one
-	// under dynamo_compat, which generates MaxTokens as Dynamo's core does.
+	// MaxTokens caps the generated tokens. Values below 1 are treated as 1
+	// (Dynamo completes such a request with none, docs/fidelity.md item 5),
+	// and prefill workers produce exactly one token, except under
+	// dynamo_compat, which generates MaxTokens as Dynamo's core does.
 	MaxTokens int
 	// Priority orders an SGLang worker's waiting queue under dynamo_compat,
 	// as Dynamo main does: higher values first (SGLang's default
