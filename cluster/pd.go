@@ -210,8 +210,12 @@ func (c *Cluster) Prefill(ctx context.Context, t Target, req Request) (ho Handou
 		return Handout{}, false, Result{Outcome: OutcomeError, Error: err.Error()}
 	}
 	n, err := c.node(t, engine.WorkerPrefill)
-	if err == nil && n.server == nil {
+	switch {
+	case err != nil:
+	case n.server == nil:
 		err = ErrPinned
+	case c.destFirst:
+		err = errors.New("this cluster's decode reserves before its prefill computes (sglang without sglang.optimistic_prefill); a prefill handed out for a remote decode needs the source-first order: set sglang.optimistic_prefill, or use engine vllm")
 	}
 	if err != nil {
 		return Handout{}, false, Result{Outcome: OutcomeError, Error: err.Error()}
