@@ -24,6 +24,7 @@ func prompt(n int) []uint32 {
 func pdHoldLong() Config {
 	cfg := roomyDisagg()
 	cfg.Args["kv_transfer_abort_timeout_ms"] = 3_600_000
+	cfg.Args["handoff_session_timeout_ms"] = 3_600_000
 	return cfg
 }
 

@@ -42,7 +42,8 @@ func TestServeImage_AnswersACompletionAndPDByHand(t *testing.T) {
 		Config: map[string]any{
 			"engine": "vllm", "disagg": true,
 			"prefill": map[string]any{"workers": 1}, "decode": map[string]any{"workers": 1},
-			"args": map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 3_600_000},
+			"args": map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 3_600_000,
+				"handoff_session_timeout_ms": 3_600_000},
 		},
 		WorkerPorts: 2,
 	})

@@ -39,7 +39,7 @@ func workerServers(t *testing.T, s *Server) map[string]*httptest.Server {
 
 // holdLong is an abort timeout no test outlasts: an hour of modeled time,
 // 36 s of wall time at speedup 100, so that a hold waits for its decode
-// however slow the host.
+// however slow the host (the session deadline is set to it too).
 const holdLong = 3_600_000
 
 // pdConfig is one prefill and one decode worker, with a modeled transfer
@@ -50,6 +50,7 @@ func pdConfig(abortMs int) cluster.Config {
 		"kv_bytes_per_token":           65536,
 		"kv_transfer_bandwidth":        10.0,
 		"kv_transfer_abort_timeout_ms": abortMs,
+		"handoff_session_timeout_ms":   holdLong,
 	}}
 }
 
