@@ -345,6 +345,7 @@ func (c *Cluster) claim(h *call) {
 		"transfer %d was already claimed by %s: params are good for one decode", tid, dn.label())})
 	r.decode = dn
 	r.pd.claimed = true
+	c.forensic.named(r.id, dn.name, dn.rank)
 	r.pd.addr = net.JoinHostPort(cl.Host, strconv.Itoa(cl.Port))
 	r.pd.token = cl.Token
 	// The request's result is the decode's caller's from now on (the
