@@ -71,6 +71,7 @@ type Server struct {
 	draining    atomic.Bool
 	inject      *injector
 	workers     []Worker
+	route       runner // s.routed, bound once rather than per request
 }
 
 // New starts the cluster cfg describes, paced against the wall clock at
@@ -112,6 +113,7 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.route = s.routed
 	s.buildWorkers()
 	return s, nil
 }
@@ -220,7 +222,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, e)
 		return
 	}
-	run := runner(s.routed)
+	run := s.route
 	if ep == nil {
 		if kv.remoteDecode() || kv.remotePrefill() {
 			writeError(w, newAPIError(http.StatusBadRequest, "kv_transfer_params",
