@@ -143,3 +143,30 @@ func TestPD_PinnedRequestsGoWhereTheyAreSent(t *testing.T) {
 	assert.Contains(t, pre.Error, "is a aggregated worker, not a prefill one")
 	drainAndCheck(t, c)
 }
+
+// TestPD_SGLangSplitsOnlySourceFirst: an SGLang cluster with
+// optimistic_prefill computes before its decode reserves, so a prefill
+// can be handed out and claimed as vLLM's is; without it the decode
+// reserves first, and Prefill refuses, saying what to set.
+func TestPD_SGLangSplitsOnlySourceFirst(t *testing.T) {
+	for _, optimistic := range []bool{true, false} {
+		cfg := pdHoldLong()
+		cfg.Engine = "sglang"
+		cfg.Args["sglang"] = map[string]any{"optimistic_prefill": optimistic}
+		c := start(t, cfg)
+		tokens := prompt(80)
+		ho, ok, pre := c.Prefill(context.Background(), Target{Worker: "prefill-0"}, Request{Tokens: tokens})
+		if !optimistic {
+			assert.False(t, ok)
+			assert.Contains(t, pre.Error, "set sglang.optimistic_prefill")
+			drainAndCheck(t, c)
+			continue
+		}
+		require.True(t, ok, pre.Error)
+		res, err := c.Decode(context.Background(), Target{Worker: "decode-0"}, claimOf(ho), Request{Tokens: tokens, MaxTokens: 5})
+		require.NoError(t, err)
+		require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
+		assert.Equal(t, 5, res.OutputTokens)
+		assert.Zero(t, drainAndCheck(t, c).HeldBlocks)
+	}
+}
