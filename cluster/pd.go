@@ -351,6 +351,9 @@ func (c *Cluster) claim(h *call) {
 	// The request's result is the decode's caller's from now on (the
 	// prefill's caller has its handout).
 	r.h, h.r = h, r
+	if h.req.OnToken != nil {
+		c.listening = true
+	}
 	c.step(r, handoff.Claim{DecodeName: dn.label(), MaxTokens: h.req.MaxTokens})
 }
 

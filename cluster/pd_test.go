@@ -33,7 +33,9 @@ func claimOf(ho Handout) Claim {
 }
 
 func TestPD_PrefillThenDecodeCompletesThroughTheTransferServer(t *testing.T) {
-	c := start(t, pdHoldLong())
+	cfg := pdHoldLong()
+	cfg.StreamTokens = true
+	c := start(t, cfg)
 	ctx := context.Background()
 	tokens := prompt(300)
 	ho, ok, pre := c.Prefill(ctx, Target{Worker: "prefill-0"}, Request{Tokens: tokens, MaxTokens: 1})
@@ -46,8 +48,14 @@ func TestPD_PrefillThenDecodeCompletesThroughTheTransferServer(t *testing.T) {
 	assert.Equal(t, Target{Worker: "prefill-0"}, ho.Source)
 	assert.Equal(t, ho.Blocks, c.Stats().HeldBlocks, "the KV stays held until a decode claims it")
 
-	res, err := c.Decode(ctx, Target{Worker: "decode-0"}, claimOf(ho), Request{Tokens: tokens, MaxTokens: 12})
+	// The decode's caller hears its tokens as they are produced, as a
+	// stream's does (OnToken runs on the loop, before the result).
+	var heard []int
+	onToken := func(i int, _ float64) { heard = append(heard, i) }
+	res, err := c.Decode(ctx, Target{Worker: "decode-0"}, claimOf(ho), Request{Tokens: tokens, MaxTokens: 12, OnToken: onToken})
 	require.NoError(t, err)
+	require.NotEmpty(t, heard, "the decode's tokens reach its caller's listener")
+	assert.Equal(t, 11, heard[len(heard)-1], "up to the last token")
 	require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
 	assert.Equal(t, 12, res.OutputTokens)
 	assert.Equal(t, "prefill-0", res.PrefillWorker)
