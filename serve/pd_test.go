@@ -339,3 +339,48 @@ func TestWorkerPorts_EachRankAnswersOnItsOwn(t *testing.T) {
 	assert.Equal(t, 3.0, sum(all, map[string]string{"worker": "worker-1", "engine": "1", "finished_reason": "length"}))
 	assert.Equal(t, 3.0, sum(all, map[string]string{"finished_reason": "length"}), "no other rank ran them")
 }
+
+// TestPDOverHTTP_DrainingStillTakesHeldPrefillsDecodes: once the server
+// drains, new requests get 503, but a decode for a prefill already held
+// is the second half of a request in flight: it is served, and the drain
+// ends with it.
+func TestPDOverHTTP_DrainingStillTakesHeldPrefillsDecodes(t *testing.T) {
+	t.Parallel()
+	s, ts := startServer(t, pdConfig(holdLong), Options{})
+	ws := workerServers(t, s)
+	body := map[string]any{"prompt": longPrefix, "max_tokens": 1, "kv_transfer_params": prefillAsks()}
+	st, pre, _ := postJSON(t, ws["prefill-0"].URL, "/v1/completions", body)
+	require.Equal(t, http.StatusOK, st, "%v", pre)
+
+	drained := make(chan error, 1)
+	go func() {
+		_, err := s.Drain(t.Context())
+		drained <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(ts.URL + "/health")
+		require.NoError(t, err)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the server never started draining")
+		time.Sleep(time.Millisecond)
+	}
+	st, out, _ := postJSON(t, ws["prefill-0"].URL, "/v1/completions", body)
+	assert.Equal(t, http.StatusServiceUnavailable, st, "a new prefill while draining: %v", out)
+	st, out, _ = postJSON(t, ws["decode-0"].URL, "/v1/completions", map[string]any{"prompt": longPrefix, "max_tokens": 2})
+	assert.Equal(t, http.StatusServiceUnavailable, st, "a decode without params is new too: %v", out)
+	select {
+	case err := <-drained:
+		t.Fatalf("the drain ended with a hold still waiting for its decode: %v", err)
+	default:
+	}
+
+	body["kv_transfer_params"], body["max_tokens"] = pre["kv_transfer_params"], 4
+	st, out, _ = postJSON(t, ws["decode-0"].URL, "/v1/completions", body)
+	require.Equal(t, http.StatusOK, st, "%v", out)
+	require.NoError(t, <-drained)
+	assert.Zero(t, metric(t, ts.URL, "mocker_kv_held_blocks", nil))
+}

@@ -174,6 +174,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 	s.serveGenerate(w, r, chat, nil)
 }
 
+// errDraining answers a new request once the server drains.
+var errDraining = newAPIError(http.StatusServiceUnavailable, "", "the server is draining: it takes no new requests")
+
 // routed runs a request where the cluster's router places it.
 func (s *Server) routed(ctx context.Context, req cluster.Request) (cluster.Result, *apiError) {
 	res := s.c.Generate(ctx, req)
@@ -183,8 +186,11 @@ func (s *Server) routed(ctx context.Context, req cluster.Request) (cluster.Resul
 // serveGenerate answers a completion or chat completion: through the
 // router (ep nil) or on the worker ep names.
 func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool, ep *workerEndpoint) {
-	if s.draining.Load() {
-		writeError(w, newAPIError(http.StatusServiceUnavailable, "", "the server is draining: it takes no new requests"))
+	// A decode worker still takes the decodes of prefills already held
+	// while draining: they are the second half of requests in flight.
+	decodeEP := ep != nil && ep.role == "decode"
+	if s.draining.Load() && !decodeEP {
+		writeError(w, errDraining)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -220,6 +226,10 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	kv, e := parseKVParams(req.KVTransferParams)
 	if e != nil {
 		writeError(w, e)
+		return
+	}
+	if decodeEP && !kv.remotePrefill() && s.draining.Load() {
+		writeError(w, errDraining)
 		return
 	}
 	run := s.route
