@@ -66,6 +66,8 @@
 // answers the original request carrying those params: it reserves, pulls
 // the KV through the prefill's transfer server and generates (streamed or
 // not). A hold no decode claims ends at kv_transfer_abort_timeout_ms.
+// While the server drains, decode ranks still take the decodes of holds
+// already handed out.
 // Params that do not prove a handout are refused before anything is
 // applied: 400 for a missing or wrong field (named), a forged token, host
 // or port, or another prompt; 404 for an unknown transfer; 410 for params
