@@ -11,7 +11,7 @@ RUN_FLAGS     ?= --clock virtual
 BENCH         ?= .
 BENCHTIME     ?= 1s
 
-.PHONY: run serve test test-short deep e2e images vet bench lint build fuzz golden clean
+.PHONY: image-serve run serve test test-short deep e2e images vet bench lint build fuzz golden clean
 
 ## run: build mocker and run the main job (the quickstart scenario on the embedded cluster, on virtual time)
 run: build
@@ -55,6 +55,11 @@ e2e: images
 ## registry answers, so no test timeout pays for a cold build
 images:
 	$(GO) run ./containers/images/prepare -worker
+
+## image-serve: the `mocker serve` image (mocker-local/mocker-serve:<hash>),
+## built from this tree on scratch; `docker run -p 8000:8000` it
+image-serve:
+	$(GO) run ./containers/images/prepare -serve
 
 ## test-short: the tests without the race detector, for a quick loop
 test-short:

@@ -64,6 +64,11 @@ type Cluster struct {
 	prefixes prefixMemo
 	series   seriesRec
 	drainers []func()
+	// parked are the split requests whose transfer was handed out and not
+	// claimed yet, by transfer id; spent remembers those no longer
+	// claimable (pd.go).
+	parked map[uint64]*request
+	spent  spentLog
 	// Pauses keep a paced loop's modeled time still for callers that got a
 	// result and have not acted on it yet (GenerateThenPause).
 	pauses     map[uint64]struct{}

@@ -79,6 +79,18 @@
 // prefill computes at once and the handoff runs source-first, stranding and
 // aborting like vLLM's.
 //
+// A caller that picks workers itself drives a request's two halves apart,
+// as vLLM's P/D over HTTP does: Prefill runs the prompt on a prefill rank
+// of its choice and returns, once the KV is held, the transfer's params
+// (a Handout: transfer server host and port, transfer id, token); Decode
+// presents them (a Claim) on a decode rank of its choice, which reserves,
+// connects with the claim's token and generates. Both halves are one
+// request on one handoff machine (handoff.Spec.DecodeLater), so a hold no
+// Decode claims aborts at its deadline like any other; a claim that names
+// no held transfer, a spent or expired one, a wrong token or another
+// prompt is refused (*ClaimError) before anything is applied. GenerateOn
+// runs a whole request on an aggregated rank of the caller's choice.
+//
 // Whatever the path, a Result whose prefill held KV is returned only once
 // the hold's end is known, so PinOutcome and PinMs are always final. A
 // completion cut short by a length limit (the sequence outgrew the decode's

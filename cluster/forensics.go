@@ -157,6 +157,14 @@ func (f *forensics) holdStarted(h Hold) {
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks})
 }
 
+// named names the decode of reqID's open hold, for a hold whose decode
+// was named after it started (Decode's claim).
+func (f *forensics) named(reqID uint64, decode string, rank int) {
+	if h, ok := f.open.Get(reqID); ok {
+		h.DecodeWorker, h.DecodeDPRank = decode, rank
+	}
+}
+
 // transferStarted marks the hold of reqID claimed. It reports false when
 // the hold had already ended (its end was delivered first); the kept
 // records of it are then completed.

@@ -42,6 +42,9 @@ type call struct {
 	// spare calls are the loop's own (RunVirtual's arrivals): it keeps
 	// them for later arrivals once their result is given.
 	spare bool
+	// pd, when set, is a call pinned to one worker (GenerateOn, Prefill,
+	// Decode: pd.go).
+	pd *pdCall
 }
 
 // batchResults collects the results of a batch of calls on the loop;
@@ -112,6 +115,7 @@ type request struct {
 	routed  bool       // machine is the request's
 	room    memRoom    // its transfer room, on the in-memory link
 	prompt  *promptBuf // its prompt's tokens and hashes, until it ends (nil: the caller's and the memo's)
+	pd      *pdReq     // a split request's (Prefill, then Decode: pd.go)
 }
 
 // hashMemo keeps the prompt hashes of token slices that arrive more than
@@ -431,7 +435,10 @@ func (c *Cluster) arrive(h *call) {
 	r.prompt = buf
 	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
 	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
-	if !c.cfg.Disagg {
+	switch {
+	case h.pd != nil:
+		c.placePinned(r, h, tokens, &spec)
+	case !c.cfg.Disagg:
 		wid, lease, err := c.router.RouteLease(rreq)
 		if err != nil {
 			c.refuse(r, err)
@@ -441,7 +448,7 @@ func (c *Cluster) arrive(h *call) {
 		r.decode = r.prefill
 		r.lease = lease
 		spec.Order = handoff.Aggregated
-	} else {
+	default:
 		pid, did, lease, err := c.router.RouteDisaggLease(rreq)
 		if err != nil {
 			c.refuse(r, err)
@@ -520,6 +527,8 @@ func (c *Cluster) act(r *request, a *handoff.Action) {
 		c.closeRoom(r, a.Transferred)
 	case handoff.Finish:
 		c.finish(r, a.Phase, a.Error)
+	case handoff.HandOut:
+		c.handOut(r)
 	}
 }
 
@@ -535,6 +544,9 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 		markTruncated(&res, r.decode, rec)
 	}
 	res = c.fill(res, r)
+	if r.pd != nil {
+		c.endSplit(r, &res)
+	}
 	c.count(&res)
 	c.series.ended(c.v.Now(), &res)
 	c.reqs.Delete(r.id)
@@ -758,6 +770,9 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 	if r != nil {
 		decodeName, prefillName, tid = r.decode.name, r.prefill.name, r.tid
 		decodeRank, prefillRank = r.decode.rank, r.prefill.rank
+		if r.pd != nil && !r.pd.claimed {
+			decodeName, decodeRank = "", 0 // no decode named yet
+		}
 	}
 	switch e.Kind {
 	case engine.EventHoldStarted:
@@ -768,6 +783,9 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 			c.nextTID++
 			r.tid = c.nextTID
 			h.TransferID = r.tid
+			if r.pd != nil {
+				r.pd.blocks = e.Blocks
+			}
 		}
 		c.forensic.holdStarted(h)
 	case engine.EventHoldReleased:

@@ -307,6 +307,11 @@ func (l *tcpLink) close(r *request, transferred bool) {
 func (l *tcpLink) connect(r *request) {
 	p, tid, reqID := r.prefill, r.tid, r.id
 	addr, room, token, err := l.c.handoffParams(p, tid, reqID)
+	if r.pd != nil && r.pd.claimed {
+		// A claimed split request connects where its claim says, with the
+		// claim's token: the server authenticates what the caller sent.
+		addr, room, token, err = r.pd.addr, tid, r.pd.token, nil
+	}
 	if err != nil {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: err.Error()}})
 		return

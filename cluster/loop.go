@@ -256,6 +256,8 @@ func (c *Cluster) handle(m message) {
 		}
 	case linkMsg:
 		c.onLinkMsg(m)
+	case claimMsg:
+		c.acceptClaim(m.h)
 	case resumeMsg:
 		c.endPause(m.id)
 	case queryMsg:

@@ -1,7 +1,8 @@
 // Package containers starts the real services that mocker's distributed mode
 // depends on — etcd for discovery and NATS for events and requests — as Docker
 // containers driven by testcontainers-go, and builds container images of Go
-// programs from this repository (the mocker worker among them).
+// programs from this repository (the mocker worker and `mocker serve`
+// among them: [BuildWorkerImage], [BuildServeImage], [StartServe]).
 //
 // Images come from one of two places. Official images (etcd from
 // gcr.io/etcd-development/etcd, NATS from the Docker Hub "nats" repository)

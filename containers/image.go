@@ -152,17 +152,23 @@ const WorkerImageRepo = "mocker-local/mocker"
 // cache makes an unchanged one take seconds); the image is built only when
 // no image of that content exists yet.
 func BuildWorkerImage(ctx context.Context) (string, error) {
+	return buildMockerImage(ctx, WorkerImageRepo, ImageSpec{})
+}
+
+// buildMockerImage builds an image of the mocker binary under repo, tagged
+// with the binary's content hash; spec gives the rest (Cmd, ExposedPorts).
+func buildMockerImage(ctx context.Context, repo string, spec ImageSpec) (string, error) {
 	e, err := getEngine(ctx)
 	if err != nil {
 		return "", err
 	}
-	spec := ImageSpec{Package: "./cmd/mocker", BinaryPath: "/usr/local/bin/mocker", Reuse: true}
+	spec.Package, spec.BinaryPath, spec.Reuse = "./cmd/mocker", "/usr/local/bin/mocker", true
 	bin, err := goBuild(ctx, spec, e.goarch)
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(bin)
-	spec.Tag = WorkerImageRepo + ":" + hex.EncodeToString(sum[:6])
+	spec.Tag = repo + ":" + hex.EncodeToString(sum[:6])
 	return e.buildImage(ctx, spec, func() ([]byte, error) { return bin, nil })
 }
 

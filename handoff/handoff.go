@@ -34,6 +34,14 @@
 // the prefill to be dropped from its bootstrap queue: Rejected, with
 // nothing computed or held.
 //
+// DecodeLater (source-first, P/D driven from outside): the decode is not
+// named at the start. Once the prefill holds and its first token is out,
+// the machine asks the driver to hand the transfer's params out (HandOut)
+// and waits; a Claim names the decode, and from there the request goes on
+// as source-first does (reserve, connect, transfer, ACK). A hold no Claim
+// reaches ends at its deadline, the room is closed as aborted (a late
+// decode is answered ABORT), and the request ends Aborted.
+//
 // Whatever the path, the machine finishes a request only once its prefill
 // worker is done with it (the hold ended, or it was refused or withdrawn
 // there), so a finished record always carries the hold's final outcome.
@@ -172,6 +180,16 @@ type TransferStatus struct {
 // Stop is the caller giving up (a cancelled context, the cluster closing).
 type Stop struct{ Reason string }
 
+// Claim names the decode of a request whose Spec.DecodeLater left it
+// unnamed, once the machine has handed its transfer out (HandOut): the
+// decode worker (for messages) and how many tokens it is to generate (0
+// keeps the request's own max_tokens). A Claim the machine cannot take
+// (Claimable is false) does nothing.
+type Claim struct {
+	DecodeName string
+	MaxTokens  int
+}
+
 func (Start) isEvent()            {}
 func (WorkerEvent) isEvent()      {}
 func (WorkerCompletion) isEvent() {}
@@ -180,6 +198,7 @@ func (InputReply) isEvent()       {}
 func (DecodeArrived) isEvent()    {}
 func (TransferStatus) isEvent()   {}
 func (Stop) isEvent()             {}
+func (Claim) isEvent()            {}
 
 // Action is something the driver must do now: Kind says what, and the
 // fields that kind uses say the rest. It is a plain value, not an
@@ -221,9 +240,14 @@ const (
 	// Finish ends the request with Phase and Error. The machine's Record is
 	// final.
 	Finish
+	// HandOut (Spec.DecodeLater only) says the source holds the KV, its
+	// room is open and its first token is out, and no decode is named:
+	// the driver gives the transfer's params to whoever will name one,
+	// with Claim. Until then the hold's abort clock runs.
+	HandOut
 )
 
-var actionNames = [...]string{Apply: "apply", OpenRoom: "open_room", Connect: "connect", CloseRoom: "close_room", Finish: "finish"}
+var actionNames = [...]string{Apply: "apply", OpenRoom: "open_room", Connect: "connect", CloseRoom: "close_room", Finish: "finish", HandOut: "hand_out"}
 
 func (k ActionKind) String() string {
 	if int(k) < len(actionNames) && actionNames[k] != "" {
@@ -249,6 +273,13 @@ type Spec struct {
 	// SessionTimeoutMs is the source's handoff_session_timeout_ms, for the
 	// message of a destination-first timeout.
 	SessionTimeoutMs int64
+	// DecodeLater (source-first only) leaves the decode unnamed: once the
+	// prefill holds, the machine hands the transfer out (HandOut) and
+	// waits for a Claim naming the decode, as a vLLM prefill with
+	// do_remote_decode waits for whichever decode an outside router sends
+	// its params to. A hold nobody claims ends at its deadline, and the
+	// request with it, Aborted.
+	DecodeLater bool
 }
 
 // Record is what the machine learned of the request, for its result.
@@ -315,6 +346,8 @@ type Machine struct {
 	connected     bool
 	cleaned       bool
 	pending       bool // endPhase and endErr are the Finish's, waiting for the prefill to be done
+	awaitClaim    bool // DecodeLater: no decode named yet
+	handedOut     bool // ... and HandOut was emitted
 	finished      bool
 	endPhase      Phase
 	endErr        string
@@ -358,7 +391,8 @@ func New(spec Spec) *Machine {
 // request.
 func (m *Machine) Init(spec Spec) {
 	*m = Machine{submit: engine.Submit{Request: spec.Request}, order: spec.Order,
-		missingOnly: spec.TransferMode == engine.TransferDestinationMissing}
+		missingOnly: spec.TransferMode == engine.TransferDestinationMissing,
+		awaitClaim:  spec.DecodeLater && spec.Order == SourceFirst}
 	m.spec = params{PrefillName: spec.PrefillName, DecodeName: spec.DecodeName, SessionTimeoutMs: spec.SessionTimeoutMs}
 }
 
@@ -370,6 +404,22 @@ func (m *Machine) Record() *Record { return &m.rec }
 
 // Finished reports whether the machine has emitted its Finish.
 func (m *Machine) Finished() bool { return m.finished }
+
+// Claimable reports whether a Claim would name the request's decode now:
+// the transfer was handed out, nobody claimed it yet, and the hold has
+// neither ended nor been given up.
+func (m *Machine) Claimable() bool {
+	return m.awaitClaim && m.handedOut && !m.pending && !m.finished && !m.rec.HoldEnded
+}
+
+// handOut emits HandOut once a DecodeLater source both holds and has
+// reported its first token, whichever came last.
+func (m *Machine) handOut() {
+	if m.awaitClaim && !m.handedOut && !m.pending && m.rec.Held && m.rec.PrefillDone && !m.rec.HoldEnded {
+		m.handedOut = true
+		m.emit(Action{Kind: HandOut})
+	}
+}
 
 // Step applies one event and appends the actions it calls for, in order,
 // to *dst, which must not be nil. A driver that steps many machines keeps
@@ -520,7 +570,9 @@ func (m *Machine) stepHandoff(ev Event) {
 			if !c.Held {
 				m.prefillEnded = true
 				m.fail(Errored, fmt.Sprintf("prefill on %s ended without holding KV", s.PrefillName))
+				return
 			}
+			m.handOut()
 			return
 		}
 		m.rec.done(c)
@@ -577,7 +629,29 @@ func (m *Machine) stepHandoff(ev Event) {
 
 	case Stop:
 		m.fail(Errored, ev.Reason)
+
+	case Claim:
+		if !m.Claimable() {
+			return
+		}
+		m.awaitClaim = false
+		if ev.DecodeName != "" {
+			s.DecodeName = ev.DecodeName
+		}
+		if ev.MaxTokens > 0 {
+			m.reserve.Request.MaxTokens = ev.MaxTokens
+		}
+		m.reservePosted = true
+		m.emit(apply(Decode, m.reserveInput()))
 	}
+}
+
+// holdDeadline names the deadline that ended a hold.
+func holdDeadline(r engine.EndReason) string {
+	if r == engine.EndSessionTimeout {
+		return "session deadline (handoff_session_timeout_ms)"
+	}
+	return "abort timeout (kv_transfer_abort_timeout_ms)"
 }
 
 func (m *Machine) onReply(ev InputReply) {
@@ -626,6 +700,10 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 			return
 		}
 		m.phase = Held
+		if m.awaitClaim {
+			m.handOut() // the decode is named later, by a Claim
+			return
+		}
 		m.reservePosted = true
 		m.emit(apply(Decode, m.reserveInput()))
 	case engine.EventHoldReleased:
@@ -633,6 +711,16 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 		m.rec.PinMs, m.rec.HoldEnd = e.DurationMs, e.At
 		m.prefillEnded = true
 		m.emit(Action{Kind: CloseRoom, Transferred: e.Outcome == engine.Transferred})
+		if m.awaitClaim && !m.pending {
+			// No decode was ever named: nobody will connect to learn of
+			// the abort, so the request ends here.
+			if e.Reason == engine.EndAbortTimeout || e.Reason == engine.EndSessionTimeout {
+				m.finish(Aborted, fmt.Sprintf("no decode claimed the KV %s held for %.0f modeled ms before its %s",
+					s.PrefillName, e.DurationMs, holdDeadline(e.Reason)))
+			} else {
+				m.finish(Errored, fmt.Sprintf("the hold on %s ended before any decode claimed it", s.PrefillName))
+			}
+		}
 	case engine.EventTransferStart:
 		m.rec.Claimed, m.rec.TransferMs = true, e.DelayMs
 		if m.phase < Transferring {

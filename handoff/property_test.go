@@ -15,7 +15,8 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		order := rapid.SampledFrom([]Order{Aggregated, SourceFirst, DestinationFirst}).Draw(rt, "order")
 		m := New(Spec{Order: order, Request: engine.Request{ID: 1, Tokens: make([]uint32, 40), MaxTokens: 3},
-			PrefillName: "p", DecodeName: "d", TransferMode: engine.TransferFullPrompt})
+			PrefillName: "p", DecodeName: "d", TransferMode: engine.TransferFullPrompt,
+			DecodeLater: rapid.Bool().Draw(rt, "decode_later")})
 		sides := []Side{Prefill, Decode}
 		events := []func(*rapid.T) Event{
 			func(*rapid.T) Event { return Start{} },
@@ -44,6 +45,9 @@ func TestMachine_EndsOnceWhateverComes(t *testing.T) {
 				return TransferStatus{Status: rapid.SampledFrom([]Status{ACK, Abort, Error}).Draw(rt, "status")}
 			},
 			func(*rapid.T) Event { return Stop{Reason: "stop"} },
+			func(rt *rapid.T) Event {
+				return Claim{DecodeName: "d2", MaxTokens: rapid.IntRange(0, 5).Draw(rt, "max_tokens")}
+			},
 		}
 		finishes := 0
 		for range rapid.IntRange(1, 40).Draw(rt, "steps") {

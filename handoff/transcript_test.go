@@ -25,7 +25,7 @@ var update = flag.Bool("update", false, "rewrite the transcripts' expected outpu
 //
 // Events:
 //
-//	spec order=source-first|destination-first|aggregated [mode=full_prompt|destination_missing]
+//	spec order=source-first|destination-first|aggregated [mode=full_prompt|destination_missing] [decode=later]
 //	start
 //	event prefill|decode KIND [at=] [blocks=] [outcome=] [reason=] [dur=] [missing=] [delay=]
 //	complete prefill|decode [at=] [arrival=] [first=] [out=] [held]
@@ -34,6 +34,7 @@ var update = flag.Bool("update", false, "rewrite the transcripts' expected outpu
 //	arrived
 //	status ack|abort|error [err=WORDS...]
 //	stop WORDS...
+//	claim [decode=NAME] [max_tokens=N]
 func TestTranscripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/*.txt")
 	require.NoError(t, err)
@@ -72,7 +73,8 @@ func replay(t *testing.T, transcript string) string {
 		if f[0] == "spec" {
 			spec := Spec{Request: engine.Request{ID: 7, Tokens: tokens, MaxTokens: 4},
 				PrefillName: "prefill-0", DecodeName: "decode-0", SessionTimeoutMs: 500,
-				TransferMode: engine.TransferTimingMode(kv.str("mode", "full_prompt"))}
+				TransferMode: engine.TransferTimingMode(kv.str("mode", "full_prompt")),
+				DecodeLater:  kv.str("decode", "") == "later"}
 			switch kv.str("order", "") {
 			case "source-first":
 				spec.Order = SourceFirst
@@ -215,6 +217,8 @@ func parseEvent(t *testing.T, f []string, kv kvs) Event {
 		return TransferStatus{Status: st, Err: kv.str("err", "")}
 	case "stop":
 		return Stop{Reason: strings.Join(f[1:], " ")}
+	case "claim":
+		return Claim{DecodeName: kv.str("decode", ""), MaxTokens: int(kv.num("max_tokens"))}
 	}
 	t.Fatalf("unknown event %q", f[0])
 	return nil

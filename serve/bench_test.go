@@ -225,3 +225,97 @@ func BenchmarkServeStreams(b *testing.B) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*streams*tokens), "cpu_ns/token")
 	b.ReportMetric(run.Seconds()/float64(b.N), "s/run")
 }
+
+// BenchmarkServePD measures CPU per disaggregated request (128 prompt
+// tokens, 16 output tokens, non-streamed) driven over HTTP as an outside
+// router drives it: a prefill with do_remote_decode to the prefill
+// worker's endpoint, then the decode with the returned params to the
+// decode worker's (two HTTP requests and a transfer over the prefill's
+// transfer server). Beside it, in the same run: the same cluster with the
+// request routed whole through the main endpoint (one HTTP request, the
+// same handoff inside), and a bare net/http handler answering two
+// requests of the same shape.
+func BenchmarkServePD(b *testing.B) {
+	cfg := func() cluster.Config {
+		// An hour's hold deadlines at speedup 1000: no prefill's hold runs
+		// out before its decode comes, however loaded the host.
+		return cluster.Config{Disagg: true, Args: map[string]any{"speedup_ratio": 1000, "max_num_seqs": 256,
+			"num_gpu_blocks": 16384, "kv_transfer_abort_timeout_ms": 3_600_000, "handoff_session_timeout_ms": 3_600_000}}
+	}
+	b.Run("bare-net-http-x2", func(b *testing.B) {
+		ts := httptest.NewServer(bareHandler(16, 0))
+		defer ts.Close()
+		pdHammer(b, ts.URL, ts.URL, false)
+	})
+	b.Run("routed-disagg", func(b *testing.B) {
+		_, ts := startServer(b, cfg(), Options{})
+		hammer(b, ts.URL+"/v1/completions", 16, false)
+	})
+	b.Run("pd-over-http", func(b *testing.B) {
+		s, _ := startServer(b, cfg(), Options{})
+		var urls []string
+		for _, w := range s.Workers() {
+			ts := httptest.NewServer(w.Handler)
+			defer ts.Close()
+			urls = append(urls, ts.URL)
+		}
+		pdHammer(b, urls[0], urls[1], true)
+	})
+}
+
+// pdHammer sends b.N prefill/decode pairs from parallel clients and
+// reports the process's CPU per pair; with params set the decode carries
+// the prefill's kv_transfer_params.
+func pdHammer(b *testing.B, prefillURL, decodeURL string, params bool) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	var seq atomic.Uint64
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	cpu0 := cputime.Self()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			n := seq.Add(1)
+			body := benchPrompt(n, 1, false)
+			pre := bytes.Replace(body, []byte(`"stream":false}`), []byte(`"stream":false,"kv_transfer_params":{"do_remote_decode":true}}`), 1)
+			resp, err := hc.Post(prefillURL+"/v1/completions", "application/json", bytes.NewReader(pre))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("prefill: status %d: %s", resp.StatusCode, out)
+				return
+			}
+			dec := benchPrompt(n, 16, false)
+			if params {
+				i := bytes.Index(out, []byte(`"kv_transfer_params":`))
+				if i < 0 {
+					b.Errorf("prefill: no kv_transfer_params: %s", out)
+					return
+				}
+				// The params are the answer's last field: through the
+				// answer's closing brace, which the decode's body takes.
+				kvp := bytes.TrimSpace(out[i:])
+				dec = append(append(bytes.TrimSuffix(dec, []byte("}")), ','), kvp...)
+			}
+			resp, err = hc.Post(decodeURL+"/v1/completions", "application/json", bytes.NewReader(dec))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			out, _ = io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("decode: status %d: %s", resp.StatusCode, out)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu_µs/req")
+}

@@ -46,9 +46,32 @@
 // context (vLLM's "maximum context length" wording); 404 for another
 // model; 413 for a body over Options.MaxBodyBytes; 429 when the router
 // finds every worker busy (a busy threshold in router_options), 503 once
-// draining; 500 for a request whose prefill hold reached its abort timeout
+// draining (P/D over HTTP adds 404 and 410, below); 500 for a request
+// whose prefill hold reached its abort timeout
 // before a decode took the KV, saying so. A stream that fails after its
 // first token sends the error as a data line, then [DONE].
+//
+// # Per-worker endpoints and P/D over HTTP
+//
+// Workers gives every worker rank its own endpoint (`mocker serve
+// --worker-ports BASE` serves rank i on BASE + i): the same OpenAI API,
+// answered by that rank alone, and its own /metrics, for a router that
+// picks workers itself. An aggregated rank answers whole requests. A
+// prefill rank answers a request whose kv_transfer_params ask
+// do_remote_decode, as vLLM's NixlConnector does: it prefills, keeps the
+// KV held and returns one token and kv_transfer_params (vLLM's
+// do_remote_prefill, remote_engine_id, remote_block_ids, remote_host,
+// remote_port, tp_size, remote_request_id, and mocker's transfer_id and
+// transfer_token, the secret its transfer server checks). A decode rank
+// answers the original request carrying those params: it reserves, pulls
+// the KV through the prefill's transfer server and generates (streamed or
+// not). A hold no decode claims ends at kv_transfer_abort_timeout_ms.
+// While the server drains, decode ranks still take the decodes of holds
+// already handed out.
+// Params that do not prove a handout are refused before anything is
+// applied: 400 for a missing or wrong field (named), a forged token, host
+// or port, or another prompt; 404 for an unknown transfer; 410 for params
+// already claimed or expired.
 //
 // # Metrics
 //

@@ -141,14 +141,12 @@ func (m *metrics) observe(p *prepared, res *cluster.Result) {
 	if res.PrefillWorker == "" {
 		return // never placed on a worker
 	}
-	pk := workerKey{res.PrefillWorker, res.PrefillDPRank}
+	if !p.decodeHalf { // the prefill half counted it
+		m.observePrompt(p, res)
+	}
 	dk := workerKey{res.DecodeWorker, res.DecodeDPRank}
 	completed := res.Outcome == cluster.OutcomeCompleted
 	m.mu.Lock()
-	if c := m.counts[pk]; c != nil && (res.OutputTokens > 0 || res.Pinned) {
-		c.prompt += float64(len(p.tokens))
-		c.cached += float64(res.CachedTokens)
-	}
 	if c := m.counts[dk]; c != nil {
 		switch {
 		case completed:
@@ -177,6 +175,20 @@ func (m *metrics) observe(p *prepared, res *cluster.Result) {
 		m.prefill.WithLabelValues(lv...).Observe(res.TTFTMs / 1e3)
 		m.decode.WithLabelValues(lv...).Observe((res.E2EMs - res.TTFTMs) / 1e3)
 	}
+}
+
+// observePrompt counts a request's prompt and cache hit on the worker
+// that prefilled it.
+func (m *metrics) observePrompt(p *prepared, res *cluster.Result) {
+	if res.PrefillWorker == "" || (res.OutputTokens == 0 && !res.Pinned) {
+		return
+	}
+	m.mu.Lock()
+	if c := m.counts[workerKey{res.PrefillWorker, res.PrefillDPRank}]; c != nil {
+		c.prompt += float64(len(p.tokens))
+		c.cached += float64(res.CachedTokens)
+	}
+	m.mu.Unlock()
 }
 
 // Describe sends the descriptors of the metrics Collect builds.

@@ -21,6 +21,7 @@ type openaiRequest struct {
 	N                   *int64          `json:"n"`
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
+	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
 }
 
 type streamOptions struct {
@@ -46,6 +47,10 @@ type prepared struct {
 	maxTokens    int
 	// echo is the text whose pieces the answer repeats in echo mode.
 	echo []string
+	// prefillHalf and decodeHalf mark the two halves of a request
+	// disaggregated over HTTP (kv_transfer_params): the prefill's counts
+	// its prompt, the decode's its output.
+	prefillHalf, decodeHalf bool
 }
 
 // decodeRequest reads body into req; a malformed body or a field of the

@@ -122,6 +122,8 @@ type responseOut struct {
 	Model   string      `json:"model"`
 	Choices []choiceOut `json:"choices"`
 	Usage   usage       `json:"usage"`
+	// KVTransferParams is a prefill's for its remote decode.
+	KVTransferParams *kvParamsOut `json:"kv_transfer_params,omitempty"`
 }
 
 // finishReason is "length": the mock always generates max_tokens unless a

@@ -70,6 +70,8 @@ type Server struct {
 	seq         atomic.Uint64
 	draining    atomic.Bool
 	inject      *injector
+	workers     []Worker
+	route       runner // s.routed, bound once rather than per request
 }
 
 // New starts the cluster cfg describes, paced against the wall clock at
@@ -111,6 +113,8 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 	s.mux.HandleFunc("GET /v1/models", s.models)
 	s.mux.HandleFunc("GET /health", s.health)
 	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	s.route = s.routed
+	s.buildWorkers()
 	return s, nil
 }
 
@@ -164,10 +168,29 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// generate serves /v1/completions and /v1/chat/completions.
+// generate serves /v1/completions and /v1/chat/completions through the
+// cluster's router.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
-	if s.draining.Load() {
-		writeError(w, newAPIError(http.StatusServiceUnavailable, "", "the server is draining: it takes no new requests"))
+	s.serveGenerate(w, r, chat, nil)
+}
+
+// errDraining answers a new request once the server drains.
+var errDraining = newAPIError(http.StatusServiceUnavailable, "", "the server is draining: it takes no new requests")
+
+// routed runs a request where the cluster's router places it.
+func (s *Server) routed(ctx context.Context, req cluster.Request) (cluster.Result, *apiError) {
+	res := s.c.Generate(ctx, req)
+	return res, s.resultError(&res)
+}
+
+// serveGenerate answers a completion or chat completion: through the
+// router (ep nil) or on the worker ep names.
+func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool, ep *workerEndpoint) {
+	// A decode worker still takes the decodes of prefills already held
+	// while draining: they are the second half of requests in flight.
+	decodeEP := ep != nil && ep.role == "decode"
+	if s.draining.Load() && !decodeEP {
+		writeError(w, errDraining)
 		return
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
@@ -200,15 +223,39 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 		writeError(w, e)
 		return
 	}
-	id := s.responseID(r, chat)
-	if p.stream {
-		s.stream(w, r, &p, id)
+	kv, e := parseKVParams(req.KVTransferParams)
+	if e != nil {
+		writeError(w, e)
 		return
 	}
-	res := s.c.Generate(r.Context(), cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens})
+	if decodeEP && !kv.remotePrefill() && s.draining.Load() {
+		writeError(w, errDraining)
+		return
+	}
+	run := s.route
+	if ep == nil {
+		if kv.remoteDecode() || kv.remotePrefill() {
+			writeError(w, newAPIError(http.StatusBadRequest, "kv_transfer_params",
+				"kv_transfer_params: P/D over HTTP goes to the workers' own endpoints (mocker serve --worker-ports); this one routes whole requests"))
+			return
+		}
+	} else if run, e = s.pinned(ep, &kv, &p); e != nil {
+		writeError(w, e)
+		return
+	}
+	id := s.responseID(r, chat)
+	if p.prefillHalf {
+		s.prefillHalf(w, r, &p, id, ep)
+		return
+	}
+	if p.stream {
+		s.stream(w, r, &p, id, run)
+		return
+	}
+	res, e := run(r.Context(), cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens})
 	s.m.observe(&p, &res)
 	modeledHeaders(w.Header(), &res)
-	if e := s.resultError(&res); e != nil {
+	if e != nil {
 		s.logFailure(id, e)
 		writeError(w, e)
 		return
@@ -221,14 +268,25 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 const (
 	HeaderTTFT = "X-Mocker-Ttft-Ms"
 	HeaderE2E  = "X-Mocker-E2e-Ms"
+	// HeaderPin and HeaderTransfer come with a request whose prefill held
+	// its KV for a decode once the hold ended: how long it was held, and
+	// the modeled transfer.
+	HeaderPin      = "X-Mocker-Pin-Ms"
+	HeaderTransfer = "X-Mocker-Transfer-Ms"
 )
 
 func modeledHeaders(h http.Header, res *cluster.Result) {
+	if res.PinOutcome != "" {
+		h.Set(HeaderPin, strconv.FormatFloat(res.PinMs, 'f', 3, 64))
+		h.Set(HeaderTransfer, strconv.FormatFloat(res.TransferMs, 'f', 3, 64))
+	}
 	if res.OutputTokens == 0 {
 		return
 	}
 	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
-	h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+	if res.E2EMs > 0 {
+		h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+	}
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a

@@ -153,23 +153,29 @@ func (c *chunker) flush() {
 // cluster's paced loop produces it (tokens ready together share a chunk).
 // Until the first token the request can still fail with its own status;
 // after it, a failure is an error chunk.
-func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id string) {
+func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id string, run runner) {
 	prog := &progress{wake: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	results := make(chan cluster.Result, 1)
+	type ended struct {
+		res cluster.Result
+		err *apiError
+	}
+	results := make(chan ended, 1)
 	go func() {
-		results <- s.c.Generate(ctx, cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens, OnToken: prog.onToken})
+		res, e := run(ctx, cluster.Request{Tokens: p.tokens, MaxTokens: p.maxTokens, OnToken: prog.onToken})
+		results <- ended{res, e}
 	}()
 	ans := s.answerFor(p)
 	ch := s.newChunker(w, p.chat, id)
 	started := false
 	var res cluster.Result
+	var fail *apiError
 	for ended := false; !ended; {
 		select {
 		case <-prog.wake:
-		case res = <-results:
-			ended = true
+		case e := <-results:
+			res, fail, ended = e.res, e.err, true
 		}
 		if ended && res.Outcome != cluster.OutcomeCompleted {
 			break // its error goes out below, tokens or not
@@ -207,7 +213,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 		}
 	}
 	s.m.observe(p, &res)
-	if e := s.resultError(&res); e != nil {
+	if e := fail; e != nil {
 		s.logFailure(id, e)
 		if !started {
 			writeError(w, e)

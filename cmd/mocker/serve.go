@@ -50,6 +50,13 @@ Flags:
                            rate_limit (429), invalid_api_key (401),
                            context_length (400), server_error (500),
                            invalid_request (400), model_not_found (404)
+      --worker-ports BASE  also serve each worker rank on its own port, BASE +
+                           its index (the cluster's workers in config order,
+                           each worker's dp ranks in order; logged at start):
+                           the OpenAI API answered by that rank alone, and its
+                           own /metrics, for a router that picks workers
+                           itself; P/D over HTTP with vLLM's kv_transfer_params
+                           (default 0: off)
   -h, --help               print this help
 
 Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for bad flags.
@@ -74,6 +81,8 @@ func serveCmd(args []string, stderr io.Writer) int {
 	var failTypes string
 	fs.Float64Var(&opts.FailureInjectionRate, "failure-injection-rate", 0, "")
 	fs.StringVar(&failTypes, "failure-types", "", "")
+	var workerBase int
+	fs.IntVar(&workerBase, "worker-ports", 0, "")
 	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
 		return code
 	}
@@ -125,10 +134,18 @@ func serveCmd(args []string, stderr io.Writer) int {
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	errc := make(chan error, 1)
+	errc := make(chan error, 1+len(srv.Workers()))
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "model", opts.Model, "engine", srv.Cluster().Config().Engine,
 		"max_model_len", srv.Cluster().MaxModelLen(), "version", readBuildInfo().Line())
+	var workers *workerPorts
+	if workerBase != 0 {
+		if workers, err = startWorkerPorts(srv, listen, workerBase, maxConns, log, errc); err != nil {
+			fmt.Fprintf(stderr, "mocker serve: %v\n", err)
+			_ = hs.Close()
+			return 1
+		}
+	}
 	select {
 	case err := <-errc:
 		fmt.Fprintf(stderr, "mocker serve: %v\n", err)
@@ -144,6 +161,7 @@ func serveCmd(args []string, stderr io.Writer) int {
 	if err := hs.Shutdown(dctx); err != nil {
 		log.Warn("shutdown", "err", err)
 	}
+	workers.shutdown(dctx)
 	return 0
 }
 

@@ -37,6 +37,8 @@ func TestServe_BadFlagsAndConfigsNamed(t *testing.T) {
 		{"bad engine arg", []string{"serve", "--config", badArgs}, 1, "num_gpu_blocks"},
 		{"bad listen", []string{"serve", "--listen", "127.0.0.1:99999"}, 1, "--listen 127.0.0.1:99999"},
 		{"negative max-conns", []string{"serve", "--listen", "127.0.0.1:0", "--max-conns", "-1"}, 1, "max connections: want 0"},
+		{"worker ports past 65535", []string{"serve", "--listen", "127.0.0.1:0", "--worker-ports", "65535"}, 1,
+			"--worker-ports 65535: the 2 worker ranks need ports 65535 to 65536, within [1, 65535]"},
 	} {
 		var stderr bytes.Buffer
 		assert.Equal(t, tc.code, dispatch(tc.args, &bytes.Buffer{}, &stderr), tc.name)

@@ -1,9 +1,10 @@
 // Command prepare puts the container images mocker's tests need on the local
 // Docker engine ahead of the tests: etcd and NATS as MOCKER_IMAGES selects
 // (building them from the pinned Go modules when no registry is reachable),
-// and with -worker the mocker worker image. Run it from inside the module:
+// with -worker the mocker worker image and with -serve the `mocker serve`
+// image. Run it from inside the module:
 //
-//	go run ./containers/images/prepare -worker
+//	go run ./containers/images/prepare -worker -serve
 package main
 
 import (
@@ -19,12 +20,13 @@ import (
 
 func main() {
 	worker := flag.Bool("worker", false, "also build the mocker worker image from ./cmd/mocker")
+	serveImage := flag.Bool("serve", false, "also build the mocker serve image from ./cmd/mocker")
 	timeout := flag.Duration("timeout", 30*time.Minute, "give up after this long")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	err := run(ctx, *worker)
+	err := run(ctx, *worker, *serveImage)
 	cancel()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "prepare: %v\n", err)
@@ -32,7 +34,7 @@ func main() {
 	}
 }
 
-func run(ctx context.Context, worker bool) error {
+func run(ctx context.Context, worker, serveImage bool) error {
 	start := time.Now()
 	etcd, nats, err := containers.PrepareImages(ctx)
 	if err != nil {
@@ -45,6 +47,13 @@ func run(ctx context.Context, worker bool) error {
 			return err
 		}
 		fmt.Printf("worker\t%s\n", ref)
+	}
+	if serveImage {
+		ref, err := containers.BuildServeImage(ctx)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("serve\t%s\n", ref)
 	}
 	slog.Info("images ready", "elapsed", time.Since(start).Round(time.Millisecond))
 	return containers.Disconnect()
