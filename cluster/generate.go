@@ -426,7 +426,7 @@ func (c *Cluster) arrive(h *call) {
 		if prefix != nil {
 			hs.Locals, hs.Seqs = append(hs.Locals, prefix.locals...), append(hs.Seqs, prefix.seqs...)
 		}
-		hs.Locals, hs.Seqs = kv.ExtendBlockHashes(tokens, bs, hs.Locals, hs.Seqs)
+		hs.Locals, hs.Seqs = c.runMemo.Extend(tokens, bs, hs.Locals, hs.Seqs)
 	}
 	r.prompt = buf
 	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}

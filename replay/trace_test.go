@@ -122,3 +122,32 @@ func TestAppendTokens_EqualIDsGiveEqualBlocks(t *testing.T) {
 	assert.Equal(t, c[:512], d[:512])
 	assert.NotEqual(t, c[512:], d[512:], "tokens past the ids are the request's own")
 }
+
+// TestAppendTokens_AsAppendingOneByOne checks the tokens against a plain
+// statement of the rule, a token appended at a time, over ragged lengths,
+// reused buffers and more ids than tokens.
+func TestAppendTokens_AsAppendingOneByOne(t *testing.T) {
+	t.Parallel()
+	want := func(ids []uint64, n, bs int, uniq uint64) []uint32 {
+		out := []uint32{}
+		for _, h := range ids {
+			for k := 0; k < bs && len(out) < n; k++ {
+				out = append(out, uint32(h)^uint32(h>>32))
+			}
+		}
+		for j := uint64(0); len(out) < n; j++ {
+			out = append(out, uint32(mix(mix(uniq)+j))|1<<31)
+		}
+		return out
+	}
+	buf := make([]uint32, 0, 64)
+	for i := range 400 {
+		n, bs := i*7%1500, 1+i%97
+		ids := make([]uint64, i%9)
+		for k := range ids {
+			ids[k] = uint64(k*i) << (k * 7 % 40)
+		}
+		buf = AppendTokens(buf[:0], ids, n, bs, uint64(i))
+		require.Equal(t, want(ids, n, bs, uint64(i)), append([]uint32{}, buf...), "case %d", i)
+	}
+}
