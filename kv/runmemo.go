@@ -64,6 +64,21 @@ func (m *RunMemo) Extend(tokens []uint32, blockSize int, locals []LocalHash, seq
 	return locals, seqs
 }
 
+// AppendRun appends to locals and seqs, the hashes of a sequence's first
+// len(seqs) blocks, those of n more blocks whose tokens are those local
+// hashes to l (blocks alike, as a trace's hash id makes them): what
+// ExtendBlockHashes would append for them, without their tokens.
+func (m *RunMemo) AppendRun(l LocalHash, n int, locals []LocalHash, seqs []SeqHash) ([]LocalHash, []SeqHash) {
+	if len(locals) != len(seqs) {
+		panic("kv: RunMemo.AppendRun: locals and seqs of different lengths")
+	}
+	if n > 0 && len(seqs) == 0 {
+		locals, seqs = append(locals, l), append(seqs, SeqHash(l))
+		n--
+	}
+	return m.chain(l, n, locals, seqs)
+}
+
 // chain appends n blocks of local hash l after the last of seqs (there is
 // one).
 func (m *RunMemo) chain(l LocalHash, n int, locals []LocalHash, seqs []SeqHash) ([]LocalHash, []SeqHash) {

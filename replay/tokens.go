@@ -19,7 +19,7 @@ func AppendTokens(dst []uint32, ids []uint64, n, blockSize int, uniq uint64) []u
 		if at >= len(out) {
 			break
 		}
-		tok := uint32(h) ^ uint32(h>>32)
+		tok := idToken(h)
 		blk := out[at:min(at+blockSize, len(out))]
 		for i := range blk {
 			blk[i] = tok
@@ -32,6 +32,9 @@ func AppendTokens(dst []uint32, ids []uint64, n, blockSize int, uniq uint64) []u
 	}
 	return dst
 }
+
+// idToken is the token of each of hash id h's tokens: h folded to 32 bits.
+func idToken(h uint64) uint32 { return uint32(h) ^ uint32(h>>32) }
 
 // mix is splitmix64's finaliser: a well-spread 64-bit value from x.
 func mix(x uint64) uint64 {
