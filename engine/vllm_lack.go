@@ -72,7 +72,7 @@ func (v *VLLM) unlack(w *lackWatch) {
 // the filtered requests read, and of those only.
 func (v *VLLM) rewatch() {
 	p := v.pool
-	p.watch = [watchWords]uint64{}
+	clear(p.watch[:])
 	p.watching = false
 	for _, w := range [2]*lackWatch{&v.reserveLack, &v.admitLack} {
 		if s := w.s; s != nil && w.filtered {

@@ -265,10 +265,10 @@ func (p *player) request(t turn, key int, buf *[]uint32, hs *kv.Hashes) cluster.
 }
 
 // hash puts in h the block hashes of tokens, a prompt AppendTokens built
-// from ids, in blocks of the cluster's size: those of the blocks a hash id
-// fills whole come from the memo, which hashes a run of them once, when
-// the trace's blocks are whole blocks of the cluster's; the rest from the
-// tokens (through the memo too when they are not).
+// from ids, in blocks of the cluster's size: when the trace's blocks are
+// whole blocks of the cluster's, those of the blocks a hash id's tokens
+// fill come from the memo, which hashes a run of them once; the rest from
+// the tokens (through the memo too when the sizes do not fit).
 func (p *player) hash(h *kv.Hashes, tokens []uint32, ids []uint64) {
 	bs, tb := p.bs, p.opts.BlockSize
 	locals, seqs := h.Locals[:0], h.Seqs[:0]
@@ -277,14 +277,21 @@ func (p *player) hash(h *kv.Hashes, tokens []uint32, ids []uint64) {
 			p.block = make([]uint32, bs)
 		}
 		for k, id := range ids {
-			if (k+1)*tb > len(tokens) {
+			// The whole blocks of the id's tokens (all of them but for a
+			// prompt that ends inside them); a block that runs on past
+			// them is left to the tokens.
+			n := min(tb, len(tokens)-k*tb) / bs
+			if n <= 0 {
 				break
 			}
 			tok := idToken(id)
 			for i := range p.block {
 				p.block[i] = tok
 			}
-			locals, seqs = p.memo.AppendRun(kv.HashTokens(p.block), tb/bs, locals, seqs)
+			locals, seqs = p.memo.AppendRun(kv.HashTokens(p.block), n, locals, seqs)
+			if n*bs < tb {
+				break
+			}
 		}
 	}
 	h.BlockSize = bs

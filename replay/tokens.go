@@ -21,8 +21,12 @@ func AppendTokens(dst []uint32, ids []uint64, n, blockSize int, uniq uint64) []u
 		}
 		tok := idToken(h)
 		blk := out[at:min(at+blockSize, len(out))]
-		for i := range blk {
-			blk[i] = tok
+		if len(blk) > 0 {
+			// One token, then copies doubling what is filled.
+			blk[0] = tok
+			for k := 1; k < len(blk); k *= 2 {
+				copy(blk[k:], blk[:k])
+			}
 		}
 		at += len(blk)
 	}
