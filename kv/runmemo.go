@@ -9,7 +9,7 @@ import (
 // RunMemo is ExtendBlockHashes for prompts made of runs of equal blocks,
 // as those a trace names by hash ids are (each id stands for hundreds of
 // tokens, built as blocks alike): it hashes a run's block once, and keeps
-// the sequence hashes of the run's blocks, so that the next prompt holding
+// the sequence hashes of a run seen twice, so that a later prompt holding
 // the same run after the same prefix copies them rather than hashing each
 // block again. The sequence hashes of a run of blocks with local hash l
 // whose first has sequence hash h are a function of h, l and the run's
@@ -21,7 +21,13 @@ type RunMemo struct {
 	runs  Index[runEntry]
 	keys  []SeqHash // the keys of runs, to forget them all at once
 	arena []SeqHash // the runs' sequence hashes
+	// seen has a bit set for each run seen, by its key's top bits, and
+	// others that share theirs.
+	seen [1 << seenBits / 64]uint64
 }
+
+// seenBits is the log2 of the bits RunMemo.seen has: 65,536.
+const seenBits = 16
 
 // runEntry is a run's hashes after its first, arena[off:off+n].
 type runEntry struct {
@@ -106,16 +112,24 @@ func (m *RunMemo) chain(l LocalHash, n int, locals []LocalHash, seqs []SeqHash) 
 		h = ChainHash(h, l)
 		seqs = append(seqs, h)
 	}
+	// A run is kept the second time it is seen: most are a request's own,
+	// seen once, and keeping them would cost more than it saves.
+	key := seqs[start-1]
+	w, bit := uint64(key)>>(64-seenBits)/64, uint64(1)<<(uint64(key)>>(64-seenBits)%64)
+	if m.seen[w]&bit == 0 {
+		m.seen[w] |= bit
+		return locals, seqs
+	}
 	if len(m.arena)+int(rest) > RunMemoBlocks {
 		for _, k := range m.keys {
 			m.runs.Delete(k)
 		}
 		m.keys, m.arena = m.keys[:0], m.arena[:0]
+		m.seen = [1 << seenBits / 64]uint64{}
 	}
 	if int(rest) > RunMemoBlocks {
 		return locals, seqs
 	}
-	key := seqs[start-1]
 	e, added := m.runs.Ref(key)
 	if added {
 		m.keys = append(m.keys, key)
