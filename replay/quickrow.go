@@ -36,7 +36,7 @@ func (t *Reader) quickRow(b []byte) bool {
 			return false
 		}
 		q.space()
-		k := -1
+		var k int
 		switch key {
 		case "timestamp":
 			k = 0
