@@ -628,7 +628,8 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 		}
 		added, indexed = true, true
 		if p.watching && !watched {
-			watched = p.watches(hashes[j : j+1])
+			w, bit := watchBit(h)
+			watched = p.watch[w]&bit != 0
 		}
 		b.stamp = stamp
 		if stamp&hiddenBit == 0 {

@@ -72,8 +72,10 @@ func (v *VLLM) unlack(w *lackWatch) {
 // the filtered requests read, and of those only.
 func (v *VLLM) rewatch() {
 	p := v.pool
-	clear(p.watch[:])
-	p.watching = false
+	if p.watching { // a filter not watching is clear
+		clear(p.watch[:])
+		p.watching = false
+	}
 	for _, w := range [2]*lackWatch{&v.reserveLack, &v.admitLack} {
 		if s := w.s; s != nil && w.filtered {
 			p.watchAll(s.hashes[:min(len(s.hashes), (s.length-1)/v.bs)])

@@ -55,7 +55,8 @@ func (m *RunMemo) Extend(tokens []uint32, blockSize int, locals []LocalHash, seq
 	for i := k; i < n; {
 		block := tokens[i*blockSize : (i+1)*blockSize]
 		j := i + 1
-		for j < n && sameTokens(tokens[j*blockSize:(j+1)*blockSize], block) {
+		// The first tokens first: blocks of varied tokens differ there.
+		for j < n && tokens[j*blockSize] == block[0] && sameTokens(tokens[j*blockSize:(j+1)*blockSize], block) {
 			j++
 		}
 		l := HashTokens(block)
@@ -63,6 +64,14 @@ func (m *RunMemo) Extend(tokens []uint32, blockSize int, locals []LocalHash, seq
 			// A sequence's first block is hashed alone.
 			locals, seqs = append(locals, l), append(seqs, SeqHash(l))
 			i++
+		}
+		if j-i < minRun {
+			// A short run, most often a block unlike its neighbours:
+			// chained here, as hashBlocks does.
+			for ; i < j; i++ {
+				locals, seqs = append(locals, l), append(seqs, ChainHash(seqs[len(seqs)-1], l))
+			}
+			continue
 		}
 		locals, seqs = m.chain(l, j-i, locals, seqs)
 		i = j
