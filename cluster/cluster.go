@@ -61,6 +61,9 @@ type Cluster struct {
 	forensic *forensics
 	prompts  retiring[promptBuf]
 	hashMemo hashMemo
+	// runMemo hashes prompts made of runs of equal blocks (a trace's)
+	// once a run.
+	runMemo  kv.RunMemo
 	prefixes prefixMemo
 	series   seriesRec
 	drainers []func()

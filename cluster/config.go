@@ -365,6 +365,17 @@ func (c Config) SpeedupRatio() (float64, error) {
 	return scaleOf(r.pools[0].args).Ratio(), nil
 }
 
+// BlockSize is the workers' block_size after defaults (every pool shares
+// it): the tokens a block hash covers, for a caller that hashes prompts
+// itself (Request.Hashes).
+func (c Config) BlockSize() (int, error) {
+	r, err := resolve(c)
+	if err != nil {
+		return 0, err
+	}
+	return r.router.BlockSize, nil
+}
+
 // resolve applies defaults and validates cfg, naming the field at fault.
 func resolve(cfg Config) (resolved, error) {
 	var r resolved

@@ -427,10 +427,14 @@ func (c *Cluster) arrive(h *call) {
 		}
 		hs = &buf.hashes
 		hs.BlockSize = bs
-		if prefix != nil {
-			hs.Locals, hs.Seqs = append(hs.Locals, prefix.locals...), append(hs.Seqs, prefix.seqs...)
+		if given := h.req.Hashes; len(h.req.Tokens) > 0 && given.Covers(len(tokens), bs) {
+			hs.Locals, hs.Seqs = append(hs.Locals, given.Locals...), append(hs.Seqs, given.Seqs...)
+		} else {
+			if prefix != nil {
+				hs.Locals, hs.Seqs = append(hs.Locals, prefix.locals...), append(hs.Seqs, prefix.seqs...)
+			}
+			hs.Locals, hs.Seqs = c.runMemo.Extend(tokens, bs, hs.Locals, hs.Seqs)
 		}
-		hs.Locals, hs.Seqs = kv.ExtendBlockHashes(tokens, bs, hs.Locals, hs.Seqs)
 	}
 	r.prompt = buf
 	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}

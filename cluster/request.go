@@ -29,6 +29,13 @@ type Request struct {
 	// Tokens gives the prompt's token ids explicitly, instead of
 	// PromptTokens, Prefix and PrefixTokens.
 	Tokens []uint32 `json:"tokens"`
+	// Hashes, when set, are the block hashes of Tokens in blocks of the
+	// workers' block_size (Config.BlockSize), as kv.BlockHashes computes
+	// them: a caller that has them (a trace replay builds them from its
+	// hash ids) spares the cluster hashing the prompt. They are copied at
+	// arrival, and ignored unless they cover Tokens in that block size.
+	// Hashes that are not those of Tokens give wrong prefix-cache hits.
+	Hashes *kv.Hashes `json:"-"`
 	// OnToken, when set, hears each output token of the request as the
 	// loop delivers the pass that produced it: index from 0 and the pass's
 	// modeled end in ms. On a paced cluster that is when the wall clock

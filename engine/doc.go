@@ -170,8 +170,8 @@
 // as itself again in the first pass that is not plain for it. A request
 // that waits for blocks (admission, or a destination's reservation) is
 // walked through the prefix cache again only once as many blocks were
-// released as it lacked, or a block of its prompt stored, since it last
-// lacked them. Neither changes
+// released as it lacked beyond those allocated, or a block of its prompt
+// stored, since it last lacked them. Neither changes
 // a result: tests run workers with and without them side by side and
 // compare every Output.
 //

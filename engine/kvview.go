@@ -85,6 +85,8 @@ func (x KVView) Outside() int { return x.c.log().outside }
 // before it, and how many blocks it stored that a router will hold. gone
 // is a set once it is long: goneSet holds its first goneIn hashes. inPass
 // is set during a pass; outside counts cache changes made outside one.
+// scans counts the pass's questions answered by scanning gone, before the
+// set is built.
 //
 // goneBits has a bit set for each of the first bitsIn hashes in gone
 // (goneBit), and others that share theirs: a hash whose bit is clear is
@@ -101,6 +103,7 @@ type viewLog struct {
 	goneIn       int
 	goneBits     *[goneWords]uint64
 	bitsIn       int
+	scans        int // goneHas's scans of gone this pass
 	freshVisible int
 	inPass       bool
 	outside      int
@@ -145,7 +148,7 @@ func (l *viewLog) begin() (wrapped bool) {
 	} else {
 		clear(l.goneBits[:])
 	}
-	l.gone, l.goneIn, l.bitsIn = l.gone[:0], 0, 0
+	l.gone, l.goneIn, l.bitsIn, l.scans = l.gone[:0], 0, 0, 0
 	l.freshVisible = 0
 	l.inPass = true
 	return wrapped
@@ -206,8 +209,13 @@ func (l *viewLog) goneHas(h kv.SeqHash) bool {
 	if w, bit := goneBit(h); l.goneBits[w]&bit == 0 {
 		return false
 	}
-	const scan = 16
-	if len(l.gone) <= scan {
+	// A short list, or the first few questions a bit lets through in a
+	// pass, are answered by a scan: building the set costs an insertion
+	// and, at the next pass, a deletion per hash, scans of hundreds for a
+	// pass asked about only once or twice.
+	const scan, scans = 16, 4
+	if len(l.gone) <= scan || l.scans < scans {
+		l.scans++
 		for _, g := range l.gone {
 			if g == h {
 				return true

@@ -109,12 +109,15 @@ type blockPool struct {
 	active   int
 	inactive int
 	heldOnly int // blocks with ref > 0 whose every reference is a hold
-	// released counts the blocks that stopped being referenced, stores
-	// the runs of blocks stored. While watching, watch filters the block
-	// hashes of prompts (see lackWatch), and watchStores counts the runs
-	// stored that may hold one of them.
+	// released counts the blocks that stopped being referenced,
+	// allocated those allocN handed out, stores the runs stored that
+	// indexed a block (a duplicate, left private, changes no prefix
+	// walk). While watching, watch filters the block hashes of prompts
+	// (see lackWatch), and watchStores counts the runs stored that indexed
+	// a block that may be one of them.
 	released    uint64
-	stores      uint64 // runs stored
+	allocated   uint64
+	stores      uint64
 	watchStores uint64
 	watching    bool
 	watch       [watchWords]uint64
@@ -394,6 +397,7 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		}
 		p.free = p.free[:top+1-k]
 		p.active += k
+		p.allocated += uint64(k)
 		n -= k
 	}
 	if n = min(n, p.inactive); n <= 0 {
@@ -415,6 +419,7 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	p.lruHead = q
 	p.inactive -= n
 	p.active += n
+	p.allocated += uint64(n)
 	if removed := p.ev.removedRun(n); removed != nil {
 		for i, s := range evicted {
 			removed[i] = blocks[s].hash
@@ -562,6 +567,9 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	// whether a router drops their Stored event.
 	added := false
 	var stamp uint32
+	// indexed: a block was indexed here; watched: one of them may be
+	// watched.
+	indexed, watched := false, false
 	for i := 0; i < len(slots); i++ {
 		if added {
 			// Most blocks follow one stored just before.
@@ -574,6 +582,9 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 				if stamp&hiddenBit == 0 {
 					p.visible += n
 					p.vl.freshVisible += n
+				}
+				if p.watching && !watched {
+					watched = p.watches(hashes[from+start : from+i])
 				}
 			}
 			if i == len(slots) {
@@ -615,7 +626,11 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 				stamp |= hiddenBit
 			}
 		}
-		added = true
+		added, indexed = true, true
+		if p.watching && !watched {
+			w, bit := watchBit(h)
+			watched = p.watch[w]&bit != 0
+		}
 		b.stamp = stamp
 		if stamp&hiddenBit == 0 {
 			p.visible++
@@ -625,26 +640,35 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 	}
 	if len(slots) > 0 {
 		p.vl.changed()
+	}
+	if indexed {
 		p.stores++
 	}
-	if p.watching {
-		for _, h := range hashes[from : from+len(slots)] {
-			if w, bit := watchBit(h); p.watch[w]&bit != 0 {
-				p.watchStores++
-				break
-			}
-		}
+	if watched {
+		p.watchStores++
 	}
 }
 
-// watchWords is the size of a pool's watch filter in words: 1,024 bits,
-// which a prompt of 64 blocks sets 6% of.
-const watchWords = 16
+// watches reports whether the watch filter may hold one of hs.
+func (p *blockPool) watches(hs []kv.SeqHash) bool {
+	for _, h := range hs {
+		if w, bit := watchBit(h); p.watch[w]&bit != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// watchWords is the size of a pool's watch filter in words: 65,536 bits,
+// which a prompt of 1,000 blocks (16k tokens) sets 1.5% of. A store of a
+// long prompt's run checks hundreds of hashes against it: a filter the
+// size of a cache line or two would let nearly every such store through.
+const watchWords = 1024
 
 // watchBit is h's word in a watch filter and its bit there, from h's
 // highest bits.
 func watchBit(h kv.SeqHash) (word int, bit uint64) {
-	return int(uint64(h) >> 60), 1 << (uint64(h) >> 54 & 63)
+	return int(uint64(h) >> 54), 1 << (uint64(h) >> 48 & 63)
 }
 
 // watchAll adds hashes to those the pool watches for stores of.

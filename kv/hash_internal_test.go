@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,5 +21,27 @@ func TestHash_InPlaceMatchesPortable(t *testing.T) {
 			tokens[i] = x
 		}
 		assert.Equal(t, hashTokensPortable(tokens), HashTokens(tokens), "%d tokens", n)
+	}
+}
+
+func TestRunMemo_KeepsARunSeenTwice(t *testing.T) {
+	t.Parallel()
+	toks := make([]uint32, 0, 40*16)
+	for id := range 4 {
+		for range 10 * 16 {
+			toks = append(toks, uint32(id))
+		}
+	}
+	wantL, wantS := BlockHashes(toks, 16, nil, nil)
+	var m RunMemo
+	for i := range 3 {
+		l, s := m.Extend(toks, 16, nil, nil)
+		if !slices.Equal(l, wantL) || !slices.Equal(s, wantS) {
+			t.Fatalf("call %d: hashes differ from BlockHashes", i)
+		}
+		// Four runs: the first (after its first block) and three more.
+		if want := []int{0, 4, 4}[i]; m.runs.Len() != want {
+			t.Fatalf("after call %d the memo keeps %d runs, want %d", i, m.runs.Len(), want)
+		}
 	}
 }

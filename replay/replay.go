@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/kv"
 )
 
 // DefaultBlockSize is the trace block size hash ids stand for when
@@ -77,6 +78,9 @@ func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
 		return Output{}, err
 	}
 	p := src.p
+	if p.bs, err = cfg.BlockSize(); err != nil {
+		return Output{}, err
+	}
 	run, err := cluster.RunStream(cfg, p.next, cluster.StreamOptions{OnResult: p.ended})
 	if err != nil {
 		return Output{}, err
@@ -141,19 +145,25 @@ type player struct {
 	sessions map[string]*session
 	inflight map[int]turn
 	figs     *Figures
-	bufs     [2][]uint32 // the arrival read ahead and the one before it
-	key      int
-	sent     int
-	rows     int
-	late     uint64
-	firstTs  float64 // the trace's first timestamp: time 0
-	firstAt  float64 // the first arrival, modeled ms
-	started  bool
-	lastAt   float64 // the last arrival handed out, modeled ms
-	lastRow  int     // its line
-	lastTs   float64 // its timestamp
-	stopped  bool
-	err      error
+	bufs     [2][]uint32  // the arrival read ahead and the one before it
+	hbufs    [2]kv.Hashes // their block hashes
+	// bs is the cluster's block size, when the player hashes prompts for
+	// it (0: the cluster hashes them); memo and block serve that.
+	bs      int
+	memo    kv.RunMemo
+	block   []uint32
+	key     int
+	sent    int
+	rows    int
+	late    uint64
+	firstTs float64 // the trace's first timestamp: time 0
+	firstAt float64 // the first arrival, modeled ms
+	started bool
+	lastAt  float64 // the last arrival handed out, modeled ms
+	lastRow int     // its line
+	lastTs  float64 // its timestamp
+	stopped bool
+	err     error
 }
 
 // next is the cluster's StreamSource: the next request outside a session
@@ -233,21 +243,63 @@ func (p *player) arrival(t turn, at float64) cluster.StreamArrival {
 	key := p.key
 	p.key++
 	p.sent++
-	b := &p.bufs[key&1]
 	t.at = at
-	return cluster.StreamArrival{Key: key, Arrival: cluster.Arrival{AtMs: at, Request: p.request(t, key, b)}}
+	return cluster.StreamArrival{Key: key, Arrival: cluster.Arrival{AtMs: at, Request: p.request(t, key, &p.bufs[key&1], &p.hbufs[key&1])}}
 }
 
 // request is t's request, its tokens appended to *buf (reused) when the
-// trace names its blocks; the cluster draws them otherwise.
-func (p *player) request(t turn, key int, buf *[]uint32) cluster.Request {
+// trace names its blocks, and their block hashes put in *hs when the
+// player hashes prompts; the cluster draws them otherwise.
+func (p *player) request(t turn, key int, buf *[]uint32, hs *kv.Hashes) cluster.Request {
 	p.inflight[key] = turn{session: t.session, input: t.input, output: t.output, line: t.line, name: t.name, at: t.at}
 	req := cluster.Request{PromptTokens: t.input, MaxTokens: t.output}
 	if len(t.ids) > 0 {
 		*buf = AppendTokens((*buf)[:0], t.ids, t.input, p.opts.BlockSize, uint64(key))
 		req.Tokens = *buf
+		if p.bs > 0 {
+			p.hash(hs, req.Tokens, t.ids)
+			req.Hashes = hs
+		}
 	}
 	return req
+}
+
+// hash puts in h the block hashes of tokens, a prompt AppendTokens built
+// from ids, in blocks of the cluster's size: when the trace's blocks are
+// whole blocks of the cluster's, those of the blocks a hash id's tokens
+// fill come from the memo, which hashes a run of them once; the rest from
+// the tokens (through the memo too when the sizes do not fit).
+func (p *player) hash(h *kv.Hashes, tokens []uint32, ids []uint64) {
+	bs, tb := p.bs, p.opts.BlockSize
+	locals, seqs := h.Locals[:0], h.Seqs[:0]
+	if tb%bs == 0 {
+		if len(p.block) != bs {
+			p.block = make([]uint32, bs)
+		}
+		for k, id := range ids {
+			// The whole blocks of the id's tokens (all of them but for a
+			// prompt that ends inside them); a block that runs on past
+			// them is left to the tokens.
+			n := min(tb, len(tokens)-k*tb) / bs
+			if n <= 0 {
+				break
+			}
+			tok := idToken(id)
+			for i := range p.block {
+				p.block[i] = tok
+			}
+			locals, seqs = p.memo.AppendRun(kv.HashTokens(p.block), n, locals, seqs)
+			if n*bs < tb {
+				break
+			}
+		}
+	}
+	h.BlockSize = bs
+	if tb%bs == 0 {
+		h.Locals, h.Seqs = kv.ExtendBlockHashes(tokens, bs, locals, seqs)
+	} else {
+		h.Locals, h.Seqs = p.memo.Extend(tokens, bs, locals, seqs)
+	}
 }
 
 // ended is the cluster's OnResult: it records the result and sends the
@@ -285,5 +337,5 @@ func (p *player) ended(key int, now float64, res cluster.Result) (cluster.Stream
 	p.sent++
 	var own []uint32 // a follow-up owns its tokens until it arrives
 	nt.at = at
-	return cluster.StreamArrival{Key: key2, Arrival: cluster.Arrival{AtMs: at, Request: p.request(nt, key2, &own)}}, true
+	return cluster.StreamArrival{Key: key2, Arrival: cluster.Arrival{AtMs: at, Request: p.request(nt, key2, &own, new(kv.Hashes))}}, true
 }

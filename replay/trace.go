@@ -57,6 +57,14 @@ type Reader struct {
 	buf  []byte // a line longer than br's buffer, gathered
 	rec  Record
 	row  jsonRow
+	// noQuick has every row decoded by encoding/json (tests compare).
+	noQuick bool
+	// quick holds the numbers of a row quickRow decoded, which row points
+	// at.
+	quick struct {
+		ts      float64
+		in, out int64
+	}
 	csv  bool
 	cols []string // a CSV trace's header
 }
@@ -198,6 +206,10 @@ type jsonRow struct {
 func (t *Reader) jsonRow(b []byte) error {
 	ids := t.row.HashIDs[:0]
 	t.row = jsonRow{HashIDs: ids}
+	if !t.noQuick && t.quickRow(b) {
+		return t.rowRecord()
+	}
+	t.row = jsonRow{HashIDs: ids}
 	if err := json.Unmarshal(b, &t.row); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -205,6 +217,11 @@ func (t *Reader) jsonRow(b []byte) error {
 		}
 		return &ParseError{Line: t.line, Err: fmt.Errorf("not a JSON object: %w", err)}
 	}
+	return t.rowRecord()
+}
+
+// rowRecord fills the record from the row decoded.
+func (t *Reader) rowRecord() error {
 	r, row := &t.rec, &t.row
 	switch {
 	case row.Timestamp != nil:

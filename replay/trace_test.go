@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/kv"
 )
 
 func itoa(n int) string        { return strconv.Itoa(n) }
@@ -121,4 +123,64 @@ func TestAppendTokens_EqualIDsGiveEqualBlocks(t *testing.T) {
 	d := AppendTokens(nil, []uint64{5}, 600, 512, 4)
 	assert.Equal(t, c[:512], d[:512])
 	assert.NotEqual(t, c[512:], d[512:], "tokens past the ids are the request's own")
+}
+
+// TestAppendTokens_AsAppendingOneByOne checks the tokens against a plain
+// statement of the rule, a token appended at a time, over ragged lengths,
+// reused buffers and more ids than tokens.
+func TestAppendTokens_AsAppendingOneByOne(t *testing.T) {
+	t.Parallel()
+	want := func(ids []uint64, n, bs int, uniq uint64) []uint32 {
+		out := []uint32{}
+		for _, h := range ids {
+			for k := 0; k < bs && len(out) < n; k++ {
+				out = append(out, uint32(h)^uint32(h>>32))
+			}
+		}
+		for j := uint64(0); len(out) < n; j++ {
+			out = append(out, uint32(mix(mix(uniq)+j))|1<<31)
+		}
+		return out
+	}
+	buf := make([]uint32, 0, 64)
+	for i := range 400 {
+		n, bs := i*7%1500, 1+i%97
+		ids := make([]uint64, i%9)
+		for k := range ids {
+			ids[k] = uint64(k*i) << (k * 7 % 40)
+		}
+		buf = AppendTokens(buf[:0], ids, n, bs, uint64(i))
+		require.Equal(t, want(ids, n, bs, uint64(i)), append([]uint32{}, buf...), "case %d", i)
+	}
+}
+
+// TestPlayer_HashesAreTheTokens checks the block hashes the player gives
+// the cluster against hashing the prompt's tokens, for trace blocks that
+// are whole engine blocks and for those that are not, ids repeating so
+// that the memo answers, prompts ending inside a trace block or past the
+// ids, and the buffers reused.
+func TestPlayer_HashesAreTheTokens(t *testing.T) {
+	t.Parallel()
+	for _, sizes := range [][2]int{{512, 16}, {512, 64}, {64, 16}, {100, 16}, {16, 32}, {7, 1}} {
+		tb, bs := sizes[0], sizes[1]
+		p := &player{opts: Options{BlockSize: tb}, bs: bs}
+		var h kv.Hashes
+		var buf []uint32
+		for i := range 200 {
+			ids := make([]uint64, 1+i%7)
+			for k := range ids {
+				ids[k] = uint64((k + i/3) % 5)
+			}
+			n := (i*37)%(tb*(len(ids)+2)) + 1
+			buf = AppendTokens(buf[:0], ids, n, tb, uint64(i))
+			p.hash(&h, buf, ids)
+			wantL, wantS := kv.BlockHashes(buf, bs, nil, nil)
+			require.Equal(t, bs, h.BlockSize)
+			require.Equal(t, len(wantS), len(h.Seqs), "trace block %d, block %d, case %d", tb, bs, i)
+			if len(wantS) > 0 {
+				require.Equal(t, wantL, h.Locals, "trace block %d, block %d, case %d", tb, bs, i)
+				require.Equal(t, wantS, h.Seqs, "trace block %d, block %d, case %d", tb, bs, i)
+			}
+		}
+	}
 }
