@@ -705,6 +705,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 			c.router.KVEvent(w.id, ev)
 		}
 	}
+	if c.cfg.OnKVEvents != nil && len(out.KVEvents) > 0 {
+		c.cfg.OnKVEvents(KVPass{Worker: wi, DPRank: w.rank, AtMs: c.v.Now(), Events: out.KVEvents})
+	}
 	load := router.Load{
 		ActiveBlocks:       m.ActiveBlocks,
 		RouterActiveBlocks: m.RouterActiveBlocks,

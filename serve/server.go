@@ -52,6 +52,9 @@ type Options struct {
 	FailureInjectionRate float64
 	// FailureTypes are the errors injected at random (default: all).
 	FailureTypes []string
+	// KVEvents publishes every worker rank's KV events over ZMQ as vLLM
+	// does, when its Endpoint is set (kvevents.go).
+	KVEvents KVEventsOptions
 }
 
 // Server answers OpenAI's completions and chat completions APIs from an
@@ -70,6 +73,7 @@ type Server struct {
 	seq         atomic.Uint64
 	draining    atomic.Bool
 	inject      *injector
+	kv          *kvEvents // nil without KVEvents.Endpoint
 }
 
 // New starts the cluster cfg describes, paced against the wall clock at
@@ -94,12 +98,19 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.StreamTokens = true
+	kvev, err := kvEventsFor(&cfg, opts)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cluster.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{c: c, opts: opts, engine: c.Config().Engine, maxModelLen: c.MaxModelLen(), created: time.Now().Unix(),
-		inject: newInjector(opts.FailureInjectionRate, opts.FailureTypes, opts.Seed)}
+		inject: newInjector(opts.FailureInjectionRate, opts.FailureTypes, opts.Seed), kv: kvev}
+	if err := s.startKVEvents(); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
 	if s.engine == "" {
 		s.engine = cluster.DefaultEngine
 	}
@@ -130,7 +141,11 @@ func (s *Server) Drain(ctx context.Context) (cluster.Stats, error) {
 // Close stops the cluster; requests still in flight end with an error.
 func (s *Server) Close() error {
 	s.draining.Store(true)
-	return s.c.Close()
+	err := s.c.Close()
+	if s.kv != nil {
+		s.kv.close()
+	}
+	return err
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {

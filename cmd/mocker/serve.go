@@ -50,6 +50,16 @@ Flags:
                            rate_limit (429), invalid_api_key (401),
                            context_length (400), server_error (500),
                            invalid_request (400), model_not_found (404)
+      --kv-events ENDPOINT publish every worker rank's KV events over ZMQ as
+                           vLLM does (e.g. tcp://127.0.0.1:5557; tcp://*:5557
+                           for every interface): the i-th worker rank, in the
+                           order of the cluster's workers, binds a PUB socket
+                           on the port + i; the ports are printed at start
+      --kv-events-replay ENDPOINT
+                           the first replay (ROUTER) socket; rank i binds its
+                           port + i (default: the port after the last
+                           publisher's)
+      --kv-events-topic T  the topic frame of every message (default "")
   -h, --help               print this help
 
 Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for bad flags.
@@ -74,6 +84,9 @@ func serveCmd(args []string, stderr io.Writer) int {
 	var failTypes string
 	fs.Float64Var(&opts.FailureInjectionRate, "failure-injection-rate", 0, "")
 	fs.StringVar(&failTypes, "failure-types", "", "")
+	fs.StringVar(&opts.KVEvents.Endpoint, "kv-events", "", "")
+	fs.StringVar(&opts.KVEvents.ReplayEndpoint, "kv-events-replay", "", "")
+	fs.StringVar(&opts.KVEvents.Topic, "kv-events-topic", "", "")
 	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
 		return code
 	}
@@ -129,6 +142,9 @@ func serveCmd(args []string, stderr io.Writer) int {
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "model", opts.Model, "engine", srv.Cluster().Config().Engine,
 		"max_model_len", srv.Cluster().MaxModelLen(), "version", readBuildInfo().Line())
+	for _, p := range srv.KVEventPublishers() {
+		log.Info("kv events", "worker", p.Worker, "dp_rank", p.DPRank, "pub", p.Endpoint, "replay", p.ReplayEndpoint, "topic", opts.KVEvents.Topic)
+	}
 	select {
 	case err := <-errc:
 		fmt.Fprintf(stderr, "mocker serve: %v\n", err)

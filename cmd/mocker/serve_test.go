@@ -37,6 +37,7 @@ func TestServe_BadFlagsAndConfigsNamed(t *testing.T) {
 		{"bad engine arg", []string{"serve", "--config", badArgs}, 1, "num_gpu_blocks"},
 		{"bad listen", []string{"serve", "--listen", "127.0.0.1:99999"}, 1, "--listen 127.0.0.1:99999"},
 		{"negative max-conns", []string{"serve", "--listen", "127.0.0.1:0", "--max-conns", "-1"}, 1, "max connections: want 0"},
+		{"bad kv events endpoint", []string{"serve", "--kv-events", "127.0.0.1:5557"}, 1, "kv events endpoint: want tcp://HOST:PORT"},
 	} {
 		var stderr bytes.Buffer
 		assert.Equal(t, tc.code, dispatch(tc.args, &bytes.Buffer{}, &stderr), tc.name)
