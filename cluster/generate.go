@@ -892,6 +892,7 @@ func (c *Cluster) fill(res Result, r *request) Result {
 	if s.PrefillDone {
 		res.OutputTokens = 1
 		res.TTFTMs = s.FirstTokenAt - arrival
+		res.QueueMs = max(0, s.Arrival+s.QueueMs-arrival)
 	}
 	if s.Done {
 		res.OutputTokens = int(s.OutputTokens)

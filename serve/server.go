@@ -234,8 +234,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, chat bool) {
 // Headers of a non-streamed answer that give the model's own latencies in
 // modeled ms, for a load tool to compare with what it measured.
 const (
-	HeaderTTFT = "X-Mocker-Ttft-Ms"
-	HeaderE2E  = "X-Mocker-E2e-Ms"
+	HeaderTTFT  = "X-Mocker-Ttft-Ms"
+	HeaderE2E   = "X-Mocker-E2e-Ms"
+	HeaderQueue = "X-Mocker-Queue-Ms"
 )
 
 func modeledHeaders(h http.Header, res *cluster.Result) {
@@ -244,6 +245,7 @@ func modeledHeaders(h http.Header, res *cluster.Result) {
 	}
 	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
 	h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+	h.Set(HeaderQueue, strconv.FormatFloat(res.QueueMs, 'f', 3, 64))
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a
