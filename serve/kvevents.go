@@ -290,7 +290,7 @@ func newKVPublisher(w cluster.WorkerStats, blockSize int, addr, replayAddr strin
 		log:    log.With("worker", w.Name, "dp_rank", w.DPRank),
 		bufCap: opts.Buffer,
 	}
-	p.enc = msgpack.NewEncoder(&p.encBuf)
+	p.enc = newKVEncoder(&p.encBuf)
 	go p.serveReplay(ctx)
 	return p, nil
 }
@@ -383,6 +383,9 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	_ = e.EncodeInt(int64(pass.DPRank))
 	return bytes.Clone(p.encBuf.Bytes())
 }
+
+// newKVEncoder is the msgpack encoder of a publisher's batches.
+func newKVEncoder(w *bytes.Buffer) *msgpack.Encoder { return msgpack.NewEncoder(w) }
 
 // kvEndSeq is the sequence number that ends a replay: -1 as 8 bytes.
 var kvEndSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

@@ -195,7 +195,7 @@ type kvSubscriber struct {
 	done chan struct{}
 }
 
-func subscribe(t *testing.T, endpoint string) *kvSubscriber {
+func subscribe(t testing.TB, endpoint string) *kvSubscriber {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	sock := zmq4.NewSub(ctx)
