@@ -216,8 +216,9 @@ func TestConns_TenThousandAtOnceBoundedMemory(t *testing.T) {
 				default:
 					other.Add(1)
 				}
-				if resp != nil {
+				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
+					_ = resp.Body.Close()
 				}
 				_ = c.Close()
 			}

@@ -89,7 +89,7 @@ func parseTCPEndpoint(field, s string) (tcpEndpoint, error) {
 	}
 	host, ps, err := net.SplitHostPort(u.Host)
 	if err != nil {
-		return tcpEndpoint{}, fmt.Errorf("%s: want tcp://HOST:PORT, got %q: %v", field, s, err)
+		return tcpEndpoint{}, fmt.Errorf("%s: want tcp://HOST:PORT, got %q: %w", field, s, err)
 	}
 	port, err := strconv.Atoi(ps)
 	if err != nil || port < 0 || port > 65535 {

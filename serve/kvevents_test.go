@@ -29,17 +29,16 @@ import (
 // KVEventBatch, BlockStored, BlockRemoved, AllBlocksCleared), msgspec
 // structs encoded as arrays in their declared field order, each event
 // led by its class name as tag. They are declared here from vLLM's field
-// order, not from the server's encoder, and decoded by a msgpack library
-// the server's encoding does not depend on for its layout.
+// order, not from the server's encoder, and a message decodes into one
+// only when its array has exactly the struct's fields, in order (the
+// msgpack library's generic array-to-struct decoding).
 type vllmKVEventBatch struct {
-	_msgpack         struct{} `msgpack:",as_array"`
 	TS               float64
 	Events           []msgpack.RawMessage
 	DataParallelRank *int
 }
 
 type vllmBlockStored struct {
-	_msgpack        struct{} `msgpack:",as_array"`
 	Tag             string
 	BlockHashes     []uint64
 	ParentBlockHash *uint64
@@ -51,7 +50,6 @@ type vllmBlockStored struct {
 }
 
 type vllmBlockRemoved struct {
-	_msgpack    struct{} `msgpack:",as_array"`
 	Tag         string
 	BlockHashes []uint64
 	Medium      *string
