@@ -143,6 +143,14 @@ type Config struct {
 	// alone (an HTTP server streaming tokens to its clients needs them).
 	// It costs a record per token; modeled results do not change.
 	StreamTokens bool `json:"-"`
+	// OnKVEvents, when set, hears the KV events of each pass of every
+	// in-process worker (KVPass), on the cluster's loop as the pass's
+	// output is delivered: it must return at once and never call the
+	// cluster. A router that reads the workers' caches through their
+	// views still gets its answers that way; the workers then record
+	// their events for this alone. Workers reached through a Transport
+	// are not heard.
+	OnKVEvents func(KVPass) `json:"-"`
 	// Logger receives the forensic log (one record per handoff transition)
 	// and diagnostics. Default: discard.
 	Logger *slog.Logger `json:"-"`

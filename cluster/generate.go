@@ -721,6 +721,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 			c.router.KVEvent(w.id, ev)
 		}
 	}
+	if c.cfg.OnKVEvents != nil && len(out.KVEvents) > 0 {
+		c.cfg.OnKVEvents(KVPass{Worker: wi, DPRank: w.rank, AtMs: c.v.Now(), Events: out.KVEvents})
+	}
 	load := router.Load{
 		ActiveBlocks:       m.ActiveBlocks,
 		RouterActiveBlocks: m.RouterActiveBlocks,
@@ -911,6 +914,7 @@ func (c *Cluster) fill(res Result, r *request) Result {
 	if s.PrefillDone {
 		res.OutputTokens = 1
 		res.TTFTMs = s.FirstTokenAt - arrival
+		res.QueueMs = max(0, s.Arrival+s.QueueMs-arrival)
 	}
 	if s.Done {
 		res.OutputTokens = int(s.OutputTokens)

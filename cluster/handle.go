@@ -74,7 +74,7 @@ func (c *Cluster) viewKV(n *workerNode, idx int) error {
 		return fmt.Errorf("%s: %w", n.label(), err)
 	}
 	n.viewed = true
-	if c.opts.kvTap == nil {
+	if c.opts.kvTap == nil && c.cfg.OnKVEvents == nil {
 		// Nothing reads its events now: the worker need not record them.
 		n.w.OmitKVEvents()
 	}

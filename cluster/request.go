@@ -85,6 +85,10 @@ type Result struct {
 	TTFTMs float64 `json:"ttft_ms"`
 	ITLMs  float64 `json:"itl_ms"`
 	E2EMs  float64 `json:"e2e_ms"`
+	// QueueMs is arrival to the first pass that scheduled the request on
+	// the worker that produced its first token (vLLM's queue time); the
+	// rest of TTFTMs is prefill compute. Kept out of the JSON.
+	QueueMs float64 `json:"-"`
 	// PinMs is how long the prefill worker held the KV (first token to
 	// release); TransferMs the modeled transfer; DecodeWaitMs the decode's
 	// wait from arrival to its reservation. 0 when not applicable.

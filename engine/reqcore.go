@@ -37,7 +37,11 @@ type reqCore struct {
 	// writes. A request waiting in a long queue then holds no copy of them.
 	hashes []kv.SeqHash
 	locals []kv.LocalHash
-	cached int // prompt tokens served from cache at admission
+	cached int32 // prompt tokens served from cache at admission
+	// queued is the modeled ms from arrival to the pass that first
+	// scheduled the request; 32 bits, with cached, keep a vLLM seq in its
+	// size class (TestVLLM_SeqFillsItsSizeClass).
+	queued float32
 	policy CompletionPolicy
 	// borrowed says hashes and locals are the request's.
 	borrowed bool
@@ -264,6 +268,6 @@ func mix64(z uint64) uint64 {
 // completion is c's Completion at `at` with the fields every model fills;
 // the caller adds what its model knows (preemptions, holds, truncation).
 func (c *reqCore) completion(at float64) Completion {
-	return Completion{RequestID: c.id, At: at, Arrival: c.arrival, FirstTokenAt: c.firstAt,
-		PromptTokens: c.prompt, OutputTokens: c.out, CachedTokens: c.cached}
+	return Completion{RequestID: c.id, At: at, Arrival: c.arrival, QueueMs: float64(c.queued), FirstTokenAt: c.firstAt,
+		PromptTokens: c.prompt, OutputTokens: c.out, CachedTokens: int(c.cached)}
 }

@@ -623,7 +623,8 @@ func (g *SGLang) admit(now float64, out *Output) {
 		}
 		if !r.admitted {
 			r.admitted = true
-			r.cached = done
+			r.cached = int32(done)
+			r.queued = float32(now - r.arrival)
 		}
 		remTotal -= float64(cost)
 		remInput -= charged

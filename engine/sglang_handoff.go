@@ -57,7 +57,8 @@ func (g *SGLang) reserve(r *sgReq, now float64, idle bool, remTotal float64, out
 		return false, 0
 	}
 	r.admitted = true
-	r.cached = hits * g.page
+	r.cached = int32(hits * g.page)
+	r.queued = float32(now - r.arrival)
 	r.growth = growth
 	g.reservedGrowth += growth
 	r.state = sgReserved

@@ -92,6 +92,10 @@ type Completion struct {
 	At float64
 	// Arrival is the modeled time of Submit.
 	Arrival float64
+	// QueueMs is the request's time in the queue: from Arrival to the
+	// start of the pass that first scheduled it (a destination's: that
+	// reserved it), in modeled ms to float32 precision.
+	QueueMs float64
 	// FirstTokenAt is the modeled end of the pass that produced token 0.
 	FirstTokenAt float64
 	PromptTokens int

@@ -690,7 +690,8 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 	s.computed = effective + desired
 	if !s.admitted {
 		s.admitted = true
-		s.cached = effective
+		s.cached = int32(effective)
+		s.queued = float32(now - s.arrival)
 	}
 	// Most passes fill no block of s: the test is made here, not behind a
 	// call, for every running request.
@@ -1080,7 +1081,8 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 		return false
 	}
 	s.stored = hits
-	s.cached = hits * v.bs
+	s.cached = int32(hits * v.bs)
+	s.queued = float32(now - s.arrival)
 	v.pending.popFront()
 	s.state = stReserved
 	v.noteReserved(now, s.id, len(s.blocks), (blocks-hits)*v.bs, events)

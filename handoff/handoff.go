@@ -288,12 +288,14 @@ type Spec struct {
 // flight, a long queue's worth of them in an overloaded run.
 type Record struct {
 	Arrival, FirstTokenAt float64
-	HoldStart, HoldEnd    float64
-	PinMs                 float64
-	TransferMs            float64
-	WaitStart             float64
-	ReservedAt            float64
-	DecodeWaitMs          float64
+	// QueueMs is the first token's worker's Completion.QueueMs.
+	QueueMs            float64
+	HoldStart, HoldEnd float64
+	PinMs              float64
+	TransferMs         float64
+	WaitStart          float64
+	ReservedAt         float64
+	DecodeWaitMs       float64
 	// DoneAt, OutputTokens, PromptTokens and Truncated are the final
 	// completion's At, counts and flag, once Done.
 	DoneAt    float64
@@ -475,6 +477,7 @@ func (m *Machine) stepAggregated(ev Event) {
 	case WorkerCompletion:
 		c := ev.Completion
 		m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, int32(c.CachedTokens)
+		m.rec.QueueMs = c.QueueMs
 		m.rec.PrefillDone = true
 		m.rec.done(c)
 		m.prefillEnded = true
@@ -567,6 +570,7 @@ func (m *Machine) stepHandoff(ev Event) {
 		if ev.Side == Prefill {
 			m.rec.PrefillDone = true
 			m.rec.Arrival, m.rec.FirstTokenAt, m.rec.CachedTokens = c.Arrival, c.FirstTokenAt, int32(c.CachedTokens)
+			m.rec.QueueMs = c.QueueMs
 			if !c.Held {
 				m.prefillEnded = true
 				m.fail(Errored, fmt.Sprintf("prefill on %s ended without holding KV", s.PrefillName))

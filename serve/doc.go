@@ -3,7 +3,8 @@
 // tools written for vLLM or SGLang can be pointed at it: OpenAI's
 // completions and chat completions APIs, streamed as server-sent events or
 // not, /v1/models, /health, and Prometheus metrics under vLLM's or
-// SGLang's names. `mocker serve` runs it.
+// SGLang's names. `mocker serve` runs it. With Options.KVEvents it also
+// publishes every worker rank's KV cache events over ZMQ as vLLM does.
 //
 // # Requests
 //
@@ -81,8 +82,10 @@
 // vllm:prompt_tokens_total, vllm:generation_tokens_total,
 // vllm:request_success_total{finished_reason}, the histograms
 // vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
-// vllm:e2e_request_latency_seconds, vllm:request_prefill_time_seconds and
-// vllm:request_decode_time_seconds with vLLM's buckets, and
+// vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds
+// (modeled arrival to the first pass that scheduled the request),
+// vllm:request_prefill_time_seconds (the rest of the time to first token)
+// and vllm:request_decode_time_seconds with vLLM's buckets, and
 // vllm:cache_config_info; for an SGLang cluster sglang:num_running_reqs,
 // sglang:num_queue_reqs, sglang:token_usage, sglang:cache_hit_rate,
 // sglang:prompt_tokens_total, sglang:generation_tokens_total,
@@ -95,4 +98,23 @@
 // mocker_kv_holds_total{outcome}, mocker_kv_aborts_total,
 // mocker_prefill_refusals_total, mocker_clock_lag_seconds and
 // mocker_stream_lag_seconds.
+//
+// # KV events
+//
+// With KVEventsOptions.Endpoint (`mocker serve --kv-events
+// tcp://HOST:PORT`), each worker rank, in the order of the cluster's
+// Stats().Workers, binds a ZMQ PUB socket on PORT + its place and a
+// replay ROUTER socket on the replay port + its place (by default right
+// after the last publisher's). Every engine pass that changed the rank's
+// cache is one message of three frames: the topic, the sequence number as
+// 8 big-endian bytes, and a msgpack KVEventBatch encoded as vLLM's
+// msgspec array-like structs ([ts, events, data_parallel_rank], events
+// BlockStored, BlockRemoved and AllBlocksCleared with vLLM's field order
+// and tags). Block hashes are the cluster's own, the keys its kv router
+// indexes; token_ids is empty. A replay request (an empty delimiter, then
+// a start sequence number as 8 big-endian bytes) is answered with the
+// buffered batches from there (the last KVEventsOptions.Buffer) and
+// vLLM's end marker, sequence -1. Publishing never waits: a subscriber
+// that falls KVEventsOptions.HWM batches behind misses the next ones. The
+// sockets speak ZMTP through github.com/go-zeromq/zmq4, pure Go.
 package serve

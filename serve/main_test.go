@@ -1,11 +1,15 @@
 package serve
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "1" {
+		os.Exit(serveChild())
+	}
 	goleak.VerifyTestMain(m)
 }

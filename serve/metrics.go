@@ -47,6 +47,7 @@ type metrics struct {
 	counts map[workerKey]*tokenCounts
 
 	ttft, itl, e2e, prefill, decode *prometheus.HistogramVec
+	queue                           *prometheus.HistogramVec // vLLM only
 	streamLag                       prometheus.Histogram
 	injected                        *prometheus.CounterVec
 
@@ -67,7 +68,8 @@ func newMetrics(s *Server) *metrics {
 		m.ttft = hist("time_to_first_token_seconds", "Time to first token in modeled seconds.", vllmTTFTBuckets)
 		m.itl = hist("inter_token_latency_seconds", "Gap between output tokens in modeled seconds (each request's mean gap, once per gap).", vllmITLBuckets)
 		m.e2e = hist("e2e_request_latency_seconds", "Arrival to last token in modeled seconds.", vllmRequestBuckets)
-		m.prefill = hist("request_prefill_time_seconds", "Arrival to first token in modeled seconds; the model does not separate queueing from prefill compute.", vllmRequestBuckets)
+		m.prefill = hist("request_prefill_time_seconds", "First scheduled to first token in modeled seconds (prefill compute).", vllmRequestBuckets)
+		m.queue = hist("request_queue_time_seconds", "Arrival to first scheduled in modeled seconds (time in the waiting queue).", vllmRequestBuckets)
 		m.decode = hist("request_decode_time_seconds", "First token to last token in modeled seconds.", vllmRequestBuckets)
 	} else {
 		m.prefix = "sglang:"
@@ -172,7 +174,8 @@ func (m *metrics) observe(p *prepared, res *cluster.Result) {
 		}
 	}
 	if m.prefill != nil {
-		m.prefill.WithLabelValues(lv...).Observe(res.TTFTMs / 1e3)
+		m.prefill.WithLabelValues(lv...).Observe((res.TTFTMs - res.QueueMs) / 1e3)
+		m.queue.WithLabelValues(lv...).Observe(res.QueueMs / 1e3)
 		m.decode.WithLabelValues(lv...).Observe((res.E2EMs - res.TTFTMs) / 1e3)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -150,7 +151,8 @@ func TestMetrics_VLLMNamesAgreeWithResponses(t *testing.T) {
 				"vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:prompt_tokens_total",
 				"vllm:generation_tokens_total", "vllm:request_success_total", "vllm:time_to_first_token_seconds",
 				"vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds",
-				"vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds", "vllm:cache_config_info",
+				"vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds", "vllm:request_queue_time_seconds",
+				"vllm:cache_config_info",
 				"mocker_kv_held_blocks", "mocker_kv_holds_total", "mocker_kv_aborts_total", "mocker_prefill_refusals_total",
 				"mocker_clock_lag_seconds", "mocker_stream_lag_seconds",
 			} {
@@ -222,4 +224,59 @@ func TestMetrics_AbortCounted(t *testing.T) {
 	assert.Equal(t, 1.0, sum(after["mocker_kv_holds_total"], map[string]string{"outcome": "aborted"}))
 	assert.Equal(t, 1.0, sum(after["vllm:request_success_total"], map[string]string{"finished_reason": "abort"}))
 	assert.Zero(t, sum(after["mocker_kv_held_blocks"], nil))
+}
+
+// TestMetrics_QueueTime: vllm:request_queue_time_seconds has vLLM's
+// buckets and observes each request's modeled arrival to its first
+// scheduling: a worker that runs one request at a time makes the
+// concurrent ones wait, the histogram's sum is the summed X-Mocker-Queue-Ms
+// of the answers, and queue plus prefill time is the time to first token.
+func TestMetrics_QueueTime(t *testing.T) {
+	t.Parallel()
+	_, ts := startServer(t, cluster.Config{Workers: 1, Args: map[string]any{"speedup_ratio": 100, "max_num_seqs": 1}}, Options{})
+	hc := client(ts)
+	var mu sync.Mutex
+	var queueMs, ttftMs float64
+	var wg sync.WaitGroup
+	const n = 12
+	for i := range n {
+		wg.Go(func() {
+			body := fmt.Sprintf(`{"prompt": "request %d %s", "max_tokens": 8}`, i, longPrefix)
+			resp, err := hc.Post(ts.URL+"/v1/completions", "application/json", strings.NewReader(body))
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode)
+			var q, f float64
+			_, err = fmt.Sscan(resp.Header.Get(HeaderQueue), &q)
+			assert.NoError(t, err, "the %s header", HeaderQueue)
+			_, err = fmt.Sscan(resp.Header.Get(HeaderTTFT), &f)
+			assert.NoError(t, err)
+			assert.GreaterOrEqual(t, q, 0.0)
+			assert.LessOrEqual(t, q, f, "queueing is part of the time to first token")
+			mu.Lock()
+			queueMs += q
+			ttftMs += f
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	assert.Positive(t, queueMs, "with one running slot, concurrent requests wait")
+	f := scrape(t, hc, ts.URL)
+	q := f["vllm:request_queue_time_seconds"]
+	require.NotNil(t, q)
+	require.Len(t, q.Metric, 1)
+	h := q.Metric[0].Histogram
+	assert.Equal(t, uint64(n), h.GetSampleCount())
+	// The headers round to the microsecond.
+	assert.InDelta(t, queueMs/1e3, h.GetSampleSum(), n*1e-6)
+	var bounds []float64
+	for _, b := range h.Bucket {
+		bounds = append(bounds, b.GetUpperBound())
+	}
+	// vLLM's request-latency buckets (vllm/v1/metrics/loggers.py).
+	assert.Equal(t, []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680, math.Inf(1)}, bounds)
+	prefill := f["vllm:request_prefill_time_seconds"].Metric[0].Histogram.GetSampleSum()
+	assert.InDelta(t, ttftMs/1e3, h.GetSampleSum()+prefill, 2*n*1e-6, "queue + prefill = time to first token")
 }

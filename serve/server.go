@@ -52,6 +52,9 @@ type Options struct {
 	FailureInjectionRate float64
 	// FailureTypes are the errors injected at random (default: all).
 	FailureTypes []string
+	// KVEvents publishes every worker rank's KV events over ZMQ as vLLM
+	// does, when its Endpoint is set (kvevents.go).
+	KVEvents KVEventsOptions
 }
 
 // Server answers OpenAI's completions and chat completions APIs from an
@@ -71,7 +74,8 @@ type Server struct {
 	draining    atomic.Bool
 	inject      *injector
 	workers     []Worker
-	route       runner // s.routed, bound once rather than per request
+	route       runner    // s.routed, bound once rather than per request
+	kv          *kvEvents // nil without KVEvents.Endpoint
 }
 
 // New starts the cluster cfg describes, paced against the wall clock at
@@ -96,12 +100,19 @@ func New(cfg cluster.Config, opts Options) (*Server, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.StreamTokens = true
+	kvev, err := kvEventsFor(&cfg, opts)
+	if err != nil {
+		return nil, err
+	}
 	c, err := cluster.New(cfg)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{c: c, opts: opts, engine: c.Config().Engine, maxModelLen: c.MaxModelLen(), created: time.Now().Unix(),
-		inject: newInjector(opts.FailureInjectionRate, opts.FailureTypes, opts.Seed)}
+		inject: newInjector(opts.FailureInjectionRate, opts.FailureTypes, opts.Seed), kv: kvev}
+	if err := s.startKVEvents(); err != nil {
+		return nil, errors.Join(err, c.Close())
+	}
 	if s.engine == "" {
 		s.engine = cluster.DefaultEngine
 	}
@@ -134,7 +145,11 @@ func (s *Server) Drain(ctx context.Context) (cluster.Stats, error) {
 // Close stops the cluster; requests still in flight end with an error.
 func (s *Server) Close() error {
 	s.draining.Store(true)
-	return s.c.Close()
+	err := s.c.Close()
+	if s.kv != nil {
+		s.kv.close()
+	}
+	return err
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
@@ -266,8 +281,9 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 // Headers of a non-streamed answer that give the model's own latencies in
 // modeled ms, for a load tool to compare with what it measured.
 const (
-	HeaderTTFT = "X-Mocker-Ttft-Ms"
-	HeaderE2E  = "X-Mocker-E2e-Ms"
+	HeaderTTFT  = "X-Mocker-Ttft-Ms"
+	HeaderE2E   = "X-Mocker-E2e-Ms"
+	HeaderQueue = "X-Mocker-Queue-Ms"
 	// HeaderPin and HeaderTransfer come with a request whose prefill held
 	// its KV for a decode once the hold ended: how long it was held, and
 	// the modeled transfer.
@@ -287,6 +303,7 @@ func modeledHeaders(h http.Header, res *cluster.Result) {
 	if res.E2EMs > 0 {
 		h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
 	}
+	h.Set(HeaderQueue, strconv.FormatFloat(res.QueueMs, 'f', 3, 64))
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a

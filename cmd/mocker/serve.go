@@ -57,6 +57,16 @@ Flags:
                            own /metrics, for a router that picks workers
                            itself; P/D over HTTP with vLLM's kv_transfer_params
                            (default 0: off)
+      --kv-events ENDPOINT publish every worker rank's KV events over ZMQ as
+                           vLLM does (e.g. tcp://127.0.0.1:5557; tcp://*:5557
+                           for every interface): the i-th worker rank, in the
+                           order of the cluster's workers, binds a PUB socket
+                           on the port + i; the ports are printed at start
+      --kv-events-replay ENDPOINT
+                           the first replay (ROUTER) socket; rank i binds its
+                           port + i (default: the port after the last
+                           publisher's)
+      --kv-events-topic T  the topic frame of every message (default "")
   -h, --help               print this help
 
 Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for bad flags.
@@ -83,6 +93,9 @@ func serveCmd(args []string, stderr io.Writer) int {
 	fs.StringVar(&failTypes, "failure-types", "", "")
 	var workerBase int
 	fs.IntVar(&workerBase, "worker-ports", 0, "")
+	fs.StringVar(&opts.KVEvents.Endpoint, "kv-events", "", "")
+	fs.StringVar(&opts.KVEvents.ReplayEndpoint, "kv-events-replay", "", "")
+	fs.StringVar(&opts.KVEvents.Topic, "kv-events-topic", "", "")
 	if code, done := parseFlags(fs, args, serveUsage, stderr); done {
 		return code
 	}
@@ -145,6 +158,9 @@ func serveCmd(args []string, stderr io.Writer) int {
 			_ = hs.Close()
 			return 1
 		}
+	}
+	for _, p := range srv.KVEventPublishers() {
+		log.Info("kv events", "worker", p.Worker, "dp_rank", p.DPRank, "pub", p.Endpoint, "replay", p.ReplayEndpoint, "topic", opts.KVEvents.Topic)
 	}
 	select {
 	case err := <-errc:

@@ -39,6 +39,7 @@ func TestServe_BadFlagsAndConfigsNamed(t *testing.T) {
 		{"negative max-conns", []string{"serve", "--listen", "127.0.0.1:0", "--max-conns", "-1"}, 1, "max connections: want 0"},
 		{"worker ports past 65535", []string{"serve", "--listen", "127.0.0.1:0", "--worker-ports", "65535"}, 1,
 			"--worker-ports 65535: the 2 worker ranks need ports 65535 to 65536, within [1, 65535]"},
+		{"bad kv events endpoint", []string{"serve", "--kv-events", "127.0.0.1:5557"}, 1, "kv events endpoint: want tcp://HOST:PORT"},
 	} {
 		var stderr bytes.Buffer
 		assert.Equal(t, tc.code, dispatch(tc.args, &bytes.Buffer{}, &stderr), tc.name)
