@@ -89,7 +89,8 @@
 // a VU that never waits runs a million iterations per clock second, as
 // fast as the CPU allows, and a duration-bound scenario still ends. A task
 // that keeps its turn for over half a second of wall time without waiting
-// on the clock (`while (true) {}`, a long computation) is stuck: until it
+// on the clock (`while (true) {}`, a long computation), while the process
+// burns half a second of CPU (a starved process is not stuck), is stuck: until it
 // waits, the clock moves with the wall clock, firing its timers, so the
 // scenario's duration, gracefulStop and maxDuration interrupt its runtime
 // as they do on the wall clock, and the run warns once. Both are

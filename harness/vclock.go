@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kvstrand/mocker/internal/cputime"
 	"github.com/kvstrand/mocker/internal/timescale"
 )
 
@@ -711,11 +712,15 @@ func (c *VirtualClock) stepOnce() bool {
 	return true
 }
 
-// stuckAfter is how long (wall time) a task may keep its turn without
-// waiting on the clock before the clock treats it as stuck in JavaScript
-// (watchStuck). Long enough that no script that waits now and then, on
-// any host, comes near it: a turn ends at every sleep, request and
-// iteration of a script that waits at all.
+// stuckAfter is how long a task may keep its turn without waiting on the
+// clock before the clock treats it as stuck in JavaScript (watchStuck):
+// that much wall time, in which the process also spent that much CPU
+// time. Long enough that no script that waits now and then, on any host,
+// comes near it: a turn ends at every sleep, request and iteration of a
+// script that waits at all. The CPU condition keeps a host that starves
+// the process (a loaded CI runner, a stop of the process) from passing
+// for a stuck script: a task in `while (true) {}` burns a core, a task
+// waiting for the CPU burns nothing.
 const stuckAfter = 500 * time.Millisecond
 
 // watchStuck watches for a task that keeps its turn — a VU in
@@ -728,6 +733,12 @@ const stuckAfter = 500 * time.Millisecond
 // up; participants settle then. onStuck is called (on the watch's
 // goroutine) each time a task is found stuck. stop ends the watch.
 func (c *VirtualClock) watchStuck(onStuck func()) (stop func()) {
+	return c.watchStuckWith(onStuck, cputime.Self)
+}
+
+// watchStuckWith is watchStuck with the process's CPU time read by
+// cpuTime (tests give a fake one).
+func (c *VirtualClock) watchStuckWith(onStuck func(), cpuTime func() time.Duration) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -737,6 +748,7 @@ func (c *VirtualClock) watchStuck(onStuck func()) (stop func()) {
 		defer tick.Stop()
 		var seen uint64
 		var since time.Time // when the watch first saw turn seen held
+		var cpuSince time.Duration
 		var base time.Duration
 		stuck := false
 		for {
@@ -749,10 +761,11 @@ func (c *VirtualClock) watchStuck(onStuck func()) (stop func()) {
 			c.mu.Lock()
 			if !c.busy || c.stepping || c.handoffs != seen {
 				seen, since, stuck = c.handoffs, now, false
+				cpuSince = cpuTime()
 				c.mu.Unlock()
 				continue
 			}
-			if !stuck && now.Sub(since) >= stuckAfter {
+			if !stuck && now.Sub(since) >= stuckAfter && cpuTime()-cpuSince >= stuckAfter {
 				stuck, base = true, c.now
 				if onStuck != nil {
 					c.mu.Unlock()
