@@ -53,7 +53,7 @@ func faultArgs() map[string]any {
 	return a
 }
 
-// leaseTTL is the workers' etcd lease TTL (distributed.leaseTTLSeconds):
+// leaseTTL is the workers' etcd lease TTL (distributed/internal/plane.LeaseTTLSeconds):
 // a worker that stops renewing is gone from etcd within it.
 const leaseTTL = 10 * time.Second
 
@@ -520,7 +520,7 @@ func TestFault_NATSRestart(t *testing.T) {
 // TestFault_NATSRestartWithRequestsInFlight restarts NATS while requests
 // are in every phase of their handoff: commands and frames published
 // during the outage, or before the other side resubscribed, are lost by
-// NATS, and the request plane sends them again (wire.go in distributed).
+// NATS, and the request plane sends them again (distributed/internal/plane).
 // Every request completes with all its tokens, and the cluster drains.
 func TestFault_NATSRestartWithRequestsInFlight(t *testing.T) {
 	s := newStack(t)

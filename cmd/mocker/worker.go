@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
-	"github.com/kvstrand/mocker/distributed"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -71,7 +71,7 @@ role, engine arguments or URL).
 func workerCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var cfg distributed.WorkerConfig
+	var cfg worker.Config
 	var etcd, argsFlag, level string
 	var role onceFlag
 	fs.Var(&role, "role", "")
@@ -115,10 +115,10 @@ func workerCmd(args []string, stderr io.Writer) int {
 	// The passwords are the environment's (auth.go): read them here, so
 	// the config's checks see a user with its password.
 	if cfg.NATSAuth.User != "" {
-		cfg.NATSAuth.Password = cluster.Secret(os.Getenv(distributed.EnvNATSPassword))
+		cfg.NATSAuth.Password = cluster.Secret(os.Getenv(cluster.EnvNATSPassword))
 	}
 	if cfg.EtcdAuth.Username != "" {
-		cfg.EtcdAuth.Password = cluster.Secret(os.Getenv(distributed.EnvEtcdPassword))
+		cfg.EtcdAuth.Password = cluster.Secret(os.Getenv(cluster.EnvEtcdPassword))
 	}
 	cfg.Role = engine.WorkerType(role.v)
 	cfg.Etcd = strings.Split(etcd, ",")
@@ -142,9 +142,9 @@ func workerCmd(args []string, stderr io.Writer) int {
 	cfg.Logger.Info("mocker worker", "version", readBuildInfo().Line())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := distributed.RunWorker(ctx, cfg); err != nil {
+	if err := worker.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "mocker worker: %v\n", err)
-		if distributed.IsUsage(err) {
+		if worker.IsUsage(err) {
 			return exitUsage
 		}
 		return 1
