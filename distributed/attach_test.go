@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvstrand/mocker/cluster"
@@ -185,7 +187,8 @@ func TestAttach_BlockSizeMismatchIsRefusedByName(t *testing.T) {
 
 // TestAttach_WorkerLossFailsItsRequestsNamingIt revokes a decode worker's
 // lease while it decodes: its registration goes, the router drops it, and
-// the requests on it end "error" naming it; the cluster still drains.
+// the requests on it end "error" naming it; the worker registers again
+// and the cluster still drains.
 func TestAttach_WorkerLossFailsItsRequestsNamingIt(t *testing.T) {
 	t.Parallel()
 	ls := services(t)
@@ -229,7 +232,16 @@ func TestAttach_WorkerLossFailsItsRequestsNamingIt(t *testing.T) {
 		assert.Equal(t, cluster.OutcomeError, r.Outcome)
 		assert.Contains(t, r.Error, "worker d0 lost")
 	}
-	assert.ErrorContains(t, <-ws.errs["d0"], "lost the etcd lease")
+	// The worker lives on and registers again under a new lease.
+	require.Eventually(t, func() bool {
+		reg, ok := registrations(t, ec, "loss")["d0"]
+		return ok && reg.InstanceID != 0 && !slices.ContainsFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return kv.Lease == reg.InstanceID })
+	}, 3*plane.LeaseTTLSeconds*time.Second, 10*time.Millisecond, "d0 registered again")
+	select {
+	case err := <-ws.errs["d0"]:
+		t.Fatalf("d0 exited: %v", err)
+	default:
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := c.Drain(ctx)

@@ -89,6 +89,12 @@ type transport struct {
 	mu      sync.Mutex
 	workers map[int64]*remote
 	refused map[string]string // worker name → why it was refused
+	// leaving are the workers whose registration is gone and whose
+	// departure is on its way (del); rejoins the registrations that came
+	// meanwhile under their names (a worker that lost its lease and
+	// registered again), joined once the departure is through.
+	leaving map[int64]bool
+	rejoins map[string]stagedWorker
 	// staged holds a coupled cluster's first workers until all have
 	// registered; they then join in name order, so that the router sees
 	// them in the same order on every run (ties in routing go by it).
@@ -163,7 +169,7 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 	etcd, natsURL, ns := tc.Etcd, tc.NATS, tc.NamespaceOrDefault()
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{host: host, log: log, ns: ns, etcd: plane.RedactedURLs(etcd), ctx: ctx, cancel: cancel,
-		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
+		workers: map[int64]*remote{}, refused: map[string]string{}, leaving: map[int64]bool{}, rejoins: map[string]stagedWorker{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
 		leaveID: plane.NewSessionID(), leaveKey: plane.NewMACKey(), workerRejected: map[string]uint64{}}
 	t.epoch, t.scale = host.Epoch()
 	var err error
@@ -437,6 +443,15 @@ func (t *transport) join(reg plane.Registration, args engine.Args) {
 		t.mu.Unlock()
 		return
 	}
+	for id, w := range t.workers {
+		if w.reg.Name == reg.Name && t.leaving[id] {
+			// Its former self is still leaving the cluster: it joins
+			// once that is done (leave).
+			t.rejoins[reg.Name] = stagedWorker{reg: reg, args: args}
+			t.mu.Unlock()
+			return
+		}
+	}
 	// The worker's modeled clock started at its epoch; both run at the
 	// same speedup (Join refuses another), so its times map onto the
 	// cluster's by a constant shift.
@@ -487,6 +502,14 @@ func (t *transport) del(key string) {
 		delete(t.staged, id)
 	}
 	w := t.workers[id]
+	if w != nil {
+		t.leaving[id] = true
+	}
+	for name, r := range t.rejoins {
+		if r.reg.InstanceID == id {
+			delete(t.rejoins, name)
+		}
+	}
 	t.mu.Unlock()
 	if w == nil {
 		return
@@ -512,13 +535,23 @@ func (t *transport) leave(id int64, reason string) {
 	t.mu.Lock()
 	w := t.workers[id]
 	delete(t.workers, id)
+	delete(t.leaving, id)
 	closed := t.closed
+	var rejoin stagedWorker
+	var rejoins bool
+	if w != nil {
+		rejoin, rejoins = t.rejoins[w.reg.Name]
+		delete(t.rejoins, w.reg.Name)
+	}
 	t.mu.Unlock()
 	if w != nil {
 		w.end()
 	}
 	if w != nil && !closed {
 		t.host.Leave(w.reg.Name, reason)
+	}
+	if rejoins {
+		t.join(rejoin.reg, rejoin.args)
 	}
 }
 

@@ -22,7 +22,8 @@ const workerUsage = `Usage: mocker worker --role prefill|decode|aggregated --etc
 
 Runs one mock worker in this process: it registers in etcd under a 10 s
 lease (instance id = lease id; Dynamo's v1/instances and v1/mdc keys plus
-mocker's v1/mocker/{ns}/{id}), takes requests over NATS and streams its
+mocker's v1/mocker/{ns}/{id}; a lost lease ends the requests it carried and
+the worker registers again under a new one), takes requests over NATS and streams its
 outputs back, and a prefill worker serves KV transfers on its advertised
 host. A script attaches to such workers with
 mocker.cluster({..., transport: {etcd: [...], nats: '...', namespace: '...'}}).
@@ -63,9 +64,9 @@ every user of the host sees in ps):
       --etcd-key FILE      its key
 $MOCKER_NATS_USER and $MOCKER_ETCD_USERNAME stand in for the user flags.
 
-Exit codes: 0 after a clean shutdown, 1 when it cannot start or loses its
-lease, 2 for flags that make no sense (an unknown or repeated flag, a bad
-role, engine arguments or URL).
+Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for flags
+that make no sense (an unknown or repeated flag, a bad role, engine
+arguments or URL).
 `
 
 func workerCmd(args []string, stderr io.Writer) int {

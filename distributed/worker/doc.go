@@ -2,7 +2,9 @@
 // Run keeps one engine worker in this process on its own loop, paced
 // against the wall clock (or, for a router that asks to drive it, on that
 // router's modeled clock: a coupled session), registered in etcd under a
-// 10 s lease that it renews. It takes its routers' commands on NATS,
+// 10 s lease that it renews; should the lease be lost (revoked, or
+// expired while etcd was out of reach), it ends the sessions it carried
+// and registers again under a new one. It takes its routers' commands on NATS,
 // applies each session's once and in order, and publishes its frames
 // (pass outputs, input replies, transfer steps) numbered and kept for
 // resending. A prefill worker runs a transfer server on its advertised

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -241,4 +242,9 @@ func (b *frameBuffer) since(seq uint64) ([][]byte, bool) {
 		return nil, false
 	}
 	return b.frames[seq-b.oldest():], true
+}
+
+// sessionList is every live session, in id order.
+func (b *inbox) sessionList() []uint64 {
+	return slices.Sorted(maps.Keys(b.sessions))
 }

@@ -93,9 +93,11 @@ func ResolveArgs(cfg Config) (engine.Args, error) {
 
 // Run runs one worker until ctx ends, then drains it (new work is
 // refused, what it has finishes or times out) and leaves: its lease is
-// revoked, so its keys go at once. It returns an error when it cannot
-// start (bad args, etcd or NATS unreachable: the message names the URL) or
-// loses its registration.
+// revoked, so its keys go at once. A lease lost on the way (revoked, or
+// expired while etcd was out of reach) ends the sessions it carried, and
+// the worker registers again under a new lease. It returns an error only
+// when it cannot start (bad args, etcd or NATS unreachable: the message
+// names the URL).
 func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
@@ -189,47 +191,19 @@ func Run(ctx context.Context, cfg Config) error {
 		defer l.server.Close()
 	}
 
-	// The lease's id is the instance id, as in Dynamo.
-	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
-	lease, err := ec.Grant(gctx, plane.LeaseTTLSeconds)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("etcd %s: lease: %w", plane.RedactedURLs(cfg.Etcd), err)
-	}
-	id := int64(lease.ID)
-	l.id = id
-	l.outSubj = plane.OutSubject(cfg.Namespace, id)
-	l.cmdSubj = plane.CmdSubject(cfg.Namespace, id)
-	sub, err := nc.Subscribe(l.cmdSubj, func(m *nats.Msg) {
-		// Checked on the loop, which holds the session keys (gate.go).
-		l.post(workerMsg{sealed: m.Data})
-	})
-	if err != nil {
-		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
-	}
-
 	// A worker answers each input as it comes: it runs no instant
 	// early.
 	l.pace = timescale.NewPacer(0)
 	l.scale = timescale.New(args.SpeedupRatio)
-	kaCtx, kaStop := context.WithCancel(context.Background())
-	defer kaStop()
-	ka, err := ec.KeepAlive(kaCtx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("etcd %s: keep-alive: %w", plane.RedactedURLs(cfg.Etcd), err)
-	}
-	if err := l.register(ctx, ec, lease.ID); err != nil {
+	l.ec = ec
+	if err := l.join(ctx); err != nil {
 		return err
 	}
-	log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
-	gctx, cancel = context.WithTimeout(ctx, plane.DialTimeout)
+	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
 	routers, err := ec.Get(gctx, plane.RouterPrefix(cfg.Namespace), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
+		l.leave()
 		return fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(cfg.Etcd), plane.RouterPrefix(cfg.Namespace), err)
 	}
 	for _, kv := range routers.Kvs {
@@ -237,35 +211,144 @@ func Run(ctx context.Context, cfg Config) error {
 			l.routers[r.id] = r.key
 		}
 	}
+	watchCtx, watchStop := context.WithCancel(context.Background())
 	l.wg.Add(1)
-	go l.watchRouters(kaCtx, ec, routers.Header.Revision+1)
+	go l.watchRouters(watchCtx, ec, routers.Header.Revision+1)
 
-	lost := make(chan struct{})
-	go func() {
-		for range ka {
-		}
-		close(lost)
-	}()
-	runErr := l.run(ctx, lost)
+	runErr := l.run(ctx)
 
 	// Leave: the lease's revocation removes every key at once. The last
 	// frames reach the NATS server first, so they come before the
 	// departure at a router.
 	_ = nc.Flush()
-	rctx, rcancel := context.WithTimeout(context.Background(), plane.DialTimeout)
-	_, _ = ec.Revoke(rctx, lease.ID)
-	rcancel()
-	kaStop()
-	<-lost
+	l.leave()
+	watchStop()
 	l.wg.Wait()
 	_ = nc.Flush()
 	return runErr
+}
+
+// registration is the etcd lease a worker is registered under, whose id
+// is its instance id (as in Dynamo), and the command subscription that
+// goes with it.
+type registration struct {
+	lease clientv3.LeaseID
+	sub   *nats.Subscription
+	// stop ends the lease's keep-alive; lost closes when the keep-alive
+	// ends: stopped, or the lease revoked or expired (etcd out of reach
+	// for longer than its TTL).
+	stop context.CancelFunc
+	lost chan struct{}
+}
+
+// join registers the worker under a new lease: the instance id, and with
+// it the subjects, are the lease's. It undoes what it did when a step
+// fails.
+func (l *workerLoop) join(ctx context.Context) (err error) {
+	cfg := l.cfg
+	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
+	lease, err := l.ec.Grant(gctx, plane.LeaseTTLSeconds)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd %s: lease: %w", plane.RedactedURLs(cfg.Etcd), err)
+	}
+	reg := &registration{lease: lease.ID, lost: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			l.drop(reg, true)
+		}
+	}()
+	id := int64(lease.ID)
+	cmdSubj := plane.CmdSubject(cfg.Namespace, id)
+	reg.sub, err = l.nc.Subscribe(cmdSubj, func(m *nats.Msg) {
+		// Checked on the loop, which holds the session keys (gate.go).
+		l.post(workerMsg{sealed: m.Data, subject: m.Subject})
+	})
+	if err != nil {
+		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
+	}
+	if err := l.nc.Flush(); err != nil {
+		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
+	}
+	kaCtx, kaStop := context.WithCancel(context.Background())
+	reg.stop = kaStop
+	ka, err := l.ec.KeepAlive(kaCtx, lease.ID)
+	if err != nil {
+		close(reg.lost)
+		return fmt.Errorf("etcd %s: keep-alive: %w", plane.RedactedURLs(cfg.Etcd), err)
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for range ka {
+		}
+		close(reg.lost)
+	}()
+	l.id, l.cmdSubj, l.outSubj = id, cmdSubj, plane.OutSubject(cfg.Namespace, id)
+	if err := l.register(ctx, l.ec, lease.ID); err != nil {
+		return err
+	}
+	l.reg = reg
+	l.log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
+	return nil
+}
+
+// drop ends reg: its subscription and keep-alive, and with revoke its
+// lease (and so every key under it).
+func (l *workerLoop) drop(reg *registration, revoke bool) {
+	if reg.sub != nil {
+		_ = reg.sub.Unsubscribe()
+	}
+	if revoke {
+		rctx, cancel := context.WithTimeout(context.Background(), plane.DialTimeout)
+		_, _ = l.ec.Revoke(rctx, reg.lease)
+		cancel()
+	}
+	if reg.stop != nil {
+		reg.stop()
+		<-reg.lost
+	}
+}
+
+// leave revokes the worker's registration, if it has one.
+func (l *workerLoop) leave() {
+	if l.reg != nil {
+		l.drop(l.reg, true)
+		l.reg = nil
+	}
+}
+
+// rejoinEvery spaces the attempts of a worker whose lease was lost to
+// register again.
+const rejoinEvery = time.Second
+
+// leaseLost ends what the lost registration carried: every router
+// session (bound to the old instance id: its router already ends its
+// requests, having seen the key go) is told, forgotten and withdrawn, so
+// none keeps KV for nobody. The worker then registers again (run).
+func (l *workerLoop) leaseLost() {
+	old := l.reg
+	l.reg = nil
+	l.log.Warn("etcd lease lost (revoked, or etcd out of reach past its TTL); registering again under a new lease",
+		"instance_id", fmt.Sprintf("%x", l.id))
+	reason := fmt.Sprintf("the worker's etcd lease %x ended, so it withdrew its requests and registers again under a new lease", l.id)
+	for _, session := range l.inbox.sessionList() {
+		key := plane.Keyed{ID: session, Key: l.inbox.key(session)}
+		l.inbox.forget(session)
+		l.control(plane.Frame{Ended: &plane.SessionEnded{Session: session, Reason: reason}}, key)
+		l.withdraw(session)
+		l.uncouple(session)
+	}
+	// Revoked too, in case it still lives: its keys must go before the
+	// new ones come, for a router that watches them.
+	l.drop(old, true)
 }
 
 // workerMsg is what reaches the worker's loop: a command, a transfer
 // server's cue, a decode's answer, or news that NATS is back.
 type workerMsg struct {
 	sealed      []byte // a command as it came off NATS
+	subject     string // and its subject
 	arrived     *plane.WireArrived
 	status      *plane.WireStatus
 	reconnected bool
@@ -277,10 +360,15 @@ type workerMsg struct {
 // against the wall clock (modeled = wall since start × speedup_ratio), as
 // the in-process cluster's loop paces its workers.
 type workerLoop struct {
-	cfg     Config
-	args    engine.Args
-	log     *slog.Logger
-	nc      *nats.Conn
+	cfg  Config
+	args engine.Args
+	log  *slog.Logger
+	nc   *nats.Conn
+	ec   *clientv3.Client
+	// reg is the worker's registration, nil while it has none (its
+	// lease was lost and it has not registered again yet); id is its
+	// instance id (or the last one's), the subjects its.
+	reg     *registration
 	id      int64
 	outSubj string
 	cmdSubj string
@@ -404,9 +492,10 @@ func (l *workerLoop) modeled() float64 { return l.scale.Modeled(l.pace.Elapsed()
 
 // run is the worker's loop. When ctx ends it drains: new requests are
 // refused, and it returns once nothing is running, waiting, held or
-// reserved (or DrainTimeout passes). lost ends it at once: without its
-// lease the worker is no longer part of any cluster.
-func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
+// reserved (or DrainTimeout passes). A lost lease ends every session the
+// worker serves, and it registers again under a new lease (a worker that
+// drains does not).
+func (l *workerLoop) run(ctx context.Context) error {
 	l.cctx, l.ccancel = context.WithCancel(context.Background())
 	defer l.ccancel()
 	timer := time.NewTimer(time.Hour)
@@ -416,7 +505,12 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 	var drainDeadline <-chan time.Time
 	heartbeat := time.NewTicker(plane.HeartbeatEvery)
 	defer heartbeat.Stop()
+	var rejoin <-chan time.Time
 	for {
+		var lost <-chan struct{}
+		if l.reg != nil {
+			lost = l.reg.lost
+		}
 		if l.draining && l.idle() {
 			l.log.Info("worker drained")
 			return nil
@@ -472,7 +566,20 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 			l.log.Warn("drain timed out; leaving with work in flight", "running", m.Running, "waiting", m.Waiting, "held", m.HeldRequests)
 			return nil
 		case <-lost:
-			return errors.New("lost the etcd lease; the worker is no longer registered")
+			l.leaseLost()
+			l.flush()
+			if !l.draining {
+				rejoin = time.After(0)
+			}
+		case <-rejoin:
+			rejoin = nil
+			if l.draining {
+				break
+			}
+			if err := l.join(ctx); err != nil {
+				l.log.Warn("not registered again yet; trying again", "in", rejoinEvery, "err", err)
+				rejoin = time.After(rejoinEvery)
+			}
 		}
 	}
 }
@@ -499,7 +606,10 @@ func (l *workerLoop) handle(m workerMsg) {
 	case m.status != nil:
 		l.items = append(l.items, plane.Item{Status: m.status})
 	case m.sealed != nil:
-		l.receiveSealed(m.sealed)
+		if m.subject == l.cmdSubj {
+			// Not a command of a lost registration's.
+			l.receiveSealed(m.sealed)
+		}
 	case m.reconnected:
 		l.control(plane.Frame{Acks: l.inbox.active(time.Now())})
 	case m.routerGone != 0:
