@@ -148,6 +148,13 @@ func newCoupledDriver(t *testing.T, ls *localServices, ns string, router *testRo
 	require.Len(t, resp.Kvs, 1)
 	var reg plane.Registration
 	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &reg))
+	return driverFor(t, ls, reg, router)
+}
+
+// driverFor is a coupledDriver of worker reg's that has not said hello
+// yet; its frames are the ones that verify under router's sessions.
+func driverFor(t *testing.T, ls *localServices, reg plane.Registration, router *testRouter) *coupledDriver {
+	t.Helper()
 	nc, err := plane.DialNATS(ls.natsURL, "coupled-test", ls.natsAuth)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)

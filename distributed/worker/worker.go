@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config) error {
 	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
 		events: plane.EventPublisher{ID: rand.Uint64(), LastLoad: -1},
 		kvSubj: plane.KvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: plane.MetricsSubject(cfg.Namespace, cfg.Role),
-		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: planeKey, routers: map[int64]string{}, rooms: sessionRooms{}}
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: planeKey, routers: map[int64]string{}, prefills: map[int64]string{}, rooms: sessionRooms{}}
 	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
 	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
@@ -212,6 +212,16 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 	watchCtx, watchStop := context.WithCancel(context.Background())
+	defer watchStop()
+	if cfg.Role == engine.WorkerDecode {
+		rev, err := l.listPrefills(ctx)
+		if err != nil {
+			l.leave()
+			return err
+		}
+		l.wg.Add(1)
+		go l.watchPrefills(watchCtx, rev)
+	}
 	l.wg.Add(1)
 	go l.watchRouters(watchCtx, ec, routers.Header.Revision+1)
 
@@ -354,6 +364,9 @@ type workerMsg struct {
 	reconnected bool
 	routerGone  int64 // a router's key in etcd is gone
 	routerUp    *routerUp
+	prefillUp   *prefillUp // a prefill registered (decode workers watch)
+	prefillGone int64      // a registration is gone
+	refused     *unadvertised
 }
 
 // workerLoop owns the engine worker: its own discrete-event queue paced
@@ -405,8 +418,12 @@ type workerLoop struct {
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
-	plane        plane.PlaneKey
-	routers      map[int64]string
+	plane   plane.PlaneKey
+	routers map[int64]string
+	// prefills are the transfer addresses of the namespace's registered
+	// prefill workers by instance id, the only ones a decode dials
+	// (prefills.go).
+	prefills     map[int64]string
 	rejected     plane.Rejections
 	rejectLogged time.Time
 }
@@ -616,6 +633,12 @@ func (l *workerLoop) handle(m workerMsg) {
 		l.routerGone(m.routerGone)
 	case m.routerUp != nil:
 		l.routers[m.routerUp.id] = m.routerUp.key
+	case m.prefillUp != nil:
+		l.prefills[m.prefillUp.id] = m.prefillUp.addr
+	case m.prefillGone != 0:
+		delete(l.prefills, m.prefillGone)
+	case m.refused != nil:
+		l.refuseConnect(m.refused)
 	}
 }
 
@@ -915,18 +938,39 @@ func (l *workerLoop) openRoom(tid, reqID uint64) bool {
 }
 
 // connect is the decode side of a transfer: dial the source's transfer
-// server named in the params and report its answer.
+// server named in the params, if a registered prefill advertises it
+// (prefills.go), and report its answer.
 func (l *workerLoop) connect(c plane.Command) {
 	target, err := transfer.TargetOf(l.cfg.Engine, c.Params)
 	if err != nil {
 		l.items = append(l.items, plane.Item{Status: &plane.WireStatus{TID: c.TID, Status: plane.StatusName(handoff.Error), Err: err.Error()}})
 		return
 	}
-	tid, reqID := c.TID, c.ID
+	tid, reqID, session := c.TID, c.ID, c.Session
 	wait := l.awaitBound()
+	known := l.advertised(target.Addr)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		if !known {
+			// Not seen on the watch (yet): etcd says for sure.
+			ok, err := l.advertisedNow(l.cctx, target.Addr)
+			if err != nil || !ok {
+				ws := &plane.WireStatus{TID: tid, Status: plane.StatusName(handoff.Error)}
+				m := workerMsg{status: ws}
+				if err != nil {
+					ws.Err = fmt.Sprintf("transfer %d: cannot check that a registered prefill advertises %s: %v", tid, target.Addr, err)
+				} else {
+					ws.Err = fmt.Sprintf("transfer %d: no registered prefill worker advertises %s; not dialed", tid, target.Addr)
+					m = workerMsg{refused: &unadvertised{session: session, addr: target.Addr, status: ws}}
+				}
+				select {
+				case l.in <- m:
+				case <-l.cctx.Done():
+				}
+				return
+			}
+		}
 		// A source that went away without a word (the network dropped
 		// under a kept connection) must not hold the request for ever:
 		// past every timeout that could still end the hold, it is an

@@ -203,13 +203,17 @@ const (
 	RejectUnknownSession = "unknown_session" // no key for it here
 	RejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
 	RejectLimit          = "limit"           // a bound on held state reached
+	// RejectUnadvertised is a decode's connect to a transfer address no
+	// registered prefill advertised.
+	RejectUnadvertised = "unadvertised_address"
 )
 
 // Rejections counts dropped messages by reason; safe for concurrent use.
 type Rejections struct {
-	malformed, badMAC, unknownSession, unknownRouter, limit atomic.Uint64
+	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised atomic.Uint64
 }
 
+// Add counts one message dropped for reason.
 func (r *Rejections) Add(reason string) {
 	switch reason {
 	case RejectMalformed:
@@ -222,11 +226,15 @@ func (r *Rejections) Add(reason string) {
 		r.unknownRouter.Add(1)
 	case RejectLimit:
 		r.limit.Add(1)
+	case RejectUnadvertised:
+		r.unadvertised.Add(1)
 	}
 }
 
+// Total is every message dropped.
 func (r *Rejections) Total() uint64 {
-	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load()
+	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load() +
+		r.unadvertised.Load()
 }
 
 // ByReason is the counts by reason, the zero ones left out.
@@ -236,7 +244,7 @@ func (r *Rejections) ByReason() map[string]uint64 {
 		name string
 		n    uint64
 	}{{RejectMalformed, r.malformed.Load()}, {RejectBadMAC, r.badMAC.Load()}, {RejectUnknownSession, r.unknownSession.Load()},
-		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}} {
+		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()}} {
 		if c.n > 0 {
 			out[c.name] = c.n
 		}
