@@ -89,7 +89,7 @@ type coupledDriver struct {
 type testRouter struct {
 	id    int64
 	ns    string
-	plane plane.PlaneKey
+	plane plane.KeyPair
 	mu    sync.Mutex
 	keys  map[uint64][]byte // by session
 }
@@ -101,7 +101,7 @@ func newTestRouter(t *testing.T, ls *localServices, ns string) *testRouter {
 	ec := etcdClient(t, ls)
 	lease, err := ec.Grant(context.Background(), 600)
 	require.NoError(t, err)
-	key, err := plane.NewPlaneKey()
+	key, err := plane.NewKeyPair()
 	require.NoError(t, err)
 	rec, err := json.Marshal(plane.RouterRegistration{RouterID: int64(lease.ID), PlaneKey: key.Public()})
 	require.NoError(t, err)

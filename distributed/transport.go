@@ -111,11 +111,11 @@ type transport struct {
 	// rejoining, when set, runs between a worker's leaving and its
 	// joining again (a test widens the gap).
 	rejoining func()
-	// plane is the router's key pair (plane.PlaneKey); leaveID and leaveKey seal
+	// plane is the router's key pair (plane.KeyPair); leaveID and leaveKey seal
 	// the departure markers it sends itself; rejected counts the frames
 	// dropped at its gate (gate.go), workerRejected the commands each
 	// worker says it dropped.
-	plane          plane.PlaneKey
+	plane          plane.KeyPair
 	leaveID        uint64
 	leaveKey       []byte
 	rejected       plane.Rejections
@@ -173,7 +173,7 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 		leaveID: plane.NewSessionID(), leaveKey: plane.NewMACKey(), workerRejected: map[string]uint64{}}
 	t.epoch, t.scale = host.Epoch()
 	var err error
-	if t.plane, err = plane.NewPlaneKey(); err != nil {
+	if t.plane, err = plane.NewKeyPair(); err != nil {
 		cancel()
 		return nil, err
 	}

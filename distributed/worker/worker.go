@@ -167,7 +167,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	defer nc.Close()
 
-	planeKey, err := plane.NewPlaneKey()
+	planeKey, err := plane.NewKeyPair()
 	if err != nil {
 		return err
 	}
@@ -418,7 +418,7 @@ type workerLoop struct {
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
-	plane   plane.PlaneKey
+	plane   plane.KeyPair
 	routers map[int64]string
 	// prefills are the transfer addresses of the namespace's registered
 	// prefill workers by instance id, the only ones a decode dials

@@ -141,26 +141,27 @@ func Verify(t SealTag, key []byte, dir byte, subject string, body []byte) bool {
 	return hmac.Equal(m[:], t.mac[:])
 }
 
-// PlaneKey is a worker's or a router's X25519 key pair.
-type PlaneKey struct{ priv *ecdh.PrivateKey }
+// KeyPair is a worker's or a router's X25519 key pair.
+type KeyPair struct{ priv *ecdh.PrivateKey }
 
-func NewPlaneKey() (PlaneKey, error) {
+// NewKeyPair makes a key pair from the OS's randomness.
+func NewKeyPair() (KeyPair, error) {
 	k, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
-		return PlaneKey{}, fmt.Errorf("plane key: %w", err)
+		return KeyPair{}, fmt.Errorf("plane key: %w", err)
 	}
-	return PlaneKey{priv: k}, nil
+	return KeyPair{priv: k}, nil
 }
 
 // Public is the pair's public half as etcd records carry it.
-func (k PlaneKey) Public() string {
+func (k KeyPair) Public() string {
 	return base64.StdEncoding.EncodeToString(k.priv.PublicKey().Bytes())
 }
 
 // SessionKey derives the MAC key of session between worker instance and
 // router (lease ids) in namespace ns, from this side's pair and the other
 // side's public half (base64, as etcd carries it).
-func (k PlaneKey) SessionKey(peer string, ns string, instance, router int64, session uint64) ([]byte, error) {
+func (k KeyPair) SessionKey(peer string, ns string, instance, router int64, session uint64) ([]byte, error) {
 	raw, err := base64.StdEncoding.DecodeString(peer)
 	if err != nil {
 		return nil, fmt.Errorf("plane key: %w", err)

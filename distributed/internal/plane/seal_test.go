@@ -3,7 +3,6 @@ package plane
 import (
 	"encoding/json"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -72,11 +71,11 @@ func TestSeal_MalformedHeadersAreRefused(t *testing.T) {
 // half; any other session, worker, router or namespace has another.
 func TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession(t *testing.T) {
 	t.Parallel()
-	router, err := NewPlaneKey()
+	router, err := NewKeyPair()
 	require.NoError(t, err)
-	worker, err := NewPlaneKey()
+	worker, err := NewKeyPair()
 	require.NoError(t, err)
-	stranger, err := NewPlaneKey()
+	stranger, err := NewKeyPair()
 	require.NoError(t, err)
 	k1, err := router.SessionKey(worker.Public(), "ns", 0x10, 0x20, 5)
 	require.NoError(t, err)
@@ -85,7 +84,7 @@ func TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession(t *testing.T) {
 	assert.Equal(t, k1, k2)
 	others := []struct {
 		name string
-		k    PlaneKey
+		k    KeyPair
 		peer string
 		ns   string
 		inst int64
@@ -106,8 +105,6 @@ func TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession(t *testing.T) {
 	_, err = worker.SessionKey("not base64!", "ns", 1, 2, 3)
 	assert.Error(t, err)
 }
-
-var timeZero = time.Unix(0, 0)
 
 // benchBodies are a typical submit and a typical decode
 // frame, as the plane encodes them.
