@@ -8,7 +8,8 @@
 // applies each session's once and in order, and publishes its frames
 // (pass outputs, input replies, transfer steps) numbered and kept for
 // resending. A prefill worker runs a transfer server on its advertised
-// host.
+// host; a decode dials only the transfer servers that registered prefill
+// workers advertise (prefills.go).
 //
 // The worker resolves its engine args as the cluster resolves a pool's
 // (cluster.WorkerArgs) and runs a handoff's transfer steps with the same
