@@ -2,13 +2,13 @@ package cluster
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
+	"github.com/kvstrand/mocker/transfer"
 )
 
 // transferLink carries a handoff's transfer-room steps between a prefill
@@ -293,24 +293,20 @@ func (l *tcpLink) open(r *request) {
 
 func (l *tcpLink) close(r *request, transferred bool) {
 	p, tid := r.prefill, r.tid
-	var err error
-	if transferred {
-		err = p.server.Complete(tid)
-	} else {
-		err = p.server.Abort(tid)
-	}
-	if err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+	if err := transfer.Close(p.server, tid, transferred); err != nil {
 		l.c.log.Warn("transfer outcome not delivered", "worker", p.name, "transfer_id", tid, "err", err)
 	}
 }
 
 func (l *tcpLink) connect(r *request) {
 	p, tid, reqID := r.prefill, r.tid, r.id
-	addr, room, token, err := l.c.handoffParams(p, tid, reqID)
+	// The params go through the decode's reading of them, as they would
+	// between processes.
+	target, err := transfer.TargetOf(l.c.cfg.Engine, transfer.Params(p.server, l.c.cfg.Engine, tid, reqID))
 	if r.pd != nil && r.pd.claimed {
 		// A claimed split request connects where its claim says, with the
 		// claim's token: the server authenticates what the caller sent.
-		addr, room, token, err = r.pd.addr, tid, r.pd.token, nil
+		target, err = transfer.Target{Addr: r.pd.addr, Room: tid, Token: r.pd.token}, nil
 	}
 	if err != nil {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: err.Error()}})
@@ -319,17 +315,8 @@ func (l *tcpLink) connect(r *request) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		st, err := l.client.Await(l.ctx, addr, room, reqID, token)
-		ls := linkStatus{status: handoff.Error}
-		switch {
-		case st == bootstrap.StatusACK:
-			ls.status = handoff.ACK
-		case errors.Is(err, bootstrap.ErrAborted):
-			ls.status, ls.err = handoff.Abort, err.Error()
-		case err != nil:
-			ls.err = err.Error()
-		}
-		l.c.send(linkMsg{tid: tid, status: ls})
+		st := transfer.Await(l.ctx, &l.client, target, reqID)
+		l.c.send(linkMsg{tid: tid, status: linkStatus{status: st.Status, err: st.Err}})
 	}()
 }
 
@@ -339,18 +326,4 @@ func (l *tcpLink) shutdown() {
 	l.cancel()
 	l.wg.Wait()
 	_ = l.client.Close()
-}
-
-// handoffParams builds the params the prefill returns with its first token
-// and reads them back as the decode side does: vLLM's {transfer_id,
-// prefill_host, prefill_port} or SGLang's {bootstrap_host, bootstrap_port,
-// bootstrap_room}, each with the transfer's token. It returns the transfer
-// server's address, the id and the token.
-func (c *Cluster) handoffParams(p *workerNode, tid, reqID uint64) (string, uint64, bootstrap.Token, error) {
-	if c.cfg.Engine == string(engine.EngineSGLang) {
-		sp, _, err := bootstrap.ParseSGLangParams(p.server.SGLangParams(tid, reqID))
-		return sp.Addr(), sp.BootstrapRoom, sp.BootstrapToken, err
-	}
-	vp, _, err := bootstrap.ParseVLLMParams(p.server.VLLMParams(tid, reqID))
-	return vp.Addr(), vp.TransferID, vp.TransferToken, err
 }

@@ -8,6 +8,17 @@ import (
 	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
+// The environment variables a worker and a router read their secrets
+// from when their config names none: secrets stay off the command line,
+// where `ps` shows them to every user of the host.
+const (
+	EnvNATSUser     = "MOCKER_NATS_USER"
+	EnvNATSPassword = "MOCKER_NATS_PASSWORD"
+	EnvNATSToken    = "MOCKER_NATS_TOKEN"
+	EnvEtcdUsername = "MOCKER_ETCD_USERNAME"
+	EnvEtcdPassword = "MOCKER_ETCD_PASSWORD"
+)
+
 // Secret is a credential (a password, a token). It prints, logs and
 // encodes as "[redacted]", so a config echoed into an error, a log or a
 // summary never shows it.

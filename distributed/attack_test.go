@@ -18,6 +18,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -30,9 +32,9 @@ type attacker struct {
 	ns string
 
 	mu       sync.Mutex
-	cmds     map[string][][]byte // by subject, as published
-	frames   map[string][]*frame // by subject, their bodies as read
-	sessions map[string]uint64   // a session seen on each cmd subject
+	cmds     map[string][][]byte       // by subject, as published
+	frames   map[string][]*plane.Frame // by subject, their bodies as read
+	sessions map[string]uint64         // a session seen on each cmd subject
 }
 
 func newAttacker(t *testing.T, natsURL, ns string, opts ...nats.Option) *attacker {
@@ -41,20 +43,20 @@ func newAttacker(t *testing.T, natsURL, ns string, opts ...nats.Option) *attacke
 	nc, err := nats.Connect(natsURL, append([]nats.Option{nats.NoEcho()}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	a := &attacker{t: t, nc: nc, ns: ns, cmds: map[string][][]byte{}, frames: map[string][]*frame{}, sessions: map[string]uint64{}}
+	a := &attacker{t: t, nc: nc, ns: ns, cmds: map[string][][]byte{}, frames: map[string][]*plane.Frame{}, sessions: map[string]uint64{}}
 	_, err = nc.Subscribe("mocker."+ns+".*.cmd", func(m *nats.Msg) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.cmds[m.Subject] = append(a.cmds[m.Subject], m.Data)
 		// The session is in the clear, in the tag and in the body.
-		if tags, _, err := unseal(m.Data); err == nil && len(tags) == 1 && a.sessions[m.Subject] == 0 {
-			a.sessions[m.Subject] = tags[0].id
+		if tags, _, err := plane.Unseal(m.Data); err == nil && len(tags) == 1 && a.sessions[m.Subject] == 0 {
+			a.sessions[m.Subject] = tags[0].ID
 		}
 	})
 	require.NoError(t, err)
 	_, err = nc.Subscribe("mocker."+ns+".*.out", func(m *nats.Msg) {
-		if _, body, err := unseal(m.Data); err == nil {
-			f := new(frame)
+		if _, body, err := plane.Unseal(m.Data); err == nil {
+			f := new(plane.Frame)
 			if json.Unmarshal(body, f) == nil {
 				a.mu.Lock()
 				a.frames[m.Subject] = append(a.frames[m.Subject], f)
@@ -68,7 +70,7 @@ func newAttacker(t *testing.T, natsURL, ns string, opts ...nats.Option) *attacke
 }
 
 // session is a router session seen on worker reg's command subject.
-func (a *attacker) session(reg Registration) uint64 {
+func (a *attacker) session(reg plane.Registration) uint64 {
 	a.t.Helper()
 	var s uint64
 	require.Eventually(a.t, func() bool {
@@ -81,7 +83,7 @@ func (a *attacker) session(reg Registration) uint64 {
 }
 
 // head is the next frame Seq worker reg will publish, as its frames say.
-func (a *attacker) head(reg Registration) uint64 {
+func (a *attacker) head(reg plane.Registration) uint64 {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	h := uint64(1)
@@ -93,18 +95,18 @@ func (a *attacker) head(reg Registration) uint64 {
 
 // command publishes c sealed under a key of the attacker's own, filed
 // under tagID.
-func (a *attacker) command(reg Registration, tagID uint64, c command) {
+func (a *attacker) command(reg plane.Registration, tagID uint64, c plane.Command) {
 	body, err := json.Marshal(c)
 	require.NoError(a.t, err)
-	require.NoError(a.t, a.nc.Publish(reg.CmdSubject, seal(dirCommand, reg.CmdSubject, body, keyed{id: tagID, key: newMACKey()})))
+	require.NoError(a.t, a.nc.Publish(reg.CmdSubject, plane.Seal(plane.DirCommand, reg.CmdSubject, body, plane.Keyed{ID: tagID, Key: plane.NewMACKey()})))
 }
 
 // frame publishes f as worker reg's, sealed for tagID under a key of the
 // attacker's own.
-func (a *attacker) frame(reg Registration, tagID uint64, f frame) {
+func (a *attacker) frame(reg plane.Registration, tagID uint64, f plane.Frame) {
 	body, err := json.Marshal(f)
 	require.NoError(a.t, err)
-	require.NoError(a.t, a.nc.Publish(reg.OutSubject, seal(dirFrame, reg.OutSubject, body, keyed{id: tagID, key: newMACKey()})))
+	require.NoError(a.t, a.nc.Publish(reg.OutSubject, plane.Seal(plane.DirFrame, reg.OutSubject, body, plane.Keyed{ID: tagID, Key: plane.NewMACKey()})))
 }
 
 // raw publishes data as it is.
@@ -113,7 +115,7 @@ func (a *attacker) raw(subject string, data []byte) {
 }
 
 // replay publishes again every command seen on reg's subject, in order.
-func (a *attacker) replay(reg Registration) int {
+func (a *attacker) replay(reg plane.Registration) int {
 	a.mu.Lock()
 	cmds := append([][]byte(nil), a.cmds[reg.CmdSubject]...)
 	a.mu.Unlock()
@@ -124,13 +126,13 @@ func (a *attacker) replay(reg Registration) int {
 }
 
 // registrations are the namespace's worker registrations by name.
-func registrations(t *testing.T, ec *clientv3.Client, ns string) map[string]Registration {
+func registrations(t *testing.T, ec *clientv3.Client, ns string) map[string]plane.Registration {
 	t.Helper()
-	resp, err := ec.Get(context.Background(), registrationPrefix(ns), clientv3.WithPrefix())
+	resp, err := ec.Get(context.Background(), plane.RegistrationPrefix(ns), clientv3.WithPrefix())
 	require.NoError(t, err)
-	out := map[string]Registration{}
+	out := map[string]plane.Registration{}
 	for _, kv := range resp.Kvs {
-		var reg Registration
+		var reg plane.Registration
 		require.NoError(t, json.Unmarshal(kv.Value, &reg))
 		out[reg.Name] = reg
 	}
@@ -142,84 +144,84 @@ func registrations(t *testing.T, ec *clientv3.Client, ns string) map[string]Regi
 // workers' commands). The test looks for the harm each would do.
 type attack struct {
 	name string
-	run  func(a *attacker, p, d Registration, router int64) (frames, commands int)
+	run  func(a *attacker, p, d plane.Registration, router int64) (frames, commands int)
 }
 
 // forgeries is every attack on the request plane, each of which today's
 // plane must drop and count.
 func forgeries(dialed func() string) []attack {
 	return []attack{
-		{name: "leave marker on a worker's out subject, unsealed", run: func(a *attacker, p, _ Registration, _ int64) (int, int) {
+		{name: "leave marker on a worker's out subject, unsealed", run: func(a *attacker, p, _ plane.Registration, _ int64) (int, int) {
 			a.raw(p.OutSubject, []byte(`{"seq":0,"leave":"x"}`))
 			return 1, 0
 		}},
-		{name: "leave marker sealed under a guessed tag", run: func(a *attacker, p, _ Registration, _ int64) (int, int) {
-			a.frame(p, a.session(p), frame{Leave: "x"})
-			a.frame(p, newSessionID(), frame{Leave: "x"})
+		{name: "leave marker sealed under a guessed tag", run: func(a *attacker, p, _ plane.Registration, _ int64) (int, int) {
+			a.frame(p, a.session(p), plane.Frame{Leave: "x"})
+			a.frame(p, plane.NewSessionID(), plane.Frame{Leave: "x"})
 			return 2, 0
 		}},
-		{name: "bye with the session id read off cmd", run: func(a *attacker, p, d Registration, _ int64) (int, int) {
-			for _, reg := range []Registration{p, d} {
+		{name: "bye with the session id read off cmd", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
+			for _, reg := range []plane.Registration{p, d} {
 				s := a.session(reg)
-				a.command(reg, s, command{Op: opBye, Session: s})
+				a.command(reg, s, plane.Command{Op: plane.OpBye, Session: s})
 			}
 			return 0, 2
 		}},
-		{name: "coupled hello to each worker, naming the live router", run: func(a *attacker, p, d Registration, router int64) (int, int) {
-			for _, reg := range []Registration{p, d} {
-				s := newSessionID()
-				a.command(reg, s, command{Op: opHello, Session: s, Seq: 1, Router: router, Coupled: true})
+		{name: "coupled hello to each worker, naming the live router", run: func(a *attacker, p, d plane.Registration, router int64) (int, int) {
+			for _, reg := range []plane.Registration{p, d} {
+				s := plane.NewSessionID()
+				a.command(reg, s, plane.Command{Op: plane.OpHello, Session: s, Seq: 1, Router: router, Coupled: true})
 			}
 			return 0, 2
 		}},
-		{name: "hello naming a router that is not registered", run: func(a *attacker, p, _ Registration, _ int64) (int, int) {
-			s := newSessionID()
-			a.command(p, s, command{Op: opHello, Session: s, Seq: 1, Router: 0x7777, Coupled: true})
+		{name: "hello naming a router that is not registered", run: func(a *attacker, p, _ plane.Registration, _ int64) (int, int) {
+			s := plane.NewSessionID()
+			a.command(p, s, plane.Command{Op: plane.OpHello, Session: s, Seq: 1, Router: 0x7777, Coupled: true})
 			return 0, 1
 		}},
-		{name: "open_room flood in the live session and in made-up ones", run: func(a *attacker, p, _ Registration, _ int64) (int, int) {
+		{name: "open_room flood in the live session and in made-up ones", run: func(a *attacker, p, _ plane.Registration, _ int64) (int, int) {
 			s := a.session(p)
 			const n = 300
 			for i := range uint64(n) {
-				a.command(p, s, command{Op: opOpenRoom, Session: s, Seq: 1_000_000 + i, TID: 1_000_000 + i, ID: i})
-				a.command(p, newSessionID(), command{Op: opOpenRoom, Seq: 2, TID: 2_000_000 + i, ID: i})
+				a.command(p, s, plane.Command{Op: plane.OpOpenRoom, Session: s, Seq: 1_000_000 + i, TID: 1_000_000 + i, ID: i})
+				a.command(p, plane.NewSessionID(), plane.Command{Op: plane.OpOpenRoom, Seq: 2, TID: 2_000_000 + i, ID: i})
 			}
 			return 0, 2 * n
 		}},
-		{name: "connect making the decode dial the attacker", run: func(a *attacker, _, d Registration, _ int64) (int, int) {
+		{name: "connect making the decode dial the attacker", run: func(a *attacker, _, d plane.Registration, _ int64) (int, int) {
 			host, port, err := net.SplitHostPort(dialed())
 			require.NoError(a.t, err)
 			params := fmt.Sprintf(`{"remote_host":%q,"remote_port":%s,"transfer_id":1,"transfer_token":"x"}`, host, port)
 			s := a.session(d)
 			for seq := range uint64(50) {
-				a.command(d, s, command{Op: opConnect, Session: s, Seq: 2 + seq, TID: 1, ID: 1, Params: json.RawMessage(params)})
+				a.command(d, s, plane.Command{Op: plane.OpConnect, Session: s, Seq: 2 + seq, TID: 1, ID: 1, Params: json.RawMessage(params)})
 			}
 			return 0, 50
 		}},
-		{name: "cancel of every request id", run: func(a *attacker, p, d Registration, _ int64) (int, int) {
+		{name: "cancel of every request id", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
 			n := 0
-			for _, reg := range []Registration{p, d} {
+			for _, reg := range []plane.Registration{p, d} {
 				s := a.session(reg)
 				for id := range uint64(100) {
-					a.command(reg, s, command{Op: opCancel, Session: s, Seq: 2 + id, ID: id})
+					a.command(reg, s, plane.Command{Op: plane.OpCancel, Session: s, Seq: 2 + id, ID: id})
 					n++
 				}
 			}
 			return 0, n
 		}},
-		{name: "unsealed commands, as a plain NATS client writes them", run: func(a *attacker, p, d Registration, _ int64) (int, int) {
+		{name: "unsealed commands, as a plain NATS client writes them", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
 			a.raw(p.CmdSubject, []byte(`{"op":"cancel","id":1}`))
 			a.raw(d.CmdSubject, []byte(`{"op":"bye","session":1}`))
 			return 0, 2
 		}},
-		{name: "frames at the next seq with a peak of 4e9 held blocks", run: func(a *attacker, p, d Registration, _ int64) (int, int) {
+		{name: "frames at the next seq with a peak of 4e9 held blocks", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
 			n := 0
-			for _, reg := range []Registration{p, d} {
+			for _, reg := range []plane.Registration{p, d} {
 				s, head := a.session(reg), a.head(reg)
 				for i := range uint64(20) {
-					out := &wireOutput{Start: 0, End: 1, Metrics: engine.Metrics{HeldBlocks: 4_000_000_000}}
-					a.frame(reg, s, frame{Seq: head + i, Head: head + i + 1, Items: []item{{Output: out}},
-						Acks: []sessionAck{{Session: s, Seq: 1 << 40, From: head}}})
+					out := &plane.WireOutput{Start: 0, End: 1, Metrics: engine.Metrics{HeldBlocks: 4_000_000_000}}
+					a.frame(reg, s, plane.Frame{Seq: head + i, Head: head + i + 1, Items: []plane.Item{{Output: out}},
+						Acks: []plane.SessionAck{{Session: s, Seq: 1 << 40, From: head}}})
 					n++
 				}
 			}
@@ -248,8 +250,8 @@ func TestAttack_ForgedPlaneMessagesAreDroppedAndCounted(t *testing.T) {
 func forgedPlaneMessages(t *testing.T, ls *localServices) {
 	const ns = "attack"
 	startWorkers(t, ls, ns,
-		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`), MaxRooms: 64},
-		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
+		worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`), MaxRooms: 64},
+		worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
 	regs := registrations(t, etcdClient(t, ls), ns)
 	p, d := regs["p0"], regs["d0"]
 	var creds []nats.Option
@@ -342,7 +344,7 @@ func forgedPlaneMessages(t *testing.T, ls *localServices) {
 	ps := tr.PlaneStats()
 	assert.Equal(t, ps.Rejected, tr.PlaneRejected(), "what the summary shows")
 	t.Logf("forged %d frames and %d commands, replayed %d: %+v", wantFrames, wantCommands, replayed, ps)
-	assert.Positive(t, ps.RejectedFrames[rejectBadMAC], "forged frames fail their MAC")
+	assert.Positive(t, ps.RejectedFrames[plane.RejectBadMAC], "forged frames fail their MAC")
 	assert.True(t, strings.Contains(fmt.Sprint(ps.WorkerRejected), "p0") && strings.Contains(fmt.Sprint(ps.WorkerRejected), "d0"),
 		"both workers dropped commands: %v", ps.WorkerRejected)
 }
@@ -355,7 +357,7 @@ func TestAttack_RegistrationsNotUnderTheirLeaseAreIgnored(t *testing.T) {
 	t.Parallel()
 	ls := services(t)
 	const ns = "fake-reg"
-	startWorkers(t, ls, ns, WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`)})
+	startWorkers(t, ls, ns, worker.Config{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 10}`)})
 	ec := etcdClient(t, ls)
 	real := registrations(t, ec, ns)["w0"]
 	other, err := ec.Grant(context.Background(), 60)
@@ -363,10 +365,10 @@ func TestAttack_RegistrationsNotUnderTheirLeaseAreIgnored(t *testing.T) {
 	fake := func(name string, id int64, opts ...clientv3.OpOption) {
 		reg := real
 		reg.Name, reg.InstanceID = name, id
-		reg.CmdSubject, reg.OutSubject = cmdSubject(ns, id), outSubject(ns, id)
+		reg.CmdSubject, reg.OutSubject = plane.CmdSubject(ns, id), plane.OutSubject(ns, id)
 		data, err := json.Marshal(reg)
 		require.NoError(t, err)
-		_, err = ec.Put(context.Background(), registrationKey(ns, id), string(data), opts...)
+		_, err = ec.Put(context.Background(), plane.RegistrationKey(ns, id), string(data), opts...)
 		require.NoError(t, err)
 	}
 	fake("no-lease", 0x51)
@@ -404,11 +406,11 @@ func TestAuth_ClientsWithoutCredentialsCannotConnect(t *testing.T) {
 	ls := securedServices(t)
 	_, err := nats.Connect(ls.natsURL)
 	require.Error(t, err, "NATS without credentials")
-	_, err = dialNATS(ls.natsURL, "wrong", cluster.NATSAuth{User: ls.natsAuth.User, Password: "hunter2-wrong"})
+	_, err = plane.DialNATS(ls.natsURL, "wrong", cluster.NATSAuth{User: ls.natsAuth.User, Password: "hunter2-wrong"})
 	require.Error(t, err)
 	assert.ErrorIs(t, err, nats.ErrAuthorization)
 	assert.NotContains(t, err.Error(), "hunter2")
-	_, err = dialNATS("nats://mocker:hunter2-in-url@"+strings.TrimPrefix(ls.natsURL, "nats://"), "wrong-url", cluster.NATSAuth{})
+	_, err = plane.DialNATS("nats://mocker:hunter2-in-url@"+strings.TrimPrefix(ls.natsURL, "nats://"), "wrong-url", cluster.NATSAuth{})
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hunter2")
 
@@ -416,11 +418,11 @@ func TestAuth_ClientsWithoutCredentialsCannotConnect(t *testing.T) {
 		"no credentials": {},
 		"wrong password": {Username: ls.etcdAuth.Username, Password: "hunter2-wrong"},
 	} {
-		ec, err := dialEtcd(context.Background(), []string{ls.etcdURL}, auth)
+		ec, err := plane.DialEtcd(context.Background(), []string{ls.etcdURL}, auth)
 		if err == nil {
 			// Without credentials etcd answers a range only when auth is
 			// off: a write must fail all the same.
-			_, err = ec.Put(context.Background(), registrationKey("x", 1), "{}")
+			_, err = ec.Put(context.Background(), plane.RegistrationKey("x", 1), "{}")
 			_ = ec.Close()
 		}
 		require.Error(t, err, name)
@@ -428,10 +430,10 @@ func TestAuth_ClientsWithoutCredentialsCannotConnect(t *testing.T) {
 	}
 
 	// With them, both work.
-	nc, err := dialNATS(ls.natsURL, "right", ls.natsAuth)
+	nc, err := plane.DialNATS(ls.natsURL, "right", ls.natsAuth)
 	require.NoError(t, err)
 	nc.Close()
-	ec, err := dialEtcd(context.Background(), []string{ls.etcdURL}, ls.etcdAuth)
+	ec, err := plane.DialEtcd(context.Background(), []string{ls.etcdURL}, ls.etcdAuth)
 	require.NoError(t, err)
 	_ = ec.Close()
 }
@@ -451,7 +453,7 @@ func TestAuth_SecretsNeverPrint(t *testing.T) {
 	_, auths, found := strings.Cut(string(data), "nats_auth")
 	require.True(t, found, "the config encodes its NATS credentials: %s", data)
 	for _, out := range []string{auths, fmt.Sprintf("%v %+v %#v", tc.NATSAuth, tc.EtcdAuth, tc.EtcdAuth),
-		logs.String(), redactedURLs(tc.Etcd), cluster.RedactURL(tc.NATS)} {
+		logs.String(), plane.RedactedURLs(tc.Etcd), cluster.RedactURL(tc.NATS)} {
 		assert.NotContains(t, out, "hunter2")
 	}
 }

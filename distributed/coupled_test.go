@@ -17,6 +17,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/perf"
 )
@@ -73,8 +75,8 @@ func completionsOf(cs []engine.Completion) []completion {
 type coupledDriver struct {
 	t       *testing.T
 	nc      *nats.Conn
-	reg     Registration
-	frames  chan *frame
+	reg     plane.Registration
+	frames  chan *plane.Frame
 	session uint64
 	seq     uint64
 	turn    uint64
@@ -87,7 +89,7 @@ type coupledDriver struct {
 type testRouter struct {
 	id    int64
 	ns    string
-	plane planeKey
+	plane plane.KeyPair
 	mu    sync.Mutex
 	keys  map[uint64][]byte // by session
 }
@@ -99,23 +101,23 @@ func newTestRouter(t *testing.T, ls *localServices, ns string) *testRouter {
 	ec := etcdClient(t, ls)
 	lease, err := ec.Grant(context.Background(), 600)
 	require.NoError(t, err)
-	plane, err := newPlaneKey()
+	key, err := plane.NewKeyPair()
 	require.NoError(t, err)
-	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), PlaneKey: plane.public()})
+	rec, err := json.Marshal(plane.RouterRegistration{RouterID: int64(lease.ID), PlaneKey: key.Public()})
 	require.NoError(t, err)
-	_, err = ec.Put(context.Background(), routerKey(ns, int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
+	_, err = ec.Put(context.Background(), plane.RouterKey(ns, int64(lease.ID)), string(rec), clientv3.WithLease(lease.ID))
 	require.NoError(t, err)
-	return &testRouter{id: int64(lease.ID), ns: ns, plane: plane, keys: map[uint64][]byte{}}
+	return &testRouter{id: int64(lease.ID), ns: ns, plane: key, keys: map[uint64][]byte{}}
 }
 
 // key is session's MAC key with worker reg.
-func (r *testRouter) key(t *testing.T, reg Registration, session uint64) []byte {
+func (r *testRouter) key(t *testing.T, reg plane.Registration, session uint64) []byte {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if k := r.keys[session]; k != nil {
 		return k
 	}
-	k, err := r.plane.sessionKey(reg.PlaneKey, r.ns, reg.InstanceID, r.id, session)
+	k, err := r.plane.SessionKey(reg.PlaneKey, r.ns, reg.InstanceID, r.id, session)
 	require.NoError(t, err)
 	r.keys[session] = k
 	return k
@@ -124,14 +126,14 @@ func (r *testRouter) key(t *testing.T, reg Registration, session uint64) []byte 
 // open returns a frame's body when one of the router's sessions' tags
 // verifies.
 func (r *testRouter) open(subject string, data []byte) ([]byte, bool) {
-	tags, body, err := unseal(data)
+	tags, body, err := plane.Unseal(data)
 	if err != nil {
 		return nil, false
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, tag := range tags {
-		if k := r.keys[tag.id]; k != nil && verify(tag, k, dirFrame, subject, body) {
+		if k := r.keys[tag.ID]; k != nil && plane.Verify(tag, k, plane.DirFrame, subject, body) {
 			return body, true
 		}
 	}
@@ -141,18 +143,25 @@ func (r *testRouter) open(subject string, data []byte) ([]byte, bool) {
 func newCoupledDriver(t *testing.T, ls *localServices, ns string, router *testRouter) *coupledDriver {
 	t.Helper()
 	ec := etcdClient(t, ls)
-	resp, err := ec.Get(context.Background(), registrationPrefix(ns), clientv3.WithPrefix())
+	resp, err := ec.Get(context.Background(), plane.RegistrationPrefix(ns), clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 1)
-	var reg Registration
+	var reg plane.Registration
 	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &reg))
-	nc, err := dialNATS(ls.natsURL, "coupled-test", ls.natsAuth)
+	return driverFor(t, ls, reg, router)
+}
+
+// driverFor is a coupledDriver of worker reg's that has not said hello
+// yet; its frames are the ones that verify under router's sessions.
+func driverFor(t *testing.T, ls *localServices, reg plane.Registration, router *testRouter) *coupledDriver {
+	t.Helper()
+	nc, err := plane.DialNATS(ls.natsURL, "coupled-test", ls.natsAuth)
 	require.NoError(t, err)
 	t.Cleanup(nc.Close)
-	d := &coupledDriver{t: t, nc: nc, reg: reg, frames: make(chan *frame, 1024), router: router}
+	d := &coupledDriver{t: t, nc: nc, reg: reg, frames: make(chan *plane.Frame, 1024), router: router}
 	sub, err := nc.Subscribe(reg.OutSubject, func(m *nats.Msg) {
 		body, ok := router.open(m.Subject, m.Data)
-		f := new(frame)
+		f := new(plane.Frame)
 		if ok && json.Unmarshal(body, f) == nil {
 			d.frames <- f
 		}
@@ -163,19 +172,19 @@ func newCoupledDriver(t *testing.T, ls *localServices, ns string, router *testRo
 	return d
 }
 
-func (d *coupledDriver) send(c command) {
+func (d *coupledDriver) send(c plane.Command) {
 	if d.jitter != nil {
 		d.jitter()
 	}
 	d.seq++
 	c.Session, c.Seq = d.session, d.seq
-	if c.Op == opHello {
+	if c.Op == plane.OpHello {
 		c.Router = d.router.id
 	}
 	data, err := json.Marshal(c)
 	require.NoError(d.t, err)
 	key := d.router.key(d.t, d.reg, d.session)
-	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, seal(dirCommand, d.reg.CmdSubject, data, keyed{id: d.session, key: key})))
+	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, plane.Seal(plane.DirCommand, d.reg.CmdSubject, data, plane.Keyed{ID: d.session, Key: key})))
 }
 
 // answer waits for the frame that answers turn, collecting the outputs'
@@ -214,28 +223,28 @@ func (d *coupledDriver) run(session uint64) []engine.Completion {
 	d.session, d.seq, d.turn = session, 0, 1
 	at, reqs := coupledLoad()
 	var done []engine.Completion
-	d.send(command{Op: opHello, Coupled: true, At: at[0], Turn: d.turn})
+	d.send(plane.Command{Op: plane.OpHello, Coupled: true, At: at[0], Turn: d.turn})
 	next, pending := d.answer(d.turn, &done)
 	i := 0
 	for i < len(reqs) || pending {
 		d.turn++
 		if i < len(reqs) && (!pending || at[i] <= next) {
 			r := reqs[i]
-			d.send(command{Op: opSubmit, At: at[i], Turn: d.turn, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens})
+			d.send(plane.Command{Op: plane.OpSubmit, At: at[i], Turn: d.turn, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens})
 			i++
 		} else {
-			d.send(command{Op: opRun, Until: next, Turn: d.turn})
+			d.send(plane.Command{Op: plane.OpRun, Until: next, Turn: d.turn})
 		}
 		next, pending = d.answer(d.turn, &done)
 	}
-	d.send(command{Op: opBye})
+	d.send(plane.Command{Op: plane.OpBye})
 	return done
 }
 
 // inProcess runs the same load on an engine in this process.
 func inProcess(t *testing.T) []engine.Completion {
 	t.Helper()
-	args, err := workerArgs(WorkerConfig{Role: engine.WorkerAggregated, Engine: "vllm", Args: []byte(coupledArgs)})
+	args, err := worker.ResolveArgs(worker.Config{Role: engine.WorkerAggregated, Engine: "vllm", Args: []byte(coupledArgs)})
 	require.NoError(t, err)
 	model, err := perf.FromProfile(args.PlannerProfileData)
 	require.NoError(t, err)
@@ -264,7 +273,7 @@ func TestCoupled_ResultsDependOnTheCommandsAlone(t *testing.T) {
 	ls := services(t)
 	const ns = "coupled"
 	router := newTestRouter(t, ls, ns)
-	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
+	startWorkers(t, ls, ns, worker.Config{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
 	d := newCoupledDriver(t, ls, ns, router)
 
 	fast := completionsOf(d.run(11))
@@ -294,17 +303,17 @@ func TestCoupled_SecondRouterIsRefused(t *testing.T) {
 	ls := services(t)
 	const ns = "coupled-two"
 	router := newTestRouter(t, ls, ns)
-	startWorkers(t, ls, ns, WorkerConfig{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
+	startWorkers(t, ls, ns, worker.Config{Name: "worker-0", Role: engine.WorkerAggregated, Args: []byte(coupledArgs)})
 	d := newCoupledDriver(t, ls, ns, router)
 	d.session, d.turn = 21, 1
 	var done []engine.Completion
-	d.send(command{Op: opHello, Coupled: true, At: 100, Turn: 1})
+	d.send(plane.Command{Op: plane.OpHello, Coupled: true, At: 100, Turn: 1})
 	_, pending := d.answer(1, &done)
 	assert.False(t, pending, "a fresh engine has nothing to do")
 
 	other := &coupledDriver{t: t, nc: d.nc, reg: d.reg, frames: d.frames, session: 22, router: router}
-	other.send(command{Op: opHello, Coupled: true, At: 0, Turn: 1})
-	var refused *sessionEnded
+	other.send(plane.Command{Op: plane.OpHello, Coupled: true, At: 0, Turn: 1})
+	var refused *plane.SessionEnded
 	deadline := time.After(10 * time.Second)
 	for refused == nil {
 		select {
@@ -319,10 +328,10 @@ func TestCoupled_SecondRouterIsRefused(t *testing.T) {
 
 	// The first session still drives the worker.
 	d.turn = 2
-	d.send(command{Op: opSubmit, At: 100, Turn: 2, ID: 1, Tokens: make([]uint32, 40), MaxTokens: 3})
+	d.send(plane.Command{Op: plane.OpSubmit, At: 100, Turn: 2, ID: 1, Tokens: make([]uint32, 40), MaxTokens: 3})
 	next, pending := d.answer(2, &done)
 	for turn := uint64(3); pending; turn++ {
-		d.send(command{Op: opRun, Until: next, Turn: turn})
+		d.send(plane.Command{Op: plane.OpRun, Until: next, Turn: turn})
 		next, pending = d.answer(turn, &done)
 	}
 	require.Len(t, done, 1)
@@ -614,8 +623,8 @@ func TestCoupled_SessionsOnOneSetOfWorkersNumberFromOne(t *testing.T) {
 	ls := services(t)
 	args := []byte(`{"speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 200, "num_gpu_blocks": 512, "max_num_seqs": 2}`)
 	startWorkers(t, ls, "renumber",
-		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: args},
-		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: args})
+		worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: args},
+		worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: args})
 	cfg := attachConfig(ls, "renumber")
 	cfg.Transport.Coupled = true
 	cfg.Prefill, cfg.Decode = cluster.PoolConfig{Workers: 1}, cluster.PoolConfig{Workers: 1}
@@ -647,8 +656,8 @@ func TestRemote_ARoomThatCannotOpenFailsItsRequest(t *testing.T) {
 	ls := services(t)
 	args := []byte(`{"speedup_ratio": 10, "num_gpu_blocks": 512, "max_num_seqs": 8, "kv_transfer_bandwidth": 1, "kv_bytes_per_token": 65536}`)
 	startWorkers(t, ls, "rooms",
-		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: args, MaxRooms: 1},
-		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: args})
+		worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: args, MaxRooms: 1},
+		worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: args})
 	for _, coupled := range []bool{true, false} {
 		t.Run(fmt.Sprintf("coupled=%v", coupled), func(t *testing.T) {
 			cfg := attachConfig(ls, "rooms")

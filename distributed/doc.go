@@ -1,18 +1,17 @@
 // Package distributed runs mock workers in their own processes and the
-// cluster's router in the script's process, found through etcd and
-// talking over NATS (docs/design.md §5).
+// cluster's router in the script's process, found through etcd and talking
+// over NATS (docs/design.md §5).
 //
-// The worker side is RunWorker (`mocker worker`): one engine worker on its
-// own loop paced against the wall clock (or, for a router that asks to
-// drive it, on that router's modeled clock: a coupled session, wire.go,
-// which TransportConfig.Coupled asks for), registered under a 10 s etcd
-// lease, taking commands and publishing frames on NATS, and for a prefill
-// worker a transfer server on its advertised host. The router side is the
+// The worker side, `mocker worker`, is package distributed/worker: one
+// engine worker per process, registered under a 10 s etcd lease, taking
+// commands and publishing frames on NATS, and for a prefill worker a
+// transfer server on its advertised host. The router side is the
 // cluster.Transport that Start builds (registered with the cluster package
 // on import): it lists and watches the namespace's registrations, joins
 // and removes workers in the cluster's loop, and carries the loop's inputs
 // and transfer-room steps to them. The handoff machine and everything the
-// in-process cluster computes run unchanged on top.
+// in-process cluster computes run unchanged on top. What both sides share
+// (the wire format, seals, keys) is in distributed/internal/plane.
 //
 // The request plane rides core NATS, which delivers at most once, and
 // makes it reliable itself (no JetStream): commands carry a per-worker
@@ -21,20 +20,19 @@
 // frames are numbered, kept by the worker for a while and applied by the
 // router once and in order, a gap or a NATS reconnect asking for them
 // again. A NATS restart with requests in flight loses none of them. Only
-// frames the worker no longer keeps are lost for good: the requests on
-// it then end with an error saying so, and the worker withdraws them when
-// the router closes their session (owners.go). A router keeps a key of its
-// own under its lease, named in each session's hello: when the key goes
-// (the router was killed, or cut off from etcd past its lease), the
-// workers withdraw that router's requests the same way. wire.go has the
-// protocol; reliable.go its pieces.
+// frames the worker no longer keeps are lost for good: the requests on it
+// then end with an error saying so, and the worker withdraws them when the
+// router closes their session. A router keeps a key of its own under its
+// lease, named in each session's hello: when the key goes (the router was
+// killed, or cut off from etcd past its lease), the workers withdraw that
+// router's requests the same way. plane's wire.go has the protocol.
 //
 // Every command and frame is sealed with a MAC under a key its router
 // session and worker derive from X25519 keys published in etcd under their
-// leases (seal.go); whatever fails, or comes from a registration not under
-// its own lease, is dropped and counted at the gates (gate.go), never
-// applied. auth.go dials NATS and etcd with credentials and TLS.
+// leases (plane's seal.go); whatever fails, or comes from a registration
+// not under its own lease, is dropped and counted at the gates, never
+// applied.
 //
-// Keys and subjects are in keys.go and wire.go; Dynamo's discovery keys are
-// written alongside ours so a Dynamo user's tools read them.
+// Dynamo's discovery keys are written alongside ours so a Dynamo user's
+// tools read them.
 package distributed

@@ -26,6 +26,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -146,7 +147,7 @@ func (ls *localServices) transport(ns string) *cluster.TransportConfig {
 }
 
 // secretToken is a random credential.
-func secretToken() cluster.Secret { return cluster.Secret(fmt.Sprintf("%x", newMACKey())) }
+func secretToken() cluster.Secret { return cluster.Secret(fmt.Sprintf("%x", plane.NewMACKey())) }
 
 // startServices starts the embedded etcd and NATS; secure has both
 // require a user and password made up for this run.
@@ -247,10 +248,10 @@ func (ls *localServices) spawn(bin, name string, argv []string) error {
 		return strings.HasPrefix(kv, "MOCKER_NATS_") || strings.HasPrefix(kv, "MOCKER_ETCD_")
 	})
 	if ls.natsAuth.User != "" {
-		cmd.Env = append(cmd.Env, EnvNATSUser+"="+ls.natsAuth.User, EnvNATSPassword+"="+ls.natsAuth.Password.Reveal())
+		cmd.Env = append(cmd.Env, cluster.EnvNATSUser+"="+ls.natsAuth.User, cluster.EnvNATSPassword+"="+ls.natsAuth.Password.Reveal())
 	}
 	if ls.etcdAuth.Username != "" {
-		cmd.Env = append(cmd.Env, EnvEtcdUsername+"="+ls.etcdAuth.Username, EnvEtcdPassword+"="+ls.etcdAuth.Password.Reveal())
+		cmd.Env = append(cmd.Env, cluster.EnvEtcdUsername+"="+ls.etcdAuth.Username, cluster.EnvEtcdPassword+"="+ls.etcdAuth.Password.Reveal())
 	}
 	ch := &child{name: name, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
 	cmd.Stdout = ch.stderr
@@ -355,16 +356,16 @@ func (t *tailBuffer) Bytes() []byte {
 // enableEtcdAuth makes the embedded etcd require auth's user (its root)
 // and password.
 func enableEtcdAuth(url string, auth cluster.EtcdAuth) error {
-	tc, err := tlsConfig("etcd", auth.TLS)
+	tc, err := plane.TLSConfig("etcd", auth.TLS)
 	if err != nil {
 		return err
 	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: dialTimeout, Logger: zap.NewNop(), TLS: tc})
+	ec, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: plane.DialTimeout, Logger: zap.NewNop(), TLS: tc})
 	if err != nil {
 		return err
 	}
 	defer ec.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), dialTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), plane.DialTimeout)
 	defer cancel()
 	if _, err := ec.UserAdd(ctx, auth.Username, auth.Password.Reveal()); err != nil {
 		return fmt.Errorf("adding its user: %w", err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/internal/leakcheck"
 )
 
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	os.Setenv(WorkerBinaryEnv, bin)
 	// An outage loses whatever the in-process workers and routers publish
 	// during it, rather than leaving it to the reconnect's timing.
-	reconnectBufSize = -1
+	plane.ReconnectBufSize = -1
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(leakcheck.After(code))

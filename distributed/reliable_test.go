@@ -15,68 +15,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
-
-// TestInbox_AppliesEachCommandOnceInOrder: duplicates are dropped (and
-// acknowledged again), a command ahead of a gap waits for it.
-func TestInbox_AppliesEachCommandOnceInOrder(t *testing.T) {
-	t.Parallel()
-	b := newInbox()
-	now := time.Unix(0, 0)
-	cmd := func(seq uint64) command { return command{Op: opCancel, Session: 7, Seq: seq, ID: seq} }
-	seqs := func(cs []command) []uint64 {
-		var out []uint64
-		for _, c := range cs {
-			out = append(out, c.Seq)
-		}
-		return out
-	}
-	assert.Equal(t, []uint64{1}, seqs(b.accept(cmd(1), 40, now)))
-	assert.Equal(t, []sessionAck{{Session: 7, Seq: 1, From: 40}}, b.acks(), "the session's frames start at the head it met")
-	assert.Empty(t, b.acks(), "an ack is sent once")
-	assert.Empty(t, b.accept(cmd(3), 41, now), "3 waits for 2")
-	assert.Empty(t, b.accept(cmd(4), 41, now), "4 waits for 2")
-	assert.Empty(t, b.acks(), "nothing new applied")
-	assert.Equal(t, []uint64{2, 3, 4}, seqs(b.accept(cmd(2), 41, now)))
-	assert.Empty(t, b.accept(cmd(3), 42, now), "a duplicate is not applied again")
-	assert.Equal(t, []sessionAck{{Session: 7, Seq: 4, From: 40}}, b.acks(), "a duplicate is acknowledged again")
-}
-
-// TestInbox_HeartbeatsOnlyWhileARouterLags: a worker tells its Head only
-// while a live session has not acknowledged every frame.
-func TestInbox_HeartbeatsOnlyWhileARouterLags(t *testing.T) {
-	t.Parallel()
-	b := newInbox()
-	now := time.Unix(0, 0)
-	b.accept(command{Op: opHello, Session: 3, Seq: 1, Ack: 5}, 5, now)
-	assert.Empty(t, b.behind(5, now), "the router has every frame before 5")
-	assert.Equal(t, []sessionAck{{Session: 3, Seq: 1, From: 5}}, b.behind(6, now))
-	assert.Empty(t, b.behind(6, now.Add(sessionIdle+time.Second)), "a silent session is presumed gone")
-	b.session(command{Op: opAck, Session: 3, Ack: 6}, 6, now)
-	assert.Empty(t, b.behind(6, now))
-	b.forget(3)
-	assert.Empty(t, b.active(now))
-}
-
-// TestFrameBuffer_ResendsWhatItKeeps: frames still kept come back in
-// order; frames pushed out are reported lost.
-func TestFrameBuffer_ResendsWhatItKeeps(t *testing.T) {
-	t.Parallel()
-	b := frameBuffer{next: 1}
-	got, ok := b.since(1)
-	assert.True(t, ok)
-	assert.Empty(t, got, "nothing sent yet")
-	for seq := uint64(1); seq <= frameBufferFrames+2; seq++ {
-		b.add(seq, []byte(strconv.FormatUint(seq, 10)))
-	}
-	assert.EqualValues(t, 3, b.oldest())
-	_, ok = b.since(2)
-	assert.False(t, ok, "frame 2 fell out")
-	got, ok = b.since(frameBufferFrames + 1)
-	require.True(t, ok)
-	assert.Equal(t, [][]byte{[]byte(strconv.Itoa(frameBufferFrames + 1)), []byte(strconv.Itoa(frameBufferFrames + 2))}, got)
-}
 
 // restartNATS shuts the services' NATS server down, waits off, and starts
 // a new one on the same port: every client loses its connection and
@@ -117,8 +59,8 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 	ls := services(t)
 	args := []byte(`{"speedup_ratio": 10}`)
 	startWorkers(t, ls, "natsrel",
-		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: args},
-		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: args})
+		worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: args},
+		worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: args})
 	cfg := attachConfig(ls, "natsrel")
 	// No hold may end on its timeout while NATS is away, however slow the
 	// host: the point is that nothing is lost, not how holds age.
@@ -169,34 +111,34 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 
 // testRemote is a router session with no NATS under it: what it publishes
 // is recorded.
-func testRemote(t *testing.T) (*remote, func() []command) {
+func testRemote(t *testing.T) (*remote, func() []plane.Command) {
 	t.Helper()
-	var sent []command
-	key := newMACKey()
+	var sent []plane.Command
+	key := plane.NewMACKey()
 	tr := &transport{log: slog.New(slog.DiscardHandler), publish: func(subject string, data []byte) error {
-		tags, body, err := unseal(data)
+		tags, body, err := plane.Unseal(data)
 		require.NoError(t, err)
 		require.Len(t, tags, 1)
-		require.True(t, verify(tags[0], key, dirCommand, subject, body), "sealed under the session's key")
-		var c command
+		require.True(t, plane.Verify(tags[0], key, plane.DirCommand, subject, body), "sealed under the session's key")
+		var c plane.Command
 		require.NoError(t, json.Unmarshal(body, &c))
-		require.Equal(t, tags[0].id, c.Session, "the tag names the command's session")
+		require.Equal(t, tags[0].ID, c.Session, "the tag names the command's session")
 		sent = append(sent, c)
 		return nil
 	}}
-	w := &remote{t: tr, reg: Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, held: map[uint64]*frame{}}
-	return w, func() []command {
+	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, held: map[uint64]*plane.Frame{}}
+	return w, func() []plane.Command {
 		out := sent
 		sent = nil
 		return out
 	}
 }
 
-func numbered(seq uint64, acks ...sessionAck) *frame {
-	return &frame{Seq: seq, Head: seq + 1, Items: []item{{Arrived: &wireArrived{TID: seq}}}, Acks: acks}
+func numbered(seq uint64, acks ...plane.SessionAck) *plane.Frame {
+	return &plane.Frame{Seq: seq, Head: seq + 1, Items: []plane.Item{{Arrived: &plane.WireArrived{TID: seq}}}, Acks: acks}
 }
 
-func seqsOf(fs []*frame) []uint64 {
+func seqsOf(fs []*plane.Frame) []uint64 {
 	var out []uint64
 	for _, f := range fs {
 		out = append(out, f.Seq)
@@ -212,56 +154,56 @@ func TestRemote_AppliesFramesOnceInOrderFromItsSessionsStart(t *testing.T) {
 	t.Parallel()
 	w, sent := testRemote(t)
 	now := time.Now()
-	w.send(command{Op: opHello})
-	assert.Equal(t, []command{{Op: opHello, Session: 9, Seq: 1}}, sent())
+	w.send(plane.Command{Op: plane.OpHello})
+	assert.Equal(t, []plane.Command{{Op: plane.OpHello, Session: 9, Seq: 1}}, sent())
 
 	ready, lost := w.take(numbered(4), now)
 	assert.Empty(t, ready, "where the session starts is not known yet")
-	ready, _ = w.take(numbered(5, sessionAck{Session: 9, Seq: 1, From: 5}), now)
+	ready, _ = w.take(numbered(5, plane.SessionAck{Session: 9, Seq: 1, From: 5}), now)
 	assert.Equal(t, []uint64{5}, seqsOf(ready), "frame 4 came before the session")
 	assert.Empty(t, w.unacked, "the hello is acknowledged")
 
 	ready, _ = w.take(numbered(7), now)
 	assert.Empty(t, ready, "7 waits for 6")
-	assert.Equal(t, []command{{Op: opResend, Session: 9, Ack: 6, From: 6}}, sent(), "the gap is asked for")
+	assert.Equal(t, []plane.Command{{Op: plane.OpResend, Session: 9, Ack: 6, From: 6}}, sent(), "the gap is asked for")
 	ready, _ = w.take(numbered(6), now)
 	assert.Equal(t, []uint64{6, 7}, seqsOf(ready))
 	ready, _ = w.take(numbered(6), now)
 	assert.Empty(t, ready, "a frame resent to another router is not applied twice")
 	assert.Nil(t, lost)
 
-	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 9, From: 8, Oldest: 10}}, now.Add(time.Second))
-	assert.Equal(t, &lostFrames{Session: 9, From: 8, Oldest: 10}, lost)
-	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 3, From: 8, Oldest: 10}}, now.Add(time.Second))
+	_, lost = w.take(&plane.Frame{Head: 12, Lost: &plane.LostFrames{Session: 9, From: 8, Oldest: 10}}, now.Add(time.Second))
+	assert.Equal(t, &plane.LostFrames{Session: 9, From: 8, Oldest: 10}, lost)
+	_, lost = w.take(&plane.Frame{Head: 12, Lost: &plane.LostFrames{Session: 3, From: 8, Oldest: 10}}, now.Add(time.Second))
 	assert.Nil(t, lost, "another router's loss")
-	_, lost = w.take(&frame{Head: 12, Lost: &lostFrames{Session: 9, From: 7, Oldest: 10}}, now.Add(time.Second))
+	_, lost = w.take(&plane.Frame{Head: 12, Lost: &plane.LostFrames{Session: 9, From: 7, Oldest: 10}}, now.Add(time.Second))
 	assert.Nil(t, lost, "a stale answer: frame 7 came since")
 }
 
 // TestRemote_PublishesUnacknowledgedCommandsAgain: commands are kept until
 // acknowledged and published again, in order, once the oldest waited
-// retransmitAfter, or at once after a reconnect.
+// RetransmitAfter, or at once after a reconnect.
 func TestRemote_PublishesUnacknowledgedCommandsAgain(t *testing.T) {
 	t.Parallel()
 	w, sent := testRemote(t)
-	w.send(command{Op: opHello})
-	w.send(command{Op: opCancel, ID: 42})
+	w.send(plane.Command{Op: plane.OpHello})
+	w.send(plane.Command{Op: plane.OpCancel, ID: 42})
 	assert.Len(t, sent(), 2)
 	now := time.Now()
 	w.retry(now, false)
 	assert.Empty(t, sent(), "not waited long enough")
-	w.retry(now.Add(retransmitAfter), false)
-	assert.Equal(t, []command{{Op: opHello, Session: 9, Seq: 1}, {Op: opCancel, Session: 9, Seq: 2, ID: 42}}, sent())
-	w.take(&frame{Head: 3, Acks: []sessionAck{{Session: 9, Seq: 1, From: 3}}}, now)
+	w.retry(now.Add(plane.RetransmitAfter), false)
+	assert.Equal(t, []plane.Command{{Op: plane.OpHello, Session: 9, Seq: 1}, {Op: plane.OpCancel, Session: 9, Seq: 2, ID: 42}}, sent())
+	w.take(&plane.Frame{Head: 3, Acks: []plane.SessionAck{{Session: 9, Seq: 1, From: 3}}}, now)
 	w.retry(now, true)
-	assert.Equal(t, []command{{Op: opCancel, Session: 9, Seq: 2, ID: 42, Ack: 3}, {Op: opResend, Session: 9, Ack: 3, From: 3}}, sent(),
+	assert.Equal(t, []plane.Command{{Op: plane.OpCancel, Session: 9, Seq: 2, ID: 42, Ack: 3}, {Op: plane.OpResend, Session: 9, Ack: 3, From: 3}}, sent(),
 		"after a reconnect: what is unacknowledged, and the frames from the next one")
-	w.take(&frame{Head: 3, Acks: []sessionAck{{Session: 9, Seq: 2, From: 3}}}, now)
+	w.take(&plane.Frame{Head: 3, Acks: []plane.SessionAck{{Session: 9, Seq: 2, From: 3}}}, now)
 	w.retry(now.Add(time.Hour), false)
 	assert.Empty(t, sent(), "everything acknowledged, every frame acknowledged")
 	w.end()
-	assert.Equal(t, []command{{Op: opBye, Session: 9, Ack: 3}}, sent())
-	w.send(command{Op: opCancel, ID: 43})
+	assert.Equal(t, []plane.Command{{Op: plane.OpBye, Session: 9, Ack: 3}}, sent())
+	w.send(plane.Command{Op: plane.OpCancel, ID: 43})
 	assert.Empty(t, sent(), "an ended session sends nothing")
 }
 
@@ -288,11 +230,11 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	w.mu.Lock()
 	// Ahead of what the router applies by the time it arrives.
 	from := w.next + 1<<20
-	lost := frame{Head: from + 5, Lost: &lostFrames{Session: w.session, From: from, Oldest: from + 3}}
+	lost := plane.Frame{Head: from + 5, Lost: &plane.LostFrames{Session: w.session, From: from, Oldest: from + 3}}
 	w.mu.Unlock()
 	data, err := json.Marshal(lost)
 	require.NoError(t, err)
-	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, seal(dirFrame, w.reg.OutSubject, data, keyed{id: w.session, key: w.key})))
+	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, plane.Seal(plane.DirFrame, w.reg.OutSubject, data, plane.Keyed{ID: w.session, Key: w.key})))
 
 	for range n {
 		r := <-results
@@ -320,16 +262,4 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
 	assert.EqualValues(t, n, s.Errored)
-}
-
-func TestInbox_SessionsOfARouter(t *testing.T) {
-	b := newInbox()
-	now := time.Now()
-	b.accept(command{Op: opHello, Session: 5, Seq: 1, Router: 77}, 1, now)
-	b.accept(command{Op: opHello, Session: 3, Seq: 1, Router: 77}, 1, now)
-	b.accept(command{Op: opHello, Session: 4, Seq: 1, Router: 12}, 1, now)
-	b.accept(command{Op: opSubmit, Session: 5, Seq: 2, ID: 1}, 1, now)
-	assert.Equal(t, []uint64{3, 5}, b.sessionsOf(77), "a later command without Router keeps the session's router")
-	assert.Equal(t, []uint64{4}, b.sessionsOf(12))
-	assert.Empty(t, b.sessionsOf(99))
 }

@@ -7,6 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -18,9 +20,9 @@ func TestRooms_AClosedSessionsRoomsAreAborted(t *testing.T) {
 	ls := services(t)
 	const ns = "rooms"
 	router := newTestRouter(t, ls, ns)
-	startWorkers(t, ls, ns, WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`), MaxRooms: 4})
+	startWorkers(t, ls, ns, worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`), MaxRooms: 4})
 	d := newCoupledDriver(t, ls, ns, router)
-	room := func(tid uint64) *wireRoom {
+	room := func(tid uint64) *plane.WireRoom {
 		t.Helper()
 		deadline := time.After(20 * time.Second)
 		for {
@@ -38,17 +40,17 @@ func TestRooms_AClosedSessionsRoomsAreAborted(t *testing.T) {
 	}
 
 	d.session = 31
-	d.send(command{Op: opHello})
+	d.send(plane.Command{Op: plane.OpHello})
 	for tid := uint64(1); tid <= 4; tid++ {
-		d.send(command{Op: opOpenRoom, TID: tid, ID: tid})
+		d.send(plane.Command{Op: plane.OpOpenRoom, TID: tid, ID: tid})
 		require.Empty(t, room(tid).Err, "room %d", tid)
 	}
-	d.send(command{Op: opOpenRoom, TID: 5, ID: 5})
+	d.send(plane.Command{Op: plane.OpOpenRoom, TID: 5, ID: 5})
 	assert.Contains(t, room(5).Err, "MaxRooms=4", "the bound holds")
-	d.send(command{Op: opBye})
+	d.send(plane.Command{Op: plane.OpBye})
 
 	d.session, d.seq = 32, 0
-	d.send(command{Op: opHello})
-	d.send(command{Op: opOpenRoom, TID: 6, ID: 6})
+	d.send(plane.Command{Op: plane.OpHello})
+	d.send(plane.Command{Op: plane.OpOpenRoom, TID: 6, ID: 6})
 	assert.Empty(t, room(6).Err, "the ended session's rooms no longer count")
 }

@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -29,7 +31,7 @@ func oneWorker(t *testing.T, ns string) (*localServices, cluster.Config) {
 	t.Helper()
 	ls := services(t)
 	startWorkers(t, ls, ns,
-		WorkerConfig{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
+		worker.Config{Name: "w0", Role: engine.WorkerAggregated, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
 	return ls, cluster.Config{Name: ns, Workers: 1, Args: map[string]any{"speedup_ratio": 1},
 		Transport: ls.transport(ns)}
 }
@@ -61,8 +63,8 @@ func TestRouterGone_WorkersWithdrawItsRequests(t *testing.T) {
 		ls := services(t)
 		const ns = "gone-router-pd"
 		startWorkers(t, ls, ns,
-			WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second},
-			WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
+			worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second},
+			worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 1}`), DrainTimeout: 2 * time.Second})
 		routerGone(t, ls, cluster.Config{Name: ns, Disagg: true, Args: map[string]any{"speedup_ratio": 1},
 			Prefill: cluster.PoolConfig{Workers: 1}, Decode: cluster.PoolConfig{Workers: 1},
 			Transport: ls.transport(ns)})
@@ -79,13 +81,13 @@ func routerGone(t *testing.T, ls *localServices, cfg cluster.Config) {
 	// The routers' keys name them.
 	ns := cfg.Transport.Namespace
 	ec := etcdClient(t, ls)
-	resp, err := ec.Get(context.Background(), routerPrefix(ns), clientv3.WithPrefix())
+	resp, err := ec.Get(context.Background(), plane.RouterPrefix(ns), clientv3.WithPrefix())
 	require.NoError(t, err)
 	require.Len(t, resp.Kvs, 2, "one key per router")
-	var rec RouterRegistration
+	var rec plane.RouterRegistration
 	require.NoError(t, json.Unmarshal(resp.Kvs[0].Value, &rec))
 	assert.NotZero(t, rec.RouterID)
-	assert.Equal(t, routerKey(ns, rec.RouterID), string(resp.Kvs[0].Key))
+	assert.Equal(t, plane.RouterKey(ns, rec.RouterID), string(resp.Kvs[0].Key))
 
 	doomedDone := longRequests(context.Background(), doomed, 2)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -109,9 +111,9 @@ func routerGone(t *testing.T, ls *localServices, cfg cluster.Config) {
 	require.EventuallyWithT(t, busy(3), time.Minute, 5*time.Millisecond)
 
 	doomed.Transport().(*transport).crash()
-	// The doomed router's lease expires leaseTTLSeconds after its last
+	// The doomed router's lease expires LeaseTTLSeconds after its last
 	// keep-alive; then the workers withdraw its two requests.
-	require.EventuallyWithT(t, busy(1), (leaseTTLSeconds+5)*time.Second, 20*time.Millisecond, "the dead router's requests still run")
+	require.EventuallyWithT(t, busy(1), (plane.LeaseTTLSeconds+5)*time.Second, 20*time.Millisecond, "the dead router's requests still run")
 	select {
 	case r := <-survivorDone:
 		t.Fatalf("the surviving router's request ended: %+v", r)
@@ -170,10 +172,10 @@ func TestRouterLease_LostEndsItsRequestsAndRegistersAgain(t *testing.T) {
 		defer tr.mu.Unlock()
 		now = tr.router
 		return now != old
-	}, 3*leaseTTLSeconds*time.Second, 10*time.Millisecond, "registered again under a new lease")
+	}, 3*plane.LeaseTTLSeconds*time.Second, 10*time.Millisecond, "registered again under a new lease")
 	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: 4})
 	assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
-	resp, err := ec.Get(context.Background(), routerKey("lost-lease", int64(now)))
+	resp, err := ec.Get(context.Background(), plane.RouterKey("lost-lease", int64(now)))
 	require.NoError(t, err)
 	assert.Len(t, resp.Kvs, 1, "its new key is there")
 	// The worker withdrew the old session's requests: its pool is free.

@@ -20,6 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -72,8 +74,8 @@ func TestAuth_TLSAndPasswordsOnBothPlanes(t *testing.T) {
 	t.Cleanup(func() { _ = ls.close() })
 	const ns = "tls"
 	startWorkers(t, ls, ns,
-		WorkerConfig{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`)},
-		WorkerConfig{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
+		worker.Config{Name: "p0", Role: engine.WorkerPrefill, Args: []byte(`{"speedup_ratio": 10}`)},
+		worker.Config{Name: "d0", Role: engine.WorkerDecode, Args: []byte(`{"speedup_ratio": 10}`)})
 	c, err := cluster.New(attachConfig(ls, ns))
 	require.NoError(t, err)
 	defer func() { require.NoError(t, c.Close()) }()
@@ -86,22 +88,22 @@ func TestAuth_TLSAndPasswordsOnBothPlanes(t *testing.T) {
 
 	noCert := ls.natsAuth
 	noCert.TLS = cluster.TLSFiles{CA: certs.CA}
-	_, err = dialNATS(ls.natsURL, "no-cert", noCert)
+	_, err = plane.DialNATS(ls.natsURL, "no-cert", noCert)
 	assert.Error(t, err, "NATS without a client certificate")
 	noPassword := ls.natsAuth
 	noPassword.User, noPassword.Password = "", ""
-	_, err = dialNATS(ls.natsURL, "no-password", noPassword)
+	_, err = plane.DialNATS(ls.natsURL, "no-password", noPassword)
 	assert.ErrorIs(t, err, nats.ErrAuthorization, "NATS without a password")
 
 	etcdNoCert := ls.etcdAuth
 	etcdNoCert.TLS = cluster.TLSFiles{CA: certs.CA}
-	_, err = dialEtcd(context.Background(), []string{ls.etcdURL}, etcdNoCert)
+	_, err = plane.DialEtcd(context.Background(), []string{ls.etcdURL}, etcdNoCert)
 	assert.Error(t, err, "etcd without a client certificate")
 	etcdNoPassword := ls.etcdAuth
 	etcdNoPassword.Username, etcdNoPassword.Password = "", ""
-	ec, err := dialEtcd(context.Background(), []string{ls.etcdURL}, etcdNoPassword)
+	ec, err := plane.DialEtcd(context.Background(), []string{ls.etcdURL}, etcdNoPassword)
 	if err == nil {
-		_, err = ec.Put(context.Background(), registrationKey(ns, 1), "{}")
+		_, err = ec.Put(context.Background(), plane.RegistrationKey(ns, 1), "{}")
 		_ = ec.Close()
 	}
 	assert.Error(t, err, "etcd without a password")

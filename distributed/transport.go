@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/internal/timescale"
 )
@@ -88,6 +89,12 @@ type transport struct {
 	mu      sync.Mutex
 	workers map[int64]*remote
 	refused map[string]string // worker name → why it was refused
+	// leaving are the workers whose registration is gone and whose
+	// departure is on its way (del); rejoins the registrations that came
+	// meanwhile under their names (a worker that lost its lease and
+	// registered again), joined once the departure is through.
+	leaving map[int64]bool
+	rejoins map[string]stagedWorker
 	// staged holds a coupled cluster's first workers until all have
 	// registered; they then join in name order, so that the router sees
 	// them in the same order on every run (ties in routing go by it).
@@ -95,7 +102,7 @@ type transport struct {
 	staged  map[int64]stagedWorker
 	local   *localServices
 	closed  bool
-	// lease is the router's lease id, under which its key lives (keys.go)
+	// lease is the router's lease id, under which its key lives (plane.RouterKey)
 	// and which its sessions' hellos carry; router is the lease it serves
 	// under: after a lost lease, lease is the new one at once, router
 	// only once every worker has joined again under it.
@@ -104,23 +111,23 @@ type transport struct {
 	// rejoining, when set, runs between a worker's leaving and its
 	// joining again (a test widens the gap).
 	rejoining func()
-	// plane is the router's key pair (seal.go); leaveID and leaveKey seal
+	// plane is the router's key pair (plane.KeyPair); leaveID and leaveKey seal
 	// the departure markers it sends itself; rejected counts the frames
 	// dropped at its gate (gate.go), workerRejected the commands each
 	// worker says it dropped.
-	plane          planeKey
+	plane          plane.KeyPair
 	leaveID        uint64
 	leaveKey       []byte
-	rejected       rejections
+	rejected       plane.Rejections
 	rejectLogged   time.Time
 	workerRejected map[string]uint64
 }
 
 // remote is one worker as the router reaches it: one session of the
-// reliable request plane (wire.go).
+// reliable request plane (plane.Command).
 type remote struct {
 	t       *transport
-	reg     Registration
+	reg     plane.Registration
 	args    engine.Args
 	shift   float64 // ms to add to the worker's modeled times
 	session uint64
@@ -136,11 +143,11 @@ type remote struct {
 	seq     uint64    // the last command Seq given
 	unacked []pending // published, not yet acknowledged, in Seq order
 	// Frames.
-	based   bool              // next is known (the session's first ack said From)
-	next    uint64            // the frame Seq to apply next
-	held    map[uint64]*frame // arrived ahead of next
-	head    uint64            // the worker's Head, as last heard
-	acked   uint64            // the frame ack last sent
+	based   bool                    // next is known (the session's first ack said From)
+	next    uint64                  // the frame Seq to apply next
+	held    map[uint64]*plane.Frame // arrived ahead of next
+	head    uint64                  // the worker's Head, as last heard
+	acked   uint64                  // the frame ack last sent
 	ackedAt time.Time
 	askedAt time.Time // the last resend request
 	gone    bool      // given up or left: send nothing more
@@ -148,29 +155,29 @@ type remote struct {
 
 // pending is a command awaiting its ack.
 type pending struct {
-	c  command
+	c  plane.Command
 	at time.Time // when it was last published
 }
 
 // stagedWorker is a registration waiting for its coupled cluster's start.
 type stagedWorker struct {
-	reg  Registration
+	reg  plane.Registration
 	args engine.Args
 }
 
 func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Logger) (*transport, error) {
 	etcd, natsURL, ns := tc.Etcd, tc.NATS, tc.NamespaceOrDefault()
 	ctx, cancel := context.WithCancel(context.Background())
-	t := &transport{host: host, log: log, ns: ns, etcd: redactedURLs(etcd), ctx: ctx, cancel: cancel,
-		workers: map[int64]*remote{}, refused: map[string]string{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
-		leaveID: newSessionID(), leaveKey: newMACKey(), workerRejected: map[string]uint64{}}
+	t := &transport{host: host, log: log, ns: ns, etcd: plane.RedactedURLs(etcd), ctx: ctx, cancel: cancel,
+		workers: map[int64]*remote{}, refused: map[string]string{}, leaving: map[int64]bool{}, rejoins: map[string]stagedWorker{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
+		leaveID: plane.NewSessionID(), leaveKey: plane.NewMACKey(), workerRejected: map[string]uint64{}}
 	t.epoch, t.scale = host.Epoch()
 	var err error
-	if t.plane, err = newPlaneKey(); err != nil {
+	if t.plane, err = plane.NewKeyPair(); err != nil {
 		cancel()
 		return nil, err
 	}
-	if t.ec, err = dialEtcd(ctx, etcd, tc.EtcdAuth); err != nil {
+	if t.ec, err = plane.DialEtcd(ctx, etcd, tc.EtcdAuth); err != nil {
 		cancel()
 		return nil, err
 	}
@@ -182,14 +189,14 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 	}
 	t.wg.Add(1)
 	go t.keep(ka)
-	if t.nc, err = dialNATS(natsURL, "mocker-router", tc.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
+	if t.nc, err = plane.DialNATS(natsURL, "mocker-router", tc.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) { t.reconnected() })); err != nil {
 		_ = t.Close()
 		return nil, err
 	}
 	// Subscribe before listing, so no frame of a worker found by the list
 	// is missed.
 	t.publish = t.nc.Publish
-	t.sub, err = t.nc.Subscribe(outWildcard(ns), t.onFrame)
+	t.sub, err = t.nc.Subscribe(plane.OutWildcard(ns), t.onFrame)
 	if err == nil {
 		// Bounded, so a flood on the bus cannot grow the router without
 		// end; a frame dropped past it is asked for again like one NATS
@@ -203,12 +210,12 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 		_ = t.Close()
 		return nil, fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(natsURL), err)
 	}
-	lctx, lcancel := context.WithTimeout(ctx, dialTimeout)
-	resp, err := t.ec.Get(lctx, registrationPrefix(ns), clientv3.WithPrefix())
+	lctx, lcancel := context.WithTimeout(ctx, plane.DialTimeout)
+	resp, err := t.ec.Get(lctx, plane.RegistrationPrefix(ns), clientv3.WithPrefix())
 	lcancel()
 	if err != nil {
 		_ = t.Close()
-		return nil, fmt.Errorf("etcd %s: list %s: %w", t.etcd, registrationPrefix(ns), err)
+		return nil, fmt.Errorf("etcd %s: list %s: %w", t.etcd, plane.RegistrationPrefix(ns), err)
 	}
 	for _, kv := range resp.Kvs {
 		t.put(kv)
@@ -223,19 +230,19 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 // it alive (until t.ctx ends): workers withdraw the requests of a router
 // whose key is gone.
 func (t *transport) register() (<-chan *clientv3.LeaseKeepAliveResponse, error) {
-	ctx, cancel := context.WithTimeout(t.ctx, dialTimeout)
+	ctx, cancel := context.WithTimeout(t.ctx, plane.DialTimeout)
 	defer cancel()
-	lease, err := t.ec.Grant(ctx, leaseTTLSeconds)
+	lease, err := t.ec.Grant(ctx, plane.LeaseTTLSeconds)
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: router lease: %w", t.etcd, err)
 	}
 	host, _ := os.Hostname()
-	rec, err := json.Marshal(RouterRegistration{RouterID: int64(lease.ID), Host: host, PID: os.Getpid(), StartedUnixNano: time.Now().UnixNano(),
-		PlaneKey: t.plane.public()})
+	rec, err := json.Marshal(plane.RouterRegistration{RouterID: int64(lease.ID), Host: host, PID: os.Getpid(), StartedUnixNano: time.Now().UnixNano(),
+		PlaneKey: t.plane.Public()})
 	if err != nil {
 		return nil, err
 	}
-	key := routerKey(t.ns, int64(lease.ID))
+	key := plane.RouterKey(t.ns, int64(lease.ID))
 	if _, err := t.ec.Put(ctx, key, string(rec), clientv3.WithLease(lease.ID)); err != nil {
 		return nil, fmt.Errorf("etcd %s: put %s: %w", t.etcd, key, err)
 	}
@@ -269,7 +276,7 @@ func (t *transport) keep(ka <-chan *clientv3.LeaseKeepAliveResponse) {
 		t.mu.Lock()
 		old := t.lease
 		t.mu.Unlock()
-		reason := fmt.Sprintf("the router's etcd lease %x ended (etcd %s unreachable past its %d s TTL), so its workers withdrew its requests", int64(old), t.etcd, leaseTTLSeconds)
+		reason := fmt.Sprintf("the router's etcd lease %x ended (etcd %s unreachable past its %d s TTL), so its workers withdrew its requests", int64(old), t.etcd, plane.LeaseTTLSeconds)
 		t.log.Error("router lease lost; its requests end and it registers again", "reason", reason)
 		for {
 			var err error
@@ -357,7 +364,7 @@ func (t *transport) await(d time.Duration, ok func(map[engine.WorkerType]int) bo
 // watch follows the registrations from rev until the transport closes.
 func (t *transport) watch(rev int64) {
 	defer t.wg.Done()
-	watchPrefix(t.ctx, t.ec, registrationPrefix(t.ns), rev, t.log, func(ev *clientv3.Event) {
+	plane.WatchPrefix(t.ctx, t.ec, plane.RegistrationPrefix(t.ns), rev, t.log, func(ev *clientv3.Event) {
 		switch ev.Type {
 		case mvccpb.PUT:
 			t.put(ev.Kv)
@@ -367,47 +374,21 @@ func (t *transport) watch(rev int64) {
 	})
 }
 
-// watchPrefix calls f with each change under prefix from revision rev
-// until ctx ends, resuming after the last revision it saw when the watch
-// breaks (from the compaction's, if etcd compacted past it).
-func watchPrefix(ctx context.Context, ec *clientv3.Client, prefix string, rev int64, log *slog.Logger, f func(*clientv3.Event)) {
-	for ctx.Err() == nil {
-		wch := ec.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev))
-		for wr := range wch {
-			if err := wr.Err(); err != nil {
-				log.Warn("etcd watch broke; resuming", "prefix", prefix, "revision", rev, "err", err)
-				if wr.CompactRevision > rev {
-					rev = wr.CompactRevision
-				}
-				break
-			}
-			for _, ev := range wr.Events {
-				f(ev)
-				rev = ev.Kv.ModRevision + 1
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-}
-
 // put joins a newly registered worker. Only a registration under the
 // lease its instance id names counts: a key written without it would
 // outlive its writer, and name a worker that may not be there.
 func (t *transport) put(kv *mvccpb.KeyValue) {
-	var reg Registration
+	var reg plane.Registration
 	if err := json.Unmarshal(kv.Value, &reg); err != nil {
 		t.log.Warn("unreadable registration", "key", string(kv.Key), "err", err)
 		return
 	}
-	if id, err := instanceOfKey(string(kv.Key)); err != nil || kv.Lease == 0 || kv.Lease != reg.InstanceID || id != reg.InstanceID {
+	if id, err := plane.InstanceOfKey(string(kv.Key)); err != nil || kv.Lease == 0 || kv.Lease != reg.InstanceID || id != reg.InstanceID {
 		t.log.Warn("registration ignored: not under the lease its instance_id names", "key", string(kv.Key),
 			"instance_id", fmt.Sprintf("%x", reg.InstanceID), "lease", fmt.Sprintf("%x", kv.Lease))
 		return
 	}
-	if reg.PlaneKey == "" || reg.CmdSubject != cmdSubject(t.ns, reg.InstanceID) || reg.OutSubject != outSubject(t.ns, reg.InstanceID) {
+	if reg.PlaneKey == "" || reg.CmdSubject != plane.CmdSubject(t.ns, reg.InstanceID) || reg.OutSubject != plane.OutSubject(t.ns, reg.InstanceID) {
 		t.log.Warn("registration ignored: no plane_key, or subjects not its own (a worker of an older mocker?)", "key", string(kv.Key))
 		return
 	}
@@ -456,11 +437,20 @@ func (t *transport) joinStaged() {
 
 // join starts a session with a registered worker and joins it to the
 // cluster.
-func (t *transport) join(reg Registration, args engine.Args) {
+func (t *transport) join(reg plane.Registration, args engine.Args) {
 	t.mu.Lock()
 	if _, ok := t.workers[reg.InstanceID]; ok || t.closed {
 		t.mu.Unlock()
 		return
+	}
+	for id, w := range t.workers {
+		if w.reg.Name == reg.Name && t.leaving[id] {
+			// Its former self is still leaving the cluster: it joins
+			// once that is done (leave).
+			t.rejoins[reg.Name] = stagedWorker{reg: reg, args: args}
+			t.mu.Unlock()
+			return
+		}
 	}
 	// The worker's modeled clock started at its epoch; both run at the
 	// same speedup (Join refuses another), so its times map onto the
@@ -473,19 +463,19 @@ func (t *transport) join(reg Registration, args engine.Args) {
 		shift = 0
 	}
 	router := t.lease
-	session := newSessionID()
-	key, err := t.plane.sessionKey(reg.PlaneKey, t.ns, reg.InstanceID, int64(router), session)
+	session := plane.NewSessionID()
+	key, err := t.plane.SessionKey(reg.PlaneKey, t.ns, reg.InstanceID, int64(router), session)
 	if err != nil {
 		t.mu.Unlock()
 		t.log.Warn("worker ignored: its plane_key is unusable", "worker", reg.Name, "err", err)
 		return
 	}
-	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, held: map[uint64]*frame{}, coupled: coupled}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, held: map[uint64]*plane.Frame{}, coupled: coupled}
 	t.workers[reg.InstanceID] = w
 	t.mu.Unlock()
 	// The session's first command: its ack says where its frames start,
 	// and it names the router, whose key's end ends the session.
-	w.send(command{Op: opHello, Router: int64(router), Coupled: coupled})
+	w.send(plane.Command{Op: plane.OpHello, Router: int64(router), Coupled: coupled})
 	err = t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
@@ -503,7 +493,7 @@ func (t *transport) join(reg Registration, args engine.Args) {
 
 // del removes a worker whose registration is gone: its lease ended.
 func (t *transport) del(key string) {
-	id, err := instanceOfKey(key)
+	id, err := plane.InstanceOfKey(key)
 	if err != nil {
 		return
 	}
@@ -512,6 +502,14 @@ func (t *transport) del(key string) {
 		delete(t.staged, id)
 	}
 	w := t.workers[id]
+	if w != nil {
+		t.leaving[id] = true
+	}
+	for name, r := range t.rejoins {
+		if r.reg.InstanceID == id {
+			delete(t.rejoins, name)
+		}
+	}
 	t.mu.Unlock()
 	if w == nil {
 		return
@@ -519,8 +517,8 @@ func (t *transport) del(key string) {
 	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
 	// Leave through the worker's own frame stream, behind its last
 	// frames; directly if the marker does not come back (NATS is down).
-	body, _ := json.Marshal(frame{Leave: reason})
-	data := seal(dirFrame, w.reg.OutSubject, body, keyed{id: t.leaveID, key: t.leaveKey})
+	body, _ := json.Marshal(plane.Frame{Leave: reason})
+	data := plane.Seal(plane.DirFrame, w.reg.OutSubject, body, plane.Keyed{ID: t.leaveID, Key: t.leaveKey})
 	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
 		t.leave(id, reason)
 		return
@@ -537,7 +535,14 @@ func (t *transport) leave(id int64, reason string) {
 	t.mu.Lock()
 	w := t.workers[id]
 	delete(t.workers, id)
+	delete(t.leaving, id)
 	closed := t.closed
+	var rejoin stagedWorker
+	var rejoins bool
+	if w != nil {
+		rejoin, rejoins = t.rejoins[w.reg.Name]
+		delete(t.rejoins, w.reg.Name)
+	}
 	t.mu.Unlock()
 	if w != nil {
 		w.end()
@@ -545,17 +550,20 @@ func (t *transport) leave(id int64, reason string) {
 	if w != nil && !closed {
 		t.host.Leave(w.reg.Name, reason)
 	}
+	if rejoins {
+		t.join(rejoin.reg, rejoin.args)
+	}
 }
 
 // onFrame takes one worker frame off NATS. NATS runs it on the
 // subscription's one goroutine, so frames are handed to the cluster's
-// loop in the order onFrame releases them: by Seq, each once (wire.go).
+// loop in the order onFrame releases them: by Seq, each once (plane.Frame).
 func (t *transport) onFrame(m *nats.Msg) {
 	parts := strings.Split(m.Subject, ".")
 	if len(parts) != 4 {
 		return
 	}
-	id, err := instanceOfKey(parts[2])
+	id, err := plane.InstanceOfKey(parts[2])
 	if err != nil {
 		return
 	}
@@ -604,7 +612,7 @@ func (t *transport) onFrame(m *nats.Msg) {
 	}
 	ready, lost := w.take(f, time.Now())
 	for _, f := range ready {
-		items, err := remoteItems(f, w.shift)
+		items, err := plane.RemoteItems(f, w.shift)
 		if err != nil {
 			t.log.Warn("bad frame", "worker", w.reg.Name, "seq", f.Seq, "err", err)
 			continue
@@ -629,7 +637,7 @@ func (t *transport) onFrame(m *nats.Msg) {
 
 // take folds a frame into the session and returns the frames now ready to
 // apply, in Seq order, and what the worker could not resend.
-func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
+func (w *remote) take(f *plane.Frame, now time.Time) ([]*plane.Frame, *plane.LostFrames) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.gone {
@@ -653,7 +661,7 @@ func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
 		w.held[f.Seq] = f
 		w.head = max(w.head, f.Seq+1)
 	}
-	var ready []*frame
+	var ready []*plane.Frame
 	if w.based {
 		for seq := range w.held {
 			if seq < w.next {
@@ -669,8 +677,8 @@ func (w *remote) take(f *frame, now time.Time) ([]*frame, *lostFrames) {
 			ready = append(ready, f)
 			w.next++
 		}
-		if w.next < w.head && now.Sub(w.askedAt) >= retransmitAfter/4 {
-			// A gap: ask at once, then at most every retransmitAfter/4
+		if w.next < w.head && now.Sub(w.askedAt) >= plane.RetransmitAfter/4 {
+			// A gap: ask at once, then at most every RetransmitAfter/4
 			// while frames keep coming past it.
 			w.t.log.Warn("frames missing; asking the worker again", "worker", w.reg.Name, "from_seq", w.next, "head", w.head)
 			w.resendLocked(now)
@@ -710,7 +718,7 @@ func (t *transport) giveUp(id int64, w *remote, reason string) {
 
 // send publishes a numbered command of the session and keeps it until the
 // worker acknowledges it.
-func (w *remote) send(c command) {
+func (w *remote) send(c plane.Command) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.gone {
@@ -718,7 +726,7 @@ func (w *remote) send(c command) {
 	}
 	w.seq++
 	c.Session, c.Seq = w.session, w.seq
-	if w.coupled && c.Op != opHello {
+	if w.coupled && c.Op != plane.OpHello {
 		c.At, c.Turn = w.at, w.turn
 	}
 	w.unacked = append(w.unacked, pending{c: c, at: time.Now()})
@@ -726,7 +734,7 @@ func (w *remote) send(c command) {
 }
 
 // publishLocked publishes c with the frame ack.
-func (w *remote) publishLocked(c command) {
+func (w *remote) publishLocked(c plane.Command) {
 	c.Session = w.session
 	if w.based {
 		c.Ack = w.next
@@ -737,7 +745,7 @@ func (w *remote) publishLocked(c command) {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, seal(dirCommand, w.reg.CmdSubject, data, keyed{id: w.session, key: w.key})); err != nil {
+	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, Key: w.key})); err != nil {
 		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
 	}
 }
@@ -745,11 +753,11 @@ func (w *remote) publishLocked(c command) {
 // resendLocked asks the worker for its frames from next on.
 func (w *remote) resendLocked(now time.Time) {
 	w.askedAt = now
-	w.publishLocked(command{Op: opResend, From: w.next})
+	w.publishLocked(plane.Command{Op: plane.OpResend, From: w.next})
 }
 
 // retry publishes again what went unanswered: every unacknowledged
-// command once the oldest has waited retransmitAfter (or at once when
+// command once the oldest has waited RetransmitAfter (or at once when
 // force: NATS came back), a resend request while frames are missing, and
 // an ack of the frames applied when nothing else carried it.
 func (w *remote) retry(now time.Time, force bool) {
@@ -758,7 +766,7 @@ func (w *remote) retry(now time.Time, force bool) {
 	if w.gone {
 		return
 	}
-	if len(w.unacked) > 0 && (force || now.Sub(w.unacked[0].at) >= retransmitAfter) {
+	if len(w.unacked) > 0 && (force || now.Sub(w.unacked[0].at) >= plane.RetransmitAfter) {
 		if !force {
 			w.t.log.Warn("commands unacknowledged; publishing them again", "worker", w.reg.Name,
 				"from_seq", w.unacked[0].c.Seq, "count", len(w.unacked))
@@ -770,10 +778,10 @@ func (w *remote) retry(now time.Time, force bool) {
 	}
 	switch {
 	case !w.based:
-	case force || (w.next < w.head && now.Sub(w.askedAt) >= retransmitAfter):
+	case force || (w.next < w.head && now.Sub(w.askedAt) >= plane.RetransmitAfter):
 		w.resendLocked(now)
-	case w.acked < w.next && now.Sub(w.ackedAt) >= ackEvery:
-		w.publishLocked(command{Op: opAck})
+	case w.acked < w.next && now.Sub(w.ackedAt) >= plane.AckEvery:
+		w.publishLocked(plane.Command{Op: plane.OpAck})
 	}
 }
 
@@ -785,7 +793,7 @@ func (w *remote) end() {
 	if w.gone {
 		return
 	}
-	w.publishLocked(command{Op: opBye})
+	w.publishLocked(plane.Command{Op: plane.OpBye})
 	w.gone = true
 	w.unacked, w.held = nil, nil
 }
@@ -793,7 +801,7 @@ func (w *remote) end() {
 // tick drives every session's retries until the transport closes.
 func (t *transport) tick() {
 	defer t.wg.Done()
-	tk := time.NewTicker(retransmitAfter / 5)
+	tk := time.NewTicker(plane.RetransmitAfter / 5)
 	defer tk.Stop()
 	for {
 		select {
@@ -829,19 +837,21 @@ func (t *transport) remotes() []*remote {
 }
 
 // Apply sends an engine input.
-func (w *remote) Apply(in engine.Input) { w.send(commandOf(in)) }
+func (w *remote) Apply(in engine.Input) { w.send(plane.CommandOf(in)) }
 
 // OpenRoom asks the prefill for a transfer room.
-func (w *remote) OpenRoom(tid, reqID uint64) { w.send(command{Op: opOpenRoom, TID: tid, ID: reqID}) }
+func (w *remote) OpenRoom(tid, reqID uint64) {
+	w.send(plane.Command{Op: plane.OpOpenRoom, TID: tid, ID: reqID})
+}
 
 // CloseRoom tells the prefill how the hold ended.
 func (w *remote) CloseRoom(tid uint64, transferred bool) {
-	w.send(command{Op: opCloseRoom, TID: tid, Transferred: transferred})
+	w.send(plane.Command{Op: plane.OpCloseRoom, TID: tid, Transferred: transferred})
 }
 
 // Connect makes the decode dial the source's transfer room.
 func (w *remote) Connect(tid, reqID uint64, params []byte) {
-	w.send(command{Op: opConnect, TID: tid, ID: reqID, Params: params})
+	w.send(plane.Command{Op: plane.OpConnect, TID: tid, ID: reqID, Params: params})
 }
 
 // Turn stamps the commands that follow for a coupled worker.
@@ -854,7 +864,7 @@ func (w *remote) Turn(at float64, turn uint64) {
 // Run has a coupled worker run its engine until until, as turn turn.
 func (w *remote) Run(until float64, turn uint64) {
 	w.Turn(until, turn)
-	w.send(command{Op: opRun, Until: until})
+	w.send(plane.Command{Op: plane.OpRun, Until: until})
 }
 
 // Close stops watching and subscribing, then whatever local mode started.

@@ -53,7 +53,7 @@ func faultArgs() map[string]any {
 	return a
 }
 
-// leaseTTL is the workers' etcd lease TTL (distributed.leaseTTLSeconds):
+// leaseTTL is the workers' etcd lease TTL (distributed/internal/plane.LeaseTTLSeconds):
 // a worker that stops renewing is gone from etcd within it.
 const leaseTTL = 10 * time.Second
 
@@ -339,7 +339,7 @@ func workersOf(rs []cluster.Result, name func(cluster.Result) string) []string {
 // pause): it stops renewing its lease without saying so, as a hung host
 // would. Within the TTL etcd drops its registration, the router takes it
 // out of routing, and what was on it fails naming it; new requests go to
-// the other decode only.
+// the other decode only, until the worker, thawed, registers again.
 func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
 	s := newStack(t)
 	ns := "fault-lease"
@@ -378,9 +378,14 @@ func TestFault_LeaseExpiryRemovesTheWorker(t *testing.T) {
 		assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 	}
 	assert.Equal(t, []string{"decode-0"}, decodes(after), "the expired worker is out of routing")
-	// Thawed, it finds its lease gone and leaves rather than serve a
-	// cluster that no longer counts it.
+	// Thawed, it finds its lease gone, withdraws what it had and
+	// registers again under a new lease; the router takes it back.
 	require.NoError(t, ws["decode-1"].Unpause(ctx))
+	require.Eventually(t, func() bool { return slices.Contains(registered(t, ec, ns), "decode-1") },
+		leaseTTL+10*time.Second, 200*time.Millisecond, "decode-1 registered again")
+	require.Eventually(t, func() bool {
+		return slices.Contains(decodes(load(c, 2, 2)), "decode-1")
+	}, 30*time.Second, 100*time.Millisecond, "decode-1 serves again")
 	drainClean(t, c)
 }
 
@@ -520,7 +525,7 @@ func TestFault_NATSRestart(t *testing.T) {
 // TestFault_NATSRestartWithRequestsInFlight restarts NATS while requests
 // are in every phase of their handoff: commands and frames published
 // during the outage, or before the other side resubscribed, are lost by
-// NATS, and the request plane sends them again (wire.go in distributed).
+// NATS, and the request plane sends them again (distributed/internal/plane).
 // Every request completes with all its tokens, and the cluster drains.
 func TestFault_NATSRestartWithRequestsInFlight(t *testing.T) {
 	s := newStack(t)

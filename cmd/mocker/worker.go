@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
-	"github.com/kvstrand/mocker/distributed"
+	"github.com/kvstrand/mocker/distributed/worker"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -22,7 +22,8 @@ const workerUsage = `Usage: mocker worker --role prefill|decode|aggregated --etc
 
 Runs one mock worker in this process: it registers in etcd under a 10 s
 lease (instance id = lease id; Dynamo's v1/instances and v1/mdc keys plus
-mocker's v1/mocker/{ns}/{id}), takes requests over NATS and streams its
+mocker's v1/mocker/{ns}/{id}; a lost lease ends the requests it carried and
+the worker registers again under a new one), takes requests over NATS and streams its
 outputs back, and a prefill worker serves KV transfers on its advertised
 host. A script attaches to such workers with
 mocker.cluster({..., transport: {etcd: [...], nats: '...', namespace: '...'}}).
@@ -63,15 +64,15 @@ every user of the host sees in ps):
       --etcd-key FILE      its key
 $MOCKER_NATS_USER and $MOCKER_ETCD_USERNAME stand in for the user flags.
 
-Exit codes: 0 after a clean shutdown, 1 when it cannot start or loses its
-lease, 2 for flags that make no sense (an unknown or repeated flag, a bad
-role, engine arguments or URL).
+Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for flags
+that make no sense (an unknown or repeated flag, a bad role, engine
+arguments or URL).
 `
 
 func workerCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	var cfg distributed.WorkerConfig
+	var cfg worker.Config
 	var etcd, argsFlag, level string
 	var role onceFlag
 	fs.Var(&role, "role", "")
@@ -115,10 +116,10 @@ func workerCmd(args []string, stderr io.Writer) int {
 	// The passwords are the environment's (auth.go): read them here, so
 	// the config's checks see a user with its password.
 	if cfg.NATSAuth.User != "" {
-		cfg.NATSAuth.Password = cluster.Secret(os.Getenv(distributed.EnvNATSPassword))
+		cfg.NATSAuth.Password = cluster.Secret(os.Getenv(cluster.EnvNATSPassword))
 	}
 	if cfg.EtcdAuth.Username != "" {
-		cfg.EtcdAuth.Password = cluster.Secret(os.Getenv(distributed.EnvEtcdPassword))
+		cfg.EtcdAuth.Password = cluster.Secret(os.Getenv(cluster.EnvEtcdPassword))
 	}
 	cfg.Role = engine.WorkerType(role.v)
 	cfg.Etcd = strings.Split(etcd, ",")
@@ -142,9 +143,9 @@ func workerCmd(args []string, stderr io.Writer) int {
 	cfg.Logger.Info("mocker worker", "version", readBuildInfo().Line())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := distributed.RunWorker(ctx, cfg); err != nil {
+	if err := worker.Run(ctx, cfg); err != nil {
 		fmt.Fprintf(stderr, "mocker worker: %v\n", err)
-		if distributed.IsUsage(err) {
+		if worker.IsUsage(err) {
 			return exitUsage
 		}
 		return 1

@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"fmt"
@@ -21,37 +21,37 @@ import (
 // frames, where they are ordered with the request steps they belong to.
 // The publisher is registered under Dynamo's event-channel key.
 const (
-	topicKVEvents = "kv-events"
-	topicMetrics  = "kv_metrics"
+	TopicKVEvents = "kv-events"
+	TopicMetrics  = "kv_metrics"
 )
 
-func kvEventsSubject(ns string, role engine.WorkerType) string {
-	return fmt.Sprintf("namespace.%s.component.%s.%s", ns, componentOf(role), topicKVEvents)
+func KvEventsSubject(ns string, role engine.WorkerType) string {
+	return fmt.Sprintf("namespace.%s.component.%s.%s", ns, ComponentOf(role), TopicKVEvents)
 }
 
-func metricsSubject(ns string, role engine.WorkerType) string {
-	return fmt.Sprintf("namespace.%s.component.%s.endpoint.%s.%s", ns, componentOf(role), endpointName, topicMetrics)
+func MetricsSubject(ns string, role engine.WorkerType) string {
+	return fmt.Sprintf("namespace.%s.component.%s.endpoint.%s.%s", ns, ComponentOf(role), endpointName, TopicMetrics)
 }
 
-func eventChannelKey(ns string, role engine.WorkerType, publisher uint64) string {
-	return fmt.Sprintf("v1/event_channels/namespace/%s/component/%s/topic/%s/%x", ns, componentOf(role), topicKVEvents, publisher)
+func EventChannelKey(ns string, role engine.WorkerType, publisher uint64) string {
+	return fmt.Sprintf("v1/event_channels/namespace/%s/component/%s/topic/%s/%x", ns, ComponentOf(role), TopicKVEvents, publisher)
 }
 
-// eventPublisher numbers one worker's envelopes.
-type eventPublisher struct {
-	id       uint64
+// EventPublisher numbers one worker's envelopes.
+type EventPublisher struct {
+	ID       uint64
 	seq      uint64
-	lastLoad int // the kv_used_blocks last published; -1: none yet
+	LastLoad int // the kv_used_blocks last published; -1: none yet
 }
 
-// envelope wraps payload for topic.
-func (p *eventPublisher) envelope(topic string, payload []byte, now time.Time) []byte {
+// Envelope wraps payload for topic.
+func (p *EventPublisher) Envelope(topic string, payload []byte, now time.Time) []byte {
 	var e msgpack
 	e.mapN(5)
 	e.str("topic")
 	e.str(topic)
 	e.str("publisher_id")
-	e.uint(p.id)
+	e.uint(p.ID)
 	e.str("sequence")
 	e.uint(p.seq)
 	e.str("published_at")
@@ -62,8 +62,8 @@ func (p *eventPublisher) envelope(topic string, payload []byte, now time.Time) [
 	return e.b
 }
 
-// routerEvent is Dynamo's RouterEvent for ev of worker id.
-func routerEvent(worker uint64, ev kv.Event) []byte {
+// RouterEvent is Dynamo's RouterEvent for ev of worker id.
+func RouterEvent(worker uint64, ev kv.Event) []byte {
 	var e msgpack
 	e.mapN(3)
 	e.str("worker_id")
@@ -112,9 +112,9 @@ func routerEvent(worker uint64, ev kv.Event) []byte {
 	return e.b
 }
 
-// activeLoad is Dynamo's ActiveLoad: the router-facing used blocks, as
+// ActiveLoad is Dynamo's ActiveLoad: the router-facing used blocks, as
 // Dynamo's mocker reports them.
-func activeLoad(worker uint64, m engine.Metrics) []byte {
+func ActiveLoad(worker uint64, m engine.Metrics) []byte {
 	var e msgpack
 	e.mapN(4)
 	e.str("worker_id")

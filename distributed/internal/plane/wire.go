@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"encoding/json"
@@ -31,29 +31,29 @@ import (
 //
 //   - Commands. Each router keeps one session per worker it joined (a
 //     random id) and numbers that session's commands from 1 (Session,
-//     Seq), the first being opHello. The worker applies a session's commands in Seq order exactly
+//     Seq), the first being OpHello. The worker applies a session's commands in Seq order exactly
 //     once: a duplicate is dropped, one ahead of a gap is held until the
 //     gap fills. Its frames acknowledge the highest Seq applied per
 //     session (Acks); a duplicate, or an ack nothing else would carry,
 //     gets a control frame of its own. The router keeps every command
 //     until it is acknowledged and publishes them all again, in order,
 //     when its NATS connection comes back and whenever the oldest has
-//     waited retransmitAfter.
+//     waited RetransmitAfter.
 //   - Frames. The worker numbers its frames (Seq) for all routers alike
 //     and keeps the last ones it sent (frameBuffer). A router applies
 //     them in Seq order exactly once from the first frame that carries
 //     its session's work (the From of its session's ack), holding later
 //     ones until a gap fills. It acknowledges the next Seq it expects on
 //     every command (Ack; an ack-only command when it has nothing else to
-//     say), and asks for a resend from that Seq (opResend) on a gap, after
+//     say), and asks for a resend from that Seq (OpResend) on a gap, after
 //     its own reconnect, and when the worker's Head says frames are
 //     missing. A worker whose routers have not acknowledged its latest
-//     frame tells them its Head in a control frame every heartbeatEvery,
+//     frame tells them its Head in a control frame every HeartbeatEvery,
 //     so a lost last frame is noticed. Control frames (no Items) are not
 //     numbered.
 //   - Only when the worker can no longer resend (the frames fell out of
 //     its buffer) does the router give the worker up: its requests end
-//     "error" saying that frames were lost, the session ends (opBye: the
+//     "error" saying that frames were lost, the session ends (OpBye: the
 //     worker withdraws what it still runs for it), and the worker joins
 //     again under a new session. A worker that goes away is etcd's
 //     business, and so is a router that does: each hello names its
@@ -64,12 +64,12 @@ import (
 // session, or one that fails its seal, is dropped and counted.
 //
 // A coupled session is one whose router drives the worker's clock
-// instead of the wall clock (opHello with Coupled): the worker starts a
+// instead of the wall clock (OpHello with Coupled): the worker starts a
 // fresh engine at the hello's At, on the router's modeled clock, and its
 // time moves only as the session's commands say (its transfer server
 // forgets earlier rooms, so the session's ids may start at 1). Each
 // command takes effect at its At, after the engine's events before that
-// instant and ahead of those at it; opRun runs the engine until Until,
+// instant and ahead of those at it; OpRun runs the engine until Until,
 // the events at Until that were queued when it came included (what they
 // queue there is the router's next run). The worker answers each with a
 // numbered frame carrying what they produced, the last Turn it applied
@@ -84,35 +84,35 @@ import (
 
 // Command ops.
 const (
-	opSubmit            = "submit"
-	opReserve           = "reserve"
-	opReleaseHeld       = "release_held"
-	opCancel            = "cancel"
+	OpSubmit            = "submit"
+	OpReserve           = "reserve"
+	OpReleaseHeld       = "release_held"
+	OpCancel            = "cancel"
 	opStartTransfer     = "start_transfer"
 	opActivate          = "activate"
-	opCancelDestination = "cancel_destination"
+	OpCancelDestination = "cancel_destination"
 	opDestinationReady  = "destination_ready"
-	opOpenRoom          = "open_room"
-	opCloseRoom         = "close_room"
-	opConnect           = "connect"
+	OpOpenRoom          = "open_room"
+	OpCloseRoom         = "close_room"
+	OpConnect           = "connect"
 	// Control commands: not numbered, never acknowledged.
-	opAck    = "ack"    // carries only Ack
-	opResend = "resend" // republish frames from From on
-	opBye    = "bye"    // the router's session ended; forget it
-	// opHello is a session's first numbered command: its ack tells the
+	OpAck    = "ack"    // carries only Ack
+	OpResend = "resend" // republish frames from From on
+	OpBye    = "bye"    // the router's session ended; forget it
+	// OpHello is a session's first numbered command: its ack tells the
 	// router where the session's frames start.
-	opHello = "hello"
-	// opRun is a coupled session's numbered command to run the engine
+	OpHello = "hello"
+	// OpRun is a coupled session's numbered command to run the engine
 	// until Until and report.
-	opRun = "run"
+	OpRun = "run"
 )
 
-// command is one router → worker message.
-type command struct {
+// Command is one router → worker message.
+type Command struct {
 	Op string `json:"op"`
 	// Session and Seq number the command in its router's stream to this
 	// worker; Ack is the next frame Seq the router expects (it has every
-	// frame before it); From is where opResend starts.
+	// frame before it); From is where OpResend starts.
 	Session   uint64   `json:"session,omitempty"`
 	Seq       uint64   `json:"seq,omitempty"`
 	Router    int64    `json:"router,omitempty"` // hello: the router's lease id
@@ -132,83 +132,83 @@ type command struct {
 	// Coupled sessions: Coupled (hello) asks the worker to run on the
 	// router's clock; At is the modeled instant a command takes effect
 	// (hello: where the fresh engine's clock starts), Until how far
-	// opRun runs, and Turn numbers what the worker's answer acknowledges.
+	// OpRun runs, and Turn numbers what the worker's answer acknowledges.
 	Coupled bool    `json:"coupled,omitempty"`
 	At      float64 `json:"at,omitempty"`
 	Until   float64 `json:"until,omitempty"`
 	Turn    uint64  `json:"turn,omitempty"`
 }
 
-func commandOf(in engine.Input) command {
+func CommandOf(in engine.Input) Command {
 	switch in := in.(type) {
 	case *engine.Submit:
 		r := in.Request
-		return command{Op: opSubmit, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority, Hold: in.Policy == engine.Hold}
+		return Command{Op: OpSubmit, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority, Hold: in.Policy == engine.Hold}
 	case *engine.Reserve:
 		r := in.Request
-		return command{Op: opReserve, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority}
+		return Command{Op: OpReserve, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority}
 	case engine.ReleaseHeld:
-		return command{Op: opReleaseHeld, ID: in.ID, Outcome: uint8(in.Outcome)}
+		return Command{Op: OpReleaseHeld, ID: in.ID, Outcome: uint8(in.Outcome)}
 	case engine.Cancel:
-		return command{Op: opCancel, ID: in.ID}
+		return Command{Op: OpCancel, ID: in.ID}
 	case engine.StartTransfer:
-		return command{Op: opStartTransfer, ID: in.ID, N: in.Tokens}
+		return Command{Op: opStartTransfer, ID: in.ID, N: in.Tokens}
 	case engine.Activate:
-		return command{Op: opActivate, ID: in.ID}
+		return Command{Op: opActivate, ID: in.ID}
 	case engine.CancelDestination:
-		return command{Op: opCancelDestination, ID: in.ID}
+		return Command{Op: OpCancelDestination, ID: in.ID}
 	case engine.DestinationReady:
-		return command{Op: opDestinationReady, ID: in.ID, N: in.Tokens}
+		return Command{Op: opDestinationReady, ID: in.ID, N: in.Tokens}
 	}
-	return command{}
+	return Command{}
 }
 
-// input is the engine input a command carries; nil for a room step.
-func (c command) input() (engine.Input, error) {
+// Input is the engine input a command carries; nil for a room step.
+func (c Command) Input() (engine.Input, error) {
 	req := engine.Request{ID: c.ID, Tokens: c.Tokens, MaxTokens: c.MaxTokens, Priority: c.Priority}
 	switch c.Op {
-	case opSubmit:
+	case OpSubmit:
 		p := engine.Release
 		if c.Hold {
 			p = engine.Hold
 		}
 		return &engine.Submit{Request: req, Policy: p}, nil
-	case opReserve:
+	case OpReserve:
 		return &engine.Reserve{Request: req}, nil
-	case opReleaseHeld:
+	case OpReleaseHeld:
 		return engine.ReleaseHeld{ID: c.ID, Outcome: engine.Outcome(c.Outcome)}, nil
-	case opCancel:
+	case OpCancel:
 		return engine.Cancel{ID: c.ID}, nil
 	case opStartTransfer:
 		return engine.StartTransfer{ID: c.ID, Tokens: c.N}, nil
 	case opActivate:
 		return engine.Activate{ID: c.ID}, nil
-	case opCancelDestination:
+	case OpCancelDestination:
 		return engine.CancelDestination{ID: c.ID}, nil
 	case opDestinationReady:
 		return engine.DestinationReady{ID: c.ID, Tokens: c.N}, nil
-	case opOpenRoom, opCloseRoom, opConnect, opAck, opResend, opBye, opHello, opRun:
+	case OpOpenRoom, OpCloseRoom, OpConnect, OpAck, OpResend, OpBye, OpHello, OpRun:
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown command op %q", c.Op)
 }
 
-// frame is one worker → router message. A frame with Items is numbered by
+// Frame is one worker → router message. A frame with Items is numbered by
 // Seq; one without is a control frame (acks, Head, Lost) and is not.
-type frame struct {
+type Frame struct {
 	Seq   uint64 `json:"seq"`
-	Items []item `json:"items,omitempty"`
+	Items []Item `json:"items,omitempty"`
 	// Head is the Seq the worker's next numbered frame will have.
 	Head uint64 `json:"head,omitempty"`
 	// Acks are the sessions whose applied commands moved (or were
 	// repeated) since the previous frame.
-	Acks []sessionAck `json:"acks,omitempty"`
-	// Lost answers an opResend the worker can no longer serve.
-	Lost *lostFrames `json:"lost,omitempty"`
+	Acks []SessionAck `json:"acks,omitempty"`
+	// Lost answers an OpResend the worker can no longer serve.
+	Lost *LostFrames `json:"lost,omitempty"`
 	// Ended says the worker ended a session on its own (its router's key
 	// in etcd is gone) and withdraws its requests: a router that is still
 	// there after all learns why, ahead of the withdrawals.
-	Ended *sessionEnded `json:"ended,omitempty"`
+	Ended *SessionEnded `json:"ended,omitempty"`
 	// Turn and Next answer a coupled session: the last turn the worker
 	// has applied, and when its engine's next event is due (nil: none is
 	// pending). Every frame of a coupled worker carries them; one that
@@ -217,7 +217,7 @@ type frame struct {
 	Next *float64 `json:"next,omitempty"`
 	// Refused answers a hello the worker cannot take (a coupled session
 	// needs the worker to itself); the session does not start.
-	Refused *sessionEnded `json:"refused,omitempty"`
+	Refused *SessionEnded `json:"refused,omitempty"`
 	// Leave is set on the marker a router sends itself on a worker's out
 	// subject when the worker's registration goes: it comes back after
 	// every frame the worker sent before it left, so the worker's last
@@ -228,41 +228,41 @@ type frame struct {
 	Rejected uint64 `json:"rejected,omitempty"`
 }
 
-// sessionAck acknowledges a router session's commands up to Seq; From is
+// SessionAck acknowledges a router session's commands up to Seq; From is
 // the Seq of the first frame that can carry the session's work.
-type sessionAck struct {
+type SessionAck struct {
 	Session uint64 `json:"session"`
 	Seq     uint64 `json:"seq"`
 	From    uint64 `json:"from"`
 }
 
-// lostFrames says frames From up to Oldest (excluded) of a session's
+// LostFrames says frames From up to Oldest (excluded) of a session's
 // resend request are no longer in the worker's buffer.
-type lostFrames struct {
+type LostFrames struct {
 	Session uint64 `json:"session"`
 	From    uint64 `json:"from"`
 	Oldest  uint64 `json:"oldest"`
 }
 
-// sessionEnded is a session the worker ended, and why.
-type sessionEnded struct {
+// SessionEnded is a session the worker ended, and why.
+type SessionEnded struct {
 	Session uint64 `json:"session"`
 	Reason  string `json:"reason"`
 }
 
-// item is one entry of a frame; exactly one field is set.
-type item struct {
-	Output  *wireOutput  `json:"output,omitempty"`
-	Input   *wireInput   `json:"input,omitempty"`
-	Room    *wireRoom    `json:"room,omitempty"`
-	Arrived *wireArrived `json:"arrived,omitempty"`
-	Status  *wireStatus  `json:"status,omitempty"`
+// Item is one entry of a frame; exactly one field is set.
+type Item struct {
+	Output  *WireOutput  `json:"output,omitempty"`
+	Input   *WireInput   `json:"input,omitempty"`
+	Room    *WireRoom    `json:"room,omitempty"`
+	Arrived *WireArrived `json:"arrived,omitempty"`
+	Status  *WireStatus  `json:"status,omitempty"`
 }
 
-// wireOutput is engine.Output as the router needs it: a prefill's tokens
+// WireOutput is engine.Output as the router needs it: a prefill's tokens
 // other than the first are left out (nothing downstream reads them, and
 // they are most of a decode pass's size).
-type wireOutput struct {
+type WireOutput struct {
 	Start       float64             `json:"start"`
 	End         float64             `json:"end"`
 	Ran         bool                `json:"ran,omitempty"`
@@ -275,34 +275,34 @@ type wireOutput struct {
 	Metrics  engine.Metrics `json:"metrics"`
 }
 
-type wireInput struct {
+type WireInput struct {
 	At      float64 `json:"at"`
-	Cmd     command `json:"cmd"`
+	Cmd     Command `json:"cmd"`
 	OK      bool    `json:"ok"`
 	Err     string  `json:"err,omitempty"`
 	DelayMs float64 `json:"delay_ms,omitempty"`
 }
 
-type wireRoom struct {
+type WireRoom struct {
 	TID    uint64          `json:"tid"`
 	Params json.RawMessage `json:"params,omitempty"`
 	Err    string          `json:"err,omitempty"`
 }
 
-type wireArrived struct {
+type WireArrived struct {
 	TID   uint64 `json:"tid"`
 	ReqID uint64 `json:"request_id"`
 }
 
-type wireStatus struct {
+type WireStatus struct {
 	TID    uint64 `json:"tid"`
 	Status string `json:"status"` // ack | abort | error
 	Err    string `json:"err,omitempty"`
 }
 
-// outputOf copies what the router needs of out (which the engine reuses).
-func outputOf(out *engine.Output) *wireOutput {
-	w := &wireOutput{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
+// OutputOf copies what the router needs of out (which the engine reuses).
+func OutputOf(out *engine.Output) *WireOutput {
+	w := &WireOutput{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
 	for _, t := range out.Tokens {
 		if t.Index == 0 {
 			w.FirstTokens = append(w.FirstTokens, t)
@@ -321,7 +321,7 @@ func outputOf(out *engine.Output) *wireOutput {
 
 // engineOutput rebuilds an engine.Output on the router's clock (shift ms
 // added to every instant).
-func (w *wireOutput) engineOutput(shift float64) *engine.Output {
+func (w *WireOutput) engineOutput(shift float64) *engine.Output {
 	out := &engine.Output{Start: w.Start + shift, End: w.End + shift, Ran: w.Ran, Metrics: w.Metrics,
 		Tokens: w.FirstTokens, Completions: w.Completions, Rejections: w.Rejections, Events: w.Events, KVEvents: w.KVEvents}
 	for i := range out.Tokens {
@@ -342,7 +342,7 @@ func (w *wireOutput) engineOutput(shift float64) *engine.Output {
 	return out
 }
 
-func statusName(s handoff.Status) string {
+func StatusName(s handoff.Status) string {
 	switch s {
 	case handoff.ACK:
 		return "ack"
@@ -362,15 +362,15 @@ func statusOf(s string) handoff.Status {
 	return handoff.Error
 }
 
-// remoteItems turns a frame into the cluster's items, on its clock.
-func remoteItems(f *frame, shift float64) ([]cluster.RemoteItem, error) {
+// RemoteItems turns a frame into the cluster's items, on its clock.
+func RemoteItems(f *Frame, shift float64) ([]cluster.RemoteItem, error) {
 	out := make([]cluster.RemoteItem, 0, len(f.Items))
 	for _, it := range f.Items {
 		switch {
 		case it.Output != nil:
 			out = append(out, cluster.RemoteItem{Output: it.Output.engineOutput(shift)})
 		case it.Input != nil:
-			in, err := it.Input.Cmd.input()
+			in, err := it.Input.Cmd.Input()
 			if err != nil {
 				return nil, err
 			}

@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"crypto/ecdh"
@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 )
 
 // Integrity of the request plane. NATS credentials say who may use the
@@ -26,7 +27,7 @@ import (
 // A session's key is HKDF-SHA256 over the X25519 secret of the router's
 // and the worker's pairs, salted with the session id and bound to the
 // namespace, the worker's instance id and the router's lease id
-// (sessionKey). Nothing secret crosses the bus or etcd: etcd is trusted
+// (SessionKey). Nothing secret crosses the bus or etcd: etcd is trusted
 // for who is who (whoever may write the namespace's keys may register a
 // router or a worker: lock etcd down, docs/distributed-security.md), the
 // bus for nothing.
@@ -47,27 +48,27 @@ import (
 const (
 	sealVersion = 1
 	sealTagSize = 8 + sha256.Size
-	// maxSealTags bounds the tags of one message, so the sessions one
+	// MaxSealTags bounds the tags of one message, so the sessions one
 	// worker serves at once.
-	maxSealTags = 256
+	MaxSealTags = 256
 )
 
 // Message directions, the MAC's first byte.
 const (
-	dirCommand byte = 'c'
-	dirFrame   byte = 'f'
+	DirCommand byte = 'c'
+	DirFrame   byte = 'f'
 )
 
-// sealTag is one id's MAC.
-type sealTag struct {
-	id  uint64
+// SealTag is one id's MAC.
+type SealTag struct {
+	ID  uint64
 	mac [sha256.Size]byte
 }
 
-// keyed is a MAC key and the id its tag is filed under.
-type keyed struct {
-	id  uint64
-	key []byte
+// Keyed is a MAC key and the id its tag is filed under.
+type Keyed struct {
+	ID  uint64
+	Key []byte
 }
 
 // mac computes a tag's MAC.
@@ -85,17 +86,17 @@ func mac(key []byte, dir byte, id uint64, subject string, body []byte) [sha256.S
 	return out
 }
 
-// seal returns body behind a tag for each key.
-func seal(dir byte, subject string, body []byte, keys ...keyed) []byte {
-	if len(keys) > maxSealTags {
-		keys = keys[:maxSealTags]
+// Seal returns body behind a tag for each key.
+func Seal(dir byte, subject string, body []byte, keys ...Keyed) []byte {
+	if len(keys) > MaxSealTags {
+		keys = keys[:MaxSealTags]
 	}
 	out := make([]byte, 3, 3+len(keys)*sealTagSize+len(body))
 	out[0] = sealVersion
 	binary.BigEndian.PutUint16(out[1:], uint16(len(keys)))
 	for _, k := range keys {
-		out = binary.BigEndian.AppendUint64(out, k.id)
-		m := mac(k.key, dir, k.id, subject, body)
+		out = binary.BigEndian.AppendUint64(out, k.ID)
+		m := mac(k.Key, dir, k.ID, subject, body)
 		out = append(out, m[:]...)
 	}
 	return append(out, body...)
@@ -104,62 +105,63 @@ func seal(dir byte, subject string, body []byte, keys ...keyed) []byte {
 // errMalformed is a message that is not a sealed one at all.
 var errMalformed = errors.New("not a sealed message")
 
-// unseal splits a sealed message into its tags and body; nothing in it is
+// Unseal splits a sealed message into its tags and body; nothing in it is
 // trusted until verify says so.
-func unseal(data []byte) ([]sealTag, []byte, error) {
+func Unseal(data []byte) ([]SealTag, []byte, error) {
 	if len(data) < 3 || data[0] != sealVersion {
 		return nil, nil, errMalformed
 	}
 	n := int(binary.BigEndian.Uint16(data[1:]))
-	if n > maxSealTags || len(data) < 3+n*sealTagSize {
+	if n > MaxSealTags || len(data) < 3+n*sealTagSize {
 		return nil, nil, errMalformed
 	}
-	tags := make([]sealTag, n)
+	tags := make([]SealTag, n)
 	p := data[3:]
 	for i := range tags {
-		tags[i].id = binary.BigEndian.Uint64(p)
+		tags[i].ID = binary.BigEndian.Uint64(p)
 		copy(tags[i].mac[:], p[8:sealTagSize])
 		p = p[sealTagSize:]
 	}
 	return tags, p, nil
 }
 
-// tagOf finds id's tag.
-func tagOf(tags []sealTag, id uint64) (sealTag, bool) {
+// TagOf finds id's tag.
+func TagOf(tags []SealTag, id uint64) (SealTag, bool) {
 	for _, t := range tags {
-		if t.id == id {
+		if t.ID == id {
 			return t, true
 		}
 	}
-	return sealTag{}, false
+	return SealTag{}, false
 }
 
-// verify reports whether t is the MAC of body under key.
-func verify(t sealTag, key []byte, dir byte, subject string, body []byte) bool {
-	m := mac(key, dir, t.id, subject, body)
+// Verify reports whether t is the MAC of body under key.
+func Verify(t SealTag, key []byte, dir byte, subject string, body []byte) bool {
+	m := mac(key, dir, t.ID, subject, body)
 	return hmac.Equal(m[:], t.mac[:])
 }
 
-// planeKey is a worker's or a router's X25519 key pair.
-type planeKey struct{ priv *ecdh.PrivateKey }
+// KeyPair is a worker's or a router's X25519 key pair.
+type KeyPair struct{ priv *ecdh.PrivateKey }
 
-func newPlaneKey() (planeKey, error) {
+// NewKeyPair makes a key pair from the OS's randomness.
+func NewKeyPair() (KeyPair, error) {
 	k, err := ecdh.X25519().GenerateKey(rand.Reader)
 	if err != nil {
-		return planeKey{}, fmt.Errorf("plane key: %w", err)
+		return KeyPair{}, fmt.Errorf("plane key: %w", err)
 	}
-	return planeKey{priv: k}, nil
+	return KeyPair{priv: k}, nil
 }
 
-// public is the pair's public half as etcd records carry it.
-func (k planeKey) public() string {
+// Public is the pair's public half as etcd records carry it.
+func (k KeyPair) Public() string {
 	return base64.StdEncoding.EncodeToString(k.priv.PublicKey().Bytes())
 }
 
-// sessionKey derives the MAC key of session between worker instance and
+// SessionKey derives the MAC key of session between worker instance and
 // router (lease ids) in namespace ns, from this side's pair and the other
 // side's public half (base64, as etcd carries it).
-func (k planeKey) sessionKey(peer string, ns string, instance, router int64, session uint64) ([]byte, error) {
+func (k KeyPair) SessionKey(peer string, ns string, instance, router int64, session uint64) ([]byte, error) {
 	raw, err := base64.StdEncoding.DecodeString(peer)
 	if err != nil {
 		return nil, fmt.Errorf("plane key: %w", err)
@@ -177,8 +179,8 @@ func (k planeKey) sessionKey(peer string, ns string, instance, router int64, ses
 	return hkdf.Key(sha256.New, secret, salt, info, sha256.Size)
 }
 
-// newSessionID is an unguessable, non-zero session id.
-func newSessionID() uint64 {
+// NewSessionID is an unguessable, non-zero session id.
+func NewSessionID() uint64 {
 	var b [8]byte
 	for {
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
@@ -188,8 +190,8 @@ func newSessionID() uint64 {
 	}
 }
 
-// newMACKey is a random key for what one process seals to itself.
-func newMACKey() []byte {
+// NewMACKey is a random key for what one process seals to itself.
+func NewMACKey() []byte {
 	b := make([]byte, sha256.Size)
 	_, _ = rand.Read(b)
 	return b
@@ -197,48 +199,60 @@ func newMACKey() []byte {
 
 // Rejection reasons, as PlaneStats counts them.
 const (
-	rejectMalformed      = "malformed"       // not sealed, or its body unreadable
-	rejectBadMAC         = "bad_mac"         // a tag that does not verify
-	rejectUnknownSession = "unknown_session" // no key for it here
-	rejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
-	rejectLimit          = "limit"           // a bound on held state reached
+	RejectMalformed      = "malformed"       // not sealed, or its body unreadable
+	RejectBadMAC         = "bad_mac"         // a tag that does not verify
+	RejectUnknownSession = "unknown_session" // no key for it here
+	RejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
+	RejectLimit          = "limit"           // a bound on held state reached
+	// RejectUnadvertised is a decode's connect to a transfer address no
+	// registered prefill advertised.
+	RejectUnadvertised = "unadvertised_address"
 )
 
-// rejections counts dropped messages by reason; safe for concurrent use.
-type rejections struct {
-	malformed, badMAC, unknownSession, unknownRouter, limit atomic.Uint64
+// Rejections counts dropped messages by reason; safe for concurrent use.
+type Rejections struct {
+	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised atomic.Uint64
 }
 
-func (r *rejections) add(reason string) {
+// Add counts one message dropped for reason.
+func (r *Rejections) Add(reason string) {
 	switch reason {
-	case rejectMalformed:
+	case RejectMalformed:
 		r.malformed.Add(1)
-	case rejectBadMAC:
+	case RejectBadMAC:
 		r.badMAC.Add(1)
-	case rejectUnknownSession:
+	case RejectUnknownSession:
 		r.unknownSession.Add(1)
-	case rejectUnknownRouter:
+	case RejectUnknownRouter:
 		r.unknownRouter.Add(1)
-	case rejectLimit:
+	case RejectLimit:
 		r.limit.Add(1)
+	case RejectUnadvertised:
+		r.unadvertised.Add(1)
 	}
 }
 
-func (r *rejections) total() uint64 {
-	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load()
+// Total is every message dropped.
+func (r *Rejections) Total() uint64 {
+	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load() +
+		r.unadvertised.Load()
 }
 
-// byReason is the counts by reason, the zero ones left out.
-func (r *rejections) byReason() map[string]uint64 {
+// ByReason is the counts by reason, the zero ones left out.
+func (r *Rejections) ByReason() map[string]uint64 {
 	out := map[string]uint64{}
 	for _, c := range []struct {
 		name string
 		n    uint64
-	}{{rejectMalformed, r.malformed.Load()}, {rejectBadMAC, r.badMAC.Load()}, {rejectUnknownSession, r.unknownSession.Load()},
-		{rejectUnknownRouter, r.unknownRouter.Load()}, {rejectLimit, r.limit.Load()}} {
+	}{{RejectMalformed, r.malformed.Load()}, {RejectBadMAC, r.badMAC.Load()}, {RejectUnknownSession, r.unknownSession.Load()},
+		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()}} {
 		if c.n > 0 {
 			out[c.name] = c.n
 		}
 	}
 	return out
 }
+
+// RejectLogEvery spaces the warnings about dropped messages: a flood of
+// forged ones must not become a flood of logs.
+const RejectLogEvery = 5 * time.Second

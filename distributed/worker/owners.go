@@ -1,9 +1,10 @@
-package distributed
+package worker
 
 import (
 	"cmp"
 	"slices"
 
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -28,14 +29,14 @@ type ownedRequest struct {
 }
 
 // command notes what a session's command does to its requests.
-func (o *owners) command(c command) {
+func (o *owners) command(c plane.Command) {
 	switch c.Op {
-	case opSubmit, opReserve:
+	case plane.OpSubmit, plane.OpReserve:
 		if *o == nil {
 			*o = owners{}
 		}
-		(*o)[c.ID] = owner{session: c.Session, hold: c.Op == opSubmit && c.Hold, dest: c.Op == opReserve}
-	case opReleaseHeld, opCancel, opCancelDestination:
+		(*o)[c.ID] = owner{session: c.Session, hold: c.Op == plane.OpSubmit && c.Hold, dest: c.Op == plane.OpReserve}
+	case plane.OpReleaseHeld, plane.OpCancel, plane.OpCancelDestination:
 		o.end(c.ID)
 	}
 }

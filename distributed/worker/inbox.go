@@ -1,45 +1,11 @@
-package distributed
+package worker
 
 import (
+	"maps"
 	"slices"
 	"time"
-)
 
-// The reliability pieces of the request plane (wire.go says how the
-// protocol goes). They take inputs plus "now" and return what to do, with
-// no I/O of their own: the worker's loop and the router's transport drive
-// them.
-
-const (
-	// retransmitAfter is how long (wall time) a router waits for a
-	// command's acknowledgement, or for missing frames, before it asks
-	// again. Far above a healthy round trip on a busy host, far below the
-	// seconds a NATS restart takes.
-	retransmitAfter = 500 * time.Millisecond
-	// ackEvery is how long a router lets applied frames go unacknowledged
-	// when it has no command to carry the ack.
-	ackEvery = 200 * time.Millisecond
-	// heartbeatEvery is how often a worker whose routers lag behind its
-	// frames tells them its Head.
-	heartbeatEvery = 250 * time.Millisecond
-	// sessionIdle is how long a worker keeps telling a silent router
-	// session its Head: past it the router is presumed gone (a router
-	// that is still there asks for a resend after its own reconnect).
-	sessionIdle = 30 * time.Second
-	// frameBufferFrames and frameBufferBytes bound the frames a worker
-	// keeps for resending.
-	frameBufferFrames = 1 << 16
-	frameBufferBytes  = 64 << 20
-	// heldCommandsMax and heldBytesMax bound the commands a session holds
-	// ahead of a gap; one past them is dropped (its router publishes it
-	// again once the gap is filled and it is still unacknowledged).
-	heldCommandsMax = 4096
-	heldBytesMax    = 16 << 20
-	// closedSessionsMax bounds the ended sessions a worker remembers, so
-	// that a recorded hello replayed after its session ended does not
-	// start it again. The record of a router's sessions goes with its
-	// key, which its hellos need.
-	closedSessionsMax = 1 << 16
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 )
 
 // inbox is a worker's view of its routers' command streams: each
@@ -55,10 +21,10 @@ type inbox struct {
 }
 
 type inSession struct {
-	applied  uint64             // every Seq up to this one is applied
-	from     uint64             // the first frame Seq that can carry the session's work
-	held     map[uint64]command // arrived ahead of a gap
-	frameAck uint64             // the next frame Seq the router expects
+	applied  uint64                   // every Seq up to this one is applied
+	from     uint64                   // the first frame Seq that can carry the session's work
+	held     map[uint64]plane.Command // arrived ahead of a gap
+	frameAck uint64                   // the next frame Seq the router expects
 	heard    time.Time
 	ackDue   bool  // an ack to send
 	router   int64 // the router's lease id, from its hello
@@ -72,7 +38,7 @@ func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}, closed
 // open starts a session whose hello verified under key.
 func (b *inbox) open(session uint64, router int64, key []byte, head uint64, now time.Time) {
 	if b.sessions[session] == nil {
-		b.sessions[session] = &inSession{from: head, held: map[uint64]command{}, router: router, key: key, heard: now}
+		b.sessions[session] = &inSession{from: head, held: map[uint64]plane.Command{}, router: router, key: key, heard: now}
 	}
 }
 
@@ -85,11 +51,11 @@ func (b *inbox) key(session uint64) []byte {
 }
 
 // keys are the live sessions' MAC keys, to seal a frame for all of them.
-func (b *inbox) keys() []keyed {
-	out := make([]keyed, 0, len(b.sessions))
+func (b *inbox) keys() []plane.Keyed {
+	out := make([]plane.Keyed, 0, len(b.sessions))
 	for id, s := range b.sessions {
 		if s.key != nil {
-			out = append(out, keyed{id: id, key: s.key})
+			out = append(out, plane.Keyed{ID: id, Key: s.key})
 		}
 	}
 	return out
@@ -113,10 +79,10 @@ func (b *inbox) routerGone(router int64) {
 
 // session finds or starts c's session; head is the worker's next frame
 // Seq, where a new session's frames start.
-func (b *inbox) session(c command, head uint64, now time.Time) *inSession {
+func (b *inbox) session(c plane.Command, head uint64, now time.Time) *inSession {
 	s := b.sessions[c.Session]
 	if s == nil {
-		s = &inSession{from: head, held: map[uint64]command{}}
+		s = &inSession{from: head, held: map[uint64]plane.Command{}}
 		b.sessions[c.Session] = s
 	}
 	s.heard = now
@@ -130,7 +96,7 @@ func (b *inbox) session(c command, head uint64, now time.Time) *inSession {
 // accept takes a numbered command of a session and returns the commands
 // now ready to apply, in order: none for a duplicate (its ack is due
 // again) or for one ahead of a gap (held).
-func (b *inbox) accept(c command, head uint64, now time.Time) []command {
+func (b *inbox) accept(c plane.Command, head uint64, now time.Time) []plane.Command {
 	s := b.session(c, head, now)
 	switch {
 	case c.Seq <= s.applied:
@@ -139,7 +105,7 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 	case c.Seq > s.applied+1:
 		if _, ok := s.held[c.Seq]; !ok {
 			n := commandSize(c)
-			if len(s.held) >= heldCommandsMax || s.heldBytes+n > heldBytesMax {
+			if len(s.held) >= plane.HeldCommandsMax || s.heldBytes+n > plane.HeldBytesMax {
 				b.overflowed++
 				return nil
 			}
@@ -148,7 +114,7 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 		}
 		return nil
 	}
-	ready := []command{c}
+	ready := []plane.Command{c}
 	s.applied = c.Seq
 	for {
 		n, ok := s.held[s.applied+1]
@@ -165,7 +131,7 @@ func (b *inbox) accept(c command, head uint64, now time.Time) []command {
 }
 
 // commandSize is roughly what c takes held: its variable parts.
-func commandSize(c command) int { return 128 + 4*len(c.Tokens) + len(c.Params) }
+func commandSize(c plane.Command) int { return 128 + 4*len(c.Tokens) + len(c.Params) }
 
 // forget ends a session (its router closed) and remembers it ended.
 func (b *inbox) forget(session uint64) {
@@ -178,7 +144,7 @@ func (b *inbox) forget(session uint64) {
 		b.closed[session] = s.router
 		b.closedOrder = append(b.closedOrder, session)
 	}
-	for len(b.closedOrder) > closedSessionsMax {
+	for len(b.closedOrder) > plane.ClosedSessionsMax {
 		delete(b.closed, b.closedOrder[0])
 		b.closedOrder = b.closedOrder[1:]
 	}
@@ -197,39 +163,39 @@ func (b *inbox) sessionsOf(router int64) []uint64 {
 }
 
 // acks returns the acks due, by session, and clears them.
-func (b *inbox) acks() []sessionAck {
-	var out []sessionAck
+func (b *inbox) acks() []plane.SessionAck {
+	var out []plane.SessionAck
 	for id, s := range b.sessions {
 		if s.ackDue {
 			s.ackDue = false
-			out = append(out, sessionAck{Session: id, Seq: s.applied, From: s.from})
+			out = append(out, plane.SessionAck{Session: id, Seq: s.applied, From: s.from})
 		}
 	}
-	slices.SortFunc(out, func(a, b sessionAck) int { return cmpUint(a.Session, b.Session) })
+	slices.SortFunc(out, func(a, b plane.SessionAck) int { return cmpUint(a.Session, b.Session) })
 	return out
 }
 
-// behind returns the acks of the sessions heard from within sessionIdle
+// behind returns the acks of the sessions heard from within SessionIdle
 // when one of them has not acknowledged every frame before head; none
 // when every router is up to date.
-func (b *inbox) behind(head uint64, now time.Time) []sessionAck {
+func (b *inbox) behind(head uint64, now time.Time) []plane.SessionAck {
 	for _, s := range b.sessions {
-		if now.Sub(s.heard) <= sessionIdle && s.frameAck < head {
+		if now.Sub(s.heard) <= plane.SessionIdle && s.frameAck < head {
 			return b.active(now)
 		}
 	}
 	return nil
 }
 
-// active returns the acks of the sessions heard from within sessionIdle.
-func (b *inbox) active(now time.Time) []sessionAck {
-	var out []sessionAck
+// active returns the acks of the sessions heard from within SessionIdle.
+func (b *inbox) active(now time.Time) []plane.SessionAck {
+	var out []plane.SessionAck
 	for id, s := range b.sessions {
-		if now.Sub(s.heard) <= sessionIdle {
-			out = append(out, sessionAck{Session: id, Seq: s.applied, From: s.from})
+		if now.Sub(s.heard) <= plane.SessionIdle {
+			out = append(out, plane.SessionAck{Session: id, Seq: s.applied, From: s.from})
 		}
 	}
-	slices.SortFunc(out, func(a, b sessionAck) int { return cmpUint(a.Session, b.Session) })
+	slices.SortFunc(out, func(a, b plane.SessionAck) int { return cmpUint(a.Session, b.Session) })
 	return out
 }
 
@@ -256,7 +222,7 @@ func (b *frameBuffer) add(seq uint64, data []byte) {
 	b.frames = append(b.frames, data)
 	b.bytes += len(data)
 	b.next = seq + 1
-	for len(b.frames) > frameBufferFrames || (b.bytes > frameBufferBytes && len(b.frames) > 1) {
+	for len(b.frames) > plane.FrameBufferFrames || (b.bytes > plane.FrameBufferBytes && len(b.frames) > 1) {
 		b.bytes -= len(b.frames[0])
 		b.frames[0] = nil
 		b.frames = b.frames[1:]
@@ -276,4 +242,9 @@ func (b *frameBuffer) since(seq uint64) ([][]byte, bool) {
 		return nil, false
 	}
 	return b.frames[seq-b.oldest():], true
+}
+
+// sessionList is every live session, in id order.
+func (b *inbox) sessionList() []uint64 {
+	return slices.Sorted(maps.Keys(b.sessions))
 }

@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,16 +17,9 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 )
 
-// The environment variables a worker and a router read their secrets
-// from when their config names none: secrets stay off the command line,
-// where `ps` shows them to every user of the host.
-const (
-	EnvNATSUser     = "MOCKER_NATS_USER"
-	EnvNATSPassword = "MOCKER_NATS_PASSWORD"
-	EnvNATSToken    = "MOCKER_NATS_TOKEN"
-	EnvEtcdUsername = "MOCKER_ETCD_USERNAME"
-	EnvEtcdPassword = "MOCKER_ETCD_PASSWORD"
-)
+// DialTimeout bounds how long a worker or a router waits for etcd or NATS
+// before it gives up, naming the URL.
+const DialTimeout = 5 * time.Second
 
 // natsAuthFromEnv fills a's empty user, password and token from the
 // environment, unless a names another way in (creds or nkey).
@@ -34,13 +28,13 @@ func natsAuthFromEnv(a cluster.NATSAuth) cluster.NATSAuth {
 		return a
 	}
 	if a.User == "" && a.Token == "" {
-		a.User = os.Getenv(EnvNATSUser)
+		a.User = os.Getenv(cluster.EnvNATSUser)
 	}
 	if a.User != "" && a.Password == "" {
-		a.Password = cluster.Secret(os.Getenv(EnvNATSPassword))
+		a.Password = cluster.Secret(os.Getenv(cluster.EnvNATSPassword))
 	}
 	if a.User == "" && a.Token == "" {
-		a.Token = cluster.Secret(os.Getenv(EnvNATSToken))
+		a.Token = cluster.Secret(os.Getenv(cluster.EnvNATSToken))
 	}
 	return a
 }
@@ -49,16 +43,16 @@ func natsAuthFromEnv(a cluster.NATSAuth) cluster.NATSAuth {
 // environment.
 func etcdAuthFromEnv(a cluster.EtcdAuth) cluster.EtcdAuth {
 	if a.Username == "" {
-		a.Username = os.Getenv(EnvEtcdUsername)
+		a.Username = os.Getenv(cluster.EnvEtcdUsername)
 	}
 	if a.Username != "" && a.Password == "" {
-		a.Password = cluster.Secret(os.Getenv(EnvEtcdPassword))
+		a.Password = cluster.Secret(os.Getenv(cluster.EnvEtcdPassword))
 	}
 	return a
 }
 
-// tlsConfig is the client TLS of f; nil when f names no file.
-func tlsConfig(what string, f cluster.TLSFiles) (*tls.Config, error) {
+// TLSConfig is the client TLS of f; nil when f names no file.
+func TLSConfig(what string, f cluster.TLSFiles) (*tls.Config, error) {
 	if !f.Set() {
 		return nil, nil
 	}
@@ -83,8 +77,8 @@ func tlsConfig(what string, f cluster.TLSFiles) (*tls.Config, error) {
 	return c, nil
 }
 
-// redactedURLs joins endpoints for a message, passwords hidden.
-func redactedURLs(endpoints []string) string {
+// RedactedURLs joins endpoints for a message, passwords hidden.
+func RedactedURLs(endpoints []string) string {
 	redacted := make([]string, len(endpoints))
 	for i, e := range endpoints {
 		redacted[i] = cluster.RedactURL(e)
@@ -92,20 +86,20 @@ func redactedURLs(endpoints []string) string {
 	return strings.Join(redacted, ",")
 }
 
-func dialEtcd(ctx context.Context, endpoints []string, auth cluster.EtcdAuth) (*clientv3.Client, error) {
-	urls := redactedURLs(endpoints)
+func DialEtcd(ctx context.Context, endpoints []string, auth cluster.EtcdAuth) (*clientv3.Client, error) {
+	urls := RedactedURLs(endpoints)
 	auth = etcdAuthFromEnv(auth)
-	tc, err := tlsConfig("etcd", auth.TLS)
+	tc, err := TLSConfig("etcd", auth.TLS)
 	if err != nil {
 		return nil, err
 	}
-	ec, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: dialTimeout, Logger: zap.NewNop(),
+	ec, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: DialTimeout, Logger: zap.NewNop(),
 		Username: auth.Username, Password: auth.Password.Reveal(), TLS: tc})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w", urls, err)
 	}
 	// The client connects lazily: ask for something to know it is there.
-	sctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	sctx, cancel := context.WithTimeout(ctx, DialTimeout)
 	defer cancel()
 	if _, err := ec.Get(sctx, "v1/mocker/"); err != nil {
 		_ = ec.Close()
@@ -114,17 +108,17 @@ func dialEtcd(ctx context.Context, endpoints []string, auth cluster.EtcdAuth) (*
 	return ec, nil
 }
 
-// reconnectBufSize is how much a NATS connection buffers while it
+// ReconnectBufSize is how much a NATS connection buffers while it
 // reconnects; nats.go publishes it once the connection is back (what
 // the peer was not yet resubscribed for is lost all the same). The
 // package's tests set it to -1 (no buffer: whatever is published during
 // an outage is lost) so an outage surely loses messages.
-var reconnectBufSize = 64 << 20
+var ReconnectBufSize = 64 << 20
 
-func dialNATS(url, name string, auth cluster.NATSAuth, opts ...nats.Option) (*nats.Conn, error) {
+func DialNATS(url, name string, auth cluster.NATSAuth, opts ...nats.Option) (*nats.Conn, error) {
 	auth = natsAuthFromEnv(auth)
-	base := []nats.Option{nats.Name(name), nats.Timeout(dialTimeout), nats.MaxReconnects(-1),
-		nats.ReconnectBufSize(reconnectBufSize)}
+	base := []nats.Option{nats.Name(name), nats.Timeout(DialTimeout), nats.MaxReconnects(-1),
+		nats.ReconnectBufSize(ReconnectBufSize)}
 	switch {
 	case auth.User != "":
 		base = append(base, nats.UserInfo(auth.User, auth.Password.Reveal()))
@@ -139,7 +133,7 @@ func dialNATS(url, name string, auth cluster.NATSAuth, opts ...nats.Option) (*na
 		}
 		base = append(base, o)
 	}
-	tc, err := tlsConfig("nats", auth.TLS)
+	tc, err := TLSConfig("nats", auth.TLS)
 	if err != nil {
 		return nil, err
 	}

@@ -1,4 +1,4 @@
-package distributed
+package worker
 
 import (
 	"testing"
@@ -14,11 +14,11 @@ import (
 // speedup and memory bounds hold, and errors name the flag and key.
 func TestWorkerArgs_AsAClustersPool(t *testing.T) {
 	t.Parallel()
-	a, err := workerArgs(WorkerConfig{Engine: "sglang", Role: engine.WorkerDecode, Args: []byte(`{"sglang": {"page_size": 32}}`)})
+	a, err := ResolveArgs(Config{Engine: "sglang", Role: engine.WorkerDecode, Args: []byte(`{"sglang": {"page_size": 32}}`)})
 	require.NoError(t, err)
 	assert.Equal(t, 32, a.BlockSize, "a page size without a block size sets the block size")
 
-	a, err = workerArgs(WorkerConfig{Engine: "vllm", Role: engine.WorkerPrefill})
+	a, err = ResolveArgs(Config{Engine: "vllm", Role: engine.WorkerPrefill})
 	require.NoError(t, err)
 	assert.Equal(t, 16, a.BlockSize)
 	assert.Equal(t, engine.WorkerPrefill, a.WorkerType)
@@ -30,7 +30,7 @@ func TestWorkerArgs_AsAClustersPool(t *testing.T) {
 		`[1]`:                                  "--args: want a JSON object",
 		`{"kv_transfer_abort_timeout_ms": -5}`: "kv_transfer_abort_timeout_ms",
 	} {
-		_, err := workerArgs(WorkerConfig{Engine: "vllm", Role: engine.WorkerDecode, Args: []byte(args)})
+		_, err := ResolveArgs(Config{Engine: "vllm", Role: engine.WorkerDecode, Args: []byte(args)})
 		require.Error(t, err, args)
 		assert.Contains(t, err.Error(), want, args)
 	}

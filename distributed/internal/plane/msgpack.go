@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import "encoding/binary"
 

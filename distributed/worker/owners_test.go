@@ -1,10 +1,11 @@
-package distributed
+package worker
 
 import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/engine"
 )
 
@@ -14,16 +15,16 @@ import (
 // live requests; a closed session's requests come back for withdrawal.
 func TestOwners_EntriesLiveAsLongAsTheirRequests(t *testing.T) {
 	var o owners
-	for _, c := range []command{
-		{Session: 1, Op: opSubmit, ID: 10},             // aggregated: its completion ends it
-		{Session: 1, Op: opSubmit, ID: 11, Hold: true}, // a source: its hold outlives the completion
-		{Session: 1, Op: opReserve, ID: 12},            // a destination
-		{Session: 2, Op: opSubmit, ID: 20, Hold: true},
-		{Session: 2, Op: opSubmit, ID: 21},
-		{Session: 2, Op: opReserve, ID: 22},
-		{Session: 2, Op: opSubmit, ID: 23},
-		{Session: 1, Op: opSubmit, ID: 13},
-		{Session: 1, Op: opSubmit, ID: 14},
+	for _, c := range []plane.Command{
+		{Session: 1, Op: plane.OpSubmit, ID: 10},             // aggregated: its completion ends it
+		{Session: 1, Op: plane.OpSubmit, ID: 11, Hold: true}, // a source: its hold outlives the completion
+		{Session: 1, Op: plane.OpReserve, ID: 12},            // a destination
+		{Session: 2, Op: plane.OpSubmit, ID: 20, Hold: true},
+		{Session: 2, Op: plane.OpSubmit, ID: 21},
+		{Session: 2, Op: plane.OpReserve, ID: 22},
+		{Session: 2, Op: plane.OpSubmit, ID: 23},
+		{Session: 1, Op: plane.OpSubmit, ID: 13},
+		{Session: 1, Op: plane.OpSubmit, ID: 14},
 	} {
 		o.command(c)
 	}
@@ -32,7 +33,7 @@ func TestOwners_EntriesLiveAsLongAsTheirRequests(t *testing.T) {
 		Rejections:  []engine.Rejection{{RequestID: 21}},
 		Events:      []engine.Event{{Kind: engine.EventHoldReleased, RequestID: 20}, {Kind: engine.EventCancelled, RequestID: 13}},
 	})
-	o.command(command{Session: 1, Op: opCancelDestination, ID: 12})
+	o.command(plane.Command{Session: 1, Op: plane.OpCancelDestination, ID: 12})
 	o.end(23) // refused at Submit
 	assert.ElementsMatch(t, []uint64{11, 14, 22}, keys(o))
 

@@ -1,4 +1,4 @@
-package distributed
+package worker
 
 import (
 	"bytes"
@@ -22,14 +22,16 @@ import (
 
 	"github.com/kvstrand/mocker/bootstrap"
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/internal/timescale"
 	"github.com/kvstrand/mocker/perf"
+	"github.com/kvstrand/mocker/transfer"
 )
 
-// WorkerConfig is one `mocker worker` process.
-type WorkerConfig struct {
+// Config is one `mocker worker` process.
+type Config struct {
 	// Name is the worker's name among the namespace's workers; default
 	// "{role}-{host}-{pid}".
 	Name   string
@@ -63,13 +65,9 @@ type WorkerConfig struct {
 	Logger *slog.Logger
 }
 
-// dialTimeout bounds how long a worker or a router waits for etcd or NATS
-// before it gives up, naming the URL.
-const dialTimeout = 5 * time.Second
-
-// workerArgs resolves cfg's engine args as the cluster resolves a pool's
+// ResolveArgs resolves cfg's engine args as the cluster resolves a pool's
 // (cluster.WorkerArgs): the same defaults, page-size rule and bounds.
-func workerArgs(cfg WorkerConfig) (engine.Args, error) {
+func ResolveArgs(cfg Config) (engine.Args, error) {
 	var m map[string]any
 	if len(cfg.Args) > 0 {
 		dec := json.NewDecoder(bytes.NewReader(cfg.Args))
@@ -93,12 +91,14 @@ func workerArgs(cfg WorkerConfig) (engine.Args, error) {
 	return a, nil
 }
 
-// RunWorker runs one worker until ctx ends, then drains it (new work is
+// Run runs one worker until ctx ends, then drains it (new work is
 // refused, what it has finishes or times out) and leaves: its lease is
-// revoked, so its keys go at once. It returns an error when it cannot
-// start (bad args, etcd or NATS unreachable: the message names the URL) or
-// loses its registration.
-func RunWorker(ctx context.Context, cfg WorkerConfig) error {
+// revoked, so its keys go at once. A lease lost on the way (revoked, or
+// expired while etcd was out of reach) ends the sessions it carried, and
+// the worker registers again under a new lease. It returns an error only
+// when it cannot start (bad args, etcd or NATS unreachable: the message
+// names the URL).
+func Run(ctx context.Context, cfg Config) error {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -124,7 +124,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	if err := checkWorkerArgs(cfg.Args); err != nil {
 		return usage(err)
 	}
-	args, err := workerArgs(cfg)
+	args, err := ResolveArgs(cfg)
 	if err != nil {
 		return usage(err)
 	}
@@ -148,7 +148,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	log = log.With("worker", cfg.Name)
 
-	ec, err := dialEtcd(ctx, cfg.Etcd, cfg.EtcdAuth)
+	ec, err := plane.DialEtcd(ctx, cfg.Etcd, cfg.EtcdAuth)
 	if err != nil {
 		return err
 	}
@@ -156,7 +156,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	in := make(chan workerMsg, 4096)
 	// Back on NATS, the worker tells its routers its Head at once, so
 	// frames lost while it was away are asked for without waiting.
-	nc, err := dialNATS(cfg.NATS, cfg.Name, cfg.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) {
+	nc, err := plane.DialNATS(cfg.NATS, cfg.Name, cfg.NATSAuth, nats.ReconnectHandler(func(*nats.Conn) {
 		select {
 		case in <- workerMsg{reconnected: true}:
 		default: // the loop is busy; its heartbeat will do
@@ -167,14 +167,14 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 	}
 	defer nc.Close()
 
-	plane, err := newPlaneKey()
+	planeKey, err := plane.NewKeyPair()
 	if err != nil {
 		return err
 	}
 	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
-		events: eventPublisher{id: rand.Uint64(), lastLoad: -1},
-		kvSubj: kvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: metricsSubject(cfg.Namespace, cfg.Role),
-		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: plane, routers: map[int64]string{}, rooms: sessionRooms{}}
+		events: plane.EventPublisher{ID: rand.Uint64(), LastLoad: -1},
+		kvSubj: plane.KvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: plane.MetricsSubject(cfg.Namespace, cfg.Role),
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: planeKey, routers: map[int64]string{}, prefills: map[int64]string{}, rooms: sessionRooms{}}
 	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
 	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
@@ -182,7 +182,7 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 			Addr:            net.JoinHostPort(cfg.ListenHost, "0"),
 			AdvertisedHost:  cfg.AdvertiseHost,
 			MaxRooms:        cfg.MaxRooms,
-			OnDecodeArrived: func(tid, reqID uint64) { l.post(workerMsg{arrived: &wireArrived{TID: tid, ReqID: reqID}}) },
+			OnDecodeArrived: func(tid, reqID uint64) { l.post(workerMsg{arrived: &plane.WireArrived{TID: tid, ReqID: reqID}}) },
 			Logger:          log,
 		})
 		if err != nil {
@@ -191,98 +191,197 @@ func RunWorker(ctx context.Context, cfg WorkerConfig) error {
 		defer l.server.Close()
 	}
 
-	// The lease's id is the instance id, as in Dynamo.
-	gctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	lease, err := ec.Grant(gctx, leaseTTLSeconds)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("etcd %s: lease: %w", redactedURLs(cfg.Etcd), err)
-	}
-	id := int64(lease.ID)
-	l.id = id
-	l.outSubj = outSubject(cfg.Namespace, id)
-	l.cmdSubj = cmdSubject(cfg.Namespace, id)
-	sub, err := nc.Subscribe(l.cmdSubj, func(m *nats.Msg) {
-		// Checked on the loop, which holds the session keys (gate.go).
-		l.post(workerMsg{sealed: m.Data})
-	})
-	if err != nil {
-		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-	if err := nc.Flush(); err != nil {
-		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
-	}
-
 	// A worker answers each input as it comes: it runs no instant
 	// early.
 	l.pace = timescale.NewPacer(0)
 	l.scale = timescale.New(args.SpeedupRatio)
-	kaCtx, kaStop := context.WithCancel(context.Background())
-	defer kaStop()
-	ka, err := ec.KeepAlive(kaCtx, lease.ID)
-	if err != nil {
-		return fmt.Errorf("etcd %s: keep-alive: %w", redactedURLs(cfg.Etcd), err)
-	}
-	if err := l.register(ctx, ec, lease.ID); err != nil {
+	l.ec = ec
+	if err := l.join(ctx); err != nil {
 		return err
 	}
-	log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
-	gctx, cancel = context.WithTimeout(ctx, dialTimeout)
-	routers, err := ec.Get(gctx, routerPrefix(cfg.Namespace), clientv3.WithPrefix())
+	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
+	routers, err := ec.Get(gctx, plane.RouterPrefix(cfg.Namespace), clientv3.WithPrefix())
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd %s: list %s: %w", redactedURLs(cfg.Etcd), routerPrefix(cfg.Namespace), err)
+		l.leave()
+		return fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(cfg.Etcd), plane.RouterPrefix(cfg.Namespace), err)
 	}
 	for _, kv := range routers.Kvs {
 		if r, ok := routerOf(kv, log); ok {
 			l.routers[r.id] = r.key
 		}
 	}
-	l.wg.Add(1)
-	go l.watchRouters(kaCtx, ec, routers.Header.Revision+1)
-
-	lost := make(chan struct{})
-	go func() {
-		for range ka {
+	watchCtx, watchStop := context.WithCancel(context.Background())
+	defer watchStop()
+	if cfg.Role == engine.WorkerDecode {
+		rev, err := l.listPrefills(ctx)
+		if err != nil {
+			l.leave()
+			return err
 		}
-		close(lost)
-	}()
-	runErr := l.run(ctx, lost)
+		l.wg.Add(1)
+		go l.watchPrefills(watchCtx, rev)
+	}
+	l.wg.Add(1)
+	go l.watchRouters(watchCtx, ec, routers.Header.Revision+1)
+
+	runErr := l.run(ctx)
 
 	// Leave: the lease's revocation removes every key at once. The last
 	// frames reach the NATS server first, so they come before the
 	// departure at a router.
 	_ = nc.Flush()
-	rctx, rcancel := context.WithTimeout(context.Background(), dialTimeout)
-	_, _ = ec.Revoke(rctx, lease.ID)
-	rcancel()
-	kaStop()
-	<-lost
+	l.leave()
+	watchStop()
 	l.wg.Wait()
 	_ = nc.Flush()
 	return runErr
+}
+
+// registration is the etcd lease a worker is registered under, whose id
+// is its instance id (as in Dynamo), and the command subscription that
+// goes with it.
+type registration struct {
+	lease clientv3.LeaseID
+	sub   *nats.Subscription
+	// stop ends the lease's keep-alive; lost closes when the keep-alive
+	// ends: stopped, or the lease revoked or expired (etcd out of reach
+	// for longer than its TTL).
+	stop context.CancelFunc
+	lost chan struct{}
+}
+
+// join registers the worker under a new lease: the instance id, and with
+// it the subjects, are the lease's. It undoes what it did when a step
+// fails.
+func (l *workerLoop) join(ctx context.Context) (err error) {
+	cfg := l.cfg
+	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
+	lease, err := l.ec.Grant(gctx, plane.LeaseTTLSeconds)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("etcd %s: lease: %w", plane.RedactedURLs(cfg.Etcd), err)
+	}
+	reg := &registration{lease: lease.ID, lost: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			l.drop(reg, true)
+		}
+	}()
+	id := int64(lease.ID)
+	cmdSubj := plane.CmdSubject(cfg.Namespace, id)
+	reg.sub, err = l.nc.Subscribe(cmdSubj, func(m *nats.Msg) {
+		// Checked on the loop, which holds the session keys (gate.go).
+		l.post(workerMsg{sealed: m.Data, subject: m.Subject})
+	})
+	if err != nil {
+		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
+	}
+	if err := l.nc.Flush(); err != nil {
+		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
+	}
+	kaCtx, kaStop := context.WithCancel(context.Background())
+	reg.stop = kaStop
+	ka, err := l.ec.KeepAlive(kaCtx, lease.ID)
+	if err != nil {
+		close(reg.lost)
+		return fmt.Errorf("etcd %s: keep-alive: %w", plane.RedactedURLs(cfg.Etcd), err)
+	}
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		for range ka {
+		}
+		close(reg.lost)
+	}()
+	l.id, l.cmdSubj, l.outSubj = id, cmdSubj, plane.OutSubject(cfg.Namespace, id)
+	if err := l.register(ctx, l.ec, lease.ID); err != nil {
+		return err
+	}
+	l.reg = reg
+	l.log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
+	return nil
+}
+
+// drop ends reg: its subscription and keep-alive, and with revoke its
+// lease (and so every key under it).
+func (l *workerLoop) drop(reg *registration, revoke bool) {
+	if reg.sub != nil {
+		_ = reg.sub.Unsubscribe()
+	}
+	if revoke {
+		rctx, cancel := context.WithTimeout(context.Background(), plane.DialTimeout)
+		_, _ = l.ec.Revoke(rctx, reg.lease)
+		cancel()
+	}
+	if reg.stop != nil {
+		reg.stop()
+		<-reg.lost
+	}
+}
+
+// leave revokes the worker's registration, if it has one.
+func (l *workerLoop) leave() {
+	if l.reg != nil {
+		l.drop(l.reg, true)
+		l.reg = nil
+	}
+}
+
+// rejoinEvery spaces the attempts of a worker whose lease was lost to
+// register again.
+const rejoinEvery = time.Second
+
+// leaseLost ends what the lost registration carried: every router
+// session (bound to the old instance id: its router already ends its
+// requests, having seen the key go) is told, forgotten and withdrawn, so
+// none keeps KV for nobody. The worker then registers again (run).
+func (l *workerLoop) leaseLost() {
+	old := l.reg
+	l.reg = nil
+	l.log.Warn("etcd lease lost (revoked, or etcd out of reach past its TTL); registering again under a new lease",
+		"instance_id", fmt.Sprintf("%x", l.id))
+	reason := fmt.Sprintf("the worker's etcd lease %x ended, so it withdrew its requests and registers again under a new lease", l.id)
+	for _, session := range l.inbox.sessionList() {
+		key := plane.Keyed{ID: session, Key: l.inbox.key(session)}
+		l.inbox.forget(session)
+		l.control(plane.Frame{Ended: &plane.SessionEnded{Session: session, Reason: reason}}, key)
+		l.withdraw(session)
+		l.uncouple(session)
+	}
+	// Revoked too, in case it still lives: its keys must go before the
+	// new ones come, for a router that watches them.
+	l.drop(old, true)
 }
 
 // workerMsg is what reaches the worker's loop: a command, a transfer
 // server's cue, a decode's answer, or news that NATS is back.
 type workerMsg struct {
 	sealed      []byte // a command as it came off NATS
-	arrived     *wireArrived
-	status      *wireStatus
+	subject     string // and its subject
+	arrived     *plane.WireArrived
+	status      *plane.WireStatus
 	reconnected bool
 	routerGone  int64 // a router's key in etcd is gone
 	routerUp    *routerUp
+	prefillUp   *prefillUp // a prefill registered (decode workers watch)
+	prefillGone int64      // a registration is gone
+	refused     *unadvertised
 }
 
 // workerLoop owns the engine worker: its own discrete-event queue paced
 // against the wall clock (modeled = wall since start × speedup_ratio), as
 // the in-process cluster's loop paces its workers.
 type workerLoop struct {
-	cfg     WorkerConfig
-	args    engine.Args
-	log     *slog.Logger
-	nc      *nats.Conn
+	cfg  Config
+	args engine.Args
+	log  *slog.Logger
+	nc   *nats.Conn
+	ec   *clientv3.Client
+	// reg is the worker's registration, nil while it has none (its
+	// lease was lost and it has not registered again yet); id is its
+	// instance id (or the last one's), the subjects its.
+	reg     *registration
 	id      int64
 	outSubj string
 	cmdSubj string
@@ -303,7 +402,7 @@ type workerLoop struct {
 	inbox    *inbox      // the routers' command streams
 	owned    owners      // the live requests each session submitted
 	sent     frameBuffer // the last frames, for resending
-	items    []item
+	items    []plane.Item
 	draining bool
 	// coupled is the session whose router drives this worker's clock (0:
 	// none, the wall clock does); turn is the last of its turns applied,
@@ -312,16 +411,20 @@ type workerLoop struct {
 	turn      uint64
 	answered  uint64
 	newEngine func() (*engine.Worker, error)
-	events    eventPublisher // Dynamo's event plane
+	events    plane.EventPublisher // Dynamo's event plane
 	kvSubj    string
 	loadSubj  string
 	rooms     sessionRooms // the prefill's open rooms, by session
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
-	plane        planeKey
-	routers      map[int64]string
-	rejected     rejections
+	plane   plane.KeyPair
+	routers map[int64]string
+	// prefills are the transfer addresses of the namespace's registered
+	// prefill workers by instance id, the only ones a decode dials
+	// (prefills.go).
+	prefills     map[int64]string
+	rejected     plane.Rejections
 	rejectLogged time.Time
 }
 
@@ -329,7 +432,7 @@ func (l *workerLoop) post(m workerMsg) { l.in <- m }
 
 // setEngine makes ew the worker's engine, its clock at modeled ms at.
 func (l *workerLoop) setEngine(ew *engine.Worker, at float64) {
-	// A router hears of first tokens only (outputOf).
+	// A router hears of first tokens only (plane.OutputOf).
 	ew.ReportFirstTokensOnly()
 	l.w = ew
 	l.v = engine.NewVirtual(ew)
@@ -351,14 +454,14 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	if err != nil {
 		return err
 	}
-	reg := Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
-		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: cmdSubject(ns, id), OutSubject: l.outSubj,
-		TransferAddr: l.transferAddr(), PID: os.Getpid(), PlaneKey: l.plane.public()}
+	reg := plane.Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
+		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: plane.CmdSubject(ns, id), OutSubject: l.outSubj,
+		TransferAddr: l.transferAddr(), PID: os.Getpid(), PlaneKey: l.plane.Public()}
 	regJSON, err := json.Marshal(reg)
 	if err != nil {
 		return err
 	}
-	ep, err := endpointValue(ns, role, id)
+	ep, err := plane.EndpointValue(ns, role, id)
 	if err != nil {
 		return err
 	}
@@ -366,34 +469,34 @@ func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease cl
 	if l.server != nil {
 		host, port = l.server.AdvertisedHost(), l.server.Port()
 	}
-	mdc, err := modelValue(ns, role, id, l.args, host, port)
+	mdc, err := plane.ModelValue(ns, role, id, l.args, host, port)
 	if err != nil {
 		return err
 	}
 	channel, err := json.Marshal(map[string]any{
 		"type":        "EventChannel",
-		"scope":       map[string]any{"kind": "component", "namespace": ns, "component": componentOf(role)},
-		"topic":       topicKVEvents,
+		"scope":       map[string]any{"kind": "component", "namespace": ns, "component": plane.ComponentOf(role)},
+		"topic":       plane.TopicKVEvents,
 		"instance_id": id,
-		"transport":   map[string]any{"kind": "Nats", "config": map[string]any{"subject_prefix": strings.TrimSuffix(l.kvSubj, "."+topicKVEvents)}},
+		"transport":   map[string]any{"kind": "Nats", "config": map[string]any{"subject_prefix": strings.TrimSuffix(l.kvSubj, "."+plane.TopicKVEvents)}},
 	})
 	if err != nil {
 		return err
 	}
-	rctx, cancel := context.WithTimeout(ctx, dialTimeout)
+	rctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
 	defer cancel()
 	// Create-if-absent, as Dynamo writes them: a key already there is
 	// another instance's.
-	key := registrationKey(ns, id)
+	key := plane.RegistrationKey(ns, id)
 	resp, err := ec.Txn(rctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(instanceKey(ns, role, id), string(ep), clientv3.WithLease(lease)),
-			clientv3.OpPut(mdcKey(ns, role, id), string(mdc), clientv3.WithLease(lease)),
-			clientv3.OpPut(eventChannelKey(ns, role, l.events.id), string(channel), clientv3.WithLease(lease)),
+		Then(clientv3.OpPut(plane.InstanceKey(ns, role, id), string(ep), clientv3.WithLease(lease)),
+			clientv3.OpPut(plane.MDCKey(ns, role, id), string(mdc), clientv3.WithLease(lease)),
+			clientv3.OpPut(plane.EventChannelKey(ns, role, l.events.ID), string(channel), clientv3.WithLease(lease)),
 			clientv3.OpPut(key, string(regJSON), clientv3.WithLease(lease))).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("etcd %s: register: %w", redactedURLs(l.cfg.Etcd), err)
+		return fmt.Errorf("etcd %s: register: %w", plane.RedactedURLs(l.cfg.Etcd), err)
 	}
 	if !resp.Succeeded {
 		return fmt.Errorf("etcd: %s is already registered", key)
@@ -406,9 +509,10 @@ func (l *workerLoop) modeled() float64 { return l.scale.Modeled(l.pace.Elapsed()
 
 // run is the worker's loop. When ctx ends it drains: new requests are
 // refused, and it returns once nothing is running, waiting, held or
-// reserved (or DrainTimeout passes). lost ends it at once: without its
-// lease the worker is no longer part of any cluster.
-func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
+// reserved (or DrainTimeout passes). A lost lease ends every session the
+// worker serves, and it registers again under a new lease (a worker that
+// drains does not).
+func (l *workerLoop) run(ctx context.Context) error {
 	l.cctx, l.ccancel = context.WithCancel(context.Background())
 	defer l.ccancel()
 	timer := time.NewTimer(time.Hour)
@@ -416,9 +520,14 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 	defer timer.Stop()
 	stop := ctx.Done()
 	var drainDeadline <-chan time.Time
-	heartbeat := time.NewTicker(heartbeatEvery)
+	heartbeat := time.NewTicker(plane.HeartbeatEvery)
 	defer heartbeat.Stop()
+	var rejoin <-chan time.Time
 	for {
+		var lost <-chan struct{}
+		if l.reg != nil {
+			lost = l.reg.lost
+		}
 		if l.draining && l.idle() {
 			l.log.Info("worker drained")
 			return nil
@@ -452,14 +561,14 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 			}
 			if l.coupled == 0 {
 				// On a router's clock the events of the instant wait for
-				// its opRun (see command).
+				// its OpRun (see command).
 				_ = l.v.RunUntil(l.v.Now())
 			}
 			l.flush()
 		case <-wake:
 		case <-heartbeat.C:
 			if acks := l.inbox.behind(l.seq, time.Now()); acks != nil {
-				l.control(frame{Acks: acks})
+				l.control(plane.Frame{Acks: acks})
 			}
 		case <-stop:
 			timer.Stop()
@@ -474,7 +583,20 @@ func (l *workerLoop) run(ctx context.Context, lost <-chan struct{}) error {
 			l.log.Warn("drain timed out; leaving with work in flight", "running", m.Running, "waiting", m.Waiting, "held", m.HeldRequests)
 			return nil
 		case <-lost:
-			return errors.New("lost the etcd lease; the worker is no longer registered")
+			l.leaseLost()
+			l.flush()
+			if !l.draining {
+				rejoin = time.After(0)
+			}
+		case <-rejoin:
+			rejoin = nil
+			if l.draining {
+				break
+			}
+			if err := l.join(ctx); err != nil {
+				l.log.Warn("not registered again yet; trying again", "in", rejoinEvery, "err", err)
+				rejoin = time.After(rejoinEvery)
+			}
 		}
 	}
 }
@@ -497,30 +619,39 @@ func (l *workerLoop) idle() bool {
 func (l *workerLoop) handle(m workerMsg) {
 	switch {
 	case m.arrived != nil:
-		l.items = append(l.items, item{Arrived: m.arrived})
+		l.items = append(l.items, plane.Item{Arrived: m.arrived})
 	case m.status != nil:
-		l.items = append(l.items, item{Status: m.status})
+		l.items = append(l.items, plane.Item{Status: m.status})
 	case m.sealed != nil:
-		l.receiveSealed(m.sealed)
+		if m.subject == l.cmdSubj {
+			// Not a command of a lost registration's.
+			l.receiveSealed(m.sealed)
+		}
 	case m.reconnected:
-		l.control(frame{Acks: l.inbox.active(time.Now())})
+		l.control(plane.Frame{Acks: l.inbox.active(time.Now())})
 	case m.routerGone != 0:
 		l.routerGone(m.routerGone)
 	case m.routerUp != nil:
 		l.routers[m.routerUp.id] = m.routerUp.key
+	case m.prefillUp != nil:
+		l.prefills[m.prefillUp.id] = m.prefillUp.addr
+	case m.prefillGone != 0:
+		delete(l.prefills, m.prefillGone)
+	case m.refused != nil:
+		l.refuseConnect(m.refused)
 	}
 }
 
 // receive takes a command off NATS: a session's numbered commands are
 // applied once and in order (wire.go), control commands at once.
-func (l *workerLoop) receive(c command) {
+func (l *workerLoop) receive(c plane.Command) {
 	switch c.Op {
-	case opAck:
+	case plane.OpAck:
 		l.inbox.session(c, l.seq, time.Now())
-	case opResend:
+	case plane.OpResend:
 		l.inbox.session(c, l.seq, time.Now())
 		l.resend(c.Session, c.From)
-	case opBye:
+	case plane.OpBye:
 		l.inbox.forget(c.Session)
 		l.withdraw(c.Session)
 		l.uncouple(c.Session)
@@ -564,7 +695,7 @@ func (l *workerLoop) withdraw(session uint64) {
 // ends and tells the loop of each router whose key is gone.
 func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev int64) {
 	defer l.wg.Done()
-	watchPrefix(ctx, ec, routerPrefix(l.cfg.Namespace), rev, l.log, func(ev *clientv3.Event) {
+	plane.WatchPrefix(ctx, ec, plane.RouterPrefix(l.cfg.Namespace), rev, l.log, func(ev *clientv3.Event) {
 		var m workerMsg
 		switch {
 		case ev.Type == mvccpb.PUT:
@@ -574,7 +705,7 @@ func (l *workerLoop) watchRouters(ctx context.Context, ec *clientv3.Client, rev 
 			}
 			m.routerUp = &r
 		default:
-			id, err := instanceOfKey(string(ev.Kv.Key))
+			id, err := plane.InstanceOfKey(string(ev.Kv.Key))
 			if err != nil || id == 0 {
 				return
 			}
@@ -595,10 +726,10 @@ func (l *workerLoop) routerGone(router int64) {
 	for _, session := range l.inbox.sessionsOf(router) {
 		reason := fmt.Sprintf("its router's etcd registration is gone (router %x: lease revoked or expired), so the worker withdrew the router's requests", router)
 		l.log.Info("ending a router's session", "session", session, "reason", reason)
-		key := keyed{id: session, key: l.inbox.key(session)}
+		key := plane.Keyed{ID: session, Key: l.inbox.key(session)}
 		l.inbox.forget(session)
 		// Ahead of the withdrawals' frames, for a router still there.
-		l.control(frame{Ended: &sessionEnded{Session: session, Reason: reason}}, key)
+		l.control(plane.Frame{Ended: &plane.SessionEnded{Session: session, Reason: reason}}, key)
 		l.withdraw(session)
 		l.uncouple(session)
 	}
@@ -611,38 +742,38 @@ func (l *workerLoop) resend(session, seq uint64) {
 	frames, ok := l.sent.since(seq)
 	if !ok {
 		l.log.Warn("frames asked for again are no longer kept", "session", session, "from_seq", seq, "oldest_kept", l.sent.oldest())
-		l.control(frame{Lost: &lostFrames{Session: session, From: seq, Oldest: l.sent.oldest()}})
+		l.control(plane.Frame{Lost: &plane.LostFrames{Session: session, From: seq, Oldest: l.sent.oldest()}})
 		return
 	}
 	keys := l.inbox.keys()
 	for _, body := range frames {
-		if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, body, keys...)); err != nil {
+		if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, body, keys...)); err != nil {
 			l.log.Warn("frame not published again", "err", err)
 		}
 	}
-	l.control(frame{})
+	l.control(plane.Frame{})
 }
 
 // control publishes an unnumbered frame, with the worker's Head, sealed
 // for every live session and those of extra (sessions just ended, whose
 // router is told why).
-func (l *workerLoop) control(f frame, extra ...keyed) {
+func (l *workerLoop) control(f plane.Frame, extra ...plane.Keyed) {
 	f.Head = l.seq
-	f.Rejected = l.rejected.total()
+	f.Rejected = l.rejected.Total()
 	data, err := json.Marshal(f)
 	if err != nil {
 		l.log.Error("control frame not encoded", "err", err)
 		return
 	}
-	if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, data, append(l.inbox.keys(), extra...)...)); err != nil {
+	if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, data, append(l.inbox.keys(), extra...)...)); err != nil {
 		l.log.Warn("control frame not published", "err", err)
 	}
 }
 
-func (l *workerLoop) command(c command) {
-	if l.coupled != 0 && c.Session == l.coupled && c.Op != opRun {
+func (l *workerLoop) command(c plane.Command) {
+	if l.coupled != 0 && c.Session == l.coupled && c.Op != plane.OpRun {
 		// Only the events before the command's instant: the engine's own
-		// events at that instant wait for the router's opRun, which the
+		// events at that instant wait for the router's OpRun, which the
 		// router sends before the command when its queue has them first
 		// and after it otherwise, as one event queue would order them.
 		switch now := l.v.Now(); {
@@ -655,56 +786,50 @@ func (l *workerLoop) command(c command) {
 		l.turn = max(l.turn, c.Turn)
 	}
 	switch c.Op {
-	case opOpenRoom:
+	case plane.OpOpenRoom:
 		if l.openRoom(c.TID, c.ID) {
 			l.rooms.opened(c.Session, c.TID)
 		}
 		return
-	case opCloseRoom:
+	case plane.OpCloseRoom:
 		if l.server == nil {
 			return
 		}
 		l.rooms.closed(c.Session, c.TID)
-		var err error
-		if c.Transferred {
-			err = l.server.Complete(c.TID)
-		} else {
-			err = l.server.Abort(c.TID)
-		}
-		if err != nil && !errors.Is(err, bootstrap.ErrClosed) {
+		if err := transfer.Close(l.server, c.TID, c.Transferred); err != nil {
 			l.log.Warn("transfer outcome not delivered", "transfer_id", c.TID, "err", err)
 		}
 		return
-	case opConnect:
+	case plane.OpConnect:
 		l.connect(c)
 		return
-	case opHello:
+	case plane.OpHello:
 		if c.Coupled {
 			l.couple(c)
 		}
 		return
-	case opRun:
+	case plane.OpRun:
 		if l.coupled != 0 && c.Session == l.coupled {
 			l.runUntil(c.Until)
 			l.turn = max(l.turn, c.Turn)
 		}
 		return
 	}
-	in, err := c.input()
+	in, err := c.Input()
 	if err != nil {
 		l.log.Warn("bad command", "err", err)
 		return
 	}
-	if l.coupled != 0 && c.Session != l.coupled && (c.Op == opSubmit || c.Op == opReserve) {
+	if l.coupled != 0 && c.Session != l.coupled && (c.Op == plane.OpSubmit || c.Op == plane.OpReserve) {
 		c.Tokens = nil
-		l.items = append(l.items, item{Input: &wireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " runs on another router's clock (a coupled session has it to itself)"}})
+		l.items = append(l.items, plane.Item{Input: &plane.WireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " runs on another router's clock (a coupled session has it to itself)"}})
 		return
 	}
-	if l.draining && (c.Op == opSubmit || c.Op == opReserve) {
+	if l.draining && (c.Op == plane.OpSubmit || c.Op == plane.OpReserve) {
 		// Refused as the engine refuses a bad input: the router's machine
 		// ends the request saying why.
 		c.Tokens = nil
-		l.items = append(l.items, item{Input: &wireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " is draining (shutting down)"}})
+		l.items = append(l.items, plane.Item{Input: &plane.WireInput{At: l.v.Now(), Cmd: c, Err: "worker " + l.cfg.Name + " is draining (shutting down)"}})
 		return
 	}
 	l.owned.command(c) // what reaches the engine, and from which session
@@ -722,7 +847,7 @@ func (l *workerLoop) command(c command) {
 // couple starts the coupled session of hello c: a fresh engine whose
 // clock starts at c.At and moves only as the session's commands say. It
 // refuses, saying why, when another session's work could mix with it.
-func (l *workerLoop) couple(c command) {
+func (l *workerLoop) couple(c plane.Command) {
 	reason := ""
 	switch {
 	case l.coupled != 0:
@@ -751,9 +876,9 @@ func (l *workerLoop) couple(c command) {
 	}
 	reason = "worker " + l.cfg.Name + " cannot run on a router's clock: " + reason
 	l.log.Warn("coupled session refused", "session", c.Session, "reason", reason)
-	key := keyed{id: c.Session, key: l.inbox.key(c.Session)}
+	key := plane.Keyed{ID: c.Session, Key: l.inbox.key(c.Session)}
 	l.inbox.forget(c.Session)
-	l.control(frame{Refused: &sessionEnded{Session: c.Session, Reason: reason}}, key)
+	l.control(plane.Frame{Refused: &plane.SessionEnded{Session: c.Session, Reason: reason}}, key)
 }
 
 // uncouple ends session's hold on the worker's clock, if it had it: the
@@ -792,75 +917,71 @@ func (l *workerLoop) runUntil(t float64) {
 // open.
 func (l *workerLoop) openRoom(tid, reqID uint64) bool {
 	if l.server == nil {
-		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: "worker " + l.cfg.Name + " has no transfer server (not a prefill worker)"}})
-		return false
-	}
-	if err := l.server.Open(tid); err != nil {
-		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
+		l.items = append(l.items, plane.Item{Room: &plane.WireRoom{TID: tid, Err: "worker " + l.cfg.Name + " has no transfer server (not a prefill worker)"}})
 		return false
 	}
 	// The room is the transfer id; the token binds the router's request
 	// id, which the decode presents with it.
-	var params any
-	if l.cfg.Engine == string(engine.EngineSGLang) {
-		params = l.server.SGLangParams(tid, reqID)
-	} else {
-		params = l.server.VLLMParams(tid, reqID)
+	params, err := transfer.Open(l.server, l.cfg.Engine, tid, reqID)
+	if err != nil {
+		l.items = append(l.items, plane.Item{Room: &plane.WireRoom{TID: tid, Err: err.Error()}})
+		return false
 	}
 	raw, err := json.Marshal(params)
 	if err != nil {
 		_ = l.server.Abort(tid)
-		l.items = append(l.items, item{Room: &wireRoom{TID: tid, Err: err.Error()}})
+		l.items = append(l.items, plane.Item{Room: &plane.WireRoom{TID: tid, Err: err.Error()}})
 		return false
 	}
-	l.items = append(l.items, item{Room: &wireRoom{TID: tid, Params: raw}})
+	l.items = append(l.items, plane.Item{Room: &plane.WireRoom{TID: tid, Params: raw}})
 	return true
 }
 
 // connect is the decode side of a transfer: dial the source's transfer
-// server named in the params and report its answer.
-func (l *workerLoop) connect(c command) {
-	var addr string
-	var room uint64
-	var token bootstrap.Token
-	var err error
-	if l.cfg.Engine == string(engine.EngineSGLang) {
-		var p bootstrap.SGLangParams
-		p, _, err = bootstrap.ParseSGLangParams(c.Params)
-		addr, room, token = p.Addr(), p.BootstrapRoom, p.BootstrapToken
-	} else {
-		var p bootstrap.VLLMParams
-		p, _, err = bootstrap.ParseVLLMParams(c.Params)
-		addr, room, token = p.Addr(), p.TransferID, p.TransferToken
-	}
+// server named in the params, if a registered prefill advertises it
+// (prefills.go), and report its answer.
+func (l *workerLoop) connect(c plane.Command) {
+	target, err := transfer.TargetOf(l.cfg.Engine, c.Params)
 	if err != nil {
-		l.items = append(l.items, item{Status: &wireStatus{TID: c.TID, Status: statusName(handoff.Error), Err: err.Error()}})
+		l.items = append(l.items, plane.Item{Status: &plane.WireStatus{TID: c.TID, Status: plane.StatusName(handoff.Error), Err: err.Error()}})
 		return
 	}
-	tid, reqID := c.TID, c.ID
+	tid, reqID, session := c.TID, c.ID, c.Session
 	wait := l.awaitBound()
+	known := l.advertised(target.Addr)
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
+		if !known {
+			// Not seen on the watch (yet): etcd says for sure.
+			ok, err := l.advertisedNow(l.cctx, target.Addr)
+			if err != nil || !ok {
+				ws := &plane.WireStatus{TID: tid, Status: plane.StatusName(handoff.Error)}
+				m := workerMsg{status: ws}
+				if err != nil {
+					ws.Err = fmt.Sprintf("transfer %d: cannot check that a registered prefill advertises %s: %v", tid, target.Addr, err)
+				} else {
+					ws.Err = fmt.Sprintf("transfer %d: no registered prefill worker advertises %s; not dialed", tid, target.Addr)
+					m = workerMsg{refused: &unadvertised{session: session, addr: target.Addr, status: ws}}
+				}
+				select {
+				case l.in <- m:
+				case <-l.cctx.Done():
+				}
+				return
+			}
+		}
 		// A source that went away without a word (the network dropped
 		// under a kept connection) must not hold the request for ever:
 		// past every timeout that could still end the hold, it is an
 		// error naming the wait.
 		ctx, cancel := context.WithTimeout(l.cctx, wait)
 		defer cancel()
-		st, err := l.client.Await(ctx, addr, room, reqID, token)
-		if err != nil && ctx.Err() != nil && l.cctx.Err() == nil {
-			err = fmt.Errorf("transfer %d: no answer from the source's transfer server %s within %s (past its session timeout): %w", tid, addr, wait, err)
+		st := transfer.Await(ctx, &l.client, target, reqID)
+		if st.Status == handoff.Error && ctx.Err() != nil && l.cctx.Err() == nil {
+			st.Err = fmt.Sprintf("transfer %d: no answer from the source's transfer server %s within %s (past its session timeout): %s", tid, target.Addr, wait, st.Err)
 		}
-		ws := &wireStatus{TID: tid, Status: statusName(handoff.Error)}
-		switch {
-		case st == bootstrap.StatusACK:
-			ws.Status = statusName(handoff.ACK)
-		case errors.Is(err, bootstrap.ErrAborted):
-			ws.Status, ws.Err = statusName(handoff.Abort), err.Error()
-		case err != nil:
-			ws.Err = err.Error()
-		}
+		ws := &plane.WireStatus{TID: tid, Status: plane.StatusName(st.Status), Err: st.Err}
 		select {
 		case l.in <- workerMsg{status: ws}:
 		case <-l.cctx.Done():
@@ -882,15 +1003,15 @@ func (l *workerLoop) awaitBound() time.Duration {
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	l.owned.output(out)
-	l.items = append(l.items, item{Output: outputOf(out)})
+	l.items = append(l.items, plane.Item{Output: plane.OutputOf(out)})
 	now := time.Now()
 	worker := uint64(l.id)
 	for _, ev := range out.KVEvents {
-		l.publish(l.kvSubj, l.events.envelope(topicKVEvents, routerEvent(worker, ev), now))
+		l.publish(l.kvSubj, l.events.Envelope(plane.TopicKVEvents, plane.RouterEvent(worker, ev), now))
 	}
-	if used := out.Metrics.RouterActiveBlocks; used != l.events.lastLoad {
-		l.events.lastLoad = used
-		l.publish(l.loadSubj, l.events.envelope(topicMetrics, activeLoad(worker, out.Metrics), now))
+	if used := out.Metrics.RouterActiveBlocks; used != l.events.LastLoad {
+		l.events.LastLoad = used
+		l.publish(l.loadSubj, l.events.Envelope(plane.TopicMetrics, plane.ActiveLoad(worker, out.Metrics), now))
 	}
 }
 
@@ -901,14 +1022,14 @@ func (l *workerLoop) publish(subj string, data []byte) {
 }
 
 func (l *workerLoop) onInput(r engine.InputResult) {
-	c := commandOf(r.Input)
+	c := plane.CommandOf(r.Input)
 	c.Tokens = nil // the router knows them; the reply names the request
-	wi := &wireInput{At: r.At, Cmd: c, OK: r.Reply.OK, DelayMs: r.Reply.DelayMs}
+	wi := &plane.WireInput{At: r.At, Cmd: c, OK: r.Reply.OK, DelayMs: r.Reply.DelayMs}
 	if r.Reply.Err != nil {
 		wi.Err = r.Reply.Err.Error()
 		l.owned.end(c.ID) // a refused Submit or Reserve
 	}
-	l.items = append(l.items, item{Input: wi})
+	l.items = append(l.items, plane.Item{Input: wi})
 }
 
 // flush publishes what the loop produced as one numbered frame, kept for
@@ -918,11 +1039,11 @@ func (l *workerLoop) flush() {
 	answer := l.coupled != 0 && l.turn > l.answered
 	if len(l.items) == 0 && !answer {
 		if len(acks) > 0 {
-			l.control(frame{Acks: acks})
+			l.control(plane.Frame{Acks: acks})
 		}
 		return
 	}
-	f := frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks, Rejected: l.rejected.total()}
+	f := plane.Frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks, Rejected: l.rejected.Total()}
 	if l.coupled != 0 {
 		f.Turn = l.turn
 		l.answered = l.turn
@@ -939,7 +1060,7 @@ func (l *workerLoop) flush() {
 	// Kept unsealed: a resend is sealed for the sessions live then.
 	l.sent.add(l.seq, data)
 	l.seq++
-	if err := l.nc.Publish(l.outSubj, seal(dirFrame, l.outSubj, data, l.inbox.keys()...)); err != nil {
+	if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, data, l.inbox.keys()...)); err != nil {
 		l.log.Warn("frame not published", "seq", l.seq-1, "err", err)
 	}
 }

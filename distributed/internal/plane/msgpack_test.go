@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"encoding/binary"
@@ -116,8 +116,8 @@ func TestEventPlane_RouterEventIsDynamosShape(t *testing.T) {
 	t.Parallel()
 	ev := kv.Event{ID: 7, Kind: kv.Stored, HasParent: true, Parent: 1 << 40,
 		Blocks: []kv.Block{{Hash: 300, TokensHash: 1 << 63}}}
-	p := eventPublisher{id: 0xabc}
-	env := mustUnpack(t, p.envelope(topicKVEvents, routerEvent(5, ev), time.Unix(1, 0)))
+	p := EventPublisher{ID: 0xabc}
+	env := mustUnpack(t, p.Envelope(TopicKVEvents, RouterEvent(5, ev), time.Unix(1, 0)))
 	m := env.(map[string]any)
 	assert.Equal(t, "kv-events", m["topic"])
 	assert.Equal(t, uint64(0xabc), m["publisher_id"])
@@ -130,17 +130,17 @@ func TestEventPlane_RouterEventIsDynamosShape(t *testing.T) {
 			"blocks":      []any{map[string]any{"block_hash": uint64(300), "tokens_hash": uint64(1 << 63)}}}}}}
 	assert.Equal(t, want, got)
 
-	removed := mustUnpack(t, routerEvent(5, kv.Event{ID: 8, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{1, 2}}))
+	removed := mustUnpack(t, RouterEvent(5, kv.Event{ID: 8, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{1, 2}}))
 	assert.Equal(t, map[string]any{"removed": map[string]any{"block_hashes": []any{uint64(1), uint64(2)}}},
 		removed.(map[string]any)["event"].(map[string]any)["data"])
-	cleared := mustUnpack(t, routerEvent(5, kv.Event{ID: 9, Kind: kv.Cleared}))
+	cleared := mustUnpack(t, RouterEvent(5, kv.Event{ID: 9, Kind: kv.Cleared}))
 	assert.Equal(t, "cleared", cleared.(map[string]any)["event"].(map[string]any)["data"])
-	assert.Equal(t, uint64(1), mustUnpack(t, p.envelope(topicMetrics, nil, time.Unix(1, 0))).(map[string]any)["sequence"])
+	assert.Equal(t, uint64(1), mustUnpack(t, p.Envelope(TopicMetrics, nil, time.Unix(1, 0))).(map[string]any)["sequence"])
 }
 
 func TestEventPlane_ActiveLoadIsDynamosShape(t *testing.T) {
 	t.Parallel()
-	got := mustUnpack(t, activeLoad(5, engine.Metrics{RouterActiveBlocks: 70000, ActiveBlocks: 90000}))
+	got := mustUnpack(t, ActiveLoad(5, engine.Metrics{RouterActiveBlocks: 70000, ActiveBlocks: 90000}))
 	assert.Equal(t, map[string]any{"worker_id": uint64(5), "dp_rank": uint64(0), "active_decode_blocks": uint64(70000),
 		"kv_used_blocks": uint64(70000)}, got)
 }

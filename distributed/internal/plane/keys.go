@@ -1,4 +1,4 @@
-package distributed
+package plane
 
 import (
 	"encoding/json"
@@ -32,35 +32,35 @@ import (
 //
 //	v1/mocker-routers/{ns}/{router:x}                     RouterRegistration
 const (
-	leaseTTLSeconds = 10
+	LeaseTTLSeconds = 10
 	endpointName    = "generate"
 )
 
-func componentOf(role engine.WorkerType) string {
+func ComponentOf(role engine.WorkerType) string {
 	if role == engine.WorkerPrefill {
 		return "prefill"
 	}
 	return "backend"
 }
 
-func instanceKey(ns string, role engine.WorkerType, id int64) string {
-	return fmt.Sprintf("v1/instances/%s/%s/%s/%x", ns, componentOf(role), endpointName, id)
+func InstanceKey(ns string, role engine.WorkerType, id int64) string {
+	return fmt.Sprintf("v1/instances/%s/%s/%s/%x", ns, ComponentOf(role), endpointName, id)
 }
 
-func mdcKey(ns string, role engine.WorkerType, id int64) string {
-	return fmt.Sprintf("v1/mdc/%s/%s/%s/%x", ns, componentOf(role), endpointName, id)
+func MDCKey(ns string, role engine.WorkerType, id int64) string {
+	return fmt.Sprintf("v1/mdc/%s/%s/%s/%x", ns, ComponentOf(role), endpointName, id)
 }
 
-func registrationPrefix(ns string) string { return "v1/mocker/" + ns + "/" }
+func RegistrationPrefix(ns string) string { return "v1/mocker/" + ns + "/" }
 
-func registrationKey(ns string, id int64) string {
-	return fmt.Sprintf("%s%x", registrationPrefix(ns), id)
+func RegistrationKey(ns string, id int64) string {
+	return fmt.Sprintf("%s%x", RegistrationPrefix(ns), id)
 }
 
-func routerPrefix(ns string) string { return "v1/mocker-routers/" + ns + "/" }
+func RouterPrefix(ns string) string { return "v1/mocker-routers/" + ns + "/" }
 
-func routerKey(ns string, id int64) string {
-	return fmt.Sprintf("%s%x", routerPrefix(ns), id)
+func RouterKey(ns string, id int64) string {
+	return fmt.Sprintf("%s%x", RouterPrefix(ns), id)
 }
 
 // RouterRegistration is a router's record under
@@ -78,16 +78,16 @@ type RouterRegistration struct {
 	PlaneKey string `json:"plane_key"`
 }
 
-// instanceOfKey reads the instance id from a key's hex tail.
-func instanceOfKey(key string) (int64, error) {
+// InstanceOfKey reads the instance id from a key's hex tail.
+func InstanceOfKey(key string) (int64, error) {
 	i := strings.LastIndexByte(key, '/')
 	id, err := strconv.ParseUint(key[i+1:], 16, 64)
 	return int64(id), err
 }
 
-func cmdSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.cmd", ns, id) }
-func outSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.out", ns, id) }
-func outWildcard(ns string) string          { return fmt.Sprintf("mocker.%s.*.out", ns) }
+func CmdSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.cmd", ns, id) }
+func OutSubject(ns string, id int64) string { return fmt.Sprintf("mocker.%s.%x.out", ns, id) }
+func OutWildcard(ns string) string          { return fmt.Sprintf("mocker.%s.*.out", ns) }
 
 // Registration is a worker's record under v1/mocker/{ns}/{instance:x}:
 // what a router needs to route to it and to read its frames.
@@ -116,17 +116,17 @@ type Registration struct {
 	PlaneKey string `json:"plane_key"`
 }
 
-// endpointValue is Dynamo's Endpoint discovery value.
-func endpointValue(ns string, role engine.WorkerType, id int64) ([]byte, error) {
+// EndpointValue is Dynamo's Endpoint discovery value.
+func EndpointValue(ns string, role engine.WorkerType, id int64) ([]byte, error) {
 	return json.Marshal(map[string]any{
-		"type": "Endpoint", "namespace": ns, "component": componentOf(role), "endpoint": endpointName,
-		"instance_id": id, "transport": map[string]any{"nats_tcp": cmdSubject(ns, id)},
+		"type": "Endpoint", "namespace": ns, "component": ComponentOf(role), "endpoint": endpointName,
+		"instance_id": id, "transport": map[string]any{"nats_tcp": CmdSubject(ns, id)},
 	})
 }
 
-// modelValue is Dynamo's Model discovery value, its card carrying the
+// ModelValue is Dynamo's Model discovery value, its card carrying the
 // runtime_config a router reads.
-func modelValue(ns string, role engine.WorkerType, id int64, a engine.Args, bootstrapHost string, bootstrapPort int) ([]byte, error) {
+func ModelValue(ns string, role engine.WorkerType, id int64, a engine.Args, bootstrapHost string, bootstrapPort int) ([]byte, error) {
 	rc := map[string]any{
 		"total_kv_blocks": a.NumGPUBlocks, "data_parallel_start_rank": 0, "data_parallel_size": max(a.DPSize, 1),
 		"enable_local_indexer": true,
@@ -149,7 +149,7 @@ func modelValue(ns string, role engine.WorkerType, id int64, a engine.Args, boot
 		return nil, err
 	}
 	return json.Marshal(map[string]any{
-		"type": "Model", "namespace": ns, "component": componentOf(role), "endpoint": endpointName,
+		"type": "Model", "namespace": ns, "component": ComponentOf(role), "endpoint": endpointName,
 		"instance_id": id, "card_json": json.RawMessage(cardJSON),
 	})
 }

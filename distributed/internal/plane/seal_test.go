@@ -1,0 +1,154 @@
+package plane
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestSeal_AnyChangedByteFailsTheMAC: a sealed message verifies under its
+// key only as it was sealed: not with a byte of it changed, not under
+// another key, id, direction or subject.
+func TestSeal_AnyChangedByteFailsTheMAC(t *testing.T) {
+	t.Parallel()
+	key := NewMACKey()
+	body := []byte(`{"op":"cancel","session":7,"seq":3,"id":9}`)
+	data := Seal(DirCommand, "mocker.ns.1.cmd", body, Keyed{ID: 7, Key: key})
+	tags, got, err := Unseal(data)
+	require.NoError(t, err)
+	require.Len(t, tags, 1)
+	assert.Equal(t, body, got)
+	assert.True(t, Verify(tags[0], key, DirCommand, "mocker.ns.1.cmd", got))
+
+	for i := range data {
+		bad := append([]byte(nil), data...)
+		bad[i] ^= 0x20
+		tags, got, err := Unseal(bad)
+		if err != nil {
+			continue // the header no longer reads: dropped as malformed
+		}
+		ok := len(tags) == 1 && tags[0].ID == 7 && Verify(tags[0], key, DirCommand, "mocker.ns.1.cmd", got)
+		assert.False(t, ok, "byte %d changed and still verified", i)
+	}
+	tests := []struct {
+		name    string
+		key     []byte
+		dir     byte
+		subject string
+	}{
+		{"another key", NewMACKey(), DirCommand, "mocker.ns.1.cmd"},
+		{"as a frame", key, DirFrame, "mocker.ns.1.cmd"},
+		{"to another worker", key, DirCommand, "mocker.ns.2.cmd"},
+	}
+	for _, tt := range tests {
+		assert.False(t, Verify(tags[0], tt.key, tt.dir, tt.subject, body), tt.name)
+	}
+	moved := tags[0]
+	moved.ID = 8
+	assert.False(t, Verify(moved, key, DirCommand, "mocker.ns.1.cmd", body), "under another id")
+}
+
+// TestSeal_MalformedHeadersAreRefused: a message that is not sealed, or
+// whose tag count runs past its end or past the bound, does not unseal.
+func TestSeal_MalformedHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	for name, data := range map[string][]byte{
+		"empty":           nil,
+		"plain JSON":      []byte(`{"seq":0,"leave":"x"}`),
+		"short tags":      {sealVersion, 0, 2, 1, 2, 3},
+		"too many tags":   append([]byte{sealVersion, 0xff, 0xff}, make([]byte, 1<<20)...),
+		"another version": {2, 0, 0},
+	} {
+		_, _, err := Unseal(data)
+		assert.ErrorIs(t, err, errMalformed, name)
+	}
+}
+
+// TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession: the router
+// and the worker reach one key from their own pair and the other's public
+// half; any other session, worker, router or namespace has another.
+func TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession(t *testing.T) {
+	t.Parallel()
+	router, err := NewKeyPair()
+	require.NoError(t, err)
+	worker, err := NewKeyPair()
+	require.NoError(t, err)
+	stranger, err := NewKeyPair()
+	require.NoError(t, err)
+	k1, err := router.SessionKey(worker.Public(), "ns", 0x10, 0x20, 5)
+	require.NoError(t, err)
+	k2, err := worker.SessionKey(router.Public(), "ns", 0x10, 0x20, 5)
+	require.NoError(t, err)
+	assert.Equal(t, k1, k2)
+	others := []struct {
+		name string
+		k    KeyPair
+		peer string
+		ns   string
+		inst int64
+		rt   int64
+		sess uint64
+	}{
+		{"another session", worker, router.Public(), "ns", 0x10, 0x20, 6},
+		{"another worker id", worker, router.Public(), "ns", 0x11, 0x20, 5},
+		{"another router id", worker, router.Public(), "ns", 0x10, 0x21, 5},
+		{"another namespace", worker, router.Public(), "ns2", 0x10, 0x20, 5},
+		{"a stranger's pair", stranger, router.Public(), "ns", 0x10, 0x20, 5},
+	}
+	for _, o := range others {
+		k, err := o.k.SessionKey(o.peer, o.ns, o.inst, o.rt, o.sess)
+		require.NoError(t, err)
+		assert.NotEqual(t, k1, k, o.name)
+	}
+	_, err = worker.SessionKey("not base64!", "ns", 1, 2, 3)
+	assert.Error(t, err)
+}
+
+// benchBodies are a typical submit and a typical decode
+// frame, as the plane encodes them.
+func benchBodies(b *testing.B) (cmd, frm []byte) {
+	b.Helper()
+	tokens := make([]uint32, 1024)
+	cmd, err := json.Marshal(Command{Op: OpSubmit, Session: 1 << 60, Seq: 1234, Ack: 5678, ID: 42, Tokens: tokens, MaxTokens: 128})
+	require.NoError(b, err)
+	frm, err = json.Marshal(Frame{Seq: 99, Head: 100, Items: []Item{{Output: &WireOutput{Start: 1, End: 2, Ran: true}}}})
+	require.NoError(b, err)
+	return cmd, frm
+}
+
+// BenchmarkSeal measures the MAC's CPU per message beside what the plane
+// spends anyway on the same message: JSON encoding (baseline).
+func BenchmarkSeal(b *testing.B) {
+	cmd, frm := benchBodies(b)
+	key := NewMACKey()
+	for _, m := range []struct {
+		name string
+		body []byte
+	}{{"command-1024-tokens", cmd}, {"frame", frm}} {
+		b.Run(m.name+"/seal", func(b *testing.B) {
+			b.SetBytes(int64(len(m.body)))
+			for b.Loop() {
+				_ = Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: key})
+			}
+		})
+		data := Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: key})
+		b.Run(m.name+"/unseal+verify", func(b *testing.B) {
+			b.SetBytes(int64(len(m.body)))
+			for b.Loop() {
+				tags, body, _ := Unseal(data)
+				if !Verify(tags[0], key, DirCommand, "mocker.ns.1234567890abcdef.cmd", body) {
+					b.Fatal("does not verify")
+				}
+			}
+		})
+		b.Run(m.name+"/baseline-json-decode", func(b *testing.B) {
+			b.SetBytes(int64(len(m.body)))
+			for b.Loop() {
+				var v map[string]any
+				_ = json.Unmarshal(m.body, &v)
+			}
+		})
+	}
+}
