@@ -194,7 +194,7 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
 	line("modeled time", fmt.Sprintf("%s (script time × speedup_ratio %g)", ms(s.ModeledMs), s.SpeedupRatio))
 	if s.PlaneRejected > 0 {
-		line("plane rejected", fmt.Sprintf("WARN %d request-plane messages dropped unapplied (forged, replayed, malformed or past a bound)", s.PlaneRejected))
+		line("plane rejected", fmt.Sprintf("WARN %d request-plane messages dropped unapplied (forged, replayed, malformed, past a bound, or a connect to a transfer address no prefill advertised)", s.PlaneRejected))
 	}
 	if s.LagWarning != "" {
 		line("clock lag", "WARN "+s.LagWarning)
