@@ -852,11 +852,6 @@ func objectValue(field string, v any) (map[string]any, error) {
 	return nil, fmt.Errorf("%s: want an object, got %s", field, jsonval.Describe(v))
 }
 
-// floatValue reads a finite number ≥ 0.
-func floatValue(field string, v any) (float64, error) {
-	return jsonval.Float(field, v, 0, math.Inf(1))
-}
-
 // intIn reads an integer in [lo, hi] as an int.
 func intIn(field string, v any, lo, hi int64) (int, error) {
 	n, err := jsonval.Int(field, v, lo, hi)

@@ -15,9 +15,9 @@ import (
 func TestWatchStuck_NeedsTheCPUASpinningTaskBurns(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name      string
-		cpuPerSec time.Duration // process CPU time per wall second
-		stuck     bool
+		name     string
+		cpuShare time.Duration // the process CPU time burned in each wall second
+		stuck    bool
 	}{
 		{"starved", 50 * time.Millisecond, false},
 		{"spinning", time.Second, true},
@@ -27,7 +27,7 @@ func TestWatchStuck_NeedsTheCPUASpinningTaskBurns(t *testing.T) {
 			c := NewVirtualClock(DefaultVirtualEpoch)
 			start := time.Now()
 			fakeCPU := func() time.Duration {
-				return time.Duration(float64(time.Since(start)) * float64(tc.cpuPerSec) / float64(time.Second))
+				return time.Duration(float64(time.Since(start)) * float64(tc.cpuShare) / float64(time.Second))
 			}
 			var found atomic.Int32
 			stop := c.watchStuckWith(func() { found.Add(1) }, fakeCPU)
