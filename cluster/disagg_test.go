@@ -248,14 +248,18 @@ func TestDisagg_DecodeRejectionReleasesTheHold(t *testing.T) {
 func TestDisagg_BusyDecodePoolRefusesNamingIt(t *testing.T) {
 	cfg := Config{
 		Disagg:        true,
-		Args:          map[string]any{"speedup_ratio": 100, "kv_transfer_abort_timeout_ms": 600000},
+		Args:          map[string]any{"speedup_ratio": 10, "kv_transfer_abort_timeout_ms": 600000},
 		Prefill:       PoolConfig{Args: map[string]any{"num_gpu_blocks": 1024}},
 		Decode:        PoolConfig{Args: map[string]any{"num_gpu_blocks": 16, "max_num_seqs": 1}},
 		RouterOptions: map[string]any{"busy_threshold": 0.5},
 	}
 	c := start(t, cfg)
 	// Each request charges the decode worker its 4 prompt blocks until it
-	// ends; three long ones put 12 of 16 over the threshold of 8.
+	// ends; three long ones put 12 of 16 over the threshold of 8. The
+	// first of them decodes for seconds of wall time at speedup 10, so a
+	// loaded host that is slow to see the third hold start still probes
+	// before the first ends (at speedup 100 it ended within ~0.1 s, and
+	// a starved test saw 8 of 16 and no refusal).
 	const n = 3
 	long := make(chan Result, n)
 	for range n {
