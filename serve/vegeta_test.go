@@ -2,6 +2,7 @@ package serve
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strconv"
@@ -58,10 +59,18 @@ func TestVegeta_FixedRateTenSecondsMatchesTheModel(t *testing.T) {
 		Header: http.Header{"Content-Type": []string{"application/json"}},
 	})
 	atk := vegeta.NewAttacker(vegeta.Client(client(ts)))
+	// The host's own HTTP round trip, sampled through the attack: how much
+	// later than modeled a busy host may answer is measured against it,
+	// not assumed.
+	health := sampleRoundTrips(t, ts.URL+"/health", 100*time.Millisecond)
 	var m vegeta.Metrics
 	var modeled []float64
 	var excess []time.Duration
-	for res := range atk.Attack(tr, vegeta.Rate{Freq: 40, Per: time.Second}, 10*time.Second, "serve") {
+	// 400 hits at 40 a second: counted, not bounded by a duration, so a
+	// host that delays vegeta's pacer sends them all the same.
+	const hits = 400
+	pacer := hitsPacer{Pacer: vegeta.Rate{Freq: 40, Per: time.Second}, n: hits}
+	for res := range atk.Attack(tr, pacer, 0, "serve") {
 		m.Add(res)
 		if !assert.Equal(t, 200, int(res.Code), "%s %s", res.Error, res.Body) {
 			continue
@@ -78,15 +87,69 @@ func TestVegeta_FixedRateTenSecondsMatchesTheModel(t *testing.T) {
 		excess = append(excess, res.Latency-wall)
 	}
 	m.Close()
-	require.GreaterOrEqual(t, len(modeled), 380, "vegeta's requests: 40 a second for 10 s")
+	rtt := health()
+	require.Len(t, modeled, hits, "vegeta's requests: 40 a second for 10 s")
 	assert.Equal(t, 1.0, m.Success, fmt.Sprintf("status codes %v, errors %v", m.StatusCodes, m.Errors))
 	slices.Sort(modeled)
 	assert.InDelta(t, loneTTFT, modeled[len(modeled)/2], 5e-4, "the median modeled TTFT is a lone request's (the header rounds to the microsecond)")
 	slices.Sort(excess)
 	_, peak := s.Cluster().ClockLag()
-	const httpAllowance = 50 * time.Millisecond
+	httpAllowance := max(50*time.Millisecond, 4*rtt)
 	assert.LessOrEqual(t, excess[len(excess)/2], paceSlack+peak+httpAllowance,
 		"the median answer's wall latency past the modeled TTFT / speedup (loop lag peak %v)", peak)
-	t.Logf("%d requests; modeled TTFT median %.3f ms (lone %.3f); wall past modeled: median %v, p99 %v; loop lag peak %v",
-		len(modeled), modeled[len(modeled)/2], loneTTFT, excess[len(excess)/2], excess[len(excess)*99/100], peak)
+	t.Logf("%d requests; modeled TTFT median %.3f ms (lone %.3f); wall past modeled: median %v, p99 %v; loop lag peak %v; /health round trip median %v",
+		len(modeled), modeled[len(modeled)/2], loneTTFT, excess[len(excess)/2], excess[len(excess)*99/100], peak, rtt)
+}
+
+// hitsPacer stops an attack after n hits.
+type hitsPacer struct {
+	vegeta.Pacer
+	n uint64
+}
+
+func (p hitsPacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
+	if hits >= p.n {
+		return 0, true
+	}
+	return p.Pacer.Pace(elapsed, hits)
+}
+
+// sampleRoundTrips GETs url every period until the returned func is
+// called, which returns the median round trip.
+func sampleRoundTrips(t *testing.T, url string, period time.Duration) func() time.Duration {
+	t.Helper()
+	done := make(chan struct{})
+	out := make(chan time.Duration, 1)
+	hc := &http.Client{Transport: &http.Transport{}}
+	go func() {
+		defer hc.CloseIdleConnections()
+		var rtts []time.Duration
+		tick := time.NewTicker(period)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				if len(rtts) == 0 {
+					out <- 0
+					return
+				}
+				slices.Sort(rtts)
+				out <- rtts[len(rtts)/2]
+				return
+			case <-tick.C:
+			}
+			start := time.Now()
+			resp, err := hc.Get(url)
+			if err != nil {
+				continue
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			rtts = append(rtts, time.Since(start))
+		}
+	}()
+	return func() time.Duration {
+		close(done)
+		return <-out
+	}
 }
