@@ -117,6 +117,11 @@ func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
 		{"negative drain timeout", []string{"--role", "decode", "--drain-timeout", "-1s"}, "--drain-timeout -1s: want 0 or more"},
 		{"args file too large", []string{"--role", "decode", "--args", "@" + big}, "larger than 16 MiB"},
 		{"bad etcd URL", []string{"--role", "decode", "--etcd", "::"}, "transport.etcd[0]"},
+		{"count 0", []string{"--role", "decode", "--count", "0", "--name-prefix", "d"}, "--count 0: want 1 to 1024"},
+		{"count too large", []string{"--role", "decode", "--count", "1025", "--name-prefix", "d"}, "--count 1025: want 1 to 1024"},
+		{"count without a prefix", []string{"--role", "decode", "--count", "2"}, "--count 2: needs --name-prefix (or --name)"},
+		{"name and prefix", []string{"--role", "decode", "--count", "2", "--name", "a", "--name-prefix", "b"}, `--name "a" and --name-prefix "b": give one`},
+		{"count not a number", []string{"--role", "decode", "--count", "many"}, "-count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
