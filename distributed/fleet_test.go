@@ -147,7 +147,7 @@ func TestFleet_ProcessDrainsAllOnSIGTERM(t *testing.T) {
 	const ns = "fleet-proc"
 	ls := securedServices(t)
 	argv := []string{"worker", "--count", "4", "--name-prefix", "w", "--role", "aggregated", "--namespace", ns,
-		"--etcd", ls.etcdURL, "--nats", ls.natsURL, "--args", `{"speedup_ratio": 10}`, "--drain-timeout", "30s"}
+		"--etcd", ls.etcdURL, "--nats", ls.natsURL, "--args", `{"speedup_ratio": 10}`, "--drain-timeout", "60s"}
 	require.NoError(t, ls.spawn(os.Getenv(WorkerBinaryEnv), "fleet", argv))
 	ls.mu.Lock()
 	ch := ls.children[0]
@@ -162,16 +162,17 @@ func TestFleet_ProcessDrainsAllOnSIGTERM(t *testing.T) {
 	results := make(chan cluster.Result, n)
 	for i := range n {
 		go func() {
-			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64 + 8*i, MaxTokens: 300})
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64 + 8*i, MaxTokens: 600})
 		}()
 	}
+	// SIGTERM while requests run on the workers.
 	require.Eventually(t, func() bool {
 		running := 0
 		for _, w := range c.Stats().Workers {
 			running += w.Running
 		}
-		return running == n
-	}, 30*time.Second, 5*time.Millisecond, "the requests run")
+		return running > 0
+	}, 30*time.Second, time.Millisecond, "the requests run")
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGTERM))
 	used := map[string]bool{}
 	for range n {
@@ -179,14 +180,14 @@ func TestFleet_ProcessDrainsAllOnSIGTERM(t *testing.T) {
 		case r := <-results:
 			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "a request in flight at SIGTERM finishes in the drain: %s", r.Error)
 			used[r.PrefillWorker] = true
-		case <-time.After(time.Minute):
+		case <-time.After(2 * time.Minute):
 			t.Fatal("a request did not end")
 		}
 	}
 	assert.Len(t, used, 4, "round-robin puts the requests on all four workers: %v", used)
 	select {
 	case <-ch.done:
-	case <-time.After(time.Minute):
+	case <-time.After(2 * time.Minute):
 		t.Fatal("the fleet process did not exit after SIGTERM")
 	}
 	require.NoError(t, ch.err, "exit status: %s", ch.stderr.Bytes())
