@@ -100,6 +100,17 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Contains(t, stderr.String(), "--max-rooms -1: want 0 (the default) or more")
 }
 
+// TestWorker_AFleetThatCannotStartExits1NamingTheWorker: --count workers
+// that cannot reach etcd exit 1, and the message names the worker.
+func TestWorker_AFleetThatCannotStartExits1NamingTheWorker(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	code := dispatch([]string{"worker", "--role", "decode", "--count", "3", "--name-prefix", "d",
+		"--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}, &bytes.Buffer{}, &stderr)
+	assert.Equal(t, 1, code, stderr.String())
+	assert.Regexp(t, `mocker worker: worker d-[0-2]: etcd http://127.0.0.1:1 unreachable.*other 2 workers were stopped`, stderr.String())
+}
+
 // TestWorker_FlagsThatMakeNoSenseAreRefusedByName: each is a usage error
 // naming its flag, before the worker dials anything.
 func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
