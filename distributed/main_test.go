@@ -14,6 +14,7 @@ import (
 // TestMain builds the mocker binary once, for local mode to spawn as its
 // workers (a test binary cannot be `mocker worker`).
 func TestMain(m *testing.M) {
+	runServicesChild()
 	dir, err := os.MkdirTemp("", "mocker-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

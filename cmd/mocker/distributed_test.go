@@ -100,6 +100,17 @@ func TestWorker_RequiredFlags(t *testing.T) {
 	assert.Contains(t, stderr.String(), "--max-rooms -1: want 0 (the default) or more")
 }
 
+// TestWorker_AFleetThatCannotStartExits1NamingTheWorker: --count workers
+// that cannot reach etcd exit 1, and the message names the worker.
+func TestWorker_AFleetThatCannotStartExits1NamingTheWorker(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	code := dispatch([]string{"worker", "--role", "decode", "--count", "3", "--name-prefix", "d",
+		"--etcd", "http://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"}, &bytes.Buffer{}, &stderr)
+	assert.Equal(t, 1, code, stderr.String())
+	assert.Regexp(t, `mocker worker: worker d-[0-2]: etcd http://127.0.0.1:1 unreachable.*other 2 workers were stopped`, stderr.String())
+}
+
 // TestWorker_FlagsThatMakeNoSenseAreRefusedByName: each is a usage error
 // naming its flag, before the worker dials anything.
 func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
@@ -117,6 +128,11 @@ func TestWorker_FlagsThatMakeNoSenseAreRefusedByName(t *testing.T) {
 		{"negative drain timeout", []string{"--role", "decode", "--drain-timeout", "-1s"}, "--drain-timeout -1s: want 0 or more"},
 		{"args file too large", []string{"--role", "decode", "--args", "@" + big}, "larger than 16 MiB"},
 		{"bad etcd URL", []string{"--role", "decode", "--etcd", "::"}, "transport.etcd[0]"},
+		{"count 0", []string{"--role", "decode", "--count", "0", "--name-prefix", "d"}, "--count 0: want 1 to 1024"},
+		{"count too large", []string{"--role", "decode", "--count", "1025", "--name-prefix", "d"}, "--count 1025: want 1 to 1024"},
+		{"count without a prefix", []string{"--role", "decode", "--count", "2"}, "--count 2: needs --name-prefix (or --name)"},
+		{"name and prefix", []string{"--role", "decode", "--count", "2", "--name", "a", "--name-prefix", "b"}, `--name "a" and --name-prefix "b": give one`},
+		{"count not a number", []string{"--role", "decode", "--count", "many"}, "-count"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,12 +20,13 @@ import (
 // workerUsage is `mocker worker -h`.
 const workerUsage = `Usage: mocker worker --role prefill|decode|aggregated --etcd URL[,URL] --nats URL [flags]
 
-Runs one mock worker in this process: it registers in etcd under a 10 s
-lease (instance id = lease id; Dynamo's v1/instances and v1/mdc keys plus
-mocker's v1/mocker/{ns}/{id}; a lost lease ends the requests it carried and
-the worker registers again under a new one), takes requests over NATS and streams its
-outputs back, and a prefill worker serves KV transfers on its advertised
-host. A script attaches to such workers with
+Runs one mock worker in this process (or --count of them, each a worker
+of its own): it registers in etcd under a 10 s lease (instance id = lease
+id; Dynamo's v1/instances and v1/mdc keys plus mocker's
+v1/mocker/{ns}/{id}; a lost lease ends the requests it carried and the
+worker registers again under a new one), takes requests over NATS and
+streams its outputs back, and a prefill worker serves KV transfers on its
+advertised host. A script attaches to such workers with
 mocker.cluster({..., transport: {etcd: [...], nats: '...', namespace: '...'}}).
 
 Flags:
@@ -38,6 +39,12 @@ Flags:
                            mocker.cluster()'s defaults: block_size 16,
                            num_gpu_blocks 1024, speedup_ratio 10
       --name NAME          the worker's name in results (default ROLE-HOST-PID)
+      --count N            run N workers in this process, 1 to 1024 (default
+                           1); each is a worker of its own: its own lease,
+                           instance id, subjects and transfer server
+      --name-prefix P      name the workers P-0 … P-(N-1) (required with
+                           --count above 1, unless --name gives the prefix);
+                           worker i takes seed --seed+i
       --listen-host H      the transfer server binds H (default 127.0.0.1)
       --advertise-host H   the host decode workers dial (required when
                            --listen-host is 0.0.0.0 or ::)
@@ -45,7 +52,9 @@ Flags:
                            a handoff past it fails its request (default 4096)
       --seed N             output-token seed (default 0)
       --drain-timeout D    on SIGTERM/SIGINT, how long to let work in flight
-                           finish before leaving (default 30s)
+                           finish before leaving (default 30s); with --count
+                           every worker drains, and the process exits when
+                           all have left
       --log-level L        debug, info (default), warn or error; logs go to stderr
   -h, --help               print this help
 
@@ -64,7 +73,9 @@ every user of the host sees in ps):
       --etcd-key FILE      its key
 $MOCKER_NATS_USER and $MOCKER_ETCD_USERNAME stand in for the user flags.
 
-Exit codes: 0 after a clean shutdown, 1 when it cannot start, 2 for flags
+Exit codes: 0 after a clean shutdown, 1 when it cannot start (with
+--count, one worker that cannot start stops the others, and the message
+names it), 2 for flags
 that make no sense (an unknown or repeated flag, a bad role, engine
 arguments or URL).
 `
@@ -82,6 +93,10 @@ func workerCmd(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.NATS, "nats", "", "")
 	fs.StringVar(&argsFlag, "args", "", "")
 	fs.StringVar(&cfg.Name, "name", "", "")
+	var count int
+	var prefix string
+	fs.IntVar(&count, "count", 1, "")
+	fs.StringVar(&prefix, "name-prefix", "", "")
 	fs.StringVar(&cfg.ListenHost, "listen-host", "127.0.0.1", "")
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "")
 	fs.IntVar(&cfg.MaxRooms, "max-rooms", 0, "")
@@ -113,6 +128,17 @@ func workerCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "mocker worker: --drain-timeout %s: want 0 or more\n", cfg.DrainTimeout)
 		return exitUsage
 	}
+	if count < 1 || count > worker.MaxFleet {
+		// (0 would mean 1 to the package; on the command line it is a slip.)
+		fmt.Fprintf(stderr, "mocker worker: --count %d: want 1 to %d\n", count, worker.MaxFleet)
+		return exitUsage
+	}
+	fleet := worker.Fleet{Count: count, NamePrefix: prefix}
+	fleet.Config.Name = cfg.Name
+	if _, err := fleet.Names(); err != nil {
+		fmt.Fprintf(stderr, "mocker worker: %v\n", err)
+		return exitUsage
+	}
 	// The passwords are the environment's (auth.go): read them here, so
 	// the config's checks see a user with its password.
 	if cfg.NATSAuth.User != "" {
@@ -140,10 +166,11 @@ func workerCmd(args []string, stderr io.Writer) int {
 	}
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 	// Which build a worker runs belongs in its log: a fleet may mix them.
-	cfg.Logger.Info("mocker worker", "version", readBuildInfo().Line())
+	cfg.Logger.Info("mocker worker", "version", readBuildInfo().Line(), "count", count)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := worker.Run(ctx, cfg); err != nil {
+	fleet.Config = cfg
+	if err := worker.RunFleet(ctx, fleet); err != nil {
 		fmt.Fprintf(stderr, "mocker worker: %v\n", err)
 		if worker.IsUsage(err) {
 			return exitUsage

@@ -9,7 +9,9 @@
 // (pass outputs, input replies, transfer steps) numbered and kept for
 // resending. A prefill worker runs a transfer server on its advertised
 // host; a decode dials only the transfer servers that registered prefill
-// workers advertise (prefills.go).
+// workers advertise (prefills.go). RunFleet runs several such workers in
+// one process (`mocker worker --count N`), each with its own connections,
+// lease and transfer server, and stops them together (fleet.go).
 //
 // The worker resolves its engine args as the cluster resolves a pool's
 // (cluster.WorkerArgs) and runs a handoff's transfer steps with the same
