@@ -339,11 +339,13 @@ const kvMediumGPU = "GPU"
 //
 // ts is wall-clock Unix seconds, as vLLM stamps its batches. Block hashes
 // are the worker's sequence hashes (the keys the kv router indexes).
-// token_ids is empty: the engine keeps the hashes of a prompt's blocks,
-// not its token ids.
+// token_ids are the ids of the stored blocks' tokens, block_size per block
+// in the order of block_hashes (cluster.KVPass.Tokens); a pass without
+// them (a KVPass built by hand) sends an empty array.
 func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	p.encBuf.Reset()
 	e := p.enc
+	toks := pass.Tokens
 	_ = e.EncodeArrayLen(3)
 	_ = e.EncodeFloat64(float64(time.Now().UnixNano()) / 1e9)
 	_ = e.EncodeArrayLen(len(pass.Events))
@@ -362,7 +364,16 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 			} else {
 				_ = e.EncodeNil()
 			}
-			_ = e.EncodeArrayLen(0)
+			if n := len(ev.Blocks) * p.blockSize; n <= len(toks) {
+				_ = e.EncodeArrayLen(n)
+				for _, t := range toks[:n] {
+					_ = e.EncodeUint(uint64(t))
+				}
+				toks = toks[n:]
+			} else {
+				_ = e.EncodeArrayLen(0)
+				toks = nil
+			}
 			_ = e.EncodeInt(int64(p.blockSize))
 			_ = e.EncodeNil()
 			_ = e.EncodeString(kvMediumGPU)
