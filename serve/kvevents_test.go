@@ -711,3 +711,38 @@ func TestKVEvents_TokenIDsAreThePromptsTokens(t *testing.T) {
 		})
 	}
 }
+
+// TestKVEventsEncode_TokenIDs: each BlockStored carries block_size ids per
+// block hash, taken in order from the pass's Tokens across its Stored
+// events; a pass without Tokens sends an empty token_ids.
+func TestKVEventsEncode_TokenIDs(t *testing.T) {
+	t.Parallel()
+	events := []kv.Event{
+		{ID: 0, Kind: kv.Stored, Blocks: []kv.Block{{Hash: 11}, {Hash: 12}}},
+		{ID: 1, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{5}},
+		{ID: 2, Kind: kv.Stored, Parent: 12, HasParent: true, Blocks: []kv.Block{{Hash: 13}}},
+	}
+	decode := func(pass cluster.KVPass) [][]int {
+		p := &kvPublisher{blockSize: 2}
+		p.enc = newKVEncoder(&p.encBuf)
+		var batch vllmKVEventBatch
+		require.NoError(t, msgpack.Unmarshal(p.encode(pass), &batch))
+		var out [][]int
+		for _, raw := range batch.Events {
+			var ev vllmBlockStored
+			if msgpack.Unmarshal(raw, &ev) == nil {
+				out = append(out, ev.TokenIDs)
+			}
+		}
+		return out
+	}
+	assert.Equal(t, [][]int{{7, 200, 1000, 70000}, {1 << 31, 127}}, decode(cluster.KVPass{Events: events, Tokens: []uint32{7, 200, 1000, 70000, 1 << 31, 127}}))
+	// The ids are encoded as the encoder's EncodeUint encodes them.
+	for _, id := range []uint32{0, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1} {
+		var got, want bytes.Buffer
+		appendMsgpackUints(&got, []uint32{id})
+		require.NoError(t, msgpack.NewEncoder(&want).EncodeUint(uint64(id)))
+		assert.Equal(t, want.Bytes(), got.Bytes(), "id %d", id)
+	}
+	assert.Equal(t, [][]int{{}, {}}, decode(cluster.KVPass{Events: events}))
+}
