@@ -324,6 +324,11 @@ func (c *Cluster) startWorkers(servers bool) error {
 				if !c.cfg.StreamTokens {
 					n.w.ReportFirstTokensOnly()
 				}
+				// A KV-events listener hears the token ids of the blocks
+				// stored (KVPass.Tokens); without one no worker keeps them.
+				if c.cfg.OnKVEvents != nil {
+					n.w.RecordKVTokens()
+				}
 				n.last = n.w.Metrics()
 				if p.role == engine.WorkerPrefill && servers && rank == 0 {
 					server, err = bootstrap.Listen(bootstrap.Config{

@@ -144,9 +144,9 @@ type Config struct {
 	// It costs a record per token; modeled results do not change.
 	StreamTokens bool `json:"-"`
 	// OnKVEvents, when set, hears the KV events of each pass of every
-	// in-process worker (KVPass), on the cluster's loop as the pass's
-	// output is delivered: it must return at once and never call the
-	// cluster. A router that reads the workers' caches through their
+	// in-process worker (KVPass), with the token ids of the blocks stored,
+	// on the cluster's loop as the pass's output is delivered: it must
+	// return at once and never call the cluster. A router that reads the workers' caches through their
 	// views still gets its answers that way; the workers then record
 	// their events for this alone. Workers reached through a Transport
 	// are not heard.

@@ -722,7 +722,7 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 		}
 	}
 	if c.cfg.OnKVEvents != nil && len(out.KVEvents) > 0 {
-		c.cfg.OnKVEvents(KVPass{Worker: wi, DPRank: w.rank, AtMs: c.v.Now(), Events: out.KVEvents})
+		c.cfg.OnKVEvents(KVPass{Worker: wi, DPRank: w.rank, AtMs: c.v.Now(), Events: out.KVEvents, Tokens: out.KVTokens})
 	}
 	load := router.Load{
 		ActiveBlocks:       m.ActiveBlocks,

@@ -20,6 +20,17 @@ type KVPass struct {
 	// They and their slices are the worker's, reused by its next pass:
 	// copy what must outlive the call. Event.DPRank is not set; DPRank is.
 	Events []kv.Event
+	// Tokens are the token ids of the blocks the Stored events store,
+	// BlockSize per block, in the order of Events and of their Blocks:
+	// the first BlockSize ids are those of the first Stored event's first
+	// block. A prompt block's ids are the request's prompt tokens
+	// (Request.Tokens, or those the cluster draws for PromptTokens and
+	// Prefix); a block of generated tokens holds the ids the worker
+	// generated, which its block hashes chain over (package engine: a
+	// function of the worker's seed, the request and the token's index,
+	// in [1000, 2000)). So kv.BlockHashes over a sequence's tokens gives
+	// its blocks' hashes. Like Events, Tokens is reused by the next pass.
+	Tokens []uint32
 }
 
 // CachedBlocks returns the sequence hashes of the blocks the in-process

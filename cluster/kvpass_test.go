@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,9 +26,11 @@ func (openGate) Open()                     {}
 // or one removed that it does not hold; and each worker's event ids run
 // from 0 without a gap. Over random schedules on both engines, aggregated
 // and disaggregated, with data-parallel ranks and pools small enough to
-// evict.
+// evict. Every stored block comes with block_size token ids (KVPass.Tokens)
+// whose chained hash is its hash, and a block stored again, on any worker,
+// comes with the same ids.
 func TestKVPass_EventsRebuildEachWorkersCache(t *testing.T) {
-	var stored, removed int
+	var stored, removed, restored int
 	rapid.Check(t, func(rt *rapid.T) {
 		eng := rapid.SampledFrom([]string{"vllm", "sglang"}).Draw(rt, "engine")
 		bs := rapid.SampledFrom([]int{4, 16}).Draw(rt, "block_size")
@@ -46,7 +49,11 @@ func TestKVPass_EventsRebuildEachWorkersCache(t *testing.T) {
 		var sets []map[kv.SeqHash]bool
 		var nextID []uint64
 		var bad string
+		tokensOf := map[kv.SeqHash][]uint32{}
 		cfg.OnKVEvents = func(p KVPass) {
+			if msg := checkKVTokens(p, bs, tokensOf, &restored); msg != "" && bad == "" {
+				bad = msg
+			}
 			for len(sets) <= p.Worker {
 				sets = append(sets, map[kv.SeqHash]bool{})
 				nextID = append(nextID, 0)
@@ -121,4 +128,47 @@ func TestKVPass_EventsRebuildEachWorkersCache(t *testing.T) {
 	})
 	assert.Positive(t, stored)
 	assert.Positive(t, removed, "some runs evicted")
+	assert.Positive(t, restored, "some blocks were stored again")
+}
+
+// checkKVTokens checks p's token ids against its Stored events: bs ids per
+// block, in order, whose chained hash is the block's hash, and the same
+// ids as tokensOf holds for a block stored before (counted in restored).
+// It returns what is wrong, or "".
+func checkKVTokens(p KVPass, bs int, tokensOf map[kv.SeqHash][]uint32, restored *int) string {
+	toks := p.Tokens
+	for _, ev := range p.Events {
+		if ev.Kind != kv.Stored {
+			continue
+		}
+		if len(toks) < len(ev.Blocks)*bs {
+			return fmt.Sprintf("worker %d: %d token ids left for %d blocks of %d", p.Worker, len(toks), len(ev.Blocks), bs)
+		}
+		parent, has := ev.Parent, ev.HasParent
+		for _, b := range ev.Blocks {
+			ids := toks[:bs:bs]
+			toks = toks[bs:]
+			local := kv.HashTokens(ids)
+			h := kv.SeqHash(local)
+			if has {
+				h = kv.ChainHash(parent, local)
+			}
+			if h != b.Hash || local != b.TokensHash {
+				return fmt.Sprintf("worker %d: block %x: its token ids %v hash to %x", p.Worker, b.Hash, ids, h)
+			}
+			if prev, ok := tokensOf[h]; ok {
+				*restored++
+				if !slices.Equal(prev, ids) {
+					return fmt.Sprintf("block %x stored with ids %v, then %v", h, prev, ids)
+				}
+			} else {
+				tokensOf[h] = slices.Clone(ids)
+			}
+			parent, has = b.Hash, true
+		}
+	}
+	if len(toks) != 0 {
+		return fmt.Sprintf("worker %d: %d token ids past the stored blocks", p.Worker, len(toks))
+	}
+	return ""
 }

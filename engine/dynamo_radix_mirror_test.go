@@ -74,7 +74,7 @@ func (m *mirrorRadix) cache(l *lease) {
 	m.t.Helper()
 	locals, seqs := m.hashes(l.tokens)
 	for i := l.prefix; i < len(seqs); i++ {
-		l.last = m.c.extend(l.last, l.pages[0], seqs[i], locals[i])
+		l.last = m.c.extend(l.last, l.pages[0], seqs[i], locals[i], i)
 		l.pages = l.pages[1:]
 	}
 	l.prefix = len(seqs)

@@ -57,6 +57,7 @@ type record struct {
 	rejections  []Rejection
 	events      []Event
 	kvEvents    []kv.Event
+	kvTokens    []uint32
 }
 
 func (r *record) add(out *Output) {
@@ -66,6 +67,7 @@ func (r *record) add(out *Output) {
 	c.Rejections = append([]Rejection(nil), out.Rejections...)
 	c.Events = append([]Event(nil), out.Events...)
 	c.KVEvents = nil
+	c.KVTokens = append([]uint32(nil), out.KVTokens...)
 	for _, e := range out.KVEvents {
 		e.Blocks = append([]kv.Block(nil), e.Blocks...)
 		e.RemovedHashes = append([]kv.SeqHash(nil), e.RemovedHashes...)
@@ -77,6 +79,7 @@ func (r *record) add(out *Output) {
 	r.rejections = append(r.rejections, c.Rejections...)
 	r.events = append(r.events, c.Events...)
 	r.kvEvents = append(r.kvEvents, c.KVEvents...)
+	r.kvTokens = append(r.kvTokens, c.KVTokens...)
 }
 
 func (r *record) eventsOf(k EventKind) []Event {

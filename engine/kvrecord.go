@@ -25,6 +25,16 @@ type kvRecorder struct {
 	recs    []evRec
 	blocks  []kv.Block
 	removes []kv.SeqHash
+
+	// With withTokens (Worker.RecordKVTokens), the token ids of every
+	// block recorded stored go to toks, bs per block in the order of
+	// blocks: block j of the sequence being stored is seq[j*bs-seqAt:]
+	// (its caller names the sequence with storing before it stores).
+	withTokens bool
+	bs         int
+	seq        []uint32
+	seqAt      int
+	toks       []uint32
 }
 
 // evRec is a KV event under construction. Its blocks live in the
@@ -38,12 +48,29 @@ type evRec struct {
 	start, end int
 }
 
-// stored records that the block with sequence hash h (token hash local)
-// became findable, chained after parent when hasParent.
-func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool) {
+// storing names the sequence whose blocks the next stores are: its
+// tokens from position at on. Only a recorder withTokens reads them.
+func (r *kvRecorder) storing(tokens []uint32, at int) {
+	r.seq, r.seqAt = tokens, at
+}
+
+// blockTokens records the token ids of blocks j to j+n-1 of the sequence
+// being stored.
+func (r *kvRecorder) blockTokens(j, n int) {
+	from := j*r.bs - r.seqAt
+	r.toks = append(r.toks, r.seq[from:from+n*r.bs]...)
+}
+
+// stored records that the block with sequence hash h (token hash local),
+// block j of its sequence, became findable, chained after parent when
+// hasParent.
+func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash, hasParent bool, j int) {
 	if !r.emit {
 		r.dropped = true
 		return
+	}
+	if r.withTokens {
+		r.blockTokens(j, 1)
 	}
 	if n := len(r.recs); n > 0 {
 		last := &r.recs[n-1]
@@ -60,16 +87,23 @@ func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash,
 }
 
 // storedNext records that the block with sequence hash h (token hash
-// local) became findable right after the block the last stored call
-// recorded, whose hash is its parent: it joins that block's event. It is
-// stored, less the checks its caller has made.
-func (r *kvRecorder) storedNext(h kv.SeqHash, local kv.LocalHash) {
+// local), block j of its sequence, became findable right after the block
+// the last stored call recorded, whose hash is its parent: it joins that
+// block's event. It is stored, less the checks its caller has made.
+func (r *kvRecorder) storedNext(h kv.SeqHash, local kv.LocalHash, j int) {
+	if r.withTokens {
+		r.blockTokens(j, 1)
+	}
 	r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
 	r.recs[len(r.recs)-1].end++
 }
 
-// storedNextRun is storedNext of each of hs, whose token hashes are ls.
-func (r *kvRecorder) storedNextRun(hs []kv.SeqHash, ls []kv.LocalHash) {
+// storedNextRun is storedNext of each of hs, whose token hashes are ls,
+// blocks j, j+1, ... of their sequence.
+func (r *kvRecorder) storedNextRun(hs []kv.SeqHash, ls []kv.LocalHash, j int) {
+	if r.withTokens {
+		r.blockTokens(j, len(hs))
+	}
 	ls = ls[:len(hs)]
 	for k, h := range hs {
 		r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: ls[k]})
@@ -148,6 +182,9 @@ func (r *kvRecorder) omitAll() {
 // recorder omitted events.
 func (r *kvRecorder) flushTo(out *Output) {
 	out.KVEvents = r.flush(out.KVEvents)
+	if r.withTokens {
+		out.KVTokens = r.toks[:len(r.toks):len(r.toks)]
+	}
 	if r.omit && r.dropped {
 		out.kvOmitted = true
 	}
@@ -159,4 +196,5 @@ func (r *kvRecorder) reset() {
 	r.recs = r.recs[:0]
 	r.blocks = r.blocks[:0]
 	r.removes = r.removes[:0]
+	r.toks = r.toks[:0]
 }

@@ -577,7 +577,7 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			i, cp = p.extendRun(slots, hashes[from:from+len(slots)], i, cp, stamp)
 			if n := i - start; n > 0 {
 				if chained {
-					p.ev.storedNextRun(hashes[from+start:from+i], locals[from+start:from+i])
+					p.ev.storedNextRun(hashes[from+start:from+i], locals[from+start:from+i], from+start)
 				}
 				if stamp&hiddenBit == 0 {
 					p.visible += n
@@ -611,9 +611,9 @@ func (p *blockPool) storeRun(slots []int32, hashes []kv.SeqHash, locals []kv.Loc
 			p.addHead(s, h, parent, j > 0)
 		}
 		if chained {
-			p.ev.storedNext(h, locals[j])
+			p.ev.storedNext(h, locals[j], j)
 		} else {
-			p.ev.stored(h, locals[j], parent, j > 0)
+			p.ev.stored(h, locals[j], parent, j > 0, j)
 			chained = p.ev.emit
 		}
 		if !added {

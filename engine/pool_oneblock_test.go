@@ -106,7 +106,7 @@ func (p *blockPool) storeAt(s int32, hashes []kv.SeqHash, locals []kv.LocalHash,
 	} else {
 		p.addHead(s, h, parent, j > 0)
 	}
-	p.ev.stored(h, locals[j], parent, j > 0)
+	p.ev.stored(h, locals[j], parent, j > 0, j)
 	b.stamp = p.vl.pass
 	if j > 0 && (cp == noSlot || p.blocks[cp].hidden()) {
 		b.stamp |= hiddenBit

@@ -251,9 +251,10 @@ func (c *radixCache) release(s int32) {
 // parent (noSlot: the root) and owns the private page s, which stores the
 // page with sequence hash h. If the tree already has h, s is a duplicate
 // and is freed, and the existing node is locked instead; otherwise s
-// becomes a new locked leaf under parent and a Stored event is recorded.
-// It returns the node that now ends the caller's locked path.
-func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) int32 {
+// becomes a new locked leaf under parent and a Stored event is recorded
+// (h is page j of its sequence). It returns the node that now ends the
+// caller's locked path.
+func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash, j int) int32 {
 	if e, ok := c.index.Get(h); ok {
 		c.release(s)
 		// The caller's lock already covers e's ancestors (they are the
@@ -278,7 +279,7 @@ func (c *radixCache) extend(parent, s int32, h kv.SeqHash, local kv.LocalHash) i
 		}
 		pb.kids++
 	}
-	c.ev.stored(h, local, ph, parent != noSlot)
+	c.ev.stored(h, local, ph, parent != noSlot, j)
 	return s
 }
 

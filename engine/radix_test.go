@@ -17,7 +17,7 @@ func radixPath(t *testing.T, c *radixCache, base uint32, n int) (int32, []kv.Seq
 	for i := range n {
 		s, ok := c.alloc()
 		require.True(t, ok)
-		last = c.extend(last, s, seqs[i], locals[i])
+		last = c.extend(last, s, seqs[i], locals[i], i)
 	}
 	require.NoError(t, c.audit())
 	return last, seqs
@@ -77,7 +77,7 @@ func TestRadix_SharedPrefixLockRefs(t *testing.T) {
 	require.True(t, ok)
 	free := len(c.free)
 	locals, _ := kv.BlockHashes(seqTokens(100, 12), 4, nil, nil)
-	got := c.extend(parent, s, ah[2], locals[2])
+	got := c.extend(parent, s, ah[2], locals[2], 2)
 	assert.Equal(t, a, got)
 	assert.Equal(t, free+1, len(c.free), "the duplicate page went back to the free list")
 	require.NoError(t, c.audit())

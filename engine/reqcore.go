@@ -17,7 +17,8 @@ import (
 // Token ids matter only to block hashes, so the prompt is not copied: its
 // full blocks are hashed at arrival, and only the ids after them (the
 // partial last block, then generated tokens) are kept, for the blocks
-// hashed as they fill.
+// hashed as they fill. A worker that reports the token ids of the blocks
+// it stores keeps the whole sequence (tailAt 0).
 type reqCore struct {
 	// The fields every pass reads or writes of a running request come
 	// first, so that a decode pass over a full batch touches as few cache
@@ -82,8 +83,10 @@ func errPrefillDestination(id uint64) error {
 // huge max_tokens costs nothing until the length rules stop it. With
 // hashBlock > 0 (prefix caching on) the prompt's full blocks of that many
 // tokens are hashed at once, or taken from req when it carries them; the
-// tail and hash arenas of a recycled request are reused.
-func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas, tokSeed uint64) {
+// tail and hash arenas of a recycled request are reused. keepPrompt keeps
+// the whole prompt in the tail (tailAt 0), for a worker that reports the
+// token ids of the blocks it stores (Worker.RecordKVTokens).
+func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas, tokSeed uint64, keepPrompt bool) {
 	c.id = req.ID
 	c.prompt = len(req.Tokens)
 	c.length = c.prompt
@@ -108,6 +111,9 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 			c.locals, c.hashes = kv.BlockHashes(req.Tokens, hashBlock, c.locals, c.hashes)
 		}
 		c.tailAt = len(c.hashes) * hashBlock
+		if keepPrompt {
+			c.tailAt = 0
+		}
 	}
 	if want := longest - c.tailAt; cap(c.tail) < want {
 		c.tail = make([]uint32, 0, want)

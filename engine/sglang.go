@@ -263,7 +263,7 @@ func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sg
 	// dynamo_compat none grows past the pool, whose last page it cannot
 	// take. A prefill worker generates only the first token, or, under
 	// dynamo_compat, MaxTokens as Dynamo's core does.
-	r.fill(now, req, policy, g.prefillWorker && !g.compat, g.hashBlock(), g.total*g.page+1, &g.arenas, g.tokSeed)
+	r.fill(now, req, policy, g.prefillWorker && !g.compat, g.hashBlock(), g.total*g.page+1, &g.arenas, g.tokSeed, g.cache.ev.withTokens)
 	r.state = sgWaiting
 	g.byID.Set(r.id, r)
 	return r, nil
@@ -465,9 +465,12 @@ func (g *SGLang) insert(r *sgReq) {
 		return
 	}
 	r.ensureHashes(full, g.page, &g.arenas)
+	if g.cache.ev.withTokens {
+		g.cache.ev.storing(r.tail, r.tailAt)
+	}
 	used := 0
 	for i := r.depth; i < full; i++ {
-		r.last = g.cache.extend(r.last, r.pages[used], r.hashes[i], r.locals[i])
+		r.last = g.cache.extend(r.last, r.pages[used], r.hashes[i], r.locals[i], i)
 		used++
 	}
 	r.depth = full

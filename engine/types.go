@@ -361,6 +361,11 @@ type Output struct {
 	// the pass's events only.
 	Events   []Event
 	KVEvents []kv.Event
+	// KVTokens are the token ids of the blocks KVEvents' Stored events
+	// store, block_size per block, in the order of the events and of
+	// their Blocks; empty unless the worker was told to record them
+	// (Worker.RecordKVTokens).
+	KVTokens []uint32
 	// Metrics is the worker's state after the pass.
 	Metrics Metrics
 
@@ -390,6 +395,7 @@ func (o *Output) reset(now float64) {
 	o.Rejections = o.Rejections[:0]
 	o.Events = o.Events[:0]
 	o.KVEvents = o.KVEvents[:0]
+	o.KVTokens = nil
 	o.kvOmitted = false
 	o.lead = 0
 }

@@ -280,7 +280,7 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	// A prefill worker stops each request at its first token; Dynamo's
 	// core generates the MaxTokens it is given there too (its frontend
 	// asks a prefill worker for one), as dynamo_compat does.
-	s.fill(now, req, policy, v.prefillWorker && !v.compat, v.hashBlock(), maxLen, &v.arenas, v.tokSeed)
+	s.fill(now, req, policy, v.prefillWorker && !v.compat, v.hashBlock(), maxLen, &v.arenas, v.tokSeed, v.pool.ev.withTokens)
 	s.state = st
 	v.byID.Set(s.id, s)
 	if st == stAwaitKV {
@@ -616,6 +616,9 @@ func (v *VLLM) promote(s *seq) {
 		return
 	}
 	s.ensureHashes(full, v.bs, &v.arenas)
+	if v.pool.ev.withTokens {
+		v.pool.ev.storing(s.tail, s.tailAt)
+	}
 	i := s.stored
 	parent := int32(noSlot)
 	if i > 0 {

@@ -506,7 +506,7 @@ func TestKVRecorder_OmitLeavesASilentRecorderSilent(t *testing.T) {
 	for _, emit := range []bool{true, false} {
 		r := kvRecorder{emit: emit}
 		r.omitAll()
-		r.stored(1, 1, 0, false)
+		r.stored(1, 1, 0, false, 0)
 		var out Output
 		r.flushTo(&out)
 		assert.Empty(t, out.KVEvents, "emit %v", emit)

@@ -93,6 +93,29 @@ func (w *Worker) OmitKVEvents() {
 	}
 }
 
+// RecordKVTokens makes w's outputs carry the token ids of the blocks their
+// KV events store (Output.KVTokens), for a driver that publishes them: the
+// prompt's ids as the request gave them, then the generated ones (see the
+// package doc on output tokens). Each request then keeps its whole prompt
+// rather than the part past its last full block. Call it before the first
+// Submit. A worker that records no events (one that announces no blocks,
+// or told to omit them) is left as it is.
+func (w *Worker) RecordKVTokens() {
+	var r *kvRecorder
+	var bs int
+	switch s := w.sched.(type) {
+	case *VLLM:
+		r, bs = &s.pool.ev, s.bs
+	case *SGLang:
+		r, bs = &s.cache.ev, s.page
+	default:
+		return
+	}
+	if r.emit {
+		r.withTokens, r.bs = true, bs
+	}
+}
+
 // New builds the worker args describe, timing passes with model (nil means
 // perf.Polynomial) and drawing output tokens from seed. args must pass
 // Args.Validate, which New calls (an unset engine_type counts as vllm); the

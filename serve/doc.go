@@ -111,7 +111,11 @@
 // msgspec array-like structs ([ts, events, data_parallel_rank], events
 // BlockStored, BlockRemoved and AllBlocksCleared with vLLM's field order
 // and tags). Block hashes are the cluster's own, the keys its kv router
-// indexes; token_ids is empty. A replay request (an empty delimiter, then
+// indexes; token_ids are the stored blocks' token ids, block_size per
+// hash in order (cluster.KVPass.Tokens): a prompt block's are the
+// prompt's ids (Tokenize's, for text), a block of generated tokens holds
+// the engine's ids for them, in [1000, 2000), the ids the block hashes
+// chain over. A replay request (an empty delimiter, then
 // a start sequence number as 8 big-endian bytes) is answered with the
 // buffered batches from there (the last KVEventsOptions.Buffer) and
 // vLLM's end marker, sequence -1. Publishing never waits: a subscriber

@@ -339,11 +339,13 @@ const kvMediumGPU = "GPU"
 //
 // ts is wall-clock Unix seconds, as vLLM stamps its batches. Block hashes
 // are the worker's sequence hashes (the keys the kv router indexes).
-// token_ids is empty: the engine keeps the hashes of a prompt's blocks,
-// not its token ids.
+// token_ids are the ids of the stored blocks' tokens, block_size per block
+// in the order of block_hashes (cluster.KVPass.Tokens); a pass without
+// them (a KVPass built by hand) sends an empty array.
 func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	p.encBuf.Reset()
 	e := p.enc
+	toks := pass.Tokens
 	_ = e.EncodeArrayLen(3)
 	_ = e.EncodeFloat64(float64(time.Now().UnixNano()) / 1e9)
 	_ = e.EncodeArrayLen(len(pass.Events))
@@ -362,7 +364,17 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 			} else {
 				_ = e.EncodeNil()
 			}
-			_ = e.EncodeArrayLen(0)
+			if n := len(ev.Blocks) * p.blockSize; n <= len(toks) {
+				_ = e.EncodeArrayLen(n)
+				// The encoder writes straight to encBuf (a
+				// bytes.Buffer is a ByteWriter), so the ids go there
+				// as it would write them, without its per-call cost.
+				appendMsgpackUints(&p.encBuf, toks[:n])
+				toks = toks[n:]
+			} else {
+				_ = e.EncodeArrayLen(0)
+				toks = nil
+			}
 			_ = e.EncodeInt(int64(p.blockSize))
 			_ = e.EncodeNil()
 			_ = e.EncodeString(kvMediumGPU)
@@ -382,6 +394,27 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	}
 	_ = e.EncodeInt(int64(pass.DPRank))
 	return bytes.Clone(p.encBuf.Bytes())
+}
+
+// appendMsgpackUints writes each of ids as msgpack's shortest unsigned
+// integer, as Encoder.EncodeUint does: a positive fixint below 128, then
+// uint8, uint16 or uint32 with their type bytes.
+func appendMsgpackUints(w *bytes.Buffer, ids []uint32) {
+	w.Grow(5 * len(ids))
+	b := w.AvailableBuffer()
+	for _, t := range ids {
+		switch {
+		case t < 128:
+			b = append(b, byte(t))
+		case t < 1<<8:
+			b = append(b, 0xcc, byte(t))
+		case t < 1<<16:
+			b = append(b, 0xcd, byte(t>>8), byte(t))
+		default:
+			b = append(b, 0xce, byte(t>>24), byte(t>>16), byte(t>>8), byte(t))
+		}
+	}
+	_, _ = w.Write(b)
 }
 
 // newKVEncoder is the msgpack encoder of a publisher's batches.

@@ -40,8 +40,9 @@ func BenchmarkServeKVEvents(b *testing.B) {
 }
 
 // BenchmarkKVEventsEncode measures encoding one pass's events (a request's
-// 8 stored blocks and 8 evicted ones) as vLLM's msgpack batch, beside the
-// same events as Dynamo's JSON (kv.Event's MarshalJSON), the encoding the
+// 8 stored blocks of 16 tokens and 8 evicted ones) as vLLM's msgpack
+// batch, with the blocks' 128 token ids and without them, beside the same
+// events as Dynamo's JSON (kv.Event's MarshalJSON), the encoding the
 // distributed transport's consumers read.
 func BenchmarkKVEventsEncode(b *testing.B) {
 	blocks := make([]kv.Block, 8)
@@ -54,12 +55,24 @@ func BenchmarkKVEventsEncode(b *testing.B) {
 		{ID: 1, Kind: kv.Removed, RemovedHashes: removed},
 		{ID: 2, Kind: kv.Stored, Parent: 42, HasParent: true, Blocks: blocks},
 	}
+	toks := make([]uint32, 8*16)
+	for i := range toks {
+		toks[i] = uint32(1 + i*211%30000)
+	}
 	b.Run("vllm-msgpack", func(b *testing.B) {
 		p := &kvPublisher{blockSize: 16}
 		p.enc = newKVEncoder(&p.encBuf)
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = p.encode(cluster.KVPass{Events: events})
+		}
+	})
+	b.Run("vllm-msgpack-token-ids", func(b *testing.B) {
+		p := &kvPublisher{blockSize: 16}
+		p.enc = newKVEncoder(&p.encBuf)
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = p.encode(cluster.KVPass{Events: events, Tokens: toks})
 		}
 	})
 	b.Run("dynamo-json", func(b *testing.B) {

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -23,6 +24,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/kv"
 )
 
 // The structures below mirror vLLM's (vllm/distributed/kv_events.py:
@@ -58,14 +60,80 @@ type vllmBlockRemoved struct {
 // vllmBlockSet rebuilds one publisher's cached blocks from its batches, as
 // a consumer of vLLM's events does: stored hashes join, removed ones
 // leave, AllBlocksCleared empties it.
+//
+// It also rebuilds them as a consumer that keys blocks by its own hash of
+// their token ids does (llm-d's KV-cache indexer): a stored block's key
+// is FNV-1a over its parent's key and its token_ids, the parent's key
+// found from the parent's block hash; a removed block's key is found
+// from its hash. keys is that set.
 type vllmBlockSet struct {
 	blocks  map[uint64]bool
 	stored  int
 	removed int
 	seqs    []uint64
+
+	keys     map[uint64]bool
+	keyOf    map[uint64]uint64 // block hash → token key, of every block ever stored
+	tokensOf map[uint64][]int  // block hash → its token_ids when first stored
+	restored int               // stores of a hash stored before
 }
 
-func newVLLMBlockSet() *vllmBlockSet { return &vllmBlockSet{blocks: map[uint64]bool{}} }
+func newVLLMBlockSet() *vllmBlockSet {
+	return &vllmBlockSet{blocks: map[uint64]bool{}, keys: map[uint64]bool{}, keyOf: map[uint64]uint64{}, tokensOf: map[uint64][]int{}}
+}
+
+// tokenKey is a consumer's own key of a block: FNV-1a over its parent's
+// key and its token ids, nothing of mocker's hashes.
+func tokenKey(parent uint64, toks []int) uint64 {
+	h := fnv.New64a()
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], parent)
+	_, _ = h.Write(b[:])
+	for _, t := range toks {
+		binary.LittleEndian.PutUint32(b[:4], uint32(t))
+		_, _ = h.Write(b[:4])
+	}
+	return h.Sum64()
+}
+
+// storeTokens checks one BlockStored's token_ids and adds its blocks to
+// the token-keyed set: block_size ids per block hash, whose chained
+// XXH3-64 (mocker's block hash) is the hash sent with them.
+func (b *vllmBlockSet) storeTokens(t *testing.T, seq uint64, ev *vllmBlockStored, blockSize int) {
+	t.Helper()
+	require.Len(t, ev.TokenIDs, len(ev.BlockHashes)*blockSize, "batch %d: block_size token ids per block", seq)
+	var parentKey uint64
+	var parentHash kv.SeqHash
+	if ev.ParentBlockHash != nil {
+		k, ok := b.keyOf[*ev.ParentBlockHash]
+		require.True(t, ok, "batch %d: parent %x was never stored", seq, *ev.ParentBlockHash)
+		parentKey, parentHash = k, kv.SeqHash(*ev.ParentBlockHash)
+	}
+	for i, h := range ev.BlockHashes {
+		toks := ev.TokenIDs[i*blockSize : (i+1)*blockSize]
+		ids := make([]uint32, len(toks))
+		for k, x := range toks {
+			ids[k] = uint32(x)
+		}
+		local := kv.HashTokens(ids)
+		want := kv.SeqHash(local)
+		if i > 0 || ev.ParentBlockHash != nil {
+			want = kv.ChainHash(parentHash, local)
+		}
+		assert.Equal(t, uint64(want), h, "batch %d block %d: the token ids hash to the block hash", seq, i)
+		key := tokenKey(parentKey, toks)
+		if prev, ok := b.tokensOf[h]; ok {
+			b.restored++
+			assert.Equal(t, prev, toks, "batch %d: block %x stored again with other token ids", seq, h)
+			assert.Equal(t, b.keyOf[h], key)
+		} else {
+			b.tokensOf[h] = slices.Clone(toks)
+			b.keyOf[h] = key
+		}
+		b.keys[key] = true
+		parentKey, parentHash = key, kv.SeqHash(h)
+	}
+}
 
 func (b *vllmBlockSet) apply(t *testing.T, seq uint64, payload []byte, wantRank int, blockSize int) {
 	t.Helper()
@@ -100,20 +168,36 @@ func (b *vllmBlockSet) apply(t *testing.T, seq uint64, payload []byte, wantRank 
 				b.blocks[h] = true
 			}
 			b.stored += len(ev.BlockHashes)
+			b.storeTokens(t, seq, &ev, blockSize)
 		case "BlockRemoved":
 			var ev vllmBlockRemoved
 			require.NoError(t, msgpack.Unmarshal(raw, &ev))
 			for _, h := range ev.BlockHashes {
 				assert.True(t, b.blocks[h], "batch %d removes block %x it never stored (or stored and removed already)", seq, h)
 				delete(b.blocks, h)
+				key, ok := b.keyOf[h]
+				assert.True(t, ok && b.keys[key], "batch %d removes block %x, unknown by its token key", seq, h)
+				delete(b.keys, key)
 			}
 			b.removed += len(ev.BlockHashes)
 		case "AllBlocksCleared":
 			clear(b.blocks)
+			clear(b.keys)
 		default:
 			t.Fatalf("batch %d event %d: unknown tag %q", seq, i, tag)
 		}
 	}
+}
+
+// tokenKeys is the token keys of the blocks in hashes, as b knows them.
+func (b *vllmBlockSet) tokenKeys(hashes map[uint64]bool) map[uint64]bool {
+	out := map[uint64]bool{}
+	for h := range hashes {
+		if k, ok := b.keyOf[h]; ok {
+			out[k] = true
+		}
+	}
+	return out
 }
 
 // kvEventsConfig is a cluster that reuses prefixes and evicts: two
@@ -276,7 +360,8 @@ func testKVEventsRebuild(t *testing.T, cfg cluster.Config) {
 	assert.Positive(t, cached, "prompts that share prefixes hit the cache")
 
 	blockSize := s.Cluster().BlockSize()
-	var stored, removed int
+	var stored, removed, restored, shared int
+	tokensOf := map[uint64][]int{} // over every publisher
 	for i, p := range s.KVEventPublishers() {
 		waitFor(t, fmt.Sprintf("publisher %d's %d batches", i, p.Published), func() bool {
 			return len(subs[i].received()) == int(p.Published)
@@ -297,12 +382,26 @@ func testKVEventsRebuild(t *testing.T, cfg cluster.Config) {
 			want[uint64(h)] = true
 		}
 		assert.Equal(t, want, set.blocks, "publisher %d (%s rank %d): the rebuilt set is the cache's", i, p.Worker, p.DPRank)
+		// The set keyed by token ids alone has the same shape: one key
+		// per cached block, none other.
+		assert.Len(t, set.keys, len(want), "publisher %d: one token key per cached block", i)
+		assert.Equal(t, set.tokenKeys(want), set.keys, "publisher %d: the token-keyed set is the cache's", i)
 		assert.Positive(t, p.Published, "publisher %d published", i)
 		assert.Zero(t, p.Dropped)
 		stored += set.stored
 		removed += set.removed
+		restored += set.restored
+		for h, toks := range set.tokensOf {
+			if prev, ok := tokensOf[h]; ok {
+				shared++
+				assert.Equal(t, prev, toks, "block %x has other token ids on publisher %d", h, i)
+			}
+			tokensOf[h] = toks
+		}
 	}
 	assert.Positive(t, removed, "the run evicted blocks (%d stored)", stored)
+	assert.Positive(t, restored, "blocks of shared prefixes were stored again after their eviction")
+	assert.Positive(t, shared, "blocks of shared prefixes were stored by more than one worker rank")
 }
 
 // replay asks a publisher's replay socket, through a zmq4 DEALER, for the
@@ -530,4 +629,120 @@ func TestKVEvents_BadOptions(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		}
 	}
+}
+
+// TestKVEvents_TokenIDsAreThePromptsTokens: text prompts that share a long
+// opening are answered one after another by one worker; a subscriber reads
+// the token ids of every stored block. Each prompt's full blocks are
+// stored with the prompt's ids as Tokenize gives them (the opening's once,
+// for the first prompt; a later one finds them cached), and the blocks
+// past a prompt hold the generated ids, in [1000, 2000), which the block
+// hashes chain over.
+func TestKVEvents_TokenIDsAreThePromptsTokens(t *testing.T) {
+	t.Parallel()
+	for _, engine := range []string{"vllm", "sglang"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			cfg := cluster.Config{Workers: 1, Engine: engine, Args: map[string]any{"speedup_ratio": 1000, "num_gpu_blocks": 1024, "block_size": 16}}
+			s, ts := startServer(t, cfg, Options{KVEvents: KVEventsOptions{Endpoint: "tcp://127.0.0.1:0"}})
+			sub := subscribe(t, s.KVEventPublishers()[0].Endpoint)
+			waitFor(t, "the subscription", func() bool { return s.KVEventPublishers()[0].Subscribers == 1 })
+
+			rng := rand.New(rand.NewPCG(9, 9))
+			word := func() string { return fmt.Sprintf("w%d", rng.IntN(5000)) }
+			var opening strings.Builder
+			for range 150 {
+				opening.WriteString(" " + word())
+			}
+			var prompts []string
+			for range 5 {
+				p := opening.String()
+				for range 20 + rng.IntN(60) {
+					p += " " + word() + ","
+				}
+				prompts = append(prompts, p)
+			}
+			for _, p := range prompts {
+				body, _ := json.Marshal(map[string]any{"model": "mocker", "prompt": p, "max_tokens": 48})
+				resp, err := client(ts).Post(ts.URL+"/v1/completions", "application/json", bytes.NewReader(body))
+				require.NoError(t, err)
+				_ = resp.Body.Close()
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+
+			bs := s.Cluster().BlockSize()
+			pub := s.KVEventPublishers()[0]
+			waitFor(t, "every batch", func() bool { return len(sub.received()) == int(pub.Published) })
+			set := newVLLMBlockSet()
+			for _, frames := range sub.received() {
+				set.apply(t, binary.BigEndian.Uint64(frames[1]), frames[2], 0, bs)
+			}
+			promptBlocks := map[uint64]bool{}
+			for i, p := range prompts {
+				ids := Tokenize(p, nil, nil)
+				_, seqs := kv.BlockHashes(ids, bs, nil, nil)
+				require.Greater(t, len(seqs), 150/bs, "prompt %d has the opening's blocks and more", i)
+				for j, h := range seqs {
+					promptBlocks[uint64(h)] = true
+					got, ok := set.tokensOf[uint64(h)]
+					if !assert.True(t, ok, "prompt %d block %d was stored", i, j) {
+						continue
+					}
+					want := make([]int, bs)
+					for k, id := range ids[j*bs : (j+1)*bs] {
+						want[k] = int(id)
+					}
+					assert.Equal(t, want, got, "prompt %d block %d: its token ids are the prompt's", i, j)
+				}
+			}
+			generated := 0
+			for h, toks := range set.tokensOf {
+				if promptBlocks[h] {
+					continue
+				}
+				generated++
+				// A generated block starts with the prompt's last,
+				// partial block, then the output tokens.
+				last := toks[len(toks)-1]
+				assert.True(t, last >= 1000 && last < 2000, "block %x ends with a generated token id, got %d", h, last)
+			}
+			assert.Positive(t, generated, "blocks of generated tokens were stored too")
+			assert.Zero(t, set.restored, "no block is stored twice in a pool that evicts nothing")
+		})
+	}
+}
+
+// TestKVEventsEncode_TokenIDs: each BlockStored carries block_size ids per
+// block hash, taken in order from the pass's Tokens across its Stored
+// events; a pass without Tokens sends an empty token_ids.
+func TestKVEventsEncode_TokenIDs(t *testing.T) {
+	t.Parallel()
+	events := []kv.Event{
+		{ID: 0, Kind: kv.Stored, Blocks: []kv.Block{{Hash: 11}, {Hash: 12}}},
+		{ID: 1, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{5}},
+		{ID: 2, Kind: kv.Stored, Parent: 12, HasParent: true, Blocks: []kv.Block{{Hash: 13}}},
+	}
+	decode := func(pass cluster.KVPass) [][]int {
+		p := &kvPublisher{blockSize: 2}
+		p.enc = newKVEncoder(&p.encBuf)
+		var batch vllmKVEventBatch
+		require.NoError(t, msgpack.Unmarshal(p.encode(pass), &batch))
+		var out [][]int
+		for _, raw := range batch.Events {
+			var ev vllmBlockStored
+			if msgpack.Unmarshal(raw, &ev) == nil {
+				out = append(out, ev.TokenIDs)
+			}
+		}
+		return out
+	}
+	assert.Equal(t, [][]int{{7, 200, 1000, 70000}, {1 << 31, 127}}, decode(cluster.KVPass{Events: events, Tokens: []uint32{7, 200, 1000, 70000, 1 << 31, 127}}))
+	// The ids are encoded as the encoder's EncodeUint encodes them.
+	for _, id := range []uint32{0, 127, 128, 255, 256, 65535, 65536, 1<<32 - 1} {
+		var got, want bytes.Buffer
+		appendMsgpackUints(&got, []uint32{id})
+		require.NoError(t, msgpack.NewEncoder(&want).EncodeUint(uint64(id)))
+		assert.Equal(t, want.Bytes(), got.Bytes(), "id %d", id)
+	}
+	assert.Equal(t, [][]int{{}, {}}, decode(cluster.KVPass{Events: events}))
 }
