@@ -32,11 +32,11 @@ func TestResult_AbortedTransferCarriesHoldEnd(t *testing.T) {
 			for _, r := range runAll(c, repeat(Request{PromptTokens: 512, MaxTokens: 24}, 40)) {
 				switch r.Outcome {
 				case OutcomeCompleted:
-					assert.Equal(t, "transferred", r.PinOutcome)
-					assert.Positive(t, r.PinMs)
+					assert.Equal(t, "transferred", r.HoldOutcome)
+					assert.Positive(t, r.HoldMs)
 				case OutcomeAborted:
-					assert.Equal(t, "aborted", r.PinOutcome, "an aborted transfer reports how its hold ended")
-					assert.InDelta(t, float64(abortMs), r.PinMs, 50, "and how long it lasted")
+					assert.Equal(t, "aborted", r.HoldOutcome, "an aborted transfer reports how its hold ended")
+					assert.InDelta(t, float64(abortMs), r.HoldMs, 50, "and how long it lasted")
 				default:
 					t.Errorf("unexpected outcome %q: %s", r.Outcome, r.Error)
 				}
@@ -70,15 +70,15 @@ func TestTransfers_AccountedUnderShortAbortsAndCancels(t *testing.T) {
 						defer wg.Done()
 						defer cancel()
 						r := c.Generate(ctx, Request{PromptTokens: 256, MaxTokens: 8})
-						if r.Pinned && r.Outcome != OutcomeError {
-							assert.NotEmpty(t, r.PinOutcome, "request ended %s with its hold's end unknown", r.Outcome)
+						if r.HoldStarted && r.Outcome != OutcomeError {
+							assert.NotEmpty(t, r.HoldOutcome, "request ended %s with its hold's end unknown", r.Outcome)
 						}
 					}()
 				}
 				wg.Wait()
 				s := drainAndCheck(t, c)
 				assert.Equal(t, s.TransfersStarted, s.TransfersCompleted+s.TransfersAborted)
-				assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled)
+				assert.Equal(t, s.Holds, s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled)
 			})
 		}
 	}

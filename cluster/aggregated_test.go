@@ -43,15 +43,15 @@ func TestAggregated_EveryRequestCompletes(t *testing.T) {
 		assert.Greater(t, r.ITLMs, 0.0)
 		assert.Equal(t, r.PrefillWorker, r.DecodeWorker)
 		assert.Zero(t, r.TransferID)
-		assert.False(t, r.Pinned)
-		assert.Zero(t, r.PinMs)
+		assert.False(t, r.HoldStarted)
+		assert.Zero(t, r.HoldMs)
 		workers[r.PrefillWorker]++
 	}
 	assert.Len(t, workers, 3, "round-robin spreads over every worker")
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(n), s.Requests)
 	assert.Equal(t, uint64(n), s.Completed)
-	assert.Zero(t, s.Pins)
+	assert.Zero(t, s.Holds)
 }
 
 func TestAggregated_EngineRejectionNamesReason(t *testing.T) {

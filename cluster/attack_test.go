@@ -97,7 +97,7 @@ func TestTransferServers_HijackAndFloodLeaveHandoffsTransferred(t *testing.T) {
 	results := runAll(c, repeat(Request{PromptTokens: 128, MaxTokens: 4}, 200))
 	transferred := 0
 	for _, r := range results {
-		if r.Outcome == OutcomeCompleted && r.PinOutcome == HoldTransferred {
+		if r.Outcome == OutcomeCompleted && r.HoldOutcome == HoldTransferred {
 			transferred++
 		}
 	}

@@ -167,14 +167,14 @@ type workerNode struct {
 
 // counters are the cluster-wide aggregates, owned by the loop.
 type counters struct {
-	requests, completed, aborted, rejected, errored uint64
-	prefillRejections                               uint64
-	pins, pinsReleased, pinsAborted, pinsCancelled  uint64
-	transfersStarted, transfersDone, transfersLost  uint64
-	pinMsTotal, pinMsMax                            float64
-	peakHeld                                        int
-	causality                                       uint64
-	causalityExample                                string
+	requests, completed, aborted, rejected, errored   uint64
+	prefillRejections                                 uint64
+	pins, holdsReleased, holdsAborted, holdsCancelled uint64
+	transfersStarted, transfersDone, transfersLost    uint64
+	holdMsTotal, holdMsMax                            float64
+	peakHeld                                          int
+	causality                                         uint64
+	causalityExample                                  string
 }
 
 // options are how a cluster runs, apart from its Config.

@@ -43,10 +43,10 @@ func TestDisagg_RoomyDecodeEveryRequestCompletes(t *testing.T) {
 		assert.Equal(t, "decode-0", r.DecodeWorker)
 		assert.NotZero(t, r.TransferID)
 		ids[r.TransferID] = true
-		assert.True(t, r.Pinned)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.True(t, r.HoldStarted)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 		assert.InDelta(t, wantTransfer, r.TransferMs, 1e-6)
-		assert.GreaterOrEqual(t, r.PinMs, r.TransferMs-1e-9, "float rounding aside")
+		assert.GreaterOrEqual(t, r.HoldMs, r.TransferMs-1e-9, "float rounding aside")
 		assert.Greater(t, r.TTFTMs, 0.0)
 		assert.GreaterOrEqual(t, r.E2EMs, r.TTFTMs+r.TransferMs, "decode starts after the transfer")
 		assert.GreaterOrEqual(t, r.DecodeWaitMs, 0.0)
@@ -54,9 +54,9 @@ func TestDisagg_RoomyDecodeEveryRequestCompletes(t *testing.T) {
 	assert.Len(t, ids, n, "transfer ids are unique")
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(n), s.Completed)
-	assert.Equal(t, uint64(n), s.Pins)
-	assert.Equal(t, uint64(n), s.PinsReleased)
-	assert.Zero(t, s.PinsAborted)
+	assert.Equal(t, uint64(n), s.Holds)
+	assert.Equal(t, uint64(n), s.HoldsReleased)
+	assert.Zero(t, s.HoldsAborted)
 	assert.Equal(t, uint64(n), s.TransfersStarted)
 	assert.Equal(t, uint64(n), s.TransfersCompleted)
 	assert.Positive(t, s.PeakHeldBlocks)
@@ -89,24 +89,24 @@ func TestDisagg_StrandedHoldsAbortAfterTimeout(t *testing.T) {
 
 	var completed, aborted int
 	for _, r := range results {
-		assert.True(t, r.Pinned)
+		assert.True(t, r.HoldStarted)
 		switch r.Outcome {
 		case OutcomeCompleted:
 			completed++
-			assert.Equal(t, "transferred", r.PinOutcome)
-			assert.Less(t, r.PinMs, float64(abortMs))
+			assert.Equal(t, "transferred", r.HoldOutcome)
+			assert.Less(t, r.HoldMs, float64(abortMs))
 		case OutcomeAborted:
 			aborted++
 			assert.Equal(t, fmt.Sprintf("transfer %d aborted by source", r.TransferID), r.Error)
-			assert.Equal(t, "aborted", r.PinOutcome)
+			assert.Equal(t, "aborted", r.HoldOutcome)
 			// The hold lasts the timeout, within a pass or two of modeled
 			// time.
-			assert.InDelta(t, float64(abortMs), r.PinMs, 50)
+			assert.InDelta(t, float64(abortMs), r.HoldMs, 50)
 			assert.Zero(t, r.TransferMs, "an aborted hold was never transferred")
 			// The decode started waiting when the hold started (causal
 			// stamps) and was still waiting when the source gave up: it
 			// reserved too late, or never did.
-			assert.GreaterOrEqual(t, r.DecodeWaitMs, r.PinMs-1e-6, "an aborted request's decode wait lasts at least until the abort")
+			assert.GreaterOrEqual(t, r.DecodeWaitMs, r.HoldMs-1e-6, "an aborted request's decode wait lasts at least until the abort")
 		default:
 			t.Fatalf("unexpected outcome %q: %s", r.Outcome, r.Error)
 		}
@@ -115,11 +115,11 @@ func TestDisagg_StrandedHoldsAbortAfterTimeout(t *testing.T) {
 	assert.GreaterOrEqual(t, aborted, n-2, "every decode that waited behind a 200-token generation was too late")
 
 	s := drainAndCheck(t, c)
-	assert.Equal(t, uint64(aborted), s.PinsAborted)
+	assert.Equal(t, uint64(aborted), s.HoldsAborted)
 	assert.Equal(t, uint64(aborted), s.Aborted)
-	assert.Equal(t, uint64(completed), s.PinsReleased)
+	assert.Equal(t, uint64(completed), s.HoldsReleased)
 	assert.GreaterOrEqual(t, s.PeakHeldBlocks, 4*(n-1), "holds piled up on the prefill worker")
-	assert.InDelta(t, float64(abortMs), s.PinMsMax, 50)
+	assert.InDelta(t, float64(abortMs), s.HoldMsMax, 50)
 
 	graph := c.HoldGraph()
 	require.Len(t, graph, 1)
@@ -166,7 +166,7 @@ func TestDisagg_CascadeRefusesPrefills(t *testing.T) {
 			refused++
 			assert.True(t, r.PrefillRejected)
 			assert.Equal(t, "all prefill workers busy", r.Error)
-			assert.False(t, r.Pinned)
+			assert.False(t, r.HoldStarted)
 		}
 	}
 	assert.Positive(t, refused, "a full prefill pool refuses new prefills")
@@ -187,7 +187,7 @@ func TestDisagg_ForensicLogRecordsEveryTransition(t *testing.T) {
 	require.Equal(t, OutcomeCompleted, res.Outcome, res.Error)
 	drainAndCheck(t, c)
 
-	want := []string{EventPinStart, EventDecodeWait, EventDecodeReserved, EventTransferStart, EventPinEnd}
+	want := []string{EventHoldStart, EventDecodeWait, EventDecodeReserved, EventTransferStart, EventHoldEnd}
 	var got []string
 	for _, ev := range c.Events() {
 		got = append(got, ev.Name)
@@ -208,9 +208,9 @@ func TestDisagg_ForensicLogRecordsEveryTransition(t *testing.T) {
 		assert.Equal(t, float64(res.TransferID), rec["transfer_id"])
 		assert.Contains(t, rec, "t_ms")
 		assert.Contains(t, rec, "request_id")
-		if rec["msg"] == EventPinEnd {
+		if rec["msg"] == EventHoldEnd {
 			assert.Equal(t, "transferred", rec["outcome"])
-			assert.InDelta(t, res.PinMs, rec["duration_ms"], 1e-9)
+			assert.InDelta(t, res.HoldMs, rec["duration_ms"], 1e-9)
 		}
 	}
 	assert.Equal(t, want, logged)
@@ -235,13 +235,13 @@ func TestDisagg_DecodeRejectionReleasesTheHold(t *testing.T) {
 	assert.Equal(t, OutcomeRejected, res.Outcome)
 	assert.Contains(t, res.Error, "num_gpu_blocks is 2")
 	assert.False(t, res.PrefillRejected)
-	assert.True(t, res.Pinned)
-	assert.Equal(t, HoldCancelled, res.PinOutcome, "the Result carries how the hold ended: given up, not by a deadline")
-	assert.Zero(t, res.PinMs, "an idle decode refuses at the instant the hold begins: no modeled time passes, however slow the host")
+	assert.True(t, res.HoldStarted)
+	assert.Equal(t, HoldCancelled, res.HoldOutcome, "the Result carries how the hold ended: given up, not by a deadline")
+	assert.Zero(t, res.HoldMs, "an idle decode refuses at the instant the hold begins: no modeled time passes, however slow the host")
 	assert.Equal(t, "decode-0", res.DecodeWorker)
 	s := drainAndCheck(t, c)
-	assert.Equal(t, uint64(1), s.PinsCancelled, "the source gave the hold up")
-	assert.Zero(t, s.PinsAborted, "no abort deadline ended it")
+	assert.Equal(t, uint64(1), s.HoldsCancelled, "the source gave the hold up")
+	assert.Zero(t, s.HoldsAborted, "no abort deadline ended it")
 	assert.Zero(t, s.TransfersStarted)
 }
 
@@ -265,12 +265,12 @@ func TestDisagg_BusyDecodePoolRefusesNamingIt(t *testing.T) {
 	for range n {
 		go func() { long <- c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 1000}) }()
 	}
-	waitFor(t, "the long requests to hold", func() bool { return c.Stats().Pins >= n })
+	waitFor(t, "the long requests to hold", func() bool { return c.Stats().Holds >= n })
 	res := c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 4})
 	assert.Equal(t, OutcomeRejected, res.Outcome)
 	assert.Equal(t, "all decode workers busy", res.Error)
 	assert.False(t, res.PrefillRejected, "the prefill pool had room")
-	assert.False(t, res.Pinned)
+	assert.False(t, res.HoldStarted)
 	for range n {
 		assert.Equal(t, OutcomeCompleted, (<-long).Outcome)
 	}

@@ -92,7 +92,7 @@
 // runs a whole request on an aggregated rank of the caller's choice.
 //
 // Whatever the path, a Result whose prefill held KV is returned only once
-// the hold's end is known, so PinOutcome and PinMs are always final. A
+// the hold's end is known, so HoldOutcome and HoldMs are always final. A
 // completion cut short by a length limit (the sequence outgrew the decode's
 // KV pool, or reached max_model_len) stays "completed" with Truncated set
 // and Error naming the limit.

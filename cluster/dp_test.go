@@ -111,7 +111,7 @@ func TestDP_RanksHaveSeparatePools(t *testing.T) {
 			require.NoError(t, err)
 			a, b := run.Results[0], run.Results[1]
 			require.Equal(t, OutcomeCompleted, a.Outcome, a.Error)
-			require.Greater(t, a.PinMs, 1000.0, "the first hold lasts its slow transfer")
+			require.Greater(t, a.HoldMs, 1000.0, "the first hold lasts its slow transfer")
 			if tc.rejected {
 				assert.Equal(t, OutcomeRejected, b.Outcome)
 				assert.True(t, b.PrefillRejected, "the one rank's held KV refuses the next prefill")
@@ -119,8 +119,8 @@ func TestDP_RanksHaveSeparatePools(t *testing.T) {
 			}
 			require.Equal(t, OutcomeCompleted, b.Outcome, b.Error)
 			assert.NotEqual(t, a.PrefillDPRank, b.PrefillDPRank, "the second prompt goes to the other rank")
-			assert.Less(t, b.TTFTMs, a.PinMs/10, "its prefill does not wait for the first rank's hold")
-			assert.True(t, b.Pinned)
+			assert.Less(t, b.TTFTMs, a.HoldMs/10, "its prefill does not wait for the first rank's hold")
+			assert.True(t, b.HoldStarted)
 			assert.Equal(t, a.PrefillWorker, b.PrefillWorker, "both ranks are the one worker")
 			assert.NoError(t, invariantState{s: run.Stats, settled: true}.check())
 		})
@@ -214,7 +214,7 @@ func TestDP_DeterministicAcrossRuns(t *testing.T) {
 
 			used := map[string]bool{}
 			for _, r := range a.Results {
-				if r.Pinned {
+				if r.HoldStarted {
 					used[rankKey(r)] = true
 				}
 			}

@@ -28,7 +28,7 @@ func ExampleRunVirtual() {
 	}
 	s := run.Stats
 	fmt.Printf("requests %d: completed %d, aborted %d\n", s.Requests, s.Completed, s.Aborted)
-	fmt.Printf("holds %d: transferred %d, aborted at the timeout %d\n", s.Pins, s.PinsReleased, s.PinsAborted)
+	fmt.Printf("holds %d: transferred %d, aborted at the timeout %d\n", s.Holds, s.HoldsReleased, s.HoldsAborted)
 	fmt.Printf("left held %d blocks\n", s.HeldBlocks)
 	// Output:
 	// requests 200: completed 173, aborted 27

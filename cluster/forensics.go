@@ -13,11 +13,11 @@ import (
 
 // Forensic event names, one per handoff transition (docs/design.md §3).
 const (
-	EventPinStart       = "prefill_kv_pin_start"
+	EventHoldStart      = "prefill_kv_pin_start"
 	EventDecodeWait     = "decode_kv_wait_start"
 	EventDecodeReserved = "decode_kv_reserved"
 	EventTransferStart  = "transfer_start"
-	EventPinEnd         = "prefill_kv_pin_end"
+	EventHoldEnd        = "prefill_kv_pin_end"
 )
 
 // Event is one handoff transition as the forensic log records it. Every
@@ -135,9 +135,9 @@ func (f *forensics) record(ev Event) {
 		attrs = append(attrs, slog.Int("prefill_dp_rank", ev.PrefillDPRank), slog.Int("decode_dp_rank", ev.DecodeDPRank))
 	}
 	switch ev.Name {
-	case EventPinStart:
+	case EventHoldStart:
 		attrs = append(attrs, slog.Int("blocks", ev.Blocks))
-	case EventPinEnd:
+	case EventHoldEnd:
 		attrs = append(attrs, slog.String("outcome", ev.Outcome), slog.Float64("duration_ms", ev.DurationMs), slog.Int("blocks", ev.Blocks))
 	case EventDecodeReserved:
 		attrs = append(attrs, slog.Int("missing_tokens", ev.MissingTokens), slog.Float64("wait_ms", ev.WaitMs))
@@ -152,7 +152,7 @@ func (f *forensics) holdStarted(h Hold) {
 	}
 	*p = h
 	f.open.Set(h.RequestID, p)
-	f.record(Event{Name: EventPinStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
+	f.record(Event{Name: EventHoldStart, AtMs: h.StartMs, RequestID: h.RequestID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks})
 }
@@ -215,7 +215,7 @@ func (f *forensics) holdEnded(reqID uint64, at, duration float64, outcome string
 		h.Claimed = true
 	}
 	h.EndMs, h.DurationMs, h.Outcome = at, duration, outcome
-	f.record(Event{Name: EventPinEnd, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
+	f.record(Event{Name: EventHoldEnd, AtMs: at, RequestID: reqID, TransferID: h.TransferID,
 		PrefillWorker: h.PrefillWorker, DecodeWorker: h.DecodeWorker,
 		PrefillDPRank: h.PrefillDPRank, DecodeDPRank: h.DecodeDPRank, Blocks: h.Blocks, Outcome: outcome, DurationMs: duration})
 

@@ -43,7 +43,7 @@ func TestForensics_BoundedMemoryKeepsLongestAndRecent(t *testing.T) {
 	}
 	assert.Equal(t, "", byID[n+1].Outcome, "open hold reported")
 	assert.Len(t, f.recentEvents(), maxRecentEvents)
-	assert.Equal(t, EventPinStart, f.recentEvents()[maxRecentEvents-1].Name, "events oldest first")
+	assert.Equal(t, EventHoldStart, f.recentEvents()[maxRecentEvents-1].Name, "events oldest first")
 
 	graph := f.graph()
 	require.Len(t, graph, 1)

@@ -441,7 +441,7 @@ func (c *Cluster) arrive(h *call) {
 	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	switch {
 	case h.pd != nil:
-		c.placePinned(r, h, tokens, &spec)
+		c.placeOn(r, h, tokens, &spec)
 	case !c.cfg.Disagg:
 		wid, lease, err := c.router.RouteLease(rreq)
 		if err != nil {
@@ -799,16 +799,16 @@ func (c *Cluster) record(w *workerNode, r *request, e engine.Event) {
 		outcome := holdOutcome(e)
 		switch {
 		case e.Outcome == engine.Transferred:
-			c.stats.pinsReleased++
+			c.stats.holdsReleased++
 			c.stats.transfersDone++
 		case outcome == HoldCancelled:
-			c.stats.pinsCancelled++
+			c.stats.holdsCancelled++
 		default:
-			c.stats.pinsAborted++
+			c.stats.holdsAborted++
 			c.series.holdAborted(e.At)
 		}
-		c.stats.pinMsTotal += e.DurationMs
-		c.stats.pinMsMax = max(c.stats.pinMsMax, e.DurationMs)
+		c.stats.holdMsTotal += e.DurationMs
+		c.stats.holdMsMax = max(c.stats.holdMsMax, e.DurationMs)
 		h, ok := c.forensic.holdEnded(e.RequestID, e.At, e.DurationMs, outcome, e.Outcome == engine.Transferred)
 		if e.Outcome != engine.Transferred && ok && h.Claimed {
 			c.stats.transfersLost++
@@ -884,10 +884,10 @@ func (c *Cluster) fill(res Result, r *request) Result {
 	res.TransferID = r.tid
 	res.CachedTokens = int(s.CachedTokens)
 	if s.Held {
-		res.Pinned = true
+		res.HoldStarted = true
 		if s.HoldEnded {
-			res.PinOutcome = holdOutcome(engine.Event{Outcome: s.HoldOutcome, Reason: s.HoldReason})
-			res.PinMs = s.PinMs
+			res.HoldOutcome = holdOutcome(engine.Event{Outcome: s.HoldOutcome, Reason: s.HoldReason})
+			res.HoldMs = s.HoldMs
 			if s.Claimed {
 				res.TransferMs = s.TransferMs
 			}

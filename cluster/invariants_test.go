@@ -32,7 +32,7 @@ func brokenCluster(t *testing.T) *Cluster {
 	defer cancel()
 	s, err := c.Drain(ctx)
 	require.NoError(t, err)
-	require.Equal(t, uint64(3), s.Pins, "every request pinned its KV on the prefill worker")
+	require.Equal(t, uint64(3), s.Holds, "every request pinned its KV on the prefill worker")
 	require.NoError(t, c.Close())
 	closed = true
 	require.NoError(t, c.CheckInvariants(), "the drained, closed cluster is consistent before a case breaks it")
@@ -66,7 +66,7 @@ func TestCheckInvariants_ReportsEachViolation(t *testing.T) {
 			c.stats.pins++ // counted as started, so the pin balance holds
 			c.forensic.open.Set(99, &Hold{RequestID: 99, PrefillWorker: "prefill-0"})
 		}, "1 holds still open after drain"},
-		{"a hold's pin ended twice", func(c *Cluster) { c.stats.pinsAborted++ },
+		{"a hold's pin ended twice", func(c *Cluster) { c.stats.holdsAborted++ },
 			"pins 3 != released 3 + aborted 1 + cancelled 0 + open 0"},
 		{"held blocks after drain", func(c *Cluster) { c.workers[0].last.HeldBlocks = 4 },
 			"prefill-0 after drain: held 4 blocks (0 requests), reserved 0, active 0, running 0, waiting 0; want all 0"},

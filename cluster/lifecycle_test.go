@@ -28,25 +28,25 @@ func TestGenerate_ContextCancelReleasesEverything(t *testing.T) {
 	c := start(t, cfg)
 	long := make(chan Result, 1)
 	go func() { long <- c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 150}) }()
-	waitFor(t, "the long request to hold", func() bool { return c.Stats().Pins >= 1 })
+	waitFor(t, "the long request to hold", func() bool { return c.Stats().Holds >= 1 })
 
 	// The second request holds KV on the prefill worker and waits for the
 	// decode's only slot; cancelling it must release both sides.
 	ctx, cancel := context.WithCancel(context.Background())
 	stuck := make(chan Result, 1)
 	go func() { stuck <- c.Generate(ctx, Request{PromptTokens: 64, MaxTokens: 10}) }()
-	waitFor(t, "the second request to hold", func() bool { return c.Stats().Pins >= 2 })
+	waitFor(t, "the second request to hold", func() bool { return c.Stats().Holds >= 2 })
 	cancel()
 	r := <-stuck
 	assert.Equal(t, OutcomeError, r.Outcome)
 	assert.Equal(t, context.Canceled.Error(), r.Error)
-	assert.True(t, r.Pinned)
+	assert.True(t, r.HoldStarted)
 
 	require.Equal(t, OutcomeCompleted, (<-long).Outcome)
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(1), s.Errored)
-	assert.Equal(t, uint64(1), s.PinsCancelled, "the cancelled hold ended as cancelled")
-	assert.Zero(t, s.PinsAborted, "no deadline ended it")
+	assert.Equal(t, uint64(1), s.HoldsCancelled, "the cancelled hold ended as cancelled")
+	assert.Zero(t, s.HoldsAborted, "no deadline ended it")
 }
 
 func TestGenerate_ContextCancelAggregated(t *testing.T) {
@@ -77,7 +77,7 @@ func TestClose_InFlightRequestsReturn(t *testing.T) {
 			results[i] = c.Generate(context.Background(), Request{PromptTokens: 64, MaxTokens: 10000})
 		}()
 	}
-	waitFor(t, "every request to hold", func() bool { return c.Stats().Pins >= n })
+	waitFor(t, "every request to hold", func() bool { return c.Stats().Holds >= n })
 	require.NoError(t, c.Close())
 	wg.Wait()
 	for _, r := range results {

@@ -128,8 +128,8 @@ func TestVirtual_DeterministicCluster(t *testing.T) {
 			assert.Zero(t, s.Errored, "no request errs")
 			assert.Zero(t, s.HeldBlocks+s.ReservedBlocks+s.ActiveBlocks, "nothing left behind")
 			if shape.name == "vllm-disagg" {
-				assert.Positive(t, s.PinsAborted, "the saturated decode makes holds abort")
-				assert.Positive(t, s.PinsReleased)
+				assert.Positive(t, s.HoldsAborted, "the saturated decode makes holds abort")
+				assert.Positive(t, s.HoldsReleased)
 			}
 		})
 	}
@@ -200,7 +200,7 @@ func TestVirtual_ReusedRecordsChangeNothing(t *testing.T) {
 		// about half of them abort.
 		t.Parallel()
 		reused := reusedMatchesFresh(t, saturatedDisagg(), burstUpTo(17, 1500, 4000, 100))
-		require.Positive(t, reused.Stats.PinsAborted)
+		require.Positive(t, reused.Stats.HoldsAborted)
 	})
 }
 
@@ -356,7 +356,7 @@ func TestSeries_RecordsTheCascadeBounded(t *testing.T) {
 		aborts += p.HoldAborts
 		ended += p.Completed + p.Aborted + p.Rejected + p.Errored
 	}
-	assert.Equal(t, run.Stats.PinsAborted, aborts, "every hold abort is in the series")
+	assert.Equal(t, run.Stats.HoldsAborted, aborts, "every hold abort is in the series")
 	assert.Equal(t, uint64(len(arr)), ended, "every request's end is in the series")
 	assert.Equal(t, run.Stats.PeakHeldBlocks, peak, "the series' peak is the run's")
 	assert.Positive(t, peak)

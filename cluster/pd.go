@@ -15,7 +15,7 @@ import (
 )
 
 // This file is the cluster's API for callers that pick workers themselves
-// (an outside router in front of per-worker endpoints): a request pinned
+// (an outside router in front of per-worker endpoints): a request placed
 // to one worker rank (GenerateOn), and the two halves of a disaggregated
 // request driven separately, as vLLM's P/D over HTTP drives them: Prefill
 // runs the prompt on a prefill worker and returns, with the KV held, the
@@ -96,12 +96,12 @@ type ClaimError struct {
 
 func (e *ClaimError) Error() string { return e.Msg }
 
-// ErrPinned says a cluster cannot run pinned or split requests: they need
+// ErrPlaced says a cluster cannot run placed or split requests: they need
 // the in-process cluster paced against the wall clock, with its
 // transfer servers.
-var ErrPinned = errors.New("pinned requests need an in-process cluster with transfer servers (not stepped, not remote)")
+var ErrPlaced = errors.New("requests placed on a worker need an in-process cluster with transfer servers (not stepped, not remote)")
 
-// pdCall is what a pinned call adds to its call.
+// pdCall is what a placed call adds to its call.
 type pdCall struct {
 	pin     *workerNode
 	split   bool         // a Prefill: hand the transfer out
@@ -155,7 +155,7 @@ func (l *spentLog) add(e *ClaimError) {
 // node is the worker rank t names, checked against the role wanted.
 func (c *Cluster) node(t Target, role engine.WorkerType) (*workerNode, error) {
 	if c.opts.stepped || c.remote {
-		return nil, ErrPinned
+		return nil, ErrPlaced
 	}
 	for _, n := range c.workers {
 		if n.name == t.Worker && n.rank == t.DPRank {
@@ -213,7 +213,7 @@ func (c *Cluster) Prefill(ctx context.Context, t Target, req Request) (ho Handou
 	switch {
 	case err != nil:
 	case n.server == nil:
-		err = ErrPinned
+		err = ErrPlaced
 	case c.destFirst:
 		err = errors.New("this cluster's decode reserves before its prefill computes (sglang without sglang.optimistic_prefill); a prefill handed out for a remote decode needs the source-first order: set sglang.optimistic_prefill, or use engine vllm")
 	}
@@ -357,9 +357,9 @@ func (c *Cluster) claim(h *call) {
 	c.step(r, handoff.Claim{DecodeName: dn.label(), MaxTokens: h.req.MaxTokens})
 }
 
-// placePinned places a pinned call's request on its worker: aggregated, or
+// placeOn places a placed call's request on its worker: aggregated, or
 // a split request's prefill, whose decode a claim names later.
-func (c *Cluster) placePinned(r *request, h *call, tokens []uint32, spec *handoff.Spec) {
+func (c *Cluster) placeOn(r *request, h *call, tokens []uint32, spec *handoff.Spec) {
 	n := h.pd.pin
 	r.prefill, r.decode = n, n
 	spec.Order = handoff.Aggregated

@@ -60,7 +60,7 @@ func TestPD_PrefillThenDecodeCompletesThroughTheTransferServer(t *testing.T) {
 	assert.Equal(t, 12, res.OutputTokens)
 	assert.Equal(t, "prefill-0", res.PrefillWorker)
 	assert.Equal(t, "decode-0", res.DecodeWorker)
-	assert.Equal(t, HoldTransferred, res.PinOutcome)
+	assert.Equal(t, HoldTransferred, res.HoldOutcome)
 	assert.Equal(t, ho.TransferID, res.TransferID)
 	assert.Positive(t, res.TransferMs)
 	holds := c.Holds()
@@ -82,7 +82,7 @@ func TestPD_UnclaimedHoldAbortsAtItsTimeout(t *testing.T) {
 	ho, ok, pre := c.Prefill(context.Background(), Target{Worker: "prefill-0"}, Request{Tokens: tokens})
 	require.True(t, ok, pre.Error)
 	s := drainAndCheck(t, c)
-	assert.Equal(t, uint64(1), s.PinsAborted)
+	assert.Equal(t, uint64(1), s.HoldsAborted)
 	assert.Equal(t, uint64(1), s.Aborted)
 	assert.Zero(t, s.HeldBlocks)
 	holds := c.Holds()
@@ -132,7 +132,7 @@ func TestPD_BadClaimsAreRefusedAndLeaveTheHoldToItsDecode(t *testing.T) {
 	assert.Equal(t, ClaimSpent, code(claimOf(ho), Request{Tokens: tokens}), "params are good once")
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(1), s.Requests)
-	assert.Equal(t, uint64(1), s.PinsReleased)
+	assert.Equal(t, uint64(1), s.HoldsReleased)
 }
 
 func TestPD_PinnedRequestsGoWhereTheyAreSent(t *testing.T) {

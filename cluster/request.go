@@ -89,16 +89,16 @@ type Result struct {
 	// the worker that produced its first token (vLLM's queue time); the
 	// rest of TTFTMs is prefill compute. Kept out of the JSON.
 	QueueMs float64 `json:"-"`
-	// PinMs is how long the prefill worker held the KV (first token to
+	// HoldMs is how long the prefill worker held the KV (first token to
 	// release); TransferMs the modeled transfer; DecodeWaitMs the decode's
 	// wait from arrival to its reservation. 0 when not applicable.
-	PinMs        float64 `json:"pin_ms"`
+	HoldMs       float64 `json:"pin_ms"`
 	TransferMs   float64 `json:"transfer_ms"`
 	DecodeWaitMs float64 `json:"decode_wait_ms"`
-	// Pinned says a prefill KV hold started; PinOutcome how it ended:
+	// HoldStarted says a prefill KV hold started; HoldOutcome how it ended:
 	// "transferred", "aborted" or "" without a hold.
-	Pinned     bool   `json:"pinned"`
-	PinOutcome string `json:"pin_outcome,omitempty"`
+	HoldStarted bool   `json:"pinned"`
+	HoldOutcome string `json:"pin_outcome,omitempty"`
 	// OutputTokens counts generated tokens (the prefill's first one
 	// included); CachedTokens the prompt tokens found in the prefill
 	// worker's cache.

@@ -40,10 +40,10 @@ func TestSGLang_DestinationFirstNeverStrands(t *testing.T) {
 		longestWait = max(longestWait, r.DecodeWaitMs)
 		assert.Greater(t, r.TTFTMs, r.DecodeWaitMs, "the wait for a reservation is part of the time to first token")
 		assert.Equal(t, 150, r.OutputTokens)
-		assert.True(t, r.Pinned)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.True(t, r.HoldStarted)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 		assert.InDelta(t, wantTransfer, r.TransferMs, 1e-6)
-		assert.InDelta(t, r.TransferMs, r.PinMs, 1e-6, "the hold lasts the transfer and not a moment of decode queueing")
+		assert.InDelta(t, r.TransferMs, r.HoldMs, 1e-6, "the hold lasts the transfer and not a moment of decode queueing")
 		assert.NotZero(t, r.TransferID)
 		ids[r.TransferID] = true
 	}
@@ -52,11 +52,11 @@ func TestSGLang_DestinationFirstNeverStrands(t *testing.T) {
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(n), s.Completed)
 	assert.Zero(t, s.Aborted)
-	assert.Zero(t, s.PinsAborted, "no hold waited for the saturated decode")
-	assert.Equal(t, uint64(n), s.Pins)
+	assert.Zero(t, s.HoldsAborted, "no hold waited for the saturated decode")
+	assert.Equal(t, uint64(n), s.Holds)
 	assert.Equal(t, uint64(n), s.TransfersStarted)
 	assert.Equal(t, uint64(n), s.TransfersCompleted)
-	assert.InDelta(t, wantTransfer, s.PinMsMax, 1e-6)
+	assert.InDelta(t, wantTransfer, s.HoldMsMax, 1e-6)
 	for _, h := range c.Holds() {
 		assert.True(t, h.Claimed)
 		assert.Equal(t, h.StartMs, h.TransferStartMs, "the transfer starts with the hold")
@@ -71,10 +71,10 @@ func TestSGLang_DestinationFirstRefusalHoldsNothing(t *testing.T) {
 	assert.Equal(t, OutcomeRejected, res.Outcome)
 	assert.Contains(t, res.Error, "num_gpu_blocks is 2")
 	assert.False(t, res.PrefillRejected)
-	assert.False(t, res.Pinned, "the prefill never ran: its decode was refused first")
+	assert.False(t, res.HoldStarted, "the prefill never ran: its decode was refused first")
 	assert.Zero(t, res.TransferID)
 	s := drainAndCheck(t, c)
-	assert.Zero(t, s.Pins)
+	assert.Zero(t, s.Holds)
 	require.Equal(t, "prefill-0", s.Workers[0].Name)
 	assert.Zero(t, s.Workers[0].Passes, "the prefill worker computed nothing")
 }
@@ -88,7 +88,7 @@ func TestSGLang_DestinationFirstForensicOrder(t *testing.T) {
 	for _, ev := range c.Events() {
 		got = append(got, ev.Name)
 	}
-	assert.Equal(t, []string{EventDecodeWait, EventDecodeReserved, EventPinStart, EventTransferStart, EventPinEnd}, got)
+	assert.Equal(t, []string{EventDecodeWait, EventDecodeReserved, EventHoldStart, EventTransferStart, EventHoldEnd}, got)
 }
 
 func TestSGLang_OptimisticPrefillHandsOff(t *testing.T) {
@@ -98,7 +98,7 @@ func TestSGLang_OptimisticPrefillHandsOff(t *testing.T) {
 	c := start(t, cfg)
 	for _, r := range runAll(c, repeat(Request{PromptTokens: 64, MaxTokens: 5}, 4)) {
 		require.Equal(t, OutcomeCompleted, r.Outcome, r.Error)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 		assert.Equal(t, 5, r.OutputTokens)
 		assert.Positive(t, r.TransferMs)
 	}
@@ -112,20 +112,20 @@ func TestSGLang_OptimisticPrefillStrandsAndAborts(t *testing.T) {
 	results := runAll(c, repeat(Request{PromptTokens: 64, MaxTokens: 150}, n))
 	var aborted int
 	for _, r := range results {
-		assert.True(t, r.Pinned)
+		assert.True(t, r.HoldStarted)
 		switch r.Outcome {
 		case OutcomeCompleted:
-			assert.Equal(t, "transferred", r.PinOutcome)
+			assert.Equal(t, "transferred", r.HoldOutcome)
 		case OutcomeAborted:
 			aborted++
-			assert.Equal(t, "aborted", r.PinOutcome)
-			assert.InDelta(t, 300, r.PinMs, 50, "the hold lasted the abort timeout")
+			assert.Equal(t, "aborted", r.HoldOutcome)
+			assert.InDelta(t, 300, r.HoldMs, 50, "the hold lasted the abort timeout")
 		default:
 			t.Fatalf("unexpected outcome %q: %s", r.Outcome, r.Error)
 		}
 	}
 	assert.Positive(t, aborted, "computing before the decode is ready strands KV behind a saturated decode")
 	s := drainAndCheck(t, c)
-	assert.Equal(t, uint64(aborted), s.PinsAborted)
+	assert.Equal(t, uint64(aborted), s.HoldsAborted)
 	assert.Equal(t, uint64(aborted), s.Aborted)
 }

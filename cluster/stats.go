@@ -19,20 +19,22 @@ type Stats struct {
 	// PrefillRejections counts requests refused because every prefill
 	// worker was busy (the cascade); they are among Rejected.
 	PrefillRejections uint64 `json:"prefill_rejections"`
-	// Pins counts prefill KV holds started; PinsReleased those that ended
-	// by a transfer, PinsAborted those ended by their abort or session
-	// deadline, PinsCancelled those given up because the request was
-	// refused, withdrawn or cut short. Pins − PinsReleased − PinsAborted −
-	// PinsCancelled holds last now.
-	Pins         uint64 `json:"pins"`
-	PinsReleased uint64 `json:"pins_released"`
-	PinsAborted  uint64 `json:"pins_aborted"`
-	// PinsCancelled: see Pins.
-	PinsCancelled uint64 `json:"pins_cancelled"`
-	// PinMsTotal and PinMsMax sum and bound the modeled duration of ended
+	// Holds counts prefill KV holds started; HoldsReleased those that ended
+	// by a transfer, HoldsAborted those ended by their abort or session
+	// deadline, HoldsCancelled those given up because the request was
+	// refused, withdrawn or cut short. Holds − HoldsReleased − HoldsAborted −
+	// HoldsCancelled holds last now. (Their JSON keys, pins and pins_*,
+	// are the names scripts and thresholds already use: in mocker's
+	// metrics and JSON "pin" and "hold" name the same thing.)
+	Holds         uint64 `json:"pins"`
+	HoldsReleased uint64 `json:"pins_released"`
+	HoldsAborted  uint64 `json:"pins_aborted"`
+	// HoldsCancelled: see Holds.
+	HoldsCancelled uint64 `json:"pins_cancelled"`
+	// HoldMsTotal and HoldMsMax sum and bound the modeled duration of ended
 	// holds.
-	PinMsTotal float64 `json:"pin_ms_total"`
-	PinMsMax   float64 `json:"pin_ms_max"`
+	HoldMsTotal float64 `json:"pin_ms_total"`
+	HoldMsMax   float64 `json:"pin_ms_max"`
 	// TransfersStarted counts decodes that claimed a hold; each ends as
 	// TransfersCompleted or TransfersAborted.
 	TransfersStarted   uint64 `json:"transfers_started"`
@@ -84,8 +86,8 @@ func (c *Cluster) statsNow() Stats {
 	s := Stats{
 		Requests: k.requests, Completed: k.completed, Aborted: k.aborted, Rejected: k.rejected, Errored: k.errored,
 		InFlight: c.active, PrefillRejections: k.prefillRejections,
-		Pins: k.pins, PinsReleased: k.pinsReleased, PinsAborted: k.pinsAborted, PinsCancelled: k.pinsCancelled,
-		PinMsTotal: k.pinMsTotal, PinMsMax: k.pinMsMax,
+		Holds: k.pins, HoldsReleased: k.holdsReleased, HoldsAborted: k.holdsAborted, HoldsCancelled: k.holdsCancelled,
+		HoldMsTotal: k.holdMsTotal, HoldMsMax: k.holdMsMax,
 		TransfersStarted: k.transfersStarted, TransfersCompleted: k.transfersDone, TransfersAborted: k.transfersLost,
 		PeakHeldBlocks: k.peakHeld,
 		Workers:        make([]WorkerStats, len(c.workers)),
@@ -272,9 +274,9 @@ func (st invariantState) check() error {
 		errs = append(errs, fmt.Errorf("requests %d != completed %d + aborted %d + rejected %d + errored %d + in flight %d",
 			s.Requests, s.Completed, s.Aborted, s.Rejected, s.Errored, s.InFlight))
 	}
-	if s.Pins != s.PinsReleased+s.PinsAborted+s.PinsCancelled+uint64(st.open) {
+	if s.Holds != s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled+uint64(st.open) {
 		errs = append(errs, fmt.Errorf("pins %d != released %d + aborted %d + cancelled %d + open %d",
-			s.Pins, s.PinsReleased, s.PinsAborted, s.PinsCancelled, st.open))
+			s.Holds, s.HoldsReleased, s.HoldsAborted, s.HoldsCancelled, st.open))
 	}
 	if st.causality > 0 {
 		errs = append(errs, fmt.Errorf("%d requests went back in modeled time, e.g. %s", st.causality, st.example))

@@ -67,7 +67,7 @@ func TestRunStream_SameResultsAsRunVirtual(t *testing.T) {
 			assert.Equal(t, want.Series, run.Series)
 			if tc.name == "cascade" {
 				assert.Positive(t, run.Stats.Rejected, "the cascade refuses prefills")
-				assert.Positive(t, run.Stats.PinsAborted, "and aborts holds")
+				assert.Positive(t, run.Stats.HoldsAborted, "and aborts holds")
 			}
 		})
 	}

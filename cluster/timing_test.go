@@ -77,7 +77,7 @@ func TestDisagg_ModeledTimesIndependentOfSpeedup(t *testing.T) {
 				for i, r := range got {
 					require.Equal(t, OutcomeCompleted, r.Outcome, "speedup %v request %d: %s", sp, i, r.Error)
 					assert.InDelta(t, wantTransfer, r.TransferMs, 1e-6)
-					assert.InDelta(t, r.DecodeWaitMs+r.TransferMs, r.PinMs, 1e-6,
+					assert.InDelta(t, r.DecodeWaitMs+r.TransferMs, r.HoldMs, 1e-6,
 						"speedup %v request %d: on an idle cluster the hold lasts the decode's wait and the transfer", sp, i)
 					assert.Zero(t, r.DecodeWaitMs, "an idle decode reserves at once")
 				}
@@ -91,7 +91,7 @@ func TestDisagg_ModeledTimesIndependentOfSpeedup(t *testing.T) {
 						what       string
 						want, have float64
 					}{
-						{"pin_ms", b.PinMs, r.PinMs},
+						{"pin_ms", b.HoldMs, r.HoldMs},
 						{"transfer_ms", b.TransferMs, r.TransferMs},
 						{"ttft_ms", b.TTFTMs, r.TTFTMs},
 						{"e2e_ms", b.E2EMs, r.E2EMs},
@@ -116,11 +116,11 @@ func TestDisagg_NoAbortOnIdleClusterAtHighSpeedup(t *testing.T) {
 			c := start(t, ic.config(500))
 			for i, r := range runSequential(c, repeat(Request{PromptTokens: 512, MaxTokens: 4}, 10)) {
 				require.Equal(t, OutcomeCompleted, r.Outcome, "request %d: %s", i, r.Error)
-				assert.Equal(t, "transferred", r.PinOutcome)
-				assert.Zero(t, r.PinMs, "a free transfer to an idle decode holds for no modeled time")
+				assert.Equal(t, "transferred", r.HoldOutcome)
+				assert.Zero(t, r.HoldMs, "a free transfer to an idle decode holds for no modeled time")
 			}
 			s := drainAndCheck(t, c)
-			assert.Zero(t, s.PinsAborted)
+			assert.Zero(t, s.HoldsAborted)
 		})
 	}
 }
@@ -156,7 +156,7 @@ func TestSGLang_BootstrapTimeoutWithdrawsReservation(t *testing.T) {
 	assert.Equal(t, OutcomeRejected, r.Outcome)
 	assert.Contains(t, r.Error, "handoff timeout")
 	assert.Contains(t, r.Error, fmt.Sprintf("handoff_session_timeout_ms %d", session))
-	assert.False(t, r.Pinned, "the prefill never ran")
+	assert.False(t, r.HoldStarted, "the prefill never ran")
 	assert.False(t, r.PrefillRejected)
 	// The timeout fires at its arrival + session, the arrival at or after
 	// before: the difference is the session or more, up to the rounding of
@@ -170,7 +170,7 @@ func TestSGLang_BootstrapTimeoutWithdrawsReservation(t *testing.T) {
 	require.Equal(t, OutcomeCompleted, f.Outcome, f.Error)
 	s := drainAndCheck(t, c)
 	assert.Equal(t, uint64(1), s.Rejected)
-	assert.Equal(t, uint64(1), s.Pins)
+	assert.Equal(t, uint64(1), s.Holds)
 }
 
 // TestResult_Truncated: a completion cut short by a length limit is still

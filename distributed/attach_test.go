@@ -154,7 +154,7 @@ func TestAttach_RunsOnRegisteredWorkers(t *testing.T) {
 		require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
 		assert.Equal(t, "p0", r.PrefillWorker)
 		assert.Equal(t, "d0", r.DecodeWorker)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 		assert.Equal(t, 8, r.OutputTokens)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -399,14 +399,14 @@ func TestCoupled_VirtualRunOnWorkerProcesses(t *testing.T) {
 					t.Errorf("request errored: %s", r.Error)
 				}
 			}
-			t.Logf("%s: %v; %d holds aborted", eng, counts, first.Stats.PinsAborted)
+			t.Logf("%s: %v; %d holds aborted", eng, counts, first.Stats.HoldsAborted)
 			assert.Equal(t, want.Results, first.Results, "the in-process cluster's results, ids and all")
 			assert.Equal(t, want.Events, first.Events, "and its forensic log")
 			assert.Equal(t, want.Results, second.Results, "the same results with the host busy")
 			assert.Equal(t, want.Stats.NowMs, first.Stats.NowMs)
 			assert.Equal(t, want.Stats.NowMs, second.Stats.NowMs)
 			if eng == "vllm" {
-				assert.Positive(t, first.Stats.PinsAborted, "decode saturates and holds abort")
+				assert.Positive(t, first.Stats.HoldsAborted, "decode saturates and holds abort")
 				assert.Positive(t, counts[cluster.OutcomeRejected], "prefills are refused")
 			}
 		})
@@ -499,7 +499,7 @@ func TestCoupled_LoadAwareRoutersGiveTheInProcessResults(t *testing.T) {
 			got, err := cluster.RunVirtual(cfg, arrivals, cluster.VirtualOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, want.Results, got.Results)
-			assert.Positive(t, want.Stats.PinsAborted, "holds abort")
+			assert.Positive(t, want.Stats.HoldsAborted, "holds abort")
 		})
 	}
 }
@@ -610,7 +610,7 @@ func TestCoupled_WallPacedRequestsCostNoHops(t *testing.T) {
 	for i := range want {
 		assert.InDelta(t, want[i].TTFTMs, got[i].TTFTMs, 1e-6, "request %d: TTFT", i)
 		assert.InDelta(t, want[i].E2EMs, got[i].E2EMs, 1e-6, "request %d: e2e", i)
-		assert.InDelta(t, want[i].PinMs, got[i].PinMs, 1e-6, "request %d: hold", i)
+		assert.InDelta(t, want[i].HoldMs, got[i].HoldMs, 1e-6, "request %d: hold", i)
 	}
 }
 
@@ -643,7 +643,7 @@ func TestCoupled_SessionsOnOneSetOfWorkersNumberFromOne(t *testing.T) {
 		}
 	}
 	assert.Equal(t, uint64(1), first, "transfers numbered from 1")
-	assert.Positive(t, runs[0].Stats.PinsAborted, "holds abort")
+	assert.Positive(t, runs[0].Stats.HoldsAborted, "holds abort")
 	assert.Equal(t, runs[0].Results, runs[1].Results)
 }
 

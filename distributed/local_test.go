@@ -74,7 +74,7 @@ func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
 			for r := range results {
 				counts[r.Outcome]++
 				if r.Outcome != cluster.OutcomeCompleted && counts[r.Outcome] < 3 {
-					t.Logf("%s: %s (pin %.1f ms, decode wait %.1f ms)", r.Outcome, r.Error, r.PinMs, r.DecodeWaitMs)
+					t.Logf("%s: %s (pin %.1f ms, decode wait %.1f ms)", r.Outcome, r.Error, r.HoldMs, r.DecodeWaitMs)
 				}
 				if r.Outcome == cluster.OutcomeError {
 					t.Errorf("request errored: %s", r.Error)
@@ -84,12 +84,12 @@ func TestLocal_SaturatedDisaggDrainsAndConserves(t *testing.T) {
 			assert.Len(t, s.Workers, 3)
 			assert.EqualValues(t, vus*perVU, s.Requests)
 			assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
-			assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+			assert.Equal(t, s.Holds, s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled, "every hold ended")
 			assert.EqualValues(t, counts[cluster.OutcomeCompleted], s.Completed)
-			assert.Positive(t, s.Pins, "saturated decode: prefill KV was held")
+			assert.Positive(t, s.Holds, "saturated decode: prefill KV was held")
 			assert.Positive(t, s.Completed)
 			require.NoError(t, c.CheckInvariants())
-			t.Logf("%s: %v; holds %d (released %d, aborted %d), peak held %d", eng, counts, s.Pins, s.PinsReleased, s.PinsAborted, s.PeakHeldBlocks)
+			t.Logf("%s: %v; holds %d (released %d, aborted %d), peak held %d", eng, counts, s.Holds, s.HoldsReleased, s.HoldsAborted, s.PeakHeldBlocks)
 		})
 	}
 }
@@ -121,7 +121,7 @@ func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
 		s := c.Stats()
 		for _, w := range s.Workers {
 			if w.Name == "decode-0" {
-				return s.Pins >= n && w.Running == 2
+				return s.Holds >= n && w.Running == 2
 			}
 		}
 		return false
@@ -140,8 +140,8 @@ func TestLocal_DecodeKilledFailsItsRequestsAndHoldsAbort(t *testing.T) {
 	require.NoError(t, err)
 	assert.Zero(t, s.HeldBlocks+s.ReservedBlocks+s.ActiveBlocks, "the prefill drained; the dead decode counts nothing")
 	assert.EqualValues(t, n, s.Errored)
-	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
-	assert.Positive(t, s.PinsAborted, "the holds waiting for the dead decode ended at their abort timeout")
+	assert.Equal(t, s.Holds, s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled, "every hold ended")
+	assert.Positive(t, s.HoldsAborted, "the holds waiting for the dead decode ended at their abort timeout")
 }
 
 // drainedClean drains c and checks that no worker holds, reserves or runs

@@ -105,7 +105,7 @@ func TestReliable_NATSRestartWithRequestsInFlight(t *testing.T) {
 	s := drainedClean(t, c)
 	assert.EqualValues(t, vus*perVU, s.Requests)
 	assert.EqualValues(t, vus*perVU, s.Completed, "every request completed once")
-	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+	assert.Equal(t, s.Holds, s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled, "every hold ended")
 	require.NoError(t, c.CheckInvariants())
 }
 

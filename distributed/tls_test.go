@@ -82,7 +82,7 @@ func TestAuth_TLSAndPasswordsOnBothPlanes(t *testing.T) {
 	for range 4 {
 		r := c.Generate(context.Background(), cluster.Request{PromptTokens: 256, MaxTokens: 8})
 		require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 	}
 	drainedClean(t, c)
 

@@ -120,7 +120,7 @@ func drainClean(t *testing.T, c *cluster.Cluster) cluster.Stats {
 	}
 	assert.Zero(t, s.InFlight, "requests in flight after drain")
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
-	assert.Equal(t, s.Pins, s.PinsReleased+s.PinsAborted+s.PinsCancelled, "every hold ended")
+	assert.Equal(t, s.Holds, s.HoldsReleased+s.HoldsAborted+s.HoldsCancelled, "every hold ended")
 	return s
 }
 
@@ -238,17 +238,17 @@ func TestFault_DecodeKilled(t *testing.T) {
 		case cluster.OutcomeAborted:
 			// A hold that waited on a decode past the abort timeout (the
 			// lost one, or the survivor while it carried the load).
-			assert.Equal(t, "aborted", r.PinOutcome, "an aborted request's hold ended by the timeout: %s", r.Error)
+			assert.Equal(t, "aborted", r.HoldOutcome, "an aborted request's hold ended by the timeout: %s", r.Error)
 		case cluster.OutcomeError:
 			assert.Contains(t, r.Error, "worker decode-1 lost",
 				"an error must name the lost worker (request on %s → %s, transfer %d, hold %q after %.0f ms)",
-				r.PrefillWorker, r.DecodeWorker, r.TransferID, r.PinOutcome, r.PinMs)
+				r.PrefillWorker, r.DecodeWorker, r.TransferID, r.HoldOutcome, r.HoldMs)
 			lost++
 		default:
 			t.Errorf("request ended %q: %s", r.Outcome, r.Error)
 		}
-		if r.PinOutcome == "aborted" {
-			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "a hold ends at the abort timeout")
+		if r.HoldOutcome == "aborted" {
+			assert.InDelta(t, faultAbortMs, r.HoldMs, faultAbortMs/4, "a hold ends at the abort timeout")
 		}
 	}
 	assert.Positive(t, lost, "requests waiting on decode-1 fail naming it")
@@ -260,7 +260,7 @@ func TestFault_DecodeKilled(t *testing.T) {
 		assert.Equal(t, "decode-0", r.DecodeWorker, "the lost decode is out of routing")
 	}
 	st := drainClean(t, c)
-	assert.Positive(t, st.PinsAborted, "holds for the dead decode ended at the abort timeout")
+	assert.Positive(t, st.HoldsAborted, "holds for the dead decode ended at the abort timeout")
 }
 
 // TestFault_PartitionAbortsTheHandoff cuts one prefill worker off the data
@@ -286,8 +286,8 @@ func TestFault_PartitionAbortsTheHandoff(t *testing.T) {
 		switch r.PrefillWorker {
 		case "prefill-1":
 			assert.Equal(t, cluster.OutcomeAborted, r.Outcome, "a handoff from the cut-off prefill: %s", r.Error)
-			assert.Equal(t, "aborted", r.PinOutcome)
-			assert.InDelta(t, faultAbortMs, r.PinMs, faultAbortMs/4, "the hold ends at the abort timeout")
+			assert.Equal(t, "aborted", r.HoldOutcome)
+			assert.InDelta(t, faultAbortMs, r.HoldMs, faultAbortMs/4, "the hold ends at the abort timeout")
 		case "prefill-0":
 			assert.Equal(t, cluster.OutcomeCompleted, r.Outcome, "a handoff from the reachable prefill: %s", r.Error)
 		default:

@@ -291,7 +291,7 @@ type Record struct {
 	// QueueMs is the first token's worker's Completion.QueueMs.
 	QueueMs            float64
 	HoldStart, HoldEnd float64
-	PinMs              float64
+	HoldMs             float64
 	TransferMs         float64
 	WaitStart          float64
 	ReservedAt         float64
@@ -712,7 +712,7 @@ func (m *Machine) onEvent(side Side, e engine.Event) {
 		m.emit(apply(Decode, m.reserveInput()))
 	case engine.EventHoldReleased:
 		m.rec.HoldEnded, m.rec.HoldOutcome, m.rec.HoldReason = true, e.Outcome, e.Reason
-		m.rec.PinMs, m.rec.HoldEnd = e.DurationMs, e.At
+		m.rec.HoldMs, m.rec.HoldEnd = e.DurationMs, e.At
 		m.prefillEnded = true
 		m.emit(Action{Kind: CloseRoom, Transferred: e.Outcome == engine.Transferred})
 		if m.awaitClaim && !m.pending {

@@ -53,8 +53,8 @@ type Figures struct {
 	slo                  SLO
 	ended                uint64
 	TTFT, ITL, TPOT, E2E metrics.Histogram
-	// Pins are hold durations by outcome ("aborted", "transferred").
-	Pins                    map[string]*metrics.Histogram
+	// Holds are hold durations by outcome ("aborted", "transferred").
+	Holds                   map[string]*metrics.Histogram
 	completed, good         uint64
 	input, output           uint64 // tokens of completed requests
 	prefilled, cached       uint64 // prompt tokens of prefilled requests, and those found cached
@@ -64,7 +64,7 @@ type Figures struct {
 }
 
 func newFigures(slo SLO) *Figures {
-	return &Figures{slo: slo, Pins: map[string]*metrics.Histogram{}, Routed: map[[2]string]uint64{}}
+	return &Figures{slo: slo, Holds: map[string]*metrics.Histogram{}, Routed: map[[2]string]uint64{}}
 }
 
 func (f *Figures) add(input int, r cluster.Result) {
@@ -73,13 +73,13 @@ func (f *Figures) add(input int, r cluster.Result) {
 		f.prefilled += uint64(input)
 		f.cached += uint64(r.CachedTokens)
 	}
-	if r.PinOutcome != "" {
-		h := f.Pins[r.PinOutcome]
+	if r.HoldOutcome != "" {
+		h := f.Holds[r.HoldOutcome]
 		if h == nil {
 			h = new(metrics.Histogram)
-			f.Pins[r.PinOutcome] = h
+			f.Holds[r.HoldOutcome] = h
 		}
-		h.Add(r.PinMs)
+		h.Add(r.HoldMs)
 	}
 	if r.PrefillWorker != "" {
 		f.Routed[[2]string{r.PrefillWorker, strconv.Itoa(r.PrefillDPRank)}]++
@@ -219,11 +219,11 @@ func (f *Figures) summary(st cluster.Stats, firstAt float64, sessions int, late 
 	if f.prefilled > 0 {
 		s.PrefixCacheHitRate = float64(f.cached) / float64(f.prefilled)
 	}
-	ended := st.PinsReleased + st.PinsAborted + st.PinsCancelled
-	s.KV = KVFigures{Holds: st.Pins, Transferred: st.PinsReleased, Aborted: st.PinsAborted, Cancelled: st.PinsCancelled,
-		HoldMsMax: st.PinMsMax, PeakHeldBlocks: st.PeakHeldBlocks, PrefillRefusals: st.PrefillRejections}
+	ended := st.HoldsReleased + st.HoldsAborted + st.HoldsCancelled
+	s.KV = KVFigures{Holds: st.Holds, Transferred: st.HoldsReleased, Aborted: st.HoldsAborted, Cancelled: st.HoldsCancelled,
+		HoldMsMax: st.HoldMsMax, PeakHeldBlocks: st.PeakHeldBlocks, PrefillRefusals: st.PrefillRejections}
 	if ended > 0 {
-		s.KV.HoldMsMean = st.PinMsTotal / float64(ended)
+		s.KV.HoldMsMean = st.HoldMsTotal / float64(ended)
 	}
 	return s
 }

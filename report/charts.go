@@ -454,7 +454,7 @@ func ttftChart(c *Cluster) (chart, error) {
 func pinChart(c *Cluster) (chart, error) {
 	return quantileChart("pin", "Prefill KV hold duration by percentile",
 		"How long prefill workers held KV for a handoff (mocker_kv_pin_duration), by how the hold ended. An aborted hold lasts the abort timeout.",
-		c.PinDurations)
+		c.HoldDurations)
 }
 
 // timelineChart draws one bar per hold, from its start to its end, in
@@ -463,7 +463,7 @@ func timelineChart(c *Cluster) (chart, error) {
 	hs := longestHolds(c.Holds, MaxHolds, c.Stats.NowMs)
 	ch := chart{Kind: "timeline", Title: "Hold timeline",
 		Caption: fmt.Sprintf("The %d longest holds known at the end (of %d started), one bar each from the prefill's first token to the release, by prefill → decode pair. Green: transferred, red: aborted, grey: still held.",
-			len(hs), c.Stats.Pins)}
+			len(hs), c.Stats.Holds)}
 	if len(hs) == 0 {
 		return ch, nil
 	}

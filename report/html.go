@@ -53,7 +53,7 @@ func build(r Report) (page, error) {
 			Charts:   charts,
 			Figures: [][2]string{
 				{"requests", fmt.Sprintf("%d (completed %d, aborted %d, rejected %d, error %d)", st.Requests, st.Completed, st.Aborted, st.Rejected, st.Errored)},
-				{"holds", fmt.Sprintf("%d started, %d transferred, %d aborted, %d cancelled", st.Pins, st.PinsReleased, st.PinsAborted, st.PinsCancelled)},
+				{"holds", fmt.Sprintf("%d started, %d transferred, %d aborted, %d cancelled", st.Holds, st.HoldsReleased, st.HoldsAborted, st.HoldsCancelled)},
 				{"peak held blocks", fmt.Sprint(st.PeakHeldBlocks)},
 				{"prefill refusals", fmt.Sprint(st.PrefillRejections)},
 				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of script time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},

@@ -36,10 +36,10 @@ type Cluster struct {
 	// Holds are the holds known at the end (any order); the timeline draws
 	// the MaxHolds longest.
 	Holds []cluster.Hold
-	// TTFT and PinDurations describe the requests the plugin saw end, in
-	// modeled ms; PinDurations has one entry per hold outcome.
-	TTFT         Distribution
-	PinDurations []Distribution
+	// TTFT and HoldDurations describe the requests the plugin saw end, in
+	// modeled ms; HoldDurations has one entry per hold outcome.
+	TTFT          Distribution
+	HoldDurations []Distribution
 	// Routed counts the requests the router sent to each worker.
 	Routed []Routed
 	// ClockLagPeak is the furthest the cluster's loop fell behind the wall

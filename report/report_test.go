@@ -52,10 +52,10 @@ func bigCluster(name string, workers int) Cluster {
 		q[i] = float64(i * i)
 	}
 	c := Cluster{Name: name, Engine: "vllm", Router: "kv", Topology: "many", SpeedupRatio: 10,
-		Stats:  cluster.Stats{Requests: 10000, Pins: 3000, PeakHeldBlocks: 0, NowMs: 512 * 400},
+		Stats:  cluster.Stats{Requests: 10000, Holds: 3000, PeakHeldBlocks: 0, NowMs: 512 * 400},
 		Series: s, Holds: holds,
-		TTFT:         Distribution{Label: "all", Count: 10000, Quantiles: q},
-		PinDurations: []Distribution{{Label: "aborted", Count: 600, Quantiles: q}, {Label: "transferred", Count: 2400, Quantiles: q}},
+		TTFT:          Distribution{Label: "all", Count: 10000, Quantiles: q},
+		HoldDurations: []Distribution{{Label: "aborted", Count: 600, Quantiles: q}, {Label: "transferred", Count: 2400, Quantiles: q}},
 	}
 	for _, w := range s.Workers {
 		c.Routed = append(c.Routed, Routed{Worker: w, Requests: 5000})
@@ -168,7 +168,7 @@ func TestWrite_AggregatedClusterHasNoHandoffCharts(t *testing.T) {
 	for i := range c.Series.Roles {
 		c.Series.Roles[i] = "aggregated"
 	}
-	c.Holds, c.PinDurations = nil, nil
+	c.Holds, c.HoldDurations = nil, nil
 	var b bytes.Buffer
 	require.NoError(t, Write(&b, Report{Clusters: []Cluster{c}}))
 	html := b.String()

@@ -168,7 +168,7 @@ func TestErrors_AbortedHoldSaysSo(t *testing.T) {
 	assert.Contains(t, a.e.Error.Message, "request aborted")
 	assert.Contains(t, a.e.Error.Message, "kv_transfer_abort_timeout_ms")
 	st := s.Cluster().Stats()
-	assert.Equal(t, uint64(1), st.PinsAborted)
+	assert.Equal(t, uint64(1), st.HoldsAborted)
 	assert.Zero(t, st.HeldBlocks)
 }
 
@@ -206,7 +206,7 @@ func strandAndAbort[T any](t *testing.T, s *Server, hc *http.Client, url string,
 	end := occupyDecode(t, s, hc, url)
 	out := make(chan T, 1)
 	go func() { out <- send() }()
-	require.Eventually(t, func() bool { return s.Cluster().Stats().PinsAborted > 0 }, 30*time.Second, time.Millisecond, "no hold aborted")
+	require.Eventually(t, func() bool { return s.Cluster().Stats().HoldsAborted > 0 }, 30*time.Second, time.Millisecond, "no hold aborted")
 	end()
 	return <-out
 }

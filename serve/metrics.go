@@ -183,7 +183,7 @@ func (m *metrics) observe(p *prepared, res *cluster.Result) {
 // observePrompt counts a request's prompt and cache hit on the worker
 // that prefilled it.
 func (m *metrics) observePrompt(p *prepared, res *cluster.Result) {
-	if res.PrefillWorker == "" || (res.OutputTokens == 0 && !res.Pinned) {
+	if res.PrefillWorker == "" || (res.OutputTokens == 0 && !res.HoldStarted) {
 		return
 	}
 	m.mu.Lock()
@@ -254,10 +254,10 @@ func (m *metrics) Collect(ch chan<- prometheus.Metric) {
 		gauge("sglang:cache_config_info", 1, info...)
 	}
 	gauge("mocker_kv_held_blocks", float64(st.HeldBlocks))
-	counter("mocker_kv_holds_total", float64(st.PinsReleased), "transferred")
-	counter("mocker_kv_holds_total", float64(st.PinsAborted), "aborted")
-	counter("mocker_kv_holds_total", float64(st.PinsCancelled), "cancelled")
-	counter("mocker_kv_aborts_total", float64(st.PinsAborted))
+	counter("mocker_kv_holds_total", float64(st.HoldsReleased), "transferred")
+	counter("mocker_kv_holds_total", float64(st.HoldsAborted), "aborted")
+	counter("mocker_kv_holds_total", float64(st.HoldsCancelled), "cancelled")
+	counter("mocker_kv_aborts_total", float64(st.HoldsAborted))
 	counter("mocker_prefill_refusals_total", float64(st.PrefillRejections))
 	lag, _ := m.s.c.ClockLag()
 	gauge("mocker_clock_lag_seconds", lag.Seconds())

@@ -192,11 +192,11 @@ func claimStatus(code cluster.ClaimCode) int {
 // on one worker.
 type runner func(ctx context.Context, req cluster.Request) (cluster.Result, *apiError)
 
-// pinned picks how a request sent to ep's own endpoint runs, from its
+// placed picks how a request sent to ep's own endpoint runs, from its
 // kv_transfer_params: an aggregated worker runs whole requests, a prefill
 // worker prefills for a remote decode (do_remote_decode), a decode worker
 // decodes with the params a prefill returned (do_remote_prefill).
-func (s *Server) pinned(ep *workerEndpoint, k *kvTransferParams, p *prepared) (runner, *apiError) {
+func (s *Server) placed(ep *workerEndpoint, k *kvTransferParams, p *prepared) (runner, *apiError) {
 	t := ep.target
 	switch ep.role {
 	case "prefill":

@@ -155,7 +155,7 @@ func TestPDOverHTTP_PrefillThenDecodeAsAnExternalRouter(t *testing.T) {
 	// × 64 KiB at 10 GB/s, whatever the host's speed.
 	transfer := headerMs(t, decResp.Header, HeaderTransfer)
 	assert.InDelta(t, float64(nPrompt)*65536/10e9*1000, transfer, 1e-3)
-	assert.GreaterOrEqual(t, headerMs(t, decResp.Header, HeaderPin), transfer-1e-3)
+	assert.GreaterOrEqual(t, headerMs(t, decResp.Header, HeaderHold), transfer-1e-3)
 
 	assert.Zero(t, metric(t, ts.URL, "mocker_kv_held_blocks", nil))
 	assert.Equal(t, 1.0, metric(t, ts.URL, "mocker_kv_holds_total", map[string]string{"outcome": "transferred"}))

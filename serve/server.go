@@ -254,7 +254,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 				"kv_transfer_params: P/D over HTTP goes to the workers' own endpoints (mocker serve --worker-ports); this one routes whole requests"))
 			return
 		}
-	} else if run, e = s.pinned(ep, &kv, &p); e != nil {
+	} else if run, e = s.placed(ep, &kv, &p); e != nil {
 		writeError(w, e)
 		return
 	}
@@ -284,16 +284,16 @@ const (
 	HeaderTTFT  = "X-Mocker-Ttft-Ms"
 	HeaderE2E   = "X-Mocker-E2e-Ms"
 	HeaderQueue = "X-Mocker-Queue-Ms"
-	// HeaderPin and HeaderTransfer come with a request whose prefill held
+	// HeaderHold and HeaderTransfer come with a request whose prefill held
 	// its KV for a decode once the hold ended: how long it was held, and
 	// the modeled transfer.
-	HeaderPin      = "X-Mocker-Pin-Ms"
+	HeaderHold     = "X-Mocker-Hold-Ms"
 	HeaderTransfer = "X-Mocker-Transfer-Ms"
 )
 
 func modeledHeaders(h http.Header, res *cluster.Result) {
-	if res.PinOutcome != "" {
-		h.Set(HeaderPin, strconv.FormatFloat(res.PinMs, 'f', 3, 64))
+	if res.HoldOutcome != "" {
+		h.Set(HeaderHold, strconv.FormatFloat(res.HoldMs, 'f', 3, 64))
 		h.Set(HeaderTransfer, strconv.FormatFloat(res.TransferMs, 'f', 3, 64))
 	}
 	if res.OutputTokens == 0 {
@@ -334,7 +334,7 @@ func (s *Server) resultError(res *cluster.Result) *apiError {
 	case cluster.OutcomeAborted:
 		return newAPIError(http.StatusInternalServerError, "", fmt.Sprintf(
 			"request aborted: prefill worker %s held its KV for %.0f modeled ms until its abort timeout (kv_transfer_abort_timeout_ms) before decode worker %s took it: %s",
-			res.PrefillWorker, res.PinMs, res.DecodeWorker, res.Error))
+			res.PrefillWorker, res.HoldMs, res.DecodeWorker, res.Error))
 	case cluster.OutcomeRejected:
 		if s.draining.Load() {
 			return newAPIError(http.StatusServiceUnavailable, "", "the server is draining: "+res.Error)

@@ -438,20 +438,20 @@ func (inst *instance) emit(e *entry, res cluster.Result) {
 	if outcome == cluster.OutcomeCompleted {
 		push(m.e2e, res.E2EMs, byOutcome)
 	}
-	if res.Pinned {
+	if res.HoldStarted {
 		push(m.pins, 1, tags(prefill))
 	}
-	if res.PinOutcome != "" {
-		push(m.pinDuration, res.PinMs, tags(prefill.withOutcome(res.PinOutcome)))
+	if res.HoldOutcome != "" {
+		push(m.pinDuration, res.HoldMs, tags(prefill.withOutcome(res.HoldOutcome)))
 	}
 	if pinAborted(res) {
 		push(m.aborts, 1, tags(prefill))
 	}
-	if res.PinOutcome == "transferred" {
+	if res.HoldOutcome == "transferred" {
 		push(m.transfer, res.TransferMs, plain)
 	}
 	if wait, ok := decodeWait(res); ok {
-		push(m.decodeWait, wait, tags(base.withRole("decode").withOutcome(res.PinOutcome)))
+		push(m.decodeWait, wait, tags(base.withRole("decode").withOutcome(res.HoldOutcome)))
 	}
 	if res.PrefillRejected {
 		push(m.prefillRejections, 1, tags(prefill))
@@ -491,14 +491,14 @@ func (inst *instance) countLost(e *entry, st cluster.Stats) {
 // wait, give or take the moment between the two.
 func decodeWait(res cluster.Result) (float64, bool) {
 	switch {
-	case res.PinOutcome == "transferred":
+	case res.HoldOutcome == "transferred":
 		return res.DecodeWaitMs, true
-	case res.PinOutcome != cluster.OutcomeAborted || res.DecodeWorker == "":
+	case res.HoldOutcome != cluster.OutcomeAborted || res.DecodeWorker == "":
 		return 0, false
 	case res.DecodeWaitMs > 0:
 		return res.DecodeWaitMs, true
 	}
-	return res.PinMs, true
+	return res.HoldMs, true
 }
 
 // drainMessage says in one sentence why drain gave up: what was still in
@@ -524,7 +524,7 @@ func drainMessage(st cluster.Stats, timeout time.Duration, stopped bool, err err
 // pinAborted reports whether res's hold ended by its abort or session
 // deadline: what mocker_kv_aborts counts. A hold given up because the
 // request was refused or withdrawn is "cancelled" and does not count.
-func pinAborted(res cluster.Result) bool { return res.PinOutcome == cluster.HoldAborted }
+func pinAborted(res cluster.Result) bool { return res.HoldOutcome == cluster.HoldAborted }
 
 // requestKeys are the request object's keys, for error messages.
 var requestKeys = []string{"max_tokens", "prefix", "prefix_tokens", "prompt_tokens", "tokens"}
@@ -683,7 +683,7 @@ var resultFields = [...]struct {
 	{"ttft_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.TTFTMs) }},
 	{"itl_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.ITLMs) }},
 	{"e2e_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.E2EMs) }},
-	{"pin_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PinMs) }},
+	{"pin_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.HoldMs) }},
 	{"transfer_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.TransferMs) }},
 	{"decode_wait_ms", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.DecodeWaitMs) }},
 	{"output_tokens", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.OutputTokens) }},
@@ -693,8 +693,8 @@ var resultFields = [...]struct {
 	{"prefill_dp_rank", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PrefillDPRank) }},
 	{"decode_dp_rank", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.DecodeDPRank) }},
 	{"transfer_id", func(o *jsResult) sobek.Value { return o.rt.ToValue(float64(o.r.TransferID)) }},
-	{"pinned", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.Pinned) }},
-	{"pin_outcome", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.PinOutcome) }},
+	{"pinned", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.HoldStarted) }},
+	{"pin_outcome", func(o *jsResult) sobek.Value { return o.names.get(o.rt, o.r.HoldOutcome) }},
 	{"prefill_rejected", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.PrefillRejected) }},
 	{"truncated", func(o *jsResult) sobek.Value { return o.rt.ToValue(o.r.Truncated) }},
 }
@@ -823,7 +823,7 @@ func (c *valueCache) get(rt *sobek.Runtime, s string) sobek.Value {
 // count mocker_kv_aborts sums) and, for drain, drained and error.
 func statsObject(rt *sobek.Runtime, st cluster.Stats, drained bool, errMsg string) *sobek.Object {
 	o := structObject(rt, reflect.ValueOf(st))
-	must(o.Set("aborts", st.PinsAborted))
+	must(o.Set("aborts", st.HoldsAborted))
 	must(o.Set("drained", drained))
 	if errMsg != "" {
 		must(o.Set("error", errMsg))

@@ -97,7 +97,7 @@ type result struct {
 	TTFTMs          *float64 `json:"ttft_ms"`
 	ITLMs           *float64 `json:"itl_ms"`
 	E2EMs           *float64 `json:"e2e_ms"`
-	PinMs           *float64 `json:"pin_ms"`
+	HoldMs          *float64 `json:"pin_ms"`
 	TransferMs      *float64 `json:"transfer_ms"`
 	DecodeWaitMs    *float64 `json:"decode_wait_ms"`
 	OutputTokens    int      `json:"output_tokens"`
@@ -107,8 +107,8 @@ type result struct {
 	PrefillDPRank   *int     `json:"prefill_dp_rank"`
 	DecodeDPRank    *int     `json:"decode_dp_rank"`
 	TransferID      *float64 `json:"transfer_id"`
-	Pinned          bool     `json:"pinned"`
-	PinOutcome      string   `json:"pin_outcome"`
+	HoldStarted     bool     `json:"pinned"`
+	HoldOutcome     string   `json:"pin_outcome"`
 	PrefillRejected bool     `json:"prefill_rejected"`
 	Truncated       *bool    `json:"truncated"`
 }
@@ -116,9 +116,9 @@ type result struct {
 type statsView struct {
 	Requests       int  `json:"requests"`
 	Completed      int  `json:"completed"`
-	Pins           int  `json:"pins"`
-	PinsReleased   int  `json:"pins_released"`
-	PinsAborted    int  `json:"pins_aborted"`
+	Holds          int  `json:"pins"`
+	HoldsReleased  int  `json:"pins_released"`
+	HoldsAborted   int  `json:"pins_aborted"`
 	Aborts         *int `json:"aborts"`
 	HeldBlocks     *int `json:"held_blocks"`
 	ReservedBlocks *int `json:"reserved_blocks"`
@@ -155,7 +155,7 @@ func TestGenerate_ResultFields(t *testing.T) {
 
 	t.Run("every result has every field with its type", func(t *testing.T) {
 		for _, r := range []result{out.Disagg, out.Agg, out.AggAgain, out.Explicit, out.TooLong} {
-			for name, p := range map[string]*float64{"ttft_ms": r.TTFTMs, "itl_ms": r.ITLMs, "e2e_ms": r.E2EMs, "pin_ms": r.PinMs,
+			for name, p := range map[string]*float64{"ttft_ms": r.TTFTMs, "itl_ms": r.ITLMs, "e2e_ms": r.E2EMs, "pin_ms": r.HoldMs,
 				"transfer_ms": r.TransferMs, "decode_wait_ms": r.DecodeWaitMs, "transfer_id": r.TransferID} {
 				require.NotNilf(t, p, "%s missing from %+v", name, r)
 				assert.GreaterOrEqualf(t, *p, 0.0, "%s", name)
@@ -189,8 +189,8 @@ func TestGenerate_ResultFields(t *testing.T) {
 		assert.True(t, strings.HasPrefix(r.DecodeWorker, "decode-"), r.DecodeWorker)
 		assert.NotEqual(t, r.PrefillWorker, r.DecodeWorker)
 		assert.Greater(t, *r.TransferID, 0.0)
-		assert.True(t, r.Pinned)
-		assert.Equal(t, "transferred", r.PinOutcome)
+		assert.True(t, r.HoldStarted)
+		assert.Equal(t, "transferred", r.HoldOutcome)
 		assert.Greater(t, *r.TransferMs, 0.0, "kv_bytes_per_token and bandwidth give the transfer a modeled time")
 		assert.Greater(t, *r.TTFTMs, 0.0)
 		assert.LessOrEqual(t, *r.TTFTMs, *r.E2EMs)
@@ -202,8 +202,8 @@ func TestGenerate_ResultFields(t *testing.T) {
 			assert.Equal(t, r.PrefillWorker, r.DecodeWorker)
 			assert.NotEmpty(t, r.PrefillWorker)
 			assert.Zero(t, *r.TransferID)
-			assert.False(t, r.Pinned)
-			assert.Empty(t, r.PinOutcome)
+			assert.False(t, r.HoldStarted)
+			assert.Empty(t, r.HoldOutcome)
 			assert.LessOrEqual(t, *r.TTFTMs, *r.E2EMs)
 			assert.Equal(t, 8, r.OutputTokens)
 		}
@@ -236,7 +236,7 @@ func TestGenerate_ResultFields(t *testing.T) {
 	})
 	t.Run("stats and drain", func(t *testing.T) {
 		assert.Equal(t, 1, out.Stats.Requests)
-		assert.Equal(t, 1, out.Stats.Pins)
+		assert.Equal(t, 1, out.Stats.Holds)
 		require.NotNil(t, out.Stats.Aborts)
 		require.Len(t, out.Stats.Workers, 4)
 		for _, w := range out.Stats.Workers {
@@ -253,7 +253,7 @@ func TestGenerate_ResultFields(t *testing.T) {
 			assert.Zero(t, *s.ReservedBlocks)
 			assert.Zero(t, *s.ActiveBlocks)
 		}
-		assert.Equal(t, out.Drained.Pins, out.Drained.PinsReleased+out.Drained.PinsAborted)
+		assert.Equal(t, out.Drained.Holds, out.Drained.HoldsReleased+out.Drained.HoldsAborted)
 		assert.Equal(t, 4, out.AggDrained.Requests)
 	})
 	t.Run("holds name both ends", func(t *testing.T) {
@@ -384,7 +384,7 @@ func TestMetrics_EmittedWithTags(t *testing.T) {
 	assert.Positive(t, maxHeld, "held blocks were sampled while holds lasted")
 	assert.Equal(t, float64(st.PeakHeldBlocks), maxHeld, "the gauge's max is the cluster's peak held blocks")
 	assert.Equal(t, uint64(iterations), st.Requests)
-	assert.Equal(t, st.PinsAborted, uint64(aborts), "metric and cluster agree on aborts")
+	assert.Equal(t, st.HoldsAborted, uint64(aborts), "metric and cluster agree on aborts")
 }
 
 // withZeros returns m with each of keys present, 0 where m lacks it, so a
@@ -446,7 +446,7 @@ func TestDrain_LeavesNothingHeld(t *testing.T) {
 	assert.Zero(t, st.HeldBlocks)
 	assert.Zero(t, st.ReservedBlocks)
 	assert.Zero(t, st.ActiveBlocks)
-	assert.Equal(t, st.Pins, st.PinsReleased+st.PinsAborted)
+	assert.Equal(t, st.Holds, st.HoldsReleased+st.HoldsAborted)
 	assert.Equal(t, uint64(12), st.Requests)
 }
 
@@ -460,8 +460,8 @@ func TestSummary_KVHandoffSection(t *testing.T) {
 			assert.Contains(t, out, want)
 		}
 		st := res.clusters[0].stats
-		assert.Regexp(t, `holds started\.+: `+itoa(st.Pins)+`\n`, out)
-		assert.Regexp(t, `aborted\.+: `+itoa(st.PinsAborted)+` \(abort or session deadline\)\n`, out)
+		assert.Regexp(t, `holds started\.+: `+itoa(st.Holds)+`\n`, out)
+		assert.Regexp(t, `aborted\.+: `+itoa(st.HoldsAborted)+` \(abort or session deadline\)\n`, out)
 		assert.Regexp(t, `prefill-\d +→ decode-0 +\S+ +(aborted|transferred) +transfer \d+`, out)
 		assert.Less(t, strings.Index(out, "█ METRICS"), strings.Index(out, "█ KV HANDOFF"), "the section follows the metrics")
 	})

@@ -67,7 +67,7 @@ func (e *entry) report() report.Cluster {
 	defer e.mu.Unlock()
 	rc.TTFT = report.Quantiles("all", &e.seen.ttft)
 	for _, o := range sortedKeys(e.seen.pins) {
-		rc.PinDurations = append(rc.PinDurations, report.Quantiles(o, e.seen.pins[o]))
+		rc.HoldDurations = append(rc.HoldDurations, report.Quantiles(o, e.seen.pins[o]))
 	}
 	rc.Routed = routedPer(st.Workers, e.seen.routed)
 	return rc
@@ -109,16 +109,16 @@ func (o *observed) add(res cluster.Result) {
 	if res.OutputTokens > 0 {
 		o.ttft.Add(res.TTFTMs)
 	}
-	if res.PinOutcome != "" {
+	if res.HoldOutcome != "" {
 		if o.pins == nil {
 			o.pins = map[string]*metrics.Histogram{}
 		}
-		h := o.pins[res.PinOutcome]
+		h := o.pins[res.HoldOutcome]
 		if h == nil {
 			h = new(metrics.Histogram)
-			o.pins[res.PinOutcome] = h
+			o.pins[res.HoldOutcome] = h
 		}
-		h.Add(res.PinMs)
+		h.Add(res.HoldMs)
 	}
 	if o.routed == nil {
 		o.routed = map[rankOf]uint64{}
@@ -156,7 +156,7 @@ func (r *run) progressText() string {
 	for _, e := range list {
 		st := e.stats()
 		fmt.Fprintf(&b, "cluster %s  held %d/%d blocks (now/peak)  %d aborts  %d refusals\n",
-			e.name, st.HeldBlocks, st.PeakHeldBlocks, st.PinsAborted, st.PrefillRejections)
+			e.name, st.HeldBlocks, st.PeakHeldBlocks, st.HoldsAborted, st.PrefillRejections)
 	}
 	return b.String()
 }

@@ -56,11 +56,11 @@ func TestReport_HandsEveryClusterOverOnce(t *testing.T) {
 	assert.True(t, sort.Float64sAreSorted(a.TTFT.Quantiles), "percentiles do not decrease")
 	assert.Positive(t, a.TTFT.Count)
 	var pins uint64
-	for _, d := range a.PinDurations {
+	for _, d := range a.HoldDurations {
 		assert.Contains(t, []string{"transferred", "aborted"}, d.Label)
 		pins += d.Count
 	}
-	assert.Equal(t, a.Stats.PinsReleased+a.Stats.PinsAborted, pins, "every ended hold's duration")
+	assert.Equal(t, a.Stats.HoldsReleased+a.Stats.HoldsAborted, pins, "every ended hold's duration")
 
 	perRole := map[string]uint64{}
 	for _, w := range a.Routed {
@@ -82,7 +82,7 @@ func TestProgress_ShowsHeldBlocksAbortsAndRefusals(t *testing.T) {
 		peak, _ := strconv.Atoi(last[2])
 		aborts, _ := strconv.ParseUint(last[3], 10, 64)
 		assert.LessOrEqual(t, peak, c.Stats.PeakHeldBlocks)
-		assert.LessOrEqual(t, aborts, c.Stats.PinsAborted)
+		assert.LessOrEqual(t, aborts, c.Stats.HoldsAborted)
 	}
 }
 

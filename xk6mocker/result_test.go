@@ -19,8 +19,8 @@ func TestResultObject_BehavesAsAPlainObject(t *testing.T) {
 	rt := sobek.New()
 	var names valueCache
 	r := cluster.Result{Outcome: cluster.OutcomeAborted, Error: "held past the abort timeout",
-		TTFTMs: 12.5, E2EMs: 40, PinMs: 30, OutputTokens: 3, PrefillWorker: "prefill-0",
-		DecodeWorker: "decode-1", TransferID: 7, Pinned: true, PinOutcome: "aborted"}
+		TTFTMs: 12.5, E2EMs: 40, HoldMs: 30, OutputTokens: 3, PrefillWorker: "prefill-0",
+		DecodeWorker: "decode-1", TransferID: 7, HoldStarted: true, HoldOutcome: "aborted"}
 	require.NoError(t, rt.Set("res", resultObject(rt, r, &names)))
 	require.NoError(t, rt.Set("done", resultObject(rt, cluster.Result{Outcome: cluster.OutcomeCompleted}, &names)))
 

@@ -283,8 +283,8 @@ func (e *entry) observe(res cluster.Result) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.seen.add(res)
-	if res.PinOutcome != "" {
-		e.pinHist.Add(res.PinMs)
+	if res.HoldOutcome != "" {
+		e.pinHist.Add(res.HoldMs)
 	}
 }
 

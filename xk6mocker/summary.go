@@ -125,8 +125,8 @@ func (e *entry) summary() ClusterSummary {
 	if ended, rec := st.Completed+st.Aborted+st.Rejected+st.Errored, e.recorded.Load(); ended > rec {
 		rq.OutsideIterations = ended - rec
 	}
-	s.Holds.Started, s.Holds.Released, s.Holds.Aborted, s.Holds.Cancelled = st.Pins, st.PinsReleased, st.PinsAborted, st.PinsCancelled
-	if open := int64(st.Pins) - int64(st.PinsReleased) - int64(st.PinsAborted) - int64(st.PinsCancelled); open > 0 {
+	s.Holds.Started, s.Holds.Released, s.Holds.Aborted, s.Holds.Cancelled = st.Holds, st.HoldsReleased, st.HoldsAborted, st.HoldsCancelled
+	if open := int64(st.Holds) - int64(st.HoldsReleased) - int64(st.HoldsAborted) - int64(st.HoldsCancelled); open > 0 {
 		s.Holds.Held = uint64(open)
 	}
 	if n, avg, p50, p90, p99, mx := e.pinSummary(); n > 0 {

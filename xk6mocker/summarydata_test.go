@@ -59,15 +59,15 @@ func wantSummary(t *testing.T, name string, got ClusterSummary, st cluster.Stats
 		[]uint64{got.Requests.Total, got.Requests.Completed, got.Requests.Aborted, got.Requests.Rejected, got.Requests.Error},
 		"%s: requests by outcome", name)
 	assert.Zerof(t, got.Requests.OutsideIterations, "%s: every request ended inside an iteration", name)
-	assert.Equalf(t, []uint64{st.Pins, st.PinsReleased, st.PinsAborted, 0},
+	assert.Equalf(t, []uint64{st.Holds, st.HoldsReleased, st.HoldsAborted, 0},
 		[]uint64{got.Holds.Started, got.Holds.Released, got.Holds.Aborted, got.Holds.Held}, "%s: holds", name)
 	assert.Equalf(t, st.PeakHeldBlocks, got.PeakHeldBlocks, "%s: peak held blocks", name)
 	assert.Equalf(t, st.PrefillRejections, got.PrefillRefusals, "%s: prefill refusals", name)
 	require.NotNilf(t, got.HoldDurationMs, "%s: holds ended, so they have durations", name)
 	d := got.HoldDurationMs
-	assert.Equalf(t, st.PinsReleased+st.PinsAborted, d.Count, "%s: one duration per ended hold", name)
+	assert.Equalf(t, st.HoldsReleased+st.HoldsAborted, d.Count, "%s: one duration per ended hold", name)
 	assert.Truef(t, d.P50 <= d.P90 && d.P90 <= d.P99 && d.P99 <= d.Max, "%s: percentiles in order: %+v", name, d)
-	assert.InDeltaf(t, st.PinMsMax, d.Max, st.PinMsMax/100+1e-9, "%s: max hold duration, within the histogram's 1%%", name)
+	assert.InDeltaf(t, st.HoldMsMax, d.Max, st.HoldMsMax/100+1e-9, "%s: max hold duration, within the histogram's 1%%", name)
 	require.NotEmptyf(t, got.LongestHolds, "%s: longest holds", name)
 	assert.LessOrEqual(t, len(got.LongestHolds), longestShown)
 	assert.Truef(t, sort.SliceIsSorted(got.LongestHolds, func(i, j int) bool {

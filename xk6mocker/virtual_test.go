@@ -31,7 +31,7 @@ func TestVirtual_VUsBlockedEveryWayAtOnce(t *testing.T) {
 		require.Equal(t, 0, res.code, "stderr: %s\n%s", res.stderr, res.stdout)
 		require.Len(t, res.clusters, 1)
 		st := res.clusters[0].stats
-		assert.Positive(t, st.Pins)
+		assert.Positive(t, st.Holds)
 		assert.Equal(t, st.Requests, st.Completed+st.Aborted+st.Rejected+st.Errored)
 		var err error
 		exports[i], err = os.ReadFile(path)

@@ -274,13 +274,13 @@ func replayReport(title string, cfg cluster.Config, out replay.Output) report.Re
 	c := report.Cluster{Name: "replay", Engine: engine, Router: router, Topology: replayTopology(cfg),
 		SpeedupRatio: speed, Stats: st, Series: out.Run.Series, Holds: out.Run.Holds,
 		TTFT: report.Quantiles("completed", &out.Figures.TTFT)}
-	outcomes := make([]string, 0, len(out.Figures.Pins))
-	for o := range out.Figures.Pins {
+	outcomes := make([]string, 0, len(out.Figures.Holds))
+	for o := range out.Figures.Holds {
 		outcomes = append(outcomes, o)
 	}
 	sort.Strings(outcomes)
 	for _, o := range outcomes {
-		c.PinDurations = append(c.PinDurations, report.Quantiles(o, out.Figures.Pins[o]))
+		c.HoldDurations = append(c.HoldDurations, report.Quantiles(o, out.Figures.Holds[o]))
 	}
 	for _, w := range st.Workers {
 		c.Routed = append(c.Routed, report.Routed{Worker: w.Name, Role: w.Role,
