@@ -171,10 +171,9 @@ func (s *Server) completionPrompt(raw json.RawMessage) ([]uint32, []string, *api
 		return nil, nil, bad("want a string or an array of token ids")
 	}
 	if inner := bytes.TrimSpace(raw[1:]); len(inner) > 0 && (inner[0] >= '0' && inner[0] <= '9') {
-		// Token ids, the common case, decoded at once; the item by item
+		// Token ids, the common case, read at once; the item by item
 		// walk below only names the culprit when this fails.
-		var ids []uint32
-		if json.Unmarshal(raw, &ids) == nil {
+		if ids, ok := parseTokenIDs(raw); ok {
 			return ids, nil, nil
 		}
 	}
@@ -277,4 +276,56 @@ func contentText(raw json.RawMessage) (string, string) {
 		b.WriteString(p.Text)
 	}
 	return b.String(), ""
+}
+
+// parseTokenIDs reads raw, a JSON array, as token ids when it holds only
+// plain integers in [0, MaxUint32] (no sign, fraction, exponent or leading
+// zero): the common prompt, read without reflection. ok is false for
+// anything else, which completionPrompt then reads item by item.
+func parseTokenIDs(raw []byte) (ids []uint32, ok bool) {
+	i, n := 0, len(raw)
+	space := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+			i++
+		}
+	}
+	space()
+	if i == n || raw[i] != '[' {
+		return nil, false
+	}
+	i++
+	ids = make([]uint32, 0, bytes.Count(raw, []byte{','})+1)
+	for {
+		space()
+		if i == n || raw[i] < '0' || raw[i] > '9' {
+			return nil, false
+		}
+		start := i
+		var v uint64
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			v = v*10 + uint64(raw[i]-'0')
+			if v > math.MaxUint32 {
+				return nil, false
+			}
+			i++
+		}
+		if raw[start] == '0' && i-start > 1 {
+			return nil, false
+		}
+		ids = append(ids, uint32(v))
+		space()
+		if i == n {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i++
+		case ']':
+			i++
+			space()
+			return ids, i == n
+		default:
+			return nil, false
+		}
+	}
 }

@@ -275,7 +275,8 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.response(&p, &res, id))
+	out := s.response(&p, &res, id)
+	writeResponse(w, &out)
 }
 
 // Headers of a non-streamed answer that give the model's own latencies in
