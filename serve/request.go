@@ -59,6 +59,10 @@ func decodeRequest(body []byte, req *openaiRequest) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return newAPIError(http.StatusBadRequest, "", "empty request body: send a JSON object")
 	}
+	if json.Valid(body) && decodeCommon(body, req) {
+		return nil
+	}
+	*req = openaiRequest{}
 	if err := json.Unmarshal(body, req); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -328,4 +332,197 @@ func parseTokenIDs(raw []byte) (ids []uint32, ok bool) {
 			return nil, false
 		}
 	}
+}
+
+// decodeCommon reads body, valid JSON, into req when it is an object of
+// the common fields in their common forms (model a plain string, prompt
+// and kv_transfer_params any value, max_tokens, max_completion_tokens and
+// n plain integers, stream a boolean; any other key that is not one of
+// these in another case is ignored, as encoding/json ignores it), without
+// reflection. ok is false for anything else (messages, stream_options,
+// nulls, escapes, keys matched only case-insensitively), which
+// encoding/json then reads with its own errors; req may be partly filled.
+func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
+	d := scan{b: body}
+	d.space()
+	if !d.eat('{') {
+		return false
+	}
+	d.space()
+	if d.eat('}') {
+		return d.end()
+	}
+	for {
+		d.space()
+		key, ok := d.plainString()
+		if !ok {
+			return false
+		}
+		d.space()
+		if !d.eat(':') {
+			return false
+		}
+		d.space()
+		switch key {
+		case "model":
+			if req.Model, ok = d.plainString(); !ok {
+				return false
+			}
+		case "prompt":
+			req.Prompt = d.value()
+		case "kv_transfer_params":
+			req.KVTransferParams = d.value()
+		case "max_tokens":
+			if req.MaxTokens, ok = d.int(); !ok {
+				return false
+			}
+		case "max_completion_tokens":
+			if req.MaxCompletionTokens, ok = d.int(); !ok {
+				return false
+			}
+		case "n":
+			if req.N, ok = d.int(); !ok {
+				return false
+			}
+		case "stream":
+			v := d.value()
+			switch string(v) {
+			case "true", "false":
+				b := v[0] == 't'
+				req.Stream = &b
+			default:
+				return false
+			}
+		default:
+			for _, known := range requestKeys {
+				if strings.EqualFold(key, known) {
+					return false // encoding/json matches keys in any case
+				}
+			}
+			d.value()
+		}
+		d.space()
+		if d.eat('}') {
+			return d.end()
+		}
+		if !d.eat(',') {
+			return false
+		}
+	}
+}
+
+// requestKeys are openaiRequest's JSON keys.
+var requestKeys = [...]string{"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kv_transfer_params"}
+
+// scan walks JSON already known to be valid.
+type scan struct {
+	b []byte
+	i int
+}
+
+func (d *scan) space() {
+	for d.i < len(d.b) && (d.b[d.i] == ' ' || d.b[d.i] == '\t' || d.b[d.i] == '\n' || d.b[d.i] == '\r') {
+		d.i++
+	}
+}
+
+func (d *scan) eat(c byte) bool {
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// end reports whether only whitespace is left.
+func (d *scan) end() bool {
+	d.space()
+	return d.i == len(d.b)
+}
+
+// plainString reads a string without escapes or bytes outside ASCII's
+// printable range (ok false for any other value).
+func (d *scan) plainString() (string, bool) {
+	if !d.eat('"') {
+		return "", false
+	}
+	start := d.i
+	for ; d.i < len(d.b); d.i++ {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			s := string(d.b[start:d.i])
+			d.i++
+			return s, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// int reads a plain integer (no fraction or exponent) that fits an int64.
+func (d *scan) int() (*int64, bool) {
+	v := d.value()
+	if len(v) == 0 || len(v) > 18 {
+		return nil, false
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return &n, len(v) > 0
+}
+
+// value skips one value and returns its bytes.
+func (d *scan) value() []byte {
+	start := d.i
+	depth := 0
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case '"':
+			d.i++
+			for d.i < len(d.b) && d.b[d.i] != '"' {
+				if d.b[d.i] == '\\' {
+					d.i++
+				}
+				d.i++
+			}
+			d.i++
+		case '[', '{':
+			depth++
+			d.i++
+		case ']', '}':
+			if depth == 0 {
+				return d.b[start:d.i]
+			}
+			depth--
+			d.i++
+		case ',':
+			if depth == 0 {
+				return d.b[start:d.i]
+			}
+			d.i++
+		case ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return d.b[start:d.i]
+			}
+			d.i++
+		default:
+			d.i++
+		}
+		if depth == 0 && d.i > start && (d.b[start] == '"' || d.b[start] == '[' || d.b[start] == '{') {
+			return d.b[start:d.i]
+		}
+	}
+	return d.b[start:d.i]
 }

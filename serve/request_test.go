@@ -28,3 +28,34 @@ func TestParseTokenIDs_AgreesWithEncodingJSON(t *testing.T) {
 		assert.False(t, ok, in)
 	}
 }
+
+// TestDecodeCommon_AgreesWithEncodingJSON: whenever the reflection-free
+// reader takes a body, it reads what encoding/json reads.
+func TestDecodeCommon_AgreesWithEncodingJSON(t *testing.T) {
+	taken := 0
+	for _, in := range []string{
+		`{"model":"mocker","prompt":[1,2,3],"max_tokens":16,"stream":false}`,
+		` { "prompt" : "hi \"there\"" , "stream" : true , "max_tokens" : -3 , "n" : 1 } `,
+		`{"prompt":[[1,2]],"kv_transfer_params":{"do_remote_decode":true,"x":[1,{"y":"}"}]},"temperature":0.5,"stop":["\n"]}`,
+		`{"prompt":null,"kv_transfer_params":null}`,
+		`{"prompt":"a","max_completion_tokens":7,"max_tokens":1,"max_tokens":2}`,
+		`{}`,
+		`{"user":"x","logit_bias":{"1":2},"echo":false,"seed":null}`,
+		// Declined: encoding/json reads these with its own rules.
+		`{"Model":"x"}`, `{"MAX_TOKENS":3}`, `{"model":"é"}`, `{"model":"a\nb"}`, `{"model":null}`,
+		`{"max_tokens":1.5}`, `{"max_tokens":1e3}`, `{"max_tokens":"3"}`, `{"max_tokens":null}`, `{"max_tokens":12345678901234567890}`,
+		`{"stream":null}`, `{"stream":"true"}`, `{"messages":[{"role":"user","content":"x"}]}`,
+		`{"stream_options":{"include_usage":true}}`, `[1]`, `"x"`, `{"a\u0062":1}`,
+	} {
+		var want, got openaiRequest
+		wantErr := json.Unmarshal([]byte(in), &want)
+		if !json.Valid([]byte(in)) || !decodeCommon([]byte(in), &got) {
+			continue
+		}
+		taken++
+		if assert.NoError(t, wantErr, in) {
+			assert.Equal(t, want, got, in)
+		}
+	}
+	assert.Equal(t, 7, taken, "bodies read without encoding/json")
+}
