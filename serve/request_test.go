@@ -2,9 +2,13 @@ package serve
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/zeebo/xxh3"
 )
 
 // TestParseTokenIDs_AgreesWithEncodingJSON: the reflection-free reader of
@@ -58,4 +62,17 @@ func TestDecodeCommon_AgreesWithEncodingJSON(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 7, taken, "bodies read without encoding/json")
+}
+
+// TestResponseID_HashThenSequence: a server's own ids are the prefix, the
+// XXH3 hash of "n/seed" in hex, then n in hex.
+func TestResponseID_HashThenSequence(t *testing.T) {
+	s := &Server{opts: Options{Seed: 18446744073709551615}}
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	for n := uint64(1); n <= 3; n++ {
+		want := "chatcmpl-" + strconv.FormatUint(xxh3.HashString(strconv.FormatUint(n, 10)+"/18446744073709551615"), 16) + strconv.FormatUint(n, 16)
+		assert.Equal(t, want, s.responseID(r, true))
+	}
+	r.Header.Set("X-Request-Id", "abc")
+	assert.Equal(t, "cmpl-abc", s.responseID(r, false))
 }

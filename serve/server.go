@@ -208,7 +208,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, errDraining)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -279,6 +279,31 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	writeResponse(w, &out)
 }
 
+// readBody reads r's body, at most limit bytes, into a buffer sized once
+// from its Content-Length when it gives one within the limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n >= 0 && n < limit {
+		buf := make([]byte, 0, n+1) // +1: the read that sees the end
+		for {
+			m, err := body.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+m]
+			if err == io.EOF {
+				return buf, nil
+			}
+			if err != nil {
+				return buf, err
+			}
+			if len(buf) == cap(buf) {
+				// Longer than it said: read the rest as it comes.
+				rest, err := io.ReadAll(body)
+				return append(buf, rest...), err
+			}
+		}
+	}
+	return io.ReadAll(body)
+}
+
 // Headers of a non-streamed answer that give the model's own latencies in
 // modeled ms, for a load tool to compare with what it measured.
 const (
@@ -318,7 +343,13 @@ func (s *Server) responseID(r *http.Request, chat bool) string {
 		return prefix + h
 	}
 	n := s.seq.Add(1)
-	return prefix + strconv.FormatUint(xxh3.HashString(strconv.FormatUint(n, 10)+"/"+strconv.FormatUint(s.opts.Seed, 10)), 16) + strconv.FormatUint(n, 16)
+	// The hash of "n/seed" in decimal, then n in hex, built on the stack.
+	var kb, ib [48]byte
+	k := strconv.AppendUint(kb[:0], n, 10)
+	k = strconv.AppendUint(append(k, '/'), s.opts.Seed, 10)
+	id := append(ib[:0], prefix...)
+	id = strconv.AppendUint(id, xxh3.Hash(k), 16)
+	return string(strconv.AppendUint(id, n, 16))
 }
 
 // logFailure says on the server's log why a request the cluster took did
