@@ -22,6 +22,8 @@ type openaiRequest struct {
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
+	// promptIDs are Prompt's token ids when decodeCommon read them.
+	promptIDs []uint32
 }
 
 type streamOptions struct {
@@ -59,7 +61,7 @@ func decodeRequest(body []byte, req *openaiRequest) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return newAPIError(http.StatusBadRequest, "", "empty request body: send a JSON object")
 	}
-	if json.Valid(body) && decodeCommon(body, req) {
+	if decodeCommon(body, req) {
 		return nil
 	}
 	*req = openaiRequest{}
@@ -115,7 +117,11 @@ func (s *Server) prepare(req *openaiRequest, chat bool) (prepared, *apiError) {
 	if chat {
 		p.tokens, p.echo, err = s.chatPrompt(req.Messages)
 	} else {
-		p.tokens, p.echo, err = s.completionPrompt(req.Prompt)
+		if req.promptIDs != nil {
+			p.tokens = req.promptIDs
+		} else {
+			p.tokens, p.echo, err = s.completionPrompt(req.Prompt)
+		}
 	}
 	if err != nil {
 		return p, err
@@ -334,8 +340,8 @@ func parseTokenIDs(raw []byte) (ids []uint32, ok bool) {
 	}
 }
 
-// decodeCommon reads body, valid JSON, into req when it is an object of
-// the common fields in their common forms (model a plain string, prompt
+// decodeCommon reads body into req when it is a valid JSON object of the
+// common fields in their common forms (model a plain string, prompt
 // and kv_transfer_params any value, max_tokens, max_completion_tokens and
 // n plain integers, stream a boolean; any other key that is not one of
 // these in another case is ignored, as encoding/json ignores it), without
@@ -370,8 +376,15 @@ func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
 			}
 		case "prompt":
 			req.Prompt = d.value()
+			// Token ids, checked as they are read; any other prompt
+			// only checked here, read by completionPrompt.
+			if req.promptIDs, ok = parseTokenIDs(req.Prompt); !ok && !json.Valid(req.Prompt) {
+				return false
+			}
 		case "kv_transfer_params":
-			req.KVTransferParams = d.value()
+			if req.KVTransferParams = d.value(); !json.Valid(req.KVTransferParams) {
+				return false
+			}
 		case "max_tokens":
 			if req.MaxTokens, ok = d.int(); !ok {
 				return false
@@ -399,7 +412,9 @@ func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
 					return false // encoding/json matches keys in any case
 				}
 			}
-			d.value()
+			if !json.Valid(d.value()) {
+				return false
+			}
 		}
 		d.space()
 		if d.eat('}') {
@@ -414,7 +429,8 @@ func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
 // requestKeys are openaiRequest's JSON keys.
 var requestKeys = [...]string{"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kv_transfer_params"}
 
-// scan walks JSON already known to be valid.
+// scan walks JSON: value finds a value's end without checking it, the
+// other readers check what they read.
 type scan struct {
 	b []byte
 	i int
@@ -470,6 +486,9 @@ func (d *scan) int() (*int64, bool) {
 	if neg {
 		v = v[1:]
 	}
+	if len(v) > 1 && v[0] == '0' {
+		return nil, false // a leading zero: not JSON
+	}
 	var n int64
 	for _, c := range v {
 		if c < '0' || c > '9' {
@@ -483,7 +502,8 @@ func (d *scan) int() (*int64, bool) {
 	return &n, len(v) > 0
 }
 
-// value skips one value and returns its bytes.
+// value skips one value and returns its bytes (up to the end of the
+// body, if the value is cut short: its reader then refuses it).
 func (d *scan) value() []byte {
 	start := d.i
 	depth := 0
@@ -503,26 +523,33 @@ func (d *scan) value() []byte {
 			d.i++
 		case ']', '}':
 			if depth == 0 {
-				return d.b[start:d.i]
+				return d.cut(start)
 			}
 			depth--
 			d.i++
 		case ',':
 			if depth == 0 {
-				return d.b[start:d.i]
+				return d.cut(start)
 			}
 			d.i++
 		case ' ', '\t', '\n', '\r':
 			if depth == 0 {
-				return d.b[start:d.i]
+				return d.cut(start)
 			}
 			d.i++
 		default:
 			d.i++
 		}
 		if depth == 0 && d.i > start && (d.b[start] == '"' || d.b[start] == '[' || d.b[start] == '{') {
-			return d.b[start:d.i]
+			return d.cut(start)
 		}
 	}
+	return d.cut(start)
+}
+
+// cut is the value from start to where the walk stopped, the body's end
+// at most.
+func (d *scan) cut(start int) []byte {
+	d.i = min(d.i, len(d.b))
 	return d.b[start:d.i]
 }

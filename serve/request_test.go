@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/zeebo/xxh3"
+
+	"github.com/kvstrand/mocker/cluster"
 )
 
 // TestParseTokenIDs_AgreesWithEncodingJSON: the reflection-free reader of
@@ -50,14 +52,24 @@ func TestDecodeCommon_AgreesWithEncodingJSON(t *testing.T) {
 		`{"max_tokens":1.5}`, `{"max_tokens":1e3}`, `{"max_tokens":"3"}`, `{"max_tokens":null}`, `{"max_tokens":12345678901234567890}`,
 		`{"stream":null}`, `{"stream":"true"}`, `{"messages":[{"role":"user","content":"x"}]}`,
 		`{"stream_options":{"include_usage":true}}`, `[1]`, `"x"`, `{"a\u0062":1}`,
+		// Declined: not JSON (encoding/json names the fault).
+		`{"prompt":[1,2,}`, `{"prompt":[1,2]`, `{"prompt":"abc}`, `{"prompt":"a\`, `{"prompt":[1]}}`, `{"prompt":[1]}x`,
+		`{"max_tokens":01}`, `{"max_tokens":-}`, `{"stream":tru}`, `{"x":tru}`, `{"x":[1,}`, `{"x":"\q"}`, `{"kv_transfer_params":{"a":}}`,
+		`{"prompt":[1] "n":1}`, `{"prompt":[1],}`, `{,}`, `{"model"}`, `{"model":}`, `{"prompt":"\ud800"x}`, "{\"prompt\":\"\xff\"",
 	} {
 		var want, got openaiRequest
 		wantErr := json.Unmarshal([]byte(in), &want)
-		if !json.Valid([]byte(in)) || !decodeCommon([]byte(in), &got) {
+		if !decodeCommon([]byte(in), &got) {
 			continue
 		}
 		taken++
 		if assert.NoError(t, wantErr, in) {
+			if got.promptIDs != nil {
+				ids, _, e := (&Server{}).completionPrompt(want.Prompt)
+				assert.Nil(t, e, in)
+				assert.Equal(t, ids, got.promptIDs, in)
+			}
+			got.promptIDs = nil // what encoding/json leaves to completionPrompt
 			assert.Equal(t, want, got, in)
 		}
 	}
@@ -75,4 +87,32 @@ func TestResponseID_HashThenSequence(t *testing.T) {
 	}
 	r.Header.Set("X-Request-Id", "abc")
 	assert.Equal(t, "cmpl-abc", s.responseID(r, false))
+}
+
+// TestModeledHeaders_AsSetWouldWrite: the latency headers, written
+// straight into the map, are what Header.Set would have written.
+func TestModeledHeaders_AsSetWouldWrite(t *testing.T) {
+	for _, res := range []cluster.Result{
+		{OutputTokens: 16, TTFTMs: 12.3456, QueueMs: 0, E2EMs: 1234567.0004},
+		{OutputTokens: 1, TTFTMs: 1e-9, QueueMs: 3.25},
+		{OutputTokens: 0, PinOutcome: "transferred", PinMs: 1.5, TransferMs: 2},
+		{OutputTokens: 2, TTFTMs: 7, E2EMs: 9, PinOutcome: "aborted", PinMs: 100},
+	} {
+		want := http.Header{}
+		f := func(v float64) string { return strconv.FormatFloat(v, 'f', 3, 64) }
+		if res.PinOutcome != "" {
+			want.Set(HeaderPin, f(res.PinMs))
+			want.Set(HeaderTransfer, f(res.TransferMs))
+		}
+		if res.OutputTokens > 0 {
+			want.Set(HeaderTTFT, f(res.TTFTMs))
+			want.Set(HeaderQueue, f(res.QueueMs))
+			if res.E2EMs > 0 {
+				want.Set(HeaderE2E, f(res.E2EMs))
+			}
+		}
+		got := http.Header{}
+		modeledHeaders(got, &res)
+		assert.Equal(t, want, got)
+	}
 }

@@ -26,6 +26,15 @@ var fillerWords = [...]string{
 	"stream", "flows", "steady", "still",
 }
 
+// spacedFillerWords are fillerWords each after a space: a piece past the
+// first, without building it.
+var spacedFillerWords = func() (sp [len(fillerWords)]string) {
+	for i, w := range fillerWords {
+		sp[i] = " " + w
+	}
+	return sp
+}()
+
 // answer makes a request's output text, one piece per token: the prompt's
 // pieces in echo mode, otherwise filler words drawn from the server's seed
 // and the prompt, so the same request gets the same answer.
@@ -64,20 +73,23 @@ func (a answer) piece(k int) string {
 	x ^= x >> 31
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 29
-	w := fillerWords[x%uint64(len(fillerWords))]
 	if k == 0 {
-		return w
+		return fillerWords[x%uint64(len(fillerWords))]
 	}
-	return " " + w
+	return spacedFillerWords[x%uint64(len(fillerWords))]
 }
 
 // text is the output of tokens [from, to).
 func (a answer) text(from, to int) string {
-	var b strings.Builder
-	for k := from; k < to; k++ {
-		b.WriteString(a.piece(k))
+	if to <= from {
+		return ""
 	}
-	return b.String()
+	// Pieces are short: eight bytes each, a guess that mostly holds.
+	b := make([]byte, 0, 8*(to-from))
+	for k := from; k < to; k++ {
+		b = append(b, a.piece(k)...)
+	}
+	return string(b)
 }
 
 // usage is OpenAI's usage object, with the prefix-cache hit as

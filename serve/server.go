@@ -325,11 +325,24 @@ func modeledHeaders(h http.Header, res *cluster.Result) {
 	if res.OutputTokens == 0 {
 		return
 	}
-	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
+	// The common three in one string and one slice, each value a part of
+	// them (the names are in canonical form, as Set would make them).
+	var buf [96]byte
+	b := strconv.AppendFloat(buf[:0], res.TTFTMs, 'f', 3, 64)
+	ttft := len(b)
+	b = strconv.AppendFloat(b, res.QueueMs, 'f', 3, 64)
+	queue := len(b)
 	if res.E2EMs > 0 {
-		h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+		b = strconv.AppendFloat(b, res.E2EMs, 'f', 3, 64)
 	}
-	h.Set(HeaderQueue, strconv.FormatFloat(res.QueueMs, 'f', 3, 64))
+	all := string(b)
+	vals := make([]string, 3)
+	vals[0], vals[1], vals[2] = all[:ttft], all[ttft:queue], all[queue:]
+	h[HeaderTTFT] = vals[0:1:1]
+	h[HeaderQueue] = vals[1:2:2]
+	if res.E2EMs > 0 {
+		h[HeaderE2E] = vals[2:3:3]
+	}
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a
