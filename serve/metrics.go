@@ -45,6 +45,9 @@ type metrics struct {
 
 	mu     sync.Mutex
 	counts map[workerKey]*tokenCounts
+	// obs are each rank's histograms bound to its labels, looked up once
+	// at start rather than per request.
+	obs map[workerKey]*rankObservers
 
 	ttft, itl, e2e, prefill, decode *prometheus.HistogramVec
 	queue                           *prometheus.HistogramVec // vLLM only
@@ -56,8 +59,34 @@ type metrics struct {
 
 var labels = []string{"model_name", "engine", "worker"}
 
+// rankObservers are one rank's latency histograms, label values bound
+// (prefill, queue and decode nil under SGLang's names).
+type rankObservers struct {
+	ttft, itl, e2e, prefill, queue, decode prometheus.Observer
+}
+
+// observers are k's histograms: bound at start for every rank, looked up
+// by label for any other (none is expected).
+func (m *metrics) observers(k workerKey) *rankObservers {
+	if o := m.obs[k]; o != nil {
+		return o
+	}
+	return m.bind(k)
+}
+
+func (m *metrics) bind(k workerKey) *rankObservers {
+	lv := m.labelValues(k)
+	o := &rankObservers{ttft: m.ttft.WithLabelValues(lv...), itl: m.itl.WithLabelValues(lv...), e2e: m.e2e.WithLabelValues(lv...)}
+	if m.prefill != nil {
+		o.prefill = m.prefill.WithLabelValues(lv...)
+		o.queue = m.queue.WithLabelValues(lv...)
+		o.decode = m.decode.WithLabelValues(lv...)
+	}
+	return o
+}
+
 func newMetrics(s *Server) *metrics {
-	m := &metrics{s: s, vllm: s.engine != "sglang", counts: map[workerKey]*tokenCounts{}, descs: map[string]*prometheus.Desc{}}
+	m := &metrics{s: s, vllm: s.engine != "sglang", counts: map[workerKey]*tokenCounts{}, obs: map[workerKey]*rankObservers{}, descs: map[string]*prometheus.Desc{}}
 	hist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
 		h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: m.prefix + name, Help: help, Buckets: buckets}, labels)
 		s.reg.MustRegister(h)
@@ -124,11 +153,7 @@ func newMetrics(s *Server) *metrics {
 	for _, w := range s.c.Stats().Workers {
 		k := workerKey{w.Name, w.DPRank}
 		m.counts[k] = &tokenCounts{finished: map[string]float64{"length": 0, "abort": 0}}
-		for _, h := range []*prometheus.HistogramVec{m.ttft, m.itl, m.e2e, m.prefill, m.decode} {
-			if h != nil {
-				h.WithLabelValues(m.labelValues(k)...)
-			}
-		}
+		m.obs[k] = m.bind(k)
 	}
 	return m
 }
@@ -164,19 +189,16 @@ func (m *metrics) observe(p *prepared, res *cluster.Result) {
 	if !completed {
 		return
 	}
-	lv := m.labelValues(dk)
-	m.ttft.WithLabelValues(lv...).Observe(res.TTFTMs / 1e3)
-	m.e2e.WithLabelValues(lv...).Observe(res.E2EMs / 1e3)
-	if res.OutputTokens > 1 {
-		itl := m.itl.WithLabelValues(lv...)
-		for range res.OutputTokens - 1 {
-			itl.Observe(res.ITLMs / 1e3)
-		}
+	o := m.observers(dk)
+	o.ttft.Observe(res.TTFTMs / 1e3)
+	o.e2e.Observe(res.E2EMs / 1e3)
+	for range res.OutputTokens - 1 {
+		o.itl.Observe(res.ITLMs / 1e3)
 	}
-	if m.prefill != nil {
-		m.prefill.WithLabelValues(lv...).Observe((res.TTFTMs - res.QueueMs) / 1e3)
-		m.queue.WithLabelValues(lv...).Observe(res.QueueMs / 1e3)
-		m.decode.WithLabelValues(lv...).Observe((res.E2EMs - res.TTFTMs) / 1e3)
+	if o.prefill != nil {
+		o.prefill.Observe((res.TTFTMs - res.QueueMs) / 1e3)
+		o.queue.Observe(res.QueueMs / 1e3)
+		o.decode.Observe((res.E2EMs - res.TTFTMs) / 1e3)
 	}
 }
 

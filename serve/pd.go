@@ -266,5 +266,5 @@ func (s *Server) prefillHalf(w http.ResponseWriter, r *http.Request, p *prepared
 		RemoteHost: ho.Host, RemotePort: ho.Port, TPSize: 1, RemoteRequestID: id,
 		TransferID: ho.TransferID, TransferToken: ho.Token.String(),
 	}
-	writeJSON(w, http.StatusOK, out)
+	writeResponse(w, &out)
 }

@@ -22,6 +22,8 @@ type openaiRequest struct {
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
+	// promptIDs are Prompt's token ids when decodeCommon read them.
+	promptIDs []uint32
 }
 
 type streamOptions struct {
@@ -59,6 +61,10 @@ func decodeRequest(body []byte, req *openaiRequest) *apiError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return newAPIError(http.StatusBadRequest, "", "empty request body: send a JSON object")
 	}
+	if decodeCommon(body, req) {
+		return nil
+	}
+	*req = openaiRequest{}
 	if err := json.Unmarshal(body, req); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -111,7 +117,11 @@ func (s *Server) prepare(req *openaiRequest, chat bool) (prepared, *apiError) {
 	if chat {
 		p.tokens, p.echo, err = s.chatPrompt(req.Messages)
 	} else {
-		p.tokens, p.echo, err = s.completionPrompt(req.Prompt)
+		if req.promptIDs != nil {
+			p.tokens = req.promptIDs
+		} else {
+			p.tokens, p.echo, err = s.completionPrompt(req.Prompt)
+		}
 	}
 	if err != nil {
 		return p, err
@@ -171,10 +181,9 @@ func (s *Server) completionPrompt(raw json.RawMessage) ([]uint32, []string, *api
 		return nil, nil, bad("want a string or an array of token ids")
 	}
 	if inner := bytes.TrimSpace(raw[1:]); len(inner) > 0 && (inner[0] >= '0' && inner[0] <= '9') {
-		// Token ids, the common case, decoded at once; the item by item
+		// Token ids, the common case, read at once; the item by item
 		// walk below only names the culprit when this fails.
-		var ids []uint32
-		if json.Unmarshal(raw, &ids) == nil {
+		if ids, ok := parseTokenIDs(raw); ok {
 			return ids, nil, nil
 		}
 	}
@@ -277,4 +286,270 @@ func contentText(raw json.RawMessage) (string, string) {
 		b.WriteString(p.Text)
 	}
 	return b.String(), ""
+}
+
+// parseTokenIDs reads raw, a JSON array, as token ids when it holds only
+// plain integers in [0, MaxUint32] (no sign, fraction, exponent or leading
+// zero): the common prompt, read without reflection. ok is false for
+// anything else, which completionPrompt then reads item by item.
+func parseTokenIDs(raw []byte) (ids []uint32, ok bool) {
+	i, n := 0, len(raw)
+	space := func() {
+		for i < n && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+			i++
+		}
+	}
+	space()
+	if i == n || raw[i] != '[' {
+		return nil, false
+	}
+	i++
+	ids = make([]uint32, 0, bytes.Count(raw, []byte{','})+1)
+	for {
+		space()
+		if i == n || raw[i] < '0' || raw[i] > '9' {
+			return nil, false
+		}
+		start := i
+		var v uint64
+		for i < n && raw[i] >= '0' && raw[i] <= '9' {
+			v = v*10 + uint64(raw[i]-'0')
+			if v > math.MaxUint32 {
+				return nil, false
+			}
+			i++
+		}
+		if raw[start] == '0' && i-start > 1 {
+			return nil, false
+		}
+		ids = append(ids, uint32(v))
+		space()
+		if i == n {
+			return nil, false
+		}
+		switch raw[i] {
+		case ',':
+			i++
+		case ']':
+			i++
+			space()
+			return ids, i == n
+		default:
+			return nil, false
+		}
+	}
+}
+
+// decodeCommon reads body into req when it is a valid JSON object of the
+// common fields in their common forms (model a plain string, prompt
+// and kv_transfer_params any value, max_tokens, max_completion_tokens and
+// n plain integers, stream a boolean; any other key that is not one of
+// these in another case is ignored, as encoding/json ignores it), without
+// reflection. ok is false for anything else (messages, stream_options,
+// nulls, escapes, keys matched only case-insensitively), which
+// encoding/json then reads with its own errors; req may be partly filled.
+func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
+	d := scan{b: body}
+	d.space()
+	if !d.eat('{') {
+		return false
+	}
+	d.space()
+	if d.eat('}') {
+		return d.end()
+	}
+	for {
+		d.space()
+		key, ok := d.plainString()
+		if !ok {
+			return false
+		}
+		d.space()
+		if !d.eat(':') {
+			return false
+		}
+		d.space()
+		switch key {
+		case "model":
+			if req.Model, ok = d.plainString(); !ok {
+				return false
+			}
+		case "prompt":
+			req.Prompt = d.value()
+			// Token ids, checked as they are read; any other prompt
+			// only checked here, read by completionPrompt.
+			if req.promptIDs, ok = parseTokenIDs(req.Prompt); !ok && !json.Valid(req.Prompt) {
+				return false
+			}
+		case "kv_transfer_params":
+			if req.KVTransferParams = d.value(); !json.Valid(req.KVTransferParams) {
+				return false
+			}
+		case "max_tokens":
+			if req.MaxTokens, ok = d.int(); !ok {
+				return false
+			}
+		case "max_completion_tokens":
+			if req.MaxCompletionTokens, ok = d.int(); !ok {
+				return false
+			}
+		case "n":
+			if req.N, ok = d.int(); !ok {
+				return false
+			}
+		case "stream":
+			v := d.value()
+			switch string(v) {
+			case "true", "false":
+				b := v[0] == 't'
+				req.Stream = &b
+			default:
+				return false
+			}
+		default:
+			for _, known := range requestKeys {
+				if strings.EqualFold(key, known) {
+					return false // encoding/json matches keys in any case
+				}
+			}
+			if !json.Valid(d.value()) {
+				return false
+			}
+		}
+		d.space()
+		if d.eat('}') {
+			return d.end()
+		}
+		if !d.eat(',') {
+			return false
+		}
+	}
+}
+
+// requestKeys are openaiRequest's JSON keys.
+var requestKeys = [...]string{"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kv_transfer_params"}
+
+// scan walks JSON: value finds a value's end without checking it, the
+// other readers check what they read.
+type scan struct {
+	b []byte
+	i int
+}
+
+func (d *scan) space() {
+	for d.i < len(d.b) && (d.b[d.i] == ' ' || d.b[d.i] == '\t' || d.b[d.i] == '\n' || d.b[d.i] == '\r') {
+		d.i++
+	}
+}
+
+func (d *scan) eat(c byte) bool {
+	if d.i < len(d.b) && d.b[d.i] == c {
+		d.i++
+		return true
+	}
+	return false
+}
+
+// end reports whether only whitespace is left.
+func (d *scan) end() bool {
+	d.space()
+	return d.i == len(d.b)
+}
+
+// plainString reads a string without escapes or bytes outside ASCII's
+// printable range (ok false for any other value).
+func (d *scan) plainString() (string, bool) {
+	if !d.eat('"') {
+		return "", false
+	}
+	start := d.i
+	for ; d.i < len(d.b); d.i++ {
+		switch c := d.b[d.i]; {
+		case c == '"':
+			s := string(d.b[start:d.i])
+			d.i++
+			return s, true
+		case c == '\\' || c < 0x20 || c >= 0x80:
+			return "", false
+		}
+	}
+	return "", false
+}
+
+// int reads a plain integer (no fraction or exponent) that fits an int64.
+func (d *scan) int() (*int64, bool) {
+	v := d.value()
+	if len(v) == 0 || len(v) > 18 {
+		return nil, false
+	}
+	neg := v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) > 1 && v[0] == '0' {
+		return nil, false // a leading zero: not JSON
+	}
+	var n int64
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return nil, false
+		}
+		n = n*10 + int64(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	return &n, len(v) > 0
+}
+
+// value skips one value and returns its bytes (up to the end of the
+// body, if the value is cut short: its reader then refuses it).
+func (d *scan) value() []byte {
+	start := d.i
+	depth := 0
+	for d.i < len(d.b) {
+		switch d.b[d.i] {
+		case '"':
+			d.i++
+			for d.i < len(d.b) && d.b[d.i] != '"' {
+				if d.b[d.i] == '\\' {
+					d.i++
+				}
+				d.i++
+			}
+			d.i++
+		case '[', '{':
+			depth++
+			d.i++
+		case ']', '}':
+			if depth == 0 {
+				return d.cut(start)
+			}
+			depth--
+			d.i++
+		case ',':
+			if depth == 0 {
+				return d.cut(start)
+			}
+			d.i++
+		case ' ', '\t', '\n', '\r':
+			if depth == 0 {
+				return d.cut(start)
+			}
+			d.i++
+		default:
+			d.i++
+		}
+		if depth == 0 && d.i > start && (d.b[start] == '"' || d.b[start] == '[' || d.b[start] == '{') {
+			return d.cut(start)
+		}
+	}
+	return d.cut(start)
+}
+
+// cut is the value from start to where the walk stopped, the body's end
+// at most.
+func (d *scan) cut(start int) []byte {
+	d.i = min(d.i, len(d.b))
+	return d.b[start:d.i]
 }

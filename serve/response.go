@@ -3,6 +3,8 @@ package serve
 import (
 	"encoding/binary"
 	"encoding/json"
+	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -23,6 +25,15 @@ var fillerWords = [...]string{
 	"prefix", "hits", "save", "compute", "batch", "grows", "then", "shrinks", "again", "now",
 	"stream", "flows", "steady", "still",
 }
+
+// spacedFillerWords are fillerWords each after a space: a piece past the
+// first, without building it.
+var spacedFillerWords = func() (sp [len(fillerWords)]string) {
+	for i, w := range fillerWords {
+		sp[i] = " " + w
+	}
+	return sp
+}()
 
 // answer makes a request's output text, one piece per token: the prompt's
 // pieces in echo mode, otherwise filler words drawn from the server's seed
@@ -62,20 +73,23 @@ func (a answer) piece(k int) string {
 	x ^= x >> 31
 	x *= 0xbf58476d1ce4e5b9
 	x ^= x >> 29
-	w := fillerWords[x%uint64(len(fillerWords))]
 	if k == 0 {
-		return w
+		return fillerWords[x%uint64(len(fillerWords))]
 	}
-	return " " + w
+	return spacedFillerWords[x%uint64(len(fillerWords))]
 }
 
 // text is the output of tokens [from, to).
 func (a answer) text(from, to int) string {
-	var b strings.Builder
-	for k := from; k < to; k++ {
-		b.WriteString(a.piece(k))
+	if to <= from {
+		return ""
 	}
-	return b.String()
+	// Pieces are short: eight bytes each, a guess that mostly holds.
+	b := make([]byte, 0, 8*(to-from))
+	for k := from; k < to; k++ {
+		b = append(b, a.piece(k)...)
+	}
+	return string(b)
 }
 
 // usage is OpenAI's usage object, with the prefix-cache hit as
@@ -159,4 +173,107 @@ func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
 	b = append(b, s...)
 	return append(b, '"')
+}
+
+// writeResponse writes a non-streamed answer with status 200: the bytes
+// writeJSON would write for out, appended by hand rather than through
+// reflection (the answer's shape is fixed).
+func writeResponse(w http.ResponseWriter, out *responseOut) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(appendResponse(make([]byte, 0, 512), out))
+}
+
+// appendResponse appends out as encoding/json's Encoder writes it,
+// newline included.
+func appendResponse(b []byte, out *responseOut) []byte {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, out.ID)
+	b = append(b, `,"object":`...)
+	b = appendJSONString(b, out.Object)
+	b = append(b, `,"created":`...)
+	b = strconv.AppendInt(b, out.Created, 10)
+	b = append(b, `,"model":`...)
+	b = appendJSONString(b, out.Model)
+	b = append(b, `,"choices":`...)
+	if out.Choices == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i := range out.Choices {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendChoice(b, &out.Choices[i])
+		}
+		b = append(b, ']')
+	}
+	u := &out.Usage
+	b = append(b, `,"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.PromptTokens), 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.TotalTokens), 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, int64(u.CompletionTokens), 10)
+	b = append(b, `,"prompt_tokens_details":`...)
+	if u.PromptTokensDetails == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, `{"cached_tokens":`...)
+		b = strconv.AppendInt(b, int64(u.PromptTokensDetails.CachedTokens), 10)
+		b = append(b, '}')
+	}
+	b = append(b, '}')
+	if out.KVTransferParams != nil {
+		kv, _ := json.Marshal(out.KVTransferParams) // plain fields: always marshals
+		b = append(b, `,"kv_transfer_params":`...)
+		b = append(b, kv...)
+	}
+	return append(b, "}\n"...)
+}
+
+func appendChoice(b []byte, ch *choiceOut) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(ch.Index), 10)
+	if ch.Text != nil {
+		b = append(b, `,"text":`...)
+		b = appendJSONString(b, *ch.Text)
+	}
+	if m := ch.Message; m != nil {
+		b = append(b, `,"message":{"role":`...)
+		b = appendJSONString(b, m.Role)
+		b = append(b, `,"content":`...)
+		b = appendJSONString(b, m.Content)
+		b = append(b, `,"tool_calls":`...)
+		b = appendAny(b, m.ToolCalls)
+		b = append(b, '}')
+	}
+	b = append(b, `,"logprobs":`...)
+	b = appendAny(b, ch.Logprobs)
+	b = append(b, `,"finish_reason":`...)
+	b = appendJSONString(b, ch.FinishReason)
+	b = append(b, `,"stop_reason":`...)
+	return append(appendAny(b, ch.StopReason), '}')
+}
+
+// appendAny appends v as encoding/json writes it: the common empty values
+// by hand, anything else through json.Marshal (with the Encoder's HTML
+// escaping, which Marshal shares).
+func appendAny(b []byte, v any) []byte {
+	switch v := v.(type) {
+	case nil:
+		return append(b, "null"...)
+	case []any:
+		if v == nil {
+			return append(b, "null"...)
+		}
+		if len(v) == 0 {
+			return append(b, "[]"...)
+		}
+	}
+	j, err := json.Marshal(v)
+	if err != nil {
+		return append(b, "null"...)
+	}
+	return append(b, j...)
 }

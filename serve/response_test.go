@@ -1,11 +1,15 @@
 package serve
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
+
+	"github.com/kvstrand/mocker/cluster"
 )
 
 // TestAppendJSONString_RoundTrips: whatever the text, the chunk's string
@@ -34,4 +38,28 @@ func TestAnswer_SameRequestSameText(t *testing.T) {
 	Tokenize("say it again", nil, &pieces)
 	e := &prepared{tokens: []uint32{1}, echo: pieces}
 	require.Equal(t, "say it again say it", s.answerFor(e).text(0, 5))
+}
+
+// TestAppendResponse_MatchesEncodingJSON: the hand-written encoding of a
+// non-streamed answer is byte for byte what encoding/json's Encoder
+// writes, for completions and chats, with and without kv_transfer_params,
+// with text that needs escaping.
+func TestAppendResponse_MatchesEncodingJSON(t *testing.T) {
+	s := &Server{opts: Options{Model: `m<"odel">`}}
+	res := cluster.Result{OutputTokens: 5, CachedTokens: 32}
+	for _, chat := range []bool{false, true} {
+		for _, echo := range [][]string{nil, {"a\"b", " <&>", "\n", " é", "\u2028"}} {
+			for _, kv := range []bool{false, true} {
+				p := prepared{chat: chat, tokens: []uint32{1, 2, 3}, echo: echo}
+				s.opts.Echo = echo != nil
+				out := s.response(&p, &res, "cmpl-x\"y")
+				if kv {
+					out.KVTransferParams = &kvParamsOut{DoRemotePrefill: true, RemoteBlockIDs: []int64{0, 1}, RemoteHost: "127.0.0.1", TransferToken: "t<k>"}
+				}
+				var want bytes.Buffer
+				require.NoError(t, json.NewEncoder(&want).Encode(out))
+				assert.Equal(t, want.String(), string(appendResponse(nil, &out)), "chat %v echo %v kv %v", chat, echo != nil, kv)
+			}
+		}
+	}
 }

@@ -208,7 +208,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, errDraining)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	body, err := readBody(w, r, s.opts.MaxBodyBytes)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
@@ -275,7 +275,33 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, e)
 		return
 	}
-	writeJSON(w, http.StatusOK, s.response(&p, &res, id))
+	out := s.response(&p, &res, id)
+	writeResponse(w, &out)
+}
+
+// readBody reads r's body, at most limit bytes, into a buffer sized once
+// from its Content-Length when it gives one within the limit.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	if n := r.ContentLength; n >= 0 && n < limit {
+		buf := make([]byte, 0, n+1) // +1: the read that sees the end
+		for {
+			m, err := body.Read(buf[len(buf):cap(buf)])
+			buf = buf[:len(buf)+m]
+			if err == io.EOF {
+				return buf, nil
+			}
+			if err != nil {
+				return buf, err
+			}
+			if len(buf) == cap(buf) {
+				// Longer than it said: read the rest as it comes.
+				rest, err := io.ReadAll(body)
+				return append(buf, rest...), err
+			}
+		}
+	}
+	return io.ReadAll(body)
 }
 
 // Headers of a non-streamed answer that give the model's own latencies in
@@ -299,11 +325,24 @@ func modeledHeaders(h http.Header, res *cluster.Result) {
 	if res.OutputTokens == 0 {
 		return
 	}
-	h.Set(HeaderTTFT, strconv.FormatFloat(res.TTFTMs, 'f', 3, 64))
+	// The common three in one string and one slice, each value a part of
+	// them (the names are in canonical form, as Set would make them).
+	var buf [96]byte
+	b := strconv.AppendFloat(buf[:0], res.TTFTMs, 'f', 3, 64)
+	ttft := len(b)
+	b = strconv.AppendFloat(b, res.QueueMs, 'f', 3, 64)
+	queue := len(b)
 	if res.E2EMs > 0 {
-		h.Set(HeaderE2E, strconv.FormatFloat(res.E2EMs, 'f', 3, 64))
+		b = strconv.AppendFloat(b, res.E2EMs, 'f', 3, 64)
 	}
-	h.Set(HeaderQueue, strconv.FormatFloat(res.QueueMs, 'f', 3, 64))
+	all := string(b)
+	vals := make([]string, 3)
+	vals[0], vals[1], vals[2] = all[:ttft], all[ttft:queue], all[queue:]
+	h[HeaderTTFT] = vals[0:1:1]
+	h[HeaderQueue] = vals[1:2:2]
+	if res.E2EMs > 0 {
+		h[HeaderE2E] = vals[2:3:3]
+	}
 }
 
 // responseID is cmpl- or chatcmpl- and the X-Request-Id header, or a
@@ -317,7 +356,13 @@ func (s *Server) responseID(r *http.Request, chat bool) string {
 		return prefix + h
 	}
 	n := s.seq.Add(1)
-	return prefix + strconv.FormatUint(xxh3.HashString(strconv.FormatUint(n, 10)+"/"+strconv.FormatUint(s.opts.Seed, 10)), 16) + strconv.FormatUint(n, 16)
+	// The hash of "n/seed" in decimal, then n in hex, built on the stack.
+	var kb, ib [48]byte
+	k := strconv.AppendUint(kb[:0], n, 10)
+	k = strconv.AppendUint(append(k, '/'), s.opts.Seed, 10)
+	id := append(ib[:0], prefix...)
+	id = strconv.AppendUint(id, xxh3.Hash(k), 16)
+	return string(strconv.AppendUint(id, n, 16))
 }
 
 // logFailure says on the server's log why a request the cluster took did

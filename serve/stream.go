@@ -49,7 +49,8 @@ func (p *progress) take() (from, to int, since time.Time) {
 	return from, to, since
 }
 
-// chunker writes a stream's SSE chunks.
+// chunker writes a stream's SSE chunks: each method adds one to the
+// buffer, flush sends them.
 type chunker struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
@@ -86,15 +87,14 @@ func (c *chunker) start() {
 	h.Set("Cache-Control", "no-cache")
 	c.w.WriteHeader(http.StatusOK)
 	if c.chat {
-		c.buf = append(c.buf[:0], c.head...)
+		c.buf = append(c.buf, c.head...)
 		c.buf = append(c.buf, `{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}`+"\n\n"...)
-		c.write()
 	}
 }
 
 // text sends one chunk carrying text; finish, when set, ends the choice.
 func (c *chunker) text(text, finish string) {
-	c.buf = append(c.buf[:0], c.head...)
+	c.buf = append(c.buf, c.head...)
 	if c.chat {
 		c.buf = append(c.buf, `{"index":0,"delta":{"content":`...)
 		c.buf = appendJSONString(c.buf, text)
@@ -110,40 +110,36 @@ func (c *chunker) text(text, finish string) {
 		c.buf = appendJSONString(c.buf, finish)
 		c.buf = append(c.buf, `,"stop_reason":null}]}`+"\n\n"...)
 	}
-	c.write()
 }
 
 // usage sends the usage chunk (no choices).
 func (c *chunker) usage(u usage) {
-	c.buf = append(c.buf[:0], c.head...)
+	c.buf = append(c.buf, c.head...)
 	c.buf = append(c.buf, `],"usage":`...)
 	b, _ := json.Marshal(u)
 	c.buf = append(c.buf, b...)
 	c.buf = append(c.buf, "}\n\n"...)
-	c.write()
 }
 
 // fail sends an error after the headers, as vLLM does: an error object in
 // a data line, the status staying 200.
 func (c *chunker) fail(e *apiError) {
 	b, _ := json.Marshal(errorBody{Error: *e})
-	c.buf = append(append(append(c.buf[:0], "data: "...), b...), "\n\n"...)
-	c.write()
+	c.buf = append(append(append(c.buf, "data: "...), b...), "\n\n"...)
 }
 
 func (c *chunker) done() {
-	c.buf = append(c.buf[:0], "data: [DONE]\n\n"...)
-	c.write()
+	c.buf = append(c.buf, "data: [DONE]\n\n"...)
 }
 
-func (c *chunker) write() {
-	if c.err != nil {
-		return
-	}
-	_, c.err = c.w.Write(c.buf)
-}
-
+// flush writes the chunks made since the last flush in one write, and
+// sends them: one write rather than one per chunk, so that tokens ready
+// together cost one pass through net/http's buffers.
 func (c *chunker) flush() {
+	if c.err == nil && len(c.buf) > 0 {
+		_, c.err = c.w.Write(c.buf)
+	}
+	c.buf = c.buf[:0]
 	if c.err == nil && c.flusher != nil {
 		c.flusher.Flush()
 	}

@@ -1,0 +1,240 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/cputime"
+)
+
+// benchChildEnv makes the test binary serve for BenchmarkServeServerCPU
+// instead of running tests (TestMain): its value says what it serves
+// ("bare", "bare-paced", or "serve:SPEEDUP"). The server then runs in a process of its
+// own, and the benchmark reads that process's CPU time alone, the client's
+// left out.
+const benchChildEnv = "MOCKER_SERVE_BENCH_CHILD"
+
+// cpuPath answers the serving child's CPU time so far, in nanoseconds.
+const cpuPath = "/_bench/cpu"
+
+// serveBenchChild serves what its environment names on a loopback port it
+// prints, until its stdin closes.
+func serveBenchChild(what string) int {
+	var h http.Handler
+	var s *Server
+	switch {
+	case what == "bare":
+		h = bareHandler(64, 0)
+	case what == "bare-paced":
+		// Chunks a few ms apart, as serve's paced ones: each wakes the
+		// writer, which back-to-back chunks do not.
+		h = bareHandler(64, 4*time.Millisecond)
+	case strings.HasPrefix(what, "serve:"):
+		speedup, err := strconv.ParseFloat(strings.TrimPrefix(what, "serve:"), 64)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		s, err = New(cluster.Config{Workers: 2, Args: map[string]any{"speedup_ratio": speedup, "max_num_seqs": 256, "num_gpu_blocks": 16384}}, Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		h = s.Handler()
+	default:
+		fmt.Fprintf(os.Stderr, "%s: want bare, bare-paced or serve:SPEEDUP, got %q\n", benchChildEnv, what)
+		return 1
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/", h)
+	mux.HandleFunc("GET "+cpuPath, func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, strconv.FormatInt(cputime.Self().Nanoseconds(), 10))
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	fmt.Println(ln.Addr().String())
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	_ = hs.Close()
+	if s != nil {
+		_ = s.Close()
+	}
+	return 0
+}
+
+// startBenchChild runs serveBenchChild(what) in a child process and
+// returns its base URL.
+func startBenchChild(b *testing.B, what string) string {
+	b.Helper()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), benchChildEnv+"="+what)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		_ = stdin.Close()
+		_ = cmd.Wait()
+	})
+	addr, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		b.Fatalf("the serving child did not start: %v", err)
+	}
+	return "http://" + strings.TrimSpace(addr)
+}
+
+// childCPU is the serving child's CPU time so far.
+func childCPU(b *testing.B, hc *http.Client, base string) time.Duration {
+	b.Helper()
+	resp, err := hc.Get(base + cpuPath)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	ns, err := strconv.ParseInt(string(out), 10, 64)
+	if err != nil {
+		b.Fatalf("the child's CPU time: %v (%q)", err, out)
+	}
+	return time.Duration(ns)
+}
+
+// BenchmarkServeServerCPU measures the server's CPU alone (it runs in a
+// child process; the client here is left out) per non-streamed request
+// (128 prompt tokens in, 16 out, at the largest speedup so that pacing
+// does not bound the rate) and per streamed token (128 in, 64 out, paced
+// at speedup 1 so that tokens leave one chunk each), beside a bare
+// net/http handler answering the same shapes in the same run
+// (cpu_µs/req, cpu_ns/token).
+func BenchmarkServeServerCPU(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		maxTokens int
+		stream    bool
+		serve     string
+	}{
+		{"nonstream-128in-16out", 16, false, "serve:" + strconv.FormatFloat(cluster.MaxSpeedupRatio, 'g', -1, 64)},
+		{"stream-128in-64out", 64, true, "serve:1"},
+	} {
+		b.Run(tc.name+"/bare-net-http", func(b *testing.B) {
+			childHammer(b, startBenchChild(b, "bare"), tc.maxTokens, tc.stream)
+		})
+		if tc.stream {
+			b.Run(tc.name+"/bare-net-http-paced", func(b *testing.B) {
+				childHammer(b, startBenchChild(b, "bare-paced"), tc.maxTokens, tc.stream)
+			})
+		}
+		b.Run(tc.name+"/serve", func(b *testing.B) {
+			childHammer(b, startBenchChild(b, tc.serve), tc.maxTokens, tc.stream)
+		})
+	}
+}
+
+// childHammer sends b.N requests from parallel clients to the serving
+// child at base and reports the child's CPU per request and, streamed,
+// per token.
+func childHammer(b *testing.B, base string, maxTokens int, stream bool) {
+	b.Helper()
+	tr := &http.Transport{MaxIdleConnsPerHost: 256}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	url := base + "/v1/completions"
+	var seq atomic.Uint64
+	var chunks atomic.Int64
+	b.SetParallelism(32)
+	cpu0 := childCPU(b, hc, base)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			resp, err := hc.Post(url, "application/json", bytes.NewReader(benchPrompt(seq.Add(1), maxTokens, stream)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			if stream {
+				sc := bufio.NewScanner(resp.Body)
+				n := int64(0)
+				for sc.Scan() {
+					if bytes.HasPrefix(sc.Bytes(), []byte("data: {")) {
+						n++
+					}
+				}
+				chunks.Add(n)
+			} else {
+				_, _ = io.Copy(io.Discard, resp.Body)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b.Errorf("status %d", resp.StatusCode)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	cpu := childCPU(b, hc, base) - cpu0
+	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu_µs/req")
+	if stream {
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*maxTokens), "cpu_ns/token")
+		b.ReportMetric(float64(chunks.Load())/float64(b.N), "chunks/req")
+	}
+}
+
+// BenchmarkServeHandler measures serve's own CPU per non-streamed request
+// (128 prompt tokens in, 16 out, at the largest speedup) with no network:
+// the handler called directly with a recorded response, through the
+// cluster, from parallel callers. What it reports beside
+// BenchmarkServeServerCPU's serve figure is the share of net/http and the
+// socket.
+func BenchmarkServeHandler(b *testing.B) {
+	s, _ := startServer(b, cluster.Config{Workers: 2, Args: map[string]any{"speedup_ratio": cluster.MaxSpeedupRatio, "max_num_seqs": 256, "num_gpu_blocks": 16384}}, Options{})
+	h := s.Handler()
+	var seq atomic.Uint64
+	b.SetParallelism(32)
+	b.ReportAllocs()
+	cpu0 := cputime.Self()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			body := benchPrompt(seq.Add(1), 16, false)
+			r, err := http.NewRequest(http.MethodPost, "/v1/completions", bytes.NewReader(body))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			r.Header.Set("Content-Type", "application/json")
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, r)
+			if w.Code != http.StatusOK {
+				b.Errorf("status %d: %s", w.Code, w.Body)
+				return
+			}
+		}
+	})
+	b.StopTimer()
+	b.ReportMetric(float64((cputime.Self()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu_µs/req")
+}
