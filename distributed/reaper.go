@@ -95,8 +95,11 @@ func startReaper(bin, dir string) (*reaper, error) {
 // how it exits does not matter then.
 func (r *reaper) stop() error {
 	_ = r.pipe.Close()
-	done := make(chan error, 1)
-	go func() { done <- r.cmd.Wait() }()
+	done := make(chan struct{})
+	go func() {
+		_ = r.cmd.Wait()
+		close(done)
+	}()
 	select {
 	case <-done:
 		return nil
