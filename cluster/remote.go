@@ -791,17 +791,28 @@ func (c *Cluster) abandonAfter(d time.Duration) {
 const remoteStopGrace = 5 * time.Second
 
 // watchStopped gives up, once remoteStopGrace has passed, the remote
-// workers of stopped request r that have reported nothing since, if r
-// has not ended by then (on the loop of a cluster that is not stepped).
+// workers that stopped request r waits on and that have reported nothing
+// since, if r has not ended by then (on the loop of a cluster that is not
+// stepped).
 func (c *Cluster) watchStopped(r *request) {
 	since, id := time.Now(), r.id
 	time.AfterFunc(remoteStopGrace, func() {
 		c.post(func() {
 			for _, r := range c.sortedRequests() {
-				if r.id == id {
-					c.giveUpSilent(since, r.prefill, r.decode)
-					return
+				if r.id != id {
+					continue
 				}
+				// Only the sides the request still waits on: a decode
+				// with no part in it yet has nothing to answer.
+				switch r.machine.Phase() {
+				case handoff.Routed, handoff.PrefillQueued:
+					c.giveUpSilent(since, r.prefill)
+				case handoff.Activated:
+					c.giveUpSilent(since, r.decode)
+				default:
+					c.giveUpSilent(since, r.prefill, r.decode)
+				}
+				return
 			}
 		})
 	})
