@@ -114,6 +114,9 @@ type Cluster struct {
 	rlink        *remoteLink
 	transport    Transport
 	nextWorkerID uint64
+	// stopSince is when a stepped remote cluster first saw a caller's
+	// context end while it waited for a worker (zero: none has).
+	stopSince time.Time
 
 	mail chan message
 	done chan struct{} // the loop has ended
@@ -152,6 +155,8 @@ type workerNode struct {
 	// prefill's advertised transfer server.
 	gone         bool
 	transferAddr string
+	// heard is when a remote worker last reported (wall clock).
+	heard time.Time
 	// A coupled remote worker's turns: the last one sent, those whose
 	// answer the loop waits for (each holds a ticket), and the generation
 	// of its scheduled run (an answer that moves it makes the older one

@@ -251,6 +251,9 @@ func (c *Cluster) handle(m message) {
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
+			if c.remote && !c.opts.stepped {
+				c.watchStopped(r)
+			}
 		} else {
 			m.h.stopReason = m.reason
 		}

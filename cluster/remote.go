@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -96,6 +97,7 @@ type RemoteWorker interface {
 type pendingTurn struct {
 	turn uint64
 	t    engine.Ticket
+	sent time.Time // wall clock
 }
 
 // RemoteInfo describes a worker that joins.
@@ -288,7 +290,7 @@ func (c *Cluster) turn(n *workerNode) {
 // openTurn numbers n's next turn, whose answer fills ticket t.
 func (c *Cluster) openTurn(n *workerNode, t engine.Ticket) uint64 {
 	n.turn++
-	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: t})
+	n.turns = append(n.turns, pendingTurn{turn: n.turn, t: t, sent: time.Now()})
 	return n.turn
 }
 
@@ -341,6 +343,7 @@ func (c *Cluster) deliverTurn(name string, items []RemoteItem, turn uint64, next
 	if n == nil || c.ended {
 		return
 	}
+	n.heard = time.Now()
 	var rest []RemoteItem
 	for _, it := range items {
 		switch {
@@ -499,7 +502,7 @@ func (c *Cluster) join(info RemoteInfo, rw RemoteWorker) error {
 			return fmt.Errorf("worker %s refused: a live worker already has that name", info.Name)
 		}
 	}
-	n := &workerNode{idx: len(c.workers), name: info.Name, ranks: 1, role: info.Role, id: c.nextWorkerID, args: a,
+	n := &workerNode{idx: len(c.workers), name: info.Name, ranks: 1, role: info.Role, id: c.nextWorkerID, args: a, heard: time.Now(),
 		transferAddr: info.TransferAddr}
 	c.nextWorkerID++
 	n.last = engine.Metrics{TotalBlocks: a.NumGPUBlocks, FreeBlocks: a.NumGPUBlocks}
@@ -610,6 +613,7 @@ func (c *Cluster) deliver(name string, items []RemoteItem) {
 	if n == nil || c.ended {
 		return
 	}
+	n.heard = time.Now()
 	c.stamp()
 	c.applyItems(n, items)
 	c.checkDrained()
@@ -777,4 +781,115 @@ func (c *Cluster) abandonAfter(d time.Duration) {
 			c.finish(r, handoff.Errored, errClosed)
 		}
 	})
+}
+
+// remoteStopGrace bounds how long a stopped request (its caller gave up:
+// an interrupted run, a scenario's end) waits for its remote worker. A
+// worker that keeps its lease but answers nothing (a stopped process, a
+// wedged host) would otherwise hold the request, and the paced clock or a
+// drain behind it, for as long as the lease lives.
+const remoteStopGrace = 5 * time.Second
+
+// watchStopped gives up, once remoteStopGrace has passed, the remote
+// workers that stopped request r waits on and that have reported nothing
+// since, if r has not ended by then (on the loop of a cluster that is not
+// stepped).
+func (c *Cluster) watchStopped(r *request) {
+	since, id := time.Now(), r.id
+	time.AfterFunc(remoteStopGrace, func() {
+		c.post(func() {
+			for _, r := range c.sortedRequests() {
+				if r.id != id {
+					continue
+				}
+				// Only the sides the request still waits on: a decode
+				// with no part in it yet has nothing to answer.
+				switch r.machine.Phase() {
+				case handoff.Routed, handoff.PrefillQueued:
+					c.giveUpSilent(since, r.prefill)
+				case handoff.Activated:
+					c.giveUpSilent(since, r.decode)
+				default:
+					c.giveUpSilent(since, r.prefill, r.decode)
+				}
+				return
+			}
+		})
+	})
+}
+
+// giveUpSilent removes, as lost, those of nodes that are remote, live and
+// have reported nothing since since. Their requests end "error" naming
+// them.
+func (c *Cluster) giveUpSilent(since time.Time, nodes ...*workerNode) {
+	if c.ended {
+		return
+	}
+	for i, n := range nodes {
+		if n == nil || n.gone || !n.heard.Before(since) || slices.Contains(nodes[:i], n) {
+			continue
+		}
+		c.leave(n.name, fmt.Sprintf("it answered nothing for %s after its requests were stopped (the run was interrupted or their callers gave up); its lease is alive, so its process may be stopped or wedged", remoteStopGrace))
+	}
+}
+
+// awaitRemote is a stepped remote cluster's wait for what its workers
+// post, while modeled time stands at an instant they have yet to answer.
+// Once a caller's context has ended (the run is interrupted), a worker
+// that leaves a turn unanswered for remoteStopGrace, counted from the
+// later of the turn and that moment, is given up, so that the clock
+// moves on.
+func (c *Cluster) awaitRemote() {
+	select {
+	case m := <-c.mail:
+		c.handle(m)
+		return
+	default:
+	}
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case m := <-c.mail:
+			c.handle(m)
+			return
+		case <-tick.C:
+		}
+		if c.stopSince.IsZero() {
+			if !c.anyCallerGone() {
+				continue
+			}
+			c.stopSince = time.Now()
+		}
+		gaveUp := false
+		for _, n := range c.workers {
+			if n.gone || len(n.turns) == 0 {
+				continue
+			}
+			since := n.turns[0].sent
+			if since.Before(c.stopSince) {
+				since = c.stopSince
+			}
+			if time.Since(since) >= remoteStopGrace && n.heard.Before(since) {
+				c.giveUpSilent(since, n)
+				gaveUp = true
+			}
+		}
+		if gaveUp {
+			return
+		}
+	}
+}
+
+// anyCallerGone reports whether the context of a call in flight has
+// ended.
+func (c *Cluster) anyCallerGone() bool {
+	for _, w := range c.watchList {
+		select {
+		case <-w.done:
+			return true
+		default:
+		}
+	}
+	return false
 }

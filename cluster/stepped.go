@@ -216,6 +216,10 @@ func (c *Cluster) runTo(limit float64) {
 		if !ok || !blocked || at > limit {
 			return
 		}
+		if c.remote {
+			c.awaitRemote()
+			continue
+		}
 		c.handle(<-c.mail)
 	}
 }
@@ -296,6 +300,9 @@ func (c *Cluster) stopEnded(arrived bool) {
 	}
 	if !ended {
 		return
+	}
+	if c.remote && c.stopSince.IsZero() {
+		c.stopSince = time.Now()
 	}
 	// A call handed in at this Settle becomes a request only as the
 	// Settle runs its events, after this look: one whose context had

@@ -51,6 +51,9 @@ type localServices struct {
 	// services require them; the children get them in their environment.
 	natsAuth cluster.NATSAuth
 	etcdAuth cluster.EtcdAuth
+	// reaper removes dir if this process dies without doing it (local
+	// mode only).
+	reaper   *reaper
 	mu       sync.Mutex
 	children []*child
 }
@@ -86,6 +89,12 @@ func startLocal(cfg cluster.Config, host *cluster.RemoteHost, log *slog.Logger) 
 			_ = t.Close()
 			return nil, fmt.Errorf("transport local: finding this program to spawn workers: %w", err)
 		}
+	}
+	// A SIGKILL leaves no time to remove the etcd data: a process of its
+	// own waits for this one to end and removes it then.
+	if ls.reaper, err = startReaper(bin, ls.dir); err != nil {
+		_ = t.Close()
+		return nil, err
 	}
 	seq := uint64(0)
 	for _, p := range host.Pools() {
@@ -324,10 +333,14 @@ func (ls *localServices) close() error {
 	if ls.etcd != nil {
 		ls.etcd.Close()
 	}
+	var err error
 	if ls.dir != "" {
-		return os.RemoveAll(ls.dir)
+		err = os.RemoveAll(ls.dir)
 	}
-	return nil
+	if ls.reaper != nil {
+		err = errors.Join(err, ls.reaper.stop())
+	}
+	return err
 }
 
 // tailBuffer keeps the last max bytes written to it.

@@ -22,6 +22,8 @@ import (
 	"runtime/debug"
 
 	"golang.org/x/term"
+
+	"github.com/kvstrand/mocker/distributed"
 )
 
 func main() {
@@ -54,6 +56,8 @@ func dispatch(args []string, stdout, stderr io.Writer) int {
 		return serveCmd(args[1:], stderr)
 	case "args", "metrics":
 		return docsCmd(args[0], args[1:], stdout, stderr)
+	case distributed.ReaperCommand: // local mode's, not for users
+		return distributed.RunReaper(args[1:], os.Stdin)
 	case "version", "--version", "-v":
 		fmt.Fprint(stdout, readBuildInfo().Text())
 		return 0
