@@ -384,15 +384,24 @@ func (c *Cluster) tooLong(req Request) string {
 		n, c.res.pools[0].role, c.maxPrompt)
 }
 
+// endedBeforeArrival answers h, and says so, when its caller stopped it
+// or the cluster is stopping before the loop took it in.
+func (c *Cluster) endedBeforeArrival(h *call) bool {
+	switch {
+	case h.stopReason != "":
+		c.answer(h, Result{Outcome: OutcomeError, Error: h.stopReason})
+	case c.stopping:
+		c.answer(h, Result{Outcome: OutcomeError, Error: errClosed})
+	default:
+		return false
+	}
+	return true
+}
+
 // arrive starts a request on the loop at its modeled time: route it, build
 // its machine and start it.
 func (c *Cluster) arrive(h *call) {
-	if h.stopReason != "" {
-		c.answer(h, Result{Outcome: OutcomeError, Error: h.stopReason})
-		return
-	}
-	if c.stopping {
-		c.answer(h, Result{Outcome: OutcomeError, Error: errClosed})
+	if c.endedBeforeArrival(h) {
 		return
 	}
 	c.nextID++

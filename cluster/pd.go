@@ -288,12 +288,7 @@ func (c *Cluster) acceptClaim(h *call) {
 // claim checks a Decode's claim against the transfers handed out and, if
 // it holds, names the decode on the request's machine.
 func (c *Cluster) claim(h *call) {
-	if h.stopReason != "" {
-		c.answer(h, Result{Outcome: OutcomeError, Error: h.stopReason})
-		return
-	}
-	if c.stopping {
-		c.answer(h, Result{Outcome: OutcomeError, Error: errClosed})
+	if c.endedBeforeArrival(h) {
 		return
 	}
 	cl := h.pd.claim

@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -17,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvstrand/mocker/internal/benchchild"
 	"github.com/kvstrand/mocker/internal/cputime"
 )
 
@@ -65,29 +64,7 @@ func serveForBenchmarks() int {
 // returns its base URL.
 func startBenchServer(b *testing.B) string {
 	b.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchServerEnv+"=1")
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-	})
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.Fatalf("the benchmark server did not start: %v", err)
-	}
-	return "http://" + strings.TrimSpace(addr)
+	return "http://" + benchchild.Start(b, benchServerEnv+"=1")
 }
 
 // BenchmarkHTTPGet measures the CPU time this process spends per GET

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/benchchild"
 	"github.com/kvstrand/mocker/internal/cputime"
 )
 
@@ -83,29 +83,7 @@ func serveBenchChild(what string) int {
 // returns its base URL.
 func startBenchChild(b *testing.B, what string) string {
 	b.Helper()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), benchChildEnv+"="+what)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		b.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		_ = stdin.Close()
-		_ = cmd.Wait()
-	})
-	addr, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil {
-		b.Fatalf("the serving child did not start: %v", err)
-	}
-	return "http://" + strings.TrimSpace(addr)
+	return "http://" + benchchild.Start(b, benchChildEnv+"="+what)
 }
 
 // childCPU is the serving child's CPU time so far.
