@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -138,48 +137,9 @@ func BenchmarkServeServerCPU(b *testing.B) {
 // per token.
 func childHammer(b *testing.B, base string, maxTokens int, stream bool) {
 	b.Helper()
-	tr := &http.Transport{MaxIdleConnsPerHost: 256}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
-	url := base + "/v1/completions"
-	var seq atomic.Uint64
-	var chunks atomic.Int64
-	b.SetParallelism(32)
-	cpu0 := childCPU(b, hc, base)
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			resp, err := hc.Post(url, "application/json", bytes.NewReader(benchPrompt(seq.Add(1), maxTokens, stream)))
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			if stream {
-				sc := bufio.NewScanner(resp.Body)
-				n := int64(0)
-				for sc.Scan() {
-					if bytes.HasPrefix(sc.Bytes(), []byte("data: {")) {
-						n++
-					}
-				}
-				chunks.Add(n)
-			} else {
-				_, _ = io.Copy(io.Discard, resp.Body)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				b.Errorf("status %d", resp.StatusCode)
-				return
-			}
-		}
-	})
-	b.StopTimer()
-	cpu := childCPU(b, hc, base) - cpu0
-	b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(b.N), "cpu_µs/req")
-	if stream {
-		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*maxTokens), "cpu_ns/token")
-		b.ReportMetric(float64(chunks.Load())/float64(b.N), "chunks/req")
-	}
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	hammerWith(b, base+"/v1/completions", maxTokens, stream, func() time.Duration { return childCPU(b, hc, base) })
 }
 
 // BenchmarkServeHandler measures serve's own CPU per non-streamed request
