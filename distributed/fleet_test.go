@@ -162,17 +162,22 @@ func TestFleet_ProcessDrainsAllOnSIGTERM(t *testing.T) {
 	results := make(chan cluster.Result, n)
 	for i := range n {
 		go func() {
-			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64 + 8*i, MaxTokens: 600})
+			results <- c.Generate(context.Background(), cluster.Request{PromptTokens: 64 + 8*i, MaxTokens: 3000})
 		}()
 	}
-	// SIGTERM while requests run on the workers.
+	// SIGTERM once every worker runs a request: a worker that drains
+	// idle leaves at once, and a request still on its way to it would be
+	// refused (a draining worker takes no new work), which is right but
+	// not what this test is about.
 	require.Eventually(t, func() bool {
-		running := 0
+		busy := map[string]bool{}
 		for _, w := range c.Stats().Workers {
-			running += w.Running
+			if w.Running > 0 {
+				busy[w.Name] = true
+			}
 		}
-		return running > 0
-	}, 30*time.Second, time.Millisecond, "the requests run")
+		return len(busy) == 4
+	}, 30*time.Second, time.Millisecond, "the requests run on all four workers")
 	require.NoError(t, ch.cmd.Process.Signal(syscall.SIGTERM))
 	used := map[string]bool{}
 	for range n {
