@@ -69,7 +69,7 @@ func replay(t *testing.T, transcript string) string {
 			continue
 		}
 		f := strings.Fields(line)
-		kv := keyValues(f[1:])
+		kv := keyValues(f[0], f[1:])
 		if f[0] == "spec" {
 			spec := Spec{Request: engine.Request{ID: 7, Tokens: tokens, MaxTokens: 4},
 				PrefillName: "prefill-0", DecodeName: "decode-0", SessionTimeoutMs: 500,
@@ -101,7 +101,10 @@ func replay(t *testing.T, transcript string) string {
 
 type kvs map[string]string
 
-func keyValues(words []string) kvs {
+// keyValues reads a line's key=value words. Where the grammar above says
+// WORDS (a rejection's reason, an error) the value runs to the end of the
+// line; an event's reason is one word.
+func keyValues(line string, words []string) kvs {
 	m := kvs{}
 	for i, w := range words {
 		k, v, ok := strings.Cut(w, "=")
@@ -109,7 +112,7 @@ func keyValues(words []string) kvs {
 			m[w] = ""
 			continue
 		}
-		if k == "reason" || k == "err" {
+		if k == "err" || (k == "reason" && line == "reject") {
 			v = strings.Join(append([]string{v}, words[i+1:]...), " ")
 			m[k] = v
 			break
@@ -169,9 +172,11 @@ func parseEvent(t *testing.T, f []string, kv kvs) Event {
 	case "event":
 		kind, ok := eventKinds[f[2]]
 		require.True(t, ok, "unknown event kind %q", f[2])
+		reason, ok := reasons[kv.str("reason", "")]
+		require.True(t, ok || !kv.has("reason"), "unknown end reason %q", kv.str("reason", ""))
 		e := engine.Event{Kind: kind, At: kv.num("at"), RequestID: 7, Blocks: int(kv.num("blocks")),
 			DurationMs: kv.num("dur"), MissingTokens: int(kv.num("missing")), DelayMs: kv.num("delay"),
-			Reason: reasons[kv.str("reason", "")]}
+			Reason: reason}
 		switch kv.str("outcome", "") {
 		case "transferred":
 			e.Outcome = engine.Transferred
