@@ -2,7 +2,6 @@ package distributed
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/url"
 	"strconv"
@@ -121,7 +120,7 @@ func testRemote(t *testing.T) (*remote, func() []plane.Command) {
 		require.Len(t, tags, 1)
 		require.True(t, plane.Verify(tags[0], key, plane.DirCommand, subject, body), "sealed under the session's key")
 		var c plane.Command
-		require.NoError(t, json.Unmarshal(body, &c))
+		require.NoError(t, plane.DecodeCommand(body, &c))
 		require.Equal(t, tags[0].ID, c.Session, "the tag names the command's session")
 		sent = append(sent, c)
 		return nil
@@ -232,7 +231,7 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	from := w.next + 1<<20
 	lost := plane.Frame{Head: from + 5, Lost: &plane.LostFrames{Session: w.session, From: from, Oldest: from + 3}}
 	w.mu.Unlock()
-	data, err := json.Marshal(lost)
+	data, err := plane.EncodeFrame(&lost)
 	require.NoError(t, err)
 	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, plane.Seal(plane.DirFrame, w.reg.OutSubject, data, plane.Keyed{ID: w.session, Key: w.key})))
 

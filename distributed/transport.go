@@ -517,7 +517,7 @@ func (t *transport) del(key string) {
 	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
 	// Leave through the worker's own frame stream, behind its last
 	// frames; directly if the marker does not come back (NATS is down).
-	body, _ := json.Marshal(plane.Frame{Leave: reason})
+	body, _ := plane.EncodeFrame(&plane.Frame{Leave: reason})
 	data := plane.Seal(plane.DirFrame, w.reg.OutSubject, body, plane.Keyed{ID: t.leaveID, Key: t.leaveKey})
 	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
 		t.leave(id, reason)
@@ -740,7 +740,7 @@ func (w *remote) publishLocked(c plane.Command) {
 		c.Ack = w.next
 		w.acked, w.ackedAt = w.next, time.Now()
 	}
-	data, err := json.Marshal(c)
+	data, err := plane.EncodeCommand(&c)
 	if err != nil {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return

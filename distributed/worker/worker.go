@@ -536,7 +536,9 @@ func (l *workerLoop) run(ctx context.Context) error {
 		if at, _, ok := l.v.Next(); ok && l.coupled == 0 {
 			d := l.pace.Until(l.scale.Script(at))
 			if d <= 0 {
-				_ = l.v.RunUntil(at)
+				// Every event due by now, not the first alone: one frame
+				// carries what a late wake-up found due.
+				_ = l.v.RunUntil(max(at, l.modeled()))
 				l.flush()
 				continue
 			}
@@ -760,7 +762,7 @@ func (l *workerLoop) resend(session, seq uint64) {
 func (l *workerLoop) control(f plane.Frame, extra ...plane.Keyed) {
 	f.Head = l.seq
 	f.Rejected = l.rejected.Total()
-	data, err := json.Marshal(f)
+	data, err := plane.EncodeFrame(&f)
 	if err != nil {
 		l.log.Error("control frame not encoded", "err", err)
 		return
@@ -1051,7 +1053,7 @@ func (l *workerLoop) flush() {
 			f.Next = &at
 		}
 	}
-	data, err := json.Marshal(f)
+	data, err := plane.EncodeFrame(&f)
 	l.items = l.items[:0]
 	if err != nil {
 		l.log.Error("frame not encoded", "err", err)

@@ -32,11 +32,11 @@ import (
 // router or a worker: lock etcd down, docs/distributed-security.md), the
 // bus for nothing.
 //
-// Seal. A sealed message is the JSON body behind its tags:
+// Seal. A sealed message is the body behind its tags:
 //
-//	version (1 byte, 1) | count n (2 bytes, big endian)
+//	version (1 byte, WireVersion) | count n (2 bytes, big endian)
 //	n × ( id (8 bytes, big endian) | HMAC-SHA256 (32 bytes) )
-//	body (JSON)
+//	body (MessagePack, codec.go)
 //
 // A tag's id names the key: a command has one, its session's; a frame
 // one per session the worker serves (every router reads every frame); a
@@ -46,7 +46,7 @@ import (
 // as a frame, to another worker or with another body, and the reliable
 // plane applies a Seq once.
 const (
-	sealVersion = 1
+	sealVersion = WireVersion
 	sealTagSize = 8 + sha256.Size
 	// MaxSealTags bounds the tags of one message, so the sessions one
 	// worker serves at once.
@@ -108,8 +108,11 @@ var errMalformed = errors.New("not a sealed message")
 // Unseal splits a sealed message into its tags and body; nothing in it is
 // trusted until verify says so.
 func Unseal(data []byte) ([]SealTag, []byte, error) {
-	if len(data) < 3 || data[0] != sealVersion {
+	if len(data) < 3 {
 		return nil, nil, errMalformed
+	}
+	if data[0] != sealVersion {
+		return nil, nil, &VersionError{Got: data[0], Want: sealVersion}
 	}
 	n := int(binary.BigEndian.Uint16(data[1:]))
 	if n > MaxSealTags || len(data) < 3+n*sealTagSize {
@@ -204,6 +207,7 @@ const (
 	RejectUnknownSession = "unknown_session" // no key for it here
 	RejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
 	RejectLimit          = "limit"           // a bound on held state reached
+	RejectVersion        = "wire_version"    // sealed under another WireVersion
 	// RejectUnadvertised is a decode's connect to a transfer address no
 	// registered prefill advertised.
 	RejectUnadvertised = "unadvertised_address"
@@ -211,7 +215,7 @@ const (
 
 // Rejections counts dropped messages by reason; safe for concurrent use.
 type Rejections struct {
-	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised atomic.Uint64
+	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised, version atomic.Uint64
 }
 
 // Add counts one message dropped for reason.
@@ -229,13 +233,15 @@ func (r *Rejections) Add(reason string) {
 		r.limit.Add(1)
 	case RejectUnadvertised:
 		r.unadvertised.Add(1)
+	case RejectVersion:
+		r.version.Add(1)
 	}
 }
 
 // Total is every message dropped.
 func (r *Rejections) Total() uint64 {
 	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load() +
-		r.unadvertised.Load()
+		r.unadvertised.Load() + r.version.Load()
 }
 
 // ByReason is the counts by reason, the zero ones left out.
@@ -245,7 +251,8 @@ func (r *Rejections) ByReason() map[string]uint64 {
 		name string
 		n    uint64
 	}{{RejectMalformed, r.malformed.Load()}, {RejectBadMAC, r.badMAC.Load()}, {RejectUnknownSession, r.unknownSession.Load()},
-		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()}} {
+		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()},
+		{RejectVersion, r.version.Load()}} {
 		if c.n > 0 {
 			out[c.name] = c.n
 		}
