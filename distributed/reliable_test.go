@@ -262,3 +262,15 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
 	assert.EqualValues(t, n, s.Errored)
 }
+
+// TestGate_AnotherWireVersionIsCounted: a frame of another wire version
+// (version 1's JSON) is dropped and counted under its own reason, not
+// taken for a forgery.
+func TestGate_AnotherWireVersionIsCounted(t *testing.T) {
+	t.Parallel()
+	tr := &transport{log: slog.New(slog.DiscardHandler)}
+	w := &remote{t: tr}
+	_, ok := tr.openFrame(w, "mocker.ns.1.out", append([]byte{1, 0, 0}, `{"seq":1}`...))
+	require.False(t, ok)
+	assert.Equal(t, map[string]uint64{plane.RejectVersion: 1}, tr.rejected.ByReason())
+}

@@ -12,8 +12,9 @@ import (
 )
 
 // The request plane between the router and a worker is ours (Dynamo's
-// request framing is between its own peers and may differ): JSON on two
-// NATS subjects per worker, both in the registration.
+// request framing is between its own peers and may differ): sealed
+// MessagePack (seal.go, codec.go) on two NATS subjects per worker, both in
+// the registration.
 //
 //	mocker.{ns}.{instance:x}.cmd   router → worker: one command per message
 //	mocker.{ns}.{instance:x}.out   worker → routers: one frame per loop turn
