@@ -45,7 +45,7 @@ func (t *transport) openFrame(w *remote, subject string, data []byte) (f *plane.
 			t.reject(w, plane.RejectUnknownSession)
 		}
 		return nil, false
-	case !plane.Verify(tag, w.key, plane.DirFrame, subject, body):
+	case !w.mac.Verify(tag, plane.DirFrame, subject, body):
 		t.reject(w, plane.RejectBadMAC)
 		return nil, false
 	case plane.DecodeFrame(body, f) != nil || f.Leave != "":

@@ -125,7 +125,7 @@ func testRemote(t *testing.T) (*remote, func() []plane.Command) {
 		sent = append(sent, c)
 		return nil
 	}}
-	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, held: map[uint64]*plane.Frame{}}
+	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}}
 	return w, func() []plane.Command {
 		out := sent
 		sent = nil

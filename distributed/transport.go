@@ -131,7 +131,8 @@ type remote struct {
 	args    engine.Args
 	shift   float64 // ms to add to the worker's modeled times
 	session uint64
-	key     []byte // the session's MAC key
+	key     []byte     // the session's MAC key
+	mac     *plane.MAC // key, kept ready
 	// coupled: the worker runs on the cluster's clock; at and turn stamp
 	// the commands sent until the next Turn.
 	coupled bool
@@ -470,7 +471,7 @@ func (t *transport) join(reg plane.Registration, args engine.Args) {
 		t.log.Warn("worker ignored: its plane_key is unusable", "worker", reg.Name, "err", err)
 		return
 	}
-	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, held: map[uint64]*plane.Frame{}, coupled: coupled}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}, coupled: coupled}
 	t.workers[reg.InstanceID] = w
 	t.mu.Unlock()
 	// The session's first command: its ack says where its frames start,
@@ -745,7 +746,7 @@ func (w *remote) publishLocked(c plane.Command) {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, Key: w.key})); err != nil {
+	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, MAC: w.mac})); err != nil {
 		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
 	}
 }

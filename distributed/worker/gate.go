@@ -66,7 +66,7 @@ func (l *workerLoop) receiveSealed(data []byte) {
 		l.hello(tags[0], body)
 		return
 	}
-	if !plane.Verify(tags[0], key, plane.DirCommand, l.cmdSubj, body) {
+	if !l.inbox.mac(session).Verify(tags[0], plane.DirCommand, l.cmdSubj, body) {
 		l.reject(plane.RejectBadMAC, session)
 		return
 	}

@@ -10,6 +10,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -65,10 +67,44 @@ type SealTag struct {
 	mac [sha256.Size]byte
 }
 
-// Keyed is a MAC key and the id its tag is filed under.
+// Keyed is a MAC key and the id its tag is filed under; MAC, when set,
+// is the same key kept ready (NewMAC), which Seal then uses.
 type Keyed struct {
 	ID  uint64
 	Key []byte
+	MAC *MAC
+}
+
+// MAC is a key's HMAC kept keyed between messages, for a key that seals
+// or checks many (a session's): hmac.New hashes the key into its pads on
+// every call, a reset does not, and nothing is allocated per message. It
+// is safe for concurrent use.
+type MAC struct {
+	mu      sync.Mutex
+	h       hash.Hash
+	scratch []byte
+}
+
+// NewMAC readies key.
+func NewMAC(key []byte) *MAC { return &MAC{h: hmac.New(sha256.New, key)} }
+
+func (m *MAC) sum(dir byte, id uint64, subject string, body []byte) [sha256.Size]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.h.Reset()
+	m.scratch = binary.BigEndian.AppendUint64(append(m.scratch[:0], dir), id)
+	m.scratch = append(append(m.scratch, subject...), 0)
+	m.h.Write(m.scratch)
+	m.h.Write(body)
+	var out [sha256.Size]byte
+	m.h.Sum(out[:0])
+	return out
+}
+
+// Verify reports whether t is the MAC of body under m's key.
+func (m *MAC) Verify(t SealTag, dir byte, subject string, body []byte) bool {
+	s := m.sum(dir, t.ID, subject, body)
+	return hmac.Equal(s[:], t.mac[:])
 }
 
 // mac computes a tag's MAC.
@@ -96,7 +132,12 @@ func Seal(dir byte, subject string, body []byte, keys ...Keyed) []byte {
 	binary.BigEndian.PutUint16(out[1:], uint16(len(keys)))
 	for _, k := range keys {
 		out = binary.BigEndian.AppendUint64(out, k.ID)
-		m := mac(k.Key, dir, k.ID, subject, body)
+		var m [sha256.Size]byte
+		if k.MAC != nil {
+			m = k.MAC.sum(dir, k.ID, subject, body)
+		} else {
+			m = mac(k.Key, dir, k.ID, subject, body)
+		}
 		out = append(out, m[:]...)
 	}
 	return append(out, body...)

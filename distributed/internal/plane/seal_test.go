@@ -184,3 +184,22 @@ func BenchmarkSeal(b *testing.B) {
 }
 
 var benchKey = NewMACKey()
+
+// TestMAC_IsTheKeysHMAC: a kept MAC seals and checks as the key itself
+// does, message after message, and refuses what the key refuses.
+func TestMAC_IsTheKeysHMAC(t *testing.T) {
+	t.Parallel()
+	key := NewMACKey()
+	m := NewMAC(key)
+	for i, body := range [][]byte{[]byte("one"), nil, []byte("a longer body, to cross a block boundary of the hash function......")} {
+		subject := fmt.Sprintf("mocker.ns.%d.cmd", i)
+		kept := Seal(DirCommand, subject, body, Keyed{ID: 7, MAC: m})
+		assert.Equal(t, Seal(DirCommand, subject, body, Keyed{ID: 7, Key: key}), kept, "message %d", i)
+		tags, b, err := Unseal(kept)
+		require.NoError(t, err)
+		assert.True(t, m.Verify(tags[0], DirCommand, subject, b))
+		assert.False(t, m.Verify(tags[0], DirFrame, subject, b), "another direction")
+		assert.False(t, m.Verify(tags[0], DirCommand, subject+"x", b), "another subject")
+		assert.False(t, NewMAC(NewMACKey()).Verify(tags[0], DirCommand, subject, b), "another key")
+	}
+}
