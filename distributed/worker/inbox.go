@@ -174,6 +174,16 @@ func (b *inbox) sessionsOf(router int64) []uint64 {
 }
 
 // acks returns the acks due, by session, and clears them.
+// ackDue reports whether a session has an ack to send.
+func (b *inbox) ackDue() bool {
+	for _, s := range b.sessions {
+		if s.ackDue {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *inbox) acks() []plane.SessionAck {
 	var out []plane.SessionAck
 	for id, s := range b.sessions {
