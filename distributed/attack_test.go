@@ -57,7 +57,7 @@ func newAttacker(t *testing.T, natsURL, ns string, opts ...nats.Option) *attacke
 	_, err = nc.Subscribe("mocker."+ns+".*.out", func(m *nats.Msg) {
 		if _, body, err := plane.Unseal(m.Data); err == nil {
 			f := new(plane.Frame)
-			if json.Unmarshal(body, f) == nil {
+			if plane.DecodeFrame(body, f) == nil {
 				a.mu.Lock()
 				a.frames[m.Subject] = append(a.frames[m.Subject], f)
 				a.mu.Unlock()
@@ -96,7 +96,7 @@ func (a *attacker) head(reg plane.Registration) uint64 {
 // command publishes c sealed under a key of the attacker's own, filed
 // under tagID.
 func (a *attacker) command(reg plane.Registration, tagID uint64, c plane.Command) {
-	body, err := json.Marshal(c)
+	body, err := plane.EncodeCommand(&c)
 	require.NoError(a.t, err)
 	require.NoError(a.t, a.nc.Publish(reg.CmdSubject, plane.Seal(plane.DirCommand, reg.CmdSubject, body, plane.Keyed{ID: tagID, Key: plane.NewMACKey()})))
 }
@@ -104,7 +104,7 @@ func (a *attacker) command(reg plane.Registration, tagID uint64, c plane.Command
 // frame publishes f as worker reg's, sealed for tagID under a key of the
 // attacker's own.
 func (a *attacker) frame(reg plane.Registration, tagID uint64, f plane.Frame) {
-	body, err := json.Marshal(f)
+	body, err := plane.EncodeFrame(&f)
 	require.NoError(a.t, err)
 	require.NoError(a.t, a.nc.Publish(reg.OutSubject, plane.Seal(plane.DirFrame, reg.OutSubject, body, plane.Keyed{ID: tagID, Key: plane.NewMACKey()})))
 }

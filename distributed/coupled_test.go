@@ -162,7 +162,7 @@ func driverFor(t *testing.T, ls *localServices, reg plane.Registration, router *
 	sub, err := nc.Subscribe(reg.OutSubject, func(m *nats.Msg) {
 		body, ok := router.open(m.Subject, m.Data)
 		f := new(plane.Frame)
-		if ok && json.Unmarshal(body, f) == nil {
+		if ok && plane.DecodeFrame(body, f) == nil {
 			d.frames <- f
 		}
 	})
@@ -181,7 +181,7 @@ func (d *coupledDriver) send(c plane.Command) {
 	if c.Op == plane.OpHello {
 		c.Router = d.router.id
 	}
-	data, err := json.Marshal(c)
+	data, err := plane.EncodeCommand(&c)
 	require.NoError(d.t, err)
 	key := d.router.key(d.t, d.reg, d.session)
 	require.NoError(d.t, d.nc.Publish(d.reg.CmdSubject, plane.Seal(plane.DirCommand, d.reg.CmdSubject, data, plane.Keyed{ID: d.session, Key: key})))

@@ -1,7 +1,6 @@
 package distributed
 
 import (
-	"encoding/json"
 	"time"
 
 	"github.com/kvstrand/mocker/distributed/internal/plane"
@@ -19,12 +18,16 @@ import (
 func (t *transport) openFrame(w *remote, subject string, data []byte) (f *plane.Frame, ok bool) {
 	tags, body, err := plane.Unseal(data)
 	if err != nil {
+		if plane.IsVersionError(err) {
+			t.rejectVersion(w, err)
+			return nil, false
+		}
 		t.reject(w, plane.RejectMalformed)
 		return nil, false
 	}
 	f = new(plane.Frame)
 	if tag, mine := plane.TagOf(tags, t.leaveID); mine {
-		if !plane.Verify(tag, t.leaveKey, plane.DirFrame, subject, body) || json.Unmarshal(body, f) != nil || f.Leave == "" {
+		if !plane.Verify(tag, t.leaveKey, plane.DirFrame, subject, body) || plane.DecodeFrame(body, f) != nil || f.Leave == "" {
 			t.reject(w, plane.RejectBadMAC)
 			return nil, false
 		}
@@ -42,15 +45,31 @@ func (t *transport) openFrame(w *remote, subject string, data []byte) (f *plane.
 			t.reject(w, plane.RejectUnknownSession)
 		}
 		return nil, false
-	case !plane.Verify(tag, w.key, plane.DirFrame, subject, body):
+	case !w.mac.Verify(tag, plane.DirFrame, subject, body):
 		t.reject(w, plane.RejectBadMAC)
 		return nil, false
-	case json.Unmarshal(body, f) != nil || f.Leave != "":
+	case plane.DecodeFrame(body, f) != nil || f.Leave != "":
 		// A departure is the router's own word, never the worker's.
 		t.reject(w, plane.RejectMalformed)
 		return nil, false
 	}
 	return f, true
+}
+
+// rejectVersion counts a frame of another wire version and says which,
+// now and then: the worker runs another mocker release.
+func (t *transport) rejectVersion(w *remote, err error) {
+	t.rejected.Add(plane.RejectVersion)
+	t.mu.Lock()
+	now := time.Now()
+	log := now.Sub(t.rejectLogged) >= plane.RejectLogEvery
+	if log {
+		t.rejectLogged = now
+	}
+	t.mu.Unlock()
+	if log {
+		t.log.Error("frames dropped at the router's gate", "worker", w.reg.Name, "err", err)
+	}
 }
 
 // reject counts a dropped frame and says so, now and then.

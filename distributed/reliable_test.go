@@ -2,7 +2,6 @@ package distributed
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/url"
 	"strconv"
@@ -121,12 +120,12 @@ func testRemote(t *testing.T) (*remote, func() []plane.Command) {
 		require.Len(t, tags, 1)
 		require.True(t, plane.Verify(tags[0], key, plane.DirCommand, subject, body), "sealed under the session's key")
 		var c plane.Command
-		require.NoError(t, json.Unmarshal(body, &c))
+		require.NoError(t, plane.DecodeCommand(body, &c))
 		require.Equal(t, tags[0].ID, c.Session, "the tag names the command's session")
 		sent = append(sent, c)
 		return nil
 	}}
-	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, held: map[uint64]*plane.Frame{}}
+	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}}
 	return w, func() []plane.Command {
 		out := sent
 		sent = nil
@@ -232,7 +231,7 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	from := w.next + 1<<20
 	lost := plane.Frame{Head: from + 5, Lost: &plane.LostFrames{Session: w.session, From: from, Oldest: from + 3}}
 	w.mu.Unlock()
-	data, err := json.Marshal(lost)
+	data, err := plane.EncodeFrame(&lost)
 	require.NoError(t, err)
 	require.NoError(t, tr.nc.Publish(w.reg.OutSubject, plane.Seal(plane.DirFrame, w.reg.OutSubject, data, plane.Keyed{ID: w.session, Key: w.key})))
 
@@ -262,4 +261,16 @@ func TestReliable_LostFramesFailTheirRequestsSayingSo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, s.Requests, s.Completed+s.Aborted+s.Rejected+s.Errored, "request conservation")
 	assert.EqualValues(t, n, s.Errored)
+}
+
+// TestGate_AnotherWireVersionIsCounted: a frame of another wire version
+// (version 1's JSON) is dropped and counted under its own reason, not
+// taken for a forgery.
+func TestGate_AnotherWireVersionIsCounted(t *testing.T) {
+	t.Parallel()
+	tr := &transport{log: slog.New(slog.DiscardHandler)}
+	w := &remote{t: tr}
+	_, ok := tr.openFrame(w, "mocker.ns.1.out", append([]byte{1, 0, 0}, `{"seq":1}`...))
+	require.False(t, ok)
+	assert.Equal(t, map[string]uint64{plane.RejectVersion: 1}, tr.rejected.ByReason())
 }

@@ -131,7 +131,8 @@ type remote struct {
 	args    engine.Args
 	shift   float64 // ms to add to the worker's modeled times
 	session uint64
-	key     []byte // the session's MAC key
+	key     []byte     // the session's MAC key
+	mac     *plane.MAC // key, kept ready
 	// coupled: the worker runs on the cluster's clock; at and turn stamp
 	// the commands sent until the next Turn.
 	coupled bool
@@ -470,7 +471,7 @@ func (t *transport) join(reg plane.Registration, args engine.Args) {
 		t.log.Warn("worker ignored: its plane_key is unusable", "worker", reg.Name, "err", err)
 		return
 	}
-	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, held: map[uint64]*plane.Frame{}, coupled: coupled}
+	w := &remote{t: t, reg: reg, args: args, shift: shift, session: session, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}, coupled: coupled}
 	t.workers[reg.InstanceID] = w
 	t.mu.Unlock()
 	// The session's first command: its ack says where its frames start,
@@ -517,7 +518,7 @@ func (t *transport) del(key string) {
 	reason := fmt.Sprintf("its etcd registration is gone (instance %x: lease revoked or expired)", id)
 	// Leave through the worker's own frame stream, behind its last
 	// frames; directly if the marker does not come back (NATS is down).
-	body, _ := json.Marshal(plane.Frame{Leave: reason})
+	body, _ := plane.EncodeFrame(&plane.Frame{Leave: reason})
 	data := plane.Seal(plane.DirFrame, w.reg.OutSubject, body, plane.Keyed{ID: t.leaveID, Key: t.leaveKey})
 	if err := t.nc.Publish(w.reg.OutSubject, data); err != nil {
 		t.leave(id, reason)
@@ -740,12 +741,12 @@ func (w *remote) publishLocked(c plane.Command) {
 		c.Ack = w.next
 		w.acked, w.ackedAt = w.next, time.Now()
 	}
-	data, err := json.Marshal(c)
+	data, err := plane.EncodeCommand(&c)
 	if err != nil {
 		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, Key: w.key})); err != nil {
+	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, MAC: w.mac})); err != nil {
 		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
 	}
 }

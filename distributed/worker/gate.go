@@ -48,6 +48,14 @@ func routerOf(kv *mvccpb.KeyValue, log *slog.Logger) (routerUp, bool) {
 // names.
 func (l *workerLoop) receiveSealed(data []byte) {
 	tags, body, err := plane.Unseal(data)
+	if plane.IsVersionError(err) {
+		l.rejected.Add(plane.RejectVersion)
+		if now := time.Now(); now.Sub(l.rejectLogged) >= plane.RejectLogEvery {
+			l.rejectLogged = now
+			l.log.Error("commands dropped at the worker's gate", "err", err)
+		}
+		return
+	}
 	if err != nil || len(tags) != 1 {
 		l.reject(plane.RejectMalformed, 0)
 		return
@@ -58,12 +66,12 @@ func (l *workerLoop) receiveSealed(data []byte) {
 		l.hello(tags[0], body)
 		return
 	}
-	if !plane.Verify(tags[0], key, plane.DirCommand, l.cmdSubj, body) {
+	if !l.inbox.mac(session).Verify(tags[0], plane.DirCommand, l.cmdSubj, body) {
 		l.reject(plane.RejectBadMAC, session)
 		return
 	}
 	var c plane.Command
-	if err := json.Unmarshal(body, &c); err != nil || c.Session != session {
+	if err := plane.DecodeCommand(body, &c); err != nil || c.Session != session {
 		l.reject(plane.RejectMalformed, session)
 		return
 	}
@@ -85,7 +93,7 @@ func (l *workerLoop) hello(tag plane.SealTag, body []byte) {
 		return
 	}
 	var c plane.Command
-	if err := json.Unmarshal(body, &c); err != nil {
+	if err := plane.DecodeCommand(body, &c); err != nil {
 		l.reject(plane.RejectMalformed, session)
 		return
 	}

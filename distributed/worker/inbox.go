@@ -18,6 +18,7 @@ type inbox struct {
 	closedOrder []uint64
 	// overflowed counts commands dropped at the held bounds.
 	overflowed uint64
+	keyBuf     []plane.Keyed // keys' result, reused
 }
 
 type inSession struct {
@@ -29,6 +30,7 @@ type inSession struct {
 	ackDue   bool  // an ack to send
 	router   int64 // the router's lease id, from its hello
 	key      []byte
+	mac      *plane.MAC // key, kept ready
 	// heldBytes is the size of held, as the commands' encoded bodies.
 	heldBytes int
 }
@@ -38,7 +40,7 @@ func newInbox() *inbox { return &inbox{sessions: map[uint64]*inSession{}, closed
 // open starts a session whose hello verified under key.
 func (b *inbox) open(session uint64, router int64, key []byte, head uint64, now time.Time) {
 	if b.sessions[session] == nil {
-		b.sessions[session] = &inSession{from: head, held: map[uint64]plane.Command{}, router: router, key: key, heard: now}
+		b.sessions[session] = &inSession{from: head, held: map[uint64]plane.Command{}, router: router, key: key, mac: plane.NewMAC(key), heard: now}
 	}
 }
 
@@ -50,15 +52,24 @@ func (b *inbox) key(session uint64) []byte {
 	return nil
 }
 
-// keys are the live sessions' MAC keys, to seal a frame for all of them.
+// mac is session's MAC; nil when the session is unknown.
+func (b *inbox) mac(session uint64) *plane.MAC {
+	if s := b.sessions[session]; s != nil {
+		return s.mac
+	}
+	return nil
+}
+
+// keys are the live sessions' MAC keys, to seal a frame for all of them:
+// valid until the next call (the slice is reused).
 func (b *inbox) keys() []plane.Keyed {
-	out := make([]plane.Keyed, 0, len(b.sessions))
+	b.keyBuf = b.keyBuf[:0]
 	for id, s := range b.sessions {
 		if s.key != nil {
-			out = append(out, plane.Keyed{ID: id, Key: s.key})
+			b.keyBuf = append(b.keyBuf, plane.Keyed{ID: id, Key: s.key, MAC: s.mac})
 		}
 	}
-	return out
+	return b.keyBuf
 }
 
 // wasClosed reports whether session ended here.
@@ -163,6 +174,16 @@ func (b *inbox) sessionsOf(router int64) []uint64 {
 }
 
 // acks returns the acks due, by session, and clears them.
+// ackDue reports whether a session has an ack to send.
+func (b *inbox) ackDue() bool {
+	for _, s := range b.sessions {
+		if s.ackDue {
+			return true
+		}
+	}
+	return false
+}
+
 func (b *inbox) acks() []plane.SessionAck {
 	var out []plane.SessionAck
 	for id, s := range b.sessions {

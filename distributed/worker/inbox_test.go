@@ -27,8 +27,11 @@ func TestInbox_AppliesEachCommandOnceInOrder(t *testing.T) {
 		}
 		return out
 	}
+	assert.False(t, b.ackDue(), "nothing to acknowledge yet")
 	assert.Equal(t, []uint64{1}, seqs(b.accept(cmd(1), 40, now)))
+	assert.True(t, b.ackDue(), "an applied command is due an ack")
 	assert.Equal(t, []plane.SessionAck{{Session: 7, Seq: 1, From: 40}}, b.acks(), "the session's frames start at the head it met")
+	assert.False(t, b.ackDue(), "taken")
 	assert.Empty(t, b.acks(), "an ack is sent once")
 	assert.Empty(t, b.accept(cmd(3), 41, now), "3 waits for 2")
 	assert.Empty(t, b.accept(cmd(4), 41, now), "4 waits for 2")

@@ -423,8 +423,12 @@ type workerLoop struct {
 	// prefills are the transfer addresses of the namespace's registered
 	// prefill workers by instance id, the only ones a decode dials
 	// (prefills.go).
-	prefills     map[int64]string
-	rejected     plane.Rejections
+	prefills map[int64]string
+	rejected plane.Rejections
+	// ackTimer runs while acks wait for a frame to carry them (flush):
+	// when it fires first they go in a control frame of their own.
+	ackTimer     *time.Timer
+	ackArmed     bool
 	rejectLogged time.Time
 }
 
@@ -522,6 +526,9 @@ func (l *workerLoop) run(ctx context.Context) error {
 	var drainDeadline <-chan time.Time
 	heartbeat := time.NewTicker(plane.HeartbeatEvery)
 	defer heartbeat.Stop()
+	l.ackTimer = time.NewTimer(time.Hour)
+	l.ackTimer.Stop()
+	defer l.ackTimer.Stop()
 	var rejoin <-chan time.Time
 	for {
 		var lost <-chan struct{}
@@ -536,14 +543,25 @@ func (l *workerLoop) run(ctx context.Context) error {
 		if at, _, ok := l.v.Next(); ok && l.coupled == 0 {
 			d := l.pace.Until(l.scale.Script(at))
 			if d <= 0 {
-				_ = l.v.RunUntil(at)
+				// Every event due by now, not the first alone: one frame
+				// carries what a late wake-up found due.
+				_ = l.v.RunUntil(max(at, l.modeled()))
 				l.flush()
 				continue
 			}
 			timer.Reset(d)
 			wake = timer.C
 		}
+		var ackDue <-chan time.Time
+		if l.ackArmed {
+			ackDue = l.ackTimer.C
+		}
 		select {
+		case <-ackDue:
+			l.ackArmed = false
+			if acks := l.inbox.acks(); len(acks) > 0 {
+				l.control(plane.Frame{Acks: acks})
+			}
 		case m := <-l.in:
 			timer.Stop()
 			if l.coupled == 0 {
@@ -760,7 +778,7 @@ func (l *workerLoop) resend(session, seq uint64) {
 func (l *workerLoop) control(f plane.Frame, extra ...plane.Keyed) {
 	f.Head = l.seq
 	f.Rejected = l.rejected.Total()
-	data, err := json.Marshal(f)
+	data, err := plane.EncodeFrame(&f)
 	if err != nil {
 		l.log.Error("control frame not encoded", "err", err)
 		return
@@ -1033,15 +1051,22 @@ func (l *workerLoop) onInput(r engine.InputResult) {
 }
 
 // flush publishes what the loop produced as one numbered frame, kept for
-// resending, with the acks due; or the acks alone in a control frame.
+// resending, with the acks due. Acks with nothing to carry them wait up
+// to plane.AckDelay for a frame that does, and then go alone in a control
+// frame.
 func (l *workerLoop) flush() {
-	acks := l.inbox.acks()
 	answer := l.coupled != 0 && l.turn > l.answered
 	if len(l.items) == 0 && !answer {
-		if len(acks) > 0 {
-			l.control(plane.Frame{Acks: acks})
+		if !l.ackArmed && l.inbox.ackDue() {
+			l.ackTimer.Reset(plane.AckDelay)
+			l.ackArmed = true
 		}
 		return
+	}
+	acks := l.inbox.acks()
+	if l.ackArmed {
+		l.ackTimer.Stop()
+		l.ackArmed = false
 	}
 	f := plane.Frame{Seq: l.seq, Items: l.items, Head: l.seq + 1, Acks: acks, Rejected: l.rejected.Total()}
 	if l.coupled != 0 {
@@ -1051,7 +1076,7 @@ func (l *workerLoop) flush() {
 			f.Next = &at
 		}
 	}
-	data, err := json.Marshal(f)
+	data, err := plane.EncodeFrame(&f)
 	l.items = l.items[:0]
 	if err != nil {
 		l.log.Error("frame not encoded", "err", err)

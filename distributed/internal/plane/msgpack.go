@@ -4,8 +4,9 @@ import "encoding/binary"
 
 // msgpack is the few MessagePack encodings Dynamo's event plane needs
 // (Dynamo's event plane, whose one implemented codec it is): maps
-// with string keys, strings, unsigned integers, arrays, binary and nil. A
-// dependency for this much would weigh more than these lines.
+// with string keys, strings, unsigned integers, arrays, binary and nil,
+// written by hand so that each envelope's layout is spelled out here (the
+// request plane's bodies use a library: codec.go).
 type msgpack struct{ b []byte }
 
 func (e *msgpack) nil() { e.b = append(e.b, 0xc0) }

@@ -18,6 +18,9 @@ const (
 	// AckEvery is how long a router lets applied frames go unacknowledged
 	// when it has no command to carry the ack.
 	AckEvery = 200 * time.Millisecond
+	// AckDelay is how long a worker lets acks wait for a frame to carry
+	// them before it sends them alone: a small part of RetransmitAfter.
+	AckDelay = 20 * time.Millisecond
 	// HeartbeatEvery is how often a worker whose routers lag behind its
 	// frames tells them its Head.
 	HeartbeatEvery = 250 * time.Millisecond

@@ -10,6 +10,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -32,11 +34,11 @@ import (
 // router or a worker: lock etcd down, docs/distributed-security.md), the
 // bus for nothing.
 //
-// Seal. A sealed message is the JSON body behind its tags:
+// Seal. A sealed message is the body behind its tags:
 //
-//	version (1 byte, 1) | count n (2 bytes, big endian)
+//	version (1 byte, WireVersion) | count n (2 bytes, big endian)
 //	n × ( id (8 bytes, big endian) | HMAC-SHA256 (32 bytes) )
-//	body (JSON)
+//	body (MessagePack, codec.go)
 //
 // A tag's id names the key: a command has one, its session's; a frame
 // one per session the worker serves (every router reads every frame); a
@@ -46,7 +48,7 @@ import (
 // as a frame, to another worker or with another body, and the reliable
 // plane applies a Seq once.
 const (
-	sealVersion = 1
+	sealVersion = WireVersion
 	sealTagSize = 8 + sha256.Size
 	// MaxSealTags bounds the tags of one message, so the sessions one
 	// worker serves at once.
@@ -65,10 +67,44 @@ type SealTag struct {
 	mac [sha256.Size]byte
 }
 
-// Keyed is a MAC key and the id its tag is filed under.
+// Keyed is a MAC key and the id its tag is filed under; MAC, when set,
+// is the same key kept ready (NewMAC), which Seal then uses.
 type Keyed struct {
 	ID  uint64
 	Key []byte
+	MAC *MAC
+}
+
+// MAC is a key's HMAC kept keyed between messages, for a key that seals
+// or checks many (a session's): hmac.New hashes the key into its pads on
+// every call, a reset does not, and nothing is allocated per message. It
+// is safe for concurrent use.
+type MAC struct {
+	mu      sync.Mutex
+	h       hash.Hash
+	scratch []byte
+}
+
+// NewMAC readies key.
+func NewMAC(key []byte) *MAC { return &MAC{h: hmac.New(sha256.New, key)} }
+
+func (m *MAC) sum(dir byte, id uint64, subject string, body []byte) [sha256.Size]byte {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.h.Reset()
+	m.scratch = binary.BigEndian.AppendUint64(append(m.scratch[:0], dir), id)
+	m.scratch = append(append(m.scratch, subject...), 0)
+	m.h.Write(m.scratch)
+	m.h.Write(body)
+	var out [sha256.Size]byte
+	m.h.Sum(out[:0])
+	return out
+}
+
+// Verify reports whether t is the MAC of body under m's key.
+func (m *MAC) Verify(t SealTag, dir byte, subject string, body []byte) bool {
+	s := m.sum(dir, t.ID, subject, body)
+	return hmac.Equal(s[:], t.mac[:])
 }
 
 // mac computes a tag's MAC.
@@ -96,7 +132,12 @@ func Seal(dir byte, subject string, body []byte, keys ...Keyed) []byte {
 	binary.BigEndian.PutUint16(out[1:], uint16(len(keys)))
 	for _, k := range keys {
 		out = binary.BigEndian.AppendUint64(out, k.ID)
-		m := mac(k.Key, dir, k.ID, subject, body)
+		var m [sha256.Size]byte
+		if k.MAC != nil {
+			m = k.MAC.sum(dir, k.ID, subject, body)
+		} else {
+			m = mac(k.Key, dir, k.ID, subject, body)
+		}
 		out = append(out, m[:]...)
 	}
 	return append(out, body...)
@@ -108,8 +149,11 @@ var errMalformed = errors.New("not a sealed message")
 // Unseal splits a sealed message into its tags and body; nothing in it is
 // trusted until verify says so.
 func Unseal(data []byte) ([]SealTag, []byte, error) {
-	if len(data) < 3 || data[0] != sealVersion {
+	if len(data) < 3 {
 		return nil, nil, errMalformed
+	}
+	if data[0] != sealVersion {
+		return nil, nil, &VersionError{Got: data[0], Want: sealVersion}
 	}
 	n := int(binary.BigEndian.Uint16(data[1:]))
 	if n > MaxSealTags || len(data) < 3+n*sealTagSize {
@@ -204,6 +248,7 @@ const (
 	RejectUnknownSession = "unknown_session" // no key for it here
 	RejectUnknownRouter  = "unknown_router"  // a hello naming no registered router
 	RejectLimit          = "limit"           // a bound on held state reached
+	RejectVersion        = "wire_version"    // sealed under another WireVersion
 	// RejectUnadvertised is a decode's connect to a transfer address no
 	// registered prefill advertised.
 	RejectUnadvertised = "unadvertised_address"
@@ -211,7 +256,7 @@ const (
 
 // Rejections counts dropped messages by reason; safe for concurrent use.
 type Rejections struct {
-	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised atomic.Uint64
+	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised, version atomic.Uint64
 }
 
 // Add counts one message dropped for reason.
@@ -229,13 +274,15 @@ func (r *Rejections) Add(reason string) {
 		r.limit.Add(1)
 	case RejectUnadvertised:
 		r.unadvertised.Add(1)
+	case RejectVersion:
+		r.version.Add(1)
 	}
 }
 
 // Total is every message dropped.
 func (r *Rejections) Total() uint64 {
 	return r.malformed.Load() + r.badMAC.Load() + r.unknownSession.Load() + r.unknownRouter.Load() + r.limit.Load() +
-		r.unadvertised.Load()
+		r.unadvertised.Load() + r.version.Load()
 }
 
 // ByReason is the counts by reason, the zero ones left out.
@@ -245,7 +292,8 @@ func (r *Rejections) ByReason() map[string]uint64 {
 		name string
 		n    uint64
 	}{{RejectMalformed, r.malformed.Load()}, {RejectBadMAC, r.badMAC.Load()}, {RejectUnknownSession, r.unknownSession.Load()},
-		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()}} {
+		{RejectUnknownRouter, r.unknownRouter.Load()}, {RejectLimit, r.limit.Load()}, {RejectUnadvertised, r.unadvertised.Load()},
+		{RejectVersion, r.version.Load()}} {
 		if c.n > 0 {
 			out[c.name] = c.n
 		}

@@ -2,6 +2,7 @@ package plane
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -55,14 +56,29 @@ func TestSeal_AnyChangedByteFailsTheMAC(t *testing.T) {
 func TestSeal_MalformedHeadersAreRefused(t *testing.T) {
 	t.Parallel()
 	for name, data := range map[string][]byte{
-		"empty":           nil,
-		"plain JSON":      []byte(`{"seq":0,"leave":"x"}`),
-		"short tags":      {sealVersion, 0, 2, 1, 2, 3},
-		"too many tags":   append([]byte{sealVersion, 0xff, 0xff}, make([]byte, 1<<20)...),
-		"another version": {2, 0, 0},
+		"empty":         nil,
+		"short tags":    {sealVersion, 0, 2, 1, 2, 3},
+		"too many tags": append([]byte{sealVersion, 0xff, 0xff}, make([]byte, 1<<20)...),
 	} {
 		_, _, err := Unseal(data)
 		assert.ErrorIs(t, err, errMalformed, name)
+	}
+}
+
+// TestSeal_AnotherVersionIsNamed: a message of another wire version (the
+// JSON of version 1, or a later one) is refused with both versions named.
+func TestSeal_AnotherVersionIsNamed(t *testing.T) {
+	t.Parallel()
+	for name, data := range map[string][]byte{
+		"version 1":  {1, 0, 0, '{', '}'},
+		"version 3":  {3, 0, 0},
+		"plain JSON": []byte(`{"seq":0,"leave":"x"}`),
+	} {
+		_, _, err := Unseal(data)
+		require.Error(t, err, name)
+		assert.True(t, IsVersionError(err), name)
+		assert.Contains(t, err.Error(), fmt.Sprintf("version %d from the peer", data[0]), name)
+		assert.Contains(t, err.Error(), fmt.Sprintf("speaks version %d", WireVersion), name)
 	}
 }
 
@@ -106,49 +122,84 @@ func TestSessionKey_BothSidesDeriveTheSameKeyOnlyForTheirSession(t *testing.T) {
 	assert.Error(t, err)
 }
 
-// benchBodies are a typical submit and a typical decode
-// frame, as the plane encodes them.
-func benchBodies(b *testing.B) (cmd, frm []byte) {
-	b.Helper()
-	tokens := make([]uint32, 1024)
-	cmd, err := json.Marshal(Command{Op: OpSubmit, Session: 1 << 60, Seq: 1234, Ack: 5678, ID: 42, Tokens: tokens, MaxTokens: 128})
-	require.NoError(b, err)
-	frm, err = json.Marshal(Frame{Seq: 99, Head: 100, Items: []Item{{Output: &WireOutput{Start: 1, End: 2, Ran: true}}}})
-	require.NoError(b, err)
-	return cmd, frm
+// benchValues are a typical submit and a typical decode frame.
+func benchValues() (Command, Frame) {
+	return Command{Op: OpSubmit, Session: 1 << 60, Seq: 1234, Ack: 5678, ID: 42, Tokens: make([]uint32, 1024), MaxTokens: 128},
+		Frame{Seq: 99, Head: 100, Items: []Item{{Output: &WireOutput{Start: 1, End: 2, Ran: true}}}}
 }
 
 // BenchmarkSeal measures the MAC's CPU per message beside what the plane
-// spends anyway on the same message: JSON encoding (baseline).
+// spends anyway on the same message: decoding its body (decode), and, for
+// comparison, the JSON decode wire version 1 did (json-v1-decode).
 func BenchmarkSeal(b *testing.B) {
-	cmd, frm := benchBodies(b)
-	key := NewMACKey()
+	c, f := benchValues()
+	cmd, err := EncodeCommand(&c)
+	require.NoError(b, err)
+	frm, err := EncodeFrame(&f)
+	require.NoError(b, err)
+	cmdJSON, err := json.Marshal(c)
+	require.NoError(b, err)
+	frmJSON, err := json.Marshal(f)
+	require.NoError(b, err)
 	for _, m := range []struct {
-		name string
-		body []byte
-	}{{"command-1024-tokens", cmd}, {"frame", frm}} {
+		name       string
+		body, json []byte
+		decode     func([]byte) error
+	}{
+		{"command-1024-tokens", cmd, cmdJSON, func(p []byte) error { var c Command; return DecodeCommand(p, &c) }},
+		{"frame", frm, frmJSON, func(p []byte) error { var f Frame; return DecodeFrame(p, &f) }},
+	} {
 		b.Run(m.name+"/seal", func(b *testing.B) {
 			b.SetBytes(int64(len(m.body)))
 			for b.Loop() {
-				_ = Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: key})
+				_ = Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: benchKey})
 			}
 		})
-		data := Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: key})
+		data := Seal(DirCommand, "mocker.ns.1234567890abcdef.cmd", m.body, Keyed{ID: 1, Key: benchKey})
 		b.Run(m.name+"/unseal+verify", func(b *testing.B) {
 			b.SetBytes(int64(len(m.body)))
 			for b.Loop() {
 				tags, body, _ := Unseal(data)
-				if !Verify(tags[0], key, DirCommand, "mocker.ns.1234567890abcdef.cmd", body) {
+				if !Verify(tags[0], benchKey, DirCommand, "mocker.ns.1234567890abcdef.cmd", body) {
 					b.Fatal("does not verify")
 				}
 			}
 		})
-		b.Run(m.name+"/baseline-json-decode", func(b *testing.B) {
+		b.Run(m.name+"/decode", func(b *testing.B) {
 			b.SetBytes(int64(len(m.body)))
 			for b.Loop() {
-				var v map[string]any
-				_ = json.Unmarshal(m.body, &v)
+				if err := m.decode(m.body); err != nil {
+					b.Fatal(err)
+				}
 			}
 		})
+		b.Run(m.name+"/json-v1-decode", func(b *testing.B) {
+			b.SetBytes(int64(len(m.json)))
+			for b.Loop() {
+				var v map[string]any
+				_ = json.Unmarshal(m.json, &v)
+			}
+		})
+	}
+}
+
+var benchKey = NewMACKey()
+
+// TestMAC_IsTheKeysHMAC: a kept MAC seals and checks as the key itself
+// does, message after message, and refuses what the key refuses.
+func TestMAC_IsTheKeysHMAC(t *testing.T) {
+	t.Parallel()
+	key := NewMACKey()
+	m := NewMAC(key)
+	for i, body := range [][]byte{[]byte("one"), nil, []byte("a longer body, to cross a block boundary of the hash function......")} {
+		subject := fmt.Sprintf("mocker.ns.%d.cmd", i)
+		kept := Seal(DirCommand, subject, body, Keyed{ID: 7, MAC: m})
+		assert.Equal(t, Seal(DirCommand, subject, body, Keyed{ID: 7, Key: key}), kept, "message %d", i)
+		tags, b, err := Unseal(kept)
+		require.NoError(t, err)
+		assert.True(t, m.Verify(tags[0], DirCommand, subject, b))
+		assert.False(t, m.Verify(tags[0], DirFrame, subject, b), "another direction")
+		assert.False(t, m.Verify(tags[0], DirCommand, subject+"x", b), "another subject")
+		assert.False(t, NewMAC(NewMACKey()).Verify(tags[0], DirCommand, subject, b), "another key")
 	}
 }

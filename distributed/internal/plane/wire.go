@@ -12,8 +12,9 @@ import (
 )
 
 // The request plane between the router and a worker is ours (Dynamo's
-// request framing is between its own peers and may differ): JSON on two
-// NATS subjects per worker, both in the registration.
+// request framing is between its own peers and may differ): sealed
+// MessagePack (seal.go, codec.go) on two NATS subjects per worker, both in
+// the registration.
 //
 //	mocker.{ns}.{instance:x}.cmd   router → worker: one command per message
 //	mocker.{ns}.{instance:x}.out   worker → routers: one frame per loop turn
@@ -34,8 +35,8 @@ import (
 //     Seq), the first being OpHello. The worker applies a session's commands in Seq order exactly
 //     once: a duplicate is dropped, one ahead of a gap is held until the
 //     gap fills. Its frames acknowledge the highest Seq applied per
-//     session (Acks); a duplicate, or an ack nothing else would carry,
-//     gets a control frame of its own. The router keeps every command
+//     session (Acks); a duplicate, or an ack no frame carried within
+//     AckDelay, gets a control frame of its own. The router keeps every command
 //     until it is acknowledged and publishes them all again, in order,
 //     when its NATS connection comes back and whenever the oldest has
 //     waited RetransmitAfter.

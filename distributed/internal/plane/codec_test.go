@@ -1,0 +1,55 @@
+package plane
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/kvstrand/mocker/engine"
+	"github.com/kvstrand/mocker/kv"
+)
+
+// TestCodec_RoundTrips: a command and a frame with every field set come
+// back from the wire equal, the engine's and the KV index's types within
+// them included.
+func TestCodec_RoundTrips(t *testing.T) {
+	t.Parallel()
+	next := 12.5
+	c := Command{Op: OpSubmit, Session: 1 << 60, Seq: 7, Router: -3, Ack: 9, From: 4, ID: 42, Tokens: []uint32{1, 2, 1 << 31},
+		MaxTokens: 128, Priority: -2, Hold: true, Outcome: 3, N: 17, TID: 99, Transferred: true, Params: []byte(`{"a":1}`),
+		Coupled: true, At: 1.25, Until: 2.5, Turn: 11}
+	body, err := EncodeCommand(&c)
+	require.NoError(t, err)
+	var c2 Command
+	require.NoError(t, DecodeCommand(body, &c2))
+	assert.Equal(t, c, c2)
+
+	f := Frame{Seq: 5, Head: 6, Turn: 3, Next: &next, Rejected: 2, Leave: "gone",
+		Acks:    []SessionAck{{Session: 1, Seq: 2, From: 3}},
+		Lost:    &LostFrames{Session: 1, From: 2, Oldest: 3},
+		Ended:   &SessionEnded{Session: 4, Reason: "why"},
+		Refused: &SessionEnded{Session: 5, Reason: "busy"},
+		Items: []Item{
+			{Output: &WireOutput{Start: 1, End: 2, Ran: true,
+				FirstTokens: []engine.Token{{RequestID: 1, Token: 2, Index: 0, At: 1.5}},
+				Completions: []engine.Completion{{RequestID: 1, At: 2, Arrival: 0.5, QueueMs: 0.25, FirstTokenAt: 1.5, PromptTokens: 100, OutputTokens: 2, CachedTokens: 16, Preemptions: 1, Held: true, Truncated: true}},
+				Rejections:  []engine.Rejection{{RequestID: 3, At: 1, Code: 1, Reason: "full"}},
+				Events:      []engine.Event{{Kind: engine.EventHoldStarted, At: 1, RequestID: 1, Blocks: 4, DurationMs: 2, TransferTokens: 5, DelayMs: 1, MissingTokens: 2}},
+				KVEvents: []kv.Event{{ID: 8, DPRank: 1, Kind: kv.Stored, Parent: 77, HasParent: true, Blocks: []kv.Block{{Hash: 1, TokensHash: 2}}},
+					{ID: 9, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{5, 6}}},
+				Metrics: engine.Metrics{TotalBlocks: 100, ActiveBlocks: 3, HeldBlocks: 2, Running: 1, Preemptions: 4}}},
+			{Input: &WireInput{At: 1, Cmd: Command{Op: OpReserve, ID: 3}, OK: true, DelayMs: 2, Err: "no"}},
+			{Room: &WireRoom{TID: 1, Params: []byte(`{"p":2}`), Err: "e"}},
+			{Arrived: &WireArrived{TID: 2, ReqID: 3}},
+			{Status: &WireStatus{TID: 4, Status: "abort", Err: "late"}},
+		}}
+	body, err = EncodeFrame(&f)
+	require.NoError(t, err)
+	var f2 Frame
+	require.NoError(t, DecodeFrame(body, &f2))
+	assert.Equal(t, f, f2)
+
+	require.Error(t, DecodeFrame(append(body, 0), &f2), "trailing bytes")
+	require.Error(t, DecodeFrame(body[:len(body)/2], &f2), "cut short")
+}
