@@ -45,3 +45,47 @@ func TestRunMemo_KeepsARunSeenTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestChainHash_MatchesTheLibrary: the hash written out for 16 bytes is
+// the library's XXH3 of them, for parents and locals of every shape
+// (zero, all ones, single bits, random words).
+func TestChainHash_MatchesTheLibrary(t *testing.T) {
+	t.Parallel()
+	words := []uint64{0, 1, ^uint64(0), 1 << 63, Seed, 0x8000000000000001}
+	for b := range 64 {
+		words = append(words, 1<<b, ^(uint64(1) << b))
+	}
+	x := uint64(0x9e3779b97f4a7c15)
+	for range 20000 {
+		x ^= x << 13
+		x ^= x >> 7
+		x ^= x << 17
+		words = append(words, x)
+	}
+	for i, p := range words {
+		for _, l := range []uint64{words[(i*7+3)%len(words)], words[(i*13+1)%len(words)], p} {
+			if got, want := ChainHash(SeqHash(p), LocalHash(l)), chainHashLib(SeqHash(p), LocalHash(l)); got != want {
+				t.Fatalf("ChainHash(%#x, %#x) = %#x, the library gives %#x", p, l, uint64(got), uint64(want))
+			}
+		}
+	}
+}
+
+// BenchmarkChainHash chains a run of blocks as a prompt does, through
+// ChainHash and through the library (the /lib case).
+func BenchmarkChainHash(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		f    func(SeqHash, LocalHash) SeqHash
+	}{{"written", ChainHash}, {"lib", chainHashLib}} {
+		b.Run(c.name, func(b *testing.B) {
+			h := SeqHash(1)
+			for i := 0; b.Loop(); i++ {
+				h = c.f(h, LocalHash(i))
+			}
+			if h == 0 {
+				b.Log(h)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/idtab"
 	"github.com/kvstrand/mocker/kv"
 )
 
@@ -143,7 +144,7 @@ type player struct {
 	tr       *Reader
 	opts     Options
 	sessions map[string]*session
-	inflight map[int]turn
+	inflight idtab.Table[turn] // by key: keys count up, and end in about that order
 	figs     *Figures
 	bufs     [2][]uint32  // the arrival read ahead and the one before it
 	hbufs    [2]kv.Hashes // their block hashes
@@ -251,7 +252,7 @@ func (p *player) arrival(t turn, at float64) cluster.StreamArrival {
 // trace names its blocks, and their block hashes put in *hs when the
 // player hashes prompts; the cluster draws them otherwise.
 func (p *player) request(t turn, key int, buf *[]uint32, hs *kv.Hashes) cluster.Request {
-	p.inflight[key] = turn{session: t.session, input: t.input, output: t.output, line: t.line, name: t.name, at: t.at}
+	p.inflight.Set(uint64(key), turn{session: t.session, input: t.input, output: t.output, line: t.line, name: t.name, at: t.at})
 	req := cluster.Request{PromptTokens: t.input, MaxTokens: t.output}
 	if len(t.ids) > 0 {
 		*buf = AppendTokens((*buf)[:0], t.ids, t.input, p.opts.BlockSize, uint64(key))
@@ -305,8 +306,8 @@ func (p *player) hash(h *kv.Hashes, tokens []uint32, ids []uint64) {
 // ended is the cluster's OnResult: it records the result and sends the
 // session's next turn, if one is queued.
 func (p *player) ended(key int, now float64, res cluster.Result) (cluster.StreamArrival, bool) {
-	t := p.inflight[key]
-	delete(p.inflight, key)
+	t, _ := p.inflight.Get(uint64(key))
+	p.inflight.Delete(uint64(key))
 	p.figs.add(t.input, res)
 	if p.opts.OnRequest != nil {
 		p.opts.OnRequest(RequestEnd{Line: t.line, Session: t.name, ArrivedMs: t.at, EndedMs: now, Result: res})

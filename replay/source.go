@@ -19,7 +19,7 @@ func NewSource(tr *Reader, opts Options) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Source{p: &player{tr: tr, opts: opts, sessions: map[string]*session{}, inflight: map[int]turn{}, figs: newFigures(opts.SLO)}}, nil
+	return &Source{p: &player{tr: tr, opts: opts, sessions: map[string]*session{}, figs: newFigures(opts.SLO)}}, nil
 }
 
 // Next is the next arrival read from the trace, with a key of its own
