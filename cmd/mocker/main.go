@@ -35,7 +35,30 @@ func main() {
 		// of a request's CPU. GOGC set in the environment says otherwise.
 		debug.SetGCPercent(400)
 	}
-	os.Exit(dispatch(os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(profiled(os.Args[1:], func() int { return dispatch(os.Args[1:], os.Stdout, os.Stderr) }))
+}
+
+// profiled runs a command, writing a CPU profile of it to the file the
+// environment variable MOCKER_CPUPROFILE names. Only the commands that
+// run in one process take it: a worker (of local mode, say) inherits the
+// environment of the run that started it and would write over its file.
+func profiled(args []string, cmd func() int) int {
+	path := os.Getenv("MOCKER_CPUPROFILE")
+	if path == "" || len(args) == 0 {
+		return cmd()
+	}
+	switch args[0] {
+	case "run", "replay", "sweep", "serve":
+	default:
+		return cmd()
+	}
+	stop, err := startCPUProfile(path)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "MOCKER_CPUPROFILE: %v\n", err)
+		return 2
+	}
+	defer stop()
+	return cmd()
 }
 
 func dispatch(args []string, stdout, stderr io.Writer) int {

@@ -108,14 +108,6 @@ func runCmd(args []string) int {
 	defer close(done)
 	go handleSignals(sigs, done, cancel, os.Stderr)
 
-	if path := os.Getenv("MOCKER_CPUPROFILE"); path != "" {
-		stop, err := startCPUProfile(path)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "MOCKER_CPUPROFILE: %v\n", err)
-			return 2
-		}
-		defer stop()
-	}
 	stderrTTY := term.IsTerminal(int(os.Stderr.Fd()))
 	width := 0
 	if stderrTTY {
