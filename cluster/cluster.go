@@ -207,18 +207,26 @@ type options struct {
 // prefill worker on one event loop paced against the wall clock (modeled
 // time = wall time since New × speedup_ratio). An invalid cfg is an error
 // naming the field, e.g. "decode.args.num_gpu_blocks: ...".
-func New(cfg Config) (*Cluster, error) { return newCluster(cfg, options{}) }
+func New(cfg Config) (*Cluster, error) {
+	p, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return p.New()
+}
+
+// New starts the planned cluster as the package's New does, without
+// resolving its config again.
+func (p Plan) New() (*Cluster, error) { return newCluster(p, options{}) }
 
 // modeledEpoch is the instant modeled time 0 stands for when a component
 // that takes a time.Time (the router's TTLs) runs on the modeled clock.
 var modeledEpoch = time.Unix(0, 0).UTC()
 
-func newCluster(cfg Config, opts options) (*Cluster, error) {
-	res, err := resolve(cfg)
-	if err != nil {
-		return nil, err
-	}
-	log := cfg.Logger
+// newCluster builds the planned cluster to run as opts say.
+func newCluster(p Plan, opts options) (*Cluster, error) {
+	res := *p.r
+	log := res.cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}

@@ -43,10 +43,20 @@ type Key struct{ Source, Seq uint64 }
 // identical, TestVirtual_SocketsChangeNothing), without a system call per
 // step of a run that must be as fast as the CPU allows.
 func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
+	p, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return p.NewStepped(newGate)
+}
+
+// NewStepped builds the planned cluster as the package's NewStepped does,
+// without resolving its config again.
+func (p Plan) NewStepped(newGate func() Gate) (*Cluster, error) {
 	if newGate == nil {
 		return nil, errors.New("cluster.NewStepped: newGate is nil")
 	}
-	c, err := newCluster(cfg, options{virtual: true, stepped: true, memory: true})
+	c, err := newCluster(p, options{virtual: true, stepped: true, memory: true})
 	if err != nil {
 		return nil, err
 	}

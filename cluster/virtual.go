@@ -60,7 +60,11 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 			return VirtualRun{}, fmt.Errorf("arrivals[%d].at_ms: want a finite number of modeled ms in [0, %g], got %g", i, maxModeledMs, a.AtMs)
 		}
 	}
-	c, err := newCluster(cfg, opts)
+	p, err := cfg.Plan()
+	if err != nil {
+		return VirtualRun{}, err
+	}
+	c, err := newCluster(p, opts)
 	if err != nil {
 		return VirtualRun{}, err
 	}
