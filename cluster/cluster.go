@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -94,29 +93,13 @@ type Cluster struct {
 	// the next event's time) and reports whether it did.
 	snap func(next float64, more bool) bool
 
-	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
-	// Settle runs the loop, under stepMu, which also guards the calls
-	// handed in since the last Settle.
-	stepMu    sync.Mutex
-	newGate   func() Gate
-	pending   []*call
-	watched   map[context.Context]*watching // contexts of calls in flight
-	watchList []*watching                   // the same, for Settle's scan
-	// activity, when set (SetActivity), tells Settle whether a context
-	// may have ended since polledAt, its value at the last scan.
-	activity func() uint64
-	polledAt uint64
-	polled   bool
+	// stepped drives a stepped cluster (NewStepped, stepped.go); nil for one
+	// whose loop runs on a goroutine of its own.
+	stepped *steppedDriver
 
-	// Remote workers (remote.go): set when the Config has a Transport.
-	remote       bool
-	coupled      bool // remote workers run on the loop's clock
-	rlink        *remoteLink
-	transport    Transport
-	nextWorkerID uint64
-	// stopSince is when a stepped remote cluster first saw a caller's
-	// context end while it waited for a worker (zero: none has).
-	stopSince time.Time
+	// remote reaches the workers of a cluster whose Config has a
+	// Transport (remote.go); nil for one whose workers run in process.
+	remote *remoteDriver
 
 	mail chan message
 	done chan struct{} // the loop has ended
@@ -270,6 +253,11 @@ func newCluster(p Plan, opts options) (*Cluster, error) {
 	}
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
+	}
+	// A stepped cluster's driver, before the remote workers start: a
+	// coupled remote cluster under NewStepped needs it from the start.
+	if opts.stepped {
+		c.stepped = &steppedDriver{}
 	}
 	if res.cfg.Transport != nil {
 		return c.startRemote()
@@ -428,7 +416,7 @@ func (c *Cluster) Close() error {
 		if c.opts.stepped {
 			c.closeStepped()
 		} else {
-			if c.remote {
+			if c.remote != nil {
 				go c.abandonAfter(remoteCloseGrace)
 			}
 			c.send(closeMsg{})
@@ -436,8 +424,8 @@ func (c *Cluster) Close() error {
 		<-c.done
 		c.link.shutdown()
 		c.closeErr = c.closeServers()
-		if c.transport != nil {
-			c.closeErr = errors.Join(c.closeErr, c.transport.Close())
+		if c.remote != nil && c.remote.transport != nil {
+			c.closeErr = errors.Join(c.closeErr, c.remote.transport.Close())
 		}
 	})
 	return c.closeErr

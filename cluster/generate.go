@@ -280,7 +280,7 @@ const pauseMax = 100 * time.Millisecond
 // the last one ended. On a virtual or stepped cluster it is Generate (the
 // zero Pause).
 func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause) (Result, Pause) {
-	if c.pace == nil || c.opts.stepped || c.remote {
+	if c.pace == nil || c.opts.stepped || c.remote != nil {
 		// Remote workers keep their own clocks: nothing here to pause.
 		c.Resume(prev)
 		return c.Generate(ctx, req), Pause{}
@@ -573,7 +573,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 
 func (c *Cluster) reply(r *request, res Result) {
 	if r.prompt != nil {
-		if !c.remote { // a remote worker may send the tokens again later
+		if c.remote == nil { // a remote worker may send the tokens again later
 			r.prompt.reset()
 			c.prompts.retire(c.v.Now(), r.prompt)
 		}
@@ -637,7 +637,7 @@ func (c *Cluster) newRequest() *request { return c.spareReqs.take(c.v.Now()) }
 // remote cluster's link replies still carry records (onRemoteLink), so
 // its records are left to the collector.
 func (c *Cluster) recycle(r *request) {
-	if c.remote || c.opts.fresh {
+	if c.remote != nil || c.opts.fresh {
 		return
 	}
 	c.spareReqs.retire(c.v.Now(), r)

@@ -73,7 +73,7 @@ func (c *Cluster) send(m message) bool {
 	if c.opts.stepped {
 		_, link := m.(linkMsg)
 		_, remote := m.(queryMsg) // a transport's news; only remote clusters send it
-		if !link && !(remote && c.remote) {
+		if !link && !(remote && c.remote != nil) {
 			panic(fmt.Sprintf("cluster: %T sent to a stepped cluster", m))
 		}
 	}
@@ -89,8 +89,8 @@ func (c *Cluster) send(m message) bool {
 // fn here, where nothing else touches the loop's state any more.
 func (c *Cluster) query(fn func()) {
 	if c.opts.stepped {
-		c.stepMu.Lock()
-		defer c.stepMu.Unlock()
+		c.stepped.mu.Lock()
+		defer c.stepped.mu.Unlock()
 		fn()
 		return
 	}
@@ -251,7 +251,7 @@ func (c *Cluster) handle(m message) {
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
-			if c.remote && !c.opts.stepped {
+			if c.remote != nil && !c.opts.stepped {
 				c.watchStopped(r)
 			}
 		} else {
