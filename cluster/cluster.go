@@ -40,11 +40,11 @@ type Cluster struct {
 	// names names requests for the router.
 	names reqNames
 
-	// scale relates the loop's modeled time to the wall clock's; pace
-	// holds the loop back to the wall clock, and is nil for a loop that
-	// runs as fast as the CPU allows.
+	// scale relates the loop's modeled time to the wall clock's; paced
+	// holds the loop back to the wall clock (paced.go), and is nil for a
+	// loop that runs as fast as the CPU allows.
 	scale timescale.Scale
-	pace  *timescale.Pacer
+	paced *pacedDriver
 	opts  options
 	link  transferLink
 
@@ -69,15 +69,9 @@ type Cluster struct {
 	// parked are the split requests whose transfer was handed out and not
 	// claimed yet, by transfer id; spent remembers those no longer
 	// claimable (pd.go).
-	parked map[uint64]*request
-	spent  spentLog
-	// Pauses keep a paced loop's modeled time still for callers that got a
-	// result and have not acted on it yet (GenerateThenPause).
-	pauses     map[uint64]struct{}
-	pauseSeq   uint64
-	pauseTouch time.Time // wall time of the last pause taken or ended
-	pausesLost uint64    // pauses that ran out (pauseMax)
-	stopping   bool
+	parked   map[uint64]*request
+	spent    spentLog
+	stopping bool
 	// listening is set once a request asked to hear its tokens
 	// (Request.OnToken): from then on every output's tokens are looked up
 	// for a listener, a cost a run without one does not pay.
@@ -284,7 +278,7 @@ func newCluster(p Plan, opts options) (*Cluster, error) {
 		}
 	}
 	if !opts.virtual {
-		c.pace = timescale.NewPacer(paceSlack)
+		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacer(paceSlack)}
 	}
 	if !opts.stepped {
 		go c.run()
@@ -391,11 +385,11 @@ func (c *Cluster) Config() Config { return c.cfg }
 // the wall clock while the loop waits for its next event.
 func (c *Cluster) Now() float64 {
 	now := math.Float64frombits(c.nowBits.Load())
-	if c.pace == nil {
+	if c.paced == nil {
 		return now
 	}
 	next := math.Float64frombits(c.nextBits.Load())
-	return max(now, min(c.wallModeled(), next))
+	return max(now, min(c.paced.wallModeled(), next))
 }
 
 // HeldBlocks reports the blocks held across the cluster now and at the

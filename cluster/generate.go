@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
@@ -258,87 +257,6 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	return c.await(ctx, h)
 }
 
-// Pause is a stop of a paced cluster's modeled time, for a closed-loop
-// caller between a result and its next step (GenerateThenPause): not a KV
-// hold, which is a prefill's KV kept for its decode. The zero Pause stops
-// nothing.
-type Pause struct{ id uint64 }
-
-// pauseMax bounds how long (wall time) pauses may keep a paced loop still
-// without one being taken or ended: a caller that computes for longer
-// than that, or forgets its pause, lets modeled time go on.
-const pauseMax = 100 * time.Millisecond
-
-// GenerateThenPause is Generate for a caller that loops: it sends its next
-// request as soon as it has acted on the last result. The request ends
-// prev as it arrives, and the result comes with a new pause: until the
-// caller resumes (Resume, or its next GenerateThenPause), the paced loop
-// does not move modeled time past the instant the result was ready (for
-// at most pauseMax of wall time without news of any pause). The caller's
-// own think time, however long the host takes over it, is then no modeled
-// time, as on the virtual clock: the next request arrives at the instant
-// the last one ended. On a virtual or stepped cluster it is Generate (the
-// zero Pause).
-func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause) (Result, Pause) {
-	if c.pace == nil || c.opts.stepped || c.remote != nil {
-		// Remote workers keep their own clocks: nothing here to pause.
-		c.Resume(prev)
-		return c.Generate(ctx, req), Pause{}
-	}
-	if err := req.validate(); err != nil {
-		c.Resume(prev)
-		return Result{Outcome: OutcomeError, Error: err.Error()}, Pause{}
-	}
-	h := &call{req: req, reply: make(chan Result, 1), wantPause: true}
-	if !c.send(arriveMsg{h: h, resume: prev.id}) {
-		return Result{Outcome: OutcomeError, Error: errClosed}, Pause{}
-	}
-	res := c.await(ctx, h)
-	return res, Pause{id: h.pause}
-}
-
-// Resume lets modeled time go on past p (no-op for the zero Pause or a
-// pause already ended or run out).
-func (c *Cluster) Resume(p Pause) {
-	if p.id == 0 || c.opts.stepped {
-		return
-	}
-	c.send(resumeMsg(p))
-}
-
-// takePause starts a pause at the loop's now.
-func (c *Cluster) takePause() uint64 {
-	if c.pauses == nil {
-		c.pauses = map[uint64]struct{}{}
-	}
-	c.pauseSeq++
-	c.pauses[c.pauseSeq] = struct{}{}
-	c.pauseTouch = time.Now()
-	return c.pauseSeq
-}
-
-// endPause ends a pause.
-func (c *Cluster) endPause(id uint64) {
-	if _, ok := c.pauses[id]; ok {
-		delete(c.pauses, id)
-		c.pauseTouch = time.Now()
-	}
-}
-
-// paused reports whether pauses keep modeled time still now; pauses with
-// no news for pauseMax run out.
-func (c *Cluster) paused() bool {
-	if len(c.pauses) == 0 {
-		return false
-	}
-	if time.Since(c.pauseTouch) > pauseMax {
-		c.pausesLost += uint64(len(c.pauses))
-		clear(c.pauses)
-		return false
-	}
-	return true
-}
-
 func (c *Cluster) await(ctx context.Context, h *call) Result {
 	select {
 	case res := <-h.reply:
@@ -582,8 +500,8 @@ func (c *Cluster) reply(r *request, res Result) {
 	h := r.h
 	if h != nil {
 		c.unwatch(h)
-		if h.wantPause && c.pace != nil && !c.stopping {
-			h.pause = c.takePause()
+		if h.wantPause && c.paced != nil && !c.stopping {
+			h.pause = c.paced.take()
 		}
 	}
 	// A caller that reads Now after its result sees at least the result's
