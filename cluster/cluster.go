@@ -79,13 +79,11 @@ type Cluster struct {
 	ended     bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
-	spareReqs  retiring[request]
-	spareCalls spare.List[call]     // RunVirtual's, likewise (answer)
-	spareExch  spare.List[exchange] // likewise (retireExchange)
-	// snap, when set, takes RunVirtual's figures once the loop has
-	// processed every event up to the last result's instant (it is given
-	// the next event's time) and reports whether it did.
-	snap func(next float64, more bool) bool
+	spareReqs retiring[request]
+	spareExch spare.List[exchange] // likewise (retireExchange)
+	// batch drives a batch run (RunVirtual, RunStream: virtual.go); nil
+	// for a cluster its callers drive.
+	batch *batchDriver
 
 	// stepped drives a stepped cluster (NewStepped, stepped.go); nil for one
 	// whose loop runs on a goroutine of its own.
@@ -166,6 +164,7 @@ type options struct {
 	keepEvents  bool // keep the whole forensic log, not only the recent events
 	shareTokens bool // use a request's explicit tokens without copying them
 	stepped     bool // no loop goroutine: Settle runs the loop (NewStepped)
+	batch       bool // the loop schedules the arrivals (RunVirtual, RunStream)
 	// fresh gives every request, call and exchange a record of its own,
 	// reusing none of an ended one's: tests compare the two.
 	fresh bool
@@ -248,8 +247,10 @@ func newCluster(p Plan, opts options) (*Cluster, error) {
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
 	}
-	// A stepped cluster's driver, before the remote workers start: a
-	// coupled remote cluster under NewStepped needs it from the start.
+	// The drivers that do not depend on where the workers run.
+	if opts.batch {
+		c.batch = &batchDriver{}
+	}
 	if opts.stepped {
 		c.stepped = &steppedDriver{}
 	}

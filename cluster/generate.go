@@ -46,22 +46,6 @@ type call struct {
 	pd *pdCall
 }
 
-// batchResults collects the results of a batch of calls on the loop;
-// done is closed once every one of them has its result.
-type batchResults struct {
-	results []Result
-	left    int
-	done    chan struct{}
-	// onDone, when set, runs on the loop as the last result is written,
-	// and closes done itself (later).
-	onDone func()
-	// sink, when set, takes each result instead of results (RunStream),
-	// and streaming says more calls may come: the batch is not done
-	// while it does, whatever left says.
-	sink      func(i int, res Result)
-	streaming bool
-}
-
 // deliver gives the caller its result. It runs on the loop.
 func (h *call) deliver(res Result) {
 	if h.done != nil {
@@ -73,27 +57,6 @@ func (h *call) deliver(res Result) {
 		return
 	}
 	h.reply <- res
-}
-
-// put writes the result of the batch's call i.
-func (b *batchResults) put(i int, res Result) {
-	if b.sink != nil {
-		b.sink(i, res)
-	} else {
-		b.results[i] = res
-	}
-	if b.left--; b.left == 0 && !b.streaming {
-		b.finish()
-	}
-}
-
-// finish ends the batch: every call has its result.
-func (b *batchResults) finish() {
-	if b.onDone != nil {
-		b.onDone() // it closes done
-	} else {
-		close(b.done)
-	}
 }
 
 // request is one request in flight: its handoff machine and workers.
@@ -525,21 +488,6 @@ func (c *Cluster) answer(h *call, res Result) {
 	if h.spare {
 		c.keepCall(h)
 	}
-}
-
-// keepCall keeps a call of RunVirtual's for a later arrival.
-func (c *Cluster) keepCall(h *call) {
-	if !c.opts.fresh {
-		c.spareCalls.Put(h)
-	}
-}
-
-// newCall returns a call for an arrival of RunVirtual's.
-func (c *Cluster) newCall() *call {
-	if h := c.spareCalls.Take(); h != nil {
-		return h
-	}
-	return new(call)
 }
 
 // newRequest returns a record for an arriving request: an ended one's

@@ -137,8 +137,8 @@ func (c *Cluster) run() {
 			at, blocked, ok = c.v.Next()
 		}
 		known = false
-		if c.snap != nil && c.snap(at, ok) {
-			c.snap = nil
+		if c.batch != nil && c.batch.snap != nil && c.batch.snap(at, ok) {
+			c.batch.snap = nil
 		}
 		var wake <-chan time.Time
 		switch {

@@ -375,7 +375,7 @@ func TestVirtual_RouterTTLsRunOnModeledTime(t *testing.T) {
 		{AtMs: 0, Request: Request{PromptTokens: 64, MaxTokens: 2000}},
 		{AtMs: 3000, Request: Request{PromptTokens: 64, MaxTokens: 2}},
 	}
-	c, err := newClusterOf(cfg, options{virtual: true, memory: true})
+	c, err := newClusterOf(cfg, options{virtual: true, memory: true, batch: true})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
 	results := &batchResults{results: make([]Result, len(arr)), left: len(arr), done: make(chan struct{})}

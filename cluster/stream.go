@@ -70,7 +70,7 @@ func (p Plan) RunStream(src StreamSource, opts StreamOptions) (StreamRun, error)
 	}
 	// The source may reuse token storage, which an address-keyed memo of
 	// hashes would confuse: the cluster copies each prompt instead.
-	c, err := newCluster(p, options{virtual: true, memory: !opts.TCP, keepEvents: opts.EventLog})
+	c, err := newCluster(p, options{virtual: true, batch: true, memory: !opts.TCP, keepEvents: opts.EventLog})
 	if err != nil {
 		return StreamRun{}, err
 	}
@@ -81,7 +81,7 @@ func (p Plan) RunStream(src StreamSource, opts StreamOptions) (StreamRun, error)
 		// As runArrivals does: the figures are taken at the end of the
 		// last result's instant, before any timer left over runs.
 		at := c.v.Now()
-		c.snap = func(next float64, more bool) bool {
+		c.batch.snap = func(next float64, more bool) bool {
 			if more && next <= at {
 				return false
 			}
