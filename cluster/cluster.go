@@ -408,7 +408,7 @@ func (c *Cluster) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
-		if c.opts.stepped {
+		if c.stepped != nil {
 			c.closeStepped()
 		} else {
 			if c.remote != nil {

@@ -210,7 +210,7 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
 	}
-	if c.opts.stepped {
+	if c.stepped != nil {
 		return c.generateStepped(ctx, req)
 	}
 	h := &call{req: req, reply: make(chan Result, 1)}

@@ -70,7 +70,7 @@ func (resumeMsg) isMessage()   {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
-	if c.opts.stepped {
+	if c.stepped != nil {
 		_, link := m.(linkMsg)
 		_, remote := m.(queryMsg) // a transport's news; only remote clusters send it
 		if !link && !(remote && c.remote != nil) {
@@ -88,7 +88,7 @@ func (c *Cluster) send(m message) bool {
 // query runs fn on the loop and waits for it; after the loop ended it runs
 // fn here, where nothing else touches the loop's state any more.
 func (c *Cluster) query(fn func()) {
-	if c.opts.stepped {
+	if c.stepped != nil {
 		c.stepped.mu.Lock()
 		defer c.stepped.mu.Unlock()
 		fn()
@@ -243,7 +243,7 @@ func (c *Cluster) handle(m message) {
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
-			if c.remote != nil && !c.opts.stepped {
+			if c.remote != nil && c.stepped == nil {
 				c.watchStopped(r)
 			}
 		} else {

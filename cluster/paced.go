@@ -56,7 +56,7 @@ const pauseMax = 100 * time.Millisecond
 // the last one ended. On a virtual or stepped cluster it is Generate (the
 // zero Pause).
 func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause) (Result, Pause) {
-	if c.paced == nil || c.opts.stepped || c.remote != nil {
+	if c.paced == nil || c.remote != nil {
 		// Remote workers keep their own clocks: nothing here to pause.
 		c.Resume(prev)
 		return c.Generate(ctx, req), Pause{}
@@ -76,7 +76,7 @@ func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause
 // Resume lets modeled time go on past p (no-op for the zero Pause or a
 // pause already ended or run out).
 func (c *Cluster) Resume(p Pause) {
-	if p.id == 0 || c.opts.stepped {
+	if p.id == 0 || c.stepped != nil {
 		return
 	}
 	c.send(resumeMsg(p))

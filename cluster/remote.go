@@ -430,7 +430,7 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 		c.nextID, c.nextTID = base, base
 	}
 	stopStand := func() {}
-	if c.opts.stepped {
+	if c.stepped != nil {
 		stopStand = c.standIn()
 	} else {
 		go c.run()

@@ -109,7 +109,7 @@ func (c *Cluster) SubmitAt(ctx context.Context, req Request, key Key, atMs float
 }
 
 func (c *Cluster) submit(h *call) {
-	if !c.opts.stepped {
+	if c.stepped == nil {
 		panic("cluster: Submit needs a cluster built by NewStepped")
 	}
 	if err := h.req.validate(); err != nil {
