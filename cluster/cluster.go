@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -41,11 +40,11 @@ type Cluster struct {
 	// names names requests for the router.
 	names reqNames
 
-	// scale relates the loop's modeled time to the wall clock's; pace
-	// holds the loop back to the wall clock, and is nil for a loop that
-	// runs as fast as the CPU allows.
+	// scale relates the loop's modeled time to the wall clock's; paced
+	// holds the loop back to the wall clock (paced.go), and is nil for a
+	// loop that runs as fast as the CPU allows.
 	scale timescale.Scale
-	pace  *timescale.Pacer
+	paced *pacedDriver
 	opts  options
 	link  transferLink
 
@@ -70,15 +69,9 @@ type Cluster struct {
 	// parked are the split requests whose transfer was handed out and not
 	// claimed yet, by transfer id; spent remembers those no longer
 	// claimable (pd.go).
-	parked map[uint64]*request
-	spent  spentLog
-	// Pauses keep a paced loop's modeled time still for callers that got a
-	// result and have not acted on it yet (GenerateThenPause).
-	pauses     map[uint64]struct{}
-	pauseSeq   uint64
-	pauseTouch time.Time // wall time of the last pause taken or ended
-	pausesLost uint64    // pauses that ran out (pauseMax)
-	stopping   bool
+	parked   map[uint64]*request
+	spent    spentLog
+	stopping bool
 	// listening is set once a request asked to hear its tokens
 	// (Request.OnToken): from then on every output's tokens are looked up
 	// for a listener, a cost a run without one does not pay.
@@ -86,37 +79,19 @@ type Cluster struct {
 	ended     bool // the loop has returned; Stats reads the workers' last reports
 	// spareReqs are the records of ended requests, for the next arrivals
 	// (see recycle).
-	spareReqs  retiring[request]
-	spareCalls spare.List[call]     // RunVirtual's, likewise (answer)
-	spareExch  spare.List[exchange] // likewise (retireExchange)
-	// snap, when set, takes RunVirtual's figures once the loop has
-	// processed every event up to the last result's instant (it is given
-	// the next event's time) and reports whether it did.
-	snap func(next float64, more bool) bool
+	spareReqs retiring[request]
+	spareExch spare.List[exchange] // likewise (retireExchange)
+	// batch drives a batch run (RunVirtual, RunStream: virtual.go); nil
+	// for a cluster its callers drive.
+	batch *batchDriver
 
-	// A stepped cluster (NewStepped) has no loop goroutine: whoever calls
-	// Settle runs the loop, under stepMu, which also guards the calls
-	// handed in since the last Settle.
-	stepMu    sync.Mutex
-	newGate   func() Gate
-	pending   []*call
-	watched   map[context.Context]*watching // contexts of calls in flight
-	watchList []*watching                   // the same, for Settle's scan
-	// activity, when set (SetActivity), tells Settle whether a context
-	// may have ended since polledAt, its value at the last scan.
-	activity func() uint64
-	polledAt uint64
-	polled   bool
+	// stepped drives a stepped cluster (NewStepped, stepped.go); nil for one
+	// whose loop runs on a goroutine of its own.
+	stepped *steppedDriver
 
-	// Remote workers (remote.go): set when the Config has a Transport.
-	remote       bool
-	coupled      bool // remote workers run on the loop's clock
-	rlink        *remoteLink
-	transport    Transport
-	nextWorkerID uint64
-	// stopSince is when a stepped remote cluster first saw a caller's
-	// context end while it waited for a worker (zero: none has).
-	stopSince time.Time
+	// remote reaches the workers of a cluster whose Config has a
+	// Transport (remote.go); nil for one whose workers run in process.
+	remote *remoteDriver
 
 	mail chan message
 	done chan struct{} // the loop has ended
@@ -189,6 +164,7 @@ type options struct {
 	keepEvents  bool // keep the whole forensic log, not only the recent events
 	shareTokens bool // use a request's explicit tokens without copying them
 	stepped     bool // no loop goroutine: Settle runs the loop (NewStepped)
+	batch       bool // the loop schedules the arrivals (RunVirtual, RunStream)
 	// fresh gives every request, call and exchange a record of its own,
 	// reusing none of an ended one's: tests compare the two.
 	fresh bool
@@ -207,18 +183,26 @@ type options struct {
 // prefill worker on one event loop paced against the wall clock (modeled
 // time = wall time since New × speedup_ratio). An invalid cfg is an error
 // naming the field, e.g. "decode.args.num_gpu_blocks: ...".
-func New(cfg Config) (*Cluster, error) { return newCluster(cfg, options{}) }
+func New(cfg Config) (*Cluster, error) {
+	p, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return p.New()
+}
+
+// New starts the planned cluster as the package's New does, without
+// resolving its config again.
+func (p Plan) New() (*Cluster, error) { return newCluster(p, options{}) }
 
 // modeledEpoch is the instant modeled time 0 stands for when a component
 // that takes a time.Time (the router's TTLs) runs on the modeled clock.
 var modeledEpoch = time.Unix(0, 0).UTC()
 
-func newCluster(cfg Config, opts options) (*Cluster, error) {
-	res, err := resolve(cfg)
-	if err != nil {
-		return nil, err
-	}
-	log := cfg.Logger
+// newCluster builds the planned cluster to run as opts say.
+func newCluster(p Plan, opts options) (*Cluster, error) {
+	res := *p.r
+	log := res.cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -263,6 +247,13 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 	if c.cfg.Engine == string(engine.EngineSGLang) && !c.res.pools[0].args.SGLang.OptimisticPrefill {
 		c.destFirst = true
 	}
+	// The drivers that do not depend on where the workers run.
+	if opts.batch {
+		c.batch = &batchDriver{}
+	}
+	if opts.stepped {
+		c.stepped = &steppedDriver{}
+	}
 	if res.cfg.Transport != nil {
 		return c.startRemote()
 	}
@@ -288,7 +279,7 @@ func newCluster(cfg Config, opts options) (*Cluster, error) {
 		}
 	}
 	if !opts.virtual {
-		c.pace = timescale.NewPacer(paceSlack)
+		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacer(paceSlack)}
 	}
 	if !opts.stepped {
 		go c.run()
@@ -395,11 +386,11 @@ func (c *Cluster) Config() Config { return c.cfg }
 // the wall clock while the loop waits for its next event.
 func (c *Cluster) Now() float64 {
 	now := math.Float64frombits(c.nowBits.Load())
-	if c.pace == nil {
+	if c.paced == nil {
 		return now
 	}
 	next := math.Float64frombits(c.nextBits.Load())
-	return max(now, min(c.wallModeled(), next))
+	return max(now, min(c.paced.wallModeled(), next))
 }
 
 // HeldBlocks reports the blocks held across the cluster now and at the
@@ -417,10 +408,10 @@ func (c *Cluster) Close() error {
 		c.mu.Lock()
 		c.closed = true
 		c.mu.Unlock()
-		if c.opts.stepped {
+		if c.stepped != nil {
 			c.closeStepped()
 		} else {
-			if c.remote {
+			if c.remote != nil {
 				go c.abandonAfter(remoteCloseGrace)
 			}
 			c.send(closeMsg{})
@@ -428,8 +419,8 @@ func (c *Cluster) Close() error {
 		<-c.done
 		c.link.shutdown()
 		c.closeErr = c.closeServers()
-		if c.transport != nil {
-			c.closeErr = errors.Join(c.closeErr, c.transport.Close())
+		if c.remote != nil && c.remote.transport != nil {
+			c.closeErr = errors.Join(c.closeErr, c.remote.transport.Close())
 		}
 	})
 	return c.closeErr

@@ -361,28 +361,38 @@ func (c Config) Validate() error {
 	return err
 }
 
-// SpeedupRatio is how much faster than the wall clock the cluster's
-// modeled clock runs: the workers' speedup_ratio after defaults (every pool
-// shares it), 1 when it is 0 (no scaling). A script's wall-time pacing
-// (durations, rates, sleep) covers SpeedupRatio times as much modeled time.
-func (c Config) SpeedupRatio() (float64, error) {
+// Plan is a Config resolved: its defaults applied and every part checked,
+// once. Build one with Config.Plan and start a cluster from it (Plan.New,
+// Plan.NewStepped, Plan.RunStream) when the caller needs the resolved
+// figures too (the time scale, the block size): the config is then
+// resolved once, not once for the figures and again for the cluster. New,
+// NewStepped, RunVirtual and RunStream take a Config and resolve it
+// themselves. The zero Plan is not valid.
+type Plan struct{ r *resolved }
+
+// Plan resolves c: defaults applied, every field checked. An invalid c is
+// an error naming the field at fault, as from Validate.
+func (c Config) Plan() (Plan, error) {
 	r, err := resolve(c)
 	if err != nil {
-		return 0, err
+		return Plan{}, err
 	}
-	return scaleOf(r.pools[0].args).Ratio(), nil
+	return Plan{r: &r}, nil
 }
+
+// Config is the configuration the plan resolved, defaults applied.
+func (p Plan) Config() Config { return p.r.cfg }
+
+// Scale relates the planned cluster's modeled time to script time: the
+// workers' speedup_ratio after defaults (every pool shares it), 1 when it
+// is 0 (no scaling). A script's wall-time pacing (durations, rates, sleep)
+// covers Scale().Ratio() times as much modeled time.
+func (p Plan) Scale() timescale.Scale { return scaleOf(p.r.pools[0].args) }
 
 // BlockSize is the workers' block_size after defaults (every pool shares
 // it): the tokens a block hash covers, for a caller that hashes prompts
 // itself (Request.Hashes).
-func (c Config) BlockSize() (int, error) {
-	r, err := resolve(c)
-	if err != nil {
-		return 0, err
-	}
-	return r.router.BlockSize, nil
-}
+func (p Plan) BlockSize() int { return p.r.router.BlockSize }
 
 // resolve applies defaults and validates cfg, naming the field at fault.
 func resolve(cfg Config) (resolved, error) {

@@ -158,7 +158,7 @@ func TestConfig_DiffNamesTheFirstDifferingKey(t *testing.T) {
 	assert.Empty(t, Config{Args: map[string]any{}}.Diff(Config{}), "empty args and no args configure the same cluster")
 }
 
-func TestConfig_SpeedupRatio(t *testing.T) {
+func TestPlan_Scale(t *testing.T) {
 	cases := []struct {
 		cfg  Config
 		want float64
@@ -169,10 +169,10 @@ func TestConfig_SpeedupRatio(t *testing.T) {
 		{Config{Args: map[string]any{"speedup_ratio": 0}}, 1},
 	}
 	for _, tc := range cases {
-		got, err := tc.cfg.SpeedupRatio()
+		p, err := tc.cfg.Plan()
 		require.NoError(t, err)
-		assert.InDelta(t, tc.want, got, 1e-12, "%+v", tc.cfg.Args)
+		assert.InDelta(t, tc.want, p.Scale().Ratio(), 1e-12, "%+v", tc.cfg.Args)
 	}
-	_, err := Config{Args: map[string]any{"speedup_ratio": -1}}.SpeedupRatio()
+	_, err := Config{Args: map[string]any{"speedup_ratio": -1}}.Plan()
 	assert.ErrorContains(t, err, "args.speedup_ratio")
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"time"
 
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
@@ -47,22 +46,6 @@ type call struct {
 	pd *pdCall
 }
 
-// batchResults collects the results of a batch of calls on the loop;
-// done is closed once every one of them has its result.
-type batchResults struct {
-	results []Result
-	left    int
-	done    chan struct{}
-	// onDone, when set, runs on the loop as the last result is written,
-	// and closes done itself (later).
-	onDone func()
-	// sink, when set, takes each result instead of results (RunStream),
-	// and streaming says more calls may come: the batch is not done
-	// while it does, whatever left says.
-	sink      func(i int, res Result)
-	streaming bool
-}
-
 // deliver gives the caller its result. It runs on the loop.
 func (h *call) deliver(res Result) {
 	if h.done != nil {
@@ -74,27 +57,6 @@ func (h *call) deliver(res Result) {
 		return
 	}
 	h.reply <- res
-}
-
-// put writes the result of the batch's call i.
-func (b *batchResults) put(i int, res Result) {
-	if b.sink != nil {
-		b.sink(i, res)
-	} else {
-		b.results[i] = res
-	}
-	if b.left--; b.left == 0 && !b.streaming {
-		b.finish()
-	}
-}
-
-// finish ends the batch: every call has its result.
-func (b *batchResults) finish() {
-	if b.onDone != nil {
-		b.onDone() // it closes done
-	} else {
-		close(b.done)
-	}
 }
 
 // request is one request in flight: its handoff machine and workers.
@@ -248,7 +210,7 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 	if err := req.validate(); err != nil {
 		return Result{Outcome: OutcomeError, Error: err.Error()}
 	}
-	if c.opts.stepped {
+	if c.stepped != nil {
 		return c.generateStepped(ctx, req)
 	}
 	h := &call{req: req, reply: make(chan Result, 1)}
@@ -256,87 +218,6 @@ func (c *Cluster) Generate(ctx context.Context, req Request) Result {
 		return Result{Outcome: OutcomeError, Error: errClosed}
 	}
 	return c.await(ctx, h)
-}
-
-// Pause is a stop of a paced cluster's modeled time, for a closed-loop
-// caller between a result and its next step (GenerateThenPause): not a KV
-// hold, which is a prefill's KV kept for its decode. The zero Pause stops
-// nothing.
-type Pause struct{ id uint64 }
-
-// pauseMax bounds how long (wall time) pauses may keep a paced loop still
-// without one being taken or ended: a caller that computes for longer
-// than that, or forgets its pause, lets modeled time go on.
-const pauseMax = 100 * time.Millisecond
-
-// GenerateThenPause is Generate for a caller that loops: it sends its next
-// request as soon as it has acted on the last result. The request ends
-// prev as it arrives, and the result comes with a new pause: until the
-// caller resumes (Resume, or its next GenerateThenPause), the paced loop
-// does not move modeled time past the instant the result was ready (for
-// at most pauseMax of wall time without news of any pause). The caller's
-// own think time, however long the host takes over it, is then no modeled
-// time, as on the virtual clock: the next request arrives at the instant
-// the last one ended. On a virtual or stepped cluster it is Generate (the
-// zero Pause).
-func (c *Cluster) GenerateThenPause(ctx context.Context, req Request, prev Pause) (Result, Pause) {
-	if c.pace == nil || c.opts.stepped || c.remote {
-		// Remote workers keep their own clocks: nothing here to pause.
-		c.Resume(prev)
-		return c.Generate(ctx, req), Pause{}
-	}
-	if err := req.validate(); err != nil {
-		c.Resume(prev)
-		return Result{Outcome: OutcomeError, Error: err.Error()}, Pause{}
-	}
-	h := &call{req: req, reply: make(chan Result, 1), wantPause: true}
-	if !c.send(arriveMsg{h: h, resume: prev.id}) {
-		return Result{Outcome: OutcomeError, Error: errClosed}, Pause{}
-	}
-	res := c.await(ctx, h)
-	return res, Pause{id: h.pause}
-}
-
-// Resume lets modeled time go on past p (no-op for the zero Pause or a
-// pause already ended or run out).
-func (c *Cluster) Resume(p Pause) {
-	if p.id == 0 || c.opts.stepped {
-		return
-	}
-	c.send(resumeMsg(p))
-}
-
-// takePause starts a pause at the loop's now.
-func (c *Cluster) takePause() uint64 {
-	if c.pauses == nil {
-		c.pauses = map[uint64]struct{}{}
-	}
-	c.pauseSeq++
-	c.pauses[c.pauseSeq] = struct{}{}
-	c.pauseTouch = time.Now()
-	return c.pauseSeq
-}
-
-// endPause ends a pause.
-func (c *Cluster) endPause(id uint64) {
-	if _, ok := c.pauses[id]; ok {
-		delete(c.pauses, id)
-		c.pauseTouch = time.Now()
-	}
-}
-
-// paused reports whether pauses keep modeled time still now; pauses with
-// no news for pauseMax run out.
-func (c *Cluster) paused() bool {
-	if len(c.pauses) == 0 {
-		return false
-	}
-	if time.Since(c.pauseTouch) > pauseMax {
-		c.pausesLost += uint64(len(c.pauses))
-		clear(c.pauses)
-		return false
-	}
-	return true
 }
 
 func (c *Cluster) await(ctx context.Context, h *call) Result {
@@ -573,7 +454,7 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 
 func (c *Cluster) reply(r *request, res Result) {
 	if r.prompt != nil {
-		if !c.remote { // a remote worker may send the tokens again later
+		if c.remote == nil { // a remote worker may send the tokens again later
 			r.prompt.reset()
 			c.prompts.retire(c.v.Now(), r.prompt)
 		}
@@ -582,8 +463,8 @@ func (c *Cluster) reply(r *request, res Result) {
 	h := r.h
 	if h != nil {
 		c.unwatch(h)
-		if h.wantPause && c.pace != nil && !c.stopping {
-			h.pause = c.takePause()
+		if h.wantPause && c.paced != nil && !c.stopping {
+			h.pause = c.paced.take()
 		}
 	}
 	// A caller that reads Now after its result sees at least the result's
@@ -609,21 +490,6 @@ func (c *Cluster) answer(h *call, res Result) {
 	}
 }
 
-// keepCall keeps a call of RunVirtual's for a later arrival.
-func (c *Cluster) keepCall(h *call) {
-	if !c.opts.fresh {
-		c.spareCalls.Put(h)
-	}
-}
-
-// newCall returns a call for an arrival of RunVirtual's.
-func (c *Cluster) newCall() *call {
-	if h := c.spareCalls.Take(); h != nil {
-		return h
-	}
-	return new(call)
-}
-
 // newRequest returns a record for an arriving request: an ended one's
 // when there is one.
 func (c *Cluster) newRequest() *request { return c.spareReqs.take(c.v.Now()) }
@@ -637,7 +503,7 @@ func (c *Cluster) newRequest() *request { return c.spareReqs.take(c.v.Now()) }
 // remote cluster's link replies still carry records (onRemoteLink), so
 // its records are left to the collector.
 func (c *Cluster) recycle(r *request) {
-	if c.remote || c.opts.fresh {
+	if c.remote != nil || c.opts.fresh {
 		return
 	}
 	c.spareReqs.retire(c.v.Now(), r)

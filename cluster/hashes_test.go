@@ -16,8 +16,9 @@ import (
 func TestRequest_HashesGivenStandForTheTokens(t *testing.T) {
 	t.Parallel()
 	cfg := Config{Workers: 1, Seed: 1, Args: map[string]any{"num_gpu_blocks": 256}}
-	bs, err := cfg.BlockSize()
+	p, err := cfg.Plan()
 	require.NoError(t, err)
+	bs := p.BlockSize()
 	require.Equal(t, DefaultBlockSize, bs)
 	a, b := make([]uint32, 320), make([]uint32, 320)
 	for i := range a {

@@ -81,3 +81,12 @@ func repeat(r Request, n int) []Request {
 	}
 	return out
 }
+
+// newClusterOf plans cfg and builds the cluster as opts say.
+func newClusterOf(cfg Config, opts options) (*Cluster, error) {
+	p, err := cfg.Plan()
+	if err != nil {
+		return nil, err
+	}
+	return newCluster(p, opts)
+}

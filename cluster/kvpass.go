@@ -39,7 +39,7 @@ type KVPass struct {
 // announces no blocks (a decode worker, prefix caching off) holds none
 // for this purpose. The order is the cache's, not meaningful.
 func (c *Cluster) CachedBlocks(worker int) ([]kv.SeqHash, error) {
-	if c.remote {
+	if c.remote != nil {
 		return nil, fmt.Errorf("cached blocks: worker %d is reached through a transport; only in-process workers are read", worker)
 	}
 	if worker < 0 || worker >= len(c.workers) {

@@ -228,7 +228,7 @@ func checkViewCase(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck)
 // events; the approximate mode keeps learning from its own decisions.
 func TestKVView_OnlyWhereEventsFeedTheIndex(t *testing.T) {
 	views := func(cfg Config) map[string]bool {
-		c, err := newCluster(cfg, options{virtual: true, stepped: true, memory: true})
+		c, err := newClusterOf(cfg, options{virtual: true, stepped: true, memory: true})
 		require.NoError(t, err)
 		defer c.Close()
 		out := map[string]bool{}

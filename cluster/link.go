@@ -93,7 +93,7 @@ func (c *Cluster) exchange(tid uint64) *exchange {
 // it: its status delivered (it left c.exch then) and no callback of its
 // queued. A remote cluster's exchanges are left to the collector.
 func (c *Cluster) retireExchange(x *exchange) {
-	if x.got && x.cues == 0 && !c.remote && !c.opts.fresh && c.exchange(x.tid) != x {
+	if x.got && x.cues == 0 && c.remote == nil && !c.opts.fresh && c.exchange(x.tid) != x {
 		x.exchangeState = exchangeState{}
 		c.spareExch.Put(x)
 	}
@@ -103,7 +103,7 @@ func (c *Cluster) retireExchange(x *exchange) {
 func (c *Cluster) connect(r *request) {
 	x := c.newExchange()
 	x.exchangeState = exchangeState{r: r, id: r.id, tid: r.tid, closed: r.closed}
-	if c.remote && !c.coupled { // remote replies take no ticket: see onRemoteLink
+	if c.remote != nil && !c.remote.coupled { // remote replies take no ticket: see onRemoteLink
 		c.exch.Set(r.tid, x)
 		c.link.connect(r)
 		return
@@ -135,7 +135,7 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 		c.v.Call(c.v.Now(), func() { c.link.close(&closing, transferred) })
 	}
 	// The status takes its place now, where one queue would have it.
-	if !x.got && !x.t2Open && (!c.remote || c.coupled) {
+	if !x.got && !x.t2Open && (c.remote == nil || c.remote.coupled) {
 		x.t2, x.t2Open = c.v.Ticket(c.v.Now()), true
 	}
 	if !later {

@@ -70,10 +70,10 @@ func (resumeMsg) isMessage()   {}
 
 // send posts m to the loop; false once the loop has ended.
 func (c *Cluster) send(m message) bool {
-	if c.opts.stepped {
+	if c.stepped != nil {
 		_, link := m.(linkMsg)
 		_, remote := m.(queryMsg) // a transport's news; only remote clusters send it
-		if !link && !(remote && c.remote) {
+		if !link && !(remote && c.remote != nil) {
 			panic(fmt.Sprintf("cluster: %T sent to a stepped cluster", m))
 		}
 	}
@@ -88,9 +88,9 @@ func (c *Cluster) send(m message) bool {
 // query runs fn on the loop and waits for it; after the loop ended it runs
 // fn here, where nothing else touches the loop's state any more.
 func (c *Cluster) query(fn func()) {
-	if c.opts.stepped {
-		c.stepMu.Lock()
-		defer c.stepMu.Unlock()
+	if c.stepped != nil {
+		c.stepped.mu.Lock()
+		defer c.stepped.mu.Unlock()
 		fn()
 		return
 	}
@@ -109,14 +109,6 @@ func (c *Cluster) query(fn func()) {
 		}
 	}
 }
-
-// paceSlack is how far ahead of the wall clock a paced loop may process
-// events rather than sleep until each one's instant: a timer wake-up per
-// event would cost more CPU than the events themselves, and running up to
-// a couple of milliseconds early changes no modeled result (events run in
-// modeled order either way; an arrival is never stamped before the loop's
-// now).
-const paceSlack = 2 * time.Millisecond
 
 // closeGrace bounds how long a closing loop waits for a transfer server's
 // reply before giving the exchange up.
@@ -145,21 +137,21 @@ func (c *Cluster) run() {
 			at, blocked, ok = c.v.Next()
 		}
 		known = false
-		if c.snap != nil && c.snap(at, ok) {
-			c.snap = nil
+		if c.batch != nil && c.batch.snap != nil && c.batch.snap(at, ok) {
+			c.batch.snap = nil
 		}
 		var wake <-chan time.Time
 		switch {
 		case ok && !blocked:
 			stuckSince = time.Time{}
-			if c.pace != nil && !c.stopping && at > c.v.Now() && c.paused() {
+			if c.paced != nil && !c.stopping && at > c.v.Now() && c.paced.paused() {
 				// A caller acts on a result: modeled time waits for it.
-				timer.Reset(pauseMax - time.Since(c.pauseTouch))
+				timer.Reset(pauseMax - time.Since(c.paced.touch))
 				wake = timer.C
 				break
 			}
-			if c.pace != nil && !c.stopping {
-				if d := c.pace.Until(c.scale.Script(at)); d > 0 {
+			if c.paced != nil && !c.stopping {
+				if d := c.paced.pacer.Until(c.scale.Script(at)); d > 0 {
 					timer.Reset(d)
 					wake = timer.C
 					break
@@ -234,8 +226,8 @@ func (c *Cluster) publish() (at float64, blocked, ok bool) {
 // modeled time, but never before what the loop has processed nor past its
 // next event.
 func (c *Cluster) stamp() float64 {
-	if c.pace != nil && !c.stopping && !c.paused() {
-		c.v.AdvanceTo(c.wallModeled())
+	if c.paced != nil && !c.stopping && !c.paced.paused() {
+		c.v.AdvanceTo(c.paced.wallModeled())
 	}
 	return c.v.Now()
 }
@@ -251,7 +243,7 @@ func (c *Cluster) handle(m message) {
 	case stopMsg:
 		if r := m.h.r; r != nil {
 			c.stopRequest(r, m.reason)
-			if c.remote && !c.opts.stepped {
+			if c.remote != nil && c.stepped == nil {
 				c.watchStopped(r)
 			}
 		} else {
@@ -262,7 +254,7 @@ func (c *Cluster) handle(m message) {
 	case claimMsg:
 		c.acceptClaim(m.h)
 	case resumeMsg:
-		c.endPause(m.id)
+		c.paced.end(m.id)
 	case queryMsg:
 		m.fn()
 		close(m.done)
@@ -299,50 +291,6 @@ func (c *Cluster) accept(m arriveMsg) {
 	h := m.h
 	c.v.Call(at, func() { c.arrive(h) })
 	if m.resume != 0 {
-		c.endPause(m.resume)
+		c.paced.end(m.resume)
 	}
-}
-
-// wallModeled is the modeled time the wall clock has reached on a paced
-// loop.
-func (c *Cluster) wallModeled() float64 { return c.scale.Modeled(c.pace.Elapsed()) }
-
-// LagReport says how far the paced loop fell behind the wall clock over
-// the cluster's life so far.
-type LagReport struct {
-	// PeakMs is the most wall time the loop ran behind; NowMs now.
-	PeakMs, NowMs float64
-	// RunMs is the wall time since the cluster started.
-	RunMs float64
-}
-
-// Excessive reports whether the lag is worth a warning: it peaked above a
-// tenth of the run, so the script's wall-clock pacing offered noticeably
-// less modeled load than it says.
-func (l LagReport) Excessive() bool { return l.RunMs > 0 && l.PeakMs > 0.1*l.RunMs }
-
-// Lag reports the loop's lag (zero for a virtual cluster).
-func (c *Cluster) Lag() LagReport {
-	now, peak := c.ClockLag()
-	return NewLagReport(now, peak, time.Since(c.started))
-}
-
-// NewLagReport is the report of a clock that runs now behind the wall
-// clock, at most peak, over run of wall time.
-func NewLagReport(now, peak, run time.Duration) LagReport {
-	return LagReport{PeakMs: ms(peak), NowMs: ms(now), RunMs: ms(run)}
-}
-
-func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// ClockLag reports how far behind the wall clock the cluster's loop is now
-// and the most it ever was: when the host cannot keep up with the modeled
-// load at this speedup_ratio, the whole cluster runs late together (no
-// modeled result changes), and the script's wall-clock pacing then offers
-// less modeled load than it says. Zero for a virtual cluster.
-func (c *Cluster) ClockLag() (now, peak time.Duration) {
-	if c.pace == nil {
-		return 0, 0
-	}
-	return c.pace.Lag()
 }

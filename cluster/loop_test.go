@@ -215,7 +215,7 @@ func TestStepped_ReusedRecordsChangeNothingUnderStops(t *testing.T) {
 		t.Run(shape.name, func(t *testing.T) {
 			t.Parallel()
 			run := func(fresh bool) string {
-				c, err := newCluster(shape.cfg(9), options{virtual: true, stepped: true, memory: true, fresh: fresh})
+				c, err := newClusterOf(shape.cfg(9), options{virtual: true, stepped: true, memory: true, fresh: fresh})
 				require.NoError(t, err)
 				const n = 240
 				results := make([]Result, n)
@@ -375,7 +375,7 @@ func TestVirtual_RouterTTLsRunOnModeledTime(t *testing.T) {
 		{AtMs: 0, Request: Request{PromptTokens: 64, MaxTokens: 2000}},
 		{AtMs: 3000, Request: Request{PromptTokens: 64, MaxTokens: 2}},
 	}
-	c, err := newCluster(cfg, options{virtual: true, memory: true})
+	c, err := newClusterOf(cfg, options{virtual: true, memory: true, batch: true})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, c.Close()) }()
 	results := &batchResults{results: make([]Result, len(arr)), left: len(arr), done: make(chan struct{})}

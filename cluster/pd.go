@@ -154,7 +154,7 @@ func (l *spentLog) add(e *ClaimError) {
 
 // node is the worker rank t names, checked against the role wanted.
 func (c *Cluster) node(t Target, role engine.WorkerType) (*workerNode, error) {
-	if c.opts.stepped || c.remote {
+	if c.stepped != nil || c.remote != nil {
 		return nil, ErrPlaced
 	}
 	for _, n := range c.workers {

@@ -202,7 +202,7 @@ func (h *RemoteHost) DeliverTurn(name string, items []RemoteItem, turn uint64, n
 // Coupled reports whether the cluster drives its workers' clocks
 // (TransportConfig.Coupled): the transport then asks each worker for a
 // coupled session and reports with DeliverTurn.
-func (h *RemoteHost) Coupled() bool { return h.c.coupled }
+func (h *RemoteHost) Coupled() bool { return h.c.remote.coupled }
 
 // Workers counts the live workers of each role.
 func (h *RemoteHost) Workers() map[engine.WorkerType]int {
@@ -278,7 +278,7 @@ func (h *remoteHandle) connect(tid, reqID uint64, params []byte) {
 // there later on one queue: the worker hears the run before the command,
 // and the run's answer keeps the run's place.
 func (c *Cluster) turn(n *workerNode) {
-	if !c.coupled {
+	if !c.remote.coupled {
 		return
 	}
 	if n.runPending && n.runAt <= c.v.Now() {
@@ -381,6 +381,19 @@ func (c *Cluster) deliverTurn(name string, items []RemoteItem, turn uint64, next
 	})
 }
 
+// remoteDriver is what a cluster of remote workers holds beside the
+// loop's core: the transport that reaches the workers and the link their
+// transfer rooms go through.
+type remoteDriver struct {
+	coupled      bool // remote workers run on the loop's clock
+	link         *remoteLink
+	transport    Transport
+	nextWorkerID uint64
+	// stopSince is when a stepped remote cluster first saw a caller's
+	// context end while it waited for a worker (zero: none has).
+	stopSince time.Time
+}
+
 // startRemote finishes New (or NewStepped, for a coupled cluster) for a
 // cluster of remote workers: a loop with no engine worker of its own,
 // paced against the wall clock (which uncoupled workers pace themselves
@@ -390,20 +403,19 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	if f == nil {
 		return nil, errors.New("transport: no distributed transport is linked into this program (import github.com/kvstrand/mocker/distributed)")
 	}
-	c.coupled = c.cfg.Transport.Coupled
-	if c.opts.virtual && !c.coupled {
+	coupled := c.cfg.Transport.Coupled
+	if c.opts.virtual && !coupled {
 		return nil, errors.New("transport: virtual time needs transport.coupled (the cluster then drives the workers' clocks); without it the workers run on the wall clock")
 	}
-	c.remote = true
 	rl := &remoteLink{c: c, params: map[uint64][]byte{}, waiting: map[uint64]uint64{}, failed: map[uint64]string{}}
+	c.remote = &remoteDriver{coupled: coupled, link: rl}
 	c.link = rl
-	c.rlink = rl
 	c.v = engine.NewVirtual()
 	c.started = time.Now()
 	if !c.opts.virtual {
 		// The workers take their modeled clocks from the same instant
 		// (Epoch).
-		c.pace = timescale.NewPacerAt(c.started, paceSlack)
+		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacerAt(c.started, paceSlack)}
 	}
 	// Workers outlive a cluster and may serve several: request and
 	// transfer ids start from the clock (a thousand per ms, wrapping after
@@ -413,12 +425,12 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	// session has its workers to itself, and their transfer servers
 	// forget their rooms when it starts: its ids start at 1, as in
 	// process.
-	if !c.coupled {
+	if !c.remote.coupled {
 		base := uint64(c.started.UnixMilli()%1e9) * 1000
 		c.nextID, c.nextTID = base, base
 	}
 	stopStand := func() {}
-	if c.opts.stepped {
+	if c.stepped != nil {
 		stopStand = c.standIn()
 	} else {
 		go c.run()
@@ -426,11 +438,11 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	t, err := f(c.cfg, &RemoteHost{c: c})
 	stopStand()
 	if err != nil {
-		c.transport = nil
+		c.remote.transport = nil
 		_ = c.Close()
 		return nil, err
 	}
-	c.transport = t
+	c.remote.transport = t
 	return c, nil
 }
 
@@ -446,9 +458,9 @@ func (c *Cluster) standIn() (stop func()) {
 		for {
 			select {
 			case m := <-c.mail:
-				c.stepMu.Lock()
+				c.stepped.mu.Lock()
 				c.handle(m)
-				c.stepMu.Unlock()
+				c.stepped.mu.Unlock()
 			case <-quit:
 				return
 			}
@@ -462,13 +474,18 @@ func (c *Cluster) standIn() (stop func()) {
 
 // Transport is the distributed transport the cluster runs on; nil for an
 // in-process cluster.
-func (c *Cluster) Transport() Transport { return c.transport }
+func (c *Cluster) Transport() Transport {
+	if c.remote == nil {
+		return nil
+	}
+	return c.remote.transport
+}
 
 // TransportName names the transport the cluster's workers are reached by:
 // "in-process", or the distributed transport's name.
 func (c *Cluster) TransportName() string {
-	if c.transport != nil {
-		return c.transport.Name()
+	if t := c.Transport(); t != nil {
+		return t.Name()
 	}
 	return "in-process"
 }
@@ -502,9 +519,9 @@ func (c *Cluster) join(info RemoteInfo, rw RemoteWorker) error {
 			return fmt.Errorf("worker %s refused: a live worker already has that name", info.Name)
 		}
 	}
-	n := &workerNode{idx: len(c.workers), name: info.Name, ranks: 1, role: info.Role, id: c.nextWorkerID, args: a, heard: time.Now(),
+	n := &workerNode{idx: len(c.workers), name: info.Name, ranks: 1, role: info.Role, id: c.remote.nextWorkerID, args: a, heard: time.Now(),
 		transferAddr: info.TransferAddr}
-	c.nextWorkerID++
+	c.remote.nextWorkerID++
 	n.last = engine.Metrics{TotalBlocks: a.NumGPUBlocks, FreeBlocks: a.NumGPUBlocks}
 	n.handle = &remoteHandle{rw: rw, n: n, c: c}
 	ri := router.WorkerInfo{ID: n.id, Role: router.Role(info.Role), TotalBlocks: a.NumGPUBlocks, BlockSize: a.BlockSize}
@@ -630,7 +647,7 @@ func (c *Cluster) applyItems(n *workerNode, items []RemoteItem) {
 			ir.Worker = n.idx
 			c.onInput(ir)
 		case it.Room != nil:
-			c.rlink.roomOpened(n, *it.Room)
+			c.remote.link.roomOpened(n, *it.Room)
 		case it.Arrived != nil:
 			c.onRemoteLink(it.Arrived.TID, it.Arrived.ReqID, true, linkStatus{})
 		case it.Status != nil:
@@ -644,7 +661,7 @@ func (c *Cluster) applyItems(n *workerNode, items []RemoteItem) {
 // take effect when they come. A coupled cluster's replies take tickets as
 // an in-process cluster's do.
 func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
-	if c.coupled {
+	if c.remote.coupled {
 		c.onLinkMsg(linkMsg{tid: tid, reqID: reqID, arrived: arrived, status: st})
 		return
 	}
@@ -725,7 +742,7 @@ func (l *remoteLink) dial(tid, reqID uint64, params []byte) {
 // answer takes the ticket the connection holds (a call queued behind that
 // ticket would wait for it forever).
 func (l *remoteLink) refuse(tid uint64, msg string) {
-	if l.c.coupled {
+	if l.c.remote.coupled {
 		l.c.onLinkMsg(linkMsg{tid: tid, status: linkStatus{status: handoff.Error, err: msg}})
 		return
 	}
@@ -855,11 +872,11 @@ func (c *Cluster) awaitRemote() {
 			return
 		case <-tick.C:
 		}
-		if c.stopSince.IsZero() {
+		if c.remote.stopSince.IsZero() {
 			if !c.anyCallerGone() {
 				continue
 			}
-			c.stopSince = time.Now()
+			c.remote.stopSince = time.Now()
 		}
 		gaveUp := false
 		for _, n := range c.workers {
@@ -867,8 +884,8 @@ func (c *Cluster) awaitRemote() {
 				continue
 			}
 			since := n.turns[0].sent
-			if since.Before(c.stopSince) {
-				since = c.stopSince
+			if since.Before(c.remote.stopSince) {
+				since = c.remote.stopSince
 			}
 			if time.Since(since) >= remoteStopGrace && n.heard.Before(since) {
 				c.giveUpSilent(since, n)
@@ -884,7 +901,7 @@ func (c *Cluster) awaitRemote() {
 // anyCallerGone reports whether the context of a call in flight has
 // ended.
 func (c *Cluster) anyCallerGone() bool {
-	for _, w := range c.watchList {
+	for _, w := range c.stepped.watchList {
 		select {
 		case <-w.done:
 			return true

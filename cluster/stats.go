@@ -145,7 +145,7 @@ func (c *Cluster) Events() []Event {
 // script's think time that neither the speedup nor a lagging host changes
 // in modeled terms. It returns early when ctx ends or the cluster closes.
 func (c *Cluster) Sleep(ctx context.Context, ms float64) error {
-	if c.opts.stepped {
+	if c.stepped != nil {
 		return c.sleepStepped(ctx, ms)
 	}
 	done := make(chan struct{})
@@ -167,7 +167,7 @@ func (c *Cluster) Sleep(ctx context.Context, ms float64) error {
 // Stats then. It fails when ctx ends first, saying what is still busy, or
 // when the cluster closes.
 func (c *Cluster) Drain(ctx context.Context) (Stats, error) {
-	if c.opts.stepped {
+	if c.stepped != nil {
 		return c.drainStepped(ctx)
 	}
 	done := make(chan struct{})

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/kvstrand/mocker/handoff"
@@ -20,6 +21,23 @@ import (
 // runs every event due by then and hands out the results that are ready.
 // The clock asks Next when the cluster next needs it. The same calls at
 // the same instants therefore give the same results on any host.
+
+// steppedDriver is what a stepped cluster holds beside the loop's core:
+// whoever calls Settle runs the loop, under mu, which also guards the
+// calls handed in since the last Settle.
+type steppedDriver struct {
+	mu      sync.Mutex
+	newGate func() Gate
+	pending []*call
+	watched map[context.Context]*watching // contexts of calls in flight
+	// watchList holds the same, for Settle's scan.
+	watchList []*watching
+	// activity, when set (SetActivity), tells Settle whether a context
+	// may have ended since polledAt, its value at the last scan.
+	activity func() uint64
+	polledAt uint64
+	polled   bool
+}
 
 // Gate is how a caller of a stepped cluster waits while modeled time
 // passes: a binary semaphore the outside clock knows about (the harness's
@@ -43,14 +61,24 @@ type Key struct{ Source, Seq uint64 }
 // identical, TestVirtual_SocketsChangeNothing), without a system call per
 // step of a run that must be as fast as the CPU allows.
 func NewStepped(cfg Config, newGate func() Gate) (*Cluster, error) {
-	if newGate == nil {
-		return nil, errors.New("cluster.NewStepped: newGate is nil")
-	}
-	c, err := newCluster(cfg, options{virtual: true, stepped: true, memory: true})
+	p, err := cfg.Plan()
 	if err != nil {
 		return nil, err
 	}
-	c.newGate = newGate
+	return p.NewStepped(newGate)
+}
+
+// NewStepped builds the planned cluster as the package's NewStepped does,
+// without resolving its config again.
+func (p Plan) NewStepped(newGate func() Gate) (*Cluster, error) {
+	if newGate == nil {
+		return nil, errors.New("cluster.NewStepped: newGate is nil")
+	}
+	c, err := newCluster(p, options{virtual: true, stepped: true, memory: true})
+	if err != nil {
+		return nil, err
+	}
+	c.stepped.newGate = newGate
 	return c, nil
 }
 
@@ -81,21 +109,21 @@ func (c *Cluster) SubmitAt(ctx context.Context, req Request, key Key, atMs float
 }
 
 func (c *Cluster) submit(h *call) {
-	if !c.opts.stepped {
+	if c.stepped == nil {
 		panic("cluster: Submit needs a cluster built by NewStepped")
 	}
 	if err := h.req.validate(); err != nil {
 		h.done(Result{Outcome: OutcomeError, Error: err.Error()})
 		return
 	}
-	c.stepMu.Lock()
+	c.stepped.mu.Lock()
 	if c.ended || c.stopping {
-		c.stepMu.Unlock()
+		c.stepped.mu.Unlock()
 		h.done(Result{Outcome: OutcomeError, Error: errClosed})
 		return
 	}
-	c.pending = append(c.pending, h)
-	c.stepMu.Unlock()
+	c.stepped.pending = append(c.stepped.pending, h)
+	c.stepped.mu.Unlock()
 }
 
 // Settle brings a stepped cluster to modeled time nowMs: the events due
@@ -104,19 +132,19 @@ func (c *Cluster) submit(h *call) {
 // the events these cause at nowMs. Results are handed out as they become
 // ready. A nowMs behind the cluster's clock counts as its clock.
 func (c *Cluster) Settle(nowMs float64) {
-	c.stepMu.Lock()
-	defer c.stepMu.Unlock()
+	c.stepped.mu.Lock()
+	defer c.stepped.mu.Unlock()
 	if c.ended {
 		return
 	}
-	if c.remote {
+	if c.remote != nil {
 		c.poll() // what the transport posted: joins, departures
 	}
 	c.runTo(nowMs)
-	arrived := len(c.pending) > 0
+	arrived := len(c.stepped.pending) > 0
 	if arrived {
-		in := c.pending
-		c.pending = nil
+		in := c.stepped.pending
+		c.stepped.pending = nil
 		slices.SortStableFunc(in, func(a, b *call) int {
 			if d := cmp.Compare(a.key.Source, b.key.Source); d != 0 {
 				return d
@@ -142,9 +170,9 @@ func (c *Cluster) Settle(nowMs float64) {
 // before, not after, whatever ends a context: a cancellation it misses
 // goes unseen until the count next moves.
 func (c *Cluster) SetActivity(activity func() uint64) {
-	c.stepMu.Lock()
-	defer c.stepMu.Unlock()
-	c.activity, c.polled = activity, false
+	c.stepped.mu.Lock()
+	defer c.stepped.mu.Unlock()
+	c.stepped.activity, c.stepped.polled = activity, false
 }
 
 // ClockParticipant is a stepped cluster as an outside clock that counts
@@ -194,13 +222,13 @@ func (p *ClockParticipant) Next() (time.Duration, bool) {
 // Next is the modeled time of a stepped cluster's next event; false when
 // it has none (then only a new request wakes it).
 func (c *Cluster) Next() (float64, bool) {
-	c.stepMu.Lock()
-	defer c.stepMu.Unlock()
+	c.stepped.mu.Lock()
+	defer c.stepped.mu.Unlock()
 	if c.ended {
 		return 0, false
 	}
 	at, _, ok := c.v.Next()
-	if len(c.pending) > 0 {
+	if len(c.stepped.pending) > 0 {
 		// Requests wait for the next Settle, which should come now.
 		at, ok = c.v.Now(), true
 	}
@@ -216,7 +244,7 @@ func (c *Cluster) runTo(limit float64) {
 		if !ok || !blocked || at > limit {
 			return
 		}
-		if c.remote {
+		if c.remote != nil {
 			c.awaitRemote()
 			continue
 		}
@@ -230,24 +258,24 @@ func (c *Cluster) watch(h *call) {
 	if h.ctx == nil || h.ctx.Done() == nil {
 		return
 	}
-	if c.watched == nil {
-		c.watched = map[context.Context]*watching{}
+	if c.stepped.watched == nil {
+		c.stepped.watched = map[context.Context]*watching{}
 	}
-	w := c.watched[h.ctx]
+	w := c.stepped.watched[h.ctx]
 	if w == nil {
-		w = &watching{ctx: h.ctx, done: h.ctx.Done(), at: len(c.watchList)}
-		c.watched[h.ctx] = w
-		c.watchList = append(c.watchList, w)
+		w = &watching{ctx: h.ctx, done: h.ctx.Done(), at: len(c.stepped.watchList)}
+		c.stepped.watched[h.ctx] = w
+		c.stepped.watchList = append(c.stepped.watchList, w)
 	}
 	w.calls++
 }
 
 // unwatch forgets a finished call's context.
 func (c *Cluster) unwatch(h *call) {
-	if h.ctx == nil || c.watched == nil {
+	if h.ctx == nil || c.stepped.watched == nil {
 		return
 	}
-	if w, ok := c.watched[h.ctx]; ok {
+	if w, ok := c.stepped.watched[h.ctx]; ok {
 		if w.calls--; w.calls <= 0 {
 			c.forget(w)
 		}
@@ -264,11 +292,11 @@ type watching struct {
 
 // forget drops w from the watched contexts.
 func (c *Cluster) forget(w *watching) {
-	delete(c.watched, w.ctx)
-	last := c.watchList[len(c.watchList)-1]
-	c.watchList[w.at], last.at = last, w.at
-	c.watchList[len(c.watchList)-1] = nil
-	c.watchList = c.watchList[:len(c.watchList)-1]
+	delete(c.stepped.watched, w.ctx)
+	last := c.stepped.watchList[len(c.stepped.watchList)-1]
+	c.stepped.watchList[w.at], last.at = last, w.at
+	c.stepped.watchList[len(c.stepped.watchList)-1] = nil
+	c.stepped.watchList = c.stepped.watchList[:len(c.stepped.watchList)-1]
 }
 
 // stopEnded stops, in request order, the requests whose context has
@@ -276,19 +304,19 @@ func (c *Cluster) forget(w *watching) {
 // stands at an instant, so every Settle of that instant sees it the same.
 // arrived says calls were handed in at this Settle.
 func (c *Cluster) stopEnded(arrived bool) {
-	if c.activity != nil {
+	if c.stepped.activity != nil {
 		// Read before the scan: whatever moves the count after this is
 		// seen at the next Settle.
-		a := c.activity()
-		if c.polled && a == c.polledAt && !arrived {
+		a := c.stepped.activity()
+		if c.stepped.polled && a == c.stepped.polledAt && !arrived {
 			return
 		}
-		c.polled, c.polledAt = true, a
+		c.stepped.polled, c.stepped.polledAt = true, a
 	}
 	// A closed Done channel is checked without a lock: this runs at every
 	// step of the clock that may have ended a context.
 	ended := false
-	for _, w := range c.watchList {
+	for _, w := range c.stepped.watchList {
 		select {
 		case <-w.done:
 			ended = true
@@ -301,21 +329,21 @@ func (c *Cluster) stopEnded(arrived bool) {
 	if !ended {
 		return
 	}
-	if c.remote && c.stopSince.IsZero() {
-		c.stopSince = time.Now()
+	if c.remote != nil && c.remote.stopSince.IsZero() {
+		c.remote.stopSince = time.Now()
 	}
 	// A call handed in at this Settle becomes a request only as the
 	// Settle runs its events, after this look: one whose context had
 	// already ended is stopped at the next look, which must then come
 	// whether or not the count moved. Every look that finds an ended
 	// context asks for the next, as looking at every Settle would.
-	c.polled = false
+	c.stepped.polled = false
 	for _, r := range c.sortedRequests() {
 		if r.h == nil {
 			continue
 		}
 		if ctx := r.h.ctx; ctx != nil && ctx.Err() != nil {
-			if w, ok := c.watched[ctx]; ok {
+			if w, ok := c.stepped.watched[ctx]; ok {
 				c.forget(w)
 			}
 			c.stopRequest(r, ctx.Err().Error())
@@ -325,7 +353,7 @@ func (c *Cluster) stopEnded(arrived bool) {
 
 // generateStepped is Generate on a stepped cluster.
 func (c *Cluster) generateStepped(ctx context.Context, req Request) Result {
-	g := c.newGate()
+	g := c.stepped.newGate()
 	var res Result
 	c.Submit(ctx, req, Key{}, func(r Result) {
 		res = r
@@ -337,14 +365,14 @@ func (c *Cluster) generateStepped(ctx context.Context, req Request) Result {
 
 // sleepStepped is Sleep on a stepped cluster: ms after the cluster's now.
 func (c *Cluster) sleepStepped(ctx context.Context, ms float64) error {
-	g := c.newGate()
-	c.stepMu.Lock()
+	g := c.stepped.newGate()
+	c.stepped.mu.Lock()
 	if c.ended || c.stopping {
-		c.stepMu.Unlock()
+		c.stepped.mu.Unlock()
 		return errors.New("sleep: " + errClosed)
 	}
 	c.v.Call(c.v.Now()+ms, g.Open)
-	c.stepMu.Unlock()
+	c.stepped.mu.Unlock()
 	if !g.Wait(ctx) {
 		return ctx.Err()
 	}
@@ -353,15 +381,15 @@ func (c *Cluster) sleepStepped(ctx context.Context, ms float64) error {
 
 // drainStepped is Drain on a stepped cluster.
 func (c *Cluster) drainStepped(ctx context.Context) (Stats, error) {
-	g := c.newGate()
-	c.stepMu.Lock()
+	g := c.stepped.newGate()
+	c.stepped.mu.Lock()
 	if c.ended {
-		c.stepMu.Unlock()
+		c.stepped.mu.Unlock()
 		return c.Stats(), errors.New("drain: " + errClosed)
 	}
 	c.drainers = append(c.drainers, g.Open)
 	c.checkDrained()
-	c.stepMu.Unlock()
+	c.stepped.mu.Unlock()
 	if !g.Wait(ctx) {
 		s := c.Stats()
 		return s, fmt.Errorf("drain: %s: %w", busyReason(s), ctx.Err())
@@ -373,15 +401,15 @@ func (c *Cluster) drainStepped(ctx context.Context) (Stats, error) {
 // in is cut short (outcome "error", "cluster closed") once its KV is
 // released, without waiting for modeled time to pass.
 func (c *Cluster) closeStepped() {
-	c.stepMu.Lock()
-	defer c.stepMu.Unlock()
-	for _, h := range c.pending {
+	c.stepped.mu.Lock()
+	defer c.stepped.mu.Unlock()
+	for _, h := range c.stepped.pending {
 		h.deliver(Result{Outcome: OutcomeError, Error: errClosed})
 	}
-	c.pending = nil
+	c.stepped.pending = nil
 	c.handle(closeMsg{})
 	var giveUp <-chan time.Time
-	if c.remote {
+	if c.remote != nil {
 		// Remote workers that stop answering must not hold Close.
 		t := time.NewTimer(remoteCloseGrace)
 		defer t.Stop()

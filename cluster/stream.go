@@ -55,12 +55,22 @@ type StreamRun struct {
 // invalid time or request ends at once as an "error" result, without
 // reaching the cluster, as RunVirtual's do.
 func RunStream(cfg Config, src StreamSource, opts StreamOptions) (StreamRun, error) {
+	p, err := cfg.Plan()
+	if err != nil {
+		return StreamRun{}, err
+	}
+	return p.RunStream(src, opts)
+}
+
+// RunStream runs the planned cluster as the package's RunStream does,
+// without resolving its config again.
+func (p Plan) RunStream(src StreamSource, opts StreamOptions) (StreamRun, error) {
 	if opts.OnResult == nil {
 		return StreamRun{}, errors.New("RunStream: StreamOptions.OnResult is required")
 	}
 	// The source may reuse token storage, which an address-keyed memo of
 	// hashes would confuse: the cluster copies each prompt instead.
-	c, err := newCluster(cfg, options{virtual: true, memory: !opts.TCP, keepEvents: opts.EventLog})
+	c, err := newCluster(p, options{virtual: true, batch: true, memory: !opts.TCP, keepEvents: opts.EventLog})
 	if err != nil {
 		return StreamRun{}, err
 	}
@@ -71,7 +81,7 @@ func RunStream(cfg Config, src StreamSource, opts StreamOptions) (StreamRun, err
 		// As runArrivals does: the figures are taken at the end of the
 		// last result's instant, before any timer left over runs.
 		at := c.v.Now()
-		c.snap = func(next float64, more bool) bool {
+		c.batch.snap = func(next float64, more bool) bool {
 			if more && next <= at {
 				return false
 			}

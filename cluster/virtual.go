@@ -6,7 +6,77 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/kvstrand/mocker/internal/spare"
 )
+
+// A batch run (RunVirtual, RunStream) is the cluster's loop on virtual
+// time, fed arrivals the loop schedules itself, as fast as the CPU allows:
+// no caller waits on a channel per request, and the loop reuses the
+// records of the calls that ended for the next arrivals.
+
+// batchDriver is what a batch run holds beside the loop's core.
+type batchDriver struct {
+	// calls are the records of the calls that ended, for the next
+	// arrivals (answer).
+	calls spare.List[call]
+	// snap, when set, takes the run's figures once the loop has
+	// processed every event up to the last result's instant (it is given
+	// the next event's time) and reports whether it did.
+	snap func(next float64, more bool) bool
+}
+
+// batchResults collects the results of a batch of calls on the loop;
+// done is closed once every one of them has its result.
+type batchResults struct {
+	results []Result
+	left    int
+	done    chan struct{}
+	// onDone, when set, runs on the loop as the last result is written,
+	// and closes done itself (later).
+	onDone func()
+	// sink, when set, takes each result instead of results (RunStream),
+	// and streaming says more calls may come: the batch is not done
+	// while it does, whatever left says.
+	sink      func(i int, res Result)
+	streaming bool
+}
+
+// put writes the result of the batch's call i.
+func (b *batchResults) put(i int, res Result) {
+	if b.sink != nil {
+		b.sink(i, res)
+	} else {
+		b.results[i] = res
+	}
+	if b.left--; b.left == 0 && !b.streaming {
+		b.finish()
+	}
+}
+
+// finish ends the batch: every call has its result.
+func (b *batchResults) finish() {
+	if b.onDone != nil {
+		b.onDone() // it closes done
+	} else {
+		close(b.done)
+	}
+}
+
+// keepCall keeps a call of RunVirtual's for a later arrival.
+func (c *Cluster) keepCall(h *call) {
+	if !c.opts.fresh {
+		c.batch.calls.Put(h)
+	}
+}
+
+// newCall returns a call for an arrival of RunVirtual's.
+func (c *Cluster) newCall() *call {
+	if h := c.batch.calls.Take(); h != nil {
+		return h
+	}
+	return new(call)
+}
 
 // Arrival is a request reaching the cluster at modeled time AtMs.
 type Arrival struct {
@@ -60,7 +130,12 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 			return VirtualRun{}, fmt.Errorf("arrivals[%d].at_ms: want a finite number of modeled ms in [0, %g], got %g", i, maxModeledMs, a.AtMs)
 		}
 	}
-	c, err := newCluster(cfg, opts)
+	p, err := cfg.Plan()
+	if err != nil {
+		return VirtualRun{}, err
+	}
+	opts.batch = true
+	c, err := newCluster(p, opts)
 	if err != nil {
 		return VirtualRun{}, err
 	}
@@ -88,7 +163,7 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 		// At the end of the instant: the hold releases and frees that
 		// follow the last result at the same modeled time count.
 		at := c.v.Now()
-		c.snap = func(next float64, more bool) bool {
+		c.batch.snap = func(next float64, more bool) bool {
 			if more && next <= at {
 				return false
 			}

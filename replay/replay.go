@@ -62,6 +62,9 @@ type Output struct {
 	Run     cluster.StreamRun
 	// Figures keeps the distributions behind the summary, for the report.
 	Figures *Figures
+	// Plan is the cluster's config as the run resolved it (its time
+	// scale, for the report).
+	Plan cluster.Plan
 }
 
 // Run replays the trace read by tr through a cluster built from cfg, on
@@ -74,22 +77,29 @@ type Output struct {
 // error (a bad row, timestamps going backwards) stops the run and is
 // returned once the requests in flight have ended.
 func Run(cfg cluster.Config, tr *Reader, opts Options) (Output, error) {
+	plan, err := cfg.Plan()
+	if err != nil {
+		return Output{}, err
+	}
+	return runPlan(plan, tr, opts)
+}
+
+// runPlan is Run on a config already resolved.
+func runPlan(plan cluster.Plan, tr *Reader, opts Options) (Output, error) {
 	src, err := NewSource(tr, opts)
 	if err != nil {
 		return Output{}, err
 	}
 	p := src.p
-	if p.bs, err = cfg.BlockSize(); err != nil {
-		return Output{}, err
-	}
-	run, err := cluster.RunStream(cfg, p.next, cluster.StreamOptions{OnResult: p.ended})
+	p.bs = plan.BlockSize()
+	run, err := plan.RunStream(p.next, cluster.StreamOptions{OnResult: p.ended})
 	if err != nil {
 		return Output{}, err
 	}
 	if p.err != nil {
 		return Output{}, p.err
 	}
-	out := Output{Run: run, Figures: p.figs}
+	out := Output{Run: run, Figures: p.figs, Plan: plan}
 	out.Summary = p.figs.summary(run.Stats, p.firstAt, len(p.sessions), p.late)
 	return out, nil
 }

@@ -189,8 +189,9 @@ func sweepOne(base map[string]any, grid []Axis, combo []any, open func() (*Reade
 		return row, nil
 	}
 	cfg, err := cluster.ConfigFromMap(m)
+	var plan cluster.Plan
 	if err == nil {
-		err = cfg.Validate()
+		plan, err = cfg.Plan()
 	}
 	if err != nil {
 		row.Error = err.Error()
@@ -202,7 +203,7 @@ func sweepOne(base map[string]any, grid []Axis, combo []any, open func() (*Reade
 	}
 	defer func() { _ = closeTrace() }()
 	opts.Progress, opts.OnRequest = nil, nil
-	out, err := Run(cfg, tr, opts)
+	out, err := runPlan(plan, tr, opts)
 	if err != nil {
 		return row, err
 	}

@@ -100,8 +100,9 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		return nil, &harness.ExitError{Code: harness.ExitInvalidConfig, Err: errors.New("transport: the distributed transport talks to workers that run on the wall clock and cannot run under --clock virtual; set transport.coupled (the cluster then drives the workers' clocks), use --clock paced (the default) or --clock wall, or remove transport to run the in-process cluster")}
 	}
 	// A bad field is reported as such, whatever already runs under the
-	// name.
-	if _, err := cfg.SpeedupRatio(); err != nil {
+	// name; the plan then builds the cluster without resolving it again.
+	plan, err := cfg.Plan()
+	if err != nil {
 		return nil, err
 	}
 	r.mu.Lock()
@@ -116,7 +117,7 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 		return e, nil
 	}
 	if !clock.Virtual() || cfg.Transport != nil && !coupled {
-		c, err := cluster.New(cfg)
+		c, err := plan.New()
 		if err != nil {
 			return nil, err
 		}
@@ -138,7 +139,7 @@ func (r *run) cluster(cfg cluster.Config, clock harness.Clock) (*entry, error) {
 	// On the run's virtual clock the cluster is one of the clock's
 	// participants: its modeled time is the clock's time × speedup_ratio,
 	// as on the wall clock, and it moves only when the clock does.
-	c, err := cluster.NewStepped(cfg, func() cluster.Gate { return clock.NewGate() })
+	c, err := plan.NewStepped(func() cluster.Gate { return clock.NewGate() })
 	if err != nil {
 		return nil, err
 	}

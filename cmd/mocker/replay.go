@@ -263,7 +263,6 @@ func progressLine(w io.Writer) func(uint64, float64) {
 // replayReport is the run as the report package draws a cluster.
 func replayReport(title string, cfg cluster.Config, out replay.Output) report.Report {
 	st := out.Run.Stats
-	speed, _ := cfg.SpeedupRatio()
 	engine, router := cfg.Engine, cfg.Router
 	if engine == "" {
 		engine = "vllm"
@@ -272,7 +271,7 @@ func replayReport(title string, cfg cluster.Config, out replay.Output) report.Re
 		router = "round-robin"
 	}
 	c := report.Cluster{Name: "replay", Engine: engine, Router: router, Topology: replayTopology(cfg),
-		SpeedupRatio: speed, Stats: st, Series: out.Run.Series, Holds: out.Run.Holds,
+		SpeedupRatio: out.Plan.Scale().Ratio(), Stats: st, Series: out.Run.Series, Holds: out.Run.Holds,
 		TTFT: report.Quantiles("completed", &out.Figures.TTFT)}
 	outcomes := make([]string, 0, len(out.Figures.Holds))
 	for o := range out.Figures.Holds {
