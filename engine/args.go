@@ -167,8 +167,9 @@ type Args struct {
 	// docs/fidelity.md.
 	ReserveTakesSlot bool `json:"reserve_takes_slot"`
 
-	// PlannerProfileData is the path of a profile table for
-	// perf.FromProfile. Empty: the polynomial model.
+	// PlannerProfileData is the path of profile data for perf.FromProfile:
+	// a JSON table, a mocker-format NPZ or a profiler results directory.
+	// Empty: the polynomial model.
 	PlannerProfileData string `json:"planner_profile_data,omitempty"`
 	// TimingModel picks the timing model as Dynamo main's timing_model
 	// does. Nil: polynomial, or interpolated when PlannerProfileData is

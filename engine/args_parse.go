@@ -69,7 +69,8 @@ func argErr(field, format string, a ...any) *ArgError {
 //	router_load_includes_held     boolean                                false
 //	reserve_takes_slot            boolean (mocker's former slot rule)    false
 //	dynamo_compat                 boolean                                false
-//	planner_profile_data          path of a perf.FromProfile table       none: polynomial
+//	planner_profile_data          path of perf.FromProfile data (JSON,    none: polynomial
+//	                              NPZ or profiler results directory)
 //	timing_model                  "polynomial" | "interpolated" |        polynomial, interpolated
 //	                              {"type":"fixed","prefill_ms":p,        with planner_profile_data
 //	                               "decode_ms":d}
