@@ -87,8 +87,9 @@ type Config struct {
 	// plugin gives every VU the same one). Default "default".
 	Name string `json:"name"`
 	// Engine is the scheduler model of every worker: "vllm" (default,
-	// source-first handoff) or "sglang" (destination-first handoff unless
-	// args.sglang.optimistic_prefill).
+	// source-first handoff), "sglang" (destination-first handoff unless
+	// args.sglang.optimistic_prefill) or "trtllm" (the vLLM core under
+	// TensorRT-LLM's capacity policy, args.trtllm; source-first).
 	Engine string `json:"engine"`
 	// Disagg runs separate prefill and decode pools with a KV handoff
 	// between them. False runs one aggregated pool of Workers workers.
@@ -415,8 +416,10 @@ func resolve(cfg Config) (resolved, error) {
 		cfg.Engine = DefaultEngine
 	}
 	cfg.Engine = strings.ToLower(strings.TrimSpace(cfg.Engine))
-	if cfg.Engine != string(engine.EngineVLLM) && cfg.Engine != string(engine.EngineSGLang) {
-		return r, fmt.Errorf("engine: %q is not modeled; want \"vllm\" or \"sglang\"", cfg.Engine)
+	switch engine.EngineType(cfg.Engine) {
+	case engine.EngineVLLM, engine.EngineSGLang, engine.EngineTRTLLM:
+	default:
+		return r, fmt.Errorf("engine: %q is not modeled; want \"vllm\", \"sglang\" or \"trtllm\"", cfg.Engine)
 	}
 	if cfg.Router == "" {
 		cfg.Router = DefaultRouter

@@ -54,7 +54,7 @@ func TestConfig_ErrorsNameTheField(t *testing.T) {
 		{"cluster arg seen from pool", map[string]any{"disagg": true, "args": map[string]any{"block_size": -4}}, "args.block_size:"},
 		{"block sizes differ", map[string]any{"prefill": map[string]any{"args": map[string]any{"block_size": 32}}}, "prefill.args.block_size: 32 differs from decode.args.block_size 16"},
 		{"speedups differ", map[string]any{"decode": map[string]any{"args": map[string]any{"speedup_ratio": 5}}}, "decode.args.speedup_ratio"},
-		{"engine", map[string]any{"engine": "trtllm"}, "engine: \"trtllm\" is not modeled"},
+		{"engine", map[string]any{"engine": "tgi"}, "engine: \"tgi\" is not modeled"},
 		{"engine type contradiction", map[string]any{"args": map[string]any{"engine_type": "sglang"}}, "args.engine_type"},
 		{"pool engine type contradiction", map[string]any{"decode": map[string]any{"args": map[string]any{"engine_type": "sglang"}}}, "decode.args.engine_type"},
 		{"router mode", map[string]any{"router": "fastest"}, "router: router mode \"fastest\" is not valid"},

@@ -36,8 +36,8 @@
 // an sglang object when the engine is vllm. Every pool must share
 // block_size (one router compares block hashes) and speedup_ratio (one
 // modeled clock). An explicit block_size 0 does not mean the laptop default
-// 16: it means the engine's own default, 64 for vLLM and page_size for
-// SGLang, as in Dynamo.
+// 16: it means the engine's own default, 64 for vLLM, 32 for TRT-LLM and
+// page_size for SGLang, as in Dynamo.
 //
 // # The handoff
 //

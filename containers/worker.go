@@ -116,7 +116,7 @@ type WorkerSpec struct {
 	Image string
 	// Name is the worker's name in results and its host name on Network.
 	Name string
-	// Role is prefill, decode or aggregated; Engine vllm or sglang.
+	// Role is prefill, decode or aggregated; Engine vllm, sglang or trtllm.
 	Role, Engine string
 	// Namespace scopes its etcd keys and NATS subjects.
 	Namespace string

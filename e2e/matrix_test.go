@@ -86,18 +86,18 @@ type cellResult struct {
 }
 
 // TestMatrix runs router ∈ {round-robin, kv, least-loaded} × engine ∈
-// {vllm, sglang} on disaggregated workers, and each router on aggregated
+// {vllm, sglang, trtllm} on disaggregated workers, and each router on aggregated
 // ones, against worker containers. Each cell is e2e/testdata/cell.js run by
 // `mocker run --clock virtual` with the cluster driving the workers' clocks
 // (transport.coupled), so a cell's figures do not depend on the host; its
 // thresholds hold the per-cell assertions (holds happen;
-// vLLM aborts at the timeout; SGLang strands nothing; kv hits the cache;
+// vLLM and TRT-LLM abort at the timeout; SGLang strands nothing; kv hits the cache;
 // least-loaded spreads load; every pool drains to zero). Then the cells are
 // compared: kv's hit rate leads every other router's.
 func TestMatrix(t *testing.T) {
 	s := newStack(t)
 	start := time.Now()
-	for _, eng := range []string{"vllm", "sglang"} {
+	for _, eng := range []string{"vllm", "sglang", "trtllm"} {
 		t.Run(eng+"-disagg", func(t *testing.T) {
 			res := map[string]cellResult{}
 			for _, r := range routers {
@@ -107,7 +107,7 @@ func TestMatrix(t *testing.T) {
 						pool{role: "prefill", n: 2, args: map[string]any{"num_gpu_blocks": prefillBlocks}},
 						pool{role: "decode", n: 2, args: map[string]any{"num_gpu_blocks": 1024, "max_num_seqs": decodeSeqs}})
 					c := cellEnv{router: r, engine: eng, disagg: true, ns: ns}
-					if eng == "vllm" {
+					if eng != "sglang" { // source-first, as vLLM
 						c.vus = vllmDisaggVUs
 					}
 					res[r] = s.runCell(t, c)

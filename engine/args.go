@@ -9,6 +9,9 @@ type EngineType string //nolint:revive // named after the engine_type key of Moc
 const (
 	EngineVLLM   EngineType = "vllm"
 	EngineSGLang EngineType = "sglang"
+	// EngineTRTLLM runs the vLLM scheduler core under TensorRT-LLM's
+	// capacity scheduler policy (TRTLLMArgs), as Dynamo's mocker does.
+	EngineTRTLLM EngineType = "trtllm"
 )
 
 // WorkerType says which part of serving a worker plays.
@@ -46,6 +49,31 @@ const (
 	SGLangPolicyLPM  = "lpm"
 )
 
+// TensorRT-LLM capacity scheduler policies (TRTLLMArgs.CapacitySchedulerPolicy).
+const (
+	// TRTLLMGuaranteedNoEvict admits a request only when the pool can hold
+	// it to its last token beside what every running request may still
+	// take, and never preempts.
+	TRTLLMGuaranteedNoEvict = "guaranteed_no_evict"
+	// TRTLLMMaxUtilization admits on the blocks a request needs now and
+	// pauses the newest running request when the pool runs dry: the vLLM
+	// core's rules.
+	TRTLLMMaxUtilization = "max_utilization"
+)
+
+// TRTLLMArgs are the TensorRT-LLM knobs (Dynamo's `trtllm` sub-object).
+// They take effect only when engine_type is trtllm.
+type TRTLLMArgs struct {
+	// CapacitySchedulerPolicy is TRTLLMGuaranteedNoEvict (the default, and
+	// the only policy Dynamo's mocker accepts) or TRTLLMMaxUtilization.
+	CapacitySchedulerPolicy string `json:"capacity_scheduler_policy"`
+}
+
+// DefaultTRTLLMArgs returns TensorRT-LLM's default capacity policy.
+func DefaultTRTLLMArgs() TRTLLMArgs {
+	return TRTLLMArgs{CapacitySchedulerPolicy: TRTLLMGuaranteedNoEvict}
+}
+
 // SGLangArgs are the SGLang-only knobs (Dynamo's `sglang` sub-object) plus
 // optimistic_prefill. They take effect only when engine_type is sglang.
 type SGLangArgs struct {
@@ -80,11 +108,12 @@ type SGLangArgs struct {
 // ParseArgs (which resolve engine-dependent defaults and validate), never as
 // a zero value; check a hand-built one with Validate.
 type Args struct {
-	// EngineType picks the scheduler model: EngineVLLM or EngineSGLang.
+	// EngineType picks the scheduler model: EngineVLLM, EngineSGLang or
+	// EngineTRTLLM.
 	EngineType EngineType `json:"engine_type"`
 	// NumGPUBlocks is the KV pool size in blocks.
 	NumGPUBlocks int `json:"num_gpu_blocks"`
-	// BlockSize is the number of tokens per KV block (vLLM 64, SGLang the
+	// BlockSize is the number of tokens per KV block (vLLM 64, TRT-LLM 32, SGLang the
 	// page size, 1 by default).
 	BlockSize int `json:"block_size"`
 	// MaxModelLen (vLLM only) rejects prompts at or above it and stops
@@ -138,8 +167,9 @@ type Args struct {
 	// docs/fidelity.md.
 	ReserveTakesSlot bool `json:"reserve_takes_slot"`
 
-	// PlannerProfileData is the path of a profile table for
-	// perf.FromProfile. Empty: the polynomial model.
+	// PlannerProfileData is the path of profile data for perf.FromProfile:
+	// a JSON table, a mocker-format NPZ or a profiler results directory.
+	// Empty: the polynomial model.
 	PlannerProfileData string `json:"planner_profile_data,omitempty"`
 	// TimingModel picks the timing model as Dynamo main's timing_model
 	// does. Nil: polynomial, or interpolated when PlannerProfileData is
@@ -160,6 +190,9 @@ type Args struct {
 	// SGLang holds the SGLang knobs. ParseArgs always fills it for an sglang
 	// engine; it is ignored for vLLM.
 	SGLang *SGLangArgs `json:"sglang,omitempty"`
+	// TRTLLM holds the TensorRT-LLM knobs. ParseArgs always fills it for a
+	// trtllm engine; nil there means DefaultTRTLLMArgs.
+	TRTLLM *TRTLLMArgs `json:"trtllm,omitempty"`
 }
 
 // TimingModelType names a timing model, as Dynamo's timing_model type does.
@@ -234,6 +267,7 @@ const (
 	DefaultHandoffSessionTimeoutMs = 300000
 	DefaultBlockSizeVLLM           = 64
 	DefaultBlockSizeSGLang         = 1
+	DefaultBlockSizeTRTLLM         = 32
 )
 
 // DefaultSGLangArgs returns Dynamo's SGLang defaults.

@@ -46,10 +46,11 @@ func argErr(field, format string, a ...any) *ArgError {
 // Keys mocker models (times are modeled ms):
 //
 //	KEY                           ACCEPTS                                DEFAULT
-//	engine_type                   "vllm" | "sglang"                      "vllm"
+//	engine_type                   "vllm" | "sglang" | "trtllm"           "vllm"
 //	num_gpu_blocks                integer ≥ 1                            16384
-//	block_size                    integer ≥ 0, 0 = by engine; vllm ≥ 2   vllm 64, sglang page_size or 1
-//	max_model_len                 integer ≥ 1, vllm only                 none
+//	block_size                    integer ≥ 0, 0 = by engine; vllm and   vllm 64, trtllm 32,
+//	                              trtllm ≥ 2                             sglang page_size or 1
+//	max_model_len                 integer ≥ 1, vllm and trtllm only      none
 //	max_num_seqs                  integer ≥ 1, null = unbounded          256
 //	max_num_batched_tokens        integer ≥ 1, null = unbounded          8192
 //	enable_prefix_caching         boolean                                true
@@ -68,11 +69,15 @@ func argErr(field, format string, a ...any) *ArgError {
 //	router_load_includes_held     boolean                                false
 //	reserve_takes_slot            boolean (mocker's former slot rule)    false
 //	dynamo_compat                 boolean                                false
-//	planner_profile_data          path of a perf.FromProfile table       none: polynomial
+//	planner_profile_data          path of perf.FromProfile data (JSON,    none: polynomial
+//	                              NPZ or profiler results directory)
 //	timing_model                  "polynomial" | "interpolated" |        polynomial, interpolated
 //	                              {"type":"fixed","prefill_ms":p,        with planner_profile_data
 //	                               "decode_ms":d}
 //	sglang                        object, see below                      SGLang defaults
+//	trtllm                        {"capacity_scheduler_policy":          guaranteed_no_evict
+//	                              "guaranteed_no_evict" |
+//	                              "max_utilization"}
 //
 // The sglang object (read only when engine_type is sglang, and filled with
 // defaults for it when absent): schedule_policy "fifo" | "fcfs" | "lpm"
@@ -84,6 +89,15 @@ func argErr(field, format string, a ...any) *ArgError {
 // (none), and mocker's optimistic_prefill boolean (false: a disaggregated
 // SGLang prefill waits for the decode side's reservation; true: it computes
 // first and can strand KV like vLLM).
+//
+// The trtllm object (read only when engine_type is trtllm, checked always):
+// capacity_scheduler_policy picks how a trtllm worker admits. Under
+// "guaranteed_no_evict" a request is admitted only when the pool can hold
+// its prompt and all its max_tokens beside what every running request may
+// still take, so nothing is ever preempted, and max_tokens is cut to the
+// room the pool has after the prompt; "max_utilization" admits on the
+// blocks a request needs now and preempts the newest running request when
+// the pool runs dry, as the vllm engine does.
 //
 // Decoding is strict:
 //   - An unknown key is an error that names it and lists the valid keys
@@ -99,7 +113,6 @@ func argErr(field, format string, a ...any) *ArgError {
 //     max_num_batched_tokens that default is "unbounded", as in Dynamo, since
 //     null is the only way to ask for it.
 //   - Enum strings are case-insensitive and stored lowercase.
-//   - engine_type "trtllm" is rejected: only vllm and sglang are modeled.
 //   - kv_transfer_abort_timeout_ms 0 means no abort timeout and is stored as
 //     nil. handoff_session_timeout_ms cannot be 0: it is what guarantees a
 //     held source is reclaimed, so use a large value instead.
@@ -117,7 +130,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
 // aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
-// bandwidth_g*_to_g*_gbps, g1_backend, and the trtllm object. The legacy
+// bandwidth_g*_to_g*_gbps, and g1_backend. The legacy
 // booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
@@ -227,6 +240,7 @@ type argParser struct {
 	isDecode     bool
 	workerSet    bool
 	sglangRaw    map[string]any
+	trtllmRaw    map[string]any
 	// kvBytesKey is the key that set kv_bytes_per_token, which three
 	// Dynamo spellings may set; two that disagree are an error.
 	kvBytesKey string
@@ -266,7 +280,7 @@ var argKeys = append(slices.Clip(modeledArgKeys), dynamoArgKeys...)
 // modeledArgKeys are the keys mocker acts on.
 var modeledArgKeys = []argKeySpec{
 	{"engine_type", func(p *argParser, _ string, v any) error {
-		s, err := argEnumValue("engine_type", v, "vllm", "sglang")
+		s, err := argEnumValue("engine_type", v, "vllm", "sglang", "trtllm")
 		if err != nil {
 			return err
 		}
@@ -375,6 +389,14 @@ var modeledArgKeys = []argKeySpec{
 		p.sglangRaw = m
 		return nil
 	}},
+	{"trtllm", func(p *argParser, _ string, v any) error {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return argErr("trtllm", "want an object, got %s", jsonval.Describe(v))
+		}
+		p.trtllmRaw = m
+		return nil
+	}},
 }
 
 // dynamoArgKeys are Dynamo's keys mocker does not model: checked, then
@@ -389,7 +411,6 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreString("router_queue_policy"),
 	argIgnoreString("response_replay_trace_path"),
 	argIgnoreObject("reasoning"),
-	argIgnoreObject("trtllm"),
 	argIgnoreNumber("gpu_memory_utilization", 0, 1),
 	argIgnoreNumber("mem_fraction_static", 0, 1),
 	argIgnoreNumber("free_gpu_memory_fraction", 0, 1),
@@ -565,8 +586,14 @@ func buildArgs(m map[string]any) (Args, error) {
 	if err := p.resolveSGLang(); err != nil {
 		return Args{}, err
 	}
+	if err := p.resolveTRTLLM(); err != nil {
+		return Args{}, err
+	}
 	if p.a.BlockSize == 0 && p.a.EngineType == EngineVLLM {
 		p.a.BlockSize = DefaultBlockSizeVLLM
+	}
+	if !p.blockSizeSet && p.a.EngineType == EngineTRTLLM {
+		p.a.BlockSize = DefaultBlockSizeTRTLLM
 	}
 	if err := p.a.Validate(); err != nil {
 		return Args{}, err
@@ -630,6 +657,34 @@ func (p *argParser) resolveSGLang() error {
 	}
 	return nil
 }
+
+// resolveTRTLLM reads the trtllm object: checked whatever the engine, so a
+// typo surfaces now, and kept, with the defaults filled in, for a trtllm
+// engine only.
+func (p *argParser) resolveTRTLLM() error {
+	if p.trtllmRaw == nil && p.a.EngineType != EngineTRTLLM {
+		return nil
+	}
+	t := DefaultTRTLLMArgs()
+	if err := argCheckKeys("trtllm.", p.trtllmRaw, argTRTLLMKeys, nil); err != nil {
+		return err
+	}
+	if v, ok := p.trtllmRaw["capacity_scheduler_policy"]; ok && v != nil {
+		s, err := argEnumValue("trtllm.capacity_scheduler_policy", v, TRTLLMGuaranteedNoEvict, TRTLLMMaxUtilization)
+		if err != nil {
+			return err
+		}
+		t.CapacitySchedulerPolicy = s
+	}
+	if p.a.EngineType == EngineTRTLLM {
+		p.a.TRTLLM = &t
+	}
+	return nil
+}
+
+// argTRTLLMKeys are the keys of the trtllm object; resolveTRTLLM applies
+// them.
+var argTRTLLMKeys = []argKeySpec{{"capacity_scheduler_policy", nil}}
 
 func (p *argParser) applySGLang() error {
 	if err := argCheckKeys("sglang.", p.sglangRaw, argSGLangKeys, nil); err != nil {
@@ -753,8 +808,8 @@ func argEnumValue(field string, v any, allowed ...string) (string, error) {
 			return low, nil
 		}
 	}
-	if field == "engine_type" && low == "trtllm" {
-		return "", argErr(field, `"trtllm" is not modeled: only "vllm" and "sglang" are (Dynamo's trtllm mocker reuses the vLLM core with a no-evict admission policy; "vllm" is the nearest)`)
+	if field == "trtllm.capacity_scheduler_policy" && low == "static_batch" {
+		return "", argErr(field, `"static_batch" is not modeled: want %s`, want)
 	}
 	return "", argErr(field, "want %s, got %s", want, jsonval.Describe(v))
 }
@@ -879,17 +934,19 @@ func argRejectPositive(key, why string) argKeySpec {
 // Validate checks every field of a (parsed or hand-built) Args and returns
 // an *ArgError for the first one that is wrong, in field order:
 //
-//   - engine_type is "vllm" or "sglang"; worker_type, preemption_mode and
+//   - engine_type is "vllm", "sglang" or "trtllm"; worker_type, preemption_mode and
 //     kv_transfer_timing_mode are one of their lowercase values;
 //   - num_gpu_blocks, block_size, max_model_len, max_num_seqs and
 //     max_num_batched_tokens (when set) are at least 1, num_gpu_blocks at
-//     most 2147483647, block_size at least 2 for vllm (Dynamo's range);
-//     max_model_len is set only for vllm;
+//     most 2147483647, block_size at least 2 for vllm and trtllm (Dynamo's
+//     range); max_model_len is set only for vllm and trtllm;
 //   - speedup_ratio and decode_speedup_ratio are finite numbers ≥ 0;
 //   - dp_size is at least 1;
 //   - kv_bytes_per_token, kv_transfer_bandwidth and
 //     kv_transfer_abort_timeout_ms are ≥ 0 when set (the bandwidth finite);
 //     handoff_session_timeout_ms is at least 1;
+//   - trtllm, when set: capacity_scheduler_policy "guaranteed_no_evict" or
+//     "max_utilization";
 //   - sglang, when set: schedule_policy "fifo" or "lpm"; page_size,
 //     max_prefill_tokens, chunked_prefill_size, clip_max_new_tokens and
 //     max_running_requests at least 1; schedule_conservativeness in
@@ -902,12 +959,10 @@ func (a Args) Validate() error {
 	checks := []func() *ArgError{
 		func() *ArgError {
 			switch a.EngineType {
-			case EngineVLLM, EngineSGLang:
+			case EngineVLLM, EngineSGLang, EngineTRTLLM:
 				return nil
-			case "trtllm":
-				return argErr("engine_type", `"trtllm" is not modeled: only "vllm" and "sglang" are`)
 			}
-			return argErr("engine_type", `want "vllm" or "sglang", got %q`, a.EngineType)
+			return argErr("engine_type", `want "vllm", "sglang" or "trtllm", got %q`, a.EngineType)
 		},
 		func() *ArgError {
 			if a.NumGPUBlocks > math.MaxInt32 {
@@ -916,11 +971,12 @@ func (a Args) Validate() error {
 			return argAtLeast("num_gpu_blocks", a.NumGPUBlocks, 1, "")
 		},
 		func() *ArgError {
-			if a.EngineType == EngineVLLM && a.BlockSize == 1 {
+			if (a.EngineType == EngineVLLM || a.EngineType == EngineTRTLLM) && a.BlockSize == 1 {
 				// Dynamo's vLLM mocker requires 2: a one-token block makes
 				// the last-token recompute rule drop every prefix hit
 				// shorter than the prompt, which no real vLLM config uses.
-				return argErr("block_size", "must be at least 2 for engine_type \"vllm\", as in Dynamo, got 1 (sglang accepts page size 1)")
+				// TRT-LLM runs on the same core.
+				return argErr("block_size", "must be at least 2 for engine_type %q, as in Dynamo, got 1 (sglang accepts page size 1)", a.EngineType)
 			}
 			return argAtLeast("block_size", a.BlockSize, 1, " (ParseArgs resolves 0 by engine: vllm 64, sglang page_size)")
 		},
@@ -928,8 +984,8 @@ func (a Args) Validate() error {
 			if a.MaxModelLen == nil {
 				return nil
 			}
-			if a.EngineType != EngineVLLM {
-				return argErr("max_model_len", "is supported only with engine_type \"vllm\", not %q; remove it", a.EngineType)
+			if a.EngineType != EngineVLLM && a.EngineType != EngineTRTLLM {
+				return argErr("max_model_len", "is supported only with engine_type \"vllm\" or \"trtllm\", not %q; remove it", a.EngineType)
 			}
 			return argAtLeast("max_model_len", *a.MaxModelLen, 1, "")
 		},
@@ -1001,6 +1057,7 @@ func (a Args) Validate() error {
 			return nil
 		},
 		a.validateSGLang,
+		a.validateTRTLLM,
 		a.validateTimingModel,
 	}
 	for _, c := range checks {
@@ -1039,6 +1096,17 @@ func (a Args) validateTimingModel() *ArgError {
 		return argErr("timing_model", "%q contradicts planner_profile_data, which selects the interpolated model; drop one", tm.Type)
 	}
 	return nil
+}
+
+func (a Args) validateTRTLLM() *ArgError {
+	if a.TRTLLM == nil {
+		return nil
+	}
+	switch a.TRTLLM.CapacitySchedulerPolicy {
+	case TRTLLMGuaranteedNoEvict, TRTLLMMaxUtilization:
+		return nil
+	}
+	return argErr("trtllm.capacity_scheduler_policy", `want %q or %q, got %q`, TRTLLMGuaranteedNoEvict, TRTLLMMaxUtilization, a.TRTLLM.CapacitySchedulerPolicy)
 }
 
 func (a Args) validateSGLang() *ArgError {

@@ -123,7 +123,11 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"array for string", `{"planner_profile_data":[1]}`, "planner_profile_data", []string{"got an array"}},
 		{"number for sglang object", `{"sglang":3}`, "sglang", []string{"want an object"}},
 		{"bad engine", `{"engine_type":"tgi"}`, "engine_type", []string{`"vllm"`, `"sglang"`, `got string "tgi"`}},
-		{"trtllm engine", `{"engine_type":"TRTLLM"}`, "engine_type", []string{"not modeled", `only "vllm" and "sglang"`}},
+		{"trtllm static batch", `{"engine_type":"TRTLLM","trtllm":{"capacity_scheduler_policy":"STATIC_BATCH"}}`, "trtllm.capacity_scheduler_policy", []string{"not modeled", `"max_utilization"`}},
+		{"bad trtllm policy", `{"engine_type":"trtllm","trtllm":{"capacity_scheduler_policy":"greedy"}}`, "trtllm.capacity_scheduler_policy", []string{`"guaranteed_no_evict"`, `got string "greedy"`}},
+		{"unknown trtllm key under vllm", `{"trtllm":{"capacity_policy":"max_utilization"}}`, "trtllm.capacity_policy", []string{"unknown key", "capacity_scheduler_policy"}},
+		{"number for trtllm object", `{"trtllm":3}`, "trtllm", []string{"want an object"}},
+		{"trtllm block size 1", `{"engine_type":"trtllm","block_size":1}`, "block_size", []string{"at least 2", `"trtllm"`}},
 		{"bad worker", `{"worker_type":"both"}`, "worker_type", []string{`"aggregated"`}},
 		{"bad preemption", `{"preemption_mode":"random"}`, "preemption_mode", []string{`"lifo"`, `"fifo"`}},
 		{"bad timing mode", `{"kv_transfer_timing_mode":"partial"}`, "kv_transfer_timing_mode", []string{`"destination_missing"`}},
@@ -504,7 +508,10 @@ func TestArgs_ValidateHandBuilt(t *testing.T) {
 	}{
 		{"zero value block size", func(a *Args) { a.BlockSize = 0 }, "block_size"},
 		{"uppercase enum", func(a *Args) { a.EngineType = "VLLM" }, "engine_type"},
-		{"trtllm", func(a *Args) { a.EngineType = "trtllm" }, "engine_type"},
+		{"trtllm policy", func(a *Args) {
+			a.EngineType = EngineTRTLLM
+			a.TRTLLM = &TRTLLMArgs{CapacitySchedulerPolicy: "STATIC_BATCH"}
+		}, "trtllm.capacity_scheduler_policy"},
 		{"empty worker", func(a *Args) { a.WorkerType = "" }, "worker_type"},
 		{"empty preemption", func(a *Args) { a.PreemptionMode = "" }, "preemption_mode"},
 		{"empty timing mode", func(a *Args) { a.KVTransferTimingMode = "" }, "kv_transfer_timing_mode"},
@@ -573,4 +580,23 @@ func TestArgs_MaxOrInf(t *testing.T) {
 	a := DefaultArgs()
 	assert.Equal(t, 256, a.MaxNumSeqsOrInf())
 	assert.Equal(t, 8192, a.MaxNumBatchedTokensOrInf())
+}
+
+func TestParseArgs_TRTLLM(t *testing.T) {
+	t.Parallel()
+	a := argsParse(t, `{"engine_type":"TRTLLM"}`)
+	assert.Equal(t, EngineTRTLLM, a.EngineType)
+	assert.Equal(t, DefaultBlockSizeTRTLLM, a.BlockSize, "TRT-LLM's block size by default")
+	require.NotNil(t, a.TRTLLM)
+	assert.Equal(t, TRTLLMGuaranteedNoEvict, a.TRTLLM.CapacitySchedulerPolicy)
+
+	a = argsParse(t, `{"engine_type":"trtllm","block_size":16,"max_model_len":4096,"trtllm":{"capacity_scheduler_policy":"MAX_UTILIZATION"}}`)
+	assert.Equal(t, 16, a.BlockSize)
+	assert.Equal(t, TRTLLMMaxUtilization, a.TRTLLM.CapacitySchedulerPolicy, "stored lowercase")
+	require.NotNil(t, a.MaxModelLen)
+
+	// Under another engine the object is checked, then dropped.
+	a = argsParse(t, `{"engine_type":"vllm","trtllm":{"capacity_scheduler_policy":"max_utilization"}}`)
+	assert.Nil(t, a.TRTLLM)
+	assert.Equal(t, DefaultBlockSizeVLLM, a.BlockSize)
 }

@@ -23,6 +23,17 @@ func benchArgs() Args {
 // aggregated vLLM workers on the virtual clock.
 func BenchmarkVirtualCluster(b *testing.B) { benchAggregated(b, benchArgs()) }
 
+// BenchmarkVirtualClusterTRTLLM is BenchmarkVirtualCluster on the trtllm
+// engine under guaranteed_no_evict, whose admission walks the running set
+// to sum what its requests may still take.
+func BenchmarkVirtualClusterTRTLLM(b *testing.B) {
+	a := benchArgs()
+	a.EngineType = EngineTRTLLM
+	t := DefaultTRTLLMArgs()
+	a.TRTLLM = &t
+	benchAggregated(b, a)
+}
+
 // benchAggregated is the virtual-cluster benchmark for any engine: b.N
 // requests of 100 prompt and 50 output tokens, one every 2.5 modeled ms,
 // round-robin over four aggregated workers built from args.

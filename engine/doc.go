@@ -1,6 +1,6 @@
 // Package engine is the simulation core of mocker: mock LLM workers whose
-// schedulers and KV pools behave like vLLM's or SGLang's, with exact block
-// accounting.
+// schedulers and KV pools behave like vLLM's, SGLang's or TensorRT-LLM's,
+// with exact block accounting.
 //
 // # A driven core
 //
@@ -61,6 +61,11 @@
 // the request with the fewest output tokens when a decode cannot grow. Both
 // report occupancy in blocks (SGLang's pages), so a cluster treats them
 // alike.
+//
+// engine_type trtllm is the VLLM model under TensorRT-LLM's capacity
+// scheduler policy (trtllm.go): under guaranteed_no_evict, admission and
+// reservations set aside every request's blocks to its last token and
+// nothing is preempted; max_utilization keeps the vLLM rules.
 //
 // # SGLang model: choices
 //

@@ -24,13 +24,26 @@ func sglangArgs(n int, mod ...func(*Args)) Args {
 	return a
 }
 
+// trtllmArgs is a TensorRT-LLM worker (the vLLM core under
+// guaranteed_no_evict) with 4-token blocks and a pool of n blocks.
+func trtllmArgs(n int, mod ...func(*Args)) Args {
+	a := smallArgs(n)
+	a.EngineType = EngineTRTLLM
+	t := DefaultTRTLLMArgs()
+	a.TRTLLM = &t
+	for _, f := range mod {
+		f(&a)
+	}
+	return a
+}
+
 // engineCase is one row of the engine table: how to build its args.
 type engineCase struct {
 	name string
 	args func(n int, mod ...func(*Args)) Args
 }
 
-// engines runs the shared suites against both schedulers. The SGLang row is
+// engines runs the shared suites against every scheduler. The SGLang row is
 // optimistic, so a Hold prefill computes at once and holds like vLLM's; the
 // destination-first ordering has its own tests.
 var engines = []engineCase{
@@ -38,6 +51,7 @@ var engines = []engineCase{
 	{"sglang", func(n int, mod ...func(*Args)) Args {
 		return sglangArgs(n, append([]func(*Args){func(a *Args) { a.SGLang.OptimisticPrefill = true }}, mod...)...)
 	}},
+	{"trtllm", trtllmArgs},
 }
 
 func asPrefill(a *Args) { a.WorkerType = WorkerPrefill }
@@ -47,9 +61,10 @@ func TestEngines_StrandingFillsPool(t *testing.T) {
 		t.Run(e.name, func(t *testing.T) {
 			w := newWorker(t, e.args(8, asPrefill))
 			var r record
-			// Two held 16-token prefills fill all 8 blocks of 4.
-			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(100, 16), MaxTokens: 1}, Hold))
-			require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(200, 16), MaxTokens: 1}, Hold))
+			// Two held 15-token prefills fill all 8 blocks of 4 (with
+			// their one output token: trtllm sets aside 16 tokens each).
+			require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(100, 15), MaxTokens: 1}, Hold))
+			require.NoError(t, w.Submit(0, Request{ID: 2, Tokens: seqTokens(200, 15), MaxTokens: 1}, Hold))
 			now := driveAny(t, w, &r, 0, false)
 			require.Len(t, r.eventsOf(EventHoldStarted), 2)
 			m := w.Metrics()
@@ -184,7 +199,7 @@ func TestEngines_CancelEverywhere(t *testing.T) {
 // request ended exactly once and the pool drained (held = reserved =
 // active = 0).
 func TestEngines_BlockAndRequestConservation(t *testing.T) {
-	for _, e := range []string{"vllm", "sglang"} {
+	for _, e := range []string{"vllm", "sglang", "trtllm", "trtllm-max_utilization"} {
 		t.Run(e, func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) { conservationRun(rt, e) })
 		})
@@ -220,9 +235,14 @@ func conservationRun(rt *rapid.T, engine string) {
 		}
 	}
 	var args Args
-	if engine == "sglang" {
+	switch engine {
+	case "sglang":
 		args = sglangArgs(blocks, mod)
-	} else {
+	case "trtllm":
+		args = trtllmArgs(blocks, mod)
+	case "trtllm-max_utilization":
+		args = trtllmArgs(blocks, mod, func(a *Args) { a.TRTLLM.CapacitySchedulerPolicy = TRTLLMMaxUtilization })
+	default:
 		args = smallArgs(blocks, mod)
 	}
 	w, err := New(args, nil, 3)

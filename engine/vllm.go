@@ -43,6 +43,9 @@ type seq struct {
 	// coasting: the request's length and output count stand as of pass
 	// from; see coast.
 	coasting bool
+	// clamped: guaranteed_no_evict cut max_tokens to the room the pool
+	// has after the prompt, so the completion is Truncated.
+	clamped  bool
 	computed int // tokens whose KV is computed (num_computed_tokens)
 	stored   int // leading blocks that carry their sequence hash
 	// Contributions to the current pass, refunded if the seq is preempted
@@ -79,6 +82,10 @@ type VLLM struct {
 	includeHeld   bool
 	slotReserve   bool // a reservation takes a running slot (reserve_takes_slot)
 	compat        bool // dynamo_compat
+	// noEvict is TensorRT-LLM's guaranteed_no_evict policy (trtllm.go):
+	// admission sets aside every admitted request's blocks to its last
+	// token, and nothing is preempted.
+	noEvict       bool
 	admitting     bool // in a pass's admission phase
 	decodeSpeedup float64
 	model         perf.Model
@@ -126,6 +133,12 @@ type VLLM struct {
 	passEnd float64
 
 	preemptions uint64
+	// destTail sums, under noEvict, the blocks reserved and activated
+	// destinations may still take before they finish; noEvictShort counts
+	// running requests that found the pool short all the same (never, while
+	// the policy's reservations hold: audit reports it).
+	destTail     int
+	noEvictShort uint64
 
 	// Pass accumulators.
 	passID      uint64
@@ -164,6 +177,9 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if err := args.Validate(); err != nil {
 		return nil, err
 	}
+	if args.EngineType != EngineVLLM && args.EngineType != EngineTRTLLM {
+		return nil, &ArgError{Field: "engine_type", Message: fmt.Sprintf("%q given to the vLLM core; set it to %q or %q, or build with New", args.EngineType, EngineVLLM, EngineTRTLLM)}
+	}
 	if args.BlockSize <= 0 {
 		return nil, fmt.Errorf("block_size %d: must be positive", args.BlockSize)
 	}
@@ -186,6 +202,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		includeHeld:   args.RouterLoadIncludesHeld,
 		slotReserve:   args.ReserveTakesSlot,
 		compat:        args.DynamoCompat,
+		noEvict:       args.EngineType == EngineTRTLLM && (args.TRTLLM == nil || args.TRTLLM.CapacitySchedulerPolicy == TRTLLMGuaranteedNoEvict),
 		decodeSpeedup: args.DecodeSpeedupRatio,
 		model:         model,
 		tokSeed:       seed ^ 0x6d6f636b6572,
@@ -281,6 +298,9 @@ func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seq
 	// core generates the MaxTokens it is given there too (its frontend
 	// asks a prefill worker for one), as dynamo_compat does.
 	s.fill(now, req, policy, v.prefillWorker && !v.compat, v.hashBlock(), maxLen, &v.arenas, v.tokSeed, v.pool.ev.withTokens)
+	if v.noEvict {
+		v.clampOutput(s)
+	}
 	s.state = st
 	v.byID.Set(s.id, s)
 	if st == stAwaitKV {
@@ -351,6 +371,9 @@ func (v *VLLM) destNeverFits(s *seq) neverFit {
 	if s.prompt >= v.maxModelLen {
 		return neverFit{RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen)}
 	}
+	if v.noEvict && s.prompt >= v.total*v.bs {
+		return v.noRoomToDecode(s)
+	}
 	if blocks := ceilDiv(s.length, v.bs); blocks > v.total {
 		return neverFit{RejectNeverFits, fmt.Sprintf("sequence of %d tokens needs %d blocks of %d but num_gpu_blocks is %d",
 			s.length, blocks, v.bs, v.total)}
@@ -395,10 +418,13 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 	// The placeholder for the prefill's token makes the sequence prompt+1
 	// long, so the length limit applies as it would have to an aggregated
 	// request right after its first token.
+	if v.noEvict {
+		v.destTail -= v.tailOf(s)
+	}
 	if s.out >= s.maxOut || s.prompt+1 >= v.maxModelLen {
 		// Nothing left to decode: the request is complete on arrival.
 		c := s.completion(now)
-		c.Truncated = s.out < s.maxOut
+		c.Truncated = s.out < s.maxOut || s.clamped
 		v.done = append(v.done, c)
 		v.freeBlocks(s)
 		v.recycle(s)
@@ -411,6 +437,9 @@ func (v *VLLM) Activate(now float64, id uint64, events *[]Event) bool {
 	s.push(placeholderToken)
 	s.state = stActivated
 	v.activated.pushBack(s)
+	if v.noEvict {
+		v.destTail += v.tailOf(s)
+	}
 	return true
 }
 
@@ -424,6 +453,9 @@ func (v *VLLM) CancelDestination(now float64, id uint64, events *[]Event) bool {
 	case stAwaitKV:
 		v.pending.remove(s)
 	case stReserved:
+		if v.noEvict {
+			v.destTail -= v.tailOf(s)
+		}
 		v.freeBlocks(s)
 	default:
 		return false
@@ -449,6 +481,9 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 		v.waiting.remove(s)
 	case stActivated:
 		v.activated.remove(s)
+		if v.noEvict {
+			v.destTail -= v.tailOf(s)
+		}
 	case stRunning:
 		if s.coasting {
 			v.uncoast(s)
@@ -529,6 +564,11 @@ func (v *VLLM) audit() error {
 	}
 	if j != len(v.active) {
 		return fmt.Errorf("%d active requests, %d running that do not coast", len(v.active), j)
+	}
+	if v.noEvict {
+		if err := v.auditNoEvict(); err != nil {
+			return err
+		}
 	}
 	if coasting != v.coastN || coastLen != v.coastLen {
 		return fmt.Errorf("coasting: %d requests of length sum %d; counted %d and %d", coasting, coastLen, v.coastN, v.coastLen)
@@ -682,6 +722,12 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		}
 		if !canPreempt {
 			v.freeBlocks(s)
+			return schedNoMemory
+		}
+		if v.noEvict {
+			// The policy's reservations make this unreachable; a running
+			// request keeps what it has and waits rather than evict one.
+			v.noEvictShort++
 			return schedNoMemory
 		}
 		victim := v.victim()
@@ -851,6 +897,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	// is already in place, and each only needs its next token.
 	for v.activated.len() > 0 && (v.slotReserve || len(v.running) < v.maxSeqs) {
 		s := v.activated.popFront()
+		if v.noEvict {
+			v.destTail -= v.tailOf(s)
+		}
 		s.state = stRunning
 		v.run(s)
 	}
@@ -1006,6 +1055,11 @@ func (v *VLLM) admit(now float64, out *Output) {
 			v.reject(s, now, RejectTooLong, fmt.Sprintf("prompt of %d tokens reaches max_model_len %d", s.prompt, v.maxModelLen), out)
 			continue
 		}
+		if v.noEvict && fresh && s.prompt >= v.total*v.bs {
+			why := v.noRoomToDecode(s)
+			v.reject(s, now, why.code, why.reason, out)
+			continue
+		}
 		blocks := ceilDiv(length, v.bs)
 		if blocks > v.total {
 			if s.out > 0 {
@@ -1019,7 +1073,7 @@ func (v *VLLM) admit(now float64, out *Output) {
 		}
 		// Unless fewer hits could refuse it, a request that lacked blocks
 		// returns here as it would after the walk.
-		if (v.chunked || !fresh) && v.stillLacks(&v.admitLack, s) {
+		if !v.noEvict && (v.chunked || !fresh) && v.stillLacks(&v.admitLack, s) {
 			return
 		}
 		hits, activeHits := v.prefixHits(s)
@@ -1033,7 +1087,11 @@ func (v *VLLM) admit(now float64, out *Output) {
 		}
 		// Only hits on active blocks are credited: inactive ones may be
 		// evicted by the very allocation that admits the request.
-		if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
+		if v.noEvict {
+			if v.tailOf(s)-activeHits > v.noEvictRoom() {
+				return
+			}
+		} else if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
 			v.lacked(&v.admitLack, s, lack)
 			return
 		}
@@ -1061,14 +1119,20 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	if len(v.running)+v.slotsReserved() >= v.maxSeqs {
 		return false
 	}
-	if v.stillLacks(&v.reserveLack, s) {
+	if v.noEvict {
+		// Set aside to the last token, with no credit for a resident
+		// prefix (which is still reused below).
+		if v.tailOf(s) > v.noEvictRoom() {
+			return false
+		}
+	} else if v.stillLacks(&v.reserveLack, s) {
 		return false
 	}
 	blocks := ceilDiv(s.length, v.bs)
 	hits, activeHits := v.prefixHits(s)
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.
-	if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
+	if lack := blocks - activeHits - (v.total - v.pool.active); !v.noEvict && lack > 0 {
 		v.lacked(&v.reserveLack, s, lack)
 		return false
 	}
@@ -1088,6 +1152,9 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	s.queued = float32(now - s.arrival)
 	v.pending.popFront()
 	s.state = stReserved
+	if v.noEvict {
+		v.destTail += v.tailOf(s)
+	}
 	v.noteReserved(now, s.id, len(s.blocks), (blocks-hits)*v.bs, events)
 	return true
 }
@@ -1106,7 +1173,7 @@ func (v *VLLM) slotsReserved() int {
 // MaxTokens, ended it.
 func (v *VLLM) finish(s *seq, end float64, out *Output) {
 	c := s.completion(end)
-	c.Preemptions, c.Held, c.Truncated = int(s.preempts), s.policy == Hold, s.out < s.maxOut
+	c.Preemptions, c.Held, c.Truncated = int(s.preempts), s.policy == Hold, s.out < s.maxOut || s.clamped
 	out.Completions = append(out.Completions, c)
 	if s.policy == Hold {
 		v.pool.holdAll(s.blocks)

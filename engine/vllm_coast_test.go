@@ -39,6 +39,12 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 			}
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
 			a.EnableChunkedPrefill = rapid.Bool().Draw(rt, "chunked")
+			// The trtllm engine's no-evict admission, on a quarter of runs.
+			if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
+				a.EngineType = EngineTRTLLM
+				t := DefaultTRTLLMArgs()
+				a.TRTLLM = &t
+			}
 		})
 		p := newShortcutPair(rt, args, true)
 

@@ -30,6 +30,12 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 				a.MaxNumBatchedTokens = intp(rapid.IntRange(1, 128).Draw(rt, "budget"))
 			}
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
+			// The trtllm engine's no-evict admission, on a quarter of runs.
+			if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
+				a.EngineType = EngineTRTLLM
+				t := DefaultTRTLLMArgs()
+				a.TRTLLM = &t
+			}
 		})
 		// A worker whose outputs report every token does not coast.
 		firstOnly := rapid.IntRange(0, 3).Draw(rt, "report") > 0

@@ -128,7 +128,7 @@ func New(args Args, model perf.Model, seed uint64) (*Worker, error) {
 		return nil, err
 	}
 	switch args.EngineType {
-	case EngineVLLM, "":
+	case EngineVLLM, EngineTRTLLM, "":
 		s, err := NewVLLM(args, model, seed)
 		if err != nil {
 			return nil, err
@@ -141,7 +141,7 @@ func New(args Args, model perf.Model, seed uint64) (*Worker, error) {
 		}
 		return NewWorker(s), nil
 	default:
-		return nil, fmt.Errorf("engine_type %q: want %q or %q", args.EngineType, EngineVLLM, EngineSGLang)
+		return nil, fmt.Errorf("engine_type %q: want %q, %q or %q", args.EngineType, EngineVLLM, EngineSGLang, EngineTRTLLM)
 	}
 }
 

@@ -69,12 +69,31 @@ func NewInterpolated(table Table) (*Interpolated, error) {
 	return m, nil
 }
 
-// LoadInterpolated reads a Table from a file and builds a model from it.
-// The file is either a JSON table (format in the package documentation), in
-// which unknown keys are an error so a misspelt array name is caught, or a
-// NumPy .npz archive such as Dynamo's planner profiles, recognised by its
-// content, from which the five arrays are read by name and others ignored.
+// LoadInterpolated reads a Table from path and builds a model from it.
+// path is either a JSON table (format in the package documentation), in
+// which unknown keys are an error so a misspelt array name is caught, a
+// NumPy .npz archive of the same five arrays (Dynamo's mocker-format NPZ),
+// recognised by its content, from which they are read by name and others
+// ignored, or a directory of Dynamo's profiler results, whose
+// selected_prefill_interpolation/raw_data.npz and
+// selected_decode_interpolation/raw_data.npz are read as loadProfileDir
+// says.
 func LoadInterpolated(path string) (*Interpolated, error) {
+	if isProfileDir(path) {
+		table, err := loadProfileDir(path)
+		if err != nil {
+			return nil, fmt.Errorf("profiler results %s: %w", path, err)
+		}
+		m, err := NewInterpolated(table)
+		if err != nil {
+			return nil, fmt.Errorf("profiler results %s: %w", path, err)
+		}
+		return m, nil
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return nil, fmt.Errorf("profile table %s: a directory, but not a profiler results directory (one holds %s and %s); "+
+			"or give a JSON table or an NPZ file", path, profilePrefillNPZ, profileDecodeNPZ)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("profile table: %w", err)

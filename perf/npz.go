@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -16,40 +17,74 @@ import (
 // cannot start with it.
 var npzMagic = []byte("PK\x03\x04")
 
-// decodeNPZTable reads a Table from a NumPy .npz archive holding the five
-// arrays under their Table JSON names. Other arrays are ignored, as Dynamo
-// ignores them.
-func decodeNPZTable(data []byte) (Table, error) {
+// npzArrays are the arrays of an NPZ archive by name, read on demand.
+type npzArrays map[string]*zip.File
+
+// readNPZ opens an NPZ archive held in data.
+func readNPZ(data []byte) (npzArrays, error) {
 	zr, err := zip.NewReader(bytes.NewReader(data), int64(len(data)))
 	if err != nil {
-		return Table{}, fmt.Errorf("read NPZ archive: %w", err)
+		return nil, fmt.Errorf("read NPZ archive: %w", err)
 	}
-	arrays := map[string]*zip.File{}
+	arrays := npzArrays{}
 	for _, f := range zr.File {
 		arrays[strings.TrimSuffix(f.Name, ".npy")] = f
 	}
+	return arrays, nil
+}
+
+// array reads array name, which must have dims dimensions, as row-major
+// float64 values and its shape.
+func (a npzArrays) array(name string, dims int) ([]float64, []int, error) {
+	f, ok := a[name]
+	if !ok {
+		have := make([]string, 0, len(a))
+		for k := range a {
+			have = append(have, k)
+		}
+		sort.Strings(have)
+		return nil, nil, fmt.Errorf("NPZ has no array %q (it has %s)", name, strings.Join(have, ", "))
+	}
+	rc, err := f.Open()
+	if err != nil {
+		return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
+	}
+	defer rc.Close()
+	raw, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
+	}
+	vals, shape, err := decodeNPY(raw)
+	if err != nil {
+		return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
+	}
+	if len(shape) != dims {
+		return nil, nil, fmt.Errorf("NPZ array %s has shape %v; want %d dimension(s)", name, shape, dims)
+	}
+	return vals, shape, nil
+}
+
+// vector reads the one-dimensional array name.
+func (a npzArrays) vector(name string) ([]float64, error) {
+	v, _, err := a.array(name, 1)
+	return v, err
+}
+
+// decodeNPZTable reads a Table from a NumPy .npz archive holding the five
+// arrays under their Table JSON names (Dynamo's mocker-format NPZ, which
+// its mocker converts a profiler's results into). Other arrays are
+// ignored, as Dynamo ignores them.
+func decodeNPZTable(data []byte) (Table, error) {
+	arrays, err := readNPZ(data)
+	if err != nil {
+		return Table{}, err
+	}
 	read := func(name string, dims int) ([]float64, []int, error) {
-		f, ok := arrays[name]
-		if !ok {
-			return nil, nil, fmt.Errorf("NPZ has no array %q (want prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length, decode_itl)", name)
+		if _, ok := arrays[name]; !ok {
+			return nil, nil, fmt.Errorf("NPZ has no array %q (want prefill_isl, prefill_ttft_ms, decode_active_kv_tokens, decode_context_length, decode_itl; "+
+				"or give the profiler's results directory, which holds %s and %s)", name, profilePrefillNPZ, profileDecodeNPZ)
 		}
-		rc, err := f.Open()
-		if err != nil {
-			return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
-		}
-		defer rc.Close()
-		raw, err := io.ReadAll(rc)
-		if err != nil {
-			return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
-		}
-		vals, shape, err := decodeNPY(raw)
-		if err != nil {
-			return nil, nil, fmt.Errorf("NPZ array %s: %w", name, err)
-		}
-		if len(shape) != dims {
-			return nil, nil, fmt.Errorf("NPZ array %s has shape %v; want %d dimension(s)", name, shape, dims)
-		}
-		return vals, shape, nil
+		return arrays.array(name, dims)
 	}
 	var t Table
 	for _, a := range []struct {

@@ -9,8 +9,8 @@
 //
 // # Profile tables
 //
-// A profile table is a JSON object with the five arrays of Dynamo's planner
-// NPZ profiles, under the same names:
+// A profile table is a JSON object with the five arrays of Dynamo's
+// mocker-format NPZ profiles, under the same names:
 //
 //	{
 //	  "prefill_isl":             [128, 512, 1024, 2048],
@@ -29,9 +29,24 @@
 // model interpolates linearly (bilinearly for decode); beyond the ends it
 // extends the end segments.
 //
-// LoadInterpolated also reads Dynamo's .npz profiles directly (the same five
-// arrays, little-endian numbers), so a Dynamo planner_profile_data path
-// works unchanged.
+// LoadInterpolated also reads both layouts a Dynamo planner_profile_data
+// path can name, so one works unchanged:
+//
+//   - a mocker-format .npz (the same five arrays, little-endian numbers),
+//     such as testdata/profile.npz;
+//   - a directory of the profiler's results, as Dynamo's profiler writes it
+//     for the planner: selected_prefill_interpolation/raw_data.npz
+//     (prefill_isl, prefill_ttft in ms) and
+//     selected_decode_interpolation/raw_data.npz (max_kv_tokens, and one
+//     point per measurement in x_kv_usage, y_context_length and z_itl in
+//     ms), such as testdata/profile_results. Its prefill points are the
+//     prefill curve; its scattered decode points are put on the grid of the
+//     measured KV token counts (x_kv_usage × max_kv_tokens) and context
+//     lengths, each context length linear in KV tokens between its own
+//     points and along its end segments beyond them. Dynamo's mocker
+//     instead fits its planner's regression models to the points and
+//     samples them on a 100 × 100 grid, so between points the two differ;
+//     at a measured point mocker gives the measurement.
 package perf
 
 import "math"

@@ -33,6 +33,9 @@
 //   -e ABORT_MS=1000  kv_transfer_abort_timeout_ms (modeled ms; aborts need ≤ 1000)
 //   -e SPEEDUP=10     speedup_ratio: modeled ms per script ms
 //   -e BACKOFF_MS=500 a refused client's back-off before it retries (modeled ms)
+//   -e ENGINE=vllm    the scheduler model: vllm, or trtllm (the vLLM core under
+//                     TensorRT-LLM's guaranteed_no_evict: it cascades alike,
+//                     every request set aside to its last token)
 //   -e TRANSPORT=local  run the workers as `mocker worker` child processes over
 //                     an embedded etcd and NATS (the distributed path)
 //   -e TRANSPORT=coupled  the same, the cluster driving the workers' clocks:
@@ -42,12 +45,16 @@ import { Counter } from 'k6/metrics';
 import exec from 'k6/execution';
 
 const leaks = new Counter('mocker_leaks');
+const ENGINE = __ENV.ENGINE || 'vllm';
 
 const cluster = mocker.cluster({
   name: 'cascade',
-  engine: 'vllm',
+  engine: ENGINE,
   router: 'round-robin',
-  prefill: { workers: 2, args: { num_gpu_blocks: 320 } },
+  // five held 1024-token prompts fill a prefill pool; trtllm sets aside
+  // each prefill's output token too, a 65th block, so its pool has five
+  // more for the same five holds
+  prefill: { workers: 2, args: { num_gpu_blocks: ENGINE === 'trtllm' ? 325 : 320 } },
   decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2, reserve_takes_slot: true } },
   args: {
     block_size: 16,

@@ -25,7 +25,7 @@
 //       bin/mocker run --clock virtual scripts/router-matrix.js   (the same result as live,
 //       in a fraction of the time: for CI)
 //   -e ROUTER=round-robin|kv|least-loaded|random   (default kv)
-//   -e ENGINE=vllm|sglang                          (default vllm)
+//   -e ENGINE=vllm|sglang|trtllm                   (default vllm)
 //   -e DURATION=10s    how long requests arrive (script time: paced with the wall clock, or virtual)
 //   -e RATE=20         requests per wall second
 //   -e PREFIXES=24     distinct conversations (shared prefixes)
@@ -34,7 +34,7 @@
 //   -e OTHER_HITS=0.05 other modes: the cache-hit rate must be above this
 //
 // e.g. a GitHub Actions matrix:
-//   strategy: { matrix: { router: [round-robin, kv, least-loaded, random], engine: [vllm, sglang] } }
+//   strategy: { matrix: { router: [round-robin, kv, least-loaded, random], engine: [vllm, sglang, trtllm] } }
 //   run: bin/mocker run -q -e ROUTER=${{ matrix.router }} -e ENGINE=${{ matrix.engine }} scripts/router-matrix.js
 import mocker from 'k6/x/mocker';
 import { Rate } from 'k6/metrics';

@@ -250,7 +250,7 @@ func TestDTS_MatchesTheGoAPI(t *testing.T) {
 		want []string
 	}{
 		{"RouterMode", modes},
-		{"Engine", []string{string(engine.EngineVLLM), string(engine.EngineSGLang)}},
+		{"Engine", []string{string(engine.EngineVLLM), string(engine.EngineSGLang), string(engine.EngineTRTLLM)}},
 		{"Outcome", []string{cluster.OutcomeCompleted, cluster.OutcomeAborted, cluster.OutcomeRejected, cluster.OutcomeError}},
 	}
 	for _, tc := range unions {

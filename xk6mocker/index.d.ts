@@ -11,7 +11,7 @@
  */
 declare module 'k6/x/mocker' {
   /** The scheduler model of every worker. */
-  export type Engine = 'vllm' | 'sglang';
+  export type Engine = 'vllm' | 'sglang' | 'trtllm';
 
   /** How the router picks a worker. */
   export type RouterMode = 'round-robin' | 'random' | 'least-loaded' | 'kv' | 'power-of-two';
@@ -37,6 +37,12 @@ declare module 'k6/x/mocker' {
     optimistic_prefill?: boolean;
   }
 
+  /** The TensorRT-LLM knobs of the engine args, read when the engine is trtllm. */
+  export interface TRTLLMArgs {
+    /** guaranteed_no_evict (default) sets aside prompt plus max_tokens and never preempts. */
+    capacity_scheduler_policy?: 'guaranteed_no_evict' | 'max_utilization';
+  }
+
   /**
    * Dynamo's MockEngineArgs keys that mocker accepts and ignores, or
    * accepts only when off (see `mocker args`), so a config copied from
@@ -52,7 +58,6 @@ declare module 'k6/x/mocker' {
     router_queue_policy?: string;
     response_replay_trace_path?: string;
     reasoning?: Record<string, unknown>;
-    trtllm?: Record<string, unknown>;
     gpu_memory_utilization?: number;
     mem_fraction_static?: number;
     free_gpu_memory_fraction?: number;
@@ -141,6 +146,7 @@ declare module 'k6/x/mocker' {
     router_load_includes_held?: boolean;
     planner_profile_data?: string;
     sglang?: SGLangArgs;
+    trtllm?: TRTLLMArgs;
   }
 
   /** One disaggregated pool. */

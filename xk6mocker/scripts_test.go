@@ -32,6 +32,11 @@ var scriptRuns = map[string][]map[string]string{
 		{"ROUTER": "least-loaded", "ENGINE": "vllm"},
 		{"ROUTER": "random", "ENGINE": "vllm"},
 		{"ROUTER": "kv", "ENGINE": "sglang"},
+		{"ROUTER": "kv", "ENGINE": "trtllm"},
+	},
+	"cascade.js": {
+		nil,
+		{"ENGINE": "trtllm"},
 	},
 }
 
@@ -97,8 +102,11 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 		}
 		for _, env := range runs {
 			name := base
-			if env["ROUTER"] != "" {
+			switch {
+			case env["ROUTER"] != "":
 				name += "/" + env["ENGINE"] + "-" + env["ROUTER"]
+			case env["ENGINE"] != "":
+				name += "/" + env["ENGINE"]
 			}
 			t.Run(name, func(t *testing.T) {
 				dir := t.TempDir()

@@ -31,7 +31,7 @@ mocker.cluster({..., transport: {etcd: [...], nats: '...', namespace: '...'}}).
 
 Flags:
       --role R             prefill, decode or aggregated (required)
-      --engine E           vllm (default) or sglang
+      --engine E           vllm (default), sglang or trtllm
       --namespace NS       scope of keys and subjects (default mocker)
       --etcd URLS          etcd endpoints, comma-separated (required)
       --nats URL           NATS server (required)

@@ -36,7 +36,7 @@ type Config struct {
 	// "{role}-{host}-{pid}".
 	Name   string
 	Role   engine.WorkerType
-	Engine string // vllm | sglang
+	Engine string // vllm | sglang | trtllm
 	// Namespace scopes keys and subjects; default cluster.DefaultNamespace.
 	Namespace string
 	Etcd      []string

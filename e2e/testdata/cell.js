@@ -79,8 +79,8 @@ const thresholds = {
 };
 if (DISAGG) {
   thresholds.mocker_kv_pins = ['count>0'];
-  if (ENGINE === 'vllm') {
-    // source-first: prefills finish and hold while decode is full, and the
+  if (ENGINE !== 'sglang') {
+    // source-first (vllm, trtllm): prefills finish and hold while decode is full, and the
     // holds that wait too long end at the abort timeout, not before and
     // not much after (one engine pass)
     thresholds.mocker_kv_aborts = ['count>0'];
