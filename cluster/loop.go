@@ -146,7 +146,7 @@ func (c *Cluster) run() {
 			stuckSince = time.Time{}
 			if c.paced != nil && !c.stopping && at > c.v.Now() && c.paced.paused() {
 				// A caller acts on a result: modeled time waits for it.
-				timer.Reset(pauseMax - time.Since(c.paced.touch))
+				timer.Reset(c.paced.maxPause - time.Since(c.paced.touch))
 				wake = timer.C
 				break
 			}

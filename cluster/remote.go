@@ -415,7 +415,7 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	if !c.opts.virtual {
 		// The workers take their modeled clocks from the same instant
 		// (Epoch).
-		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacerAt(c.started, paceSlack)}
+		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacerAt(c.started, paceSlack), maxPause: pauseMax}
 	}
 	// Workers outlive a cluster and may serve several: request and
 	// transfer ids start from the clock (a thousand per ms, wrapping after

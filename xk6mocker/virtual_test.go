@@ -99,11 +99,11 @@ func TestVirtual_StoppedFromOutsideEndsRequestsInFlight(t *testing.T) {
 					time.Sleep(time.Millisecond)
 				}
 			}()
-			start := time.Now()
 			res := runScriptCtx(t, ctx, "stopped_outside.js", map[string]string{"MAX_TOKENS": tc.maxTokens},
 				func(c *harness.Config) { c.Clock = tc.mode })
 			require.True(t, seen.Load(), "the request was in flight when the run was stopped")
-			assert.Less(t, time.Since(start), 5*time.Second)
+			// Stopped, not waited for: the request never completed (on a
+			// busy host too, where a wall-clock bound would not hold).
 			assert.Equal(t, harness.ExitExternalAbort, res.code, "stderr: %s", res.stderr)
 			require.Len(t, res.clusters, 1, "stderr: %s\n%s", res.stderr, res.stdout)
 			st := res.clusters[0].stats
