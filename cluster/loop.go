@@ -118,6 +118,11 @@ func (c *Cluster) query(fn func()) {
 // now).
 const paceSlack = 2 * time.Millisecond
 
+// PaceSlack is the pacing grain of a paced cluster: how far ahead of the
+// wall clock its loop may run an event (paceSlack). What a client measures
+// of a paced run is the model's within it.
+const PaceSlack = paceSlack
+
 // closeGrace bounds how long a closing loop waits for a transfer server's
 // reply before giving the exchange up.
 const closeGrace = 5 * time.Second

@@ -167,11 +167,34 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	started := false
 	var res cluster.Result
 	var fail *apiError
+	// One write per stream per pacing grain at most: tokens that come
+	// within a grain of the last write wait for the grain's end and leave
+	// together (a token leaves no later than a grain after the loop made
+	// it, and the loop makes it no sooner than a grain before its modeled
+	// instant: what a client times is the model's within the grain).
+	// Tokens slower than the grain never wait; the first never does.
+	var grain *time.Timer
+	var wrote time.Time
 	for ended := false; !ended; {
 		select {
 		case <-prog.wake:
 		case e := <-results:
 			res, fail, ended = e.res, e.err, true
+		}
+		if !ended && started {
+			if d := cluster.PaceSlack - time.Since(wrote); d > 0 {
+				if grain == nil {
+					grain = time.NewTimer(d)
+				} else {
+					grain.Reset(d)
+				}
+				select {
+				case <-grain.C:
+				case e := <-results:
+					grain.Stop()
+					res, fail, ended = e.res, e.err, true
+				}
+			}
 		}
 		if ended && res.Outcome != cluster.OutcomeCompleted {
 			break // its error goes out below, tokens or not
@@ -201,8 +224,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 			ch.text("", finishReason)
 		}
 		ch.flush()
+		wrote = time.Now()
 		if to > from {
-			s.m.streamLag.Observe(time.Since(since).Seconds())
+			s.m.streamLag.Observe(wrote.Sub(since).Seconds())
 		}
 		if ch.err != nil {
 			cancel() // the client is gone: stop the request
