@@ -173,27 +173,42 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	// it, and the loop makes it no sooner than a grain before its modeled
 	// instant: what a client times is the model's within the grain).
 	// Tokens slower than the grain never wait; the first never does.
+	// While tokens come that fast (fast), the handler waits out each
+	// grain on its timer alone, not woken by every token meanwhile.
 	var grain *time.Timer
 	var wrote time.Time
-	for ended := false; !ended; {
-		select {
-		case <-prog.wake:
-		case e := <-results:
-			res, fail, ended = e.res, e.err, true
+	fast := false
+	waitGrain := func() (ended bool) {
+		d := cluster.PaceSlack - time.Since(wrote)
+		if d <= 0 {
+			return false
 		}
-		if !ended && started {
-			if d := cluster.PaceSlack - time.Since(wrote); d > 0 {
-				if grain == nil {
-					grain = time.NewTimer(d)
-				} else {
-					grain.Reset(d)
-				}
-				select {
-				case <-grain.C:
-				case e := <-results:
-					grain.Stop()
-					res, fail, ended = e.res, e.err, true
-				}
+		if grain == nil {
+			grain = time.NewTimer(d)
+		} else {
+			grain.Reset(d)
+		}
+		select {
+		case <-grain.C:
+			return false
+		case e := <-results:
+			grain.Stop()
+			res, fail = e.res, e.err
+			return true
+		}
+	}
+	for ended := false; !ended; {
+		if fast {
+			ended = waitGrain()
+		} else {
+			select {
+			case <-prog.wake:
+			case e := <-results:
+				res, fail, ended = e.res, e.err, true
+			}
+			if !ended && started && time.Since(wrote) < cluster.PaceSlack {
+				fast = true
+				ended = waitGrain()
 			}
 		}
 		if ended && res.Outcome != cluster.OutcomeCompleted {
@@ -204,6 +219,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 			to = res.OutputTokens
 		}
 		if to == from && !ended {
+			fast = false // a grain without a token: wait for the next one
 			continue
 		}
 		if !started {
