@@ -37,6 +37,11 @@ type pacedDriver struct {
 // now).
 const paceSlack = 2 * time.Millisecond
 
+// PaceSlack is the pacing grain of a paced cluster: how far ahead of the
+// wall clock its loop may run an event (paceSlack). What a client measures
+// of a paced run is the model's within it.
+const PaceSlack = paceSlack
+
 // Pause is a stop of a paced cluster's modeled time, for a closed-loop
 // caller between a result and its next step (GenerateThenPause): not a KV
 // hold, which is a prefill's KV kept for its decode. The zero Pause stops

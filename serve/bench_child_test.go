@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +27,13 @@ import (
 // own, and the benchmark reads that process's CPU time alone, the client's
 // left out.
 const benchChildEnv = "MOCKER_SERVE_BENCH_CHILD"
+
+// benchChildProfileEnv, set to a file name, has the serving child write a
+// CPU profile of its serving there (the server's side alone, the client
+// left out): MOCKER_SERVE_BENCH_CPUPROFILE=/tmp/serve.prof go test -bench
+// ServeServerCPU/stream ./serve. Each child of a run overwrites it: pick
+// one benchmark.
+const benchChildProfileEnv = "MOCKER_SERVE_BENCH_CPUPROFILE"
 
 // cpuPath answers the serving child's CPU time so far, in nanoseconds.
 const cpuPath = "/_bench/cpu"
@@ -68,6 +77,23 @@ func serveBenchChild(what string) int {
 		return 1
 	}
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if path := os.Getenv(benchChildProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer f.Close()
+		// A finer rate than pprof's default 100 Hz: the server's share
+		// of a benchmark is a second or two. (StartCPUProfile then says
+		// on stderr that the rate was set already.)
+		runtime.SetCPUProfileRate(1000)
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
+	}
 	go func() { _ = hs.Serve(ln) }()
 	fmt.Println(ln.Addr().String())
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -105,7 +131,8 @@ func childCPU(b *testing.B, hc *http.Client, base string) time.Duration {
 // child process; the client here is left out) per non-streamed request
 // (128 prompt tokens in, 16 out, at the largest speedup so that pacing
 // does not bound the rate) and per streamed token (128 in, 64 out, paced
-// at speedup 1 so that tokens leave one chunk each), beside a bare
+// at speedup 1 so that tokens leave one write each, and at speedup 10),
+// beside a bare
 // net/http handler answering the same shapes in the same run
 // (cpu_µs/req, cpu_ns/token).
 func BenchmarkServeServerCPU(b *testing.B) {
@@ -117,6 +144,10 @@ func BenchmarkServeServerCPU(b *testing.B) {
 	}{
 		{"nonstream-128in-16out", 16, false, "serve:" + strconv.FormatFloat(cluster.MaxSpeedupRatio, 'g', -1, 64)},
 		{"stream-128in-64out", 64, true, "serve:1"},
+		// At speedup 10 a lone stream's tokens come well inside the
+		// pacing grain of one another: those ready together leave in
+		// one write.
+		{"stream-128in-64out-speedup10", 64, true, "serve:10"},
 	} {
 		b.Run(tc.name+"/bare-net-http", func(b *testing.B) {
 			childHammer(b, startBenchChild(b, "bare"), tc.maxTokens, tc.stream)

@@ -35,7 +35,9 @@
 // speedup_ratio, so the TTFT and inter-token gaps a client measures are
 // the model's, scaled. A stream writes each token as the cluster's loop
 // produces it (the loop only records it; the request's handler writes),
-// so a slow client lags alone: its lag is measured
+// at most one write per pacing grain (cluster.PaceSlack): tokens that
+// come within a grain of the stream's last write leave together at the
+// grain's end, one chunk each. A slow client lags alone: its lag is measured
 // (mocker_stream_lag_seconds) and never becomes modeled time. Metrics
 // report modeled seconds.
 //

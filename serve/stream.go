@@ -167,11 +167,49 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	started := false
 	var res cluster.Result
 	var fail *apiError
-	for ended := false; !ended; {
+	// One write per stream per pacing grain at most: tokens that come
+	// within a grain of the last write wait for the grain's end and leave
+	// together (a token leaves no later than a grain after the loop made
+	// it, and the loop makes it no sooner than a grain before its modeled
+	// instant: what a client times is the model's within the grain).
+	// Tokens slower than the grain never wait; the first never does.
+	// While tokens come that fast (fast), the handler waits out each
+	// grain on its timer alone, not woken by every token meanwhile.
+	var grain *time.Timer
+	var wrote time.Time
+	fast := false
+	waitGrain := func() (ended bool) {
+		d := cluster.PaceSlack - time.Since(wrote)
+		if d <= 0 {
+			return false
+		}
+		if grain == nil {
+			grain = time.NewTimer(d)
+		} else {
+			grain.Reset(d)
+		}
 		select {
-		case <-prog.wake:
+		case <-grain.C:
+			return false
 		case e := <-results:
-			res, fail, ended = e.res, e.err, true
+			grain.Stop()
+			res, fail = e.res, e.err
+			return true
+		}
+	}
+	for ended := false; !ended; {
+		if fast {
+			ended = waitGrain()
+		} else {
+			select {
+			case <-prog.wake:
+			case e := <-results:
+				res, fail, ended = e.res, e.err, true
+			}
+			if !ended && started && time.Since(wrote) < cluster.PaceSlack {
+				fast = true
+				ended = waitGrain()
+			}
 		}
 		if ended && res.Outcome != cluster.OutcomeCompleted {
 			break // its error goes out below, tokens or not
@@ -181,6 +219,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 			to = res.OutputTokens
 		}
 		if to == from && !ended {
+			fast = false // a grain without a token: wait for the next one
 			continue
 		}
 		if !started {
@@ -201,8 +240,9 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 			ch.text("", finishReason)
 		}
 		ch.flush()
+		wrote = time.Now()
 		if to > from {
-			s.m.streamLag.Observe(time.Since(since).Seconds())
+			s.m.streamLag.Observe(wrote.Sub(since).Seconds())
 		}
 		if ch.err != nil {
 			cancel() // the client is gone: stop the request

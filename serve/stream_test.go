@@ -2,10 +2,13 @@ package serve
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -112,4 +115,76 @@ func TestStream_ErrorAfterFirstTokenIsAnErrorChunk(t *testing.T) {
 	var e errorBody
 	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-2]), &e))
 	assert.Contains(t, e.Error.Message, "request aborted")
+}
+
+// flushCounter is a recorded response that counts its flushes.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (f *flushCounter) Flush() {
+	f.flushes++
+	f.ResponseRecorder.Flush()
+}
+
+// TestStream_TokensWithinAGrainShareAWrite: tokens that come faster than
+// the pacing grain leave in one write per grain, not one each; every
+// token is still its own chunk, the last one carries the finish reason,
+// and the stream ends with [DONE].
+func TestStream_TokensWithinAGrainShareAWrite(t *testing.T) {
+	t.Parallel()
+	const tokens = 64
+	s, _ := startServer(t, cluster.Config{Workers: 1, Args: fast}, Options{})
+	var elapsed time.Duration
+	// A runner that makes a token about every 50 µs, far inside the
+	// grain, as a fast paced loop does.
+	run := func(_ context.Context, req cluster.Request) (cluster.Result, *apiError) {
+		start := time.Now()
+		for i := range tokens {
+			req.OnToken(i, float64(i))
+			time.Sleep(50 * time.Microsecond)
+		}
+		elapsed = time.Since(start)
+		return cluster.Result{Outcome: cluster.OutcomeCompleted, OutputTokens: tokens}, nil
+	}
+	w := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	s.stream(w, r, &prepared{stream: true, tokens: []uint32{1, 2, 3}, maxTokens: tokens}, "cmpl-grain", run)
+
+	// The writes: at most one per grain over the tokens' span, the first
+	// token's, and the end's ([DONE] after the results).
+	bound := int(elapsed/cluster.PaceSlack) + 3
+	assert.LessOrEqual(t, w.flushes, bound, "one write per grain over %v, not one per token", elapsed)
+	var texts, finished int
+	var last string
+	sc := bufio.NewScanner(w.Body)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		last = line
+		if line == "[DONE]" {
+			continue
+		}
+		var ch struct {
+			Choices []struct {
+				Text         string  `json:"text"`
+				FinishReason *string `json:"finish_reason"`
+			} `json:"choices"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &ch), line)
+		require.Len(t, ch.Choices, 1)
+		if ch.Choices[0].Text != "" {
+			texts++
+		}
+		if ch.Choices[0].FinishReason != nil {
+			finished++
+			assert.Equal(t, finishReason, *ch.Choices[0].FinishReason)
+		}
+	}
+	assert.Equal(t, tokens, texts, "one chunk per token")
+	assert.Equal(t, 1, finished, "one chunk ends the choice")
+	assert.Equal(t, "[DONE]", last)
 }

@@ -18,8 +18,8 @@ import (
 )
 
 // paceSlack is how far ahead of the wall clock the cluster's paced loop
-// may run an event (cluster's own grain; see its loop).
-const paceSlack = 2 * time.Millisecond
+// may run an event (its pacing grain).
+const paceSlack = cluster.PaceSlack
 
 // TestVegeta_FixedRateTenSecondsMatchesTheModel: vegeta attacks at a
 // fixed rate for 10 s; every answer is 200 with exactly the token asked,

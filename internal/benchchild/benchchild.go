@@ -8,6 +8,8 @@ import (
 	"bufio"
 	"os"
 	"os/exec"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -15,12 +17,14 @@ import (
 // Start runs the test binary again with env ("NAME=value") added to its
 // environment, which its TestMain reads to serve instead of testing; the
 // child prints the address it serves on as its first line, which Start
-// returns. The child is stopped when tb ends, by closing its standard
-// input.
+// returns. The child runs with as many Ps as the benchmark runs with now
+// (GOMAXPROCS, which -test.cpu sets), so that "-cpu 1" measures a
+// one-P server. The child is stopped when tb ends, by closing its
+// standard input.
 func Start(tb testing.TB, env string) string {
 	tb.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), env)
+	cmd.Env = append(os.Environ(), env, "GOMAXPROCS="+strconv.Itoa(runtime.GOMAXPROCS(0)))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
