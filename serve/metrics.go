@@ -108,7 +108,7 @@ func newMetrics(s *Server) *metrics {
 	}
 	m.streamLag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "mocker_stream_lag_seconds",
-		Help:    "Wall seconds from a streamed token's modeled instant (the paced loop producing it) to its chunk written and flushed to the client: a slow client's lag, never turned into modeled time.",
+		Help:    "Wall seconds from a streamed token's modeled instant (the paced loop producing it) to its chunk written and flushed to the client (including up to one pacing grain, 2 ms, a token waits to share a write with the next): a slow client's lag, never turned into modeled time.",
 		Buckets: lagBuckets,
 	})
 	m.injected = prometheus.NewCounterVec(prometheus.CounterOpts{
