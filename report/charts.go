@@ -18,6 +18,7 @@ import (
 	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/internal/timescale"
 )
 
 // chart is one inlined SVG figure.
@@ -98,10 +99,16 @@ func (t timeTicks) Ticks(lo, hi float64) []plot.Tick {
 		v := ticks[i].Value
 		ticks[i].Label = seconds(v)
 		if t.speedup > 0 {
-			ticks[i].Label += "\n" + seconds(v/t.speedup) + " script"
+			ticks[i].Label += "\n" + seconds(scriptSeconds(v, t.speedup)) + " script"
 		}
 	}
 	return ticks
+}
+
+// scriptSeconds is the script time, in seconds, that modeled seconds v
+// took at speedup_ratio speedup.
+func scriptSeconds(v, speedup float64) float64 {
+	return timescale.New(speedup).Script(v * 1000).Seconds()
 }
 
 func seconds(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) + "s" }

@@ -56,7 +56,7 @@ func build(r Report) (page, error) {
 				{"holds", fmt.Sprintf("%d started, %d transferred, %d aborted, %d cancelled", st.Holds, st.HoldsReleased, st.HoldsAborted, st.HoldsCancelled)},
 				{"peak held blocks", fmt.Sprint(st.PeakHeldBlocks)},
 				{"prefill refusals", fmt.Sprint(st.PrefillRejections)},
-				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of script time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(st.NowMs/1000/math.Max(c.SpeedupRatio, 1e-9)))},
+				{"modeled time", fmt.Sprintf("%s (speedup_ratio %g: %s of script time)", seconds(st.NowMs/1000), c.SpeedupRatio, seconds(scriptSeconds(st.NowMs/1000, c.SpeedupRatio)))},
 				{"host lag", fmt.Sprintf("at most %s behind the wall clock", c.ClockLagPeak.Round(time.Millisecond))},
 			},
 		}
