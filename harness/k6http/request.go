@@ -92,15 +92,17 @@ func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spe
 		s.responseType = "none"
 	}
 	s.url, s.name = c.urlOf(urlArg)
-	u, perr := url.Parse(s.url)
-	if perr == nil && u.User != nil {
-		s.user = u.User.Username()
-		s.pass, _ = u.User.Password()
-		s.hasAuth = true
-		u.User = nil
-		s.url = u.String()
-		if s.name == "" || strings.Contains(s.name, "@") {
-			s.name = s.url
+	// Only a URL with an @ can carry credentials: the others skip a parse.
+	if strings.Contains(s.url, "@") {
+		if u, perr := url.Parse(s.url); perr == nil && u.User != nil {
+			s.user = u.User.Username()
+			s.pass, _ = u.User.Password()
+			s.hasAuth = true
+			u.User = nil
+			s.url = u.String()
+			if s.name == "" || strings.Contains(s.name, "@") {
+				s.name = s.url
+			}
 		}
 	}
 	if s.name == "" {
@@ -116,7 +118,12 @@ func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spe
 		s.header.Set("Content-Encoding", compression)
 	}
 	if opts.UserAgent != "" && s.header.Get("User-Agent") == "" {
-		s.header.Set("User-Agent", opts.UserAgent)
+		// One shared slice, never changed: a request's header map holds
+		// it as it holds the script's values.
+		if c.userAgent == nil || c.userAgent[0] != opts.UserAgent {
+			c.userAgent = []string{opts.UserAgent}
+		}
+		s.header["User-Agent"] = c.userAgent
 	}
 	return s
 }
@@ -317,7 +324,9 @@ func (c *Client) beginRequest(what string) *Options {
 	}
 	if it := c.vu.Iteration(); !c.started || it != c.iter {
 		if c.started {
-			if !opts.NoCookiesReset {
+			// A jar nothing stored a cookie in, and the script never
+			// saw, is as good as a new one: it is kept.
+			if !opts.NoCookiesReset && c.jarUsed.Swap(false) {
 				c.jar = nil
 			}
 			if opts.NoVUConnectionReuse {
@@ -351,7 +360,7 @@ func newTransport(o *Options) *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			return &countingConn{Conn: conn}, nil
+			return &countingConn{Conn: conn, remote: conn.RemoteAddr().String()}, nil
 		},
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
 		ForceAttemptHTTP2:   true,
@@ -367,6 +376,7 @@ func newTransport(o *Options) *http.Transport {
 type countingConn struct {
 	net.Conn
 	sent, recv atomic.Int64
+	remote     string // the peer's address, formatted once
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
@@ -421,12 +431,14 @@ func (tr *tracer) trace() *httptrace.ClientTrace {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
 			tr.gotConn = time.Now()
-			tr.remote = info.Conn.RemoteAddr().String()
 			if cc := connCounter(info.Conn); cc != nil {
 				tr.conn = cc
+				tr.remote = cc.remote
 				if info.Reused {
 					tr.sent0, tr.recv0 = cc.sent.Load(), cc.recv.Load()
 				}
+			} else {
+				tr.remote = info.Conn.RemoteAddr().String()
 			}
 		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { now(&tr.wrote) },
@@ -556,8 +568,11 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		h.at = time.Now()
 		return h
 	}
+	// The values are shared with s.header: nothing appends to them (the
+	// cookie and auth headers below are set, not appended to) and the
+	// transport only reads them.
 	for k, v := range s.header {
-		req.Header[k] = append([]string(nil), v...)
+		req.Header[k] = v
 	}
 	if host := req.Header.Get("Host"); host != "" {
 		req.Host = host
@@ -566,27 +581,24 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		req.SetBasicAuth(s.user, s.pass)
 	}
 	if jar != nil {
-		sent := map[string]bool{}
-		for name, cp := range s.cookies {
-			if cp.replace {
-				sent[name] = true
-			}
-		}
 		for _, ck := range jar.Cookies(req.URL) {
-			if !sent[ck.Name] {
+			if cp, ok := s.cookies[ck.Name]; !ok || !cp.replace {
 				req.AddCookie(ck)
 			}
 		}
 	}
-	names := make([]string, 0, len(s.cookies))
-	for name := range s.cookies {
-		names = append(names, name)
+	if len(s.cookies) > 0 {
+		names := make([]string, 0, len(s.cookies))
+		for name := range s.cookies {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			req.AddCookie(&http.Cookie{Name: name, Value: s.cookies[name].value})
+		}
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		req.AddCookie(&http.Cookie{Name: name, Value: s.cookies[name].value})
-	}
-	h.reqHeader = req.Header.Clone()
+	// RoundTrip does not change the request: its header is the one sent.
+	h.reqHeader = req.Header
 	resp, err := transport.RoundTrip(req)
 	if err != nil {
 		return fail(err)
@@ -595,7 +607,7 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if s.responseType == "none" {
 		_, err = io.Copy(io.Discard, resp.Body)
 	} else {
-		h.body, err = io.ReadAll(resp.Body)
+		h.body, err = readBody(resp.Body, resp.ContentLength)
 	}
 	end := time.Now()
 	h.status = resp.StatusCode
@@ -608,6 +620,7 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	}
 	h.setCookies = resp.Cookies()
 	if jar != nil && len(h.setCookies) > 0 {
+		c.jarUsed.Store(true)
 		jar.SetCookies(req.URL, h.setCookies)
 	}
 	if err != nil {
@@ -623,6 +636,32 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	}
 	return h
 }
+
+// readBody reads a response body to its end, in one allocation when the
+// server said how long it is (io.ReadAll grows its buffer step by step).
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > maxPresized {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, length+1) // +1: the read that sees the end fits
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) { // longer than announced
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
+// maxPresized bounds the buffer readBody allocates up front on the
+// server's word.
+const maxPresized = 16 << 20
 
 func tlsName(v uint16) string {
 	switch v {
