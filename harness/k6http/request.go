@@ -70,7 +70,6 @@ type hop struct {
 	timings     timings
 	sent, recv  int64
 	setCookies  []*http.Cookie
-	at          time.Time // when the exchange ended (wall clock)
 }
 
 // timings are k6's phases of one exchange, in milliseconds.
@@ -545,7 +544,6 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		h.err = err
 		h.errCode, h.errMsg = classify(err)
 		h.timings = tr.phases(time.Now())
-		h.at = time.Now()
 		if tr.conn != nil {
 			h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
 		}
@@ -559,13 +557,11 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if err != nil {
 		h.err = err
 		h.errCode, h.errMsg = codeInvalidURL, err.Error()
-		h.at = time.Now()
 		return h
 	}
 	if req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
 		h.err = fmt.Errorf("invalid URL %q: want an absolute http:// or https:// URL", target)
 		h.errCode, h.errMsg = codeInvalidURL, h.err.Error()
-		h.at = time.Now()
 		return h
 	}
 	// The values are shared with s.header: nothing appends to them (the
@@ -630,7 +626,6 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	}
 	h.errCode = statusCode(h.status)
 	h.timings = tr.phases(end)
-	h.at = end
 	if tr.conn != nil {
 		h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
 	}
