@@ -1,7 +1,9 @@
 package harness
 
 import (
+	"bytes"
 	"compress/gzip"
+	"compress/zlib"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -12,6 +14,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
 )
 
 // newTestHTTPServer is the local server the k6/http tests and the HTTP
@@ -101,10 +106,9 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(strings.NewReader(string(body)))
-			if err == nil {
-				body, _ = io.ReadAll(zr)
+		if ce := r.Header.Get("Content-Encoding"); ce != "" {
+			if plain, err := decodeCodings(body, ce); err == nil {
+				body = plain
 			}
 		}
 		headers := map[string]string{}
@@ -127,6 +131,17 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 		zw := gzip.NewWriter(w)
 		_, _ = io.WriteString(zw, "unzipped body")
 		_ = zw.Close()
+	})
+	// /encoded?c=br or ?c=gzip,br: a body in those codings, applied in
+	// order; /encoded-broken claims br and is not.
+	mux.HandleFunc("/encoded", func(w http.ResponseWriter, r *http.Request) {
+		codings := r.URL.Query().Get("c")
+		w.Header().Set("Content-Encoding", strings.ReplaceAll(codings, ",", ", "))
+		_, _ = w.Write(encodeCodings([]byte("encoded body"), strings.Split(codings, ",")))
+	})
+	mux.HandleFunc("/encoded-broken", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		_, _ = io.WriteString(w, "this is not brotli")
 	})
 	mux.HandleFunc("/bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.PathValue("n"))
@@ -156,4 +171,61 @@ func runHTTPScript(t *testing.T, src string, mod func(*Config)) runResult {
 			mod(c)
 		}
 	})
+}
+
+// encodeCodings compresses body with each content coding in turn.
+func encodeCodings(body []byte, codings []string) []byte {
+	for _, c := range codings {
+		var buf bytes.Buffer
+		var w io.WriteCloser
+		switch strings.TrimSpace(c) {
+		case "gzip":
+			w = gzip.NewWriter(&buf)
+		case "deflate":
+			w = zlib.NewWriter(&buf)
+		case "br":
+			w = brotli.NewWriter(&buf)
+		case "zstd":
+			w, _ = zstd.NewWriter(&buf)
+		default:
+			continue
+		}
+		_, _ = w.Write(body)
+		_ = w.Close()
+		body = buf.Bytes()
+	}
+	return body
+}
+
+// decodeCodings undoes a Content-Encoding list, the last coding first.
+func decodeCodings(body []byte, contentEncoding string) ([]byte, error) {
+	codings := strings.Split(contentEncoding, ",")
+	for i := len(codings) - 1; i >= 0; i-- {
+		var r io.Reader
+		var err error
+		switch strings.TrimSpace(codings[i]) {
+		case "gzip":
+			r, err = gzip.NewReader(bytes.NewReader(body))
+		case "deflate":
+			r, err = zlib.NewReader(bytes.NewReader(body))
+		case "br":
+			r = brotli.NewReader(bytes.NewReader(body))
+		case "zstd":
+			var d *zstd.Decoder
+			d, err = zstd.NewReader(bytes.NewReader(body))
+			if err == nil {
+				defer d.Close()
+				r = d
+			}
+		default:
+			continue
+		}
+		if err == nil {
+			body, err = io.ReadAll(r)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
 }

@@ -33,7 +33,8 @@ declare module 'k6/http' {
     responseType?: ResponseType;
     redirects?: number;
     auth?: 'basic';
-    compression?: 'gzip' | 'deflate';
+    /** gzip, deflate, br, zstd, or several comma-separated (applied in order). */
+    compression?: 'gzip' | 'deflate' | 'br' | 'zstd' | string;
     jar?: CookieJar;
     cookies?: Record<string, string | { value: string; replace?: boolean }>;
     responseCallback?: ExpectedStatuses | null;

@@ -2,8 +2,6 @@ package k6http
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -107,14 +105,14 @@ func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spe
 	if s.name == "" {
 		s.name = s.url
 	}
-	var compression string
+	var compression []string
 	if p, ok := params.(*sobek.Object); ok {
 		compression = c.parseParams(s, p)
 	}
 	c.setBody(s, body)
-	if compression != "" && len(s.body) > 0 {
-		s.body = c.compress(s.body, compression)
-		s.header.Set("Content-Encoding", compression)
+	if len(compression) > 0 && len(s.body) > 0 {
+		s.body = compressBody(s.body, compression)
+		s.header.Set("Content-Encoding", strings.Join(compression, ", "))
 	}
 	if opts.UserAgent != "" && s.header.Get("User-Agent") == "" {
 		// One shared slice, never changed: a request's header map holds
@@ -144,7 +142,7 @@ func (c *Client) urlOf(v sobek.Value) (string, string) {
 
 // parseParams reads params into s and returns the requested body
 // compression.
-func (c *Client) parseParams(s *spec, p *sobek.Object) string {
+func (c *Client) parseParams(s *spec, p *sobek.Object) []string {
 	get := func(k string) sobek.Value {
 		v := p.Get(k)
 		if v == nil || sobek.IsUndefined(v) {
@@ -211,14 +209,13 @@ func (c *Client) parseParams(s *spec, p *sobek.Object) string {
 		s.callback = c.toCallback(v, "params.responseCallback")
 	}
 	if v := get("compression"); v != nil {
-		switch algo := v.String(); algo {
-		case "", "gzip", "deflate":
-			return algo
-		default:
-			c.throw("params.compression: %q is not supported (gzip, deflate)", algo)
+		algos, err := parseCompression(v.String())
+		if err != nil {
+			c.throw("params.compression: %v", err)
 		}
+		return algos
 	}
-	return ""
+	return nil
 }
 
 // durationOf reads a timeout: a number of milliseconds or a Go-style
@@ -290,19 +287,6 @@ func (c *Client) setBody(s *spec, body sobek.Value) {
 	_ = w.Close()
 	s.body = buf.Bytes()
 	s.header.Set("Content-Type", w.FormDataContentType())
-}
-
-func (c *Client) compress(body []byte, algo string) []byte {
-	var buf bytes.Buffer
-	var w io.WriteCloser
-	if algo == "gzip" {
-		w = gzip.NewWriter(&buf)
-	} else {
-		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
-	}
-	_, _ = w.Write(body)
-	_ = w.Close()
-	return buf.Bytes()
 }
 
 // beginRequest readies the VU's client for a request: on the first of an
@@ -625,6 +609,15 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		return hh
 	}
 	h.errCode = statusCode(h.status)
+	// The transport decodes gzip itself when it asked for it; a body the
+	// script asked to be encoded otherwise (its own Accept-Encoding) is
+	// decoded here, as k6 does.
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !resp.Uncompressed && s.responseType != "none" {
+		if h.body, err = decodeBody(h.body, ce); err != nil {
+			h.err = err
+			h.errCode, h.errMsg = codeDecompression, err.Error()
+		}
+	}
 	h.timings = tr.phases(end)
 	if tr.conn != nil {
 		h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
