@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"compress/zlib"
+	"crypto/md5" //nolint:gosec // the digest scheme's hash
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -147,6 +150,14 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 		n, _ := strconv.Atoi(r.PathValue("n"))
 		_, _ = io.WriteString(w, strings.Repeat("x", n))
 	})
+	mux.HandleFunc("/digest-auth/{user}/{pass}", func(w http.ResponseWriter, r *http.Request) {
+		if !digestOK(r, "tests", "n0nce", r.PathValue("user"), r.PathValue("pass")) {
+			w.Header().Set("WWW-Authenticate", `Digest realm="tests", nonce="n0nce", qop="auth,auth-int", opaque="0paque", algorithm=MD5`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "welcome "+r.PathValue("user"))
+	})
 	mux.HandleFunc("/basic-auth/{user}/{pass}", func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
 		if !ok || u != r.PathValue("user") || p != r.PathValue("pass") {
@@ -228,4 +239,24 @@ func decodeCodings(body []byte, contentEncoding string) ([]byte, error) {
 		}
 	}
 	return body, nil
+}
+
+// digestOK checks a request's Digest answer (MD5, qop auth) to the
+// challenge realm/nonce for user:pass.
+func digestOK(r *http.Request, realm, nonce, user, pass string) bool {
+	scheme, rest, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if scheme != "Digest" {
+		return false
+	}
+	p := map[string]string{}
+	for kv := range strings.SplitSeq(rest, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		p[k] = strings.Trim(v, `"`)
+	}
+	h := func(s string) string { sum := md5.Sum([]byte(s)); return hex.EncodeToString(sum[:]) } //nolint:gosec // the digest scheme's hash
+	ha1 := h(fmt.Sprintf("%s:%s:%s", user, realm, pass))
+	ha2 := h(r.Method + ":" + r.URL.RequestURI())
+	want := h(fmt.Sprintf("%s:%s:%s:%s:auth:%s", ha1, nonce, p["nc"], p["cnonce"], ha2))
+	return p["username"] == user && p["realm"] == realm && p["nonce"] == nonce && p["uri"] == r.URL.RequestURI() &&
+		p["qop"] == "auth" && p["opaque"] == "0paque" && p["response"] == want
 }

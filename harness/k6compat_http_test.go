@@ -65,6 +65,10 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 		{script: "http_url_template.js", checks: 2},
 		{script: "http_system_tags.js", values: map[string]float64{"metrics/http_reqs{status:200}/count": 1}},
 		{script: "http_basic_auth.js", checks: 2},
+		{script: "http_digest_auth.js", checks: 1, values: map[string]float64{
+			"metrics/http_reqs/count": 2, "metrics/http_req_failed/value": 0,
+			"metrics/http_reqs{status:401}/count": 1, "metrics/http_reqs{status:200}/count": 1,
+		}},
 		{script: "http_user_agent.js", checks: 2},
 		{script: "http_hosts.js", checks: 1},
 		{script: "http_compression.js", checks: 2},

@@ -42,6 +42,7 @@ type spec struct {
 	callback     *expected
 	user, pass   string
 	hasAuth      bool
+	digest       bool // params.auth 'digest': the credentials answer a challenge
 }
 
 type cookieParam struct {
@@ -68,6 +69,7 @@ type hop struct {
 	timings     timings
 	sent, recv  int64
 	setCookies  []*http.Cookie
+	challenge   bool // a digest challenge (401): expected, as k6 has it
 }
 
 // timings are k6's phases of one exchange, in milliseconds.
@@ -183,8 +185,12 @@ func (c *Client) parseParams(s *spec, p *sobek.Object) []string {
 		s.redirects = int(n)
 	}
 	if v := get("auth"); v != nil {
-		if a := v.String(); a != "basic" {
-			c.throw("params.auth: %q is not supported; only \"basic\" (credentials in the URL) is", a)
+		switch a := v.String(); a {
+		case "basic":
+		case "digest":
+			s.digest = true
+		default:
+			c.throw("params.auth: %q is not supported; \"basic\" and \"digest\" (credentials in the URL) are", a)
 		}
 	}
 	if v := get("jar"); v != nil && !sobek.IsNull(v) {
@@ -478,8 +484,19 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 	}
 	method, target, body := s.method, s.url, s.body
 	var hops []*hop
+	challenges := 0 // digest challenges among hops
 	for {
-		h := c.exchange(ctx, transport, jar, s, method, target, body)
+		h := c.exchange(ctx, transport, jar, s, method, target, body, "")
+		if s.digest && s.hasAuth && h.err == nil && h.status == http.StatusUnauthorized {
+			// As k6 does: the challenge is one request, expected to be
+			// answered 401, and the answer another.
+			if answer := c.answerDigest(ctx, transport, jar, s, method, target, body, h); answer != nil {
+				h.challenge = true
+				hops = append(hops, h)
+				challenges++
+				h = answer
+			}
+		}
 		hops = append(hops, h)
 		if h.err != nil || !isRedirect(h.status) {
 			return hops
@@ -488,7 +505,7 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 		if loc == "" {
 			return hops
 		}
-		if len(hops) > s.redirects {
+		if len(hops)-challenges > s.redirects {
 			return hops
 		}
 		base, _ := url.Parse(target)
@@ -509,6 +526,21 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 	}
 }
 
+// answerDigest repeats a request that drew the 401 challenge ch with
+// the credentials' answer to it; nil when ch challenges no digest.
+func (c *Client) answerDigest(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, ch *hop) *hop {
+	challenge, ok := parseDigestChallenge(ch.header.Get("WWW-Authenticate"))
+	u, err := url.Parse(target)
+	if !ok || err != nil {
+		return nil
+	}
+	auth, err := challenge.authorization(s.user, s.pass, method, u.RequestURI())
+	if err != nil {
+		return &hop{method: method, url: target, reqBody: body, err: err, errCode: codeGeneric, errMsg: err.Error()}
+	}
+	return c.exchange(ctx, transport, jar, s, method, target, body, auth)
+}
+
 func isRedirect(status int) bool {
 	switch status {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
@@ -518,7 +550,7 @@ func isRedirect(status int) bool {
 }
 
 // exchange makes one HTTP exchange and reads the response body.
-func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte) *hop {
+func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, auth string) *hop {
 	h := &hop{method: method, url: target, reqBody: body}
 	tr := &tracer{start: time.Now()}
 	fail := func(err error) *hop {
@@ -557,7 +589,10 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if host := req.Header.Get("Host"); host != "" {
 		req.Host = host
 	}
-	if s.hasAuth {
+	switch {
+	case auth != "":
+		req.Header.Set("Authorization", auth)
+	case s.hasAuth && !s.digest:
 		req.SetBasicAuth(s.user, s.pass)
 	}
 	if jar != nil {

@@ -48,10 +48,21 @@ func (c *Client) finish(opts *Options, s *spec, hops []*hop) sobek.Value {
 			c.throw("%s", msg)
 		}
 		c.vu.Warn(msg)
-	} else if isRedirect(last.status) && s.redirects > 0 && len(hops) > s.redirects && last.header.Get("Location") != "" {
+	} else if isRedirect(last.status) && s.redirects > 0 && answered(hops) > s.redirects && last.header.Get("Location") != "" {
 		c.vu.Warn(fmt.Sprintf("stopped after %d redirects and returned the redirection; pass { redirects: n } in the request params or set options.maxRedirects to silence this", s.redirects))
 	}
 	return c.response(s, last)
+}
+
+// answered counts the exchanges of hops that were no digest challenge.
+func answered(hops []*hop) int {
+	n := 0
+	for _, h := range hops {
+		if !h.challenge {
+			n++
+		}
+	}
+	return n
 }
 
 // emit records the samples of one exchange, with k6's tags.
@@ -72,7 +83,7 @@ func (c *Client) emit(opts *Options, s *spec, h *hop) {
 	)
 	if s.callback != nil {
 		failed := 1.0
-		if h.err == nil && s.callback.match(h.status) {
+		if expectedOK(s, h) {
 			failed = 0
 		}
 		c.samples = append(c.samples, metrics.Sample{Metric: m.failed, Tags: tags, Time: now, Value: failed})
@@ -84,6 +95,12 @@ func (c *Client) emit(opts *Options, s *spec, h *hop) {
 	)
 	c.vu.Emit(c.samples)
 	clear(c.samples)
+}
+
+// expectedOK reports whether the exchange h is an expected response
+// (s.callback is set): a digest challenge always is.
+func expectedOK(s *spec, h *hop) bool {
+	return h.err == nil && (h.challenge || s.callback.match(h.status))
 }
 
 // emitKey is everything an exchange's tag set is made of when the
@@ -115,7 +132,7 @@ func (c *Client) sampleTags(opts *Options, s *spec, h *hop) (tags, data metrics.
 	expected := int8(-1)
 	if s.callback != nil {
 		expected = 0
-		if h.err == nil && s.callback.match(h.status) {
+		if expectedOK(s, h) {
 			expected = 1
 		}
 	}
