@@ -188,7 +188,7 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	// socket is an Outside wait (script time on a paced clock).
 	var resp *http.Response
 	var err error
-	c.vu.Outside(func() { resp, err = c.connect(ctx, req) })
+	c.vu.Outside(func() { resp, err = c.connect(ctx, req) }) //nolint:bodyclose // closed below, once the stream is over
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
@@ -363,9 +363,9 @@ func newEventReader(r io.Reader) *eventReader {
 // last line is dropped, as an unfinished event is).
 func (e *eventReader) line() ([]byte, error) {
 	b, err := e.br.ReadSlice('\n')
-	if err == bufio.ErrBufferFull {
+	if errors.Is(err, bufio.ErrBufferFull) {
 		e.long = append(e.long[:0], b...)
-		for err == bufio.ErrBufferFull {
+		for errors.Is(err, bufio.ErrBufferFull) {
 			b, err = e.br.ReadSlice('\n')
 			e.long = append(e.long, b...)
 			if len(e.long) > maxLine {
@@ -393,7 +393,7 @@ func (e *eventReader) next(ev *Event) (bool, error) {
 	for {
 		line, err := e.line()
 		if err != nil {
-			if err == io.EOF {
+			if errors.Is(err, io.EOF) {
 				err = nil
 			}
 			return false, err
