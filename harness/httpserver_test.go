@@ -1,8 +1,13 @@
 package harness
 
 import (
+	"bytes"
 	"compress/gzip"
+	"compress/zlib"
+	"crypto/md5" //nolint:gosec // the digest scheme's hash
+	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,6 +17,9 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/andybalholm/brotli"
+	"github.com/klauspost/compress/zstd"
 )
 
 // newTestHTTPServer is the local server the k6/http tests and the HTTP
@@ -101,10 +109,9 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 	})
 	mux.HandleFunc("/echo", func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		if r.Header.Get("Content-Encoding") == "gzip" {
-			zr, err := gzip.NewReader(strings.NewReader(string(body)))
-			if err == nil {
-				body, _ = io.ReadAll(zr)
+		if ce := r.Header.Get("Content-Encoding"); ce != "" {
+			if plain, err := decodeCodings(body, ce); err == nil {
+				body = plain
 			}
 		}
 		headers := map[string]string{}
@@ -128,9 +135,28 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 		_, _ = io.WriteString(zw, "unzipped body")
 		_ = zw.Close()
 	})
+	// /encoded?c=br or ?c=gzip,br: a body in those codings, applied in
+	// order; /encoded-broken claims br and is not.
+	mux.HandleFunc("/encoded", func(w http.ResponseWriter, r *http.Request) {
+		codings := r.URL.Query().Get("c")
+		w.Header().Set("Content-Encoding", strings.ReplaceAll(codings, ",", ", "))
+		_, _ = w.Write(encodeCodings([]byte("encoded body"), strings.Split(codings, ",")))
+	})
+	mux.HandleFunc("/encoded-broken", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "br")
+		_, _ = io.WriteString(w, "this is not brotli")
+	})
 	mux.HandleFunc("/bytes/{n}", func(w http.ResponseWriter, r *http.Request) {
 		n, _ := strconv.Atoi(r.PathValue("n"))
 		_, _ = io.WriteString(w, strings.Repeat("x", n))
+	})
+	mux.HandleFunc("/digest-auth/{user}/{pass}", func(w http.ResponseWriter, r *http.Request) {
+		if !digestOK(r, "tests", "n0nce", r.PathValue("user"), r.PathValue("pass")) {
+			w.Header().Set("WWW-Authenticate", `Digest realm="tests", nonce="n0nce", qop="auth,auth-int", opaque="0paque", algorithm=MD5`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = io.WriteString(w, "welcome "+r.PathValue("user"))
 	})
 	mux.HandleFunc("/basic-auth/{user}/{pass}", func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
@@ -156,4 +182,81 @@ func runHTTPScript(t *testing.T, src string, mod func(*Config)) runResult {
 			mod(c)
 		}
 	})
+}
+
+// encodeCodings compresses body with each content coding in turn.
+func encodeCodings(body []byte, codings []string) []byte {
+	for _, c := range codings {
+		var buf bytes.Buffer
+		var w io.WriteCloser
+		switch strings.TrimSpace(c) {
+		case "gzip":
+			w = gzip.NewWriter(&buf)
+		case "deflate":
+			w = zlib.NewWriter(&buf)
+		case "br":
+			w = brotli.NewWriter(&buf)
+		case "zstd":
+			w, _ = zstd.NewWriter(&buf)
+		default:
+			continue
+		}
+		_, _ = w.Write(body)
+		_ = w.Close()
+		body = buf.Bytes()
+	}
+	return body
+}
+
+// decodeCodings undoes a Content-Encoding list, the last coding first.
+func decodeCodings(body []byte, contentEncoding string) ([]byte, error) {
+	codings := strings.Split(contentEncoding, ",")
+	for i := len(codings) - 1; i >= 0; i-- {
+		var r io.Reader
+		var err error
+		switch strings.TrimSpace(codings[i]) {
+		case "gzip":
+			r, err = gzip.NewReader(bytes.NewReader(body))
+		case "deflate":
+			r, err = zlib.NewReader(bytes.NewReader(body))
+		case "br":
+			r = brotli.NewReader(bytes.NewReader(body))
+		case "zstd":
+			var d *zstd.Decoder
+			d, err = zstd.NewReader(bytes.NewReader(body))
+			if err == nil {
+				defer d.Close()
+				r = d
+			}
+		default:
+			continue
+		}
+		if err == nil {
+			body, err = io.ReadAll(r)
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+// digestOK checks a request's Digest answer (MD5, qop auth) to the
+// challenge realm/nonce for user:pass.
+func digestOK(r *http.Request, realm, nonce, user, pass string) bool {
+	scheme, rest, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+	if scheme != "Digest" {
+		return false
+	}
+	p := map[string]string{}
+	for kv := range strings.SplitSeq(rest, ",") {
+		k, v, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		p[k] = strings.Trim(v, `"`)
+	}
+	h := func(s string) string { sum := md5.Sum([]byte(s)); return hex.EncodeToString(sum[:]) } //nolint:gosec // the digest scheme's hash
+	ha1 := h(fmt.Sprintf("%s:%s:%s", user, realm, pass))
+	ha2 := h(r.Method + ":" + r.URL.RequestURI())
+	want := h(fmt.Sprintf("%s:%s:%s:%s:auth:%s", ha1, nonce, p["nc"], p["cnonce"], ha2))
+	return p["username"] == user && p["realm"] == realm && p["nonce"] == nonce && p["uri"] == r.URL.RequestURI() &&
+		p["qop"] == "auth" && p["opaque"] == "0paque" && p["response"] == want
 }

@@ -32,8 +32,10 @@ declare module 'k6/http' {
     timeout?: string | number;
     responseType?: ResponseType;
     redirects?: number;
-    auth?: 'basic';
-    compression?: 'gzip' | 'deflate';
+    /** Credentials come from the URL (http://user:pass@host). */
+    auth?: 'basic' | 'digest';
+    /** gzip, deflate, br, zstd, or several comma-separated (applied in order). */
+    compression?: 'gzip' | 'deflate' | 'br' | 'zstd' | string;
     jar?: CookieJar;
     cookies?: Record<string, string | { value: string; replace?: boolean }>;
     responseCallback?: ExpectedStatuses | null;

@@ -90,6 +90,35 @@ export default function () {
 	}
 }
 
+func TestSSE_EventsBehaveAsPlainObjects(t *testing.T) {
+	t.Parallel()
+	srv, _ := newOpenAIServer(t, 0, 0)
+	res := runScript(t, `
+import sse from 'k6/x/sse';
+import { check } from 'k6';
+export const options = { iterations: 1, thresholds: { checks: ['rate==1'] } };
+export default function () {
+  const kept = [];
+  sse.open(__ENV.BASE_URL + '/events', {}, (client) => {
+    client.on('event', (e) => { kept.push(e); if (e.id === '3') client.close(); });
+  });
+  kept[1].seen = true;
+  delete kept[2].name;
+  check(null, {
+    'kept events keep their fields': () => kept.map((e) => e.id).join() === '1,2,3' && kept[0].data === 'hello\nworld',
+    'stringified as k6/x/sse has them': () => JSON.stringify(kept[0]) === '{"id":"1","name":"greet","data":"hello\\nworld"}',
+    'keys': () => Object.keys(kept[0]).join() === 'id,name,data',
+    'a set property is kept': () => kept[1].seen === true && Object.keys(kept[1]).join() === 'id,name,data,seen',
+    'a deleted one is gone': () => !('name' in kept[2]) && kept[2].name === undefined && 'data' in kept[2],
+    'spread copies the fields': () => ({ ...kept[2] }).data === 'last',
+  });
+}
+`, func(c *Config) { c.Env = map[string]string{"BASE_URL": srv.URL} })
+	require.NoError(t, res.err, res.stderr)
+	assert.Equal(t, 6.0, res.metric(t, "checks", "passes"))
+	assert.Zero(t, res.metric(t, "checks", "fails"), res.stderr)
+}
+
 func TestSSE_ErrorHandlerGetsRefusedConnection(t *testing.T) {
 	t.Parallel()
 	res := runScript(t, `

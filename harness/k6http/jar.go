@@ -21,6 +21,7 @@ func (c *Client) vuJar() *cookiejar.Jar {
 
 func (c *Client) vuJarObject() *sobek.Object {
 	jar := c.vuJar()
+	c.jarUsed.Store(true)
 	if c.jarObj == nil {
 		c.jarObj = c.jarObject(jar)
 	}

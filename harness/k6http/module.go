@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/grafana/sobek"
@@ -121,7 +122,20 @@ type Client struct {
 	// emits neither.
 	callback *expected
 
+	// jarUsed says the VU's jar may hold cookies (a response set some,
+	// or the script got the jar): the next iteration starts a new one.
+	jarUsed atomic.Bool
+	// userAgent is the default User-Agent header's value.
+	userAgent []string
+
 	samples []metrics.Sample
+	// emitTags caches the tag sets of the samples of an exchange (see
+	// emit); baseID and dataTags cache the VU's tags, filtered by
+	// systemTags, that data_sent and data_received carry.
+	emitTags map[emitKey]metrics.Tags
+	baseID   metrics.TagsID
+	dataTags metrics.Tags
+	haveData bool
 }
 
 // NewClient returns the k6/http instance of one VU.

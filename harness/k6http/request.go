@@ -2,8 +2,6 @@ package k6http
 
 import (
 	"bytes"
-	"compress/flate"
-	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -44,6 +42,7 @@ type spec struct {
 	callback     *expected
 	user, pass   string
 	hasAuth      bool
+	digest       bool // params.auth 'digest': the credentials answer a challenge
 }
 
 type cookieParam struct {
@@ -70,7 +69,7 @@ type hop struct {
 	timings     timings
 	sent, recv  int64
 	setCookies  []*http.Cookie
-	at          time.Time // when the exchange ended (wall clock)
+	challenge   bool // a digest challenge (401): expected, as k6 has it
 }
 
 // timings are k6's phases of one exchange, in milliseconds.
@@ -92,31 +91,38 @@ func (c *Client) parseSpec(method string, urlArg, body, params sobek.Value) *spe
 		s.responseType = "none"
 	}
 	s.url, s.name = c.urlOf(urlArg)
-	u, perr := url.Parse(s.url)
-	if perr == nil && u.User != nil {
-		s.user = u.User.Username()
-		s.pass, _ = u.User.Password()
-		s.hasAuth = true
-		u.User = nil
-		s.url = u.String()
-		if s.name == "" || strings.Contains(s.name, "@") {
-			s.name = s.url
+	// Only a URL with an @ can carry credentials: the others skip a parse.
+	if strings.Contains(s.url, "@") {
+		if u, perr := url.Parse(s.url); perr == nil && u.User != nil {
+			s.user = u.User.Username()
+			s.pass, _ = u.User.Password()
+			s.hasAuth = true
+			u.User = nil
+			s.url = u.String()
+			if s.name == "" || strings.Contains(s.name, "@") {
+				s.name = s.url
+			}
 		}
 	}
 	if s.name == "" {
 		s.name = s.url
 	}
-	var compression string
+	var compression []string
 	if p, ok := params.(*sobek.Object); ok {
 		compression = c.parseParams(s, p)
 	}
 	c.setBody(s, body)
-	if compression != "" && len(s.body) > 0 {
-		s.body = c.compress(s.body, compression)
-		s.header.Set("Content-Encoding", compression)
+	if len(compression) > 0 && len(s.body) > 0 {
+		s.body = compressBody(s.body, compression)
+		s.header.Set("Content-Encoding", strings.Join(compression, ", "))
 	}
 	if opts.UserAgent != "" && s.header.Get("User-Agent") == "" {
-		s.header.Set("User-Agent", opts.UserAgent)
+		// One shared slice, never changed: a request's header map holds
+		// it as it holds the script's values.
+		if c.userAgent == nil || c.userAgent[0] != opts.UserAgent {
+			c.userAgent = []string{opts.UserAgent}
+		}
+		s.header["User-Agent"] = c.userAgent
 	}
 	return s
 }
@@ -138,7 +144,7 @@ func (c *Client) urlOf(v sobek.Value) (string, string) {
 
 // parseParams reads params into s and returns the requested body
 // compression.
-func (c *Client) parseParams(s *spec, p *sobek.Object) string {
+func (c *Client) parseParams(s *spec, p *sobek.Object) []string {
 	get := func(k string) sobek.Value {
 		v := p.Get(k)
 		if v == nil || sobek.IsUndefined(v) {
@@ -179,8 +185,12 @@ func (c *Client) parseParams(s *spec, p *sobek.Object) string {
 		s.redirects = int(n)
 	}
 	if v := get("auth"); v != nil {
-		if a := v.String(); a != "basic" {
-			c.throw("params.auth: %q is not supported; only \"basic\" (credentials in the URL) is", a)
+		switch a := v.String(); a {
+		case "basic":
+		case "digest":
+			s.digest = true
+		default:
+			c.throw("params.auth: %q is not supported; \"basic\" and \"digest\" (credentials in the URL) are", a)
 		}
 	}
 	if v := get("jar"); v != nil && !sobek.IsNull(v) {
@@ -205,14 +215,13 @@ func (c *Client) parseParams(s *spec, p *sobek.Object) string {
 		s.callback = c.toCallback(v, "params.responseCallback")
 	}
 	if v := get("compression"); v != nil {
-		switch algo := v.String(); algo {
-		case "", "gzip", "deflate":
-			return algo
-		default:
-			c.throw("params.compression: %q is not supported (gzip, deflate)", algo)
+		algos, err := parseCompression(v.String())
+		if err != nil {
+			c.throw("params.compression: %v", err)
 		}
+		return algos
 	}
-	return ""
+	return nil
 }
 
 // durationOf reads a timeout: a number of milliseconds or a Go-style
@@ -286,19 +295,6 @@ func (c *Client) setBody(s *spec, body sobek.Value) {
 	s.header.Set("Content-Type", w.FormDataContentType())
 }
 
-func (c *Client) compress(body []byte, algo string) []byte {
-	var buf bytes.Buffer
-	var w io.WriteCloser
-	if algo == "gzip" {
-		w = gzip.NewWriter(&buf)
-	} else {
-		w, _ = flate.NewWriter(&buf, flate.DefaultCompression)
-	}
-	_, _ = w.Write(body)
-	_ = w.Close()
-	return buf.Bytes()
-}
-
 // beginRequest readies the VU's client for a request: on the first of an
 // iteration it resets the cookies and, with noVUConnectionReuse, closes
 // the idle connections.
@@ -317,7 +313,9 @@ func (c *Client) beginRequest(what string) *Options {
 	}
 	if it := c.vu.Iteration(); !c.started || it != c.iter {
 		if c.started {
-			if !opts.NoCookiesReset {
+			// A jar nothing stored a cookie in, and the script never
+			// saw, is as good as a new one: it is kept.
+			if !opts.NoCookiesReset && c.jarUsed.Swap(false) {
 				c.jar = nil
 			}
 			if opts.NoVUConnectionReuse {
@@ -351,7 +349,7 @@ func newTransport(o *Options) *http.Transport {
 			if err != nil {
 				return nil, err
 			}
-			return &countingConn{Conn: conn}, nil
+			return &countingConn{Conn: conn, remote: conn.RemoteAddr().String()}, nil
 		},
 		TLSClientConfig:     &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
 		ForceAttemptHTTP2:   true,
@@ -367,6 +365,7 @@ func newTransport(o *Options) *http.Transport {
 type countingConn struct {
 	net.Conn
 	sent, recv atomic.Int64
+	remote     string // the peer's address, formatted once
 }
 
 func (c *countingConn) Read(p []byte) (int, error) {
@@ -421,12 +420,14 @@ func (tr *tracer) trace() *httptrace.ClientTrace {
 			tr.mu.Lock()
 			defer tr.mu.Unlock()
 			tr.gotConn = time.Now()
-			tr.remote = info.Conn.RemoteAddr().String()
 			if cc := connCounter(info.Conn); cc != nil {
 				tr.conn = cc
+				tr.remote = cc.remote
 				if info.Reused {
 					tr.sent0, tr.recv0 = cc.sent.Load(), cc.recv.Load()
 				}
+			} else {
+				tr.remote = info.Conn.RemoteAddr().String()
 			}
 		},
 		WroteRequest:         func(httptrace.WroteRequestInfo) { now(&tr.wrote) },
@@ -483,8 +484,19 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 	}
 	method, target, body := s.method, s.url, s.body
 	var hops []*hop
+	challenges := 0 // digest challenges among hops
 	for {
-		h := c.exchange(ctx, transport, jar, s, method, target, body)
+		h := c.exchange(ctx, transport, jar, s, method, target, body, "")
+		if s.digest && s.hasAuth && h.err == nil && h.status == http.StatusUnauthorized {
+			// As k6 does: the challenge is one request, expected to be
+			// answered 401, and the answer another.
+			if answer := c.answerDigest(ctx, transport, jar, s, method, target, body, h); answer != nil {
+				h.challenge = true
+				hops = append(hops, h)
+				challenges++
+				h = answer
+			}
+		}
 		hops = append(hops, h)
 		if h.err != nil || !isRedirect(h.status) {
 			return hops
@@ -493,7 +505,7 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 		if loc == "" {
 			return hops
 		}
-		if len(hops) > s.redirects {
+		if len(hops)-challenges > s.redirects {
 			return hops
 		}
 		base, _ := url.Parse(target)
@@ -514,6 +526,21 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 	}
 }
 
+// answerDigest repeats a request that drew the 401 challenge ch with
+// the credentials' answer to it; nil when ch challenges no digest.
+func (c *Client) answerDigest(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, ch *hop) *hop {
+	challenge, ok := parseDigestChallenge(ch.header.Get("WWW-Authenticate"))
+	u, err := url.Parse(target)
+	if !ok || err != nil {
+		return nil
+	}
+	auth, err := challenge.authorization(s.user, s.pass, method, u.RequestURI())
+	if err != nil {
+		return &hop{method: method, url: target, reqBody: body, err: err, errCode: codeGeneric, errMsg: err.Error()}
+	}
+	return c.exchange(ctx, transport, jar, s, method, target, body, auth)
+}
+
 func isRedirect(status int) bool {
 	switch status {
 	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
@@ -523,7 +550,7 @@ func isRedirect(status int) bool {
 }
 
 // exchange makes one HTTP exchange and reads the response body.
-func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte) *hop {
+func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, auth string) *hop {
 	h := &hop{method: method, url: target, reqBody: body}
 	tr := &tracer{start: time.Now()}
 	fail := func(err error) *hop {
@@ -533,7 +560,6 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		h.err = err
 		h.errCode, h.errMsg = classify(err)
 		h.timings = tr.phases(time.Now())
-		h.at = time.Now()
 		if tr.conn != nil {
 			h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
 		}
@@ -547,46 +573,47 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if err != nil {
 		h.err = err
 		h.errCode, h.errMsg = codeInvalidURL, err.Error()
-		h.at = time.Now()
 		return h
 	}
 	if req.URL.Host == "" || (req.URL.Scheme != "http" && req.URL.Scheme != "https") {
 		h.err = fmt.Errorf("invalid URL %q: want an absolute http:// or https:// URL", target)
 		h.errCode, h.errMsg = codeInvalidURL, h.err.Error()
-		h.at = time.Now()
 		return h
 	}
+	// The values are shared with s.header: nothing appends to them (the
+	// cookie and auth headers below are set, not appended to) and the
+	// transport only reads them.
 	for k, v := range s.header {
-		req.Header[k] = append([]string(nil), v...)
+		req.Header[k] = v
 	}
 	if host := req.Header.Get("Host"); host != "" {
 		req.Host = host
 	}
-	if s.hasAuth {
+	switch {
+	case auth != "":
+		req.Header.Set("Authorization", auth)
+	case s.hasAuth && !s.digest:
 		req.SetBasicAuth(s.user, s.pass)
 	}
 	if jar != nil {
-		sent := map[string]bool{}
-		for name, cp := range s.cookies {
-			if cp.replace {
-				sent[name] = true
-			}
-		}
 		for _, ck := range jar.Cookies(req.URL) {
-			if !sent[ck.Name] {
+			if cp, ok := s.cookies[ck.Name]; !ok || !cp.replace {
 				req.AddCookie(ck)
 			}
 		}
 	}
-	names := make([]string, 0, len(s.cookies))
-	for name := range s.cookies {
-		names = append(names, name)
+	if len(s.cookies) > 0 {
+		names := make([]string, 0, len(s.cookies))
+		for name := range s.cookies {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			req.AddCookie(&http.Cookie{Name: name, Value: s.cookies[name].value})
+		}
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		req.AddCookie(&http.Cookie{Name: name, Value: s.cookies[name].value})
-	}
-	h.reqHeader = req.Header.Clone()
+	// RoundTrip does not change the request: its header is the one sent.
+	h.reqHeader = req.Header
 	resp, err := transport.RoundTrip(req)
 	if err != nil {
 		return fail(err)
@@ -595,7 +622,7 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if s.responseType == "none" {
 		_, err = io.Copy(io.Discard, resp.Body)
 	} else {
-		h.body, err = io.ReadAll(resp.Body)
+		h.body, err = readBody(resp.Body, resp.ContentLength)
 	}
 	end := time.Now()
 	h.status = resp.StatusCode
@@ -608,6 +635,7 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	}
 	h.setCookies = resp.Cookies()
 	if jar != nil && len(h.setCookies) > 0 {
+		c.jarUsed.Store(true)
 		jar.SetCookies(req.URL, h.setCookies)
 	}
 	if err != nil {
@@ -616,13 +644,47 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		return hh
 	}
 	h.errCode = statusCode(h.status)
+	// The transport decodes gzip itself when it asked for it; a body the
+	// script asked to be encoded otherwise (its own Accept-Encoding) is
+	// decoded here, as k6 does.
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !resp.Uncompressed && s.responseType != "none" {
+		if h.body, err = decodeBody(h.body, ce); err != nil {
+			h.err = err
+			h.errCode, h.errMsg = codeDecompression, err.Error()
+		}
+	}
 	h.timings = tr.phases(end)
-	h.at = end
 	if tr.conn != nil {
 		h.sent, h.recv = tr.conn.sent.Load()-tr.sent0, tr.conn.recv.Load()-tr.recv0
 	}
 	return h
 }
+
+// readBody reads a response body to its end, in one allocation when the
+// server said how long it is (io.ReadAll grows its buffer step by step).
+func readBody(r io.Reader, length int64) ([]byte, error) {
+	if length < 0 || length > maxPresized {
+		return io.ReadAll(r)
+	}
+	b := make([]byte, 0, length+1) // +1: the read that sees the end fits
+	for {
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err != nil {
+			if err == io.EOF {
+				err = nil
+			}
+			return b, err
+		}
+		if len(b) == cap(b) { // longer than announced
+			b = append(b, 0)[:len(b)]
+		}
+	}
+}
+
+// maxPresized bounds the buffer readBody allocates up front on the
+// server's word.
+const maxPresized = 16 << 20
 
 func tlsName(v uint16) string {
 	switch v {

@@ -48,55 +48,26 @@ func (c *Client) finish(opts *Options, s *spec, hops []*hop) sobek.Value {
 			c.throw("%s", msg)
 		}
 		c.vu.Warn(msg)
-	} else if isRedirect(last.status) && s.redirects > 0 && len(hops) > s.redirects && last.header.Get("Location") != "" {
+	} else if isRedirect(last.status) && s.redirects > 0 && answered(hops) > s.redirects && last.header.Get("Location") != "" {
 		c.vu.Warn(fmt.Sprintf("stopped after %d redirects and returned the redirection; pass { redirects: n } in the request params or set options.maxRedirects to silence this", s.redirects))
 	}
 	return c.response(s, last)
 }
 
+// answered counts the exchanges of hops that were no digest challenge.
+func answered(hops []*hop) int {
+	n := 0
+	for _, h := range hops {
+		if !h.challenge {
+			n++
+		}
+	}
+	return n
+}
+
 // emit records the samples of one exchange, with k6's tags.
 func (c *Client) emit(opts *Options, s *spec, h *hop) {
-	base := c.vu.Tags()
-	sys := make([][2]string, 0, 10)
-	add := func(k, v string) {
-		if v != "" && opts.keepTag(k) {
-			sys = append(sys, [2]string{k, v})
-		}
-	}
-	add("proto", h.proto)
-	add("status", strconv.Itoa(h.status))
-	add("method", h.method)
-	add("url", h.url)
-	name := s.name
-	if h.url != s.url {
-		name = h.url // a redirect's target is named by its own URL
-	}
-	add("name", name)
-	if s.callback != nil {
-		add("expected_response", strconv.FormatBool(h.err == nil && s.callback.match(h.status)))
-	}
-	if h.errCode != 0 {
-		add("error_code", strconv.Itoa(h.errCode))
-	}
-	if h.err != nil {
-		add("error", h.errMsg)
-	}
-	add("tls_version", h.tlsVersion)
-	tags := base
-	for k := range base.All() {
-		if !opts.keepTag(k) {
-			tags = metrics.NewTags(filtered(base, opts))
-			break
-		}
-	}
-	for _, kv := range sys {
-		tags = tags.With(kv[0], kv[1])
-	}
-	for k, v := range s.tags {
-		if k != "name" {
-			tags = tags.With(k, v)
-		}
-	}
+	tags, dt := c.sampleTags(opts, s, h)
 	now := c.vu.Now()
 	m := &c.sh.m
 	t := h.timings
@@ -112,16 +83,12 @@ func (c *Client) emit(opts *Options, s *spec, h *hop) {
 	)
 	if s.callback != nil {
 		failed := 1.0
-		if h.err == nil && s.callback.match(h.status) {
+		if expectedOK(s, h) {
 			failed = 0
 		}
 		c.samples = append(c.samples, metrics.Sample{Metric: m.failed, Tags: tags, Time: now, Value: failed})
 	}
 	// data_sent and data_received carry the VU's tags only, as in k6.
-	dt := base
-	if tags.Len() > 0 {
-		dt = metrics.NewTags(filtered(base, opts))
-	}
 	c.samples = append(c.samples,
 		metrics.Sample{Metric: m.sent, Tags: dt, Time: now, Value: float64(h.sent)},
 		metrics.Sample{Metric: m.received, Tags: dt, Time: now, Value: float64(h.recv)},
@@ -130,14 +97,103 @@ func (c *Client) emit(opts *Options, s *spec, h *hop) {
 	clear(c.samples)
 }
 
-func filtered(t metrics.Tags, opts *Options) map[string]string {
-	out := map[string]string{}
-	for k, v := range t.All() {
-		if opts.keepTag(k) {
-			out[k] = v
+// expectedOK reports whether the exchange h is an expected response
+// (s.callback is set): a digest challenge always is.
+func expectedOK(s *spec, h *hop) bool {
+	return h.err == nil && (h.challenge || s.callback.match(h.status))
+}
+
+// emitKey is everything an exchange's tag set is made of when the
+// request has no tags of the script's own (the name tag aside).
+type emitKey struct {
+	base                                   metrics.TagsID
+	proto, method, url, name, errMsg, tlsV string
+	status, errCode                        int
+	expected                               int8 // -1: no response callback
+}
+
+// maxEmitTags bounds the cache of tag sets; it starts over when full.
+const maxEmitTags = 256
+
+// sampleTags returns the tags of an exchange's samples and those of its
+// data_sent and data_received samples. A loop of requests to the same
+// URL gets the same sets each time, so they are built once and cached:
+// tag sets are immutable, and their identity keys the VU's.
+func (c *Client) sampleTags(opts *Options, s *spec, h *hop) (tags, data metrics.Tags) {
+	base := c.vu.Tags()
+	if !c.haveData || c.baseID != base.ID() {
+		c.dataTags = filtered(base, opts)
+		c.baseID, c.haveData = base.ID(), true
+	}
+	name := s.name
+	if h.url != s.url {
+		name = h.url // a redirect's target is named by its own URL
+	}
+	expected := int8(-1)
+	if s.callback != nil {
+		expected = 0
+		if expectedOK(s, h) {
+			expected = 1
 		}
 	}
-	return out
+	_, named := s.tags["name"]
+	cacheable := len(s.tags) == 0 || (len(s.tags) == 1 && named)
+	key := emitKey{base: c.baseID, proto: h.proto, method: h.method, url: h.url, name: name,
+		errMsg: h.errMsg, tlsV: h.tlsVersion, status: h.status, errCode: h.errCode, expected: expected}
+	if cacheable {
+		if t, ok := c.emitTags[key]; ok {
+			return t, c.dataTags
+		}
+	}
+	tags = c.dataTags
+	add := func(k, v string) {
+		if v != "" && opts.keepTag(k) {
+			tags = tags.With(k, v)
+		}
+	}
+	add("proto", h.proto)
+	add("status", strconv.Itoa(h.status))
+	add("method", h.method)
+	add("url", h.url)
+	add("name", name)
+	if expected >= 0 {
+		add("expected_response", strconv.FormatBool(expected == 1))
+	}
+	if h.errCode != 0 {
+		add("error_code", strconv.Itoa(h.errCode))
+	}
+	if h.err != nil {
+		add("error", h.errMsg)
+	}
+	add("tls_version", h.tlsVersion)
+	for k, v := range s.tags {
+		if k != "name" {
+			tags = tags.With(k, v)
+		}
+	}
+	if cacheable {
+		if c.emitTags == nil || len(c.emitTags) >= maxEmitTags {
+			c.emitTags = make(map[emitKey]metrics.Tags)
+		}
+		c.emitTags[key] = tags
+	}
+	return tags, c.dataTags
+}
+
+// filtered is t without the system tags options.systemTags leaves out.
+func filtered(t metrics.Tags, opts *Options) metrics.Tags {
+	for k := range t.All() {
+		if !opts.keepTag(k) {
+			out := map[string]string{}
+			for k, v := range t.All() {
+				if opts.keepTag(k) {
+					out[k] = v
+				}
+			}
+			return metrics.NewTags(out)
+		}
+	}
+	return t
 }
 
 // response returns the JS Response of the exchange h. Its fields are

@@ -2,12 +2,14 @@ package sse
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,15 +71,6 @@ type Event struct {
 	ID   string `js:"id"`
 	Name string `js:"name"`
 	Data string `js:"data"`
-}
-
-// item is what the reading goroutine hands the VU: the response, an
-// event, or the error that ended the stream.
-type item struct {
-	resp  *http.Response
-	event *Event
-	err   error
-	at    time.Time
 }
 
 func (c *Client) throw(format string, args ...any) {
@@ -164,86 +157,63 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	}
 	ctx, cancel := context.WithCancel(c.vu.Context())
 	defer cancel()
-	items := make(chan item, 64)
 	start := time.Now()
-	counted := &countingBody{}
-	go c.read(ctx, req, items, counted)
 
 	res := c.rt.NewObject()
 	_ = res.Set("status", 0)
 	_ = res.Set("error", "")
 	_ = res.Set("url", req.url)
-	status := 0
 	fire := func(name string, arg sobek.Value) {
 		for _, fn := range handlers[name] {
 			if _, err := fn(sobek.Undefined(), arg); err != nil {
-				cancel()
-				drain(items)
 				panic(err)
 			}
 		}
 	}
-	var first, prev time.Time
+	fail := func(err error) {
+		msg := err.Error()
+		_ = res.Set("error", msg)
+		e := c.rt.NewObject()
+		_ = e.Set("error", func() string { return msg })
+		fire("error", e)
+	}
 	tags := c.tags(req)
 	c.samples = c.samples[:0]
-	next := func() (item, bool) {
-		select {
-		case it, ok := <-items:
-			return it, ok
-		default:
+	counted := &countingBody{}
+	status := 0
+
+	// The stream is read on the VU's goroutine, one event at a time,
+	// between the handlers' calls: no goroutine hands events over, and
+	// a handler's close() stops the reading at once. Each wait on the
+	// socket is an Outside wait (script time on a paced clock).
+	var resp *http.Response
+	var err error
+	c.vu.Outside(func() { resp, err = c.connect(ctx, req) }) //nolint:bodyclose // closed below, once the stream is over
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			fail(err)
 		}
-		var it item
-		ok := false
-		c.vu.Outside(func() { it, ok = <-items })
-		return it, ok
-	}
-	for {
-		it, more := next()
-		if !more {
+	default:
+		defer func() { _ = resp.Body.Close() }()
+		status = resp.StatusCode
+		_ = res.Set("status", status)
+		h := c.rt.NewObject()
+		for k, v := range resp.Header {
+			_ = h.Set(k, strings.Join(v, ", "))
+		}
+		_ = res.Set("headers", h)
+		fire("open", sobek.Undefined())
+		if closed {
 			break
 		}
-		if closed {
-			continue // draining after close()
+		if status < 200 || status > 299 {
+			c.vu.Outside(func() { _, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) })
+			fail(fmt.Errorf("unexpected status %s", resp.Status))
+			break
 		}
-		switch {
-		case it.resp != nil:
-			status = it.resp.StatusCode
-			_ = res.Set("status", status)
-			h := c.rt.NewObject()
-			for k, v := range it.resp.Header {
-				_ = h.Set(k, strings.Join(v, ", "))
-			}
-			_ = res.Set("headers", h)
-			fire("open", sobek.Undefined())
-		case it.event != nil:
-			now := c.vu.Now()
-			c.samples = append(c.samples, metrics.Sample{Metric: c.sh.events, Tags: tags, Time: now, Value: 1})
-			if first.IsZero() {
-				first = it.at
-				c.samples = append(c.samples, metrics.Sample{Metric: c.sh.firstEvent, Tags: tags, Time: now, Value: ms(it.at.Sub(start))})
-			} else {
-				c.samples = append(c.samples, metrics.Sample{Metric: c.sh.interval, Tags: tags, Time: now, Value: ms(it.at.Sub(prev))})
-			}
-			prev = it.at
-			if len(c.samples) >= 64 {
-				c.vu.Emit(c.samples)
-				c.samples = c.samples[:0]
-			}
-			ev := c.rt.NewObject()
-			_ = ev.Set("id", it.event.ID)
-			_ = ev.Set("name", it.event.Name)
-			_ = ev.Set("data", it.event.Data)
-			fire("event", ev)
-		case it.err != nil:
-			msg := it.err.Error()
-			_ = res.Set("error", msg)
-			e := c.rt.NewObject()
-			_ = e.Set("error", func() string { return msg })
-			fire("error", e)
-		}
-		if closed {
-			cancel()
-		}
+		counted.r = resp.Body
+		c.stream(ctx, newEventReader(counted), tags, start, fire, fail, &closed)
 	}
 	now := c.vu.Now()
 	reqTags := tags.With("status", strconv.Itoa(status))
@@ -255,6 +225,52 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	c.vu.Emit(c.samples)
 	clear(c.samples)
 	return res
+}
+
+// emitEvery is how many event samples a VU gathers before it hands
+// them to the collector.
+const emitEvery = 64
+
+// stream runs the event handlers for each event of er until the stream
+// ends, fails or a handler calls close() (*closed).
+func (c *Client) stream(ctx context.Context, er *eventReader, tags metrics.Tags, start time.Time,
+	fire func(string, sobek.Value), fail func(error), closed *bool,
+) {
+	var (
+		ev    Event
+		more  bool
+		err   error
+		at    time.Time
+		first = true
+		prev  time.Time
+	)
+	read := func() { // made once: the loop makes no closure per event
+		more, err = er.next(&ev)
+		at = time.Now()
+	}
+	for !*closed {
+		c.vu.Outside(read)
+		if !more {
+			if err != nil && ctx.Err() == nil {
+				fail(err)
+			}
+			return
+		}
+		now := c.vu.Now()
+		c.samples = append(c.samples, metrics.Sample{Metric: c.sh.events, Tags: tags, Time: now, Value: 1})
+		if first {
+			first = false
+			c.samples = append(c.samples, metrics.Sample{Metric: c.sh.firstEvent, Tags: tags, Time: now, Value: ms(at.Sub(start))})
+		} else {
+			c.samples = append(c.samples, metrics.Sample{Metric: c.sh.interval, Tags: tags, Time: now, Value: ms(at.Sub(prev))})
+		}
+		prev = at
+		if len(c.samples) >= emitEvery {
+			c.vu.Emit(c.samples)
+			c.samples = c.samples[:0]
+		}
+		fire("event", c.rt.NewDynamicObject(&eventObject{c: c, ev: ev}))
+	}
 }
 
 func (c *Client) tags(r request) metrics.Tags {
@@ -279,19 +295,16 @@ func (b *countingBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// read connects and parses the stream into items; it closes items when
-// the stream ends, fails or ctx is cancelled. counted.n is final once
-// items is closed.
-func (c *Client) read(ctx context.Context, r request, items chan<- item, counted *countingBody) {
-	defer close(items)
+// connect sends the request and returns the response, whatever its
+// status.
+func (c *Client) connect(ctx context.Context, r request) (*http.Response, error) {
 	var body io.Reader
 	if r.body != "" {
 		body = strings.NewReader(r.body)
 	}
 	req, err := http.NewRequestWithContext(ctx, r.method, r.url, body)
 	if err != nil {
-		items <- item{err: err}
-		return
+		return nil, err
 	}
 	req.Header = r.header
 	if req.Header.Get("Accept") == "" {
@@ -300,78 +313,129 @@ func (c *Client) read(ctx context.Context, r request, items chan<- item, counted
 	req.Header.Set("Cache-Control", "no-cache")
 	resp, err := c.transport.RoundTrip(req)
 	if err != nil {
-		if ctx.Err() == nil {
-			items <- item{err: unwrapURL(err)}
-		}
-		return
+		return nil, unwrapURL(err)
 	}
-	defer func() { _ = resp.Body.Close() }()
-	items <- item{resp: resp}
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-		items <- item{err: fmt.Errorf("unexpected status %s", resp.Status)}
-		return
-	}
-	counted.r = resp.Body
-	err = scanEvents(counted, func(ev Event) bool {
-		select {
-		case items <- item{event: &ev, at: time.Now()}:
-			return true
-		case <-ctx.Done():
-			return false
-		}
-	})
-	if err != nil && ctx.Err() == nil {
-		items <- item{err: err}
-	}
+	return resp, nil
 }
 
 // scanEvents parses a text/event-stream, calling emit for each event
-// until the stream ends or emit returns false: `data:` lines are joined
-// with newlines, `event:` names the event, `id:` carries over to the
-// events that follow, comment lines (`:`) and unknown fields are skipped,
-// and a blank line ends an event that had any field.
+// until the stream ends or emit returns false (see eventReader).
 func scanEvents(r io.Reader, emit func(Event) bool) error {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), 16<<20)
-	var ev Event
-	var data strings.Builder
-	has, lines := false, 0
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" {
-			if has {
-				ev.Data = data.String()
-				if !emit(ev) {
-					return nil
-				}
+	er := newEventReader(r)
+	for {
+		var ev Event
+		ok, err := er.next(&ev)
+		if !ok {
+			return err
+		}
+		if !emit(ev) {
+			return nil
+		}
+	}
+}
+
+// maxLine bounds one line of a stream (a longer one fails the stream):
+// a server that never sends a newline must not grow the buffer forever.
+const maxLine = 16 << 20
+
+// errLineTooLong fails a stream with a line longer than maxLine.
+var errLineTooLong = fmt.Errorf("a line of the event stream is longer than %d bytes", maxLine)
+
+// eventReader parses a text/event-stream: `data:` lines are joined with
+// newlines, `event:` names the event, `id:` carries over to the events
+// that follow, comment lines (`:`) and unknown fields are skipped, and a
+// blank line ends an event that had any field. Lines end with LF or
+// CRLF. It reads lines in place from its buffer and makes strings only
+// of the values an event hands out.
+type eventReader struct {
+	br   *bufio.Reader
+	id   string // the last event ID, carried over
+	long []byte // a line longer than the buffer, put together
+	data []byte // data lines after the first, joined
+}
+
+func newEventReader(r io.Reader) *eventReader {
+	return &eventReader{br: bufio.NewReaderSize(r, 8<<10)}
+}
+
+// line returns the next line without its end; it is valid until the
+// next call. At the end of the stream it returns io.EOF (an unfinished
+// last line is dropped, as an unfinished event is).
+func (e *eventReader) line() ([]byte, error) {
+	b, err := e.br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		e.long = append(e.long[:0], b...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			b, err = e.br.ReadSlice('\n')
+			e.long = append(e.long, b...)
+			if len(e.long) > maxLine {
+				return nil, errLineTooLong
 			}
-			ev, has, lines = Event{ID: ev.ID}, false, 0
-			data.Reset()
-			continue
+		}
+		b = e.long
+	}
+	if err != nil {
+		return nil, err
+	}
+	b = b[:len(b)-1]
+	if n := len(b); n > 0 && b[n-1] == '\r' {
+		b = b[:n-1]
+	}
+	return b, nil
+}
+
+// next reads the next event into ev; false at the end of the stream,
+// with the error that ended it (nil for a clean end).
+func (e *eventReader) next(ev *Event) (bool, error) {
+	*ev = Event{}
+	has, lines := false, 0
+	e.data = e.data[:0]
+	for {
+		line, err := e.line()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			return false, err
+		}
+		if len(line) == 0 {
+			if !has {
+				continue
+			}
+			ev.ID = e.id
+			if lines > 0 {
+				ev.Data = string(e.data)
+			}
+			return true, nil
 		}
 		if line[0] == ':' {
 			continue
 		}
-		field, value, _ := strings.Cut(line, ":")
-		value = strings.TrimPrefix(value, " ")
-		switch field {
+		field, value := line, []byte(nil)
+		if i := bytes.IndexByte(line, ':'); i >= 0 {
+			field, value = line[:i], line[i+1:]
+			if len(value) > 0 && value[0] == ' ' {
+				value = value[1:]
+			}
+		}
+		switch string(field) {
 		case "data":
 			if lines > 0 {
-				data.WriteByte('\n')
+				e.data = append(e.data, '\n')
 			}
-			data.WriteString(value)
+			e.data = append(e.data, value...)
 			lines++
 			has = true
 		case "event":
-			ev.Name = value
+			ev.Name = string(value)
 			has = true
 		case "id":
-			ev.ID = value
+			if string(value) != e.id {
+				e.id = string(value)
+			}
 			has = true
 		}
 	}
-	return sc.Err()
 }
 
 // unwrapURL drops net/http's `Get "url": ` prefix from a failure.
@@ -383,8 +447,74 @@ func unwrapURL(err error) error {
 	return err
 }
 
-// drain waits for the reader to stop after its context was cancelled.
-func drain(items <-chan item) {
-	for range items {
+// eventObject is an event as the handlers see it ({id, name, data}): its
+// strings become JavaScript values only when read, and a property the
+// script sets is kept.
+type eventObject struct {
+	c     *Client
+	ev    Event
+	own   map[string]sobek.Value
+	unset map[string]bool
+}
+
+var eventKeys = []string{"id", "name", "data"}
+
+func (o *eventObject) Get(key string) sobek.Value {
+	if v, ok := o.own[key]; ok {
+		return v
 	}
+	if o.unset[key] {
+		return nil
+	}
+	switch key {
+	case "id":
+		return o.c.rt.ToValue(o.ev.ID)
+	case "name":
+		return o.c.rt.ToValue(o.ev.Name)
+	case "data":
+		return o.c.rt.ToValue(o.ev.Data)
+	}
+	return nil
+}
+
+func (o *eventObject) Set(key string, val sobek.Value) bool {
+	if o.own == nil {
+		o.own = map[string]sobek.Value{}
+	}
+	o.own[key] = val
+	delete(o.unset, key)
+	return true
+}
+
+func (o *eventObject) Has(key string) bool {
+	if _, ok := o.own[key]; ok {
+		return true
+	}
+	return !o.unset[key] && slices.Contains(eventKeys, key)
+}
+
+func (o *eventObject) Delete(key string) bool {
+	delete(o.own, key)
+	if o.unset == nil {
+		o.unset = map[string]bool{}
+	}
+	o.unset[key] = true
+	return true
+}
+
+func (o *eventObject) Keys() []string {
+	out := make([]string, 0, len(eventKeys)+len(o.own))
+	for _, k := range eventKeys {
+		if !o.unset[k] {
+			out = append(out, k)
+		}
+	}
+	extra := make([]string, 0, len(o.own))
+	for k := range o.own {
+		if !slices.Contains(eventKeys, k) {
+			extra = append(extra, k)
+		}
+	}
+	slices.Sort(extra)
+	return append(out, extra...)
 }

@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"io"
 	"strings"
 	"testing"
 
@@ -47,4 +48,40 @@ func TestScanEvents_StopsWhenTold(t *testing.T) {
 		return n < 2
 	}))
 	assert.Equal(t, 2, n)
+}
+
+func TestScanEvents_ReadsLinesLongerThanItsBuffer(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 100<<10)
+	var got []Event
+	require.NoError(t, scanEvents(strings.NewReader("id: 1\r\ndata: "+long+"\r\ndata: end\r\n\r\ndata: next\n\n"), func(e Event) bool {
+		got = append(got, e)
+		return true
+	}))
+	assert.Equal(t, []Event{{ID: "1", Data: long + "\nend"}, {ID: "1", Data: "next"}}, got)
+}
+
+func TestScanEvents_RefusesAnEndlessLine(t *testing.T) {
+	t.Parallel()
+	endless := io.MultiReader(strings.NewReader("data: "), &repeatReader{b: 'x', left: maxLine + 1})
+	err := scanEvents(endless, func(Event) bool { return true })
+	require.ErrorIs(t, err, errLineTooLong)
+}
+
+// repeatReader yields left copies of b.
+type repeatReader struct {
+	b    byte
+	left int
+}
+
+func (r *repeatReader) Read(p []byte) (int, error) {
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), r.left)
+	for i := range n {
+		p[i] = r.b
+	}
+	r.left -= n
+	return n, nil
 }
