@@ -91,3 +91,17 @@ func TestParseOptions_DefaultsAndErrors(t *testing.T) {
 		assert.Error(t, err, fmt.Sprint(bad))
 	}
 }
+
+// TestParseOptions_BatchWantsAWholeNumber: batch and batchPerHost take a
+// whole number ≥ 0, and the error names the option.
+func TestParseOptions_BatchWantsAWholeNumber(t *testing.T) {
+	o, err := ParseOptions(map[string]any{"batch": float64(3), "batchPerHost": float64(0)})
+	require.NoError(t, err)
+	assert.Equal(t, 3, o.Batch)
+	assert.Zero(t, o.BatchPerHost)
+	for _, v := range []any{float64(-1), 1.5, "2", 1e300} {
+		_, err := ParseOptions(map[string]any{"batchPerHost": v})
+		require.Error(t, err, "%v", v)
+		assert.Contains(t, err.Error(), "options.batchPerHost", "%v", v)
+	}
+}

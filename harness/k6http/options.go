@@ -2,7 +2,10 @@ package k6http
 
 import (
 	"fmt"
+	"math"
 	"sort"
+
+	"github.com/kvstrand/mocker/internal/jsonval"
 )
 
 // DefaultUserAgent is the User-Agent header of requests when
@@ -78,12 +81,12 @@ func ParseOptions(raw map[string]any) (Options, error) {
 		if !ok || v == nil || err != nil {
 			return
 		}
-		f, isNum := v.(float64)
-		if !isNum || f < 0 || f != float64(int(f)) {
-			err = fmt.Errorf("options.%s: want a whole number ≥ 0, got %v", key, v)
+		n, rerr := jsonval.Int("options."+key, v, 0, math.MaxInt32)
+		if rerr != nil {
+			err = rerr
 			return
 		}
-		*dst = int(f)
+		*dst = int(n)
 	}
 	flag("insecureSkipTLSVerify", &o.InsecureSkipTLSVerify)
 	flag("discardResponseBodies", &o.DiscardResponseBodies)
