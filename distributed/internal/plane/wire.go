@@ -62,7 +62,7 @@ import (
 //     requests of every session of a router whose key in etcd is gone.
 //
 // Every message is sealed (seal.go), a router's commands to a worker in
-// one turn of its loop together (Flush, codec.go): a command with no
+// one turn of its loop together (codec.go, AppendCommand): a command with no
 // session, or one whose message fails its seal, is dropped and counted.
 //
 // A coupled session is one whose router drives the worker's clock
