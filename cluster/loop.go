@@ -160,6 +160,8 @@ func (c *Cluster) run() {
 			c.advance(at)
 			at, blocked, ok = c.publish()
 			known = !c.poll()
+			// The turn ends: the remote workers get what it gave them.
+			c.flushRemote()
 			continue
 		case ok && blocked && c.stopping:
 			// Closing: a reply that never comes must not hold the loop.
@@ -173,6 +175,7 @@ func (c *Cluster) run() {
 			timer.Reset(10 * time.Millisecond)
 			wake = timer.C
 		}
+		c.flushRemote()
 		c.publish()
 		select {
 		case m := <-c.mail:

@@ -91,6 +91,11 @@ type RemoteWorker interface {
 	// Run tells a coupled worker to run its engine until modeled instant
 	// until and answer with DeliverTurn, as turn turn.
 	Run(until float64, turn uint64)
+	// Flush sends what the calls above gave the worker since the last
+	// Flush. A worker may hold them until then: the loop calls it at the
+	// end of each of its turns that gave the worker anything, so that a
+	// turn's commands cross to the worker together.
+	Flush()
 }
 
 // pendingTurn is a coupled worker's turn whose answer the loop waits for.
@@ -247,27 +252,55 @@ type remoteHandle struct {
 	rw RemoteWorker
 	n  *workerNode
 	c  *Cluster
+	// queued: rw holds commands of the loop's turn (flushRemote).
+	queued bool
+}
+
+// given marks h as holding commands until the turn's end.
+func (h *remoteHandle) given() {
+	if !h.queued {
+		h.queued = true
+		h.c.remote.queued = append(h.c.remote.queued, h)
+	}
+}
+
+// flushRemote ends a loop turn for the remote workers: each sends what
+// the turn gave it, as one message.
+func (c *Cluster) flushRemote() {
+	if c.remote == nil || len(c.remote.queued) == 0 {
+		return
+	}
+	for i, h := range c.remote.queued {
+		h.queued = false
+		h.rw.Flush()
+		c.remote.queued[i] = nil
+	}
+	c.remote.queued = c.remote.queued[:0]
 }
 
 func (h *remoteHandle) Apply(in engine.Input) {
 	h.c.turn(h.n)
 	h.rw.Apply(in)
+	h.given()
 }
 func (h *remoteHandle) Metrics() engine.Metrics { return h.n.last }
 
 func (h *remoteHandle) openRoom(tid, reqID uint64) {
 	h.c.turn(h.n)
 	h.rw.OpenRoom(tid, reqID)
+	h.given()
 }
 
 func (h *remoteHandle) closeRoom(tid uint64, transferred bool) {
 	h.c.turn(h.n)
 	h.rw.CloseRoom(tid, transferred)
+	h.given()
 }
 
 func (h *remoteHandle) connect(tid, reqID uint64, params []byte) {
 	h.c.turn(h.n)
 	h.rw.Connect(tid, reqID, params)
+	h.given()
 }
 
 // turn opens a turn for a command to coupled worker n at the loop's now:
@@ -323,7 +356,9 @@ func (c *Cluster) scheduleRun(n *workerNode, next *float64) {
 func (c *Cluster) sendRun(n *workerNode) {
 	n.runPending = false
 	n.runGen++
-	n.handle.(*remoteHandle).rw.Run(c.v.Now(), c.openTurn(n, n.runTicket))
+	h := n.handle.(*remoteHandle)
+	h.rw.Run(c.v.Now(), c.openTurn(n, n.runTicket))
+	h.given()
 }
 
 // dropRun takes n's queued run, if one is not sent yet, out of the queue.
@@ -389,6 +424,9 @@ type remoteDriver struct {
 	link         *remoteLink
 	transport    Transport
 	nextWorkerID uint64
+	// queued are the workers given commands in the loop's turn, which
+	// flushRemote sends at its end.
+	queued []*remoteHandle
 	// stopSince is when a stepped remote cluster first saw a caller's
 	// context end while it waited for a worker (zero: none has).
 	stopSince time.Time
@@ -857,6 +895,7 @@ func (c *Cluster) giveUpSilent(since time.Time, nodes ...*workerNode) {
 // later of the turn and that moment, is given up, so that the clock
 // moves on.
 func (c *Cluster) awaitRemote() {
+	c.flushRemote()
 	select {
 	case m := <-c.mail:
 		c.handle(m)

@@ -158,6 +158,7 @@ func (c *Cluster) Settle(nowMs float64) {
 	}
 	c.stopEnded(arrived)
 	c.runTo(nowMs)
+	c.flushRemote()
 	c.publish()
 }
 

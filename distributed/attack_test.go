@@ -209,6 +209,21 @@ func forgeries(dialed func() string) []attack {
 			}
 			return 0, n
 		}},
+		{name: "a recorded command message cut short, or with a cancel spliced onto it", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
+			for _, reg := range []plane.Registration{p, d} {
+				s := a.session(reg)
+				a.mu.Lock()
+				recorded := a.cmds[reg.CmdSubject]
+				data := recorded[len(recorded)-1]
+				a.mu.Unlock()
+				// The MAC covers the whole message, so neither verifies.
+				a.raw(reg.CmdSubject, data[:len(data)-1])
+				spliced, err := plane.AppendCommand(append([]byte(nil), data...), &plane.Command{Op: plane.OpCancel, Session: s, Seq: 1 << 30, ID: 1})
+				require.NoError(a.t, err)
+				a.raw(reg.CmdSubject, spliced)
+			}
+			return 0, 4
+		}},
 		{name: "unsealed commands, as a plain NATS client writes them", run: func(a *attacker, p, d plane.Registration, _ int64) (int, int) {
 			a.raw(p.CmdSubject, []byte(`{"op":"cancel","id":1}`))
 			a.raw(d.CmdSubject, []byte(`{"op":"bye","session":1}`))

@@ -18,7 +18,8 @@ import (
 // this process (router, plus the embedded etcd and NATS server that local
 // mode runs here) and in each worker process. Modeled time is made short
 // (speedup_ratio 1000, one output token) so the figures are the
-// transport's, not the engine's pacing.
+// transport's, not the engine's pacing. nats-msgs/req counts what the
+// processes published to NATS per request.
 func BenchmarkNATSRequestPath(b *testing.B) {
 	for _, bc := range []struct {
 		name string
@@ -45,6 +46,16 @@ func BenchmarkNATSRequestPath(b *testing.B) {
 				}
 				return out
 			}
+			// Messages clients published to the embedded NATS server:
+			// commands, frames and the event plane.
+			natsMsgs := func() int64 {
+				v, err := c.Transport().(*transport).local.nats.Varz(nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return v.InMsgs
+			}
+			m0 := natsMsgs()
 			w0, r0 := workerCPU(), selfCPU()
 			b.ResetTimer()
 			var next atomic.Int64
@@ -63,10 +74,12 @@ func BenchmarkNATSRequestPath(b *testing.B) {
 			wg.Wait()
 			b.StopTimer()
 			r1, w1 := selfCPU(), workerCPU()
+			m1 := natsMsgs()
 			if n := failed.Load(); n > 0 {
 				b.Fatalf("%d of %d requests did not complete", n, b.N)
 			}
 			b.ReportMetric(float64((r1-r0).Microseconds())/float64(b.N), "router-cpu-µs/req")
+			b.ReportMetric(float64(m1-m0)/float64(b.N), "nats-msgs/req")
 			for name, t := range w1 {
 				b.ReportMetric(float64((t-w0[name]).Microseconds())/float64(b.N), name+"-cpu-µs/req")
 			}

@@ -119,14 +119,17 @@ func testRemote(t *testing.T) (*remote, func() []plane.Command) {
 		require.NoError(t, err)
 		require.Len(t, tags, 1)
 		require.True(t, plane.Verify(tags[0], key, plane.DirCommand, subject, body), "sealed under the session's key")
-		var c plane.Command
-		require.NoError(t, plane.DecodeCommand(body, &c))
-		require.Equal(t, tags[0].ID, c.Session, "the tag names the command's session")
-		sent = append(sent, c)
+		cmds, err := plane.DecodeCommands(body, nil)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			require.Equal(t, tags[0].ID, c.Session, "the tag names the command's session")
+		}
+		sent = append(sent, cmds...)
 		return nil
 	}}
 	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}}
 	return w, func() []plane.Command {
+		w.Flush() // the end of the loop's turn
 		out := sent
 		sent = nil
 		return out
@@ -204,6 +207,67 @@ func TestRemote_PublishesUnacknowledgedCommandsAgain(t *testing.T) {
 	assert.Equal(t, []plane.Command{{Op: plane.OpBye, Session: 9, Ack: 3}}, sent())
 	w.send(plane.Command{Op: plane.OpCancel, ID: 43})
 	assert.Empty(t, sent(), "an ended session sends nothing")
+}
+
+// TestRemote_SendsATurnsCommandsAsOneMessage: the commands given to a
+// worker in one loop turn wait for the turn's end (Flush) and go as one
+// message under one MAC, in Seq order, each carrying the frame ack; a turn
+// whose prompts outgrow commandBatchBytes is split, losing nothing.
+func TestRemote_SendsATurnsCommandsAsOneMessage(t *testing.T) {
+	t.Parallel()
+	key := plane.NewMACKey()
+	var messages [][]plane.Command
+	tr := &transport{log: slog.New(slog.DiscardHandler), publish: func(subject string, data []byte) error {
+		tags, body, err := plane.Unseal(data)
+		require.NoError(t, err)
+		require.Len(t, tags, 1, "one MAC for the message")
+		require.True(t, plane.Verify(tags[0], key, plane.DirCommand, subject, body), "the MAC covers the whole message")
+		cmds, err := plane.DecodeCommands(body, nil)
+		require.NoError(t, err)
+		messages = append(messages, cmds)
+		return nil
+	}}
+	w := &remote{t: tr, reg: plane.Registration{Name: "w0", CmdSubject: "cmd"}, session: 9, key: key, mac: plane.NewMAC(key), held: map[uint64]*plane.Frame{}}
+	w.based, w.next = true, 4
+
+	w.Apply(engine.Cancel{ID: 1})
+	w.OpenRoom(7, 2)
+	w.CloseRoom(6, true)
+	assert.Empty(t, messages, "nothing goes before the turn ends")
+	w.Flush()
+	require.Len(t, messages, 1, "the turn's commands in one message")
+	var seqs []uint64
+	for _, c := range messages[0] {
+		seqs = append(seqs, c.Seq)
+		assert.EqualValues(t, 4, c.Ack, "every command carries the frame ack")
+		assert.EqualValues(t, 9, c.Session)
+	}
+	assert.Equal(t, []uint64{1, 2, 3}, seqs)
+	assert.Equal(t, []string{plane.OpCancel, plane.OpOpenRoom, plane.OpCloseRoom}, []string{messages[0][0].Op, messages[0][1].Op, messages[0][2].Op})
+	w.Flush()
+	assert.Len(t, messages, 1, "an empty turn sends nothing")
+
+	// Long prompts: more than one message, every command once, in order.
+	messages = nil
+	prompt := make([]uint32, 6000) // 24 KB on the wire
+	for i := range prompt {
+		prompt[i] = uint32(i)
+	}
+	for i := range 8 {
+		w.Apply(&engine.Submit{Request: engine.Request{ID: uint64(100 + i), Tokens: prompt, MaxTokens: 1}})
+	}
+	w.Flush()
+	assert.Greater(t, len(messages), 1, "split under commandBatchBytes")
+	assert.Less(t, len(messages), 8, "still batched")
+	seqs = nil
+	for _, m := range messages {
+		for _, c := range m {
+			seqs = append(seqs, c.Seq)
+			assert.Equal(t, prompt, c.Tokens)
+		}
+	}
+	assert.Equal(t, []uint64{4, 5, 6, 7, 8, 9, 10, 11}, seqs)
+	assert.Len(t, w.unacked, 11, "kept until acknowledged")
 }
 
 // TestReliable_LostFramesFailTheirRequestsSayingSo: when the worker can

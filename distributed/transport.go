@@ -142,7 +142,11 @@ type remote struct {
 	mu sync.Mutex
 	// Commands.
 	seq     uint64    // the last command Seq given
-	unacked []pending // published, not yet acknowledged, in Seq order
+	unacked []pending // sent, not yet acknowledged, in Seq order
+	// queue holds the commands given since the last flush: the loop's
+	// turn sends them as one message (Flush), under one MAC.
+	queue []plane.Command
+	body  []byte // the message body being built, reused
 	// Frames.
 	based   bool                    // next is known (the session's first ack said From)
 	next    uint64                  // the frame Seq to apply next
@@ -477,6 +481,7 @@ func (t *transport) join(reg plane.Registration, args engine.Args) {
 	// The session's first command: its ack says where its frames start,
 	// and it names the router, whose key's end ends the session.
 	w.send(plane.Command{Op: plane.OpHello, Router: int64(router), Coupled: coupled})
+	w.Flush()
 	err = t.host.Join(cluster.RemoteInfo{Name: reg.Name, Role: reg.Role, Args: args, TransferAddr: reg.TransferAddr}, w)
 	if err != nil {
 		t.log.Warn("worker refused", "worker", reg.Name, "err", err)
@@ -717,8 +722,8 @@ func (t *transport) giveUp(id int64, w *remote, reason string) {
 	t.join(w.reg, w.args)
 }
 
-// send publishes a numbered command of the session and keeps it until the
-// worker acknowledges it.
+// send queues a numbered command of the session for the next flush and
+// keeps it until the worker acknowledges it.
 func (w *remote) send(c plane.Command) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -731,23 +736,67 @@ func (w *remote) send(c plane.Command) {
 		c.At, c.Turn = w.at, w.turn
 	}
 	w.unacked = append(w.unacked, pending{c: c, at: time.Now()})
-	w.publishLocked(c)
+	w.queue = append(w.queue, c)
 }
 
-// publishLocked publishes c with the frame ack.
+// Flush publishes the queued commands: the cluster's loop calls it at the
+// end of each turn in which it gave the worker commands, so a turn's
+// commands cost the worker one message, one MAC and one wake-up.
+func (w *remote) Flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.flushLocked()
+}
+
+// commandBatchBytes is the body past which a flush starts another
+// message, well under NATS's payload limit (1 MiB by default): a turn
+// that hands a worker many long prompts sends several messages. A
+// command larger than this goes alone, as it would unbatched.
+const commandBatchBytes = 64 << 10
+
+// publishLocked queues c and flushes: a control command (resend, ack,
+// goodbye) goes at once, with whatever the turn had queued.
 func (w *remote) publishLocked(c plane.Command) {
-	c.Session = w.session
-	if w.based {
-		c.Ack = w.next
-		w.acked, w.ackedAt = w.next, time.Now()
-	}
-	data, err := plane.EncodeCommand(&c)
-	if err != nil {
-		w.t.log.Error("command not encoded", "worker", w.reg.Name, "err", err)
+	w.queue = append(w.queue, c)
+	w.flushLocked()
+}
+
+// flushLocked publishes the queue in as few messages as fit
+// commandBatchBytes, each command carrying the frame ack.
+func (w *remote) flushLocked() {
+	if len(w.queue) == 0 {
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, data, plane.Keyed{ID: w.session, MAC: w.mac})); err != nil {
-		w.t.log.Warn("command not sent", "worker", w.reg.Name, "op", c.Op, "err", err)
+	var ack uint64
+	if w.based {
+		ack = w.next
+		w.acked, w.ackedAt = w.next, time.Now()
+	}
+	body := w.body[:0]
+	for i := range w.queue {
+		c := &w.queue[i]
+		c.Session, c.Ack = w.session, ack
+		if len(body) > 0 && len(body)+4*len(c.Tokens)+len(c.Params) > commandBatchBytes {
+			w.publishBody(body)
+			body = body[:0]
+		}
+		var err error
+		if body, err = plane.AppendCommand(body, c); err != nil {
+			w.t.log.Error("command not encoded", "worker", w.reg.Name, "op", c.Op, "err", err)
+		}
+		*c = plane.Command{} // the queue keeps no tokens
+	}
+	w.publishBody(body)
+	w.queue, w.body = w.queue[:0], body[:0]
+}
+
+// publishBody seals and publishes one command message.
+func (w *remote) publishBody(body []byte) {
+	if len(body) == 0 {
+		return
+	}
+	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, body, plane.Keyed{ID: w.session, MAC: w.mac})); err != nil {
+		w.t.log.Warn("commands not sent", "worker", w.reg.Name, "err", err)
 	}
 }
 
@@ -767,6 +816,10 @@ func (w *remote) retry(now time.Time, force bool) {
 	if w.gone {
 		return
 	}
+	// A turn's commands go at its end (Flush); this only sends what a
+	// cluster with no turn to end yet (a stepped one, between its steps)
+	// left queued.
+	w.flushLocked()
 	if len(w.unacked) > 0 && (force || now.Sub(w.unacked[0].at) >= plane.RetransmitAfter) {
 		if !force {
 			w.t.log.Warn("commands unacknowledged; publishing them again", "worker", w.reg.Name,
@@ -774,8 +827,9 @@ func (w *remote) retry(now time.Time, force bool) {
 		}
 		for i := range w.unacked {
 			w.unacked[i].at = now
-			w.publishLocked(w.unacked[i].c)
+			w.queue = append(w.queue, w.unacked[i].c)
 		}
+		w.flushLocked()
 	}
 	switch {
 	case !w.based:

@@ -42,10 +42,12 @@ func routerOf(kv *mvccpb.KeyValue, log *slog.Logger) (routerUp, bool) {
 	return routerUp{}, false
 }
 
-// receiveSealed takes a command as it came off NATS: one tag, its
-// session's, which must verify under the session's key; a session's first
-// command, its hello, under the key derived from the router its hello
-// names.
+// receiveSealed takes a command message as it came off NATS: one or more
+// commands of one session (the router's commands of one loop turn, in
+// their order) under one tag, its session's, which must verify under the
+// session's key; a session's first message, whose first command is its
+// hello, under the key derived from the router its hello names. The MAC
+// covers the whole message: one command that fails drops them all.
 func (l *workerLoop) receiveSealed(data []byte) {
 	tags, body, err := plane.Unseal(data)
 	if plane.IsVersionError(err) {
@@ -70,21 +72,47 @@ func (l *workerLoop) receiveSealed(data []byte) {
 		l.reject(plane.RejectBadMAC, session)
 		return
 	}
-	var c plane.Command
-	if err := plane.DecodeCommand(body, &c); err != nil || c.Session != session {
-		l.reject(plane.RejectMalformed, session)
+	cmds, ok := l.decodeBatch(body, session)
+	if !ok {
 		return
 	}
+	l.receiveBatch(cmds, session)
+}
+
+// decodeBatch reads a verified message's commands, which must all be of
+// its tag's session; false (counted) when they are not.
+func (l *workerLoop) decodeBatch(body []byte, session uint64) ([]plane.Command, bool) {
+	cmds, err := plane.DecodeCommands(body, l.batch[:0])
+	l.batch = cmds[:0]
+	if err != nil {
+		l.reject(plane.RejectMalformed, session)
+		return nil, false
+	}
+	for _, c := range cmds {
+		if c.Session != session {
+			l.reject(plane.RejectMalformed, session)
+			return nil, false
+		}
+	}
+	return cmds, true
+}
+
+// receiveBatch applies a message's commands in their order.
+func (l *workerLoop) receiveBatch(cmds []plane.Command, session uint64) {
 	before := l.inbox.overflowed
-	l.receive(c)
+	for i := range cmds {
+		l.receive(cmds[i])
+		cmds[i] = plane.Command{} // the batch buffer keeps no tokens
+	}
 	if l.inbox.overflowed != before {
 		l.reject(plane.RejectLimit, session)
 	}
 }
 
-// hello starts a session from its first command, when it verifies under
-// the key of the router it names. Anything else of an unknown session is
-// dropped: a command that overtook its hello comes again with it.
+// hello starts a session from its first message, when it verifies under
+// the key of the router its first command, a hello, names. Anything else
+// of an unknown session is dropped: a command that overtook its hello
+// comes again with it.
 func (l *workerLoop) hello(tag plane.SealTag, body []byte) {
 	session := tag.ID
 	if l.inbox.wasClosed(session) {
@@ -92,14 +120,22 @@ func (l *workerLoop) hello(tag plane.SealTag, body []byte) {
 		// nothing to do, and nothing to count.
 		return
 	}
-	var c plane.Command
-	if err := plane.DecodeCommand(body, &c); err != nil {
+	cmds, err := plane.DecodeCommands(body, l.batch[:0])
+	l.batch = cmds[:0]
+	if err != nil {
 		l.reject(plane.RejectMalformed, session)
 		return
 	}
+	c := cmds[0]
 	if c.Op != plane.OpHello || c.Session != session || c.Seq != 1 {
 		l.reject(plane.RejectUnknownSession, session)
 		return
+	}
+	for _, c := range cmds[1:] {
+		if c.Session != session {
+			l.reject(plane.RejectMalformed, session)
+			return
+		}
 	}
 	pub, ok := l.routers[c.Router]
 	if !ok {
@@ -118,7 +154,7 @@ func (l *workerLoop) hello(tag plane.SealTag, body []byte) {
 		return
 	}
 	l.inbox.open(session, c.Router, key, l.seq, time.Now())
-	l.receive(c)
+	l.receiveBatch(cmds, session)
 }
 
 // reject counts a dropped command and says so, now and then.

@@ -430,6 +430,8 @@ type workerLoop struct {
 	ackTimer     *time.Timer
 	ackArmed     bool
 	rejectLogged time.Time
+	// batch is the buffer a command message is decoded into (gate.go).
+	batch []plane.Command
 }
 
 func (l *workerLoop) post(m workerMsg) { l.in <- m }

@@ -19,8 +19,11 @@ import (
 // another version then reports by name instead of misreading the body.
 
 // WireVersion is the request plane's wire format: the first byte of every
-// sealed message. Version 1 was JSON bodies, one message per command.
-const WireVersion = 2
+// sealed message. Version 1 was JSON bodies, one message per command;
+// version 2 MessagePack, one message per command; version 3 carries the
+// commands a router sends one worker in one loop turn as one message, its
+// body the commands back to back (AppendCommand, DecodeCommands).
+const WireVersion = 3
 
 // VersionError is a sealed message of another wire version: a router and
 // a worker of different mocker releases.
@@ -80,11 +83,35 @@ func decodeBody(body []byte, v any) error {
 	return nil
 }
 
-// EncodeCommand is c's body on the wire.
+// EncodeCommand is the body of a message of c alone.
 func EncodeCommand(c *Command) ([]byte, error) { return appendBody(nil, c) }
 
-// DecodeCommand reads a command's body.
+// AppendCommand appends c's encoding to a command message's body: the
+// body of a message is one or more commands back to back, each one
+// array (EncodeMsgpack), so a batch needs no count ahead of it.
+func AppendCommand(body []byte, c *Command) ([]byte, error) { return appendBody(body, c) }
+
+// DecodeCommand reads the body of a message of one command.
 func DecodeCommand(body []byte, c *Command) error { return decodeBody(body, c) }
+
+// DecodeCommands appends to dst the commands of a message's body, in
+// their order: one at least, and nothing but whole commands.
+func DecodeCommands(body []byte, dst []Command) ([]Command, error) {
+	c := coders.Get().(*coder)
+	defer coders.Put(c)
+	c.rd.Reset(body)
+	c.dec.Reset(&c.rd)
+	for {
+		var cmd Command
+		if err := c.dec.Decode(&cmd); err != nil {
+			return dst, err
+		}
+		dst = append(dst, cmd)
+		if c.rd.Len() == 0 {
+			return dst, nil
+		}
+	}
+}
 
 // EncodeFrame is f's body on the wire.
 func EncodeFrame(f *Frame) ([]byte, error) { return appendBody(nil, f) }

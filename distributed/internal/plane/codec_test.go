@@ -53,3 +53,39 @@ func TestCodec_RoundTrips(t *testing.T) {
 	require.Error(t, DecodeFrame(append(body, 0), &f2), "trailing bytes")
 	require.Error(t, DecodeFrame(body[:len(body)/2], &f2), "cut short")
 }
+
+// TestCodec_CommandBatches: a message's body is its commands back to
+// back; they come back in order, and a body cut inside a command, empty,
+// or with bytes after its last command is refused.
+func TestCodec_CommandBatches(t *testing.T) {
+	t.Parallel()
+	cmds := []Command{
+		{Op: OpHello, Session: 5, Seq: 1, Router: 8},
+		{Op: OpSubmit, Session: 5, Seq: 2, ID: 3, Tokens: []uint32{4, 5, 6}, MaxTokens: 9},
+		{Op: OpCancel, Session: 5, Seq: 3, ID: 3, Ack: 2},
+	}
+	var body []byte
+	for i := range cmds {
+		var err error
+		body, err = AppendCommand(body, &cmds[i])
+		require.NoError(t, err)
+	}
+	got, err := DecodeCommands(body, nil)
+	require.NoError(t, err)
+	assert.Equal(t, cmds, got)
+
+	one, err := EncodeCommand(&cmds[1])
+	require.NoError(t, err)
+	got, err = DecodeCommands(one, got[:0])
+	require.NoError(t, err)
+	assert.Equal(t, cmds[1:2], got, "a message of one command is a batch of one")
+
+	_, err = DecodeCommands(body[:len(body)-2], nil)
+	assert.Error(t, err, "cut short")
+	_, err = DecodeCommands(nil, nil)
+	assert.Error(t, err, "empty")
+	_, err = DecodeCommands(append(body[:len(body):len(body)], 0xc1), nil)
+	assert.Error(t, err, "a byte that is no command")
+	var c Command
+	assert.Error(t, DecodeCommand(body, &c), "DecodeCommand takes one command alone")
+}

@@ -40,13 +40,15 @@ import (
 //	n × ( id (8 bytes, big endian) | HMAC-SHA256 (32 bytes) )
 //	body (MessagePack, codec.go)
 //
-// A tag's id names the key: a command has one, its session's; a frame
+// A command message (one or more commands of one session: what a turn of
+// the router's loop gave the worker) has one tag, its session's; a frame
 // one per session the worker serves (every router reads every frame); a
 // router's own departure marker one under a key of its own (leaveTag).
 // The MAC covers the direction, the id, the subject (so the worker) and
-// the body, which carries the session's Seq: a command cannot be replayed
-// as a frame, to another worker or with another body, and the reliable
-// plane applies a Seq once.
+// the body, whose every command carries the session's Seq: one MAC per
+// message, not per command. A command cannot be replayed as a frame, to
+// another worker or with another body, and the reliable plane applies a
+// Seq once.
 const (
 	sealVersion = WireVersion
 	sealTagSize = 8 + sha256.Size

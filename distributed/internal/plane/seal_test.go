@@ -66,12 +66,14 @@ func TestSeal_MalformedHeadersAreRefused(t *testing.T) {
 }
 
 // TestSeal_AnotherVersionIsNamed: a message of another wire version (the
-// JSON of version 1, or a later one) is refused with both versions named.
+// JSON of version 1, version 2's one command per message, or a later one)
+// is refused with both versions named.
 func TestSeal_AnotherVersionIsNamed(t *testing.T) {
 	t.Parallel()
 	for name, data := range map[string][]byte{
 		"version 1":  {1, 0, 0, '{', '}'},
-		"version 3":  {3, 0, 0},
+		"version 2":  {2, 0, 0},
+		"version 4":  {4, 0, 0},
 		"plain JSON": []byte(`{"seq":0,"leave":"x"}`),
 	} {
 		_, _, err := Unseal(data)

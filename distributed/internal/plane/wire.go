@@ -61,8 +61,9 @@ import (
 //     router (Router, the router's lease id), and a worker withdraws the
 //     requests of every session of a router whose key in etcd is gone.
 //
-// Every command and frame is sealed (seal.go): a command with no
-// session, or one that fails its seal, is dropped and counted.
+// Every message is sealed (seal.go), a router's commands to a worker in
+// one turn of its loop together (codec.go, AppendCommand): a command with no
+// session, or one whose message fails its seal, is dropped and counted.
 //
 // A coupled session is one whose router drives the worker's clock
 // instead of the wall clock (OpHello with Coupled): the worker starts a
