@@ -107,7 +107,7 @@ func idle(iters int) {
 	}
 }
 
-func awaitRegistered(b *testing.B, ls *localServices, ns string, n int) {
+func awaitRegistered(b testing.TB, ls *localServices, ns string, n int) {
 	b.Helper()
 	ec, err := plane.DialEtcd(context.Background(), []string{ls.etcdURL}, ls.etcdAuth)
 	if err != nil {
