@@ -59,6 +59,10 @@ type fleetRun struct {
 	requests  int
 	routerCPU time.Duration
 	workers   map[string]int // requests per worker
+	heap      float64        // the router's live heap for the fleet, KB
+	// msgsIn and msgsOut are the NATS messages the router took (frames)
+	// and sent (commands) over the loop.
+	msgsIn, msgsOut uint64
 	stats     cluster.Stats  // after the drain
 }
 
@@ -68,6 +72,7 @@ type fleetRun struct {
 // process's CPU over the loop (the services run in their own process).
 func routeClosedLoop(tb testing.TB, ls *localServices, ns string, n, requests, inflight int) fleetRun {
 	tb.Helper()
+	heap0 := liveHeap()
 	c, err := cluster.New(cluster.Config{Name: ns, Workers: n, Router: "kv", Args: map[string]any{"speedup_ratio": 1000},
 		Transport: ls.transport(ns)})
 	if err != nil {
@@ -86,10 +91,12 @@ func routeClosedLoop(tb testing.TB, ls *localServices, ns string, n, requests, i
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	run := fleetRun{requests: requests, workers: map[string]int{}}
+	run := fleetRun{requests: requests, workers: map[string]int{}, heap: float64(int64(liveHeap())-int64(heap0)) / 1024}
 	var mu sync.Mutex
 	var next atomic.Int64
 	var wg sync.WaitGroup
+	nc := c.Transport().(*transport).nc
+	st0 := nc.Stats()
 	cpu0 := selfCPU()
 	for range inflight {
 		wg.Go(func() {
@@ -114,6 +121,8 @@ func routeClosedLoop(tb testing.TB, ls *localServices, ns string, n, requests, i
 	}
 	wg.Wait()
 	run.routerCPU = selfCPU() - cpu0
+	st1 := nc.Stats()
+	run.msgsIn, run.msgsOut = st1.InMsgs-st0.InMsgs, st1.OutMsgs-st0.OutMsgs
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer dcancel()
 	if run.stats, err = c.Drain(dctx); err != nil {
@@ -189,6 +198,9 @@ func BenchmarkFleetRouting(b *testing.B) {
 			checkDrained(b, run)
 			b.ReportMetric(float64(run.routerCPU.Microseconds())/float64(b.N), "router-cpu-µs/req")
 			b.ReportMetric(float64(len(run.workers)), "workers-used")
+			b.ReportMetric(run.heap/float64(bc.n), "router-heap-KB/worker")
+			b.ReportMetric(float64(run.msgsIn)/float64(b.N), "frames/req")
+			b.ReportMetric(float64(run.msgsOut)/float64(b.N), "commands/req")
 		})
 	}
 }
