@@ -63,7 +63,7 @@ type fleetRun struct {
 	// msgsIn and msgsOut are the NATS messages the router took (frames)
 	// and sent (commands) over the loop.
 	msgsIn, msgsOut uint64
-	stats     cluster.Stats  // after the drain
+	stats           cluster.Stats // after the drain
 }
 
 // routeClosedLoop attaches a kv-mode router to the n workers of ns and
