@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/kvstrand/mocker/cluster"
 )
 
@@ -63,7 +65,10 @@ type fleetRun struct {
 	// msgsIn and msgsOut are the NATS messages the router took (frames)
 	// and sent (commands) over the loop.
 	msgsIn, msgsOut uint64
-	stats           cluster.Stats // after the drain
+	// events are the messages the workers published on Dynamo's event
+	// plane (KV events and load), which mocker's router does not read.
+	events uint64
+	stats  cluster.Stats // after the drain
 }
 
 // routeClosedLoop attaches a kv-mode router to the n workers of ns and
@@ -96,7 +101,17 @@ func routeClosedLoop(tb testing.TB, ls *localServices, ns string, n, requests, i
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	nc := c.Transport().(*transport).nc
+	var events atomic.Uint64
+	sub, err := nc.Subscribe("namespace."+ns+".>", func(*nats.Msg) { events.Add(1) })
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := nc.Flush(); err != nil {
+		tb.Fatal(err)
+	}
 	st0 := nc.Stats()
+	ev0 := events.Load()
 	cpu0 := selfCPU()
 	for range inflight {
 		wg.Go(func() {
@@ -122,7 +137,8 @@ func routeClosedLoop(tb testing.TB, ls *localServices, ns string, n, requests, i
 	wg.Wait()
 	run.routerCPU = selfCPU() - cpu0
 	st1 := nc.Stats()
-	run.msgsIn, run.msgsOut = st1.InMsgs-st0.InMsgs, st1.OutMsgs-st0.OutMsgs
+	run.events = events.Load() - ev0
+	run.msgsIn, run.msgsOut = st1.InMsgs-st0.InMsgs-run.events, st1.OutMsgs-st0.OutMsgs
 	dctx, dcancel := context.WithTimeout(context.Background(), time.Minute)
 	defer dcancel()
 	if run.stats, err = c.Drain(dctx); err != nil {
@@ -201,6 +217,7 @@ func BenchmarkFleetRouting(b *testing.B) {
 			b.ReportMetric(run.heap/float64(bc.n), "router-heap-KB/worker")
 			b.ReportMetric(float64(run.msgsIn)/float64(b.N), "frames/req")
 			b.ReportMetric(float64(run.msgsOut)/float64(b.N), "commands/req")
+			b.ReportMetric(float64(run.events)/float64(b.N), "event-plane-msgs/req")
 		})
 	}
 }
