@@ -761,6 +761,9 @@ func (w *remote) listLocked() {
 	t := w.t
 	t.busyMu.Lock()
 	if due {
+		if t.busy == nil {
+			t.busy = map[*remote]struct{}{}
+		}
 		t.busy[w] = struct{}{}
 	} else {
 		delete(t.busy, w)
