@@ -121,6 +121,12 @@ type transport struct {
 	rejected       plane.Rejections
 	rejectLogged   time.Time
 	workerRejected map[string]uint64
+
+	// busy are the sessions with something to retry (remote.due): the
+	// ticker visits those only, so an idle worker costs the router no
+	// work per tick. Taken after a remote's mu, never before.
+	busyMu sync.Mutex
+	busy   map[*remote]struct{}
 }
 
 // remote is one worker as the router reaches it: one session of the
@@ -156,6 +162,7 @@ type remote struct {
 	ackedAt time.Time
 	askedAt time.Time // the last resend request
 	gone    bool      // given up or left: send nothing more
+	listed  bool      // in t.busy
 }
 
 // pending is a command awaiting its ack.
@@ -175,7 +182,7 @@ func attach(host *cluster.RemoteHost, tc *cluster.TransportConfig, log *slog.Log
 	ctx, cancel := context.WithCancel(context.Background())
 	t := &transport{host: host, log: log, ns: ns, etcd: plane.RedactedURLs(etcd), ctx: ctx, cancel: cancel,
 		workers: map[int64]*remote{}, refused: map[string]string{}, leaving: map[int64]bool{}, rejoins: map[string]stagedWorker{}, staging: host.Coupled(), staged: map[int64]stagedWorker{},
-		leaveID: plane.NewSessionID(), leaveKey: plane.NewMACKey(), workerRejected: map[string]uint64{}}
+		leaveID: plane.NewSessionID(), leaveKey: plane.NewMACKey(), workerRejected: map[string]uint64{}, busy: map[*remote]struct{}{}}
 	t.epoch, t.scale = host.Epoch()
 	var err error
 	if t.plane, err = plane.NewKeyPair(); err != nil {
@@ -448,8 +455,8 @@ func (t *transport) join(reg plane.Registration, args engine.Args) {
 		t.mu.Unlock()
 		return
 	}
-	for id, w := range t.workers {
-		if w.reg.Name == reg.Name && t.leaving[id] {
+	for id := range t.leaving {
+		if w := t.workers[id]; w != nil && w.reg.Name == reg.Name {
 			// Its former self is still leaving the cluster: it joins
 			// once that is done (leave).
 			t.rejoins[reg.Name] = stagedWorker{reg: reg, args: args}
@@ -646,6 +653,7 @@ func (t *transport) onFrame(m *nats.Msg) {
 func (w *remote) take(f *plane.Frame, now time.Time) ([]*plane.Frame, *plane.LostFrames) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.listLocked()
 	if w.gone {
 		return nil, nil
 	}
@@ -737,6 +745,35 @@ func (w *remote) send(c plane.Command) {
 	}
 	w.unacked = append(w.unacked, pending{c: c, at: time.Now()})
 	w.queue = append(w.queue, c)
+	w.listLocked()
+}
+
+// due reports whether the session has something retry may have to do: a
+// command awaiting its ack, frames missing, or frames applied and not yet
+// acknowledged.
+func (w *remote) dueLocked() bool {
+	return !w.gone && (len(w.unacked) > 0 || w.based && (w.next < w.head || w.acked < w.next))
+}
+
+// listLocked puts the session in the ticker's busy set when it is due,
+// and takes it out when not.
+func (w *remote) listLocked() {
+	due := w.dueLocked()
+	if due == w.listed {
+		return
+	}
+	w.listed = due
+	t := w.t
+	t.busyMu.Lock()
+	if due {
+		if t.busy == nil {
+			t.busy = map[*remote]struct{}{}
+		}
+		t.busy[w] = struct{}{}
+	} else {
+		delete(t.busy, w)
+	}
+	t.busyMu.Unlock()
 }
 
 // Flush publishes the queued commands: the cluster's loop calls it at the
@@ -813,6 +850,7 @@ func (w *remote) resendLocked(now time.Time) {
 func (w *remote) retry(now time.Time, force bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	defer w.listLocked()
 	if w.gone {
 		return
 	}
@@ -851,9 +889,11 @@ func (w *remote) end() {
 	w.publishLocked(plane.Command{Op: plane.OpBye})
 	w.gone = true
 	w.unacked, w.held = nil, nil
+	w.listLocked()
 }
 
-// tick drives every session's retries until the transport closes.
+// tick drives the retries of the sessions with something to retry until
+// the transport closes.
 func (t *transport) tick() {
 	defer t.wg.Done()
 	tk := time.NewTicker(plane.RetransmitAfter / 5)
@@ -863,7 +903,10 @@ func (t *transport) tick() {
 		case <-t.ctx.Done():
 			return
 		case now := <-tk.C:
-			for _, w := range t.remotes() {
+			t.busyMu.Lock()
+			due := slices.Collect(maps.Keys(t.busy))
+			t.busyMu.Unlock()
+			for _, w := range due {
 				w.retry(now, false)
 			}
 		}
