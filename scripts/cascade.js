@@ -135,6 +135,13 @@ export function teardown() {
   const stuck = s.held_blocks + s.reserved_blocks + s.active_blocks + open + s.in_flight;
   console.log(`cascade: ${s.pins} holds, ${s.pins_aborted} aborted, ${s.pins_cancelled} cancelled, ${s.prefill_rejections} prefills refused, peak ${s.peak_held_blocks} held blocks; after drain: held ${s.held_blocks}, reserved ${s.reserved_blocks}, active ${s.active_blocks}, open holds ${open}`);
   leaks.add(stuck);
+  if (OFFLOAD > 0) {
+    // both prefill workers have a tier, and prompts came back from them
+    console.log(`cascade: host tiers hold ${s.g2_blocks} of ${s.g2_capacity} blocks, ${s.g2_onboarded} onboarded`);
+    if (s.g2_capacity !== 2 * OFFLOAD || s.g2_onboarded === 0) {
+      exec.test.fail(`host offload tiers not in use: ${JSON.stringify({ g2_capacity: s.g2_capacity, g2_onboarded: s.g2_onboarded })}`);
+    }
+  }
   if (!s.drained || stuck > 0) {
     exec.test.fail(`cluster did not drain cleanly: ${JSON.stringify({ drained: s.drained, held: s.held_blocks, reserved: s.reserved_blocks, active: s.active_blocks, open_holds: open })}`);
   }
