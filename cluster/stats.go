@@ -46,6 +46,12 @@ type Stats struct {
 	ReservedBlocks int `json:"reserved_blocks"`
 	ActiveBlocks   int `json:"active_blocks"`
 	PeakHeldBlocks int `json:"peak_held_blocks"`
+	// G2Blocks and G2Capacity sum the workers' host (G2) offload tiers,
+	// occupied and in all (num_g2_blocks); G2Onboarded counts the blocks
+	// copied back from them on prefix hits. All 0 without a tier.
+	G2Blocks    int    `json:"g2_blocks,omitempty"`
+	G2Capacity  int    `json:"g2_capacity,omitempty"`
+	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
 	// NowMs is the cluster's modeled time.
 	NowMs   float64       `json:"now_ms"`
 	Workers []WorkerStats `json:"workers"`
@@ -68,6 +74,10 @@ type WorkerStats struct {
 	Waiting        int    `json:"waiting"`
 	HeldRequests   int    `json:"held_requests"`
 	Passes         uint64 `json:"passes"`
+	// G2Blocks and G2Capacity are the rank's host (G2) offload tier,
+	// occupied and in all; 0 without one.
+	G2Blocks   int `json:"g2_blocks,omitempty"`
+	G2Capacity int `json:"g2_capacity,omitempty"`
 	// TransferAddr is a prefill worker's transfer server ("host:port"),
 	// shared by its ranks.
 	TransferAddr string `json:"transfer_addr,omitempty"`
@@ -105,6 +115,7 @@ func (c *Cluster) statsNow() Stats {
 			TotalBlocks: m.TotalBlocks, ActiveBlocks: m.ActiveBlocks, InactiveBlocks: m.InactiveBlocks,
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
+			G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity,
 		}
 		if w.server != nil {
 			s.Workers[i].TransferAddr = w.server.AdvertisedAddr()
@@ -114,6 +125,9 @@ func (c *Cluster) statsNow() Stats {
 		s.HeldBlocks += m.HeldBlocks
 		s.ReservedBlocks += m.ReservedBlocks
 		s.ActiveBlocks += m.ActiveBlocks
+		s.G2Blocks += m.G2Blocks
+		s.G2Capacity += m.G2Capacity
+		s.G2Onboarded += m.G2Onboarded
 	}
 	return s
 }

@@ -150,6 +150,16 @@ type Args struct {
 	// KVTransferBandwidth in GB/s (1e9 bytes/s). Nil or 0: transfers take no
 	// modeled time.
 	KVTransferBandwidth *float64 `json:"kv_transfer_bandwidth,omitempty"`
+	// NumG2Blocks sizes the host (G2) offload tier of a vLLM or TRT-LLM
+	// worker: blocks the GPU pool's prefix cache evicts are kept there, in
+	// LRU order, and a prefix hit on them is copied back instead of
+	// recomputed. 0: no tier.
+	NumG2Blocks int `json:"num_g2_blocks,omitempty"`
+	// BandwidthG2ToG1 in GB/s (1e9 bytes/s) times copying a block back from
+	// the host tier: block_size × kv_bytes_per_token / bandwidth. Nil:
+	// DefaultBandwidthG2ToG1. 0, or kv_bytes_per_token unset: onboarding
+	// takes no modeled time.
+	BandwidthG2ToG1 *float64 `json:"bandwidth_g2_to_g1_gbps,omitempty"`
 	// KVTransferTimingMode says which prompt tokens a transfer is charged for.
 	KVTransferTimingMode TransferTimingMode `json:"kv_transfer_timing_mode"`
 	// KVTransferAbortTimeoutMs ends a source hold that no decode claimed
@@ -258,6 +268,26 @@ func (a Args) TransferDelayMs(tokens int) float64 {
 	bytes := float64(tokens) * float64(*a.KVBytesPerToken)
 	return bytes / (*a.KVTransferBandwidth * 1e9) * 1000
 }
+
+// OnboardMsPerBlock is the modeled time to copy one block back from the
+// host tier: block_size × kv_bytes_per_token / (bandwidth_g2_to_g1_gbps ×
+// 1e9) s, in ms, the bandwidth DefaultBandwidthG2ToG1 when unset. It is 0
+// when kv_bytes_per_token is unset or the bandwidth is 0.
+func (a Args) OnboardMsPerBlock() float64 {
+	bw := DefaultBandwidthG2ToG1
+	if a.BandwidthG2ToG1 != nil {
+		bw = *a.BandwidthG2ToG1
+	}
+	if a.KVBytesPerToken == nil || bw <= 0 || a.BlockSize <= 0 {
+		return 0
+	}
+	bytes := float64(a.BlockSize) * float64(*a.KVBytesPerToken)
+	return bytes / (bw * 1e9) * 1000
+}
+
+// DefaultBandwidthG2ToG1 is the host-to-GPU bandwidth in GB/s that times
+// onboarding when bandwidth_g2_to_g1_gbps is unset, as in Dynamo's mocker.
+const DefaultBandwidthG2ToG1 = 14.0
 
 // Defaults, in one place.
 const (

@@ -63,6 +63,8 @@ func argErr(field, format string, a ...any) *ArgError {
 //	kv_bytes_per_token            integer ≥ 0 (also kv_cache_bytes_per_token,
 //	                              kv_transfer_bytes_per_token)           none
 //	kv_transfer_bandwidth         number ≥ 0 GB/s, 0 = no delay          none
+//	num_g2_blocks                 integer ≥ 0 (vllm, trtllm host tier)   0: no tier
+//	bandwidth_g2_to_g1_gbps       number ≥ 0 GB/s, 0 = no onboard time   14
 //	kv_transfer_timing_mode       "full_prompt" | "destination_missing"  "full_prompt"
 //	kv_transfer_abort_timeout_ms  integer ≥ 0 ms, 0 = none               none
 //	handoff_session_timeout_ms    integer ≥ 1 ms                         300000
@@ -129,16 +131,17 @@ func argErr(field, format string, a ...any) *ArgError {
 // (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
-// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
-// bandwidth_g*_to_g*_gbps, and g1_backend. The legacy
-// booleans is_prefill and is_decode select worker_type; both true is an
+// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size, the
+// bandwidth_g*_to_g*_gbps keys but bandwidth_g2_to_g1_gbps, and
+// g1_backend. The legacy booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
 // Dynamo keys whose effect mocker does not model, and which would silently
 // change what its numbers mean, are rejected when set to anything but their
 // "off" value: aic_backend (AIConfigurator timing; use planner_profile_data),
-// aic_nextn (MTP bursts; use decode_speedup_ratio), num_g2_blocks and
-// num_g3_blocks above 0 and enable_g4_storage true (KVBM offload tiers).
+// aic_nextn (MTP bursts; use decode_speedup_ratio), num_g3_blocks above 0
+// and enable_g4_storage true (KVBM's disk and storage tiers; the host tier,
+// num_g2_blocks, is modeled).
 //
 // Errors about a field are *ArgError; malformed JSON is a plain error
 // carrying the byte offset. To overlay a pool's arguments on global ones,
@@ -336,6 +339,25 @@ var modeledArgKeys = []argKeySpec{
 		p.a.KVTransferBandwidth = &f
 		return nil
 	}},
+	{"num_g2_blocks", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("num_g2_blocks", v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return argErr("num_g2_blocks", "want %s up to %d, got %d", argWantNonNegative, math.MaxInt32, n)
+		}
+		p.a.NumG2Blocks = n
+		return nil
+	}},
+	{"bandwidth_g2_to_g1_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g2_to_g1_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG2ToG1 = &f
+		return nil
+	}},
 	{"kv_transfer_timing_mode", func(p *argParser, _ string, v any) error {
 		s, err := argEnumValue("kv_transfer_timing_mode", v, "full_prompt", "destination_missing")
 		if err != nil {
@@ -431,7 +453,6 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreInt("aic_mtp_seed", 0, math.MaxInt),
 	argIgnoreInt("offload_batch_size", 0, math.MaxInt),
 	argIgnoreNumber("bandwidth_g1_to_g2_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g2_to_g1_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g3_to_g2_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
@@ -454,14 +475,13 @@ var dynamoArgKeys = []argKeySpec{
 		}
 		return argErr("aic_nextn", "MTP draft bursts are not modeled; remove it and use decode_speedup_ratio for faster decode")
 	}},
-	argRejectPositive("num_g2_blocks", "KVBM offload tiers are not modeled; remove it or set it to 0"),
-	argRejectPositive("num_g3_blocks", "KVBM offload tiers are not modeled; remove it or set it to 0"),
+	argRejectPositive("num_g3_blocks", "the disk (G3) offload tier is not modeled, only the host tier num_g2_blocks; remove it or set it to 0"),
 	{"enable_g4_storage", func(_ *argParser, _ string, v any) error {
 		b, err := argBoolValue("enable_g4_storage", v)
 		if err != nil || !b {
 			return err
 		}
-		return argErr("enable_g4_storage", "KVBM offload tiers are not modeled; remove it or set it to false")
+		return argErr("enable_g4_storage", "the storage (G4) offload tier is not modeled, only the host tier num_g2_blocks; remove it or set it to false")
 	}},
 }
 
@@ -1034,6 +1054,18 @@ func (a Args) Validate() error {
 		func() *ArgError {
 			if b := a.KVTransferBandwidth; b != nil && (math.IsNaN(*b) || math.IsInf(*b, 0) || *b < 0) {
 				return argErr("kv_transfer_bandwidth", "must be a finite number of GB/s ≥ 0 (0 disables the transfer delay), got %g", *b)
+			}
+			return nil
+		},
+		func() *ArgError {
+			if b := a.BandwidthG2ToG1; b != nil && (math.IsNaN(*b) || math.IsInf(*b, 0) || *b < 0) {
+				return argErr("bandwidth_g2_to_g1_gbps", "must be a finite number of GB/s ≥ 0 (0 makes onboarding take no time), got %g", *b)
+			}
+			if a.NumG2Blocks < 0 || a.NumG2Blocks > math.MaxInt32 {
+				return argErr("num_g2_blocks", "must be between 0 and %d, got %d", math.MaxInt32, a.NumG2Blocks)
+			}
+			if a.NumG2Blocks > 0 && a.EngineType == EngineSGLang {
+				return argErr("num_g2_blocks", "the host offload tier is modeled for the vllm and trtllm engines only; remove it or set it to 0 for sglang")
 			}
 			return nil
 		},

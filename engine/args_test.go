@@ -165,8 +165,11 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"legacy contradicts worker type", `{"worker_type":"decode","is_prefill":true}`, "is_prefill", []string{`contradicts worker_type "decode"`}},
 		{"aic backend", `{"aic_backend":"vllm"}`, "aic_backend", []string{"not modeled", "planner_profile_data"}},
 		{"aic nextn", `{"aic_nextn":3}`, "aic_nextn", []string{"decode_speedup_ratio"}},
-		{"g2 offload", `{"num_g2_blocks":100}`, "num_g2_blocks", []string{"KVBM"}},
-		{"g4 offload", `{"enable_g4_storage":true}`, "enable_g4_storage", []string{"KVBM"}},
+		{"g3 offload", `{"num_g3_blocks":100}`, "num_g3_blocks", []string{"G3", "num_g2_blocks"}},
+		{"g4 offload", `{"enable_g4_storage":true}`, "enable_g4_storage", []string{"G4", "num_g2_blocks"}},
+		{"g2 offload on sglang", `{"engine_type":"sglang","num_g2_blocks":100}`, "num_g2_blocks", []string{"vllm and trtllm"}},
+		{"negative g2 blocks", `{"num_g2_blocks":-1}`, "num_g2_blocks", []string{"-1"}},
+		{"negative g2 bandwidth", `{"bandwidth_g2_to_g1_gbps":-1}`, "bandwidth_g2_to_g1_gbps", []string{"-1"}},
 		{"ignored key wrong type", `{"bootstrap_port":"x"}`, "bootstrap_port", []string{"want an integer in [0, 65535]"}},
 		{"ignored port out of range", `{"zmq_kv_events_port":70000}`, "zmq_kv_events_port", []string{"got 70000"}},
 		{"ignored fraction out of range", `{"gpu_memory_utilization":1.5}`, "gpu_memory_utilization", []string{"[0, 1]"}},
@@ -413,7 +416,11 @@ func TestParseArgs_DynamoOnlyKeysAccepted(t *testing.T) {
 		"aic_backend": null, "aic_nextn": null, "num_g2_blocks": 0, "num_g3_blocks": null,
 		"enable_g4_storage": false
 	}`)
-	assert.Equal(t, DefaultArgs(), a)
+	// Without a host tier (num_g2_blocks 0) its bandwidth is kept but
+	// times nothing.
+	want := DefaultArgs()
+	want.BandwidthG2ToG1 = new(50.0)
+	assert.Equal(t, want, a)
 }
 
 func TestParseArgsLayers_Overlay(t *testing.T) {

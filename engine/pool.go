@@ -137,6 +137,10 @@ type blockPool struct {
 	// slow holds allocN's evicted blocks that need unlink.
 	slow []int32
 
+	// g2 is the host tier the evicted blocks go to, nil without one
+	// (num_g2_blocks 0).
+	g2 *hostTier
+
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
 	// forkFull stays there, and its bucket is probed for good.
@@ -428,6 +432,11 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	if p.viewed {
 		p.visible -= p.vl.evictedAll(blocks, evicted)
 	}
+	if p.g2 != nil {
+		for _, s := range evicted {
+			p.g2.put(blocks[s].hash)
+		}
+	}
 	// Most evicted blocks end their run (a child leaves the LRU no later
 	// than its parent): the block before them then does. The others wait
 	// for unlink, after the loop.
@@ -718,6 +727,11 @@ func (p *blockPool) beginPass() {
 // audit recounts the pool from its blocks and reports the first
 // disagreement with the incremental counters or a broken conservation law.
 func (p *blockPool) audit() error {
+	if p.g2 != nil {
+		if err := p.g2.audit(); err != nil {
+			return err
+		}
+	}
 	var active, inactive, heldOnly int
 	for i := range p.blocks {
 		b := &p.blocks[i]

@@ -328,6 +328,15 @@ type Metrics struct {
 	DynamoWaiting int
 	// Passes counts forward passes that did work.
 	Passes uint64
+	// G2Blocks and G2Capacity are the host offload tier's occupancy and
+	// size in blocks (num_g2_blocks; 0 without a tier). G2Offloaded counts
+	// the blocks the GPU pool evicted into it, G2Onboarded those copied
+	// back on a prefix hit instead of recomputed. Left out of the JSON
+	// (a remote worker's reports) while 0.
+	G2Blocks    int    `json:",omitempty"`
+	G2Capacity  int    `json:",omitempty"`
+	G2Offloaded uint64 `json:",omitempty"`
+	G2Onboarded uint64 `json:",omitempty"`
 }
 
 // Output is what one Step produced. It is owned by the Worker: a pass's

@@ -149,6 +149,10 @@ type VLLM struct {
 	sumPrefix   float64
 	prefillToks int
 	decodeToks  int
+	// onboardMs is the pass's time copying blocks back from the host tier
+	// (pool.g2); onboardPerBlock is one block's.
+	onboardMs       float64
+	onboardPerBlock float64
 
 	// The destination and the waiting request that last lacked blocks
 	// (see lackWatch).
@@ -235,6 +239,10 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	// Prefix caching off: blocks are never indexed, so nothing is shared and
 	// nothing is announced. Decode workers never announce either.
 	v.pool = newBlockPool(v.total, v.caching && !v.decodeWorker)
+	if args.NumG2Blocks > 0 && v.caching {
+		v.pool.g2 = newHostTier(args.NumG2Blocks)
+		v.onboardPerBlock = args.OnboardMsPerBlock()
+	}
 	v.setup(args, v)
 	return v, nil
 }
@@ -525,6 +533,10 @@ func (v *VLLM) Metrics() Metrics {
 		Waiting:            v.waiting.len() + v.pending.len() + v.activated.len(),
 		Preemptions:        v.preemptions,
 	}
+	if t := p.g2; t != nil {
+		m.G2Blocks, m.G2Capacity = t.len(), t.capacity()
+		m.G2Offloaded, m.G2Onboarded = t.offloaded, t.onboarded
+	}
 	v.fillMetrics(&m)
 	if v.includeHeld {
 		m.RouterActiveBlocks = p.active
@@ -693,6 +705,13 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		effective = hits * v.bs
 	}
 	v.hitsOf = nil
+	onboard := 0
+	if v.pool.g2 != nil && s.computed == 0 && len(s.blocks) == 0 {
+		// The prefix goes on in the host tier: those blocks are copied
+		// back into fresh GPU blocks rather than recomputed.
+		onboard = v.pool.g2.run(s.hashes[hits : (s.length-1)/v.bs])
+		effective += onboard * v.bs
+	}
 	remaining := length - effective
 	if remaining <= 0 {
 		return schedNothing
@@ -735,6 +754,10 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		if victim == s {
 			return schedPreemptedSelf
 		}
+	}
+	if onboard > 0 {
+		v.pool.g2.onboarded += uint64(onboard)
+		v.onboardMs += float64(onboard) * v.onboardPerBlock
 	}
 	s.computed = effective + desired
 	if !s.admitted {
@@ -885,6 +908,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	v.preempted = false
 	v.batch, v.sumISL, v.sumPrefix = 0, 0, 0
 	v.prefillToks, v.decodeToks = 0, 0
+	v.onboardMs = 0
 	if len(v.done) > 0 {
 		out.Completions = append(out.Completions, v.done...)
 		v.done = v.done[:0]
@@ -971,6 +995,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 		// may take a step under 1 ms.
 		decodeMs = max(perf.MinDecodeMs, d) / v.decodeSpeedup
 	}
+	// Blocks copied back from the host tier arrive before the forward
+	// pass that reads them: the copy is part of the pass's prefill time.
+	prefillMs += v.onboardMs
 	end := now + prefillMs + decodeMs
 	out.Ran = true
 	out.End = end

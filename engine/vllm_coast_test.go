@@ -45,6 +45,12 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 				t := DefaultTRTLLMArgs()
 				a.TRTLLM = &t
 			}
+			// A host offload tier, on a third of runs: onboarding must
+			// take the same path with the shortcut as without.
+			if rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
+				a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
+				a.KVBytesPerToken = intp(100_000)
+			}
 		})
 		p := newShortcutPair(rt, args, true)
 

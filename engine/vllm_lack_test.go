@@ -36,6 +36,12 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 				t := DefaultTRTLLMArgs()
 				a.TRTLLM = &t
 			}
+			// A host offload tier, on a third of runs: onboarding must
+			// take the same path with the shortcut as without.
+			if rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
+				a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
+				a.KVBytesPerToken = intp(100_000)
+			}
 		})
 		// A worker whose outputs report every token does not coast.
 		firstOnly := rapid.IntRange(0, 3).Draw(rt, "report") > 0

@@ -60,6 +60,10 @@ func build(r Report) (page, error) {
 				{"host lag", fmt.Sprintf("at most %s behind the wall clock", c.ClockLagPeak.Round(time.Millisecond))},
 			},
 		}
+		if st.G2Capacity > 0 {
+			cv.Figures = append(cv.Figures, [2]string{"host (G2) tier",
+				fmt.Sprintf("%d of %d blocks held at the end, %d onboarded on prefix hits", st.G2Blocks, st.G2Capacity, st.G2Onboarded)})
+		}
 		pg.Clusters = append(pg.Clusters, cv)
 	}
 	return pg, nil

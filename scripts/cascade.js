@@ -36,6 +36,12 @@
 //   -e ENGINE=vllm    the scheduler model: vllm, or trtllm (the vLLM core under
 //                     TensorRT-LLM's guaranteed_no_evict: it cascades alike,
 //                     every request set aside to its last token)
+//   -e OFFLOAD=2048   give each prefill worker a host (G2) offload tier of
+//                     this many blocks (num_g2_blocks), and let the prompts
+//                     share their first 768 tokens among 12 documents: more
+//                     than a prefill pool holds, so a document evicted from
+//                     the GPU pool comes back from the tier (cached_tokens)
+//                     at bandwidth_g2_to_g1_gbps rather than being recomputed
 //   -e TRANSPORT=local  run the workers as `mocker worker` child processes over
 //                     an embedded etcd and NATS (the distributed path)
 //   -e TRANSPORT=coupled  the same, the cluster driving the workers' clocks:
@@ -46,6 +52,8 @@ import exec from 'k6/execution';
 
 const leaks = new Counter('mocker_leaks');
 const ENGINE = __ENV.ENGINE || 'vllm';
+const OFFLOAD = parseInt(__ENV.OFFLOAD || '0', 10);
+const onboarded = new Counter('cascade_prefix_hits');
 
 const cluster = mocker.cluster({
   name: 'cascade',
@@ -54,7 +62,13 @@ const cluster = mocker.cluster({
   // five held 1024-token prompts fill a prefill pool; trtllm sets aside
   // each prefill's output token too, a 65th block, so its pool has five
   // more for the same five holds
-  prefill: { workers: 2, args: { num_gpu_blocks: ENGINE === 'trtllm' ? 325 : 320 } },
+  prefill: {
+    workers: 2,
+    args: Object.assign(
+      { num_gpu_blocks: ENGINE === 'trtllm' ? 325 : 320 },
+      OFFLOAD > 0 ? { num_g2_blocks: OFFLOAD, bandwidth_g2_to_g1_gbps: 14 } : {},
+    ),
+  },
   decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2, reserve_takes_slot: true } },
   args: {
     block_size: 16,
@@ -90,11 +104,21 @@ export const options = {
     // request's outcome reached the metrics (keep these two in a copy)
     'mocker_requests{outcome:error}': ['count==0'],
     mocker_requests_lost: ['count==0'],
+    // with the host tier, prompts found their shared document cached
+    ...(OFFLOAD > 0 ? { cascade_prefix_hits: ['count>0'] } : {}),
   },
 };
 
 export default function () {
-  const r = cluster.generate({ prompt_tokens: 1024, max_tokens: 32 });
+  const req = { prompt_tokens: 1024, max_tokens: 32 };
+  if (OFFLOAD > 0) {
+    req.prefix = `doc-${exec.scenario.iterationInTest % 12}`;
+    req.prefix_tokens = 768;
+  }
+  const r = cluster.generate(req);
+  if (r.cached_tokens > 0) {
+    onboarded.add(1);
+  }
   if (r.outcome === 'rejected') {
     // refused while the prefill pools were full of held KV: back off as a
     // client would, rather than spin on refusals; the back-off is modeled
@@ -111,6 +135,13 @@ export function teardown() {
   const stuck = s.held_blocks + s.reserved_blocks + s.active_blocks + open + s.in_flight;
   console.log(`cascade: ${s.pins} holds, ${s.pins_aborted} aborted, ${s.pins_cancelled} cancelled, ${s.prefill_rejections} prefills refused, peak ${s.peak_held_blocks} held blocks; after drain: held ${s.held_blocks}, reserved ${s.reserved_blocks}, active ${s.active_blocks}, open holds ${open}`);
   leaks.add(stuck);
+  if (OFFLOAD > 0) {
+    // both prefill workers have a tier, and prompts came back from them
+    console.log(`cascade: host tiers hold ${s.g2_blocks} of ${s.g2_capacity} blocks, ${s.g2_onboarded} onboarded`);
+    if (s.g2_capacity !== 2 * OFFLOAD || s.g2_onboarded === 0) {
+      exec.test.fail(`host offload tiers not in use: ${JSON.stringify({ g2_capacity: s.g2_capacity, g2_onboarded: s.g2_onboarded })}`);
+    }
+  }
   if (!s.drained || stuck > 0) {
     exec.test.fail(`cluster did not drain cleanly: ${JSON.stringify({ drained: s.drained, held: s.held_blocks, reserved: s.reserved_blocks, active: s.active_blocks, open_holds: open })}`);
   }

@@ -319,6 +319,9 @@ declare module 'k6/x/mocker' {
     passes: number;
     /** A prefill worker's transfer server, host:port. */
     transfer_addr: string;
+    /** The rank's host (G2) offload tier: blocks held now, and its size (num_g2_blocks); 0 without one. */
+    g2_blocks: number;
+    g2_capacity: number;
   }
 
   /** Occupancy now and counters since the cluster started. */
@@ -347,6 +350,10 @@ declare module 'k6/x/mocker' {
     reserved_blocks: number;
     active_blocks: number;
     peak_held_blocks: number;
+    /** The workers' host (G2) offload tiers summed: blocks held now, size, and blocks onboarded on prefix hits; 0 without a tier. */
+    g2_blocks: number;
+    g2_capacity: number;
+    g2_onboarded: number;
     /** The cluster's modeled time. */
     now_ms: number;
     workers: WorkerStats[];
@@ -446,6 +453,10 @@ declare module 'k6/x/mocker' {
     hold_duration_ms: HoldDurations | null;
     peak_held_blocks: number;
     prefill_refusals: number;
+    /** The workers' host (G2) offload tiers summed: blocks held at the end, size, and blocks onboarded on prefix hits; absent without a tier. */
+    g2_blocks?: number;
+    g2_capacity?: number;
+    g2_onboarded?: number;
     /** Longest ended holds, longest first. */
     longest_holds: Hold[];
     /** The most wall ms the run (its paced clock, or on --clock wall the cluster's loop) ran behind the wall clock; 0 on --clock virtual. */

@@ -37,6 +37,7 @@ var scriptRuns = map[string][]map[string]string{
 	"cascade.js": {
 		nil,
 		{"ENGINE": "trtllm"},
+		{"OFFLOAD": "2048"},
 	},
 }
 
@@ -107,6 +108,8 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 				name += "/" + env["ENGINE"] + "-" + env["ROUTER"]
 			case env["ENGINE"] != "":
 				name += "/" + env["ENGINE"]
+			case env["OFFLOAD"] != "":
+				name += "/offload"
 			}
 			t.Run(name, func(t *testing.T) {
 				dir := t.TempDir()

@@ -42,6 +42,12 @@ type ClusterSummary struct {
 	// PrefillRefusals counts requests refused because every prefill worker
 	// was busy: the cascade.
 	PrefillRefusals uint64 `json:"prefill_refusals"`
+	// G2Blocks and G2Capacity are the workers' host (G2) offload tiers,
+	// occupied at the end and in all; G2Onboarded counts the blocks copied
+	// back from them on prefix hits. Absent without a tier.
+	G2Blocks    int    `json:"g2_blocks,omitempty"`
+	G2Capacity  int    `json:"g2_capacity,omitempty"`
+	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
 	// LongestHolds are the longest ended holds, longest first.
 	LongestHolds []cluster.Hold `json:"longest_holds"`
 	// ClockLagPeakMs is the most wall time the cluster's loop ran behind
@@ -134,6 +140,7 @@ func (e *entry) summary() ClusterSummary {
 	}
 	s.PeakHeldBlocks = st.PeakHeldBlocks
 	s.PrefillRefusals = st.PrefillRejections
+	s.G2Blocks, s.G2Capacity, s.G2Onboarded = st.G2Blocks, st.G2Capacity, st.G2Onboarded
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
@@ -192,6 +199,9 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	}
 	line("peak held blocks", fmt.Sprint(s.PeakHeldBlocks))
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
+	if s.G2Capacity > 0 {
+		line("host (G2) tier", fmt.Sprintf("%d of %d blocks, %d onboarded", s.G2Blocks, s.G2Capacity, s.G2Onboarded))
+	}
 	line("modeled time", fmt.Sprintf("%s (script time × speedup_ratio %g)", ms(s.ModeledMs), s.SpeedupRatio))
 	if s.PlaneRejected > 0 {
 		line("plane rejected", fmt.Sprintf("WARN %d request-plane messages dropped unapplied (forged, replayed, malformed, past a bound, or a connect to a transfer address no prefill advertised)", s.PlaneRejected))
