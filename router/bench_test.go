@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/kvstrand/mocker/internal/cputime"
 	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/router"
 )
@@ -80,5 +81,79 @@ func BenchmarkKVRoute(b *testing.B) {
 			b.Fatalf("routed to %d, %v; want worker 1", w, err)
 		}
 		freeByID(r, req.ID)
+	}
+}
+
+// BenchmarkRouteFleet measures one routing decision plus its bookkeeping
+// (a route, and the free of the request routed 16 before it, so 16 stay in
+// flight) in each mode, over 4 registered workers and over 256, in the same
+// run: what a route costs as a fleet grows by workers that hold no request.
+// The prompts are 64 blocks whose first 24 are one of 32 shared prefixes,
+// and the first 4 workers hold those prefixes in the index at both sizes,
+// so the index is the same and only the registered workers differ.
+func BenchmarkRouteFleet(b *testing.B) {
+	const (
+		blocks    = 64
+		prefix    = 24
+		groups    = 32
+		blockSize = 16
+		inflight  = 16
+		prompts   = 256
+	)
+	reqs := make([]router.Request, prompts)
+	for i := range reqs {
+		seq := seqOf(i%groups, 1000+i, i, prefix, blocks)
+		r := &reqs[i]
+		r.ID = fmt.Sprint("req-", i)
+		r.PromptTokens = blocks * blockSize
+		for _, blk := range seq {
+			r.LocalHashes = append(r.LocalHashes, blk.TokensHash)
+			r.SeqHashes = append(r.SeqHashes, blk.Hash)
+		}
+	}
+	for _, mode := range router.Modes {
+		for _, workers := range []int{4, 256} {
+			b.Run(fmt.Sprintf("mode=%s/workers=%d", mode, workers), func(b *testing.B) {
+				cfg := router.DefaultConfig()
+				cfg.Mode, cfg.BlockSize, cfg.Seed = mode, blockSize, 1
+				r, err := router.New(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for w := range workers {
+					if err := r.AddWorker(router.WorkerInfo{ID: uint64(w + 1), Role: router.RoleAggregated, TotalBlocks: 1 << 16}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				for w := range 4 {
+					for g := range groups {
+						r.KVEvent(uint64(w+1), kv.Event{Kind: kv.Stored, Blocks: seqOf(g, w, g, prefix, prefix)})
+					}
+				}
+				var ring [inflight]router.Lease
+				used := make(map[uint64]bool)
+				runtime.GC()
+				b.ReportAllocs()
+				cpu0 := cputime.Self()
+				b.ResetTimer()
+				for i := 0; b.Loop(); i++ {
+					r.FreeLease(ring[i%inflight])
+					id, l, err := r.RouteLease(&reqs[i%prompts])
+					if err != nil {
+						b.Fatal(err)
+					}
+					ring[i%inflight] = l
+					used[id] = true
+				}
+				b.StopTimer()
+				if cpu := cputime.Self() - cpu0; cpu > 0 {
+					b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+				}
+				if r.InFlight() != min(b.N, inflight) {
+					b.Fatalf("%d requests in flight, want %d", r.InFlight(), min(b.N, inflight))
+				}
+				b.ReportMetric(float64(len(used)), "workers-used")
+			})
+		}
 	}
 }

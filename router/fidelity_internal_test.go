@@ -127,7 +127,8 @@ func TestDynamo_KVRoutingDocsExample(t *testing.T) {
 		r := build(t, cfg, req, states)
 		assert.Equal(t, uint64(2), pickOnce(r, req, 1, true), "dynamo_compat %v", compat)
 		want := []float64{18, 10, 11}
-		for i, w := range r.cands {
+		require.Len(t, r.order, len(want))
+		for i, w := range r.order {
 			assert.InDelta(t, want[i], w.cost, 1e-12, "worker %d, dynamo_compat %v", i+1, compat)
 		}
 	}

@@ -164,7 +164,14 @@ type Router struct {
 	approx  *indexer.Approx // non-nil in approximate mode; shares index
 	workers map[uint64]*worker
 	order   []*worker // registration order, for round-robin and repeatability
-	rr      [3]uint64 // round-robin counters by role
+	// byRole holds order's workers split by role, still in registration
+	// order: with no busy threshold configured, a role's workers are its
+	// candidates as they stand, and a route need not visit them.
+	byRole [3][]*worker
+	// gated says a busy threshold is configured, so a route must check
+	// every worker of the role (busy is decided afresh from its loads).
+	gated bool
+	rr    [3]uint64 // round-robin counters by role
 	// blocks holds the active blocks of requests in flight, by sequence
 	// hash. Each route adds and each free removes a request's blocks, so
 	// the table churns constantly: kv.Index takes that churn with one
@@ -216,6 +223,8 @@ func New(cfg Config, opts ...Option) (*Router, error) {
 		workers: make(map[uint64]*worker),
 		removed: make(map[uint64]struct{}),
 		reqTTL:  time.Duration(cfg.RouterRequestTTLSecs * float64(time.Second)),
+		gated: cfg.ActiveDecodeBlocksThreshold != nil || cfg.ActivePrefillTokensThreshold != nil ||
+			cfg.ActivePrefillTokensThresholdFrac != nil,
 	}
 	if cfg.UseKVEvents {
 		r.index = indexer.New()
@@ -264,7 +273,11 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 	defer r.mu.Unlock()
 	delete(r.removed, info.ID)
 	if w := r.workers[info.ID]; w != nil {
-		w.info, w.role = info, role
+		if w.role != role {
+			w.role = role
+			r.splitRoles()
+		}
+		w.info = info
 		return nil
 	}
 	w := &worker{info: info, role: role}
@@ -278,7 +291,20 @@ func (r *Router) AddWorker(info WorkerInfo) error {
 	}
 	r.workers[info.ID] = w
 	r.order = append(r.order, w)
+	r.byRole[role] = append(r.byRole[role], w)
 	return nil
+}
+
+// splitRoles rebuilds byRole from order, after a worker left or changed
+// role.
+func (r *Router) splitRoles() {
+	for i := range r.byRole {
+		clear(r.byRole[i])
+		r.byRole[i] = r.byRole[i][:0]
+	}
+	for _, w := range r.order {
+		r.byRole[w.role] = append(r.byRole[w.role], w)
+	}
 }
 
 // RemoveWorker forgets a worker: it leaves rotation, the kv index and load
@@ -309,6 +335,7 @@ func (r *Router) RemoveWorker(id uint64) bool {
 	}
 	delete(r.workers, id)
 	r.order = slices.DeleteFunc(r.order, func(x *worker) bool { return x == w })
+	r.byRole[w.role] = slices.DeleteFunc(r.byRole[w.role], func(x *worker) bool { return x == w })
 	// Its requests released, no block names the slot any more.
 	r.slots[w.slot] = nil
 	r.freeSlots = append(r.freeSlots, w.slot)
@@ -465,10 +492,11 @@ func (r *Router) routeLocked(req *Request) (uint64, Lease, error) {
 func (r *Router) route(req *Request, now time.Time) (uint64, Lease, error) {
 	r.expireRequests(now)
 	r.expire(now)
-	if err := r.candidates(RoleAggregated, req, &r.cands); err != nil {
+	cands, err := r.candidates(RoleAggregated, req, &r.cands)
+	if err != nil {
 		return 0, Lease{}, err
 	}
-	w := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
+	w := r.pick(cands, req, r.cfg.PrefillScale(), true, true)
 	st := r.newState()
 	st.seqs = append(st.seqs[:0], req.SeqHashes...)
 	st.legs[0] = leg{w: w, tokens: uncached(req, w.overlap, r.cfg.BlockSize), seqs: st.seqs}
@@ -511,16 +539,18 @@ func (r *Router) routeDisagg(req *Request, now time.Time) (prefill, decode uint6
 	// Both pools are checked before either pick, so a rejected request
 	// leaves no trace: nothing charged, no round-robin turn taken, no
 	// random draw spent.
-	if err := r.candidates(RolePrefill, req, &r.cands); err != nil {
+	pcands, err := r.candidates(RolePrefill, req, &r.cands)
+	if err != nil {
 		return 0, 0, Lease{}, err
 	}
-	if err := r.candidates(RoleDecode, req, &r.dcands); err != nil {
+	dcands, err := r.candidates(RoleDecode, req, &r.dcands)
+	if err != nil {
 		return 0, 0, Lease{}, err
 	}
-	p := r.pick(r.cands, req, r.cfg.PrefillScale(), true, true)
+	p := r.pick(pcands, req, r.cfg.PrefillScale(), true, true)
 	// The decode leg charges blocks, not uncached tokens, and weighs no
 	// overlap: its pick needs no index walk.
-	d := r.pick(r.dcands, req, 0, false, false)
+	d := r.pick(dcands, req, 0, false, false)
 	st := r.newState()
 	st.legs[0] = leg{w: p, tokens: uncached(req, p.overlap, r.cfg.BlockSize)}
 	st.legs[1] = leg{w: d, blocks: len(req.SeqHashes)}
@@ -730,31 +760,34 @@ func (r *Router) busy(w *worker) bool {
 	return false
 }
 
-// candidates fills *dst with the free workers of role, in registration
-// order.
-func (r *Router) candidates(role Role, req *Request, dst *[]*worker) error {
+// candidates returns the free workers of role, in registration order.
+// With no busy threshold configured every worker is free, and it returns
+// the role's own list, which the caller must not change, without visiting
+// it. Otherwise it fills *dst, checking each worker.
+func (r *Router) candidates(role Role, req *Request, dst *[]*worker) ([]*worker, error) {
 	ri, _ := role.index()
-	cands := (*dst)[:0]
-	total := 0
-	for _, w := range r.order {
-		if w.role != ri {
-			continue
+	if !r.gated {
+		if len(r.byRole[ri]) == 0 {
+			return nil, fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
 		}
-		total++
+		return r.byRole[ri], nil
+	}
+	cands := (*dst)[:0]
+	for _, w := range r.byRole[ri] {
 		if !r.busy(w) {
 			cands = append(cands, w)
 		}
 	}
 	*dst = cands
-	switch {
+	switch total := len(r.byRole[ri]); {
 	case total == 0:
-		return fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
+		return nil, fmt.Errorf("route request %q: %w with role %s", req.ID, ErrNoWorkers, role)
 	case len(cands) == 0:
 		r.stats.RejectedBusy++
-		return fmt.Errorf("route request %q: %w: %d %s workers, each over a busy threshold; retry later",
+		return nil, fmt.Errorf("route request %q: %w: %d %s workers, each over a busy threshold; retry later",
 			req.ID, &BusyError{Role: role, Workers: total}, total, role)
 	}
-	return nil
+	return cands, nil
 }
 
 // Worker returns a snapshot of one registered worker.

@@ -5,29 +5,29 @@ import "math"
 // pick chooses one of cands (non-empty) by the configured mode. weight is
 // the overlap score weight for kv mode; reuse says whether the request's
 // blocks may be shared with blocks already active on a worker. With match
-// it leaves each candidate's overlap depth in w.overlap for the caller to
-// charge; without, overlaps count as 0 and the index is not walked.
+// it leaves the chosen worker's overlap depth in w.overlap for the caller
+// to charge (kv mode leaves every candidate's, having weighed them all);
+// without, the overlap counts as 0 and the index is not walked.
+//
+// Round-robin, random and power-of-two look at no other candidate than
+// those they draw, so their cost does not grow with idle workers.
+// Least-loaded must see every candidate's load, and kv mode every
+// candidate's cost.
 func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse, match bool) *worker {
-	if match {
-		r.overlaps(cands, req)
-	} else {
-		for _, w := range cands {
-			w.overlap = 0
-		}
-	}
+	var w *worker
 	switch r.cfg.Mode {
 	case ModeRoundRobin:
 		ri := cands[0].role
-		w := cands[r.rr[ri]%uint64(len(cands))]
+		w = cands[r.rr[ri]%uint64(len(cands))]
 		r.rr[ri]++
-		return w
 	case ModeRandom:
-		return cands[r.rng.IntN(len(cands))]
+		w = cands[r.rng.IntN(len(cands))]
 	case ModeLeastLoaded:
-		return r.leastLoaded(cands)
+		w = r.leastLoaded(cands)
 	case ModePowerOfTwo:
 		if len(cands) == 1 {
-			return cands[0]
+			w = cands[0]
+			break
 		}
 		i := r.rng.IntN(len(cands))
 		j := r.rng.IntN(len(cands) - 1)
@@ -35,13 +35,43 @@ func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse, matc
 			j++
 		}
 		a, b := cands[i], cands[j]
+		w = a
 		if b.inflight < a.inflight {
-			return b
+			w = b
 		}
-		return a
 	default:
+		if match {
+			r.overlaps(cands, req)
+		} else {
+			for _, c := range cands {
+				c.overlap = 0
+			}
+		}
 		return r.kvPick(cands, req, weight, reuse)
 	}
+	w.overlap = 0
+	if match {
+		w.overlap = r.overlap(w, req)
+	}
+	return w
+}
+
+// overlap is w's prefix overlap with the request, in blocks: overlaps for
+// one worker.
+func (r *Router) overlap(w *worker, req *Request) int {
+	if len(req.LocalHashes) == 0 {
+		return 0
+	}
+	if w.view != nil {
+		return w.view.Depth(req.LocalHashes, req.SeqHashes)
+	}
+	r.scores = r.index.FindMatches(req.LocalHashes, false, r.scores[:0])
+	for _, s := range r.scores {
+		if s.Worker == w.info.ID {
+			return s.Depth
+		}
+	}
+	return 0
 }
 
 // overlaps sets each candidate's prefix overlap with the request, in blocks.

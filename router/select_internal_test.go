@@ -68,11 +68,11 @@ func build(t *testing.T, cfg Config, req *Request, states []state) *Router {
 }
 
 func pickOnce(r *Router, req *Request, weight float64, reuse bool) uint64 {
-	err := r.candidates(RoleAggregated, req, &r.cands)
+	cands, err := r.candidates(RoleAggregated, req, &r.cands)
 	if err != nil {
 		panic(err)
 	}
-	return r.pick(r.cands, req, weight, reuse, true).info.ID
+	return r.pick(cands, req, weight, reuse, true).info.ID
 }
 
 // TestKV_CostSelection checks the classic cost on hand-computed rows. The

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -18,10 +19,16 @@ import (
 // A decode dials only the transfer servers that registered prefill
 // workers advertise: a connect whose params name any other host:port
 // (a router's session key in the wrong hands could ask for anything) is
-// refused and counted, never dialed. The decode watches the namespace's
-// registrations; an address it has not seen yet is checked against etcd
-// before it is refused, since the router may hear of a new prefill, and
-// send its connect, before the decode's watch does.
+// refused and counted, never dialed. The decode watches the prefills'
+// model cards, which carry the transfer server's address as the card's
+// disaggregated endpoint and sit under a prefix of their own
+// (plane.MDCPrefix), so a decode hears nothing of the other workers
+// coming and going; the registrations (plane.RegistrationPrefix) name no
+// role in their keys. A prefill writes its card in the transaction that
+// writes its registration, under the same lease, so the two come and go
+// together. An address the decode has not seen yet is checked against
+// etcd before it is refused, since the router may hear of a new prefill,
+// and send its connect, before the decode's watch does.
 
 // prefillUp is a prefill's registration as a decode trusts it: under the
 // lease its instance id names.
@@ -30,24 +37,40 @@ type prefillUp struct {
 	addr string
 }
 
-// prefillOf reads a worker registration; ok only for a prefill's, under
-// its own lease, with a transfer address.
+// prefillCard is the part of a prefill's model card (plane.ModelValue) a
+// decode reads.
+type prefillCard struct {
+	InstanceID int64 `json:"instance_id"`
+	Card       struct {
+		WorkerType    engine.WorkerType `json:"worker_type"`
+		RuntimeConfig struct {
+			Endpoint *struct {
+				Host string `json:"bootstrap_host"`
+				Port int    `json:"bootstrap_port"`
+			} `json:"disaggregated_endpoint"`
+		} `json:"runtime_config"`
+	} `json:"card_json"`
+}
+
+// prefillOf reads a model card under plane.MDCPrefix's prefill prefix; ok
+// only for a prefill's, under its own lease, with a transfer address.
 func prefillOf(kv *mvccpb.KeyValue, log *slog.Logger) (prefillUp, bool) {
-	var reg plane.Registration
-	if err := json.Unmarshal(kv.Value, &reg); err != nil {
+	var c prefillCard
+	if err := json.Unmarshal(kv.Value, &c); err != nil {
 		return prefillUp{}, false
 	}
 	id, err := plane.InstanceOfKey(string(kv.Key))
-	if err != nil || kv.Lease == 0 || kv.Lease != reg.InstanceID || id != reg.InstanceID {
-		if log != nil && reg.Role == engine.WorkerPrefill {
-			log.Warn("prefill registration ignored: not under the lease its instance_id names", "key", string(kv.Key))
+	if err != nil || kv.Lease == 0 || kv.Lease != c.InstanceID || id != c.InstanceID {
+		if log != nil {
+			log.Warn("prefill model card ignored: not under the lease its instance_id names", "key", string(kv.Key))
 		}
 		return prefillUp{}, false
 	}
-	if reg.Role != engine.WorkerPrefill || reg.TransferAddr == "" {
+	ep := c.Card.RuntimeConfig.Endpoint
+	if c.Card.WorkerType != engine.WorkerPrefill || ep == nil || ep.Host == "" || ep.Port == 0 {
 		return prefillUp{}, false
 	}
-	return prefillUp{id: id, addr: reg.TransferAddr}, true
+	return prefillUp{id: id, addr: net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port))}, true
 }
 
 // sameAddr compares two host:port addresses, the host without case.
@@ -73,9 +96,9 @@ func (l *workerLoop) advertised(addr string) bool {
 func (l *workerLoop) advertisedNow(ctx context.Context, addr string) (bool, error) {
 	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
 	defer cancel()
-	resp, err := l.ec.Get(gctx, plane.RegistrationPrefix(l.cfg.Namespace), clientv3.WithPrefix())
+	resp, err := l.ec.Get(gctx, l.prefillPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return false, fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(l.cfg.Etcd), plane.RegistrationPrefix(l.cfg.Namespace), err)
+		return false, fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(l.cfg.Etcd), l.prefillPrefix(), err)
 	}
 	for _, kv := range resp.Kvs {
 		if p, ok := prefillOf(kv, nil); ok && sameAddr(p.addr, addr) {
@@ -85,14 +108,19 @@ func (l *workerLoop) advertisedNow(ctx context.Context, addr string) (bool, erro
 	return false, nil
 }
 
+// prefillPrefix is the prefix of the namespace's prefill model cards.
+func (l *workerLoop) prefillPrefix() string {
+	return plane.MDCPrefix(l.cfg.Namespace, engine.WorkerPrefill)
+}
+
 // listPrefills fills l.prefills from etcd and returns the revision to
 // watch from.
 func (l *workerLoop) listPrefills(ctx context.Context) (int64, error) {
 	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
 	defer cancel()
-	resp, err := l.ec.Get(gctx, plane.RegistrationPrefix(l.cfg.Namespace), clientv3.WithPrefix())
+	resp, err := l.ec.Get(gctx, l.prefillPrefix(), clientv3.WithPrefix())
 	if err != nil {
-		return 0, fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(l.cfg.Etcd), plane.RegistrationPrefix(l.cfg.Namespace), err)
+		return 0, fmt.Errorf("etcd %s: list %s: %w", plane.RedactedURLs(l.cfg.Etcd), l.prefillPrefix(), err)
 	}
 	for _, kv := range resp.Kvs {
 		if p, ok := prefillOf(kv, l.log); ok {
@@ -102,11 +130,11 @@ func (l *workerLoop) listPrefills(ctx context.Context) (int64, error) {
 	return resp.Header.Revision + 1, nil
 }
 
-// watchPrefills follows the namespace's registrations from rev until ctx
+// watchPrefills follows the namespace's prefill model cards from rev until ctx
 // ends and tells the loop of each prefill that comes or goes.
 func (l *workerLoop) watchPrefills(ctx context.Context, rev int64) {
 	defer l.wg.Done()
-	plane.WatchPrefix(ctx, l.ec, plane.RegistrationPrefix(l.cfg.Namespace), rev, l.log, func(ev *clientv3.Event) {
+	plane.WatchPrefix(ctx, l.ec, l.prefillPrefix(), rev, l.log, func(ev *clientv3.Event) {
 		var m workerMsg
 		if ev.Type == mvccpb.PUT {
 			p, ok := prefillOf(ev.Kv, l.log)

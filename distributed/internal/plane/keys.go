@@ -48,7 +48,14 @@ func InstanceKey(ns string, role engine.WorkerType, id int64) string {
 }
 
 func MDCKey(ns string, role engine.WorkerType, id int64) string {
-	return fmt.Sprintf("v1/mdc/%s/%s/%s/%x", ns, ComponentOf(role), endpointName, id)
+	return fmt.Sprintf("%s%x", MDCPrefix(ns, role), id)
+}
+
+// MDCPrefix selects the model cards of role's component in ns: for
+// WorkerPrefill, the prefills' and no one else's (decode and aggregated
+// workers share the "backend" component).
+func MDCPrefix(ns string, role engine.WorkerType) string {
+	return fmt.Sprintf("v1/mdc/%s/%s/%s/", ns, ComponentOf(role), endpointName)
 }
 
 func RegistrationPrefix(ns string) string { return "v1/mocker/" + ns + "/" }
