@@ -49,3 +49,19 @@ func (c *Cluster) CachedBlocks(worker int) ([]kv.SeqHash, error) {
 	c.query(func() { hs = c.workers[worker].w.CachedBlocks() })
 	return hs, nil
 }
+
+// HostBlocks returns the sequence hashes of the blocks the in-process
+// worker at index holds in its host tier (num_g2_blocks) now: what its KV
+// events of the CPU medium have stored and not yet removed, from the least
+// to the most recently used. A worker without a tier holds none.
+func (c *Cluster) HostBlocks(worker int) ([]kv.SeqHash, error) {
+	if c.remote != nil {
+		return nil, fmt.Errorf("host blocks: worker %d is reached through a transport; only in-process workers are read", worker)
+	}
+	if worker < 0 || worker >= len(c.workers) {
+		return nil, fmt.Errorf("host blocks: worker %d: the cluster has workers 0 to %d", worker, len(c.workers)-1)
+	}
+	var hs []kv.SeqHash
+	c.query(func() { hs = c.workers[worker].w.HostBlocks() })
+	return hs, nil
+}
