@@ -71,11 +71,13 @@ type vllmBlockRemoved struct {
 // they are not GPU blocks, and a consumer of GPU blocks keeps them out.
 type vllmBlockSet struct {
 	blocks  map[uint64]bool
-	cpu     map[uint64]bool
-	offloaded, dropped int
 	stored  int
 	removed int
 	seqs    []uint64
+
+	cpu       map[uint64]bool
+	offloaded int // blocks stored on CPU
+	dropped   int // blocks removed from CPU
 
 	keys     map[uint64]bool
 	keyOf    map[uint64]uint64 // block hash → token key, of every block ever stored
