@@ -19,6 +19,7 @@ type viewCheck struct {
 	depths, blocks atomic.Int64 // answers compared
 	inFlight       atomic.Int64 // depths a pass in flight changed
 	dropped        atomic.Int64 // Stored events the index dropped for an unknown parent
+	cpuEvents      atomic.Int64 // events of a host tier (CPU medium) fed to the index
 	firstMismatch  atomic.Pointer[string]
 	mismatches     atomic.Int64
 }
@@ -79,6 +80,9 @@ func checkedRun(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck) Vi
 	var views []checkedView
 	opts := options{virtual: true, memory: true, keepEvents: true, shareTokens: true,
 		kvTap: func(id uint64, ev kv.Event) {
+			if ev.Medium == kv.MediumCPU {
+				vc.cpuEvents.Add(1)
+			}
 			if err := index.Apply(id, ev); errors.Is(err, indexer.ErrUnknownParent) {
 				vc.dropped.Add(1)
 			}
@@ -137,6 +141,22 @@ func TestKVView_AnswersAsTheEventFedIndex(t *testing.T) {
 		add(long, 5, 1)
 		checkViewCase(t, cfg, arr, &vc)
 		require.Positive(t, vc.dropped.Load(), "the index dropped a Stored event")
+	})
+	// With a host tier the workers also announce blocks moving to it and
+	// leaving it (CPU medium). The index ignores them, so it still answers
+	// as the views, which model the GPU pool alone, and routes the same.
+	t.Run("host_tier_events", func(t *testing.T) {
+		cfg := Config{Workers: 2, Router: "kv", Seed: 7, Args: map[string]any{
+			"block_size": 4, "num_gpu_blocks": 32, "num_g2_blocks": 24, "max_num_seqs": 4,
+			"kv_bytes_per_token": 131072}}
+		var arr []Arrival
+		for i := range 160 {
+			arr = append(arr, Arrival{AtMs: float64(20 * i), Request: Request{PromptTokens: 40 + i%3, MaxTokens: 4,
+				Prefix: fmt.Sprintf("p%d", i%7), PrefixTokens: 32}})
+		}
+		before := vc.cpuEvents.Load()
+		checkViewCase(t, cfg, arr, &vc)
+		require.Positive(t, vc.cpuEvents.Load()-before, "the index was fed host tier events")
 	})
 	rapid.Check(t, func(rt *rapid.T) {
 		eng := rapid.SampledFrom([]string{"vllm", "sglang"}).Draw(rt, "engine")

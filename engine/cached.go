@@ -28,3 +28,24 @@ func (w *Worker) CachedBlocks() []kv.SeqHash {
 	}
 	return hs
 }
+
+// HostBlocks returns the sequence hashes of the blocks w's host tier
+// (num_g2_blocks) holds now, from the least to the most recently used: the
+// blocks its KV events of the CPU medium have stored and not removed. A
+// worker without a tier, or one that announces no blocks, returns none.
+// Like CachedBlocks it is for tests and inspection.
+func (w *Worker) HostBlocks() []kv.SeqHash {
+	if _, ok := w.KVView(); !ok {
+		return nil
+	}
+	s, ok := w.sched.(*VLLM)
+	if !ok || s.pool.g2 == nil {
+		return nil
+	}
+	t := s.pool.g2
+	hs := make([]kv.SeqHash, 0, t.len())
+	for i := t.head; i != noSlot; i = t.next[i] {
+		hs = append(hs, t.hash[i])
+	}
+	return hs
+}

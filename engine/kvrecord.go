@@ -22,6 +22,9 @@ type kvRecorder struct {
 	omit    bool
 	dropped bool // something was not recorded since reset
 	next    uint64
+	// nextCPU numbers the host tier's events, apart from the GPU pool's,
+	// so that a consumer of the GPU events alone sees no gaps.
+	nextCPU uint64
 	recs    []evRec
 	blocks  []kv.Block
 	removes []kv.SeqHash
@@ -43,6 +46,7 @@ type kvRecorder struct {
 type evRec struct {
 	id         uint64
 	kind       kv.EventKind
+	medium     kv.Medium
 	parent     kv.SeqHash
 	hasParent  bool
 	start, end int
@@ -74,7 +78,7 @@ func (r *kvRecorder) stored(h kv.SeqHash, local kv.LocalHash, parent kv.SeqHash,
 	}
 	if n := len(r.recs); n > 0 {
 		last := &r.recs[n-1]
-		if last.kind == kv.Stored && hasParent && last.end == len(r.blocks) && r.blocks[last.end-1].Hash == parent {
+		if last.kind == kv.Stored && last.medium == kv.MediumGPU && hasParent && last.end == len(r.blocks) && r.blocks[last.end-1].Hash == parent {
 			r.blocks = append(r.blocks, kv.Block{Hash: h, TokensHash: local})
 			last.end++
 			return
@@ -125,7 +129,7 @@ func (r *kvRecorder) removedRun(n int) []kv.SeqHash {
 	}
 	start := len(r.removes)
 	r.removes = slices.Grow(r.removes, n)[:start+n]
-	if k := len(r.recs); k > 0 && r.recs[k-1].kind == kv.Removed && r.recs[k-1].end == start {
+	if k := len(r.recs); k > 0 && r.recs[k-1].kind == kv.Removed && r.recs[k-1].medium == kv.MediumGPU && r.recs[k-1].end == start {
 		r.recs[k-1].end += n
 	} else {
 		r.recs = append(r.recs, evRec{id: r.next, kind: kv.Removed, start: start, end: start + n})
@@ -142,7 +146,7 @@ func (r *kvRecorder) removed(h kv.SeqHash) {
 	}
 	if n := len(r.recs); n > 0 {
 		last := &r.recs[n-1]
-		if last.kind == kv.Removed && last.end == len(r.removes) {
+		if last.kind == kv.Removed && last.medium == kv.MediumGPU && last.end == len(r.removes) {
 			r.removes = append(r.removes, h)
 			last.end++
 			return
@@ -153,11 +157,55 @@ func (r *kvRecorder) removed(h kv.SeqHash) {
 	r.next++
 }
 
+// storedCPU records that the block with sequence hash h was copied to the
+// host tier. Consecutive ones share one Stored event of the CPU medium,
+// parentless and without token ids or token hashes, as vLLM announces the
+// blocks its CPU offloading stores: a router does not index them.
+func (r *kvRecorder) storedCPU(h kv.SeqHash) {
+	if !r.emit {
+		r.dropped = true
+		return
+	}
+	if n := len(r.recs); n > 0 {
+		last := &r.recs[n-1]
+		if last.kind == kv.Stored && last.medium == kv.MediumCPU && last.end == len(r.blocks) {
+			r.blocks = append(r.blocks, kv.Block{Hash: h})
+			last.end++
+			return
+		}
+	}
+	r.blocks = append(r.blocks, kv.Block{Hash: h})
+	r.recs = append(r.recs, evRec{id: r.nextCPU, kind: kv.Stored, medium: kv.MediumCPU,
+		start: len(r.blocks) - 1, end: len(r.blocks)})
+	r.nextCPU++
+}
+
+// removedCPU records that the host tier dropped the block with sequence
+// hash h. Consecutive ones share one Removed event of the CPU medium.
+func (r *kvRecorder) removedCPU(h kv.SeqHash) {
+	if !r.emit {
+		r.dropped = true
+		return
+	}
+	if n := len(r.recs); n > 0 {
+		last := &r.recs[n-1]
+		if last.kind == kv.Removed && last.medium == kv.MediumCPU && last.end == len(r.removes) {
+			r.removes = append(r.removes, h)
+			last.end++
+			return
+		}
+	}
+	r.removes = append(r.removes, h)
+	r.recs = append(r.recs, evRec{id: r.nextCPU, kind: kv.Removed, medium: kv.MediumCPU,
+		start: len(r.removes) - 1, end: len(r.removes)})
+	r.nextCPU++
+}
+
 // flush appends the recorded events to dst; they point into the recorder's
 // arenas, which stay untouched until reset.
 func (r *kvRecorder) flush(dst []kv.Event) []kv.Event {
 	for _, rec := range r.recs {
-		ev := kv.Event{ID: rec.id, Kind: rec.kind}
+		ev := kv.Event{ID: rec.id, Kind: rec.kind, Medium: rec.medium}
 		if rec.kind == kv.Stored {
 			ev.Parent, ev.HasParent = rec.parent, rec.hasParent
 			ev.Blocks = r.blocks[rec.start:rec.end:rec.end]

@@ -72,11 +72,13 @@ func (t *hostTier) append(s int32) {
 }
 
 // put files h as the most recently used block, evicting the least recently
-// used one when the tier is full.
-func (t *hostTier) put(h kv.SeqHash) {
+// used one when the tier is full. It reports whether h is new to the tier
+// (one it already held is only refreshed) and, when it evicted one, the
+// hash it dropped.
+func (t *hostTier) put(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
 	if s, ok := t.slots[h]; ok {
 		t.touchSlot(s)
-		return
+		return false, 0, false
 	}
 	t.offloaded++
 	var s int32
@@ -88,12 +90,14 @@ func (t *hostTier) put(h kv.SeqHash) {
 	} else {
 		s = t.head
 		t.detach(s)
-		delete(t.slots, t.hash[s])
+		dropped, didDrop = t.hash[s], true
+		delete(t.slots, dropped)
 		t.dropped++
 		t.hash[s] = h
 	}
 	t.slots[h] = s
 	t.append(s)
+	return true, dropped, didDrop
 }
 
 func (t *hostTier) touchSlot(s int32) {

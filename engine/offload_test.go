@@ -149,3 +149,87 @@ func tierOrder(t *hostTier) []kv.SeqHash {
 	}
 	return out
 }
+
+// TestVLLM_G2KVEventsPerMedium rebuilds the GPU pool's and the host tier's
+// block sets from the worker's KV events alone and checks them against the
+// pool and the tier: a block the GPU pool evicts into the tier is removed
+// from GPU and stored on CPU, a block the tier drops is removed from CPU,
+// and an onboarded block is stored on GPU again. Each medium numbers its
+// events from 0 without gaps.
+func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
+	// Four prompts of 5 blocks cycle through an 8-block pool over a
+	// 16-block tier, which onboards them; then fresh prompts make the tier
+	// drop blocks.
+	w := newWorker(t, g2Args(16, 8))
+	var r record
+	now := 0.0
+	for i := range 30 {
+		seed := i%4 + 1
+		if i >= 16 {
+			seed = i
+		}
+		p := seqTokens(uint32(1000*seed), 17)
+		require.NoError(t, w.Submit(now, Request{ID: uint64(i + 1), Tokens: p, MaxTokens: 3}, Release))
+		now = drive(t, w, &r, now)
+	}
+	m := w.Metrics()
+	require.Positive(t, m.G2Onboarded)
+	require.Greater(t, m.G2Offloaded, uint64(m.G2Capacity), "the tier dropped blocks")
+
+	sets := map[kv.Medium]map[kv.SeqHash]bool{kv.MediumGPU: {}, kv.MediumCPU: {}}
+	next := map[kv.Medium]uint64{}
+	counts := map[kv.Medium]map[kv.EventKind]int{kv.MediumGPU: {}, kv.MediumCPU: {}}
+	for _, e := range r.kvEvents {
+		require.Contains(t, sets, e.Medium)
+		require.Equal(t, next[e.Medium], e.ID, "%s event ids run from 0 without gaps", e.Medium)
+		next[e.Medium]++
+		counts[e.Medium][e.Kind]++
+		set := sets[e.Medium]
+		switch e.Kind {
+		case kv.Stored:
+			if e.Medium == kv.MediumCPU {
+				assert.False(t, e.HasParent, "a CPU Stored event names no parent")
+			}
+			for _, b := range e.Blocks {
+				require.False(t, set[b.Hash], "%s stores %x twice", e.Medium, b.Hash)
+				if e.Medium == kv.MediumCPU {
+					require.False(t, sets[kv.MediumGPU][b.Hash], "block %x offloaded while on the GPU", b.Hash)
+				}
+				set[b.Hash] = true
+			}
+		case kv.Removed:
+			for _, h := range e.RemovedHashes {
+				require.True(t, set[h], "%s removes %x it does not hold", e.Medium, h)
+				delete(set, h)
+			}
+		default:
+			t.Fatalf("unexpected event kind %s", e.Kind)
+		}
+	}
+	for _, k := range []kv.EventKind{kv.Stored, kv.Removed} {
+		assert.Positive(t, counts[kv.MediumGPU][k], "GPU %s events", k)
+		assert.Positive(t, counts[kv.MediumCPU][k], "CPU %s events", k)
+	}
+
+	gpu := w.CachedBlocks()
+	assert.Len(t, sets[kv.MediumGPU], len(gpu))
+	for _, h := range gpu {
+		assert.True(t, sets[kv.MediumGPU][h], "GPU block %x not announced", h)
+	}
+	tier := w.HostBlocks()
+	assert.Equal(t, tierOrder(w.sched.(*VLLM).pool.g2), tier)
+	assert.Len(t, sets[kv.MediumCPU], len(tier))
+	for _, h := range tier {
+		assert.True(t, sets[kv.MediumCPU][h], "host tier block %x not announced", h)
+	}
+}
+
+// TestVLLM_NoTierNoCPUEvents: without a host tier every event is the GPU
+// pool's.
+func TestVLLM_NoTierNoCPUEvents(t *testing.T) {
+	r, _, _ := evictThenReturn(t, smallArgs(8))
+	require.NotEmpty(t, r.kvEvents)
+	for _, e := range r.kvEvents {
+		assert.Equal(t, kv.MediumGPU, e.Medium)
+	}
+}

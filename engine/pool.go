@@ -433,8 +433,19 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		p.visible -= p.vl.evictedAll(blocks, evicted)
 	}
 	if p.g2 != nil {
+		// Each block the tier takes in is announced stored on the CPU
+		// medium, after the block it evicted to make room, if any, is
+		// announced removed from it: the GPU Removed event above and
+		// these make the move G1 to G2.
 		for _, s := range evicted {
-			p.g2.put(blocks[s].hash)
+			h := blocks[s].hash
+			added, dropped, didDrop := p.g2.put(h)
+			if didDrop {
+				p.ev.removedCPU(dropped)
+			}
+			if added {
+				p.ev.storedCPU(h)
+			}
 		}
 	}
 	// Most evicted blocks end their run (a child leaves the LRU no later

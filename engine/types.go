@@ -371,8 +371,9 @@ type Output struct {
 	Events   []Event
 	KVEvents []kv.Event
 	// KVTokens are the token ids of the blocks KVEvents' Stored events
-	// store, block_size per block, in the order of the events and of
-	// their Blocks; empty unless the worker was told to record them
+	// of the GPU medium store, block_size per block, in the order of the
+	// events and of their Blocks (a Stored event of the host tier, CPU,
+	// has none); empty unless the worker was told to record them
 	// (Worker.RecordKVTokens).
 	KVTokens []uint32
 	// Metrics is the worker's state after the pass.

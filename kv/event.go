@@ -25,6 +25,30 @@ func (k EventKind) String() string {
 	return "unknown"
 }
 
+// Medium is the KV tier an event's blocks are in. Its zero value is the
+// GPU pool, so an event that names none is a GPU event, as every event was
+// before a worker had a lower tier.
+type Medium uint8
+
+const (
+	// MediumGPU is the GPU pool (G1): the blocks a kv router indexes.
+	MediumGPU Medium = iota
+	// MediumCPU is the host tier (G2) below it: blocks the GPU pool
+	// evicted and copied to host memory, which a prefix hit copies back.
+	MediumCPU
+)
+
+// String returns the name vLLM's KV events give the medium: "GPU" or "CPU".
+func (m Medium) String() string {
+	switch m {
+	case MediumGPU:
+		return "GPU"
+	case MediumCPU:
+		return "CPU"
+	}
+	return "unknown"
+}
+
 // Block is one stored block: its sequence hash (the worker's key for it) and
 // its local hash (the indexer's tree key).
 type Block struct {
@@ -33,7 +57,7 @@ type Block struct {
 }
 
 // Event is one change to a worker's pool. Event ids are monotonic per worker
-// (and dp rank), starting at 0, so a consumer can detect gaps.
+// (and dp rank and medium), starting at 0, so a consumer can detect gaps.
 type Event struct {
 	ID     uint64    `json:"event_id"`
 	DPRank uint32    `json:"dp_rank"`
@@ -46,6 +70,12 @@ type Event struct {
 	Blocks []Block `json:"-"`
 	// Removed are the sequence hashes of evicted blocks. (Removed only.)
 	RemovedHashes []SeqHash `json:"-"`
+	// Medium is the tier the blocks were stored in or removed from.
+	// Events of a lower tier (MediumCPU) are numbered apart from the GPU
+	// pool's, each tier's ids monotonic from 0, so a consumer that keeps
+	// to the GPU pool's events sees no gaps. A router indexes GPU events
+	// only.
+	Medium Medium `json:"-"`
 }
 
 // WorkerEvent is an Event tagged with the worker that published it, as a

@@ -12,7 +12,8 @@ import (
 //	  "data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}
 //
 // data is {"removed":{"block_hashes":[...]}} or the string "cleared" for the
-// other kinds.
+// other kinds. An event of the host tier adds "medium":"CPU"; a GPU event
+// names no medium.
 
 type storedJSON struct {
 	ParentHash *SeqHash `json:"parent_hash"`
@@ -32,6 +33,9 @@ type eventJSON struct {
 	ID     uint64          `json:"event_id"`
 	DPRank uint32          `json:"dp_rank"`
 	Data   json.RawMessage `json:"data"`
+	// Medium is written only for a tier below the GPU pool, so a GPU
+	// event keeps Dynamo's shape byte for byte.
+	Medium string `json:"medium,omitempty"`
 }
 
 // MarshalJSON writes the event in Dynamo's KvCacheEvent shape.
@@ -63,7 +67,15 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(eventJSON{ID: e.ID, DPRank: e.DPRank, Data: data})
+	raw := eventJSON{ID: e.ID, DPRank: e.DPRank, Data: data}
+	switch e.Medium {
+	case MediumGPU:
+	case MediumCPU:
+		raw.Medium = MediumCPU.String()
+	default:
+		return nil, fmt.Errorf("kv event %d: unknown medium %d", e.ID, e.Medium)
+	}
+	return json.Marshal(raw)
 }
 
 // UnmarshalJSON reads the shape MarshalJSON writes.
@@ -73,6 +85,13 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("kv event: %w", err)
 	}
 	*e = Event{ID: raw.ID, DPRank: raw.DPRank}
+	switch raw.Medium {
+	case "", "GPU":
+	case "CPU":
+		e.Medium = MediumCPU
+	default:
+		return fmt.Errorf("kv event %d: unknown medium %q (want \"GPU\" or \"CPU\")", raw.ID, raw.Medium)
+	}
 	var s string
 	if err := json.Unmarshal(raw.Data, &s); err == nil {
 		if s != "cleared" {

@@ -35,6 +35,17 @@ func TestEventJSON_RoundTripAndWireShape(t *testing.T) {
 			wire: `{"worker_id":2,"event":{"event_id":9,"dp_rank":1,"data":{"removed":{"block_hashes":[13,15]}}}}`,
 		},
 		{
+			name: "stored on the host tier",
+			ev: kv.WorkerEvent{WorkerID: 4, Event: kv.Event{ID: 2, Kind: kv.Stored, Medium: kv.MediumCPU,
+				Blocks: []kv.Block{{Hash: 13}}}},
+			wire: `{"worker_id":4,"event":{"event_id":2,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":13,"tokens_hash":0}]}},"medium":"CPU"}}`,
+		},
+		{
+			name: "removed from the host tier",
+			ev:   kv.WorkerEvent{WorkerID: 4, Event: kv.Event{ID: 3, Kind: kv.Removed, Medium: kv.MediumCPU, RemovedHashes: []kv.SeqHash{13}}},
+			wire: `{"worker_id":4,"event":{"event_id":3,"dp_rank":0,"data":{"removed":{"block_hashes":[13]}},"medium":"CPU"}}`,
+		},
+		{
 			name: "cleared",
 			ev:   kv.WorkerEvent{WorkerID: 2, Event: kv.Event{ID: 10, Kind: kv.Cleared}},
 			wire: `{"worker_id":2,"event":{"event_id":10,"dp_rank":0,"data":"cleared"}}`,
@@ -60,10 +71,13 @@ func TestEventJSON_RejectsMalformed(t *testing.T) {
 		`{"event_id":1,"data":{}}`,
 		`{"event_id":1,"data":{"stored":{"blocks":[]},"removed":{"block_hashes":[]}}}`,
 		`{"event_id":"x"}`,
+		`{"event_id":1,"data":"cleared","medium":"DISK"}`,
 	} {
 		var ev kv.Event
 		assert.Error(t, json.Unmarshal([]byte(wire), &ev), wire)
 	}
 	_, err := json.Marshal(kv.Event{ID: 1})
 	assert.Error(t, err, "an event without a kind cannot be written")
+	_, err = json.Marshal(kv.Event{ID: 1, Kind: kv.Cleared, Medium: 9})
+	assert.Error(t, err, "an event of an unknown medium cannot be written")
 }

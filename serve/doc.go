@@ -117,7 +117,9 @@
 // hash in order (cluster.KVPass.Tokens): a prompt block's are the
 // prompt's ids (Tokenize's, for text), a block of generated tokens holds
 // the engine's ids for them, in [1000, 2000), the ids the block hashes
-// chain over. A replay request (an empty delimiter, then
+// chain over. Each event's medium is "GPU" for the GPU pool, "CPU" for a
+// worker's host tier (num_g2_blocks): a block offloaded there is removed
+// from GPU and stored on CPU, without parent or token ids. A replay request (an empty delimiter, then
 // a start sequence number as 8 big-endian bytes) is answered with the
 // buffered batches from there (the last KVEventsOptions.Buffer) and
 // vLLM's end marker, sequence -1. Publishing never waits: a subscriber

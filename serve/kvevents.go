@@ -325,9 +325,6 @@ func (p *kvPublisher) publish(pass cluster.KVPass) {
 	p.pub.publish(p.topic, [][]byte{p.topic, seqb[:], payload})
 }
 
-// The medium vLLM names a GPU block's.
-const kvMediumGPU = "GPU"
-
 // encode writes pass as vLLM's KVEventBatch: msgspec structs encoded as
 // arrays in field order, each event's first element its type's tag, and
 // fields with defaults left off the end when at their default:
@@ -339,9 +336,12 @@ const kvMediumGPU = "GPU"
 //
 // ts is wall-clock Unix seconds, as vLLM stamps its batches. Block hashes
 // are the worker's sequence hashes (the keys the kv router indexes).
-// token_ids are the ids of the stored blocks' tokens, block_size per block
-// in the order of block_hashes (cluster.KVPass.Tokens); a pass without
-// them (a KVPass built by hand) sends an empty array.
+// medium is the event's kv.Medium: "GPU" for the GPU pool, "CPU" for the
+// host tier (num_g2_blocks). token_ids are the ids of the stored blocks'
+// tokens, block_size per block in the order of block_hashes
+// (cluster.KVPass.Tokens); a pass without them (a KVPass built by hand)
+// sends an empty array. A CPU BlockStored has no parent and no token_ids,
+// as vLLM's CPU offloading announces the blocks it copies to host memory.
 func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	p.encBuf.Reset()
 	e := p.enc
@@ -359,25 +359,28 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 			for _, b := range ev.Blocks {
 				_ = e.EncodeUint(uint64(b.Hash))
 			}
-			if ev.HasParent {
-				_ = e.EncodeUint(uint64(ev.Parent))
-			} else {
+			switch n := len(ev.Blocks) * p.blockSize; {
+			case ev.Medium != kv.MediumGPU:
+				// A lower tier's blocks have no parent and carry no
+				// tokens in the pass.
 				_ = e.EncodeNil()
-			}
-			if n := len(ev.Blocks) * p.blockSize; n <= len(toks) {
+				_ = e.EncodeArrayLen(0)
+			case n <= len(toks):
+				encodeParent(e, ev)
 				_ = e.EncodeArrayLen(n)
 				// The encoder writes straight to encBuf (a
 				// bytes.Buffer is a ByteWriter), so the ids go there
 				// as it would write them, without its per-call cost.
 				appendMsgpackUints(&p.encBuf, toks[:n])
 				toks = toks[n:]
-			} else {
+			default:
+				encodeParent(e, ev)
 				_ = e.EncodeArrayLen(0)
 				toks = nil
 			}
 			_ = e.EncodeInt(int64(p.blockSize))
 			_ = e.EncodeNil()
-			_ = e.EncodeString(kvMediumGPU)
+			_ = e.EncodeString(ev.Medium.String())
 			_ = e.EncodeNil()
 		case kv.Removed:
 			_ = e.EncodeArrayLen(3)
@@ -386,7 +389,7 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 			for _, h := range ev.RemovedHashes {
 				_ = e.EncodeUint(uint64(h))
 			}
-			_ = e.EncodeString(kvMediumGPU)
+			_ = e.EncodeString(ev.Medium.String())
 		default: // kv.Cleared
 			_ = e.EncodeArrayLen(1)
 			_ = e.EncodeString("AllBlocksCleared")
@@ -394,6 +397,16 @@ func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	}
 	_ = e.EncodeInt(int64(pass.DPRank))
 	return bytes.Clone(p.encBuf.Bytes())
+}
+
+// encodeParent writes a Stored event's parent_block_hash: its parent's
+// sequence hash, or nil for a sequence's first block.
+func encodeParent(e *msgpack.Encoder, ev *kv.Event) {
+	if ev.HasParent {
+		_ = e.EncodeUint(uint64(ev.Parent))
+	} else {
+		_ = e.EncodeNil()
+	}
 }
 
 // appendMsgpackUints writes each of ids as msgpack's shortest unsigned

@@ -66,11 +66,18 @@ type vllmBlockRemoved struct {
 // is FNV-1a over its parent's key and its token_ids, the parent's key
 // found from the parent's block hash; a removed block's key is found
 // from its hash. keys is that set.
+//
+// cpu is the set of blocks on the host tier (medium "CPU"), rebuilt apart:
+// they are not GPU blocks, and a consumer of GPU blocks keeps them out.
 type vllmBlockSet struct {
 	blocks  map[uint64]bool
 	stored  int
 	removed int
 	seqs    []uint64
+
+	cpu       map[uint64]bool
+	offloaded int // blocks stored on CPU
+	dropped   int // blocks removed from CPU
 
 	keys     map[uint64]bool
 	keyOf    map[uint64]uint64 // block hash → token key, of every block ever stored
@@ -79,7 +86,7 @@ type vllmBlockSet struct {
 }
 
 func newVLLMBlockSet() *vllmBlockSet {
-	return &vllmBlockSet{blocks: map[uint64]bool{}, keys: map[uint64]bool{}, keyOf: map[uint64]uint64{}, tokensOf: map[uint64][]int{}}
+	return &vllmBlockSet{blocks: map[uint64]bool{}, cpu: map[uint64]bool{}, keys: map[uint64]bool{}, keyOf: map[uint64]uint64{}, tokensOf: map[uint64][]int{}}
 }
 
 // tokenKey is a consumer's own key of a block: FNV-1a over its parent's
@@ -156,8 +163,21 @@ func (b *vllmBlockSet) apply(t *testing.T, seq uint64, payload []byte, wantRank 
 			require.NoError(t, msgpack.Unmarshal(raw, &ev))
 			assert.Equal(t, blockSize, ev.BlockSize)
 			require.NotNil(t, ev.Medium)
-			assert.Equal(t, "GPU", *ev.Medium)
 			assert.Nil(t, ev.LoraID)
+			if *ev.Medium == "CPU" {
+				// Offloaded to the host tier: no parent, no token ids,
+				// and off the GPU already (its BlockRemoved came first).
+				assert.Nil(t, ev.ParentBlockHash, "batch %d: a CPU BlockStored names no parent", seq)
+				assert.Empty(t, ev.TokenIDs, "batch %d: a CPU BlockStored carries no token ids", seq)
+				for _, h := range ev.BlockHashes {
+					assert.False(t, b.cpu[h], "batch %d stores block %x on CPU twice", seq, h)
+					assert.False(t, b.blocks[h], "batch %d offloads block %x still on the GPU", seq, h)
+					b.cpu[h] = true
+				}
+				b.offloaded += len(ev.BlockHashes)
+				continue
+			}
+			assert.Equal(t, "GPU", *ev.Medium)
 			assert.NotEmpty(t, ev.BlockHashes)
 			if ev.ParentBlockHash != nil {
 				// vLLM's pool may store a block whose parent it has
@@ -172,6 +192,16 @@ func (b *vllmBlockSet) apply(t *testing.T, seq uint64, payload []byte, wantRank 
 		case "BlockRemoved":
 			var ev vllmBlockRemoved
 			require.NoError(t, msgpack.Unmarshal(raw, &ev))
+			require.NotNil(t, ev.Medium)
+			if *ev.Medium == "CPU" {
+				for _, h := range ev.BlockHashes {
+					assert.True(t, b.cpu[h], "batch %d removes block %x from CPU, which does not hold it", seq, h)
+					delete(b.cpu, h)
+				}
+				b.dropped += len(ev.BlockHashes)
+				continue
+			}
+			assert.Equal(t, "GPU", *ev.Medium)
 			for _, h := range ev.BlockHashes {
 				assert.True(t, b.blocks[h], "batch %d removes block %x it never stored (or stored and removed already)", seq, h)
 				delete(b.blocks, h)
@@ -334,12 +364,30 @@ func TestKVEvents_SubscriberRebuildsEachWorkersBlocks(t *testing.T) {
 			t.Parallel()
 			cfg := kvEventsConfig()
 			cfg.Engine = engine
-			testKVEventsRebuild(t, cfg)
+			off, drop := testKVEventsRebuild(t, cfg)
+			assert.Zero(t, off+drop, "without a host tier no event names the CPU medium")
 		})
 	}
 }
 
-func testKVEventsRebuild(t *testing.T, cfg cluster.Config) {
+// TestKVEvents_SubscriberRebuildsGPUAndHostTiers: with a host tier, the
+// same subscribers rebuild each rank's GPU blocks and its host tier's
+// blocks apart, from the medium of each event, and each set equals what
+// the rank holds on that tier.
+func TestKVEvents_SubscriberRebuildsGPUAndHostTiers(t *testing.T) {
+	t.Parallel()
+	cfg := kvEventsConfig()
+	cfg.Args["num_g2_blocks"] = 64
+	off, drop := testKVEventsRebuild(t, cfg)
+	assert.Positive(t, off, "blocks were offloaded to the host tier")
+	assert.Positive(t, drop, "the host tier dropped blocks")
+}
+
+// testKVEventsRebuild runs kvEventsLoad on a server of cfg with a
+// subscriber per publisher, checks each rebuilt GPU and CPU set against
+// the rank's cache and host tier, and returns the blocks the events
+// stored on and removed from the CPU medium.
+func testKVEventsRebuild(t *testing.T, cfg cluster.Config) (offloaded, dropped int) {
 	s, ts := startServer(t, cfg, Options{KVEvents: KVEventsOptions{Endpoint: "tcp://127.0.0.1:0", Topic: "kv@mocker"}})
 	pubs := s.KVEventPublishers()
 	require.Len(t, pubs, 4, "one publisher per worker rank")
@@ -382,6 +430,15 @@ func testKVEventsRebuild(t *testing.T, cfg cluster.Config) {
 			want[uint64(h)] = true
 		}
 		assert.Equal(t, want, set.blocks, "publisher %d (%s rank %d): the rebuilt set is the cache's", i, p.Worker, p.DPRank)
+		host, err := s.Cluster().HostBlocks(i)
+		require.NoError(t, err)
+		wantHost := map[uint64]bool{}
+		for _, h := range host {
+			wantHost[uint64(h)] = true
+		}
+		assert.Equal(t, wantHost, set.cpu, "publisher %d: the rebuilt CPU set is the host tier's", i)
+		offloaded += set.offloaded
+		dropped += set.dropped
 		// The set keyed by token ids alone has the same shape: one key
 		// per cached block, none other.
 		assert.Len(t, set.keys, len(want), "publisher %d: one token key per cached block", i)
@@ -402,6 +459,7 @@ func testKVEventsRebuild(t *testing.T, cfg cluster.Config) {
 	assert.Positive(t, removed, "the run evicted blocks (%d stored)", stored)
 	assert.Positive(t, restored, "blocks of shared prefixes were stored again after their eviction")
 	assert.Positive(t, shared, "blocks of shared prefixes were stored by more than one worker rank")
+	return offloaded, dropped
 }
 
 // replay asks a publisher's replay socket, through a zmq4 DEALER, for the

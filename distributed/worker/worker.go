@@ -26,6 +26,7 @@ import (
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/handoff"
 	"github.com/kvstrand/mocker/internal/timescale"
+	"github.com/kvstrand/mocker/kv"
 	"github.com/kvstrand/mocker/perf"
 	"github.com/kvstrand/mocker/transfer"
 )
@@ -1027,6 +1028,11 @@ func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	now := time.Now()
 	worker := uint64(l.id)
 	for _, ev := range out.KVEvents {
+		if ev.Medium != kv.MediumGPU {
+			// Dynamo's router events have no medium: the router indexes
+			// GPU blocks, so the host tier's events stay off its subject.
+			continue
+		}
 		l.publish(l.kvSubj, l.events.Envelope(plane.TopicKVEvents, plane.RouterEvent(worker, ev), now))
 	}
 	if used := out.Metrics.RouterActiveBlocks; used != l.events.LastLoad {

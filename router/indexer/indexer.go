@@ -264,10 +264,18 @@ func (x *Indexer) worker(id uint64) *workerState {
 }
 
 // Apply applies one event from worker id. A worker the index has not seen
-// is added. The returned error (ErrUnknownParent or ErrBlockNotFound, with
+// is added. An event of a tier below the GPU pool (kv.MediumCPU) is
+// ignored. The returned error (ErrUnknownParent or ErrBlockNotFound, with
 // context) reports a partial or dropped event; the index is consistent
 // either way.
 func (x *Indexer) Apply(id uint64, ev kv.Event) error {
+	if ev.Medium != kv.MediumGPU {
+		// The index models GPU-resident blocks: a block on a lower tier
+		// is not a prefix hit a request routed there gets without
+		// copying it back, so its events change nothing here (not even
+		// the gap check: each medium numbers its events apart).
+		return nil
+	}
 	ws := x.worker(id)
 	x.checkGap(ws, ev)
 	switch ev.Kind {

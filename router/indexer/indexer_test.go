@@ -462,3 +462,39 @@ func rangeInts(lo, hi int) []int {
 	}
 	return out
 }
+
+// TestIndexer_LowerTierEventsIgnored: the index models GPU-resident blocks.
+// A worker's host tier (CPU medium) storing or dropping blocks changes no
+// match, no tree size and no event count, and its event ids, numbered apart
+// from the GPU pool's, are no gap in them.
+func TestIndexer_LowerTierEventsIgnored(t *testing.T) {
+	t.Parallel()
+	cpu := func(ev kv.Event, id uint64) kv.Event {
+		ev.Medium, ev.ID = kv.MediumCPU, id
+		return ev
+	}
+	gpu := func(ev kv.Event, id uint64) kv.Event {
+		ev.ID = id
+		return ev
+	}
+	full := chain(A, B, C)
+	x := New()
+	require.NoError(t, x.Apply(1, gpu(stored(full), 0)))
+	before := x.Stats()
+
+	// Worker 1's tail moves to its host tier; worker 2 has only CPU blocks.
+	require.NoError(t, x.Apply(1, cpu(stored(full[2:]), 0)))
+	require.NoError(t, x.Apply(2, cpu(stored(full), 0)))
+	require.NoError(t, x.Apply(2, cpu(removed(full[0]), 1)))
+	require.NoError(t, x.Apply(1, cpu(removed(full[2]), 1)))
+	assert.Equal(t, map[uint64]int{1: 3}, depths(x, A, B, C), "CPU events change no match")
+	assert.Equal(t, 3, x.TreeSize(1))
+	assert.Equal(t, 0, x.TreeSize(2))
+	assert.Equal(t, before, x.Stats(), "CPU events are not counted")
+
+	// The GPU removal is what takes the tail away, and its id follows the
+	// GPU store's: no gap.
+	require.NoError(t, x.Apply(1, gpu(removed(full[2]), 1)))
+	assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, B, C))
+	assert.Zero(t, x.Stats().EventGaps)
+}
