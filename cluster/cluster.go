@@ -279,7 +279,7 @@ func newCluster(p Plan, opts options) (*Cluster, error) {
 		}
 	}
 	if !opts.virtual {
-		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacer(paceSlack), maxPause: pauseMax}
+		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacer(PaceSlack), maxPause: pauseMax}
 	}
 	if !opts.stepped {
 		go c.run()

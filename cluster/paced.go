@@ -29,18 +29,14 @@ type pacedDriver struct {
 	maxPause time.Duration
 }
 
-// paceSlack is how far ahead of the wall clock a paced loop may process
-// events rather than sleep until each one's instant: a timer wake-up per
-// event would cost more CPU than the events themselves, and running up to
-// a couple of milliseconds early changes no modeled result (events run in
-// modeled order either way; an arrival is never stamped before the loop's
-// now).
-const paceSlack = 2 * time.Millisecond
-
 // PaceSlack is the pacing grain of a paced cluster: how far ahead of the
-// wall clock its loop may run an event (paceSlack). What a client measures
+// wall clock its loop may process events rather than sleep until each
+// one's instant. A timer wake-up per event would cost more CPU than the
+// events themselves, and running up to a couple of milliseconds early
+// changes no modeled result (events run in modeled order either way; an
+// arrival is never stamped before the loop's now). What a client measures
 // of a paced run is the model's within it.
-const PaceSlack = paceSlack
+const PaceSlack = 2 * time.Millisecond
 
 // Pause is a stop of a paced cluster's modeled time, for a closed-loop
 // caller between a result and its next step (GenerateThenPause): not a KV

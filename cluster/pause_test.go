@@ -47,7 +47,7 @@ func TestPaced_PausedTimeKeepsTheCallersThinkTimeOutOfTheModel(t *testing.T) {
 	}
 	assert.Less(t, loop(true), 1.0, "held: each request arrives as the last one ends")
 	// Not held, the host's 50 modeled ms between requests become modeled
-	// time (less the 20 modeled ms a paced loop may run ahead, paceSlack,
+	// time (less the 20 modeled ms a paced loop may run ahead, PaceSlack,
 	// and whatever a starved host's loop had fallen behind: so a fifth of
 	// it, ten times what held allows, and still far from held's zero).
 	assert.Greater(t, loop(false), 9*10.0, "not held: the host's think time is modeled time")

@@ -70,6 +70,7 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 			"metrics/http_reqs{status:401}/count": 1, "metrics/http_reqs{status:200}/count": 1,
 		}},
 		{script: "http_user_agent.js", checks: 2},
+		{script: "http_request_headers_copy.js", checks: 2},
 		{script: "http_hosts.js", checks: 1},
 		{script: "http_compression.js", checks: 2},
 		{script: "http_compression_codings.js", checks: 8},

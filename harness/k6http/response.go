@@ -376,7 +376,9 @@ func (c *Client) requestInfo(h *hop) *sobek.Object {
 	_ = req.Set("url", h.url)
 	headers := rt.NewObject()
 	for k, v := range h.reqHeader {
-		_ = headers.Set(k, v)
+		// A copy: the values are shared with the request's spec and the
+		// VU's User-Agent (exchange), and a script may write to them.
+		_ = headers.Set(k, slices.Clone(v))
 	}
 	_ = req.Set("headers", headers)
 	_ = req.Set("body", string(h.reqBody))

@@ -318,22 +318,6 @@ func (c *Client) connect(ctx context.Context, r request) (*http.Response, error)
 	return resp, nil
 }
 
-// scanEvents parses a text/event-stream, calling emit for each event
-// until the stream ends or emit returns false (see eventReader).
-func scanEvents(r io.Reader, emit func(Event) bool) error {
-	er := newEventReader(r)
-	for {
-		var ev Event
-		ok, err := er.next(&ev)
-		if !ok {
-			return err
-		}
-		if !emit(ev) {
-			return nil
-		}
-	}
-}
-
 // maxLine bounds one line of a stream (a longer one fails the stream):
 // a server that never sends a newline must not grow the buffer forever.
 const maxLine = 16 << 20

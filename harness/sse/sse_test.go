@@ -9,6 +9,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// scanEvents parses a text/event-stream with eventReader, calling emit
+// for each event until the stream ends or emit returns false.
+func scanEvents(r io.Reader, emit func(Event) bool) error {
+	er := newEventReader(r)
+	for {
+		var ev Event
+		ok, err := er.next(&ev)
+		if !ok {
+			return err
+		}
+		if !emit(ev) {
+			return nil
+		}
+	}
+}
+
 func TestScanEvents_FollowsTheEventStreamFormat(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

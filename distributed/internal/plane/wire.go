@@ -16,7 +16,7 @@ import (
 // MessagePack (seal.go, codec.go) on two NATS subjects per worker, both in
 // the registration.
 //
-//	mocker.{ns}.{instance:x}.cmd   router → worker: one command per message
+//	mocker.{ns}.{instance:x}.cmd   router → worker: the commands of one router turn per message
 //	mocker.{ns}.{instance:x}.out   worker → routers: one frame per loop turn
 //
 // A command is an engine input or a transfer-room step; a frame is what
@@ -272,7 +272,7 @@ type WireOutput struct {
 	Completions []engine.Completion `json:"completions,omitempty"`
 	Rejections  []engine.Rejection  `json:"rejections,omitempty"`
 	Events      []engine.Event      `json:"events,omitempty"`
-	// KVEvents are in Dynamo's KvCacheEvent JSON shape (kv.Event's).
+	// KVEvents are kv.Event's, encoded as every struct here is (codec.go).
 	KVEvents []kv.Event     `json:"kv_events,omitempty"`
 	Metrics  engine.Metrics `json:"metrics"`
 }
