@@ -1067,6 +1067,11 @@ func (a Args) Validate() error {
 			if a.NumG2Blocks > 0 && a.EngineType == EngineSGLang {
 				return argErr("num_g2_blocks", "the host offload tier is modeled for the vllm and trtllm engines only; remove it or set it to 0 for sglang")
 			}
+			if a.NumG2Blocks > 0 && !a.EnablePrefixCaching {
+				// The tier keeps what the prefix cache evicts: without the
+				// cache it would hold nothing and change no figure.
+				return argErr("num_g2_blocks", "the host offload tier keeps blocks the prefix cache evicts, and enable_prefix_caching is false; enable prefix caching or set num_g2_blocks to 0")
+			}
 			return nil
 		},
 		func() *ArgError {

@@ -169,6 +169,7 @@ func TestParseArgs_InvalidNamesField(t *testing.T) {
 		{"g4 offload", `{"enable_g4_storage":true}`, "enable_g4_storage", []string{"G4", "num_g2_blocks"}},
 		{"g2 offload on sglang", `{"engine_type":"sglang","num_g2_blocks":100}`, "num_g2_blocks", []string{"vllm and trtllm"}},
 		{"negative g2 blocks", `{"num_g2_blocks":-1}`, "num_g2_blocks", []string{"-1"}},
+		{"g2 offload without a prefix cache", `{"num_g2_blocks":100,"enable_prefix_caching":false}`, "num_g2_blocks", []string{"enable_prefix_caching"}},
 		{"negative g2 bandwidth", `{"bandwidth_g2_to_g1_gbps":-1}`, "bandwidth_g2_to_g1_gbps", []string{"-1"}},
 		{"ignored key wrong type", `{"bootstrap_port":"x"}`, "bootstrap_port", []string{"want an integer in [0, 65535]"}},
 		{"ignored port out of range", `{"zmq_kv_events_port":70000}`, "zmq_kv_events_port", []string{"got 70000"}},
