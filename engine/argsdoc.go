@@ -82,7 +82,7 @@ var ArgDocs = []ArgDoc{
 		Dynamo:  "yes (its CLI defaults it to 64)",
 		Meaning: "Transfer bandwidth in GB/s (1e9 bytes/s): a transfer takes tokens × kv_bytes_per_token / bandwidth."},
 	{Key: "num_g2_blocks", Type: "integer ≥ 0 (vllm and trtllm only)", Default: "0 (no tier)", Support: ArgModeled, Dynamo: "yes (KVBM G2)",
-		Meaning: "Host (G2) offload tier in blocks: blocks the GPU prefix cache evicts are kept there in LRU order, and a prefix hit on them is copied back instead of recomputed."},
+		Meaning: "Host (G2) offload tier in blocks: blocks the GPU prefix cache evicts are kept there in LRU order, and a prefix hit on them is copied back instead of recomputed. Needs enable_prefix_caching."},
 	{Key: "bandwidth_g2_to_g1_gbps", Type: "number ≥ 0 (GB/s), 0 = no onboard time", Default: "none: 14 GB/s", Support: ArgModeled, Dynamo: "yes",
 		Meaning: "Host-to-GPU bandwidth: onboarding n blocks adds n × block_size × kv_bytes_per_token / bandwidth to the prefill pass that reads them. Without kv_bytes_per_token onboarding takes no time."},
 	{Key: "kv_transfer_timing_mode", Type: `"full_prompt" | "destination_missing"`, Default: `"full_prompt"`, Support: ArgModeled, Dynamo: "yes",
