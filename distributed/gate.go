@@ -1,10 +1,6 @@
 package distributed
 
-import (
-	"time"
-
-	"github.com/kvstrand/mocker/distributed/internal/plane"
-)
+import "github.com/kvstrand/mocker/distributed/internal/plane"
 
 // The gate where sealed messages (plane.Seal) come in at a router: its
 // workers' frames. What fails is dropped and counted by reason, never
@@ -60,7 +56,7 @@ func (t *transport) openFrame(w *remote, subject string, data []byte) (f *plane.
 // now and then: the worker runs another mocker release.
 func (t *transport) rejectVersion(w *remote, err error) {
 	t.rejected.Add(plane.RejectVersion)
-	if t.rejectLogDue() {
+	if t.rejected.LogDue() {
 		t.log.Error("frames dropped at the router's gate", "worker", w.reg.Name, "err", err)
 	}
 }
@@ -68,22 +64,9 @@ func (t *transport) rejectVersion(w *remote, err error) {
 // reject counts a dropped frame and says so, now and then.
 func (t *transport) reject(w *remote, reason string) {
 	t.rejected.Add(reason)
-	if t.rejectLogDue() {
+	if t.rejected.LogDue() {
 		t.log.Warn("frames dropped at the router's gate", "worker", w.reg.Name, "last_reason", reason, "dropped", t.rejected.ByReason())
 	}
-}
-
-// rejectLogDue reports whether a drop at the gate is logged: one line
-// per plane.RejectLogEvery at most, however many frames are dropped.
-func (t *transport) rejectLogDue() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := time.Now()
-	if now.Sub(t.rejectLogged) < plane.RejectLogEvery {
-		return false
-	}
-	t.rejectLogged = now
-	return true
 }
 
 // PlaneStats counts what the request plane dropped at its gates: frames

@@ -119,7 +119,6 @@ type transport struct {
 	leaveID        uint64
 	leaveKey       []byte
 	rejected       plane.Rejections
-	rejectLogged   time.Time
 	workerRejected map[string]uint64
 
 	// busy are the sessions with something to retry (remote.due): the

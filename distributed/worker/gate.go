@@ -52,8 +52,7 @@ func (l *workerLoop) receiveSealed(data []byte) {
 	tags, body, err := plane.Unseal(data)
 	if plane.IsVersionError(err) {
 		l.rejected.Add(plane.RejectVersion)
-		if now := time.Now(); now.Sub(l.rejectLogged) >= plane.RejectLogEvery {
-			l.rejectLogged = now
+		if l.rejected.LogDue() {
 			l.log.Error("commands dropped at the worker's gate", "err", err)
 		}
 		return
@@ -160,8 +159,7 @@ func (l *workerLoop) hello(tag plane.SealTag, body []byte) {
 // reject counts a dropped command and says so, now and then.
 func (l *workerLoop) reject(reason string, session uint64) {
 	l.rejected.Add(reason)
-	if now := time.Now(); now.Sub(l.rejectLogged) >= plane.RejectLogEvery {
-		l.rejectLogged = now
+	if l.rejected.LogDue() {
 		l.log.Warn("commands dropped at the worker's gate", "last_reason", reason, "last_session", session,
 			"dropped", l.rejected.ByReason())
 	}

@@ -428,9 +428,8 @@ type workerLoop struct {
 	rejected plane.Rejections
 	// ackTimer runs while acks wait for a frame to carry them (flush):
 	// when it fires first they go in a control frame of their own.
-	ackTimer     *time.Timer
-	ackArmed     bool
-	rejectLogged time.Time
+	ackTimer *time.Timer
+	ackArmed bool
 	// batch is the buffer a command message is decoded into (gate.go).
 	batch []plane.Command
 }

@@ -259,6 +259,15 @@ const (
 // Rejections counts dropped messages by reason; safe for concurrent use.
 type Rejections struct {
 	malformed, badMAC, unknownSession, unknownRouter, limit, unadvertised, version atomic.Uint64
+	logged                                                                         atomic.Int64 // UnixNano of the last LogDue
+}
+
+// LogDue reports whether a drop is worth a log line now: one per
+// RejectLogEvery at most, however many messages a flood drops.
+func (r *Rejections) LogDue() bool {
+	now := time.Now().UnixNano()
+	last := r.logged.Load()
+	return now-last >= int64(RejectLogEvery) && r.logged.CompareAndSwap(last, now)
 }
 
 // Add counts one message dropped for reason.

@@ -3,6 +3,8 @@ package plane
 import (
 	"encoding/json"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -204,4 +206,26 @@ func TestMAC_IsTheKeysHMAC(t *testing.T) {
 		assert.False(t, m.Verify(tags[0], DirCommand, subject+"x", b), "another subject")
 		assert.False(t, NewMAC(NewMACKey()).Verify(tags[0], DirCommand, subject, b), "another key")
 	}
+}
+
+// TestRejections_LogDueOncePerInterval: a flood of drops is logged once
+// per RejectLogEvery, from any number of goroutines.
+func TestRejections_LogDueOncePerInterval(t *testing.T) {
+	var r Rejections
+	var due atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 1000 {
+				if r.LogDue() {
+					due.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	assert.Equal(t, int64(1), due.Load(), "one line for the flood")
+	r.logged.Add(-int64(RejectLogEvery)) // as if the interval passed
+	assert.True(t, r.LogDue())
+	assert.False(t, r.LogDue())
 }
