@@ -152,7 +152,9 @@ func newTestHTTPServer(t testing.TB) *httptest.Server {
 	})
 	mux.HandleFunc("/digest-auth/{user}/{pass}", func(w http.ResponseWriter, r *http.Request) {
 		if !digestOK(r, "tests", "n0nce", r.PathValue("user"), r.PathValue("pass")) {
-			w.Header().Set("WWW-Authenticate", `Digest realm="tests", nonce="n0nce", qop="auth,auth-int", opaque="0paque", algorithm=MD5`)
+			// Basic offered first, as servers that take either do.
+			w.Header().Add("WWW-Authenticate", `Basic realm="tests"`)
+			w.Header().Add("WWW-Authenticate", `Digest realm="tests", nonce="n0nce", qop="auth,auth-int", opaque="0paque", algorithm=MD5`)
 			w.WriteHeader(http.StatusUnauthorized)
 			return
 		}

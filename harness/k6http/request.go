@@ -527,9 +527,17 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 }
 
 // answerDigest repeats a request that drew the 401 challenge ch with
-// the credentials' answer to it; nil when ch challenges no digest.
+// the credentials' answer to it; nil when ch offers no digest challenge.
 func (c *Client) answerDigest(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, ch *hop) *hop {
-	challenge, ok := parseDigestChallenge(ch.header.Get("WWW-Authenticate"))
+	// A server may offer several schemes, one header each (Basic first,
+	// say): answer the digest one.
+	var challenge digestChallenge
+	ok := false
+	for _, h := range ch.header.Values("WWW-Authenticate") {
+		if challenge, ok = parseDigestChallenge(h); ok {
+			break
+		}
+	}
 	u, err := url.Parse(target)
 	if !ok || err != nil {
 		return nil
