@@ -279,7 +279,7 @@ func newCluster(p Plan, opts options) (*Cluster, error) {
 		}
 	}
 	if !opts.virtual {
-		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacer(PaceSlack), maxPause: pauseMax}
+		c.paced = newPacedDriver(c.scale, time.Now())
 	}
 	if !opts.stepped {
 		go c.run()

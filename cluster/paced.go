@@ -38,6 +38,11 @@ type pacedDriver struct {
 // of a paced run is the model's within it.
 const PaceSlack = 2 * time.Millisecond
 
+// newPacedDriver paces modeled time at scale from start on.
+func newPacedDriver(scale timescale.Scale, start time.Time) *pacedDriver {
+	return &pacedDriver{scale: scale, pacer: timescale.NewPacerAt(start, PaceSlack), maxPause: pauseMax}
+}
+
 // Pause is a stop of a paced cluster's modeled time, for a closed-loop
 // caller between a result and its next step (GenerateThenPause): not a KV
 // hold, which is a prefill's KV kept for its decode. The zero Pause stops

@@ -453,7 +453,7 @@ func (c *Cluster) startRemote() (*Cluster, error) {
 	if !c.opts.virtual {
 		// The workers take their modeled clocks from the same instant
 		// (Epoch).
-		c.paced = &pacedDriver{scale: c.scale, pacer: timescale.NewPacerAt(c.started, PaceSlack), maxPause: pauseMax}
+		c.paced = newPacedDriver(c.scale, c.started)
 	}
 	// Workers outlive a cluster and may serve several: request and
 	// transfer ids start from the clock (a thousand per ms, wrapping after
