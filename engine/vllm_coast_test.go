@@ -39,18 +39,7 @@ func TestVLLM_CoastingChangesNothing(t *testing.T) {
 			}
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
 			a.EnableChunkedPrefill = rapid.Bool().Draw(rt, "chunked")
-			// The trtllm engine's no-evict admission, on a quarter of runs.
-			if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
-				a.EngineType = EngineTRTLLM
-				t := DefaultTRTLLMArgs()
-				a.TRTLLM = &t
-			}
-			// A host offload tier, on a third of runs: onboarding must
-			// take the same path with the shortcut as without.
-			if rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
-				a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
-				a.KVBytesPerToken = intp(100_000)
-			}
+			drawShortcutVariant(rt, a)
 		})
 		p := newShortcutPair(rt, args, true)
 
@@ -232,6 +221,22 @@ type shortcutPair struct {
 	metrics [2][]Metrics
 	// coasted counts the Outputs after which a request coasted.
 	coasted int
+}
+
+// drawShortcutVariant puts a's worker on the trtllm engine's no-evict
+// admission on a quarter of runs, and gives a worker with a prefix cache
+// a host offload tier on a third (onboarding must take the same path
+// with the shortcut as without).
+func drawShortcutVariant(rt *rapid.T, a *Args) {
+	if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
+		a.EngineType = EngineTRTLLM
+		t := DefaultTRTLLMArgs()
+		a.TRTLLM = &t
+	}
+	if a.EnablePrefixCaching && rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
+		a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
+		a.KVBytesPerToken = intp(100_000)
+	}
 }
 
 // newShortcutPair builds the pair; firstOnly has both report first tokens

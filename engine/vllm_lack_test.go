@@ -30,18 +30,7 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 				a.MaxNumBatchedTokens = intp(rapid.IntRange(1, 128).Draw(rt, "budget"))
 			}
 			a.PreemptionMode = rapid.SampledFrom([]PreemptionMode{PreemptLIFO, PreemptFIFO}).Draw(rt, "preempt")
-			// The trtllm engine's no-evict admission, on a quarter of runs.
-			if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
-				a.EngineType = EngineTRTLLM
-				t := DefaultTRTLLMArgs()
-				a.TRTLLM = &t
-			}
-			// A host offload tier, on a third of runs: onboarding must
-			// take the same path with the shortcut as without.
-			if rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
-				a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
-				a.KVBytesPerToken = intp(100_000)
-			}
+			drawShortcutVariant(rt, a)
 		})
 		// A worker whose outputs report every token does not coast.
 		firstOnly := rapid.IntRange(0, 3).Draw(rt, "report") > 0
