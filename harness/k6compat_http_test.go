@@ -72,7 +72,7 @@ func TestK6Compat_HTTPCorpus(t *testing.T) {
 		{script: "http_user_agent.js", checks: 2},
 		{script: "http_request_headers_copy.js", checks: 2},
 		{script: "http_hosts.js", checks: 1},
-		{script: "http_compression.js", checks: 2},
+		{script: "http_compression.js", checks: 4},
 		{script: "http_compression_codings.js", checks: 8},
 		{script: "http_file_multipart.js", checks: 3},
 		{script: "http_data_metrics.js"},

@@ -351,8 +351,11 @@ func newTransport(o *Options) *http.Transport {
 			}
 			return &countingConn{Conn: conn, remote: conn.RemoteAddr().String()}, nil
 		},
-		TLSClientConfig:     &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
-		ForceAttemptHTTP2:   true,
+		TLSClientConfig:   &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
+		ForceAttemptHTTP2: true,
+		// As k6's: no Accept-Encoding the script did not set, and a body
+		// decoded by its Content-Encoding whatever was asked (exchange).
+		DisableCompression:  true,
 		DisableKeepAlives:   o.NoConnectionReuse,
 		MaxIdleConns:        0,
 		MaxIdleConnsPerHost: 100,
@@ -652,10 +655,9 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		return hh
 	}
 	h.errCode = statusCode(h.status)
-	// The transport decodes gzip itself when it asked for it; a body the
-	// script asked to be encoded otherwise (its own Accept-Encoding) is
-	// decoded here, as k6 does.
-	if ce := resp.Header.Get("Content-Encoding"); ce != "" && !resp.Uncompressed && s.responseType != "none" {
+	// A body in the codings its Content-Encoding lists is decoded here,
+	// as k6 does (the transport asks for none and decodes none).
+	if ce := resp.Header.Get("Content-Encoding"); ce != "" && s.responseType != "none" {
 		if h.body, err = decodeBody(h.body, ce); err != nil {
 			h.err = err
 			h.errCode, h.errMsg = codeDecompression, err.Error()
