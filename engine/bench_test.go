@@ -24,8 +24,8 @@ func benchArgs() Args {
 func BenchmarkVirtualCluster(b *testing.B) { benchAggregated(b, benchArgs()) }
 
 // BenchmarkVirtualClusterTRTLLM is BenchmarkVirtualCluster on the trtllm
-// engine under guaranteed_no_evict, whose admission walks the running set
-// to sum what its requests may still take.
+// engine under guaranteed_no_evict, whose admission asks what the running
+// set may still take (a sum kept as requests run, not a walk).
 func BenchmarkVirtualClusterTRTLLM(b *testing.B) {
 	a := benchArgs()
 	a.EngineType = EngineTRTLLM

@@ -40,14 +40,23 @@ func (v *VLLM) tailOf(s *seq) int {
 
 // noEvictRoom is the free room guaranteed_no_evict admits into: the
 // blocks neither active nor set aside for a request already taken in.
-// It walks the running set: only trtllm workers under that policy call
-// it.
+// Only trtllm workers under that policy call it. The running set's part
+// is the sum runTail, kept as requests join the running set, take blocks
+// in a step and leave it (finished, held, cancelled or preempted), rather
+// than a walk over the running set on every admission; audit checks the
+// sum against the walk (runTailWalk).
 func (v *VLLM) noEvictRoom() int {
-	room := v.total - v.pool.active - v.destTail
+	return v.total - v.pool.active - v.destTail - v.runTail
+}
+
+// runTailWalk sums, by walking the running set, the blocks its requests
+// may still take: what runTail keeps.
+func (v *VLLM) runTailWalk() int {
+	tail := 0
 	for _, s := range v.running {
-		room -= v.tailOf(s)
+		tail += v.tailOf(s)
 	}
-	return room
+	return tail
 }
 
 // clampOutput cuts s's max_tokens to the room after its prompt, in the
@@ -84,6 +93,9 @@ func (v *VLLM) auditNoEvict() error {
 	}
 	if tail+reserved != v.destTail {
 		return fmt.Errorf("no-evict: destinations may take %d more blocks, counted %d", tail+reserved, v.destTail)
+	}
+	if walk := v.runTailWalk(); walk != v.runTail {
+		return fmt.Errorf("no-evict: running requests may take %d more blocks, counted %d", walk, v.runTail)
 	}
 	if room := v.noEvictRoom(); room < 0 {
 		return fmt.Errorf("no-evict: %d active blocks and the admitted requests' tails exceed num_gpu_blocks %d by %d", v.pool.active, v.total, -room)

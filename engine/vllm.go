@@ -134,10 +134,12 @@ type VLLM struct {
 
 	preemptions uint64
 	// destTail sums, under noEvict, the blocks reserved and activated
-	// destinations may still take before they finish; noEvictShort counts
-	// running requests that found the pool short all the same (never, while
-	// the policy's reservations hold: audit reports it).
+	// destinations may still take before they finish, and runTail those
+	// the running set may (see noEvictRoom); noEvictShort counts running
+	// requests that found the pool short all the same (never, while the
+	// policy's reservations hold: audit reports it).
 	destTail     int
+	runTail      int
 	noEvictShort uint64
 
 	// Pass accumulators.
@@ -493,6 +495,9 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 			v.destTail -= v.tailOf(s)
 		}
 	case stRunning:
+		if v.noEvict {
+			v.runTail -= v.tailOf(s)
+		}
 		if s.coasting {
 			v.uncoast(s)
 		} else {
@@ -863,6 +868,9 @@ func (v *VLLM) preempt(s *seq, now float64, out *Output) {
 	if s.coasting {
 		v.uncoastCharged(s)
 	}
+	if v.noEvict {
+		v.runTail -= v.tailOf(s)
+	}
 	n := len(s.blocks)
 	v.freeBlocks(s)
 	if s.passID == v.passID && s.passTokens > 0 {
@@ -940,7 +948,14 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 			}
 		}
 		if s := v.active[i]; s.state == stRunning {
-			v.schedule(s, now, true, out)
+			if v.noEvict {
+				// The blocks the step takes come off what s may still take.
+				n := len(s.blocks)
+				v.schedule(s, now, true, out)
+				v.runTail -= len(s.blocks) - n
+			} else {
+				v.schedule(s, now, true, out)
+			}
 		}
 	}
 	// Between passes every request in the running set runs (a finish
@@ -1016,6 +1031,9 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 			s.generate(end, out)
 		}
 		if s.out >= s.maxOut || s.length >= v.maxModelLen {
+			if v.noEvict {
+				v.runTail -= v.tailOf(s)
+			}
 			v.finish(s, end, out)
 			finished = true
 		}
@@ -1237,6 +1255,9 @@ func (v *VLLM) run(s *seq) {
 	s.rank = v.ranks
 	v.running = append(v.running, s)
 	v.active = append(v.active, s)
+	if v.noEvict {
+		v.runTail += v.tailOf(s)
+	}
 }
 
 // seqDeque is a ring buffer of seqs: preempted requests go to the front,
