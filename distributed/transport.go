@@ -152,6 +152,9 @@ type remote struct {
 	// turn sends them as one message (Flush), under one MAC.
 	queue []plane.Command
 	body  []byte // the message body being built, reused
+	// sealed is the body sealed for publishing, reused: publish (NATS's
+	// Publish) copies it before it returns, and w.mu is held.
+	sealed []byte
 	// Frames.
 	based   bool                    // next is known (the session's first ack said From)
 	next    uint64                  // the frame Seq to apply next
@@ -831,7 +834,8 @@ func (w *remote) publishBody(body []byte) {
 	if len(body) == 0 {
 		return
 	}
-	if err := w.t.publish(w.reg.CmdSubject, plane.Seal(plane.DirCommand, w.reg.CmdSubject, body, plane.Keyed{ID: w.session, MAC: w.mac})); err != nil {
+	w.sealed = plane.AppendSeal(w.sealed[:0], plane.DirCommand, w.reg.CmdSubject, body, plane.Keyed{ID: w.session, MAC: w.mac})
+	if err := w.t.publish(w.reg.CmdSubject, w.sealed); err != nil {
 		w.t.log.Warn("commands not sent", "worker", w.reg.Name, "err", err)
 	}
 }

@@ -37,25 +37,10 @@ type prefillUp struct {
 	addr string
 }
 
-// prefillCard is the part of a prefill's model card (plane.ModelValue) a
-// decode reads.
-type prefillCard struct {
-	InstanceID int64 `json:"instance_id"`
-	Card       struct {
-		WorkerType    engine.WorkerType `json:"worker_type"`
-		RuntimeConfig struct {
-			Endpoint *struct {
-				Host string `json:"bootstrap_host"`
-				Port int    `json:"bootstrap_port"`
-			} `json:"disaggregated_endpoint"`
-		} `json:"runtime_config"`
-	} `json:"card_json"`
-}
-
 // prefillOf reads a model card under plane.MDCPrefix's prefill prefix; ok
 // only for a prefill's, under its own lease, with a transfer address.
 func prefillOf(kv *mvccpb.KeyValue, log *slog.Logger) (prefillUp, bool) {
-	var c prefillCard
+	var c plane.ModelEntry
 	if err := json.Unmarshal(kv.Value, &c); err != nil {
 		return prefillUp{}, false
 	}
@@ -66,7 +51,7 @@ func prefillOf(kv *mvccpb.KeyValue, log *slog.Logger) (prefillUp, bool) {
 		}
 		return prefillUp{}, false
 	}
-	ep := c.Card.RuntimeConfig.Endpoint
+	ep := c.Card.RuntimeConfig.DisaggregatedEndpoint
 	if c.Card.WorkerType != engine.WorkerPrefill || ep == nil || ep.Host == "" || ep.Port == 0 {
 		return prefillUp{}, false
 	}

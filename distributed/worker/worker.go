@@ -378,7 +378,10 @@ type workerLoop struct {
 	args engine.Args
 	log  *slog.Logger
 	nc   *nats.Conn
-	ec   *clientv3.Client
+	// sealed is the buffer each published message is sealed into: the
+	// loop publishes one at a time and Publish copies it, so it is reused.
+	sealed []byte
+	ec     *clientv3.Client
 	// reg is the worker's registration, nil while it has none (its
 	// lease was lost and it has not registered again yet); id is its
 	// instance id (or the last one's), the subjects its.
@@ -767,11 +770,17 @@ func (l *workerLoop) resend(session, seq uint64) {
 	}
 	keys := l.inbox.keys()
 	for _, body := range frames {
-		if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, body, keys...)); err != nil {
+		if err := l.publishFrame(body, keys...); err != nil {
 			l.log.Warn("frame not published again", "err", err)
 		}
 	}
 	l.control(plane.Frame{})
+}
+
+// publishFrame seals a frame's body for keys and publishes it.
+func (l *workerLoop) publishFrame(body []byte, keys ...plane.Keyed) error {
+	l.sealed = plane.AppendSeal(l.sealed[:0], plane.DirFrame, l.outSubj, body, keys...)
+	return l.nc.Publish(l.outSubj, l.sealed)
 }
 
 // control publishes an unnumbered frame, with the worker's Head, sealed
@@ -785,7 +794,7 @@ func (l *workerLoop) control(f plane.Frame, extra ...plane.Keyed) {
 		l.log.Error("control frame not encoded", "err", err)
 		return
 	}
-	if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, data, append(l.inbox.keys(), extra...)...)); err != nil {
+	if err := l.publishFrame(data, append(l.inbox.keys(), extra...)...); err != nil {
 		l.log.Warn("control frame not published", "err", err)
 	}
 }
@@ -1092,7 +1101,7 @@ func (l *workerLoop) flush() {
 	// Kept unsealed: a resend is sealed for the sessions live then.
 	l.sent.add(l.seq, data)
 	l.seq++
-	if err := l.nc.Publish(l.outSubj, plane.Seal(plane.DirFrame, l.outSubj, data, l.inbox.keys()...)); err != nil {
+	if err := l.publishFrame(data, l.inbox.keys()...); err != nil {
 		l.log.Warn("frame not published", "seq", l.seq-1, "err", err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	mp "github.com/vmihailenco/msgpack/v5"
 )
@@ -223,17 +224,36 @@ func encodeTokens(e *mp.Encoder, tokens []uint32) error {
 	return nil
 }
 
+// decodeTokens reads what encodeTokens wrote straight into the one slice
+// it returns: no copy of the bytes first. The slice is the command's own
+// (a worker's inbox and engine keep a command's tokens for as long as its
+// request lives), so it is never a buffer reused for the next message.
 func decodeTokens(d *mp.Decoder) ([]uint32, error) {
-	raw, err := d.DecodeBytes()
-	if err != nil || len(raw) == 0 {
+	n, err := d.DecodeBytesLen()
+	if err != nil || n <= 0 { // -1: nil
 		return nil, err
 	}
-	if len(raw)%4 != 0 {
-		return nil, fmt.Errorf("tokens of %d bytes, not a multiple of 4", len(raw))
+	if n%4 != 0 {
+		return nil, fmt.Errorf("tokens of %d bytes, not a multiple of 4", n)
 	}
-	tokens := make([]uint32, len(raw)/4)
-	for i := range tokens {
-		tokens[i] = binary.LittleEndian.Uint32(raw[4*i:])
+	// A length beyond what the message still holds is refused before
+	// anything of that size is allocated.
+	if r, ok := d.Buffered().(interface{ Len() int }); ok && n > r.Len() {
+		return nil, fmt.Errorf("tokens of %d bytes in a message with %d left", n, r.Len())
+	}
+	tokens := make([]uint32, n/4)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(tokens))), n)
+	if err := d.ReadFull(b); err != nil {
+		return nil, err
+	}
+	if !littleEndian {
+		for i := range tokens {
+			tokens[i] = binary.LittleEndian.Uint32(b[4*i:])
+		}
 	}
 	return tokens, nil
 }
+
+// littleEndian is whether a token's wire bytes (little-endian) already
+// are how this host stores a uint32.
+var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1

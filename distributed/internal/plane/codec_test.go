@@ -1,6 +1,7 @@
 package plane
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -88,4 +89,44 @@ func TestCodec_CommandBatches(t *testing.T) {
 	assert.Error(t, err, "a byte that is no command")
 	var c Command
 	assert.Error(t, DecodeCommand(body, &c), "DecodeCommand takes one command alone")
+}
+
+// TestCodec_Tokens: a command's tokens come back as their own slice (the
+// message's bytes reused after decoding leave them be), and a tokens
+// field cut short, of a length no multiple of 4, or claiming more bytes
+// than the message holds is refused.
+func TestCodec_Tokens(t *testing.T) {
+	t.Parallel()
+	tokens := make([]uint32, 1000)
+	for i := range tokens {
+		tokens[i] = uint32(i)*2654435761 + 1
+	}
+	c := Command{Op: OpSubmit, ID: 1, Tokens: tokens}
+	body, err := EncodeCommand(&c)
+	require.NoError(t, err)
+	var got Command
+	require.NoError(t, DecodeCommand(body, &got))
+	want := append([]uint32(nil), tokens...)
+	clear(body)
+	assert.Equal(t, want, got.Tokens, "the tokens do not alias the message")
+
+	body, err = EncodeCommand(&c)
+	require.NoError(t, err)
+	// The tokens field: bin16 (0xc5), 2-byte length, then the bytes.
+	at := bytes.Index(body, []byte{0xc5, 0x0f, 0xa0})
+	require.Positive(t, at, "the tokens field's header")
+	assert.Error(t, DecodeCommand(body[:at+3+400], &got), "cut inside the tokens")
+	huge := append([]byte(nil), body...)
+	copy(huge[at+1:], []byte{0xff, 0xfc})
+	assert.ErrorContains(t, DecodeCommand(huge, &got), "left", "a length past the message's end")
+	odd := append([]byte(nil), body[:at]...)
+	odd = append(odd, 0xc4, 3, 1, 2, 3)
+	odd = append(odd, body[at+3+4000:]...)
+	assert.ErrorContains(t, DecodeCommand(odd, &got), "multiple of 4")
+
+	c.Tokens = nil
+	body, err = EncodeCommand(&c)
+	require.NoError(t, err)
+	require.NoError(t, DecodeCommand(body, &got))
+	assert.Nil(t, got.Tokens, "no tokens stay nil")
 }

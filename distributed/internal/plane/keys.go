@@ -131,32 +131,62 @@ func EndpointValue(ns string, role engine.WorkerType, id int64) ([]byte, error) 
 	})
 }
 
-// ModelValue is Dynamo's Model discovery value, its card carrying the
-// runtime_config a router reads.
+// ModelEntry is Dynamo's Model discovery value: the card of a worker's
+// model, filed under its instance. ModelValue writes it and a decode
+// reads a prefill's (its transfer address). Each struct's fields are in
+// the order of their JSON names, the order encoding/json sorts a map's
+// keys in, which is how these bytes were first written: Dynamo's tools
+// read them, so that order is kept.
+type ModelEntry struct {
+	Card       ModelCard `json:"card_json"`
+	Component  string    `json:"component"`
+	Endpoint   string    `json:"endpoint"`
+	InstanceID int64     `json:"instance_id"`
+	Namespace  string    `json:"namespace"`
+	Type       string    `json:"type"` // "Model"
+}
+
+// ModelCard is a model card: what a router learns of a worker's model
+// and KV cache.
+type ModelCard struct {
+	DisplayName      string            `json:"display_name"`
+	KVCacheBlockSize int               `json:"kv_cache_block_size"`
+	ModelType        string            `json:"model_type"`
+	RuntimeConfig    RuntimeConfig     `json:"runtime_config"`
+	WorkerType       engine.WorkerType `json:"worker_type"`
+}
+
+// RuntimeConfig is a card's runtime_config: the KV pool and the limits a
+// router reads, and a prefill's disaggregated endpoint.
+type RuntimeConfig struct {
+	DataParallelSize      int                    `json:"data_parallel_size"`
+	DataParallelStartRank int                    `json:"data_parallel_start_rank"`
+	DisaggregatedEndpoint *DisaggregatedEndpoint `json:"disaggregated_endpoint,omitempty"`
+	EnableLocalIndexer    bool                   `json:"enable_local_indexer"`
+	MaxNumBatchedTokens   *int                   `json:"max_num_batched_tokens,omitempty"`
+	MaxNumSeqs            *int                   `json:"max_num_seqs,omitempty"`
+	TotalKVBlocks         int                    `json:"total_kv_blocks"`
+}
+
+// DisaggregatedEndpoint is where a prefill's transfer server listens.
+type DisaggregatedEndpoint struct {
+	Host string `json:"bootstrap_host"`
+	Port int    `json:"bootstrap_port"`
+}
+
+// ModelValue is Dynamo's Model discovery value (ModelEntry), its card
+// carrying the runtime_config a router reads; bootstrapPort 0: no
+// disaggregated endpoint.
 func ModelValue(ns string, role engine.WorkerType, id int64, a engine.Args, bootstrapHost string, bootstrapPort int) ([]byte, error) {
-	rc := map[string]any{
-		"total_kv_blocks": a.NumGPUBlocks, "data_parallel_start_rank": 0, "data_parallel_size": max(a.DPSize, 1),
-		"enable_local_indexer": true,
-	}
-	if a.MaxNumSeqs != nil {
-		rc["max_num_seqs"] = *a.MaxNumSeqs
-	}
-	if a.MaxNumBatchedTokens != nil {
-		rc["max_num_batched_tokens"] = *a.MaxNumBatchedTokens
+	rc := RuntimeConfig{
+		TotalKVBlocks: a.NumGPUBlocks, DataParallelSize: max(a.DPSize, 1), EnableLocalIndexer: true,
+		MaxNumSeqs: a.MaxNumSeqs, MaxNumBatchedTokens: a.MaxNumBatchedTokens,
 	}
 	if bootstrapPort != 0 {
-		rc["disaggregated_endpoint"] = map[string]any{"bootstrap_host": bootstrapHost, "bootstrap_port": bootstrapPort}
+		rc.DisaggregatedEndpoint = &DisaggregatedEndpoint{Host: bootstrapHost, Port: bootstrapPort}
 	}
-	card := map[string]any{
-		"display_name": "mocker", "kv_cache_block_size": a.BlockSize, "model_type": "Chat",
-		"worker_type": string(role), "runtime_config": rc,
-	}
-	cardJSON, err := json.Marshal(card)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(map[string]any{
-		"type": "Model", "namespace": ns, "component": ComponentOf(role), "endpoint": endpointName,
-		"instance_id": id, "card_json": json.RawMessage(cardJSON),
+	return json.Marshal(ModelEntry{
+		Type: "Model", Namespace: ns, Component: ComponentOf(role), Endpoint: endpointName, InstanceID: id,
+		Card: ModelCard{DisplayName: "mocker", KVCacheBlockSize: a.BlockSize, ModelType: "Chat", WorkerType: role, RuntimeConfig: rc},
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"hash"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -126,12 +127,20 @@ func mac(key []byte, dir byte, id uint64, subject string, body []byte) [sha256.S
 
 // Seal returns body behind a tag for each key.
 func Seal(dir byte, subject string, body []byte, keys ...Keyed) []byte {
+	return AppendSeal(nil, dir, subject, body, keys...)
+}
+
+// AppendSeal appends the sealed message Seal returns to dst: a sender
+// that seals one message at a time (its own goroutine, or under its
+// lock) keeps dst[:0] between messages and allocates nothing once warm.
+// NATS's Publish copies the message before it returns, so the buffer is
+// free again as soon as Publish is. body must not share dst's memory.
+func AppendSeal(dst []byte, dir byte, subject string, body []byte, keys ...Keyed) []byte {
 	if len(keys) > MaxSealTags {
 		keys = keys[:MaxSealTags]
 	}
-	out := make([]byte, 3, 3+len(keys)*sealTagSize+len(body))
-	out[0] = sealVersion
-	binary.BigEndian.PutUint16(out[1:], uint16(len(keys)))
+	out := slices.Grow(dst, 3+len(keys)*sealTagSize+len(body))
+	out = binary.BigEndian.AppendUint16(append(out, sealVersion), uint16(len(keys)))
 	for _, k := range keys {
 		out = binary.BigEndian.AppendUint64(out, k.ID)
 		var m [sha256.Size]byte

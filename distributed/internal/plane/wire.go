@@ -111,34 +111,34 @@ const (
 
 // Command is one router → worker message.
 type Command struct {
-	Op string `json:"op"`
+	Op string
 	// Session and Seq number the command in its router's stream to this
 	// worker; Ack is the next frame Seq the router expects (it has every
 	// frame before it); From is where OpResend starts.
-	Session   uint64   `json:"session,omitempty"`
-	Seq       uint64   `json:"seq,omitempty"`
-	Router    int64    `json:"router,omitempty"` // hello: the router's lease id
-	Ack       uint64   `json:"ack,omitempty"`
-	From      uint64   `json:"from,omitempty"`
-	ID        uint64   `json:"id,omitempty"`
-	Tokens    []uint32 `json:"tokens,omitempty"`
-	MaxTokens int      `json:"max_tokens,omitempty"`
-	Priority  int      `json:"priority,omitempty"`
-	Hold      bool     `json:"hold,omitempty"`    // submit: the Hold policy
-	Outcome   uint8    `json:"outcome,omitempty"` // release_held
-	N         int      `json:"n,omitempty"`       // start_transfer, destination_ready: tokens
+	Session   uint64
+	Seq       uint64
+	Router    int64 // hello: the router's lease id
+	Ack       uint64
+	From      uint64
+	ID        uint64
+	Tokens    []uint32
+	MaxTokens int
+	Priority  int
+	Hold      bool  // submit: the Hold policy
+	Outcome   uint8 // release_held
+	N         int   // start_transfer, destination_ready: tokens
 	// Transfer-room steps.
-	TID         uint64          `json:"tid,omitempty"`
-	Transferred bool            `json:"transferred,omitempty"`
-	Params      json.RawMessage `json:"params,omitempty"`
+	TID         uint64
+	Transferred bool
+	Params      json.RawMessage
 	// Coupled sessions: Coupled (hello) asks the worker to run on the
 	// router's clock; At is the modeled instant a command takes effect
 	// (hello: where the fresh engine's clock starts), Until how far
 	// OpRun runs, and Turn numbers what the worker's answer acknowledges.
-	Coupled bool    `json:"coupled,omitempty"`
-	At      float64 `json:"at,omitempty"`
-	Until   float64 `json:"until,omitempty"`
-	Turn    uint64  `json:"turn,omitempty"`
+	Coupled bool
+	At      float64
+	Until   float64
+	Turn    uint64
 }
 
 func CommandOf(in engine.Input) Command {
@@ -198,108 +198,108 @@ func (c Command) Input() (engine.Input, error) {
 // Frame is one worker → router message. A frame with Items is numbered by
 // Seq; one without is a control frame (acks, Head, Lost) and is not.
 type Frame struct {
-	Seq   uint64 `json:"seq"`
-	Items []Item `json:"items,omitempty"`
+	Seq   uint64
+	Items []Item
 	// Head is the Seq the worker's next numbered frame will have.
-	Head uint64 `json:"head,omitempty"`
+	Head uint64
 	// Acks are the sessions whose applied commands moved (or were
 	// repeated) since the previous frame.
-	Acks []SessionAck `json:"acks,omitempty"`
+	Acks []SessionAck
 	// Lost answers an OpResend the worker can no longer serve.
-	Lost *LostFrames `json:"lost,omitempty"`
+	Lost *LostFrames
 	// Ended says the worker ended a session on its own (its router's key
 	// in etcd is gone) and withdraws its requests: a router that is still
 	// there after all learns why, ahead of the withdrawals.
-	Ended *SessionEnded `json:"ended,omitempty"`
+	Ended *SessionEnded
 	// Turn and Next answer a coupled session: the last turn the worker
 	// has applied, and when its engine's next event is due (nil: none is
 	// pending). Every frame of a coupled worker carries them; one that
 	// answers a turn is numbered even without Items.
-	Turn uint64   `json:"turn,omitempty"`
-	Next *float64 `json:"next,omitempty"`
+	Turn uint64
+	Next *float64
 	// Refused answers a hello the worker cannot take (a coupled session
 	// needs the worker to itself); the session does not start.
-	Refused *SessionEnded `json:"refused,omitempty"`
+	Refused *SessionEnded
 	// Leave is set on the marker a router sends itself on a worker's out
 	// subject when the worker's registration goes: it comes back after
 	// every frame the worker sent before it left, so the worker's last
 	// results are not overtaken by its departure.
-	Leave string `json:"leave,omitempty"`
+	Leave string
 	// Rejected counts the commands the worker has dropped since it
 	// started, for failing their seal or a bound (gate.go).
-	Rejected uint64 `json:"rejected,omitempty"`
+	Rejected uint64
 }
 
 // SessionAck acknowledges a router session's commands up to Seq; From is
 // the Seq of the first frame that can carry the session's work.
 type SessionAck struct {
-	Session uint64 `json:"session"`
-	Seq     uint64 `json:"seq"`
-	From    uint64 `json:"from"`
+	Session uint64
+	Seq     uint64
+	From    uint64
 }
 
 // LostFrames says frames From up to Oldest (excluded) of a session's
 // resend request are no longer in the worker's buffer.
 type LostFrames struct {
-	Session uint64 `json:"session"`
-	From    uint64 `json:"from"`
-	Oldest  uint64 `json:"oldest"`
+	Session uint64
+	From    uint64
+	Oldest  uint64
 }
 
 // SessionEnded is a session the worker ended, and why.
 type SessionEnded struct {
-	Session uint64 `json:"session"`
-	Reason  string `json:"reason"`
+	Session uint64
+	Reason  string
 }
 
 // Item is one entry of a frame; exactly one field is set.
 type Item struct {
-	Output  *WireOutput  `json:"output,omitempty"`
-	Input   *WireInput   `json:"input,omitempty"`
-	Room    *WireRoom    `json:"room,omitempty"`
-	Arrived *WireArrived `json:"arrived,omitempty"`
-	Status  *WireStatus  `json:"status,omitempty"`
+	Output  *WireOutput
+	Input   *WireInput
+	Room    *WireRoom
+	Arrived *WireArrived
+	Status  *WireStatus
 }
 
 // WireOutput is engine.Output as the router needs it: a prefill's tokens
 // other than the first are left out (nothing downstream reads them, and
 // they are most of a decode pass's size).
 type WireOutput struct {
-	Start       float64             `json:"start"`
-	End         float64             `json:"end"`
-	Ran         bool                `json:"ran,omitempty"`
-	FirstTokens []engine.Token      `json:"first_tokens,omitempty"`
-	Completions []engine.Completion `json:"completions,omitempty"`
-	Rejections  []engine.Rejection  `json:"rejections,omitempty"`
-	Events      []engine.Event      `json:"events,omitempty"`
+	Start       float64
+	End         float64
+	Ran         bool
+	FirstTokens []engine.Token
+	Completions []engine.Completion
+	Rejections  []engine.Rejection
+	Events      []engine.Event
 	// KVEvents are kv.Event's, encoded as every struct here is (codec.go).
-	KVEvents []kv.Event     `json:"kv_events,omitempty"`
-	Metrics  engine.Metrics `json:"metrics"`
+	KVEvents []kv.Event
+	Metrics  engine.Metrics
 }
 
 type WireInput struct {
-	At      float64 `json:"at"`
-	Cmd     Command `json:"cmd"`
-	OK      bool    `json:"ok"`
-	Err     string  `json:"err,omitempty"`
-	DelayMs float64 `json:"delay_ms,omitempty"`
+	At      float64
+	Cmd     Command
+	OK      bool
+	Err     string
+	DelayMs float64
 }
 
 type WireRoom struct {
-	TID    uint64          `json:"tid"`
-	Params json.RawMessage `json:"params,omitempty"`
-	Err    string          `json:"err,omitempty"`
+	TID    uint64
+	Params json.RawMessage
+	Err    string
 }
 
 type WireArrived struct {
-	TID   uint64 `json:"tid"`
-	ReqID uint64 `json:"request_id"`
+	TID   uint64
+	ReqID uint64
 }
 
 type WireStatus struct {
-	TID    uint64 `json:"tid"`
-	Status string `json:"status"` // ack | abort | error
-	Err    string `json:"err,omitempty"`
+	TID    uint64
+	Status string // ack | abort | error
+	Err    string
 }
 
 // OutputOf copies what the router needs of out (which the engine reuses).
