@@ -25,8 +25,8 @@ type KVPass struct {
 	// Tokens are the token ids of the blocks the Stored events of the
 	// GPU medium store, BlockSize per block, in the order of Events and
 	// of their Blocks: the first BlockSize ids are those of the first
-	// such event's first block. A Stored event of the host tier
-	// (kv.MediumCPU) has none. A prompt block's ids are the request's prompt tokens
+	// such event's first block. A Stored event of a lower tier
+	// (kv.MediumCPU and below) has none. A prompt block's ids are the request's prompt tokens
 	// (Request.Tokens, or those the cluster draws for PromptTokens and
 	// Prefix); a block of generated tokens holds the ids the worker
 	// generated, which its block hashes chain over (package engine: a

@@ -20,6 +20,7 @@ type viewCheck struct {
 	inFlight       atomic.Int64 // depths a pass in flight changed
 	dropped        atomic.Int64 // Stored events the index dropped for an unknown parent
 	cpuEvents      atomic.Int64 // events of a host tier (CPU medium) fed to the index
+	lowerEvents    atomic.Int64 // events of the tiers below it (DISK, EXTERNAL) fed to the index
 	firstMismatch  atomic.Pointer[string]
 	mismatches     atomic.Int64
 }
@@ -80,8 +81,12 @@ func checkedRun(t require.TestingT, cfg Config, arr []Arrival, vc *viewCheck) Vi
 	var views []checkedView
 	opts := options{virtual: true, memory: true, keepEvents: true, shareTokens: true,
 		kvTap: func(id uint64, ev kv.Event) {
-			if ev.Medium == kv.MediumCPU {
+			switch ev.Medium {
+			case kv.MediumGPU:
+			case kv.MediumCPU:
 				vc.cpuEvents.Add(1)
+			default:
+				vc.lowerEvents.Add(1)
 			}
 			if err := index.Apply(id, ev); errors.Is(err, indexer.ErrUnknownParent) {
 				vc.dropped.Add(1)
@@ -157,6 +162,31 @@ func TestKVView_AnswersAsTheEventFedIndex(t *testing.T) {
 		before := vc.cpuEvents.Load()
 		checkViewCase(t, cfg, arr, &vc)
 		require.Positive(t, vc.cpuEvents.Load()-before, "the index was fed host tier events")
+	})
+	// So with a disk tier and object storage below the host tier: their
+	// events (DISK, EXTERNAL) are ignored too.
+	t.Run("lower_tier_events", func(t *testing.T) {
+		cfg := Config{Workers: 2, Router: "kv", Seed: 7, Args: map[string]any{
+			"block_size": 4, "num_gpu_blocks": 32, "num_g2_blocks": 8, "num_g3_blocks": 24,
+			"enable_g4_storage": true, "max_num_seqs": 4, "kv_bytes_per_token": 131072}}
+		var arr []Arrival
+		for i := range 160 {
+			arr = append(arr, Arrival{AtMs: float64(20 * i), Request: Request{PromptTokens: 40 + i%3, MaxTokens: 4,
+				Prefix: fmt.Sprintf("p%d", i%7), PrefixTokens: 32}})
+		}
+		before := vc.lowerEvents.Load()
+		checkViewCase(t, cfg, arr, &vc)
+		require.Positive(t, vc.lowerEvents.Load()-before, "the index was fed disk and object storage events")
+		run, err := RunVirtual(cfg, arr, VirtualOptions{})
+		require.NoError(t, err)
+		st := run.Stats
+		assert.Equal(t, 48, st.G3Capacity, "two workers' disk tiers")
+		assert.Positive(t, st.G3Blocks)
+		assert.Positive(t, st.G4Blocks)
+		assert.Positive(t, st.G3Onboarded+st.G4Onboarded, "hits found below the host tiers")
+		for _, w := range st.Workers {
+			assert.Equal(t, 24, w.G3Capacity)
+		}
 	})
 	rapid.Check(t, func(rt *rapid.T) {
 		eng := rapid.SampledFrom([]string{"vllm", "sglang"}).Draw(rt, "engine")

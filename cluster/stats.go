@@ -52,6 +52,16 @@ type Stats struct {
 	G2Blocks    int    `json:"g2_blocks,omitempty"`
 	G2Capacity  int    `json:"g2_capacity,omitempty"`
 	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
+	// G3Blocks and G3Capacity sum the workers' disk (G3) tiers
+	// (num_g3_blocks), G3Onboarded the blocks prefix hits found there;
+	// G4Blocks sums their object storage (enable_g4_storage), G4Onboarded
+	// the blocks prefix hits found there. G2Onboarded counts only the
+	// hits found in the host tiers themselves. All 0 without the tier.
+	G3Blocks    int    `json:"g3_blocks,omitempty"`
+	G3Capacity  int    `json:"g3_capacity,omitempty"`
+	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
+	G4Blocks    int    `json:"g4_blocks,omitempty"`
+	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
 	// NowMs is the cluster's modeled time.
 	NowMs   float64       `json:"now_ms"`
 	Workers []WorkerStats `json:"workers"`
@@ -78,6 +88,11 @@ type WorkerStats struct {
 	// occupied and in all; 0 without one.
 	G2Blocks   int `json:"g2_blocks,omitempty"`
 	G2Capacity int `json:"g2_capacity,omitempty"`
+	// G3Blocks and G3Capacity are its disk (G3) tier, G4Blocks its object
+	// storage (G4); 0 without them.
+	G3Blocks   int `json:"g3_blocks,omitempty"`
+	G3Capacity int `json:"g3_capacity,omitempty"`
+	G4Blocks   int `json:"g4_blocks,omitempty"`
 	// TransferAddr is a prefill worker's transfer server ("host:port"),
 	// shared by its ranks.
 	TransferAddr string `json:"transfer_addr,omitempty"`
@@ -116,6 +131,7 @@ func (c *Cluster) statsNow() Stats {
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
 			G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity,
+			G3Blocks: m.G3Blocks, G3Capacity: m.G3Capacity, G4Blocks: m.G4Blocks,
 		}
 		if w.server != nil {
 			s.Workers[i].TransferAddr = w.server.AdvertisedAddr()
@@ -128,6 +144,11 @@ func (c *Cluster) statsNow() Stats {
 		s.G2Blocks += m.G2Blocks
 		s.G2Capacity += m.G2Capacity
 		s.G2Onboarded += m.G2Onboarded
+		s.G3Blocks += m.G3Blocks
+		s.G3Capacity += m.G3Capacity
+		s.G3Onboarded += m.G3Onboarded
+		s.G4Blocks += m.G4Blocks
+		s.G4Onboarded += m.G4Onboarded
 	}
 	return s
 }

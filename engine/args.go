@@ -160,6 +160,21 @@ type Args struct {
 	// DefaultBandwidthG2ToG1. 0, or kv_bytes_per_token unset: onboarding
 	// takes no modeled time.
 	BandwidthG2ToG1 *float64 `json:"bandwidth_g2_to_g1_gbps,omitempty"`
+	// NumG3Blocks sizes the disk (G3) tier below the host tier: each block
+	// the host tier takes in from the GPU pool is copied on to it, an LRU
+	// of this many blocks, and a prefix hit past the host tier's is staged
+	// back through the host tier. 0: no tier. Needs NumG2Blocks.
+	NumG3Blocks int `json:"num_g3_blocks,omitempty"`
+	// EnableG4Storage adds object storage (G4) below the host tier: an
+	// unbounded copy of each block the host tier takes in from the GPU
+	// pool, found after the host and disk tiers. Needs NumG2Blocks.
+	EnableG4Storage bool `json:"enable_g4_storage,omitempty"`
+	// BandwidthG3ToG2 and BandwidthG4ToG2 in GB/s time staging a block
+	// from disk or object storage into the host tier, before it is
+	// onboarded as a host block is. Nil: DefaultBandwidthG3ToG2,
+	// DefaultBandwidthG4ToG2. 0, or kv_bytes_per_token unset: no time.
+	BandwidthG3ToG2 *float64 `json:"bandwidth_g3_to_g2_gbps,omitempty"`
+	BandwidthG4ToG2 *float64 `json:"bandwidth_g4_to_g2_gbps,omitempty"`
 	// KVTransferTimingMode says which prompt tokens a transfer is charged for.
 	KVTransferTimingMode TransferTimingMode `json:"kv_transfer_timing_mode"`
 	// KVTransferAbortTimeoutMs ends a source hold that no decode claimed
@@ -274,20 +289,46 @@ func (a Args) TransferDelayMs(tokens int) float64 {
 // 1e9) s, in ms, the bandwidth DefaultBandwidthG2ToG1 when unset. It is 0
 // when kv_bytes_per_token is unset or the bandwidth is 0.
 func (a Args) OnboardMsPerBlock() float64 {
-	bw := DefaultBandwidthG2ToG1
-	if a.BandwidthG2ToG1 != nil {
-		bw = *a.BandwidthG2ToG1
+	return a.blockCopyMs(a.BandwidthG2ToG1, DefaultBandwidthG2ToG1)
+}
+
+// StageG3MsPerBlock is the modeled time to stage one block from the disk
+// tier into the host tier, as OnboardMsPerBlock at bandwidth_g3_to_g2_gbps
+// (DefaultBandwidthG3ToG2 when unset).
+func (a Args) StageG3MsPerBlock() float64 {
+	return a.blockCopyMs(a.BandwidthG3ToG2, DefaultBandwidthG3ToG2)
+}
+
+// StageG4MsPerBlock is the modeled time to stage one block from object
+// storage into the host tier, as OnboardMsPerBlock at
+// bandwidth_g4_to_g2_gbps (DefaultBandwidthG4ToG2 when unset).
+func (a Args) StageG4MsPerBlock() float64 {
+	return a.blockCopyMs(a.BandwidthG4ToG2, DefaultBandwidthG4ToG2)
+}
+
+// blockCopyMs is one block's copy in ms at bw GB/s, def when bw is nil.
+func (a Args) blockCopyMs(bw *float64, def float64) float64 {
+	if bw != nil {
+		def = *bw
 	}
-	if a.KVBytesPerToken == nil || bw <= 0 || a.BlockSize <= 0 {
+	if a.KVBytesPerToken == nil || def <= 0 || a.BlockSize <= 0 {
 		return 0
 	}
 	bytes := float64(a.BlockSize) * float64(*a.KVBytesPerToken)
-	return bytes / (bw * 1e9) * 1000
+	return bytes / (def * 1e9) * 1000
 }
 
 // DefaultBandwidthG2ToG1 is the host-to-GPU bandwidth in GB/s that times
 // onboarding when bandwidth_g2_to_g1_gbps is unset, as in Dynamo's mocker.
 const DefaultBandwidthG2ToG1 = 14.0
+
+// DefaultBandwidthG3ToG2 and DefaultBandwidthG4ToG2 are the disk-to-host
+// and object-storage-to-host bandwidths in GB/s when unset, as in Dynamo's
+// mocker.
+const (
+	DefaultBandwidthG3ToG2 = 7.0
+	DefaultBandwidthG4ToG2 = 4.0
+)
 
 // Defaults, in one place.
 const (

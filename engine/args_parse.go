@@ -131,17 +131,16 @@ func argErr(field, format string, a ...any) *ArgError {
 // (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
-// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size, the
-// bandwidth_g*_to_g*_gbps keys but bandwidth_g2_to_g1_gbps, and
+// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
+// bandwidth_g1_to_g2_gbps, bandwidth_g2_to_g3_gbps and
+// bandwidth_g2_to_g4_gbps (offloading takes no modeled time), and
 // g1_backend. The legacy booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
 // Dynamo keys whose effect mocker does not model, and which would silently
 // change what its numbers mean, are rejected when set to anything but their
-// "off" value: aic_backend (AIConfigurator timing; use planner_profile_data),
-// aic_nextn (MTP bursts; use decode_speedup_ratio), num_g3_blocks above 0
-// and enable_g4_storage true (KVBM's disk and storage tiers; the host tier,
-// num_g2_blocks, is modeled).
+// "off" value: aic_backend (AIConfigurator timing; use planner_profile_data)
+// and aic_nextn (MTP bursts; use decode_speedup_ratio).
 //
 // Errors about a field are *ArgError; malformed JSON is a plain error
 // carrying the byte offset. To overlay a pool's arguments on global ones,
@@ -358,6 +357,41 @@ var modeledArgKeys = []argKeySpec{
 		p.a.BandwidthG2ToG1 = &f
 		return nil
 	}},
+	{"num_g3_blocks", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("num_g3_blocks", v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return argErr("num_g3_blocks", "want %s up to %d, got %d", argWantNonNegative, math.MaxInt32, n)
+		}
+		p.a.NumG3Blocks = n
+		return nil
+	}},
+	{"enable_g4_storage", func(p *argParser, _ string, v any) error {
+		b, err := argBoolValue("enable_g4_storage", v)
+		if err != nil {
+			return err
+		}
+		p.a.EnableG4Storage = b
+		return nil
+	}},
+	{"bandwidth_g3_to_g2_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g3_to_g2_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG3ToG2 = &f
+		return nil
+	}},
+	{"bandwidth_g4_to_g2_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g4_to_g2_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG4ToG2 = &f
+		return nil
+	}},
 	{"kv_transfer_timing_mode", func(p *argParser, _ string, v any) error {
 		s, err := argEnumValue("kv_transfer_timing_mode", v, "full_prompt", "destination_missing")
 		if err != nil {
@@ -454,9 +488,7 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreInt("offload_batch_size", 0, math.MaxInt),
 	argIgnoreNumber("bandwidth_g1_to_g2_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g3_to_g2_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g4_to_g2_gbps", 0, math.Inf(1)),
 	{"g1_backend", func(_ *argParser, _ string, v any) error {
 		_, err := argEnumValue("g1_backend", v, "kvbm", "native")
 		return err
@@ -474,14 +506,6 @@ var dynamoArgKeys = []argKeySpec{
 			return err
 		}
 		return argErr("aic_nextn", "MTP draft bursts are not modeled; remove it and use decode_speedup_ratio for faster decode")
-	}},
-	argRejectPositive("num_g3_blocks", "the disk (G3) offload tier is not modeled, only the host tier num_g2_blocks; remove it or set it to 0"),
-	{"enable_g4_storage", func(_ *argParser, _ string, v any) error {
-		b, err := argBoolValue("enable_g4_storage", v)
-		if err != nil || !b {
-			return err
-		}
-		return argErr("enable_g4_storage", "the storage (G4) offload tier is not modeled, only the host tier num_g2_blocks; remove it or set it to false")
 	}},
 }
 
@@ -1066,6 +1090,25 @@ func (a Args) Validate() error {
 			}
 			if a.NumG2Blocks > 0 && a.EngineType == EngineSGLang {
 				return argErr("num_g2_blocks", "the host offload tier is modeled for the vllm and trtllm engines only; remove it or set it to 0 for sglang")
+			}
+			for _, b := range []struct {
+				key string
+				bw  *float64
+			}{{"bandwidth_g3_to_g2_gbps", a.BandwidthG3ToG2}, {"bandwidth_g4_to_g2_gbps", a.BandwidthG4ToG2}} {
+				if b.bw != nil && (math.IsNaN(*b.bw) || math.IsInf(*b.bw, 0) || *b.bw < 0) {
+					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes staging take no time), got %g", *b.bw)
+				}
+			}
+			if a.NumG3Blocks < 0 || a.NumG3Blocks > math.MaxInt32 {
+				return argErr("num_g3_blocks", "must be between 0 and %d, got %d", math.MaxInt32, a.NumG3Blocks)
+			}
+			// KVBM stages the lower tiers through the host tier: without
+			// it they have nothing to copy from.
+			if a.NumG3Blocks > 0 && a.NumG2Blocks == 0 {
+				return argErr("num_g3_blocks", "the disk (G3) tier is filled from and read through the host tier; set num_g2_blocks above 0 or num_g3_blocks to 0")
+			}
+			if a.EnableG4Storage && a.NumG2Blocks == 0 {
+				return argErr("enable_g4_storage", "object storage (G4) is filled from and read through the host tier; set num_g2_blocks above 0 or enable_g4_storage to false")
 			}
 			if a.NumG2Blocks > 0 && !a.EnablePrefixCaching {
 				// The tier keeps what the prefix cache evicts: without the

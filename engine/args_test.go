@@ -417,10 +417,11 @@ func TestParseArgs_DynamoOnlyKeysAccepted(t *testing.T) {
 		"aic_backend": null, "aic_nextn": null, "num_g2_blocks": 0, "num_g3_blocks": null,
 		"enable_g4_storage": false
 	}`)
-	// Without a host tier (num_g2_blocks 0) its bandwidth is kept but
-	// times nothing.
+	// Without a host tier (num_g2_blocks 0) the bandwidths are kept but
+	// time nothing.
 	want := DefaultArgs()
 	want.BandwidthG2ToG1 = new(50.0)
+	want.BandwidthG3ToG2, want.BandwidthG4ToG2 = new(10.0), new(1.0)
 	assert.Equal(t, want, a)
 }
 

@@ -22,12 +22,13 @@ type kvRecorder struct {
 	omit    bool
 	dropped bool // something was not recorded since reset
 	next    uint64
-	// nextCPU numbers the host tier's events, apart from the GPU pool's,
-	// so that a consumer of the GPU events alone sees no gaps.
-	nextCPU uint64
-	recs    []evRec
-	blocks  []kv.Block
-	removes []kv.SeqHash
+	// nextTier numbers the events of each tier below the GPU pool (by
+	// medium, from kv.MediumCPU), apart from the GPU pool's and from each
+	// other, so that a consumer of one medium's events sees no gaps.
+	nextTier [kv.NumMedia - 1]uint64
+	recs     []evRec
+	blocks   []kv.Block
+	removes  []kv.SeqHash
 
 	// With withTokens (Worker.RecordKVTokens), the token ids of every
 	// block recorded stored go to toks, bs per block in the order of
@@ -157,48 +158,50 @@ func (r *kvRecorder) removed(h kv.SeqHash) {
 	r.next++
 }
 
-// storedCPU records that the block with sequence hash h was copied to the
-// host tier. Consecutive ones share one Stored event of the CPU medium,
-// parentless and without token ids or token hashes, as vLLM announces the
-// blocks its CPU offloading stores: a router does not index them.
-func (r *kvRecorder) storedCPU(h kv.SeqHash) {
+// storedTier records that the block with sequence hash h was copied to
+// the lower tier of medium m (kv.MediumCPU or below). Consecutive ones of a
+// medium share one Stored event, parentless and without token ids or token
+// hashes, as vLLM announces the blocks its CPU offloading stores: a router
+// does not index them.
+func (r *kvRecorder) storedTier(m kv.Medium, h kv.SeqHash) {
 	if !r.emit {
 		r.dropped = true
 		return
 	}
 	if n := len(r.recs); n > 0 {
 		last := &r.recs[n-1]
-		if last.kind == kv.Stored && last.medium == kv.MediumCPU && last.end == len(r.blocks) {
+		if last.kind == kv.Stored && last.medium == m && last.end == len(r.blocks) {
 			r.blocks = append(r.blocks, kv.Block{Hash: h})
 			last.end++
 			return
 		}
 	}
 	r.blocks = append(r.blocks, kv.Block{Hash: h})
-	r.recs = append(r.recs, evRec{id: r.nextCPU, kind: kv.Stored, medium: kv.MediumCPU,
+	r.recs = append(r.recs, evRec{id: r.nextTier[m-1], kind: kv.Stored, medium: m,
 		start: len(r.blocks) - 1, end: len(r.blocks)})
-	r.nextCPU++
+	r.nextTier[m-1]++
 }
 
-// removedCPU records that the host tier dropped the block with sequence
-// hash h. Consecutive ones share one Removed event of the CPU medium.
-func (r *kvRecorder) removedCPU(h kv.SeqHash) {
+// removedTier records that the lower tier of medium m dropped the block
+// with sequence hash h. Consecutive ones of a medium share one Removed
+// event.
+func (r *kvRecorder) removedTier(m kv.Medium, h kv.SeqHash) {
 	if !r.emit {
 		r.dropped = true
 		return
 	}
 	if n := len(r.recs); n > 0 {
 		last := &r.recs[n-1]
-		if last.kind == kv.Removed && last.medium == kv.MediumCPU && last.end == len(r.removes) {
+		if last.kind == kv.Removed && last.medium == m && last.end == len(r.removes) {
 			r.removes = append(r.removes, h)
 			last.end++
 			return
 		}
 	}
 	r.removes = append(r.removes, h)
-	r.recs = append(r.recs, evRec{id: r.nextCPU, kind: kv.Removed, medium: kv.MediumCPU,
+	r.recs = append(r.recs, evRec{id: r.nextTier[m-1], kind: kv.Removed, medium: m,
 		start: len(r.removes) - 1, end: len(r.removes)})
-	r.nextCPU++
+	r.nextTier[m-1]++
 }
 
 // flush appends the recorded events to dst; they point into the recorder's

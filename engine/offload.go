@@ -6,9 +6,9 @@ import (
 	"github.com/kvstrand/mocker/kv"
 )
 
-// hostTier is a lower KV tier below the GPU pool (KVBM's G2, host memory):
-// the hashes of blocks the GPU pool's prefix cache evicted, kept in a
-// bounded LRU. Holding a hash stands for holding the block's KV: since a
+// hostTier is a lower KV tier below the GPU pool (KVBM's G2, host memory,
+// or G3, disk): the hashes of blocks the GPU pool's prefix cache evicted,
+// kept in a bounded LRU. Holding a hash stands for holding the block's KV: since a
 // sequence hash is chained from its parent's, a run of held hashes from a
 // prompt's first missing block on is a prefix the worker can copy back
 // (onboard) instead of recomputing it.
@@ -24,6 +24,10 @@ type hostTier struct {
 	// head is the least recently used slot, tail the most; noSlot when
 	// empty.
 	head, tail int32
+	// pinned marks the slots a pass is about to onboard from: put does
+	// not drop them to make room. npinned counts them.
+	pinned  []bool
+	npinned int
 	// offloaded counts the blocks the tier took in (a hash already held is
 	// refreshed, not counted), dropped those it evicted to make room,
 	// onboarded those copied back to the GPU pool.
@@ -36,8 +40,10 @@ func newHostTier(capacity int) *hostTier {
 		hash:  make([]kv.SeqHash, 0, capacity),
 		prev:  make([]int32, 0, capacity),
 		next:  make([]int32, 0, capacity),
-		head:  noSlot,
-		tail:  noSlot,
+		// pinned is sized on first use: a pass pins at most a
+		// prompt's blocks, and most tiers never pin.
+		head: noSlot,
+		tail: noSlot,
 	}
 }
 
@@ -72,23 +78,45 @@ func (t *hostTier) append(s int32) {
 }
 
 // put files h as the most recently used block, evicting the least recently
-// used one when the tier is full. It reports whether h is new to the tier
-// (one it already held is only refreshed) and, when it evicted one, the
-// hash it dropped.
+// used one not pinned when the tier is full. It reports whether h is new to
+// the tier (one it already held is only refreshed) and, when it evicted
+// one, the hash it dropped. A full tier whose every block is pinned takes
+// nothing in.
 func (t *hostTier) put(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
 	if s, ok := t.slots[h]; ok {
 		t.touchSlot(s)
 		return false, 0, false
 	}
-	t.offloaded++
+	return t.insert(h)
+}
+
+// offer files h as the most recently used block unless the tier holds it
+// already, which it leaves where it is (KVBM's presence filter: a block
+// already held is not copied again). It reports as put does.
+func (t *hostTier) offer(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
+	if _, ok := t.slots[h]; ok {
+		return false, 0, false
+	}
+	return t.insert(h)
+}
+
+func (t *hostTier) insert(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
 	var s int32
 	if len(t.hash) < cap(t.hash) {
+		t.offloaded++
 		s = int32(len(t.hash))
 		t.hash = append(t.hash, h)
 		t.prev = append(t.prev, noSlot)
 		t.next = append(t.next, noSlot)
 	} else {
 		s = t.head
+		for t.npinned > 0 && s != noSlot && t.pinned[s] {
+			s = t.next[s]
+		}
+		if s == noSlot {
+			return false, 0, false
+		}
+		t.offloaded++
 		t.detach(s)
 		dropped, didDrop = t.hash[s], true
 		delete(t.slots, dropped)
@@ -107,15 +135,90 @@ func (t *hostTier) touchSlot(s int32) {
 	}
 }
 
+// held counts the hashes of hs, from the first, that the tier holds. It
+// changes nothing: a pass that goes on to onboard them pins them first and
+// marks them used (take) once the pass has scheduled them.
+func (t *hostTier) held(hs []kv.SeqHash) int {
+	for i, h := range hs {
+		if _, ok := t.slots[h]; !ok {
+			return i
+		}
+	}
+	return len(hs)
+}
+
+// pin keeps the blocks of hs, all held, from being dropped until unpin or
+// take.
+func (t *hostTier) pin(hs []kv.SeqHash) {
+	if len(t.pinned) < len(t.hash) {
+		t.pinned = append(t.pinned, make([]bool, cap(t.hash)-len(t.pinned))...)
+	}
+	for _, h := range hs {
+		t.pinned[t.slots[h]] = true
+	}
+	t.npinned += len(hs)
+}
+
+// unpin undoes pin(hs), leaving the blocks where they were in the LRU
+// order: a pass that pinned them and then could not schedule them read
+// nothing from the tier.
+func (t *hostTier) unpin(hs []kv.SeqHash) {
+	for _, h := range hs {
+		t.pinned[t.slots[h]] = false
+	}
+	t.npinned -= len(hs)
+}
+
+// take unpins the blocks of hs, pinned, and marks them the most recently
+// used, in order: they were copied out of the tier.
+func (t *hostTier) take(hs []kv.SeqHash) {
+	for _, h := range hs {
+		s := t.slots[h]
+		t.pinned[s] = false
+		t.touchSlot(s)
+	}
+	t.npinned -= len(hs)
+}
+
 // run counts the hashes of hs, from the first, that the tier holds, and
 // marks them the most recently used, in order.
 func (t *hostTier) run(hs []kv.SeqHash) int {
+	n := t.held(hs)
+	for _, h := range hs[:n] {
+		t.touchSlot(t.slots[h])
+	}
+	return n
+}
+
+// objectTier is KVBM's G4, object storage: the hashes of every block the
+// host tier took in, unbounded. Nothing ever leaves it.
+type objectTier struct {
+	held map[kv.SeqHash]struct{}
+	// offloaded counts the blocks it took in, onboarded those a prefix
+	// hit staged back.
+	offloaded, onboarded uint64
+}
+
+func newObjectTier() *objectTier {
+	return &objectTier{held: make(map[kv.SeqHash]struct{})}
+}
+
+// offer stores h unless held already, and reports whether it was new.
+func (t *objectTier) offer(h kv.SeqHash) bool {
+	if _, ok := t.held[h]; ok {
+		return false
+	}
+	t.held[h] = struct{}{}
+	t.offloaded++
+	return true
+}
+
+// run counts the hashes of hs, from the first, that the tier holds.
+func (t *objectTier) run(hs []kv.SeqHash) int {
 	for i, h := range hs {
-		s, ok := t.slots[h]
-		if !ok {
+		if _, ok := t.held[h]; !ok {
 			return i
 		}
-		t.touchSlot(s)
 	}
 	return len(hs)
 }
@@ -137,5 +240,120 @@ func (t *hostTier) audit() error {
 	if n != len(t.slots) || len(t.slots) > t.capacity() {
 		return fmt.Errorf("host tier: list has %d entries, map %d, capacity %d", n, len(t.slots), t.capacity())
 	}
+	pins := 0
+	for _, p := range t.pinned {
+		if p {
+			pins++
+		}
+	}
+	if pins != 0 || t.npinned != 0 {
+		return fmt.Errorf("host tier: %d slots pinned (count %d) between passes", pins, t.npinned)
+	}
 	return nil
+}
+
+// offload moves the evicted blocks into the host tier. Each block it takes
+// in is announced stored on the CPU medium, after the block it dropped to
+// make room, if any, is announced removed from it: the GPU Removed event
+// the pool recorded and these make the move G1 to G2. The blocks the host
+// tier took in are then copied on to the disk tier, if any, and to object
+// storage, if on (KVBM's G2 to G3 and G2 to G4 pipelines, which follow its
+// G1 to G2 offload), each announced on its own medium; a block one of them
+// holds already is not copied again.
+func (p *blockPool) offload(blocks []pblock, evicted []int32) {
+	added := p.tierAdded[:0]
+	for _, s := range evicted {
+		h := blocks[s].hash
+		in, dropped, didDrop := p.g2.put(h)
+		if didDrop {
+			p.ev.removedTier(kv.MediumCPU, dropped)
+		}
+		if in {
+			p.ev.storedTier(kv.MediumCPU, h)
+			added = append(added, h)
+		}
+	}
+	p.tierAdded = added
+	if p.g3 != nil {
+		for _, h := range added {
+			in, dropped, didDrop := p.g3.offer(h)
+			if didDrop {
+				p.ev.removedTier(kv.MediumDisk, dropped)
+			}
+			if in {
+				p.ev.storedTier(kv.MediumDisk, h)
+			}
+		}
+	}
+	if p.g4 != nil {
+		for _, h := range added {
+			if p.g4.offer(h) {
+				p.ev.storedTier(kv.MediumExternal, h)
+			}
+		}
+	}
+}
+
+// tierRun is where a prompt's blocks past its GPU hits are found in the
+// tiers below: the first g2 in the host tier, the g3 after them on disk,
+// the g4 after those in object storage (KVBM's lookup takes one run from
+// each tier in that order).
+type tierRun struct{ g2, g3, g4 int }
+
+func (r tierRun) total() int { return r.g2 + r.g3 + r.g4 }
+
+// lookupTiers finds the run of hs (a prompt's blocks past its GPU hits) the
+// tiers hold and pins the host and disk tiers' part of it, so that the
+// pass's own evictions cannot drop them before it copies them; releaseTiers or
+// onboardTiers undoes the pins.
+func (p *blockPool) lookupTiers(hs []kv.SeqHash) tierRun {
+	var r tierRun
+	r.g2 = p.g2.held(hs)
+	p.g2.pin(hs[:r.g2])
+	rest := hs[r.g2:]
+	if p.g3 != nil {
+		r.g3 = p.g3.held(rest)
+		p.g3.pin(rest[:r.g3])
+		rest = rest[r.g3:]
+	}
+	if p.g4 != nil {
+		r.g4 = p.g4.run(rest)
+	}
+	return r
+}
+
+// releaseTiers unpins lookupTiers's run r of hs for a pass that did not schedule
+// it: the tiers are as they were.
+func (p *blockPool) releaseTiers(hs []kv.SeqHash, r tierRun) {
+	p.g2.unpin(hs[:r.g2])
+	if r.g3 > 0 {
+		p.g3.unpin(hs[r.g2 : r.g2+r.g3])
+	}
+}
+
+// onboardTiers copies lookupTiers's run r of hs back for a pass that scheduled it.
+// The host tier's blocks are marked used; the disk tier's and object
+// storage's are staged through the host tier, as KVBM stages them: marked
+// used where they were found and stored in the host tier, with its
+// events, on their way to the GPU.
+func (p *blockPool) onboardTiers(hs []kv.SeqHash, r tierRun) {
+	p.g2.take(hs[:r.g2])
+	p.g2.onboarded += uint64(r.g2)
+	staged := hs[r.g2:r.total()]
+	if r.g3 > 0 {
+		p.g3.take(staged[:r.g3])
+		p.g3.onboarded += uint64(r.g3)
+	}
+	if r.g4 > 0 {
+		p.g4.onboarded += uint64(r.g4)
+	}
+	for _, h := range staged {
+		in, dropped, didDrop := p.g2.put(h)
+		if didDrop {
+			p.ev.removedTier(kv.MediumCPU, dropped)
+		}
+		if in {
+			p.ev.storedTier(kv.MediumCPU, h)
+		}
+	}
 }

@@ -142,6 +142,47 @@ func TestHostTier_LRU(t *testing.T) {
 	assert.Equal(t, fmt.Sprint([]kv.SeqHash{4, 5, 7}), fmt.Sprint(tierOrder(tr)))
 }
 
+// TestHostTier_PinKeepsOrderAndBlocks: blocks a pass pins are not dropped
+// to make room for what the same pass evicts into the tier, and a pass
+// that then fails to schedule leaves them where they were in the LRU
+// order; one that schedules them marks them used.
+func TestHostTier_PinKeepsOrderAndBlocks(t *testing.T) {
+	tr := newHostTier(4)
+	for h := range 4 {
+		tr.put(kv.SeqHash(h + 1))
+	}
+	run := []kv.SeqHash{1, 2, 9}
+	n := tr.held(run)
+	require.Equal(t, 2, n)
+	tr.pin(run[:n])
+	// The pass's allocation evicts three blocks into the full tier: the
+	// unpinned 3 and 4 go, then the block just put, never 1 or 2.
+	for _, h := range []kv.SeqHash{5, 6, 7} {
+		added, dropped, didDrop := tr.put(h)
+		require.True(t, added)
+		require.True(t, didDrop)
+		assert.NotContains(t, run[:n], dropped)
+	}
+	assert.Equal(t, fmt.Sprint([]kv.SeqHash{1, 2, 6, 7}), fmt.Sprint(tierOrder(tr)))
+	tr.unpin(run[:n])
+	require.NoError(t, tr.audit())
+	assert.Equal(t, fmt.Sprint([]kv.SeqHash{1, 2, 6, 7}), fmt.Sprint(tierOrder(tr)),
+		"a pass that read nothing leaves the order as it was")
+	tr.pin(run[:n])
+	tr.take(run[:n])
+	require.NoError(t, tr.audit())
+	assert.Equal(t, fmt.Sprint([]kv.SeqHash{6, 7, 1, 2}), fmt.Sprint(tierOrder(tr)))
+
+	// A full tier whose every block is pinned takes nothing in.
+	all := tierOrder(tr)
+	tr.pin(all)
+	added, _, didDrop := tr.put(99)
+	assert.False(t, added)
+	assert.False(t, didDrop)
+	tr.unpin(all)
+	require.NoError(t, tr.audit())
+}
+
 func tierOrder(t *hostTier) []kv.SeqHash {
 	var out []kv.SeqHash
 	for s := t.head; s != noSlot; s = t.next[s] {
@@ -150,17 +191,44 @@ func tierOrder(t *hostTier) []kv.SeqHash {
 	return out
 }
 
-// TestVLLM_G2KVEventsPerMedium rebuilds the GPU pool's and the host tier's
-// block sets from the worker's KV events alone and checks them against the
-// pool and the tier: a block the GPU pool evicts into the tier is removed
-// from GPU and stored on CPU, a block the tier drops is removed from CPU,
+// TestVLLM_TierKVEventsPerMedium rebuilds the GPU pool's and each lower
+// tier's block set from the worker's KV events alone and checks them
+// against the pool and the tiers: a block the GPU pool evicts into the host
+// tier is removed from GPU and stored on CPU (and copied on to DISK and
+// EXTERNAL when those tiers are on), a block a tier drops is removed from
+// its medium, a block staged from disk or object storage is stored on CPU,
 // and an onboarded block is stored on GPU again. Each medium numbers its
 // events from 0 without gaps.
-func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
-	// Four prompts of 5 blocks cycle through an 8-block pool over a
-	// 16-block tier, which onboards them; then fresh prompts make the tier
-	// drop blocks.
-	w := newWorker(t, g2Args(16, 8))
+func TestVLLM_TierKVEventsPerMedium(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args Args
+	}{
+		{"G2", g2Args(16, 8)},
+		{"G2 and G3", tierArgs(4, 24, false)},
+		{"G2, G3 and G4", tierArgs(4, 12, true)},
+		{"G2 and G4", tierArgs(4, 0, true)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			checkTierEvents(t, tc.args)
+		})
+	}
+}
+
+// tierArgs is g2Args(g2, 8) with a disk tier of g3 blocks (0: none) and
+// object storage when g4, staging at 2 GB/s from either.
+func tierArgs(g2, g3 int, g4 bool) Args {
+	a := g2Args(g2, 8)
+	a.NumG3Blocks, a.EnableG4Storage = g3, g4
+	a.BandwidthG3ToG2, a.BandwidthG4ToG2 = new(2.0), new(2.0)
+	return a
+}
+
+func checkTierEvents(t *testing.T, a Args) {
+	// Four prompts of 5 blocks cycle through an 8-block pool over the
+	// tiers, which onboard them; then fresh prompts make the bounded
+	// tiers drop blocks.
+	w := newWorker(t, a)
 	var r record
 	now := 0.0
 	for i := range 30 {
@@ -173,12 +241,26 @@ func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
 		now = drive(t, w, &r, now)
 	}
 	m := w.Metrics()
-	require.Positive(t, m.G2Onboarded)
-	require.Greater(t, m.G2Offloaded, uint64(m.G2Capacity), "the tier dropped blocks")
+	require.Positive(t, m.G2Onboarded+m.G3Onboarded+m.G4Onboarded)
+	require.Greater(t, m.G2Offloaded, uint64(m.G2Capacity), "the host tier dropped blocks")
+	pool := w.sched.(*VLLM).pool
+	media := []kv.Medium{kv.MediumGPU, kv.MediumCPU}
+	if a.NumG3Blocks > 0 {
+		require.Positive(t, m.G3Onboarded, "hits found on disk")
+		require.Greater(t, m.G3Offloaded, uint64(m.G3Capacity), "the disk tier dropped blocks")
+		media = append(media, kv.MediumDisk)
+	}
+	if a.EnableG4Storage {
+		require.Positive(t, m.G4Onboarded, "hits found in object storage")
+		media = append(media, kv.MediumExternal)
+	}
 
-	sets := map[kv.Medium]map[kv.SeqHash]bool{kv.MediumGPU: {}, kv.MediumCPU: {}}
+	sets := map[kv.Medium]map[kv.SeqHash]bool{}
+	counts := map[kv.Medium]map[kv.EventKind]int{}
+	for _, m := range media {
+		sets[m], counts[m] = map[kv.SeqHash]bool{}, map[kv.EventKind]int{}
+	}
 	next := map[kv.Medium]uint64{}
-	counts := map[kv.Medium]map[kv.EventKind]int{kv.MediumGPU: {}, kv.MediumCPU: {}}
 	for _, e := range r.kvEvents {
 		require.Contains(t, sets, e.Medium)
 		require.Equal(t, next[e.Medium], e.ID, "%s event ids run from 0 without gaps", e.Medium)
@@ -187,17 +269,18 @@ func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
 		set := sets[e.Medium]
 		switch e.Kind {
 		case kv.Stored:
-			if e.Medium == kv.MediumCPU {
-				assert.False(t, e.HasParent, "a CPU Stored event names no parent")
+			if e.Medium != kv.MediumGPU {
+				assert.False(t, e.HasParent, "a %s Stored event names no parent", e.Medium)
 			}
 			for _, b := range e.Blocks {
 				require.False(t, set[b.Hash], "%s stores %x twice", e.Medium, b.Hash)
-				if e.Medium == kv.MediumCPU {
-					require.False(t, sets[kv.MediumGPU][b.Hash], "block %x offloaded while on the GPU", b.Hash)
+				if e.Medium != kv.MediumGPU {
+					require.False(t, sets[kv.MediumGPU][b.Hash], "block %x stored on %s while on the GPU", b.Hash, e.Medium)
 				}
 				set[b.Hash] = true
 			}
 		case kv.Removed:
+			require.NotEqual(t, kv.MediumExternal, e.Medium, "object storage drops nothing")
 			for _, h := range e.RemovedHashes {
 				require.True(t, set[h], "%s removes %x it does not hold", e.Medium, h)
 				delete(set, h)
@@ -206,9 +289,11 @@ func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
 			t.Fatalf("unexpected event kind %s", e.Kind)
 		}
 	}
-	for _, k := range []kv.EventKind{kv.Stored, kv.Removed} {
-		assert.Positive(t, counts[kv.MediumGPU][k], "GPU %s events", k)
-		assert.Positive(t, counts[kv.MediumCPU][k], "CPU %s events", k)
+	for _, m := range media {
+		assert.Positive(t, counts[m][kv.Stored], "%s Stored events", m)
+		if m != kv.MediumExternal {
+			assert.Positive(t, counts[m][kv.Removed], "%s Removed events", m)
+		}
 	}
 
 	gpu := w.CachedBlocks()
@@ -217,11 +302,86 @@ func TestVLLM_G2KVEventsPerMedium(t *testing.T) {
 		assert.True(t, sets[kv.MediumGPU][h], "GPU block %x not announced", h)
 	}
 	tier := w.HostBlocks()
-	assert.Equal(t, tierOrder(w.sched.(*VLLM).pool.g2), tier)
+	assert.Equal(t, tierOrder(pool.g2), tier)
 	assert.Len(t, sets[kv.MediumCPU], len(tier))
 	for _, h := range tier {
 		assert.True(t, sets[kv.MediumCPU][h], "host tier block %x not announced", h)
 	}
+	if pool.g3 != nil {
+		disk := tierOrder(pool.g3)
+		assert.Equal(t, m.G3Blocks, len(disk))
+		assert.Len(t, sets[kv.MediumDisk], len(disk))
+		for _, h := range disk {
+			assert.True(t, sets[kv.MediumDisk][h], "disk tier block %x not announced", h)
+		}
+	}
+	if pool.g4 != nil {
+		assert.Equal(t, m.G4Blocks, len(pool.g4.held))
+		assert.Len(t, sets[kv.MediumExternal], len(pool.g4.held))
+		for h := range pool.g4.held {
+			assert.True(t, sets[kv.MediumExternal][h], "object storage block %x not announced", h)
+		}
+	}
+}
+
+func TestVLLM_G3ServesPrefixDroppedFromG2(t *testing.T) {
+	// A 2-block host tier keeps the first two of P's blocks (the GPU pool
+	// evicts a sequence's tail first); the disk tier got a copy of all
+	// four as the host tier took them in, so the last two come from disk.
+	_, g2Only, _ := evictThenReturn(t, g2Args(2, 1))
+	assert.Equal(t, 8, g2Only.CachedTokens)
+
+	a := g2Args(2, 1)
+	a.NumG3Blocks, a.BandwidthG3ToG2 = 32, new(0.5)
+	_, on, w := evictThenReturn(t, a)
+	assert.Equal(t, 16, on.CachedTokens, "two blocks from G2, two staged from G3")
+	m := w.Metrics()
+	assert.EqualValues(t, 2, m.G2Onboarded)
+	assert.EqualValues(t, 2, m.G3Onboarded)
+	assert.Equal(t, 32, m.G3Capacity)
+	assert.Positive(t, m.G3Blocks)
+	assert.Zero(t, m.G4Blocks)
+
+	// Each 4 MB block copies to the GPU in 4 ms at 1 GB/s, and the two
+	// from disk are staged first at 0.5 GB/s, 8 ms each: 4×4 + 2×8 ms on
+	// the pass that prefills P again, against free copies.
+	free := g2Args(2, 0)
+	free.NumG3Blocks, free.BandwidthG3ToG2 = 32, new(0.0)
+	_, f, _ := evictThenReturn(t, free)
+	assert.Equal(t, 16, f.CachedTokens)
+	ttft := func(c Completion) float64 { return c.FirstTokenAt - c.Arrival }
+	assert.InDelta(t, 32.0, ttft(on)-ttft(f), 1e-9)
+}
+
+func TestVLLM_G4ServesPrefixDroppedFromG2(t *testing.T) {
+	a := g2Args(2, 1)
+	a.EnableG4Storage, a.BandwidthG4ToG2 = true, new(0.25)
+	_, on, w := evictThenReturn(t, a)
+	assert.Equal(t, 16, on.CachedTokens, "two blocks from G2, two staged from object storage")
+	m := w.Metrics()
+	assert.EqualValues(t, 2, m.G4Onboarded)
+	assert.Positive(t, m.G4Blocks)
+	assert.Zero(t, m.G3Capacity)
+
+	free := g2Args(2, 0)
+	free.EnableG4Storage, free.BandwidthG4ToG2 = true, new(0.0)
+	_, f, _ := evictThenReturn(t, free)
+	ttft := func(c Completion) float64 { return c.FirstTokenAt - c.Arrival }
+	// 4 blocks × 4 ms to the GPU, and 2 × 16 ms staged at 0.25 GB/s.
+	assert.InDelta(t, 48.0, ttft(on)-ttft(f), 1e-9)
+}
+
+func TestVLLM_G3RaisesHitsOverG2(t *testing.T) {
+	// Four prompts of 4 blocks cycle through an 8-block pool over an
+	// 8-block host tier, which holds two of them: each prompt comes back
+	// after the host tier has dropped it. A 64-block disk tier holds all
+	// four.
+	g2, _ := cycleRun(t, g2Args(8, 8), 4, 16)
+	with, out1 := cycleRun(t, tierArgs(8, 64, false), 4, 16)
+	assert.Greater(t, with, g2)
+	assert.Equal(t, 12*16, with, "every prompt after the first round onboards its 4 blocks")
+	_, out2 := cycleRun(t, tierArgs(8, 64, false), 4, 16)
+	assert.Equal(t, out1, out2, "the modeled run is deterministic")
 }
 
 // TestVLLM_NoTierNoCPUEvents: without a host tier every event is the GPU

@@ -138,8 +138,14 @@ type blockPool struct {
 	slow []int32
 
 	// g2 is the host tier the evicted blocks go to, nil without one
-	// (num_g2_blocks 0).
-	g2 *hostTier
+	// (num_g2_blocks 0). g3 (disk, num_g3_blocks) and g4 (object
+	// storage, enable_g4_storage), nil when off, take a copy of each
+	// block g2 takes in from the pool; tierAdded is the scratch list of
+	// those blocks.
+	g2        *hostTier
+	g3        *hostTier
+	g4        *objectTier
+	tierAdded []kv.SeqHash
 
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
@@ -433,20 +439,7 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 		p.visible -= p.vl.evictedAll(blocks, evicted)
 	}
 	if p.g2 != nil {
-		// Each block the tier takes in is announced stored on the CPU
-		// medium, after the block it evicted to make room, if any, is
-		// announced removed from it: the GPU Removed event above and
-		// these make the move G1 to G2.
-		for _, s := range evicted {
-			h := blocks[s].hash
-			added, dropped, didDrop := p.g2.put(h)
-			if didDrop {
-				p.ev.removedCPU(dropped)
-			}
-			if added {
-				p.ev.storedCPU(h)
-			}
-		}
+		p.offload(blocks, evicted)
 	}
 	// Most evicted blocks end their run (a child leaves the LRU no later
 	// than its parent): the block before them then does. The others wait
@@ -738,6 +731,11 @@ func (p *blockPool) beginPass() {
 // audit recounts the pool from its blocks and reports the first
 // disagreement with the incremental counters or a broken conservation law.
 func (p *blockPool) audit() error {
+	if p.g3 != nil {
+		if err := p.g3.audit(); err != nil {
+			return err
+		}
+	}
 	if p.g2 != nil {
 		if err := p.g2.audit(); err != nil {
 			return err

@@ -337,6 +337,19 @@ type Metrics struct {
 	G2Capacity  int    `json:",omitempty"`
 	G2Offloaded uint64 `json:",omitempty"`
 	G2Onboarded uint64 `json:",omitempty"`
+	// G3Blocks and G3Capacity are the disk tier's occupancy and size
+	// (num_g3_blocks; 0 without one), G3Offloaded the blocks copied to it
+	// from the host tier, G3Onboarded those a prefix hit found there and
+	// staged back through the host tier. G4Blocks is object storage's
+	// occupancy (enable_g4_storage; it has no bound), G4Onboarded the
+	// blocks a prefix hit found there. G2Onboarded counts the hits found
+	// in the host tier itself.
+	G3Blocks    int    `json:",omitempty"`
+	G3Capacity  int    `json:",omitempty"`
+	G3Offloaded uint64 `json:",omitempty"`
+	G3Onboarded uint64 `json:",omitempty"`
+	G4Blocks    int    `json:",omitempty"`
+	G4Onboarded uint64 `json:",omitempty"`
 }
 
 // Output is what one Step produced. It is owned by the Worker: a pass's

@@ -151,10 +151,15 @@ type VLLM struct {
 	sumPrefix   float64
 	prefillToks int
 	decodeToks  int
-	// onboardMs is the pass's time copying blocks back from the host tier
-	// (pool.g2); onboardPerBlock is one block's.
+	// onboardMs is the pass's time copying blocks back from the tiers
+	// below the GPU pool; onboardPerBlock is one block's copy from the
+	// host tier (pool.g2), stageG3PerBlock and stageG4PerBlock the time
+	// to stage one block from disk (pool.g3) or object storage (pool.g4)
+	// into the host tier first.
 	onboardMs       float64
 	onboardPerBlock float64
+	stageG3PerBlock float64
+	stageG4PerBlock float64
 
 	// The destination and the waiting request that last lacked blocks
 	// (see lackWatch).
@@ -244,6 +249,14 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if args.NumG2Blocks > 0 && v.caching {
 		v.pool.g2 = newHostTier(args.NumG2Blocks)
 		v.onboardPerBlock = args.OnboardMsPerBlock()
+		if args.NumG3Blocks > 0 {
+			v.pool.g3 = newHostTier(args.NumG3Blocks)
+			v.stageG3PerBlock = args.StageG3MsPerBlock()
+		}
+		if args.EnableG4Storage {
+			v.pool.g4 = newObjectTier()
+			v.stageG4PerBlock = args.StageG4MsPerBlock()
+		}
 	}
 	v.setup(args, v)
 	return v, nil
@@ -542,6 +555,13 @@ func (v *VLLM) Metrics() Metrics {
 		m.G2Blocks, m.G2Capacity = t.len(), t.capacity()
 		m.G2Offloaded, m.G2Onboarded = t.offloaded, t.onboarded
 	}
+	if t := p.g3; t != nil {
+		m.G3Blocks, m.G3Capacity = t.len(), t.capacity()
+		m.G3Offloaded, m.G3Onboarded = t.offloaded, t.onboarded
+	}
+	if t := p.g4; t != nil {
+		m.G4Blocks, m.G4Onboarded = len(t.held), t.onboarded
+	}
 	v.fillMetrics(&m)
 	if v.includeHeld {
 		m.RouterActiveBlocks = p.active
@@ -710,13 +730,27 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		effective = hits * v.bs
 	}
 	v.hitsOf = nil
-	onboard := 0
+	var tiers tierRun
 	if v.pool.g2 != nil && s.computed == 0 && len(s.blocks) == 0 {
-		// The prefix goes on in the host tier: those blocks are copied
+		// The prefix goes on in the tiers below: those blocks are copied
 		// back into fresh GPU blocks rather than recomputed.
-		onboard = v.pool.g2.run(s.hashes[hits : (s.length-1)/v.bs])
-		effective += onboard * v.bs
+		tiers = v.pool.lookupTiers(s.hashes[hits : (s.length-1)/v.bs])
+		effective += tiers.total() * v.bs
 	}
+	if tiers.total() > 0 {
+		st := v.scheduleRest(s, now, canPreempt, out, length, effective, hits, tiers)
+		if st != schedOK {
+			v.pool.releaseTiers(s.hashes[hits:], tiers)
+		}
+		return st
+	}
+	return v.scheduleRest(s, now, canPreempt, out, length, effective, hits, tiers)
+}
+
+// scheduleRest is schedule once s's prefix is known: effective tokens of
+// it need no computing, the first hits blocks from the GPU pool's cache
+// and the tiers' run below it, which it onboards once it has s's blocks.
+func (v *VLLM) scheduleRest(s *seq, now float64, canPreempt bool, out *Output, length, effective, hits int, tiers tierRun) schedStatus {
 	remaining := length - effective
 	if remaining <= 0 {
 		return schedNothing
@@ -760,9 +794,12 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 			return schedPreemptedSelf
 		}
 	}
-	if onboard > 0 {
-		v.pool.g2.onboarded += uint64(onboard)
-		v.onboardMs += float64(onboard) * v.onboardPerBlock
+	if tiers.total() > 0 {
+		// Before the onboarded blocks are stored on the GPU: those staged
+		// from disk or object storage are stored in the host tier first.
+		v.pool.onboardTiers(s.hashes[hits:], tiers)
+		v.onboardMs += float64(tiers.total())*v.onboardPerBlock +
+			float64(tiers.g3)*v.stageG3PerBlock + float64(tiers.g4)*v.stageG4PerBlock
 	}
 	s.computed = effective + desired
 	if !s.admitted {

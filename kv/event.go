@@ -36,17 +36,47 @@ const (
 	// MediumCPU is the host tier (G2) below it: blocks the GPU pool
 	// evicted and copied to host memory, which a prefix hit copies back.
 	MediumCPU
+	// MediumDisk is the disk tier (G3) below the host tier: the blocks
+	// the host tier took in, copied on to local disk.
+	MediumDisk
+	// MediumExternal is the object storage tier (G4): the blocks the host
+	// tier took in, copied on to remote storage.
+	MediumExternal
+
+	// NumMedia is how many media there are.
+	NumMedia = iota
 )
 
-// String returns the name vLLM's KV events give the medium: "GPU" or "CPU".
+// String returns the name a KV event gives the medium: "GPU" or "CPU", as
+// vLLM's events name them, "DISK" or "EXTERNAL" for the tiers below, names
+// Dynamo's router reads as its disk and external tiers.
 func (m Medium) String() string {
 	switch m {
 	case MediumGPU:
 		return "GPU"
 	case MediumCPU:
 		return "CPU"
+	case MediumDisk:
+		return "DISK"
+	case MediumExternal:
+		return "EXTERNAL"
 	}
 	return "unknown"
+}
+
+// ParseMedium is the Medium String names, "" being the GPU pool.
+func ParseMedium(s string) (Medium, bool) {
+	switch s {
+	case "", "GPU":
+		return MediumGPU, true
+	case "CPU":
+		return MediumCPU, true
+	case "DISK":
+		return MediumDisk, true
+	case "EXTERNAL":
+		return MediumExternal, true
+	}
+	return 0, false
 }
 
 // Block is one stored block: its sequence hash (the worker's key for it) and
@@ -71,7 +101,7 @@ type Event struct {
 	// Removed are the sequence hashes of evicted blocks. (Removed only.)
 	RemovedHashes []SeqHash `json:"-"`
 	// Medium is the tier the blocks were stored in or removed from.
-	// Events of a lower tier (MediumCPU) are numbered apart from the GPU
+	// Events of a lower tier (MediumCPU and below) are numbered apart from the GPU
 	// pool's, each tier's ids monotonic from 0, so a consumer that keeps
 	// to the GPU pool's events sees no gaps. A router indexes GPU events
 	// only.

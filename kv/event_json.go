@@ -12,8 +12,9 @@ import (
 //	  "data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":1,"tokens_hash":2}]}}}}
 //
 // data is {"removed":{"block_hashes":[...]}} or the string "cleared" for the
-// other kinds. An event of the host tier adds "medium":"CPU"; a GPU event
-// names no medium.
+// other kinds. An event of a lower tier adds its medium: "medium":"CPU" for
+// the host tier, "DISK" for the disk tier, "EXTERNAL" for object storage; a
+// GPU event names no medium.
 
 type storedJSON struct {
 	ParentHash *SeqHash `json:"parent_hash"`
@@ -70,8 +71,8 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	raw := eventJSON{ID: e.ID, DPRank: e.DPRank, Data: data}
 	switch e.Medium {
 	case MediumGPU:
-	case MediumCPU:
-		raw.Medium = MediumCPU.String()
+	case MediumCPU, MediumDisk, MediumExternal:
+		raw.Medium = e.Medium.String()
 	default:
 		return nil, fmt.Errorf("kv event %d: unknown medium %d", e.ID, e.Medium)
 	}
@@ -85,13 +86,11 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		return fmt.Errorf("kv event: %w", err)
 	}
 	*e = Event{ID: raw.ID, DPRank: raw.DPRank}
-	switch raw.Medium {
-	case "", "GPU":
-	case "CPU":
-		e.Medium = MediumCPU
-	default:
-		return fmt.Errorf("kv event %d: unknown medium %q (want \"GPU\" or \"CPU\")", raw.ID, raw.Medium)
+	m, ok := ParseMedium(raw.Medium)
+	if !ok {
+		return fmt.Errorf("kv event %d: unknown medium %q (want \"GPU\", \"CPU\", \"DISK\" or \"EXTERNAL\")", raw.ID, raw.Medium)
 	}
+	e.Medium = m
 	var s string
 	if err := json.Unmarshal(raw.Data, &s); err == nil {
 		if s != "cleared" {

@@ -46,6 +46,17 @@ func TestEventJSON_RoundTripAndWireShape(t *testing.T) {
 			wire: `{"worker_id":4,"event":{"event_id":3,"dp_rank":0,"data":{"removed":{"block_hashes":[13]}},"medium":"CPU"}}`,
 		},
 		{
+			name: "removed from the disk tier",
+			ev:   kv.WorkerEvent{WorkerID: 4, Event: kv.Event{ID: 5, Kind: kv.Removed, Medium: kv.MediumDisk, RemovedHashes: []kv.SeqHash{13}}},
+			wire: `{"worker_id":4,"event":{"event_id":5,"dp_rank":0,"data":{"removed":{"block_hashes":[13]}},"medium":"DISK"}}`,
+		},
+		{
+			name: "stored in object storage",
+			ev: kv.WorkerEvent{WorkerID: 4, Event: kv.Event{ID: 0, Kind: kv.Stored, Medium: kv.MediumExternal,
+				Blocks: []kv.Block{{Hash: 13}}}},
+			wire: `{"worker_id":4,"event":{"event_id":0,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":13,"tokens_hash":0}]}},"medium":"EXTERNAL"}}`,
+		},
+		{
 			name: "cleared",
 			ev:   kv.WorkerEvent{WorkerID: 2, Event: kv.Event{ID: 10, Kind: kv.Cleared}},
 			wire: `{"worker_id":2,"event":{"event_id":10,"dp_rank":0,"data":"cleared"}}`,
@@ -71,7 +82,7 @@ func TestEventJSON_RejectsMalformed(t *testing.T) {
 		`{"event_id":1,"data":{}}`,
 		`{"event_id":1,"data":{"stored":{"blocks":[]},"removed":{"block_hashes":[]}}}`,
 		`{"event_id":"x"}`,
-		`{"event_id":1,"data":"cleared","medium":"DISK"}`,
+		`{"event_id":1,"data":"cleared","medium":"TAPE"}`,
 	} {
 		var ev kv.Event
 		assert.Error(t, json.Unmarshal([]byte(wire), &ev), wire)

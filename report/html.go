@@ -64,6 +64,14 @@ func build(r Report) (page, error) {
 			cv.Figures = append(cv.Figures, [2]string{"host (G2) tier",
 				fmt.Sprintf("%d of %d blocks held at the end, %d onboarded on prefix hits", st.G2Blocks, st.G2Capacity, st.G2Onboarded)})
 		}
+		if st.G3Capacity > 0 {
+			cv.Figures = append(cv.Figures, [2]string{"disk (G3) tier",
+				fmt.Sprintf("%d of %d blocks held at the end, %d onboarded on prefix hits", st.G3Blocks, st.G3Capacity, st.G3Onboarded)})
+		}
+		if st.G4Blocks > 0 {
+			cv.Figures = append(cv.Figures, [2]string{"object (G4) tier",
+				fmt.Sprintf("%d blocks held at the end, %d onboarded on prefix hits", st.G4Blocks, st.G4Onboarded)})
+		}
 		pg.Clusters = append(pg.Clusters, cv)
 	}
 	return pg, nil

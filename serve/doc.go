@@ -119,10 +119,12 @@
 // the engine's ids for them, in [1000, 2000), the ids the block hashes
 // chain over. Each event's medium is "GPU" for the GPU pool, "CPU" for a
 // worker's host tier (num_g2_blocks): a block offloaded there is removed
-// from GPU and stored on CPU, without parent or token ids. A replay request (an empty delimiter, then
-// a start sequence number as 8 big-endian bytes) is answered with the
-// buffered batches from there (the last KVEventsOptions.Buffer) and
-// vLLM's end marker, sequence -1. Publishing never waits: a subscriber
+// from GPU and stored on CPU, without parent or token ids. The copies the
+// tiers below take are "DISK" (num_g3_blocks) and "EXTERNAL"
+// (enable_g4_storage) events, alike. A replay request (an empty
+// delimiter, then a start sequence number as 8 big-endian bytes) is
+// answered with the buffered batches from there (the last
+// KVEventsOptions.Buffer) and vLLM's end marker, sequence -1. Publishing never waits: a subscriber
 // that falls KVEventsOptions.HWM batches behind misses the next ones. The
 // sockets speak ZMTP through github.com/go-zeromq/zmq4, pure Go.
 package serve

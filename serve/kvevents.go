@@ -337,11 +337,13 @@ func (p *kvPublisher) publish(pass cluster.KVPass) {
 // ts is wall-clock Unix seconds, as vLLM stamps its batches. Block hashes
 // are the worker's sequence hashes (the keys the kv router indexes).
 // medium is the event's kv.Medium: "GPU" for the GPU pool, "CPU" for the
-// host tier (num_g2_blocks). token_ids are the ids of the stored blocks'
-// tokens, block_size per block in the order of block_hashes
-// (cluster.KVPass.Tokens); a pass without them (a KVPass built by hand)
-// sends an empty array. A CPU BlockStored has no parent and no token_ids,
-// as vLLM's CPU offloading announces the blocks it copies to host memory.
+// host tier (num_g2_blocks), "DISK" for the disk tier (num_g3_blocks),
+// "EXTERNAL" for object storage (enable_g4_storage). token_ids are the
+// ids of the stored blocks' tokens, block_size per block in the order of
+// block_hashes (cluster.KVPass.Tokens); a pass without them (a KVPass
+// built by hand) sends an empty array. A BlockStored of a lower tier has
+// no parent and no token_ids, as vLLM's CPU offloading announces the
+// blocks it copies to host memory.
 func (p *kvPublisher) encode(pass cluster.KVPass) []byte {
 	p.encBuf.Reset()
 	e := p.enc

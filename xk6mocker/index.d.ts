@@ -88,12 +88,12 @@ declare module 'k6/x/mocker' {
     aic_backend?: never;
     /** Rejected when set: MTP is not modeled. */
     aic_nextn?: never;
-    /** Only 0: offload tiers are not modeled. */
-    num_g2_blocks?: 0;
-    /** Only 0: offload tiers are not modeled. */
-    num_g3_blocks?: 0;
-    /** Only false: offload tiers are not modeled. */
-    enable_g4_storage?: false;
+    /** Host (G2) offload tier in blocks (vllm and trtllm, with prefix caching); 0: none. */
+    num_g2_blocks?: number;
+    /** Disk (G3) tier in blocks, below the host tier (needs num_g2_blocks); 0: none. */
+    num_g3_blocks?: number;
+    /** Object storage (G4) below the host tier, unbounded (needs num_g2_blocks). */
+    enable_g4_storage?: boolean;
   }
 
   /**
@@ -322,6 +322,10 @@ declare module 'k6/x/mocker' {
     /** The rank's host (G2) offload tier: blocks held now, and its size (num_g2_blocks); 0 without one. */
     g2_blocks: number;
     g2_capacity: number;
+    /** Its disk (G3) tier (num_g3_blocks) and object storage (G4): blocks held now, and the disk tier's size; 0 without them. */
+    g3_blocks: number;
+    g3_capacity: number;
+    g4_blocks: number;
   }
 
   /** Occupancy now and counters since the cluster started. */
@@ -354,6 +358,12 @@ declare module 'k6/x/mocker' {
     g2_blocks: number;
     g2_capacity: number;
     g2_onboarded: number;
+    /** The workers' disk (G3) tiers and object storage (G4) summed: blocks held now, the disk tiers' size, and blocks prefix hits found there (staged back through the host tier); 0 without them. g2_onboarded counts the hits found in the host tiers themselves. */
+    g3_blocks: number;
+    g3_capacity: number;
+    g3_onboarded: number;
+    g4_blocks: number;
+    g4_onboarded: number;
     /** The cluster's modeled time. */
     now_ms: number;
     workers: WorkerStats[];
@@ -457,6 +467,12 @@ declare module 'k6/x/mocker' {
     g2_blocks?: number;
     g2_capacity?: number;
     g2_onboarded?: number;
+    /** The workers' disk (G3) tiers and object storage (G4) summed, as g2_*: blocks held at the end, the disk tiers' size, blocks prefix hits found there; absent without them. */
+    g3_blocks?: number;
+    g3_capacity?: number;
+    g3_onboarded?: number;
+    g4_blocks?: number;
+    g4_onboarded?: number;
     /** Longest ended holds, longest first. */
     longest_holds: Hold[];
     /** The most wall ms the run (its paced clock, or on --clock wall the cluster's loop) ran behind the wall clock; 0 on --clock virtual. */

@@ -48,6 +48,16 @@ type ClusterSummary struct {
 	G2Blocks    int    `json:"g2_blocks,omitempty"`
 	G2Capacity  int    `json:"g2_capacity,omitempty"`
 	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
+	// G3Blocks, G3Capacity and G3Onboarded are the same for the disk (G3)
+	// tiers, G4Blocks and G4Onboarded for object storage (G4): the blocks
+	// prefix hits found there, staged back through the host tier.
+	// G2Onboarded counts the hits found in the host tiers themselves.
+	// Absent without the tier.
+	G3Blocks    int    `json:"g3_blocks,omitempty"`
+	G3Capacity  int    `json:"g3_capacity,omitempty"`
+	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
+	G4Blocks    int    `json:"g4_blocks,omitempty"`
+	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
 	// LongestHolds are the longest ended holds, longest first.
 	LongestHolds []cluster.Hold `json:"longest_holds"`
 	// ClockLagPeakMs is the most wall time the cluster's loop ran behind
@@ -141,6 +151,8 @@ func (e *entry) summary() ClusterSummary {
 	s.PeakHeldBlocks = st.PeakHeldBlocks
 	s.PrefillRefusals = st.PrefillRejections
 	s.G2Blocks, s.G2Capacity, s.G2Onboarded = st.G2Blocks, st.G2Capacity, st.G2Onboarded
+	s.G3Blocks, s.G3Capacity, s.G3Onboarded = st.G3Blocks, st.G3Capacity, st.G3Onboarded
+	s.G4Blocks, s.G4Onboarded = st.G4Blocks, st.G4Onboarded
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
@@ -201,6 +213,12 @@ func writeEntrySummary(w io.Writer, e *entry) {
 	line("prefill refusals", fmt.Sprint(s.PrefillRefusals))
 	if s.G2Capacity > 0 {
 		line("host (G2) tier", fmt.Sprintf("%d of %d blocks, %d onboarded", s.G2Blocks, s.G2Capacity, s.G2Onboarded))
+	}
+	if s.G3Capacity > 0 {
+		line("disk (G3) tier", fmt.Sprintf("%d of %d blocks, %d onboarded", s.G3Blocks, s.G3Capacity, s.G3Onboarded))
+	}
+	if s.G4Blocks > 0 {
+		line("object (G4) tier", fmt.Sprintf("%d blocks, %d onboarded", s.G4Blocks, s.G4Onboarded))
 	}
 	line("modeled time", fmt.Sprintf("%s (script time × speedup_ratio %g)", ms(s.ModeledMs), s.SpeedupRatio))
 	if s.PlaneRejected > 0 {

@@ -264,8 +264,8 @@ func (x *Indexer) worker(id uint64) *workerState {
 }
 
 // Apply applies one event from worker id. A worker the index has not seen
-// is added. An event of a tier below the GPU pool (kv.MediumCPU) is
-// ignored. The returned error (ErrUnknownParent or ErrBlockNotFound, with
+// is added. An event of a tier below the GPU pool (kv.MediumCPU and
+// below) is ignored. The returned error (ErrUnknownParent or ErrBlockNotFound, with
 // context) reports a partial or dropped event; the index is consistent
 // either way.
 func (x *Indexer) Apply(id uint64, ev kv.Event) error {
