@@ -737,23 +737,9 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 		tiers = v.pool.lookupTiers(s.hashes[hits : (s.length-1)/v.bs])
 		effective += tiers.total() * v.bs
 	}
-	if tiers.total() > 0 {
-		st := v.scheduleRest(s, now, canPreempt, out, length, effective, hits, tiers)
-		if st != schedOK {
-			v.pool.releaseTiers(s.hashes[hits:], tiers)
-		}
-		return st
-	}
-	return v.scheduleRest(s, now, canPreempt, out, length, effective, hits, tiers)
-}
-
-// scheduleRest is schedule once s's prefix is known: effective tokens of
-// it need no computing, the first hits blocks from the GPU pool's cache
-// and the tiers' run below it, which it onboards once it has s's blocks.
-func (v *VLLM) scheduleRest(s *seq, now float64, canPreempt bool, out *Output, length, effective, hits int, tiers tierRun) schedStatus {
 	remaining := length - effective
 	if remaining <= 0 {
-		return schedNothing
+		return v.unscheduled(s, hits, tiers, schedNothing)
 	}
 	// With chunked prefill off only the prompt must go in one pass; the
 	// generated tokens a preempted request recomputes are chunked like
@@ -762,7 +748,7 @@ func (v *VLLM) scheduleRest(s *seq, now float64, canPreempt bool, out *Output, l
 	// left to block the queue for ever.
 	promptLeft := s.prompt - min(effective, s.prompt)
 	if !v.chunked && promptLeft > v.budget && promptLeft <= v.maxBatched {
-		return schedBlocked
+		return v.unscheduled(s, hits, tiers, schedBlocked)
 	}
 	desired := min(remaining, v.budget)
 	if len(s.blocks) == 0 {
@@ -780,18 +766,18 @@ func (v *VLLM) scheduleRest(s *seq, now float64, canPreempt bool, out *Output, l
 		}
 		if !canPreempt {
 			v.freeBlocks(s)
-			return schedNoMemory
+			return v.unscheduled(s, hits, tiers, schedNoMemory)
 		}
 		if v.noEvict {
 			// The policy's reservations make this unreachable; a running
 			// request keeps what it has and waits rather than evict one.
 			v.noEvictShort++
-			return schedNoMemory
+			return v.unscheduled(s, hits, tiers, schedNoMemory)
 		}
 		victim := v.victim()
 		v.preempt(victim, now, out)
 		if victim == s {
-			return schedPreemptedSelf
+			return v.unscheduled(s, hits, tiers, schedPreemptedSelf)
 		}
 	}
 	if tiers.total() > 0 {
@@ -834,6 +820,16 @@ func (v *VLLM) scheduleRest(s *seq, now float64, canPreempt bool, out *Output, l
 		v.decodeToks += desired
 	}
 	return schedOK
+}
+
+// unscheduled returns st for a pass that did not schedule s, first
+// releasing the run of its prompt (past its hits GPU hits) that the tiers
+// below the GPU pool were to onboard: they are as they were.
+func (v *VLLM) unscheduled(s *seq, hits int, tiers tierRun, st schedStatus) schedStatus {
+	if tiers.total() > 0 {
+		v.pool.releaseTiers(s.hashes[hits:], tiers)
+	}
+	return st
 }
 
 // decodeRun takes the decode steps of the running requests from i on
