@@ -42,6 +42,11 @@
 //                     than a prefill pool holds, so a document evicted from
 //                     the GPU pool comes back from the tier (cached_tokens)
 //                     at bandwidth_g2_to_g1_gbps rather than being recomputed
+//   -e DISK=2048      with OFFLOAD, a disk (G3) tier of this many blocks below
+//                     each host tier (num_g3_blocks): with a host tier smaller
+//                     than the 12 documents (OFFLOAD=256), a document the host
+//                     tier dropped is staged back from disk at
+//                     bandwidth_g3_to_g2_gbps
 //   -e TRANSPORT=local  run the workers as `mocker worker` child processes over
 //                     an embedded etcd and NATS (the distributed path)
 //   -e TRANSPORT=coupled  the same, the cluster driving the workers' clocks:
@@ -53,6 +58,7 @@ import exec from 'k6/execution';
 const leaks = new Counter('mocker_leaks');
 const ENGINE = __ENV.ENGINE || 'vllm';
 const OFFLOAD = parseInt(__ENV.OFFLOAD || '0', 10);
+const DISK = parseInt(__ENV.DISK || '0', 10);
 const onboarded = new Counter('cascade_prefix_hits');
 
 const cluster = mocker.cluster({
@@ -67,6 +73,7 @@ const cluster = mocker.cluster({
     args: Object.assign(
       { num_gpu_blocks: ENGINE === 'trtllm' ? 325 : 320 },
       OFFLOAD > 0 ? { num_g2_blocks: OFFLOAD, bandwidth_g2_to_g1_gbps: 14 } : {},
+      DISK > 0 ? { num_g3_blocks: DISK, bandwidth_g3_to_g2_gbps: 7 } : {},
     ),
   },
   decode: { workers: 1, args: { num_gpu_blocks: 4096, max_num_seqs: 2, reserve_takes_slot: true } },
@@ -140,6 +147,13 @@ export function teardown() {
     console.log(`cascade: host tiers hold ${s.g2_blocks} of ${s.g2_capacity} blocks, ${s.g2_onboarded} onboarded`);
     if (s.g2_capacity !== 2 * OFFLOAD || s.g2_onboarded === 0) {
       exec.test.fail(`host offload tiers not in use: ${JSON.stringify({ g2_capacity: s.g2_capacity, g2_onboarded: s.g2_onboarded })}`);
+    }
+  }
+  if (DISK > 0) {
+    // both prefill workers have a disk tier, and documents came back from it
+    console.log(`cascade: disk tiers hold ${s.g3_blocks} of ${s.g3_capacity} blocks, ${s.g3_onboarded} onboarded`);
+    if (s.g3_capacity !== 2 * DISK || s.g3_onboarded === 0) {
+      exec.test.fail(`disk offload tiers not in use: ${JSON.stringify({ g3_capacity: s.g3_capacity, g3_onboarded: s.g3_onboarded })}`);
     }
   }
   if (!s.drained || stuck > 0) {

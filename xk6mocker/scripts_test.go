@@ -38,6 +38,7 @@ var scriptRuns = map[string][]map[string]string{
 		nil,
 		{"ENGINE": "trtllm"},
 		{"OFFLOAD": "2048"},
+		{"OFFLOAD": "256", "DISK": "2048"},
 	},
 }
 
@@ -108,6 +109,8 @@ func TestScripts_PassTheirThresholds(t *testing.T) {
 				name += "/" + env["ENGINE"] + "-" + env["ROUTER"]
 			case env["ENGINE"] != "":
 				name += "/" + env["ENGINE"]
+			case env["DISK"] != "":
+				name += "/disk"
 			case env["OFFLOAD"] != "":
 				name += "/offload"
 			}
