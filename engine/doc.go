@@ -145,9 +145,24 @@
 // worker; (11) SGLang: when a sampled token takes its KV, requests that
 // can never complete, page-charged budgets; (12) SGLang: retraction
 // choice, lpm among shared prefixes, admission budget details, a
-// destination's output count. dynamo_compat gives Dynamo's numbers for
-// 1–3, 10, 11 and item 4's waiting count; router_load_includes_held for 8;
-// the router's dynamo_compat for 6.
+// destination's output count; (13) Dynamo's mocker unit tests, replayed;
+// (14) TRT-LLM; (15) KV offload tiers. dynamo_compat gives Dynamo's
+// numbers for 1–3, 10, 11 and item 4's waiting count;
+// router_load_includes_held for 8; the router's dynamo_compat for 6.
+//
+// # KV offload tiers
+//
+// A vLLM or TRT-LLM worker with num_g2_blocks has a host tier (KVBM's G2)
+// that takes the blocks its prefix cache evicts; num_g3_blocks adds a disk
+// tier (G3) and enable_g4_storage object storage (G4) below it, each
+// taking a copy of every block the host tier takes in from the GPU pool.
+// A request scheduled with nothing computed onboards the run of its
+// prompt's blocks past its GPU hits that the tiers hold (host, then disk,
+// then object storage), staging the lower tiers' blocks through the host
+// tier, and its pass is charged the copies at the tiers' bandwidths. Each
+// worker has its own tiers, and copying a block down takes no modeled
+// time; docs/fidelity.md, item 15, says where that differs from Dynamo.
+// KV events name the tier each block is in (kv.Medium).
 //
 // # Modeled time and wall time
 //

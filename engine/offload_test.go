@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -392,4 +393,55 @@ func TestVLLM_NoTierNoCPUEvents(t *testing.T) {
 	for _, e := range r.kvEvents {
 		assert.Equal(t, kv.MediumGPU, e.Medium)
 	}
+}
+
+// TestVLLM_BlockedPassLeavesHostTierOrder: a request whose prefix is in
+// the host tier but which a pass cannot schedule (chunked prefill off, its
+// uncached prompt over the budget left) reads nothing from the tier, so
+// the tier's LRU order is as it was; the pass that does schedule it marks
+// its blocks used.
+func TestVLLM_BlockedPassLeavesHostTierOrder(t *testing.T) {
+	a := smallArgs(40, func(a *Args) {
+		a.NumG2Blocks = 128
+		a.EnableChunkedPrefill = false
+		a.MaxNumBatchedTokens = intp(100)
+	})
+	w := newWorker(t, a)
+	var r record
+	p := seqTokens(100, 17) // 4 full blocks and one token
+	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: p, MaxTokens: 2}, Release))
+	now := drive(t, w, &r, 0)
+	// X then Y decode until each fills the pool: X evicts P into the
+	// host tier, Y evicts X behind it.
+	for i, base := range []uint32{5000, 6000} {
+		require.NoError(t, w.Submit(now, Request{ID: uint64(2 + i), Tokens: seqTokens(base, 90), MaxTokens: 70}, Release))
+		now = drive(t, w, &r, now)
+	}
+	g2 := w.sched.(*VLLM).pool.g2
+	before := tierOrder(g2)
+	require.Greater(t, len(before), 8)
+
+	// A takes 90 of the 100-token budget; B, P and 24 more tokens, finds
+	// P's 4 blocks in the host tier and has 24 to compute: blocked.
+	require.NoError(t, w.Submit(now, Request{ID: 4, Tokens: seqTokens(8000, 90), MaxTokens: 2}, Release))
+	b := append(append([]uint32{}, p[:16]...), seqTokens(9000, 24)...)
+	require.NoError(t, w.Submit(now, Request{ID: 5, Tokens: b, MaxTokens: 2}, Release))
+	out := w.Step(now)
+	require.NotNil(t, out)
+	r.add(out)
+	checkWorker(t, w)
+	after := tierOrder(g2)
+	var kept []kv.SeqHash
+	for _, h := range after {
+		if slices.Contains(before, h) {
+			kept = append(kept, h)
+		}
+	}
+	assert.Equal(t, before, kept, "the blocked pass left the host tier's order as it was")
+
+	drive(t, w, &r, out.End)
+	c, ok := r.completion(5)
+	require.True(t, ok)
+	assert.Equal(t, 16, c.CachedTokens, "the next pass onboards P's blocks")
+	assert.EqualValues(t, 4, w.Metrics().G2Onboarded)
 }
