@@ -959,22 +959,6 @@ func argIgnoreNumber(key string, lo, hi float64) argKeySpec {
 	}}
 }
 
-func argRejectPositive(key, why string) argKeySpec {
-	return argKeySpec{key, func(_ *argParser, _ string, v any) error {
-		n, err := argInt64Value(key, v, argWantNonNegative)
-		if err != nil {
-			return err
-		}
-		if n < 0 {
-			return argErr(key, "want %s, got %d", argWantNonNegative, n)
-		}
-		if n > 0 {
-			return argErr(key, "%s", why)
-		}
-		return nil
-	}}
-}
-
 // Validate checks every field of a (parsed or hand-built) Args and returns
 // an *ArgError for the first one that is wrong, in field order:
 //

@@ -6,12 +6,13 @@ import (
 	"github.com/kvstrand/mocker/kv"
 )
 
-// hostTier is a lower KV tier below the GPU pool (KVBM's G2, host memory,
-// or G3, disk): the hashes of blocks the GPU pool's prefix cache evicted,
-// kept in a bounded LRU. Holding a hash stands for holding the block's KV: since a
-// sequence hash is chained from its parent's, a run of held hashes from a
-// prompt's first missing block on is a prefix the worker can copy back
-// (onboard) instead of recomputing it.
+// hostTier is a bounded tier below the GPU pool, KVBM's G2 (host memory:
+// the hashes of blocks the GPU pool's prefix cache evicted) or G3 (disk:
+// a copy of those the host tier took in), kept in LRU order. Holding a
+// hash stands for holding the block's KV: since a sequence hash is chained
+// from its parent's, a run of held hashes from a prompt's first missing
+// block on is a prefix the worker can copy back (onboard) instead of
+// recomputing it.
 //
 // Entries live in fixed slices named by slot, linked into a list from the
 // least to the most recently used; the map finds a hash's slot. Its size
@@ -25,7 +26,8 @@ type hostTier struct {
 	// empty.
 	head, tail int32
 	// pinned marks the slots a pass is about to onboard from: put does
-	// not drop them to make room. npinned counts them.
+	// not drop them to make room. npinned counts them. pinned is sized on
+	// first use: most tiers never pin.
 	pinned  []bool
 	npinned int
 	// offloaded counts the blocks the tier took in (a hash already held is
@@ -40,10 +42,8 @@ func newHostTier(capacity int) *hostTier {
 		hash:  make([]kv.SeqHash, 0, capacity),
 		prev:  make([]int32, 0, capacity),
 		next:  make([]int32, 0, capacity),
-		// pinned is sized on first use: a pass pins at most a
-		// prompt's blocks, and most tiers never pin.
-		head: noSlot,
-		tail: noSlot,
+		head:  noSlot,
+		tail:  noSlot,
 	}
 }
 
@@ -302,10 +302,10 @@ type tierRun struct{ g2, g3, g4 int }
 
 func (r tierRun) total() int { return r.g2 + r.g3 + r.g4 }
 
-// lookupTiers finds the run of hs (a prompt's blocks past its GPU hits) the
-// tiers hold and pins the host and disk tiers' part of it, so that the
-// pass's own evictions cannot drop them before it copies them; releaseTiers or
-// onboardTiers undoes the pins.
+// lookupTiers finds the run of hs (a prompt's blocks past its GPU hits)
+// the tiers hold and pins the host and disk tiers' part of it, so that the
+// pass's own evictions cannot drop them before it copies them;
+// releaseTiers or onboardTiers undoes the pins.
 func (p *blockPool) lookupTiers(hs []kv.SeqHash) tierRun {
 	var r tierRun
 	r.g2 = p.g2.held(hs)
@@ -322,8 +322,8 @@ func (p *blockPool) lookupTiers(hs []kv.SeqHash) tierRun {
 	return r
 }
 
-// releaseTiers unpins lookupTiers's run r of hs for a pass that did not schedule
-// it: the tiers are as they were.
+// releaseTiers unpins lookupTiers's run r of hs for a pass that did not
+// schedule it: the tiers are as they were.
 func (p *blockPool) releaseTiers(hs []kv.SeqHash, r tierRun) {
 	p.g2.unpin(hs[:r.g2])
 	if r.g3 > 0 {
@@ -331,10 +331,10 @@ func (p *blockPool) releaseTiers(hs []kv.SeqHash, r tierRun) {
 	}
 }
 
-// onboardTiers copies lookupTiers's run r of hs back for a pass that scheduled it.
-// The host tier's blocks are marked used; the disk tier's and object
-// storage's are staged through the host tier, as KVBM stages them: marked
-// used where they were found and stored in the host tier, with its
+// onboardTiers copies lookupTiers's run r of hs back for a pass that
+// scheduled it. The host tier's blocks are marked used; the disk tier's and
+// object storage's are staged through the host tier, as KVBM stages them:
+// marked used where they were found and stored in the host tier, with its
 // events, on their way to the GPU.
 func (p *blockPool) onboardTiers(hs []kv.SeqHash, r tierRun) {
 	p.g2.take(hs[:r.g2])
