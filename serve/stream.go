@@ -49,20 +49,36 @@ func (p *progress) take() (from, to int, since time.Time) {
 	return from, to, since
 }
 
+// chunkBufs keeps the chunkers' buffers between streams. A stream's
+// buffer grows to its largest write (tokens ready together, many when the
+// host lags and the loop delivers them late), and a fresh one per stream
+// cost its growth again each time: a tenth of a loaded server's CPU.
+var chunkBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, 4<<10)
+	return &b
+}}
+
+// maxPooledChunkBuf bounds the buffers chunkBufs keeps: a stream that
+// wrote more than that at once keeps its buffer to itself.
+const maxPooledChunkBuf = 64 << 10
+
 // chunker writes a stream's SSE chunks: each method adds one to the
-// buffer, flush sends them.
+// buffer, flush sends them, release gives the buffer back.
 type chunker struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
 	chat    bool
 	head    []byte // every chunk's start, through "choices":[
 	buf     []byte
+	pooled  *[]byte // where buf came from (chunkBufs)
 	err     error
 }
 
 func (s *Server) newChunker(w http.ResponseWriter, chat bool, id string) *chunker {
 	c := &chunker{w: w, chat: chat}
 	c.flusher, _ = w.(http.Flusher)
+	c.pooled = chunkBufs.Get().(*[]byte)
+	c.buf = (*c.pooled)[:0]
 	obj := "text_completion"
 	if chat {
 		obj = "chat.completion.chunk"
@@ -145,6 +161,15 @@ func (c *chunker) flush() {
 	}
 }
 
+// release gives the buffer back to chunkBufs; the chunker is done.
+func (c *chunker) release() {
+	if cap(c.buf) <= maxPooledChunkBuf {
+		*c.pooled = c.buf[:0]
+		chunkBufs.Put(c.pooled)
+	}
+	c.buf, c.pooled = nil, nil
+}
+
 // stream answers p as server-sent events: each token leaves as the
 // cluster's paced loop produces it (tokens ready together share a chunk).
 // Until the first token the request can still fail with its own status;
@@ -164,6 +189,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	}()
 	ans := s.answerFor(p)
 	ch := s.newChunker(w, p.chat, id)
+	defer ch.release()
 	started := false
 	var res cluster.Result
 	var fail *apiError
