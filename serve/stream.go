@@ -49,17 +49,24 @@ func (p *progress) take() (from, to int, since time.Time) {
 	return from, to, since
 }
 
-// chunkBufs keeps the chunkers' buffers between streams. A stream's
-// buffer grows to its largest write (tokens ready together, many when the
-// host lags and the loop delivers them late), and a fresh one per stream
-// cost its growth again each time: a tenth of a loaded server's CPU.
+// chunkBufs keeps the chunkers' buffers between streams: a buffer per
+// stream, grown afresh to the stream's largest write each time (memory
+// touched for the first time, a fault a page), cost a tenth of a loaded
+// server's CPU. The buffers hold chunkSpill bytes and a chunk past it.
 var chunkBufs = sync.Pool{New: func() any {
-	b := make([]byte, 0, 4<<10)
+	b := make([]byte, 0, chunkSpill+1<<10)
 	return &b
 }}
 
-// maxPooledChunkBuf bounds the buffers chunkBufs keeps: a stream that
-// wrote more than that at once keeps its buffer to itself.
+// chunkSpill is how much a chunker buffers before it passes the chunks on
+// to the response, flushed or not: tokens ready together (many, when the
+// host lags and the loop delivers them late) still leave at once, in a
+// write per chunkSpill bytes rather than one (two system calls each, as
+// net/http passes them on), and the buffer stays small.
+const chunkSpill = 16 << 10
+
+// maxPooledChunkBuf bounds the buffers chunkBufs keeps (chunks larger
+// than chunkSpill grow their stream's buffer past it).
 const maxPooledChunkBuf = 64 << 10
 
 // chunker writes a stream's SSE chunks: each method adds one to the
@@ -110,6 +117,9 @@ func (c *chunker) start() {
 
 // text sends one chunk carrying text; finish, when set, ends the choice.
 func (c *chunker) text(text, finish string) {
+	if len(c.buf) >= chunkSpill {
+		c.write()
+	}
 	c.buf = append(c.buf, c.head...)
 	if c.chat {
 		c.buf = append(c.buf, `{"index":0,"delta":{"content":`...)
@@ -148,17 +158,23 @@ func (c *chunker) done() {
 	c.buf = append(c.buf, "data: [DONE]\n\n"...)
 }
 
-// flush writes the chunks made since the last flush in one write, and
-// sends them: one write rather than one per chunk, so that tokens ready
-// together cost one pass through net/http's buffers.
+// flush writes the chunks made since the last flush in one write (one
+// per chunkSpill bytes), and sends them: one write rather than one per
+// chunk, so that tokens ready together cost one pass through net/http's
+// buffers.
 func (c *chunker) flush() {
+	c.write()
+	if c.err == nil && c.flusher != nil {
+		c.flusher.Flush()
+	}
+}
+
+// write passes the chunks made so far on to the response, unflushed.
+func (c *chunker) write() {
 	if c.err == nil && len(c.buf) > 0 {
 		_, c.err = c.w.Write(c.buf)
 	}
 	c.buf = c.buf[:0]
-	if c.err == nil && c.flusher != nil {
-		c.flusher.Flush()
-	}
 }
 
 // release gives the buffer back to chunkBufs; the chunker is done.
