@@ -23,7 +23,8 @@ import (
 
 // benchChildEnv makes the test binary serve for BenchmarkServeServerCPU
 // instead of running tests (TestMain): its value says what it serves
-// ("bare", "bare-paced", or "serve:SPEEDUP"). The server then runs in a process of its
+// ("bare", "bare-paced", "serve:SPEEDUP", or "streams":
+// BenchmarkServeStreams's cluster). The server then runs in a process of its
 // own, and the benchmark reads that process's CPU time alone, the client's
 // left out.
 const benchChildEnv = "MOCKER_SERVE_BENCH_CHILD"
@@ -35,8 +36,9 @@ const benchChildEnv = "MOCKER_SERVE_BENCH_CHILD"
 // one benchmark.
 const benchChildProfileEnv = "MOCKER_SERVE_BENCH_CPUPROFILE"
 
-// cpuPath answers the serving child's CPU time so far, in nanoseconds.
-const cpuPath = "/_bench/cpu"
+// cpuPath answers the serving child's CPU time so far, in nanoseconds;
+// lagPath its cluster's peak clock lag (0 for a bare handler).
+const cpuPath, lagPath = "/_bench/cpu", "/_bench/lag"
 
 // serveBenchChild serves what its environment names on a loopback port it
 // prints, until its stdin closes.
@@ -62,14 +64,29 @@ func serveBenchChild(what string) int {
 			return 1
 		}
 		h = s.Handler()
+	case what == "streams":
+		var err error
+		s, err = New(streamsConfig(), Options{})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		h = s.Handler()
 	default:
-		fmt.Fprintf(os.Stderr, "%s: want bare, bare-paced or serve:SPEEDUP, got %q\n", benchChildEnv, what)
+		fmt.Fprintf(os.Stderr, "%s: want bare, bare-paced, serve:SPEEDUP or streams, got %q\n", benchChildEnv, what)
 		return 1
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/", h)
 	mux.HandleFunc("GET "+cpuPath, func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, strconv.FormatInt(cputime.Self().Nanoseconds(), 10))
+	})
+	mux.HandleFunc("GET "+lagPath, func(w http.ResponseWriter, _ *http.Request) {
+		var peak time.Duration
+		if s != nil {
+			_, peak = s.Cluster().ClockLag()
+		}
+		_, _ = io.WriteString(w, strconv.FormatInt(peak.Nanoseconds(), 10))
 	})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -114,7 +131,14 @@ func startBenchChild(b *testing.B, what string) string {
 // childCPU is the serving child's CPU time so far.
 func childCPU(b *testing.B, hc *http.Client, base string) time.Duration {
 	b.Helper()
-	resp, err := hc.Get(base + cpuPath)
+	return childDuration(b, hc, base+cpuPath)
+}
+
+// childDuration reads a duration in nanoseconds that the serving child
+// answers at url.
+func childDuration(b *testing.B, hc *http.Client, url string) time.Duration {
+	b.Helper()
+	resp, err := hc.Get(url)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -122,7 +146,7 @@ func childCPU(b *testing.B, hc *http.Client, base string) time.Duration {
 	out, _ := io.ReadAll(resp.Body)
 	ns, err := strconv.ParseInt(string(out), 10, 64)
 	if err != nil {
-		b.Fatalf("the child's CPU time: %v (%q)", err, out)
+		b.Fatalf("%s: %v (%q)", url, err, out)
 	}
 	return time.Duration(ns)
 }

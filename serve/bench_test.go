@@ -3,6 +3,7 @@ package serve
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -189,19 +190,51 @@ func BenchmarkServeLatency(b *testing.B) {
 // BenchmarkServeStreams holds 2,000 streams open at once (256 tokens each)
 // on eight workers paced at speedup 10, and reports the paced loop's peak
 // lag behind the wall clock as a fraction of the run (lag_frac; the
-// cluster falls behind when the host cannot keep up), the stream lag a
-// client saw at the 99th percentile, and the CPU per streamed token.
+// cluster falls behind when the host cannot keep up), the CPU per
+// streamed token, and the cores the run needs to keep pace (cpu_frac).
+// In process, the CPU is the client's and the server's; with the server
+// in a child process (server-child), the server's alone, on the
+// benchmark's Ps (-cpu 1: one P).
 func BenchmarkServeStreams(b *testing.B) {
-	const streams, tokens, speedup = 2000, 256, 10
-	cfg := cluster.Config{Workers: 8, Args: map[string]any{"speedup_ratio": speedup, "max_num_seqs": 256, "num_gpu_blocks": 16384}}
-	s, ts := startServer(b, cfg, Options{})
+	cfg := streamsConfig()
+	b.Run("in-process", func(b *testing.B) {
+		s, ts := startServer(b, cfg, Options{})
+		streamsRun(b, ts.URL, cputime.Self, func() time.Duration {
+			_, peak := s.Cluster().ClockLag()
+			return peak
+		})
+	})
+	b.Run("server-child", func(b *testing.B) {
+		base := startBenchChild(b, "streams")
+		hc := &http.Client{Transport: &http.Transport{}}
+		defer hc.CloseIdleConnections()
+		streamsRun(b, base, func() time.Duration { return childCPU(b, hc, base) },
+			func() time.Duration { return childDuration(b, hc, base+lagPath) })
+	})
+}
+
+// streamsStreams, streamsTokens and streamsSpeedup are
+// BenchmarkServeStreams's load: streams at once, tokens each, and the
+// cluster's speedup_ratio.
+const streamsStreams, streamsTokens, streamsSpeedup = 2000, 256, 10
+
+// streamsConfig is BenchmarkServeStreams's cluster.
+func streamsConfig() cluster.Config {
+	return cluster.Config{Workers: 8, Args: map[string]any{"speedup_ratio": streamsSpeedup, "max_num_seqs": 256, "num_gpu_blocks": 16384}}
+}
+
+// streamsRun opens BenchmarkServeStreams's streams to the server at base
+// b.N times and reports the figures: cpu reads the CPU that counts, lag
+// the server's peak clock lag.
+func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
+	const streams, tokens, speedup = streamsStreams, streamsTokens, streamsSpeedup
 	tr := &http.Transport{MaxIdleConnsPerHost: streams}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
 	var run time.Duration
 	var failed atomic.Int64
 	sent := make([]time.Duration, streams) // the last run's, from its start
-	cpu0 := cputime.Self()
+	cpu0 := cpu()
 	for b.Loop() {
 		start := time.Now()
 		done := make(chan struct{}, streams)
@@ -209,7 +242,7 @@ func BenchmarkServeStreams(b *testing.B) {
 			go func() {
 				defer func() { done <- struct{}{} }()
 				sent[i] = time.Since(start)
-				resp, err := hc.Post(ts.URL+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(uint64(i), tokens, true)))
+				resp, err := hc.Post(base+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(uint64(i), tokens, true)))
 				if err != nil {
 					failed.Add(1)
 					return
@@ -226,20 +259,19 @@ func BenchmarkServeStreams(b *testing.B) {
 		}
 		run += time.Since(start)
 	}
-	cpu := cputime.Self() - cpu0
+	used := cpu() - cpu0
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d streams failed", n)
 	}
-	_, peak := s.Cluster().ClockLag()
-	b.ReportMetric(peak.Seconds()/run.Seconds()*float64(b.N), "lag_frac")
-	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*streams*tokens), "cpu_ns/token")
+	b.ReportMetric(lag().Seconds()/run.Seconds()*float64(b.N), "lag_frac")
+	b.ReportMetric(float64(used.Nanoseconds())/float64(b.N*streams*tokens), "cpu_ns/token")
 	b.ReportMetric(run.Seconds()/float64(b.N), "s/run")
 	// The lag says how the host kept up, and a host shared with other
 	// work falls behind whatever serve costs. What serve asks of it is
-	// host-free: the CPU per run (client and server) over the paced wall
-	// time the model gives the run (its modeled span over the speedup,
-	// from the last run's arrivals, at the instants they were sent, on
-	// virtual time): the cores that keep pace (cpu_frac).
+	// host-free: the CPU per run over the paced wall time the model gives
+	// the run (its modeled span over the speedup, from the last run's
+	// arrivals, at the instants they were sent, on virtual time): the
+	// cores that keep pace (cpu_frac).
 	b.StopTimer()
 	arrivals := make([]cluster.Arrival, streams)
 	for i := range arrivals {
@@ -250,7 +282,7 @@ func BenchmarkServeStreams(b *testing.B) {
 		}
 		arrivals[i] = cluster.Arrival{AtMs: sent[i].Seconds() * 1e3 * speedup, Request: cluster.Request{Tokens: ids, MaxTokens: tokens}}
 	}
-	vcfg := cfg
+	vcfg := streamsConfig()
 	vcfg.StreamTokens = false
 	v, err := cluster.RunVirtual(vcfg, arrivals, cluster.VirtualOptions{})
 	if err != nil {
@@ -262,7 +294,7 @@ func BenchmarkServeStreams(b *testing.B) {
 	}
 	paced := span / 1e3 / speedup
 	b.ReportMetric(paced, "paced_s/run")
-	b.ReportMetric(cpu.Seconds()/float64(b.N)/paced, "cpu_frac")
+	b.ReportMetric(used.Seconds()/float64(b.N)/paced, "cpu_frac")
 }
 
 // BenchmarkServePD measures CPU per disaggregated request (128 prompt
@@ -357,4 +389,36 @@ func pdHammer(b *testing.B, prefillURL, decodeURL string, params bool) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu_µs/req")
+}
+
+// discardFlusher is a response that keeps nothing: the handler's own
+// work on a stream, without net/http's or the socket's.
+type discardFlusher struct{ h http.Header }
+
+func (d *discardFlusher) Header() http.Header         { return d.h }
+func (d *discardFlusher) Write(p []byte) (int, error) { return len(p), nil }
+func (d *discardFlusher) WriteHeader(int)             {}
+func (d *discardFlusher) Flush()                      {}
+
+// BenchmarkServeStreamHandler measures the stream handler's own CPU and
+// allocations per stream of 256 tokens heard all at once (as a lagging
+// loop delivers them, or a fast model within one grain) and written to a
+// response that discards them: the chunks' encoding and the handler's
+// buffers, without net/http.
+func BenchmarkServeStreamHandler(b *testing.B) {
+	const tokens = 256
+	s, _ := startServer(b, cluster.Config{Workers: 1, Args: map[string]any{"speedup_ratio": cluster.MaxSpeedupRatio}}, Options{})
+	run := func(_ context.Context, req cluster.Request) (cluster.Result, *apiError) {
+		for i := range tokens - 1 {
+			req.OnToken(i, float64(i))
+		}
+		return cluster.Result{Outcome: cluster.OutcomeCompleted, OutputTokens: tokens}, nil
+	}
+	p := &prepared{stream: true, tokens: []uint32{1, 2, 3}, maxTokens: tokens}
+	r := httptest.NewRequest(http.MethodPost, "/v1/completions", nil)
+	b.ReportAllocs()
+	for b.Loop() {
+		s.stream(&discardFlusher{h: http.Header{}}, r, p, "cmpl-1", run)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*tokens), "ns/token")
 }

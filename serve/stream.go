@@ -49,20 +49,43 @@ func (p *progress) take() (from, to int, since time.Time) {
 	return from, to, since
 }
 
+// chunkBufs keeps the chunkers' buffers between streams: a buffer per
+// stream, grown afresh to the stream's largest write each time (memory
+// touched for the first time, a fault a page), cost a tenth of a loaded
+// server's CPU. The buffers hold chunkSpill bytes and a chunk past it.
+var chunkBufs = sync.Pool{New: func() any {
+	b := make([]byte, 0, chunkSpill+1<<10)
+	return &b
+}}
+
+// chunkSpill is how much a chunker buffers before it passes the chunks on
+// to the response, flushed or not: tokens ready together (many, when the
+// host lags and the loop delivers them late) still leave at once, in a
+// write per chunkSpill bytes rather than one (two system calls each, as
+// net/http passes them on), and the buffer stays small.
+const chunkSpill = 16 << 10
+
+// maxPooledChunkBuf bounds the buffers chunkBufs keeps (chunks larger
+// than chunkSpill grow their stream's buffer past it).
+const maxPooledChunkBuf = 64 << 10
+
 // chunker writes a stream's SSE chunks: each method adds one to the
-// buffer, flush sends them.
+// buffer, flush sends them, release gives the buffer back.
 type chunker struct {
 	w       http.ResponseWriter
 	flusher http.Flusher
 	chat    bool
 	head    []byte // every chunk's start, through "choices":[
 	buf     []byte
+	pooled  *[]byte // where buf came from (chunkBufs)
 	err     error
 }
 
 func (s *Server) newChunker(w http.ResponseWriter, chat bool, id string) *chunker {
 	c := &chunker{w: w, chat: chat}
 	c.flusher, _ = w.(http.Flusher)
+	c.pooled = chunkBufs.Get().(*[]byte)
+	c.buf = (*c.pooled)[:0]
 	obj := "text_completion"
 	if chat {
 		obj = "chat.completion.chunk"
@@ -94,6 +117,9 @@ func (c *chunker) start() {
 
 // text sends one chunk carrying text; finish, when set, ends the choice.
 func (c *chunker) text(text, finish string) {
+	if len(c.buf) >= chunkSpill {
+		c.write()
+	}
 	c.buf = append(c.buf, c.head...)
 	if c.chat {
 		c.buf = append(c.buf, `{"index":0,"delta":{"content":`...)
@@ -132,17 +158,32 @@ func (c *chunker) done() {
 	c.buf = append(c.buf, "data: [DONE]\n\n"...)
 }
 
-// flush writes the chunks made since the last flush in one write, and
-// sends them: one write rather than one per chunk, so that tokens ready
-// together cost one pass through net/http's buffers.
+// flush writes the chunks made since the last flush in one write (one
+// per chunkSpill bytes), and sends them: one write rather than one per
+// chunk, so that tokens ready together cost one pass through net/http's
+// buffers.
 func (c *chunker) flush() {
+	c.write()
+	if c.err == nil && c.flusher != nil {
+		c.flusher.Flush()
+	}
+}
+
+// write passes the chunks made so far on to the response, unflushed.
+func (c *chunker) write() {
 	if c.err == nil && len(c.buf) > 0 {
 		_, c.err = c.w.Write(c.buf)
 	}
 	c.buf = c.buf[:0]
-	if c.err == nil && c.flusher != nil {
-		c.flusher.Flush()
+}
+
+// release gives the buffer back to chunkBufs; the chunker is done.
+func (c *chunker) release() {
+	if cap(c.buf) <= maxPooledChunkBuf {
+		*c.pooled = c.buf[:0]
+		chunkBufs.Put(c.pooled)
 	}
+	c.buf, c.pooled = nil, nil
 }
 
 // stream answers p as server-sent events: each token leaves as the
@@ -164,6 +205,7 @@ func (s *Server) stream(w http.ResponseWriter, r *http.Request, p *prepared, id 
 	}()
 	ans := s.answerFor(p)
 	ch := s.newChunker(w, p.chat, id)
+	defer ch.release()
 	started := false
 	var res cluster.Result
 	var fail *apiError
