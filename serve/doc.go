@@ -69,6 +69,11 @@
 // answers the original request carrying those params: it reserves, pulls
 // the KV through the prefill's transfer server and generates (streamed or
 // not). A hold no decode claims ends at kv_transfer_abort_timeout_ms.
+// A trtllm cluster's ranks also take TensorRT-LLM's form, its OpenAI
+// server's disaggregated_params: request_type context_only to a prefill
+// rank, answered with the choice's disaggregated_params (the handout in
+// encoded_opaque_state, base64) and prompt_token_ids; generation_only with
+// those params to a decode rank (trtllm.go).
 // While the server drains, decode ranks still take the decodes of holds
 // already handed out.
 // Params that do not prove a handout are refused before anything is
