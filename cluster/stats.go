@@ -85,14 +85,27 @@ type WorkerStats struct {
 	HeldRequests   int    `json:"held_requests"`
 	Passes         uint64 `json:"passes"`
 	// G2Blocks and G2Capacity are the rank's host (G2) offload tier,
-	// occupied and in all; 0 without one.
-	G2Blocks   int `json:"g2_blocks,omitempty"`
-	G2Capacity int `json:"g2_capacity,omitempty"`
+	// occupied and in all; G2Offloaded counts the blocks its GPU pool
+	// evicted into the tier, G2Onboarded those copied back from it. All 0
+	// without one.
+	G2Blocks    int    `json:"g2_blocks,omitempty"`
+	G2Capacity  int    `json:"g2_capacity,omitempty"`
+	G2Offloaded uint64 `json:"g2_offloaded,omitempty"`
+	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
 	// G3Blocks and G3Capacity are its disk (G3) tier, G4Blocks its object
-	// storage (G4); 0 without them.
-	G3Blocks   int `json:"g3_blocks,omitempty"`
-	G3Capacity int `json:"g3_capacity,omitempty"`
-	G4Blocks   int `json:"g4_blocks,omitempty"`
+	// storage (G4); G3Offloaded counts the blocks copied to disk, and
+	// G3Onboarded and G4Onboarded the prefix hits found there. 0 without
+	// them.
+	G3Blocks    int    `json:"g3_blocks,omitempty"`
+	G3Capacity  int    `json:"g3_capacity,omitempty"`
+	G3Offloaded uint64 `json:"g3_offloaded,omitempty"`
+	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
+	G4Blocks    int    `json:"g4_blocks,omitempty"`
+	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
+	// Preemptions counts the requests the rank's scheduler preempted
+	// (SGLang: retracted) since start, for serve's metrics; kept out of
+	// the JSON, whose keys scripts and recorded runs already read.
+	Preemptions uint64 `json:"-"`
 	// TransferAddr is a prefill worker's transfer server ("host:port"),
 	// shared by its ranks.
 	TransferAddr string `json:"transfer_addr,omitempty"`
@@ -130,8 +143,10 @@ func (c *Cluster) statsNow() Stats {
 			TotalBlocks: m.TotalBlocks, ActiveBlocks: m.ActiveBlocks, InactiveBlocks: m.InactiveBlocks,
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
-			G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity,
-			G3Blocks: m.G3Blocks, G3Capacity: m.G3Capacity, G4Blocks: m.G4Blocks,
+			G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity, G2Offloaded: m.G2Offloaded, G2Onboarded: m.G2Onboarded,
+			G3Blocks: m.G3Blocks, G3Capacity: m.G3Capacity, G3Offloaded: m.G3Offloaded, G3Onboarded: m.G3Onboarded,
+			G4Blocks: m.G4Blocks, G4Onboarded: m.G4Onboarded,
+			Preemptions: m.Preemptions,
 		}
 		if w.server != nil {
 			s.Workers[i].TransferAddr = w.server.AdvertisedAddr()

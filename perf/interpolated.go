@@ -76,8 +76,9 @@ func NewInterpolated(table Table) (*Interpolated, error) {
 // recognised by its content, from which they are read by name and others
 // ignored, or a directory of Dynamo's profiler results, whose
 // selected_prefill_interpolation/raw_data.npz and
-// selected_decode_interpolation/raw_data.npz are read as loadProfileDir
-// says.
+// selected_decode_interpolation/raw_data.npz (or the older
+// prefill_raw_data.json and decode_raw_data.json) are read as
+// loadProfileDir says.
 func LoadInterpolated(path string) (*Interpolated, error) {
 	if isProfileDir(path) {
 		table, err := loadProfileDir(path)
@@ -91,8 +92,8 @@ func LoadInterpolated(path string) (*Interpolated, error) {
 		return m, nil
 	}
 	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return nil, fmt.Errorf("profile table %s: a directory, but not a profiler results directory (one holds %s and %s); "+
-			"or give a JSON table or an NPZ file", path, profilePrefillNPZ, profileDecodeNPZ)
+		return nil, fmt.Errorf("profile table %s: a directory, but not a profiler results directory (one holds %s and %s, "+
+			"or the older %s and %s); or give a JSON table or an NPZ file", path, profilePrefillNPZ, profileDecodeNPZ, profilePrefillJSON, profileDecodeJSON)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {

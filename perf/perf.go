@@ -29,7 +29,7 @@
 // model interpolates linearly (bilinearly for decode); beyond the ends it
 // extends the end segments.
 //
-// LoadInterpolated also reads both layouts a Dynamo planner_profile_data
+// LoadInterpolated also reads the layouts a Dynamo planner_profile_data
 // path can name, so one works unchanged:
 //
 //   - a mocker-format .npz (the same five arrays, little-endian numbers),
@@ -39,7 +39,10 @@
 //     (prefill_isl, prefill_ttft in ms) and
 //     selected_decode_interpolation/raw_data.npz (max_kv_tokens, and one
 //     point per measurement in x_kv_usage, y_context_length and z_itl in
-//     ms), such as testdata/profile_results. Its prefill points are the
+//     ms), such as testdata/profile_results, or in its older layout the
+//     same arrays as JSON objects, prefill_raw_data.json and
+//     decode_raw_data.json (max_kv_tokens a number), side by side, such as
+//     testdata/profile_results_json. Its prefill points are the
 //     prefill curve; its scattered decode points are put on the grid of the
 //     measured KV token counts (x_kv_usage × max_kv_tokens) and context
 //     lengths, each context length linear in KV tokens between its own

@@ -1,6 +1,7 @@
 package perf
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,22 +10,88 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // The profiler's results directory: Dynamo's profiler (the planner's
-// pre-deployment sweep) writes one raw_data.npz per engine role.
+// pre-deployment sweep) writes one raw_data.npz per engine role. Its older
+// layout, which Dynamo's planner and mocker still read (a ConfigMap
+// mounts it), holds the same arrays as one JSON object per role, side by
+// side; a directory may hold either file for each role, the NPZ read
+// first.
 const (
-	profilePrefillNPZ = "selected_prefill_interpolation/raw_data.npz"
-	profileDecodeNPZ  = "selected_decode_interpolation/raw_data.npz"
+	profilePrefillNPZ  = "selected_prefill_interpolation/raw_data.npz"
+	profileDecodeNPZ   = "selected_decode_interpolation/raw_data.npz"
+	profilePrefillJSON = "prefill_raw_data.json"
+	profileDecodeJSON  = "decode_raw_data.json"
 )
 
-// loadProfileDir reads a Table from a profiler results directory:
+// profileArrays are one profile file's arrays, by name.
+type profileArrays interface {
+	vector(name string) ([]float64, error)
+}
+
+// jsonArrays are the arrays of an older profiler JSON file: each key an
+// array of numbers, or a number (max_kv_tokens is a plain one there).
+type jsonArrays map[string]json.RawMessage
+
+func (a jsonArrays) vector(name string) ([]float64, error) {
+	raw, ok := a[name]
+	if !ok {
+		have := make([]string, 0, len(a))
+		for k := range a {
+			have = append(have, k)
+		}
+		slices.Sort(have)
+		return nil, fmt.Errorf("JSON has no array %q (it has %s)", name, strings.Join(have, ", "))
+	}
+	var v []float64
+	if err := json.Unmarshal(raw, &v); err == nil {
+		return v, nil
+	}
+	var x float64
+	if err := json.Unmarshal(raw, &x); err == nil {
+		return []float64{x}, nil
+	}
+	return nil, fmt.Errorf("JSON %s: want a number or an array of numbers, got %.40s", name, raw)
+}
+
+// readProfileRole reads one role's file in dir: its NPZ when there is
+// one, else its older JSON. name is the file read, for errors.
+func readProfileRole(dir, npzName, jsonName string) (a profileArrays, name string, err error) {
+	if isFile(filepath.Join(dir, npzName)) {
+		a, err := readNPZFile(filepath.Join(dir, npzName))
+		return a, npzName, err
+	}
+	data, err := os.ReadFile(filepath.Join(dir, jsonName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, "", fmt.Errorf("profiler results: neither %s nor %s", npzName, jsonName)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	var m jsonArrays
+	if err := json.Unmarshal(data, &m); err != nil {
+		return nil, "", fmt.Errorf("%s: want a JSON object of arrays: %w", jsonName, err)
+	}
+	return m, jsonName, nil
+}
+
+func isFile(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir()
+}
+
+// loadProfileDir reads a Table from a profiler results directory (each
+// role's NPZ, or the older JSON of the same arrays):
 //
-//   - selected_prefill_interpolation/raw_data.npz: prefill_isl and
+//   - selected_prefill_interpolation/raw_data.npz (or
+//     prefill_raw_data.json): prefill_isl and
 //     prefill_ttft (ms), one point per measured prompt length at batch 1
 //     (prefill_thpt_per_gpu is ignored);
-//   - selected_decode_interpolation/raw_data.npz: max_kv_tokens (one
-//     element), and x_kv_usage (the share of max_kv_tokens in use, 0..1),
+//   - selected_decode_interpolation/raw_data.npz (or
+//     decode_raw_data.json): max_kv_tokens (one element; in JSON a
+//     number), and x_kv_usage (the share of max_kv_tokens in use, 0..1),
 //     y_context_length and z_itl (ms), one point per measured
 //     (concurrency, context length) pair (z_thpt_per_gpu is ignored).
 //
@@ -36,33 +103,29 @@ const (
 // along the end segments (held at the one value of a context length
 // measured once), never below 0.
 func loadProfileDir(dir string) (Table, error) {
-	pre, err := readNPZFile(filepath.Join(dir, profilePrefillNPZ))
+	pre, preName, err := readProfileRole(dir, profilePrefillNPZ, profilePrefillJSON)
 	if err != nil {
 		return Table{}, err
 	}
-	dec, err := readNPZFile(filepath.Join(dir, profileDecodeNPZ))
+	dec, decName, err := readProfileRole(dir, profileDecodeNPZ, profileDecodeJSON)
 	if err != nil {
 		return Table{}, err
 	}
 	var t Table
 	if t.PrefillISL, t.PrefillTTFTMs, err = profilePrefill(pre); err != nil {
-		return Table{}, fmt.Errorf("%s: %w", profilePrefillNPZ, err)
+		return Table{}, fmt.Errorf("%s: %w", preName, err)
 	}
 	if t.DecodeActiveKVTokens, t.DecodeContextLength, t.DecodeITLMs, err = profileDecode(dec); err != nil {
-		return Table{}, fmt.Errorf("%s: %w", profileDecodeNPZ, err)
+		return Table{}, fmt.Errorf("%s: %w", decName, err)
 	}
 	return t, nil
 }
 
-// isProfileDir says whether path is a directory holding both of the
-// profiler's files.
+// isProfileDir says whether path is a directory holding a profiler file
+// for both roles.
 func isProfileDir(path string) bool {
-	for _, f := range []string{profilePrefillNPZ, profileDecodeNPZ} {
-		if st, err := os.Stat(filepath.Join(path, f)); err != nil || st.IsDir() {
-			return false
-		}
-	}
-	return true
+	return (isFile(filepath.Join(path, profilePrefillNPZ)) || isFile(filepath.Join(path, profilePrefillJSON))) &&
+		(isFile(filepath.Join(path, profileDecodeNPZ)) || isFile(filepath.Join(path, profileDecodeJSON)))
 }
 
 func readNPZFile(path string) (npzArrays, error) {
@@ -81,7 +144,7 @@ func readNPZFile(path string) (npzArrays, error) {
 }
 
 // profilePrefill sorts the measured prefill points by prompt length.
-func profilePrefill(a npzArrays) (isl, ttft []float64, err error) {
+func profilePrefill(a profileArrays) (isl, ttft []float64, err error) {
 	if isl, err = a.vector("prefill_isl"); err != nil {
 		return nil, nil, err
 	}
@@ -107,7 +170,7 @@ func profilePrefill(a npzArrays) (isl, ttft []float64, err error) {
 }
 
 // profileDecode grids the scattered decode points (see loadProfileDir).
-func profileDecode(a npzArrays) (kvAxis, ctxAxis []float64, itl [][]float64, err error) {
+func profileDecode(a profileArrays) (kvAxis, ctxAxis []float64, itl [][]float64, err error) {
 	maxKV, err := a.vector("max_kv_tokens")
 	if err != nil {
 		return nil, nil, nil, err

@@ -185,3 +185,68 @@ func TestFromProfile_ProfilerResultsErrors(t *testing.T) {
 	assert.Contains(t, err.Error(), "not a profiler results directory")
 	assert.Contains(t, err.Error(), profileDecodeNPZ)
 }
+
+// The older profiler layout: the same arrays as JSON, prefill_raw_data.json
+// and decode_raw_data.json side by side (testdata/profile_results_json
+// holds the points of testdata/profile_results, max_kv_tokens a plain
+// number), give the table the NPZ directory gives; a directory may mix
+// the two layouts, one file per role.
+func TestFromProfile_OlderJSONResults(t *testing.T) {
+	t.Parallel()
+	want, err := loadProfileDir(filepath.Join("testdata", "profile_results"))
+	require.NoError(t, err)
+	jsonDir := filepath.Join("testdata", "profile_results_json")
+	got, err := loadProfileDir(jsonDir)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+	m, err := FromProfile(jsonDir)
+	require.NoError(t, err)
+	assert.InDelta(t, 90.0, m.PrefillMs(1, 1500, 0), 1e-9)
+	assert.InDelta(t, 6.75, m.DecodeMs(1, 20000, 0, 900), 1e-9)
+
+	mixed := t.TempDir()
+	npz := filepath.Join(mixed, filepath.FromSlash(profilePrefillNPZ))
+	require.NoError(t, os.MkdirAll(filepath.Dir(npz), 0o755))
+	require.NoError(t, os.WriteFile(npz, testdataNPZ(t)[filepath.FromSlash("profile_results/"+profilePrefillNPZ)], 0o600))
+	dec, err := os.ReadFile(filepath.Join(jsonDir, profileDecodeJSON))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(mixed, profileDecodeJSON), dec, 0o600))
+	got, err = loadProfileDir(mixed)
+	require.NoError(t, err)
+	assert.Equal(t, want, got)
+}
+
+func TestFromProfile_OlderJSONResultsErrors(t *testing.T) {
+	t.Parallel()
+	pre := `{"prefill_isl": [500, 1000], "prefill_ttft": [30, 62]}`
+	write := func(t *testing.T, prefill, decode string) string {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, profilePrefillJSON), []byte(prefill), 0o600))
+		if decode != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, profileDecodeJSON), []byte(decode), 0o600))
+		}
+		return dir
+	}
+	for _, c := range []struct {
+		name, prefill, decode string
+		want                  []string
+	}{
+		{"max_kv_tokens not a number", pre, `{"max_kv_tokens": "many", "x_kv_usage": [0.5], "y_context_length": [100], "z_itl": [5]}`,
+			[]string{profileDecodeJSON, "max_kv_tokens", "want a number or an array of numbers"}},
+		{"no z_itl", pre, `{"max_kv_tokens": 1000, "x_kv_usage": [0.5], "y_context_length": [100]}`,
+			[]string{profileDecodeJSON, `no array "z_itl"`, "x_kv_usage"}},
+		{"not an object", pre, `[1, 2]`, []string{profileDecodeJSON, "want a JSON object of arrays"}},
+		{"prefill arrays that do not pair", `{"prefill_isl": [500], "prefill_ttft": [30, 62]}`,
+			`{"max_kv_tokens": 1000, "x_kv_usage": [0.5], "y_context_length": [100], "z_itl": [5]}`,
+			[]string{profilePrefillJSON, "prefill_isl has 1 points, prefill_ttft 2"}},
+		{"no decode file", pre, "", []string{"not a profiler results directory", profileDecodeJSON}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := FromProfile(write(t, c.prefill, c.decode))
+			require.Error(t, err)
+			for _, w := range c.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}

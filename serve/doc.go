@@ -2,8 +2,8 @@
 // surface real serving stacks speak, so that routers, gateways and load
 // tools written for vLLM or SGLang can be pointed at it: OpenAI's
 // completions and chat completions APIs, streamed as server-sent events or
-// not, /v1/models, /health, and Prometheus metrics under vLLM's or
-// SGLang's names. `mocker serve` runs it. With Options.KVEvents it also
+// not, /v1/models, /health, and Prometheus metrics under vLLM's,
+// TensorRT-LLM's or SGLang's names. `mocker serve` runs it. With Options.KVEvents it also
 // publishes every worker rank's KV cache events over ZMQ as vLLM does.
 //
 // # Requests
@@ -69,6 +69,11 @@
 // answers the original request carrying those params: it reserves, pulls
 // the KV through the prefill's transfer server and generates (streamed or
 // not). A hold no decode claims ends at kv_transfer_abort_timeout_ms.
+// A trtllm cluster's ranks also take TensorRT-LLM's form, its OpenAI
+// server's disaggregated_params: request_type context_only to a prefill
+// rank, answered with the choice's disaggregated_params (the handout in
+// encoded_opaque_state, base64) and prompt_token_ids; generation_only with
+// those params to a decode rank (trtllm.go).
 // While the server drains, decode ranks still take the decodes of holds
 // already handed out.
 // Params that do not prove a handout are refused before anything is
@@ -82,7 +87,8 @@
 // vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
 // vllm:prefix_cache_queries_total, vllm:prefix_cache_hits_total,
 // vllm:prompt_tokens_total, vllm:generation_tokens_total,
-// vllm:request_success_total{finished_reason}, the histograms
+// vllm:request_success_total{finished_reason}, vllm:num_preemptions_total,
+// the histograms
 // vllm:time_to_first_token_seconds, vllm:inter_token_latency_seconds,
 // vllm:e2e_request_latency_seconds, vllm:request_queue_time_seconds
 // (modeled arrival to the first pass that scheduled the request),
@@ -92,7 +98,13 @@
 // sglang:num_queue_reqs, sglang:token_usage, sglang:cache_hit_rate,
 // sglang:prompt_tokens_total, sglang:generation_tokens_total,
 // sglang:cached_tokens_total, sglang:num_requests_total and its three
-// latency histograms. Every series has the labels model_name, engine (the
+// latency histograms; for a TRT-LLM cluster the set Dynamo's mocker
+// publishes (vLLM's gauges, num_preemptions_total and three latency
+// histograms under trtllm:) and TensorRT-LLM's own names
+// (trtllm_request_success_total and the trtllm_ latency histograms, with
+// the label engine_type). A rank with a host KV tier adds
+// mocker_kv_tier_* (TierMetricDocs). Every series has the labels
+// model_name, engine (the
 // data-parallel rank, as vLLM labels it) and worker (the cluster's name for
 // the worker, as one endpoint serves them all). Prompt and cache counts go
 // to the worker that prefilled a request, output and latencies to the one

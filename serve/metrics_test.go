@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -279,4 +280,190 @@ func TestMetrics_QueueTime(t *testing.T) {
 	assert.Equal(t, []float64{0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680, math.Inf(1)}, bounds)
 	prefill := f["vllm:request_prefill_time_seconds"].Metric[0].Histogram.GetSampleSum()
 	assert.InDelta(t, ttftMs/1e3, h.GetSampleSum()+prefill, 2*n*1e-6, "queue + prefill = time to first token")
+}
+
+// labelNames are the label names of a family's first series, sorted.
+func labelNames(f *dto.MetricFamily) []string {
+	var names []string
+	for _, l := range f.Metric[0].Label {
+		names = append(names, l.GetName())
+	}
+	slices.Sort(names)
+	return names
+}
+
+// TestMetrics_TRTLLMNames: a TRT-LLM cluster is scraped under the names
+// Dynamo's mocker gives TensorRT-LLM (vLLM's set under trtllm:, labels
+// model_name and engine) and those TensorRT-LLM's own collector gives
+// (trtllm_…, with engine_type), none of vLLM's or SGLang's, and the
+// counts agree with the answers.
+func TestMetrics_TRTLLMNames(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		cfg  cluster.Config
+	}{
+		{"aggregated-kv", cluster.Config{Engine: "trtllm", Router: "kv", Args: fast}},
+		{"disagg-dp2", cluster.Config{Engine: "trtllm", Disagg: true, Args: map[string]any{"speedup_ratio": 1000, "dp_size": 2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, ts := startServer(t, tc.cfg, Options{Model: "m1"})
+			hc := client(ts)
+			var s sent
+			for i := range 8 {
+				s.send(t, hc, ts.URL, fmt.Sprintf("%s user %d", longPrefix, i%3), i%2 == 1, 1+i%4)
+			}
+			f := scrape(t, hc, ts.URL)
+			dynamo := []string{
+				"trtllm:num_requests_running", "trtllm:num_requests_waiting", "trtllm:kv_cache_usage_perc",
+				"trtllm:gpu_cache_usage_perc", "trtllm:num_preemptions_total", "trtllm:time_to_first_token_seconds",
+				"trtllm:inter_token_latency_seconds", "trtllm:e2e_request_latency_seconds",
+			}
+			native := []string{
+				"trtllm_request_success_total", "trtllm_e2e_request_latency_seconds", "trtllm_time_to_first_token_seconds",
+				"trtllm_time_per_output_token_seconds", "trtllm_request_queue_time_seconds",
+			}
+			for _, name := range append(append([]string{}, dynamo...), native...) {
+				require.Contains(t, f, name)
+			}
+			for name := range f {
+				assert.False(t, strings.HasPrefix(name, "vllm:") || strings.HasPrefix(name, "sglang:"), "%s is another engine's name", name)
+			}
+			// Dynamo's mocker has no prefix-cache counters for TensorRT-LLM.
+			assert.NotContains(t, f, "trtllm:prefix_cache_queries_total")
+			assert.NotContains(t, f, "trtllm:prefix_cache_hits_total")
+			for _, name := range dynamo {
+				assert.Equal(t, []string{"engine", "model_name", "worker"}, labelNames(f[name]), name)
+			}
+			for _, name := range native[1:] {
+				assert.Equal(t, []string{"engine", "engine_type", "model_name", "worker"}, labelNames(f[name]), name)
+			}
+			trt := map[string]string{"model_name": "m1", "engine_type": "trtllm"}
+			assert.Equal(t, float64(s.requests), sum(f["trtllm_request_success_total"], map[string]string{"finished_reason": "length", "engine_type": "trtllm"}))
+			assert.Equal(t, float64(s.requests), sum(f["trtllm:time_to_first_token_seconds"], map[string]string{"model_name": "m1"}))
+			assert.Equal(t, float64(s.requests), sum(f["trtllm_time_to_first_token_seconds"], trt))
+			assert.Equal(t, float64(s.requests), sum(f["trtllm_request_queue_time_seconds"], trt))
+			assert.Equal(t, float64(s.output-s.requests), sum(f["trtllm:inter_token_latency_seconds"], nil))
+			assert.Equal(t, 6.0, sum(f["trtllm_time_per_output_token_seconds"], trt), "one per request of two or more tokens")
+			assert.Zero(t, sum(f["trtllm:num_preemptions_total"], nil), "guaranteed_no_evict never preempts")
+			assert.Zero(t, sum(f["trtllm:num_requests_running"], nil))
+			if tc.cfg.Disagg {
+				assert.Len(t, f["trtllm:num_requests_running"].Metric, 4, "one series per rank of each worker")
+			}
+		})
+	}
+}
+
+// TestMetrics_HostTier: a worker with a host tier shows its occupancy,
+// size, and the blocks offloaded into it and onboarded from it, under
+// tier G2 and medium CPU, equal to the cluster's own figures; TRT-LLM's
+// host utilization is occupancy over size; without a tier no tier series
+// exist.
+func TestMetrics_HostTier(t *testing.T) {
+	t.Parallel()
+	for _, engine := range []string{"vllm", "trtllm"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			args := map[string]any{"speedup_ratio": 1000, "num_gpu_blocks": 24, "block_size": 16, "num_g2_blocks": 40}
+			// Round robin sends prompt i of each round to worker i%2.
+			s, ts := startServer(t, cluster.Config{Engine: engine, Workers: 2, Router: "round-robin", Args: args}, Options{})
+			hc := client(ts)
+			before := scrape(t, hc, ts.URL)
+			g2 := map[string]string{"tier": "G2", "medium": "CPU"}
+			assert.Equal(t, 80.0, sum(before["mocker_kv_tier_capacity_blocks"], g2), "40 blocks on each of two workers")
+			assert.Zero(t, sum(before["mocker_kv_tier_blocks"], g2))
+			// Ten prompts of 8 blocks each, twice over, five to each
+			// worker: its GPU pool of 24 blocks evicts the first ones into
+			// the tier before they come back.
+			for round := range 2 {
+				for i := range 10 {
+					ids := make([]string, 128)
+					for j := range ids {
+						ids[j] = fmt.Sprint(1 + i*1000 + j)
+					}
+					a := send(hc, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": [%s], "max_tokens": 2}`, strings.Join(ids, ",")))
+					require.NoError(t, a.err)
+					require.Equal(t, http.StatusOK, a.status, "round %d prompt %d: %s", round, i, a.raw)
+				}
+			}
+			f := scrape(t, hc, ts.URL)
+			st := s.Cluster().Stats()
+			var offloaded uint64
+			for _, w := range st.Workers {
+				offloaded += w.G2Offloaded
+			}
+			require.Positive(t, offloaded, "the GPU pool evicted into the tier")
+			require.Positive(t, st.G2Onboarded, "prompts seen before came back from the tier")
+			assert.Equal(t, float64(st.G2Blocks), sum(f["mocker_kv_tier_blocks"], g2))
+			assert.Equal(t, float64(st.G2Capacity), sum(f["mocker_kv_tier_capacity_blocks"], g2))
+			assert.Equal(t, float64(offloaded), sum(f["mocker_kv_tier_offloaded_blocks_total"], g2))
+			assert.Equal(t, float64(st.G2Onboarded), sum(f["mocker_kv_tier_onboarded_blocks_total"], g2))
+			assert.Len(t, f["mocker_kv_tier_blocks"].Metric, 2, "one series per worker")
+			for _, d := range TierMetricDocs {
+				require.Contains(t, f, d.Name)
+				assert.Equal(t, d.Type, strings.ToLower(f[d.Name].GetType().String()), "%s: the type docs/metrics.md gives", d.Name)
+			}
+			assert.Equal(t, []string{"engine", "medium", "model_name", "tier", "worker"}, labelNames(f["mocker_kv_tier_blocks"]))
+			if engine == "trtllm" {
+				for _, w := range st.Workers {
+					assert.InDelta(t, float64(w.G2Blocks)/40, sum(f["trtllm_kv_cache_host_utilization"], map[string]string{"worker": w.Name}), 1e-12)
+				}
+			} else {
+				assert.NotContains(t, f, "trtllm_kv_cache_host_utilization")
+			}
+		})
+	}
+	t.Run("disk and object tiers", func(t *testing.T) {
+		t.Parallel()
+		// A host tier of 8 blocks drops most of what the GPU pool evicts;
+		// the disk tier and object storage keep copies of it.
+		args := map[string]any{"speedup_ratio": 1000, "num_gpu_blocks": 24, "block_size": 16,
+			"num_g2_blocks": 8, "num_g3_blocks": 40, "enable_g4_storage": true}
+		s, ts := startServer(t, cluster.Config{Workers: 1, Args: args}, Options{})
+		hc := client(ts)
+		for round := range 2 {
+			for i := range 5 {
+				ids := make([]string, 128)
+				for j := range ids {
+					ids[j] = fmt.Sprint(1 + i*1000 + j)
+				}
+				a := send(hc, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": [%s], "max_tokens": 2}`, strings.Join(ids, ",")))
+				require.NoError(t, a.err)
+				require.Equal(t, http.StatusOK, a.status, "round %d prompt %d: %s", round, i, a.raw)
+			}
+		}
+		f := scrape(t, hc, ts.URL)
+		st := s.Cluster().Stats()
+		w := st.Workers[0]
+		require.Positive(t, w.G3Offloaded, "the host tier's intake was copied to disk")
+		require.Positive(t, st.G3Onboarded+st.G4Onboarded, "prompts dropped from the host tier came back from below it")
+		g3 := map[string]string{"tier": "G3", "medium": "DISK"}
+		g4 := map[string]string{"tier": "G4", "medium": "EXTERNAL"}
+		assert.Equal(t, float64(w.G3Blocks), sum(f["mocker_kv_tier_blocks"], g3))
+		assert.Equal(t, 40.0, sum(f["mocker_kv_tier_capacity_blocks"], g3))
+		assert.Equal(t, float64(w.G3Offloaded), sum(f["mocker_kv_tier_offloaded_blocks_total"], g3))
+		assert.Equal(t, float64(w.G3Onboarded), sum(f["mocker_kv_tier_onboarded_blocks_total"], g3))
+		require.Positive(t, w.G4Blocks)
+		assert.Equal(t, float64(w.G4Blocks), sum(f["mocker_kv_tier_blocks"], g4))
+		assert.Equal(t, float64(w.G4Blocks), sum(f["mocker_kv_tier_offloaded_blocks_total"], g4), "nothing leaves object storage")
+		assert.Equal(t, float64(w.G4Onboarded), sum(f["mocker_kv_tier_onboarded_blocks_total"], g4))
+		for _, m := range f["mocker_kv_tier_capacity_blocks"].Metric {
+			for _, l := range m.Label {
+				assert.False(t, l.GetName() == "tier" && l.GetValue() == "G4", "object storage has no capacity")
+			}
+		}
+	})
+	t.Run("no tier", func(t *testing.T) {
+		t.Parallel()
+		_, ts := startServer(t, cluster.Config{Engine: "trtllm", Args: fast}, Options{})
+		hc := client(ts)
+		a := send(hc, ts.URL+"/v1/completions", `{"prompt": "hello", "max_tokens": 2}`)
+		require.NoError(t, a.err)
+		f := scrape(t, hc, ts.URL)
+		for name := range f {
+			assert.False(t, strings.HasPrefix(name, "mocker_kv_tier_"), "%s without a tier", name)
+		}
+		assert.NotContains(t, f, "trtllm_kv_cache_host_utilization")
+	})
 }

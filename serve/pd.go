@@ -100,6 +100,20 @@ type kvTransferParams struct {
 	RemotePort      *int64  `json:"remote_port"`
 	TransferID      *uint64 `json:"transfer_id"`
 	TransferToken   *string `json:"transfer_token"`
+	// trtllm marks params read from TensorRT-LLM's disaggregated_params
+	// (parseDisaggParams); stateField names the field their handout came
+	// in, and disaggRequestID is a context request's, to echo.
+	trtllm          bool
+	stateField      string
+	disaggRequestID *int64
+}
+
+// param is the request field k came from, for errors.
+func (k *kvTransferParams) param() string {
+	if k.trtllm {
+		return "disaggregated_params"
+	}
+	return "kv_transfer_params"
 }
 
 func (k *kvTransferParams) remoteDecode() bool { return k.DoRemoteDecode != nil && *k.DoRemoteDecode }
@@ -155,6 +169,10 @@ func engineID(t cluster.Target) string {
 // naming the field that is missing or wrong.
 func claimOf(k *kvTransferParams) (cluster.Claim, *apiError) {
 	missing := func(f, what string) *apiError {
+		if k.trtllm {
+			p := "disaggregated_params." + k.stateField
+			return newAPIError(http.StatusBadRequest, p, fmt.Sprintf("%s: %s %s; send the disaggregated_params the context worker returned, as they are", p, f, what))
+		}
 		p := "kv_transfer_params." + f
 		return newAPIError(http.StatusBadRequest, p, fmt.Sprintf("%s: %s; send the kv_transfer_params the prefill returned, as they are", p, what))
 	}
@@ -198,21 +216,30 @@ type runner func(ctx context.Context, req cluster.Request) (cluster.Result, *api
 // decodes with the params a prefill returned (do_remote_prefill).
 func (s *Server) placed(ep *workerEndpoint, k *kvTransferParams, p *prepared) (runner, *apiError) {
 	t := ep.target
+	trt := s.engine == "trtllm"
 	switch ep.role {
 	case "prefill":
 		if !k.remoteDecode() {
-			return nil, newAPIError(http.StatusBadRequest, "kv_transfer_params", fmt.Sprintf(
-				"%s is a prefill worker: send it kv_transfer_params {\"do_remote_decode\": true} and the returned params to a decode worker", t))
+			how := `kv_transfer_params {"do_remote_decode": true}`
+			if trt {
+				how += ` or disaggregated_params {"request_type": "context_only"}`
+			}
+			return nil, newAPIError(http.StatusBadRequest, k.param(), fmt.Sprintf(
+				"%s is a prefill worker: send it %s and the returned params to a decode worker", t, how))
 		}
 		if p.stream {
 			return nil, newAPIError(http.StatusBadRequest, "stream", "stream: a prefill for a remote decode is answered whole; send stream: false (the decode streams)")
 		}
 		p.prefillHalf = true
+		p.trtllm, p.disaggRequestID = k.trtllm, k.disaggRequestID
 		return nil, nil
 	case "decode":
 		if !k.remotePrefill() {
-			return nil, newAPIError(http.StatusBadRequest, "kv_transfer_params", fmt.Sprintf(
-				"%s is a decode worker: send it the kv_transfer_params a prefill worker returned (do_remote_prefill: true)", t))
+			how := "the kv_transfer_params a prefill worker returned (do_remote_prefill: true)"
+			if trt {
+				how += `, or the disaggregated_params it returned with request_type "generation_only"`
+			}
+			return nil, newAPIError(http.StatusBadRequest, k.param(), fmt.Sprintf("%s is a decode worker: send it %s", t, how))
 		}
 		cl, e := claimOf(k)
 		if e != nil {
@@ -223,12 +250,16 @@ func (s *Server) placed(ep *workerEndpoint, k *kvTransferParams, p *prepared) (r
 			res, err := s.c.Decode(ctx, t, cl, req)
 			var ce *cluster.ClaimError
 			if errors.As(err, &ce) {
-				return res, newAPIError(claimStatus(ce.Code), "kv_transfer_params", "kv_transfer_params: "+ce.Msg)
+				return res, newAPIError(claimStatus(ce.Code), k.param(), k.param()+": "+ce.Msg)
 			}
 			return res, s.resultError(&res)
 		}, nil
 	default:
 		if k.remoteDecode() || k.remotePrefill() {
+			if k.trtllm {
+				return nil, newAPIError(http.StatusBadRequest, k.param(), fmt.Sprintf(
+					"%s is an aggregated worker: it runs whole requests; send context_only to a prefill worker, generation_only to a decode worker", t))
+			}
 			return nil, newAPIError(http.StatusBadRequest, "kv_transfer_params", fmt.Sprintf(
 				"%s is an aggregated worker: it runs whole requests; send do_remote_decode to a prefill worker, do_remote_prefill to a decode worker", t))
 		}
@@ -261,6 +292,18 @@ func (s *Server) prefillHalf(w http.ResponseWriter, r *http.Request, p *prepared
 		blocks[i] = int64(i)
 	}
 	out := s.response(p, &res, id)
+	if p.trtllm {
+		state := opaqueState{TransferID: ho.TransferID, TransferToken: ho.Token.String(), RemoteHost: ho.Host, RemotePort: ho.Port, RemoteEngineID: engineID(ho.Source)}
+		out.Choices[0].DisaggregatedParams = &trtDisaggOut{
+			RequestType: trtContextOnly, CtxRequestID: ho.TransferID, EncodedOpaqueState: state.encode(),
+			DisaggRequestID: p.disaggRequestID, CtxDPRank: ho.Source.DPRank,
+		}
+		// As TensorRT-LLM's answer, so that a router can send the
+		// generation worker the prompt as ids.
+		out.PromptTokenIDs = p.tokens
+		writeResponse(w, &out)
+		return
+	}
 	out.KVTransferParams = &kvParamsOut{
 		DoRemotePrefill: true, RemoteEngineID: engineID(ho.Source), RemoteBlockIDs: blocks,
 		RemoteHost: ho.Host, RemotePort: ho.Port, TPSize: 1, RemoteRequestID: id,

@@ -22,6 +22,8 @@ type openaiRequest struct {
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	KVTransferParams    json.RawMessage `json:"kv_transfer_params"`
+	// DisaggregatedParams are TensorRT-LLM's P/D params (trtllm only).
+	DisaggregatedParams json.RawMessage `json:"disaggregated_params"`
 	// promptIDs are Prompt's token ids when decodeCommon read them.
 	promptIDs []uint32
 }
@@ -53,6 +55,11 @@ type prepared struct {
 	// disaggregated over HTTP (kv_transfer_params): the prefill's counts
 	// its prompt, the decode's its output.
 	prefillHalf, decodeHalf bool
+	// trtllm marks a P/D half asked for in TensorRT-LLM's form
+	// (disaggregated_params), which the prefill half answers in.
+	trtllm bool
+	// disaggRequestID is the context request's disagg_request_id, echoed.
+	disaggRequestID *int64
 }
 
 // decodeRequest reads body into req; a malformed body or a field of the
@@ -342,7 +349,7 @@ func parseTokenIDs(raw []byte) (ids []uint32, ok bool) {
 
 // decodeCommon reads body into req when it is a valid JSON object of the
 // common fields in their common forms (model a plain string, prompt
-// and kv_transfer_params any value, max_tokens, max_completion_tokens and
+// and kv_transfer_params and disaggregated_params any value, max_tokens, max_completion_tokens and
 // n plain integers, stream a boolean; any other key that is not one of
 // these in another case is ignored, as encoding/json ignores it), without
 // reflection. ok is false for anything else (messages, stream_options,
@@ -383,6 +390,10 @@ func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
 			}
 		case "kv_transfer_params":
 			if req.KVTransferParams = d.value(); !json.Valid(req.KVTransferParams) {
+				return false
+			}
+		case "disaggregated_params":
+			if req.DisaggregatedParams = d.value(); !json.Valid(req.DisaggregatedParams) {
 				return false
 			}
 		case "max_tokens":
@@ -427,7 +438,7 @@ func decodeCommon(body []byte, req *openaiRequest) (ok bool) {
 }
 
 // requestKeys are openaiRequest's JSON keys.
-var requestKeys = [...]string{"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kv_transfer_params"}
+var requestKeys = [...]string{"model", "prompt", "messages", "max_tokens", "max_completion_tokens", "n", "stream", "stream_options", "kv_transfer_params", "disaggregated_params"}
 
 // scan walks JSON: value finds a value's end without checking it, the
 // other readers check what they read.

@@ -127,6 +127,9 @@ type choiceOut struct {
 	Logprobs     any         `json:"logprobs"`
 	FinishReason string      `json:"finish_reason"`
 	StopReason   any         `json:"stop_reason"`
+	// DisaggregatedParams are a TensorRT-LLM-style prefill's for its
+	// remote decode.
+	DisaggregatedParams *trtDisaggOut `json:"disaggregated_params,omitempty"`
 }
 
 type responseOut struct {
@@ -136,6 +139,9 @@ type responseOut struct {
 	Model   string      `json:"model"`
 	Choices []choiceOut `json:"choices"`
 	Usage   usage       `json:"usage"`
+	// PromptTokenIDs are the prompt's ids, in a TensorRT-LLM-style
+	// prefill's answer.
+	PromptTokenIDs []uint32 `json:"prompt_token_ids,omitempty"`
 	// KVTransferParams is a prefill's for its remote decode.
 	KVTransferParams *kvParamsOut `json:"kv_transfer_params,omitempty"`
 }
@@ -224,6 +230,16 @@ func appendResponse(b []byte, out *responseOut) []byte {
 		b = append(b, '}')
 	}
 	b = append(b, '}')
+	if len(out.PromptTokenIDs) > 0 {
+		b = append(b, `,"prompt_token_ids":[`...)
+		for i, id := range out.PromptTokenIDs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, uint64(id), 10)
+		}
+		b = append(b, ']')
+	}
 	if out.KVTransferParams != nil {
 		kv, _ := json.Marshal(out.KVTransferParams) // plain fields: always marshals
 		b = append(b, `,"kv_transfer_params":`...)
@@ -253,7 +269,13 @@ func appendChoice(b []byte, ch *choiceOut) []byte {
 	b = append(b, `,"finish_reason":`...)
 	b = appendJSONString(b, ch.FinishReason)
 	b = append(b, `,"stop_reason":`...)
-	return append(appendAny(b, ch.StopReason), '}')
+	b = appendAny(b, ch.StopReason)
+	if ch.DisaggregatedParams != nil {
+		dp, _ := json.Marshal(ch.DisaggregatedParams) // plain fields: always marshals
+		b = append(b, `,"disaggregated_params":`...)
+		b = append(b, dp...)
+	}
+	return append(b, '}')
 }
 
 // appendAny appends v as encoding/json writes it: the common empty values

@@ -42,23 +42,29 @@ func TestAnswer_SameRequestSameText(t *testing.T) {
 
 // TestAppendResponse_MatchesEncodingJSON: the hand-written encoding of a
 // non-streamed answer is byte for byte what encoding/json's Encoder
-// writes, for completions and chats, with and without kv_transfer_params,
-// with text that needs escaping.
+// writes, for completions and chats, with and without kv_transfer_params
+// or TensorRT-LLM's disaggregated_params and prompt_token_ids, with text
+// that needs escaping.
 func TestAppendResponse_MatchesEncodingJSON(t *testing.T) {
 	s := &Server{opts: Options{Model: `m<"odel">`}}
 	res := cluster.Result{OutputTokens: 5, CachedTokens: 32}
 	for _, chat := range []bool{false, true} {
 		for _, echo := range [][]string{nil, {"a\"b", " <&>", "\n", " é", "\u2028"}} {
-			for _, kv := range []bool{false, true} {
+			for _, kv := range []string{"", "vllm", "trtllm"} {
 				p := prepared{chat: chat, tokens: []uint32{1, 2, 3}, echo: echo}
 				s.opts.Echo = echo != nil
 				out := s.response(&p, &res, "cmpl-x\"y")
-				if kv {
+				switch kv {
+				case "trtllm":
+					id := int64(-3)
+					out.Choices[0].DisaggregatedParams = &trtDisaggOut{RequestType: "context_only", CtxRequestID: 1 << 60, EncodedOpaqueState: "a+b/c=", DisaggRequestID: &id, CtxDPRank: 1}
+					out.PromptTokenIDs = []uint32{1, 2, 4294967295}
+				case "vllm":
 					out.KVTransferParams = &kvParamsOut{DoRemotePrefill: true, RemoteBlockIDs: []int64{0, 1}, RemoteHost: "127.0.0.1", TransferToken: "t<k>"}
 				}
 				var want bytes.Buffer
 				require.NoError(t, json.NewEncoder(&want).Encode(out))
-				assert.Equal(t, want.String(), string(appendResponse(nil, &out)), "chat %v echo %v kv %v", chat, echo != nil, kv)
+				assert.Equal(t, want.String(), string(appendResponse(nil, &out)), "chat %v echo %v params %q", chat, echo != nil, kv)
 			}
 		}
 	}

@@ -238,7 +238,7 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 		writeError(w, e)
 		return
 	}
-	kv, e := parseKVParams(req.KVTransferParams)
+	kv, e := s.pdParams(&req)
 	if e != nil {
 		writeError(w, e)
 		return
@@ -250,8 +250,8 @@ func (s *Server) serveGenerate(w http.ResponseWriter, r *http.Request, chat bool
 	run := s.route
 	if ep == nil {
 		if kv.remoteDecode() || kv.remotePrefill() {
-			writeError(w, newAPIError(http.StatusBadRequest, "kv_transfer_params",
-				"kv_transfer_params: P/D over HTTP goes to the workers' own endpoints (mocker serve --worker-ports); this one routes whole requests"))
+			writeError(w, newAPIError(http.StatusBadRequest, kv.param(),
+				kv.param()+": P/D over HTTP goes to the workers' own endpoints (mocker serve --worker-ports); this one routes whole requests"))
 			return
 		}
 	} else if run, e = s.placed(ep, &kv, &p); e != nil {

@@ -326,6 +326,12 @@ declare module 'k6/x/mocker' {
     g3_blocks: number;
     g3_capacity: number;
     g4_blocks: number;
+    /** Blocks copied into each tier (the host tier from the GPU pool, the disk tier from the host tier) and prefix hits found in each; 0 without the tier. */
+    g2_offloaded: number;
+    g2_onboarded: number;
+    g3_offloaded: number;
+    g3_onboarded: number;
+    g4_onboarded: number;
   }
 
   /** Occupancy now and counters since the cluster started. */

@@ -11,6 +11,7 @@ import (
 	"github.com/kvstrand/mocker/cluster"
 	"github.com/kvstrand/mocker/engine"
 	"github.com/kvstrand/mocker/harness/metrics"
+	"github.com/kvstrand/mocker/serve"
 	"github.com/kvstrand/mocker/xk6mocker"
 )
 
@@ -275,6 +276,19 @@ func writeMetricsMarkdown(w io.Writer, names []string) error {
 			tags = "`" + strings.Join(d.Tags, "`, `") + "`"
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", d.Name, metricType(d), tags, cell(d.Meaning))
+	}
+	if len(names) == 0 {
+		b.WriteString("\n## KV tiers in mocker serve's /metrics\n\n")
+		b.WriteString("`mocker serve` publishes, beside the engine's own names (serve.md, Metrics), these Prometheus series " +
+			"for each worker rank with a tier below its GPU pool (`num_g2_blocks`): one set per tier, labelled " +
+			strings.Join(quoteAll(serve.TierLabels), ", ") + ". The host tier is `tier=\"G2\"`, `medium=\"CPU\"` " +
+			"(the medium its KV events carry); a lower tier is another pair of values under the same names. " +
+			"A TRT-LLM worker also shows the host tier's occupancy over its size as TensorRT-LLM's " +
+			"`trtllm_kv_cache_host_utilization`.\n\n")
+		b.WriteString("| metric | type | meaning |\n|---|---|---|\n")
+		for _, d := range serve.TierMetricDocs {
+			fmt.Fprintf(&b, "| `%s` | %s | %s |\n", d.Name, d.Type, cell(d.Meaning))
+		}
 	}
 	_, err = io.WriteString(w, b.String())
 	return err
