@@ -108,8 +108,8 @@ func (p *conns) closeIdle() {
 
 // direct reports whether req goes out on the VU's own connections.
 func direct(req *http.Request) bool {
-	if req.URL.Scheme != "http" {
-		return false
+	if req.URL.Scheme != "http" || !ascii(req.URL.Host) {
+		return false // (the Transport dials a non-ASCII host by its IDNA form)
 	}
 	for k, vv := range req.Header {
 		// The Transport refuses these with an error of its own; an
@@ -260,12 +260,22 @@ func replayable(req *http.Request) bool {
 	return k1 || k2
 }
 
+func ascii(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // canonicalAddr is req's host:port, the port made explicit.
 func canonicalAddr(req *http.Request) string {
 	host, port := req.URL.Hostname(), req.URL.Port()
-	if port == "" {
-		port = "80"
+	if port != "" {
+		return req.URL.Host // already host:port ([host]:port for IPv6)
 	}
+	port = "80"
 	if strings.IndexByte(host, ':') >= 0 {
 		return "[" + host + "]:" + port
 	}
