@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"math"
 	"net"
 	"net/http"
 	"strings"
@@ -44,7 +46,8 @@ const (
 // directConn is one connection of conns.
 type directConn struct {
 	cc     *countingConn
-	br     *bufio.Reader
+	br     *bufio.Reader // reads through lim
+	lim    limitedConn
 	bw     *bufio.Writer
 	key    string
 	idleAt time.Time
@@ -164,7 +167,9 @@ func (c *Client) roundTripDirect(b *budget, req *http.Request, tr *tracer) (*htt
 				return nil, nil, err
 			}
 			cc, _ := conn.(*countingConn)
-			dc = &directConn{cc: cc, br: bufio.NewReader(cc), bw: bufio.NewWriter(cc), key: key}
+			dc = &directConn{cc: cc, bw: bufio.NewWriter(cc), key: key}
+			dc.lim.r = cc
+			dc.br = bufio.NewReader(&dc.lim)
 			now = tr.connDone
 		}
 		tr.gotConn = now
@@ -184,14 +189,21 @@ func (c *Client) roundTripDirect(b *budget, req *http.Request, tr *tracer) (*htt
 		tr.wrote = time.Now()
 		var resp *http.Response
 		if err == nil {
+			// The response's head may be no longer than the Transport
+			// allows; its body is bounded by the deadline only.
+			dc.lim.n = maxHeaderBytes
 			if _, err = dc.br.Peek(1); err == nil {
 				tr.firstByte = time.Now()
 				resp, err = readFinal(dc.br, req)
 				if err != nil {
+					if dc.lim.n <= 0 {
+						err = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxHeaderBytes)
+					}
 					// As the Transport words it.
 					err = fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
 				}
 			}
+			dc.lim.n = math.MaxInt64
 		}
 		if err == nil {
 			return resp, dc, nil
@@ -215,6 +227,30 @@ func (c *Client) roundTripDirect(b *budget, req *http.Request, tr *tracer) (*htt
 		return nil, nil, err
 	}
 }
+
+// maxHeaderBytes bounds a response's head, as the Transport's default
+// MaxResponseHeaderBytes does.
+const maxHeaderBytes = 10 << 20
+
+// limitedConn reads at most n more bytes from r.
+type limitedConn struct {
+	r io.Reader
+	n int64
+}
+
+func (l *limitedConn) Read(p []byte) (int, error) {
+	if l.n <= 0 {
+		return 0, errHeadTooLong
+	}
+	if int64(len(p)) > l.n {
+		p = p[:l.n]
+	}
+	n, err := l.r.Read(p)
+	l.n -= int64(n)
+	return n, err
+}
+
+var errHeadTooLong = fmt.Errorf("read limit of %d bytes exhausted", maxHeaderBytes)
 
 // readFinal reads responses until the final one: 1xx are skipped but
 // 101, as the Transport does.

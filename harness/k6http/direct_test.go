@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -204,6 +205,16 @@ func TestDirect_ActsAsTheTransport(t *testing.T) {
 			write(c, "HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhi %02d", n)
 			return false // no Connection: close: the client learns it later
 		}, []*spec{get(), get(), post(), post(), get()}, 50 * time.Millisecond},
+		{"head too long", func(c *net.TCPConn, _ *http.Request, n int) bool {
+			write(c, "HTTP/1.1 200 OK\r\n")
+			line := "X-Filler: " + strings.Repeat("f", 1<<16) + "\r\n"
+			for range (maxHeaderBytes / len(line)) + 2 {
+				if _, err := io.WriteString(c, line); err != nil {
+					return false
+				}
+			}
+			return false
+		}, []*spec{get()}, 0},
 		{"redirect", func(c *net.TCPConn, req *http.Request, n int) bool {
 			if req.URL.Path == "/x" {
 				write(c, "HTTP/1.1 302 Found\r\nLocation: /y\r\nContent-Length: 0\r\n\r\n")
