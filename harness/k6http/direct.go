@@ -25,7 +25,7 @@ import (
 // response read by net/http's own Request.Write and ReadResponse, and the
 // Transport's rules are kept: 1xx responses skipped, a request that met
 // a keep-alive connection the server had closed retried on a new one when
-// it may be, a connection kept only when both sides allow it. HTTPS
+// it may be, a connection kept or dropped as the Transport would. HTTPS
 // (HTTP/2 by ALPN), protocol upgrades, headers the Transport refuses and
 // noConnectionReuse go through the Transport.
 
