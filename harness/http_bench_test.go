@@ -81,8 +81,8 @@ func startBenchServer(b *testing.B) string {
 // BenchmarkHTTPGet measures the CPU time this process spends per GET
 // against a keep-alive server in another process: a bare net/http client
 // loop (the baseline), the same loop timing each request as k6 does, and
-// the harness running http.get in a script (1 VU), with its samples and
-// response object. cpu-µs/req is the figure.
+// the harness running http.get in a script (1 VU, and 100), with its
+// samples and response object. cpu-µs/req is the figure.
 func BenchmarkHTTPGet(b *testing.B) {
 	base := startBenchServer(b)
 	b.Run("NetHTTPClient", func(b *testing.B) {
@@ -139,26 +139,38 @@ func BenchmarkHTTPGet(b *testing.B) {
 		}
 		b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu-µs/req")
 	})
-	b.Run("Harness", func(b *testing.B) {
-		script := filepath.Join(b.TempDir(), "get.js")
-		src := `import http from 'k6/http';
+	// The harness, with one VU and with 100 sharing the iterations (each
+	// VU with a keep-alive connection of its own); peak-heap-KiB/VU is
+	// the run's largest heap in use over its VUs.
+	for _, vus := range []int64{1, 100} {
+		name := "Harness"
+		if vus > 1 {
+			name = fmt.Sprintf("Harness%dVUs", vus)
+		}
+		b.Run(name, func(b *testing.B) {
+			script := filepath.Join(b.TempDir(), "get.js")
+			src := `import http from 'k6/http';
 export default function () { http.get(__ENV.BASE_URL + '/get'); }`
-		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
-			b.Fatal(err)
-		}
-		n := int64(max(b.N, 1))
-		cfg := Config{
-			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
-			Env:       map[string]string{"BASE_URL": base},
-			Overrides: Overrides{VUs: ptr(int64(1)), Iterations: &n},
-		}
-		cpu0 := cputime.Self()
-		b.ResetTimer()
-		if err := Run(context.Background(), cfg); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(n), "cpu-µs/req")
-	})
+			if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			n := max(int64(b.N), vus) // each VU makes a request at least
+			cfg := Config{
+				Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
+				Env:       map[string]string{"BASE_URL": base},
+				Overrides: Overrides{VUs: ptr(vus), Iterations: &n},
+			}
+			cpu0 := cputime.Self()
+			b.ResetTimer()
+			var err error
+			peak := peakHeap(func() { err = Run(context.Background(), cfg) })
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(n), "cpu-µs/req")
+			b.ReportMetric(float64(peak)/float64(vus)/1024, "peak-heap-KiB/VU")
+		})
+	}
 }
 
 // BenchmarkSSEStreams runs 1,000 VUs, each reading one stream of 100

@@ -7,7 +7,9 @@
 // The package knows nothing of the harness's runner: the harness hands each
 // VU's module instance a VU (the few things a request needs from the
 // virtual user) and a Shared (what every VU of one run shares: the
-// metrics and the HTTP options). Requests are measured on the wall clock
-// with net/http/httptrace; every VU has its own transport, so connections
-// are reused within a VU and never across VUs, as in k6.
+// metrics and the HTTP options). Requests are measured on the wall clock;
+// every VU has its own connections, reused within the VU and never across
+// VUs, as in k6. A VU's plain-HTTP requests are written and read on its
+// own goroutine (direct.go); HTTPS and the rest go through net/http's
+// Transport, timed with net/http/httptrace.
 package k6http

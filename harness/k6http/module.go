@@ -109,8 +109,12 @@ type Client struct {
 	rt *sobek.Runtime
 
 	transport *http.Transport
-	jar       *cookiejar.Jar
-	jarObj    *sobek.Object
+	// conns are the VU's plain-HTTP connections (direct.go); direct is
+	// false under noConnectionReuse, which the transport handles.
+	conns  *conns
+	direct bool
+	jar    *cookiejar.Jar
+	jarObj *sobek.Object
 	// jarSym keys a cookie jar object's jar, out of the script's sight
 	// (a symbol has no name to read and is not enumerated).
 	jarSym  *sobek.Symbol

@@ -307,9 +307,13 @@ func (c *Client) beginRequest(what string) *Options {
 		c.throw("%v", err)
 	}
 	if c.transport == nil {
-		tr := newTransport(opts)
+		dial := dialer(opts)
+		tr := newTransport(opts, dial)
 		c.transport = tr
+		c.conns = &conns{dial: dial}
+		c.direct = !opts.NoConnectionReuse
 		c.vu.OnRunEnd(tr.CloseIdleConnections)
+		c.vu.OnRunEnd(c.conns.closeIdle)
 	}
 	if it := c.vu.Iteration(); !c.started || it != c.iter {
 		if c.started {
@@ -320,6 +324,7 @@ func (c *Client) beginRequest(what string) *Options {
 			}
 			if opts.NoVUConnectionReuse {
 				c.transport.CloseIdleConnections()
+				c.conns.closeIdle()
 			}
 		}
 		c.started, c.iter = true, it
@@ -328,29 +333,10 @@ func (c *Client) beginRequest(what string) *Options {
 }
 
 // newTransport is a VU's transport: keep-alive unless noConnectionReuse,
-// dialling through options.hosts, counting bytes on the wire.
-func newTransport(o *Options) *http.Transport {
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	hosts := o.Hosts
+// dialling with dial.
+func newTransport(o *Options, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Transport {
 	return &http.Transport{
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if to, ok := hosts[addr]; ok {
-				addr = to
-			} else if host, port, err := net.SplitHostPort(addr); err == nil {
-				if to, ok := hosts[host]; ok {
-					if _, _, err := net.SplitHostPort(to); err == nil {
-						addr = to
-					} else {
-						addr = net.JoinHostPort(to, port)
-					}
-				}
-			}
-			conn, err := d.DialContext(ctx, network, addr)
-			if err != nil {
-				return nil, err
-			}
-			return &countingConn{Conn: conn, remote: conn.RemoteAddr().String()}, nil
-		},
+		DialContext:       dial,
 		TLSClientConfig:   &tls.Config{InsecureSkipVerify: o.InsecureSkipTLSVerify}, //nolint:gosec // the script asked for it (options.insecureSkipTLSVerify)
 		ForceAttemptHTTP2: true,
 		// As k6's: no Accept-Encoding the script did not set, and a body
@@ -358,8 +344,32 @@ func newTransport(o *Options) *http.Transport {
 		DisableCompression:  true,
 		DisableKeepAlives:   o.NoConnectionReuse,
 		MaxIdleConns:        0,
-		MaxIdleConnsPerHost: 100,
-		IdleConnTimeout:     90 * time.Second,
+		MaxIdleConnsPerHost: maxIdlePerHost,
+		IdleConnTimeout:     idleTimeout,
+	}
+}
+
+// dialer dials through options.hosts and counts the bytes on the wire.
+func dialer(o *Options) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
+	hosts := o.Hosts
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if to, ok := hosts[addr]; ok {
+			addr = to
+		} else if host, port, err := net.SplitHostPort(addr); err == nil {
+			if to, ok := hosts[host]; ok {
+				if _, _, err := net.SplitHostPort(to); err == nil {
+					addr = to
+				} else {
+					addr = net.JoinHostPort(to, port)
+				}
+			}
+		}
+		conn, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return &countingConn{Conn: conn, remote: conn.RemoteAddr().String()}, nil
 	}
 }
 
@@ -480,20 +490,20 @@ func (tr *tracer) phases(end time.Time) timings {
 // do sends s, following redirects, and returns every exchange. It runs
 // on any goroutine and touches no JS.
 func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec) []*hop {
+	b := &budget{parent: ctx}
 	if s.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, s.timeout, errTimeout)
-		defer cancel()
+		b.deadline = time.Now().Add(s.timeout)
 	}
+	defer b.done()
 	method, target, body := s.method, s.url, s.body
 	var hops []*hop
 	challenges := 0 // digest challenges among hops
 	for {
-		h := c.exchange(ctx, transport, jar, s, method, target, body, "")
+		h := c.exchange(b, transport, jar, s, method, target, body, "")
 		if s.digest && s.hasAuth && h.err == nil && h.status == http.StatusUnauthorized {
 			// As k6 does: the challenge is one request, expected to be
 			// answered 401, and the answer another.
-			if answer := c.answerDigest(ctx, transport, jar, s, method, target, body, h); answer != nil {
+			if answer := c.answerDigest(b, transport, jar, s, method, target, body, h); answer != nil {
 				h.challenge = true
 				hops = append(hops, h)
 				challenges++
@@ -531,7 +541,7 @@ func (c *Client) do(ctx context.Context, transport *http.Transport, jar *cookiej
 
 // answerDigest repeats a request that drew the 401 challenge ch with
 // the credentials' answer to it; nil when ch offers no digest challenge.
-func (c *Client) answerDigest(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, ch *hop) *hop {
+func (c *Client) answerDigest(b *budget, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, ch *hop) *hop {
 	// A server may offer several schemes, one header each (Basic first,
 	// say): answer the digest one.
 	var challenge digestChallenge
@@ -549,7 +559,7 @@ func (c *Client) answerDigest(ctx context.Context, transport *http.Transport, ja
 	if err != nil {
 		return &hop{method: method, url: target, reqBody: body, err: err, errCode: codeGeneric, errMsg: err.Error()}
 	}
-	return c.exchange(ctx, transport, jar, s, method, target, body, auth)
+	return c.exchange(b, transport, jar, s, method, target, body, auth)
 }
 
 func isRedirect(status int) bool {
@@ -561,12 +571,17 @@ func isRedirect(status int) bool {
 }
 
 // exchange makes one HTTP exchange and reads the response body.
-func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, auth string) *hop {
+func (c *Client) exchange(b *budget, transport *http.Transport, jar *cookiejar.Jar, s *spec, method, target string, body []byte, auth string) *hop {
 	h := &hop{method: method, url: target, reqBody: body}
 	tr := &tracer{start: time.Now()}
+	viaTransport := false
 	fail := func(err error) *hop {
-		if cause := context.Cause(ctx); errors.Is(cause, errTimeout) {
-			err = errTimeout
+		if viaTransport {
+			if cause := context.Cause(b.context()); errors.Is(cause, errTimeout) {
+				err = errTimeout
+			}
+		} else if e := b.cut(); e != nil {
+			err = e
 		}
 		h.err = err
 		h.errCode, h.errMsg = classify(err)
@@ -580,7 +595,7 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	if body != nil {
 		rd = bytes.NewReader(body)
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, tr.trace()), method, target, rd)
+	req, err := http.NewRequestWithContext(b.parent, method, target, rd)
 	if err != nil {
 		h.err = err
 		h.errCode, h.errMsg = codeInvalidURL, err.Error()
@@ -625,7 +640,15 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 	}
 	// RoundTrip does not change the request: its header is the one sent.
 	h.reqHeader = req.Header
-	resp, err := transport.RoundTrip(req)
+	var resp *http.Response
+	var dc *directConn
+	if c.direct && direct(req) {
+		resp, dc, err = c.roundTripDirect(b, req, tr)
+	} else {
+		viaTransport = true
+		req = req.WithContext(httptrace.WithClientTrace(b.context(), tr.trace()))
+		resp, err = transport.RoundTrip(req)
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -636,6 +659,9 @@ func (c *Client) exchange(ctx context.Context, transport *http.Transport, jar *c
 		h.body, err = readBody(resp.Body, resp.ContentLength)
 	}
 	end := time.Now()
+	if dc != nil {
+		c.release(dc, req, resp, err)
+	}
 	h.status = resp.StatusCode
 	h.statusText = resp.Status
 	h.proto = resp.Proto
