@@ -19,7 +19,9 @@ import (
 // mode runs here) and in each worker process. Modeled time is made short
 // (speedup_ratio 1000, one output token) so the figures are the
 // transport's, not the engine's pacing. nats-msgs/req counts what the
-// processes published to NATS per request.
+// processes published to NATS per request. To see where each process's
+// CPU goes, add -cpuprofile FILE (this process) and set
+// MOCKER_CPUPROFILE=PREFIX (each worker process, to PREFIX.worker-PID).
 func BenchmarkNATSRequestPath(b *testing.B) {
 	for _, bc := range []struct {
 		name string

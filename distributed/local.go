@@ -108,7 +108,10 @@ func startLocal(cfg cluster.Config, host *cluster.RemoteHost, log *slog.Logger) 
 			seq++
 			argv := []string{"worker", "--name", name, "--role", string(p.Role), "--engine", cfg.Engine, "--namespace", ns,
 				"--etcd", ls.etcdURL, "--nats", ls.natsURL, "--args", string(argsJSON),
-				"--listen-host", cfg.TransferHost, "--seed", strconv.FormatUint(cfg.Seed^seq*0x9e3779b97f4a7c15, 10)}
+				"--listen-host", cfg.TransferHost, "--seed", strconv.FormatUint(cfg.Seed^seq*0x9e3779b97f4a7c15, 10),
+				// The embedded NATS takes only this run's random
+				// credentials: no Dynamo tool can read an event plane.
+				"--no-event-plane"}
 			if cfg.AdvertisedHost != "" {
 				argv = append(argv, "--advertise-host", cfg.AdvertisedHost)
 			}

@@ -7,14 +7,17 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/kvstrand/mocker/cluster"
+	"github.com/kvstrand/mocker/distributed/internal/plane"
 )
 
 // saturatedConfig is scripts/cascade.js's cluster: one decode worker with
@@ -181,4 +184,35 @@ func TestLocal_StaleEtcdDataIsRemoved(t *testing.T) {
 	assert.NoDirExists(t, stale)
 	assert.DirExists(t, live)
 	assert.DirExists(t, other)
+}
+
+// TestLocal_NoEventPlane checks that local mode's workers leave Dynamo's
+// event plane unpublished: their NATS takes only the run's own random
+// credentials, so no Dynamo tool could read it, and mocker's router takes
+// the same KV events and load from the frames (which the same
+// subscription sees).
+func TestLocal_NoEventPlane(t *testing.T) {
+	c, err := cluster.New(cluster.Config{Name: "quiet", Disagg: true, Args: map[string]any{"speedup_ratio": 1000},
+		Transport: &cluster.TransportConfig{Local: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	ls := c.Transport().(*transport).local
+	nc, err := plane.DialNATS(ls.natsURL, "observer", ls.natsAuth)
+	require.NoError(t, err)
+	defer nc.Close()
+	var events, frames atomic.Int64
+	sub, err := nc.Subscribe("namespace.>", func(*nats.Msg) { events.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = sub.Unsubscribe() }()
+	fsub, err := nc.Subscribe("mocker.>", func(*nats.Msg) { frames.Add(1) })
+	require.NoError(t, err)
+	defer func() { _ = fsub.Unsubscribe() }()
+	require.NoError(t, nc.Flush())
+	for range 4 {
+		r := c.Generate(context.Background(), cluster.Request{PromptTokens: 128, MaxTokens: 2})
+		require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	}
+	require.NoError(t, nc.Flush())
+	assert.Positive(t, frames.Load(), "the subscription saw the request plane")
+	assert.Zero(t, events.Load(), "event-plane messages")
 }

@@ -39,17 +39,10 @@ func main() {
 }
 
 // profiled runs a command, writing a CPU profile of it to the file the
-// environment variable MOCKER_CPUPROFILE names. Only the commands that
-// run in one process take it: a worker (of local mode, say) inherits the
-// environment of the run that started it and would write over its file.
+// environment variable MOCKER_CPUPROFILE names (profilePath).
 func profiled(args []string, cmd func() int) int {
-	path := os.Getenv("MOCKER_CPUPROFILE")
-	if path == "" || len(args) == 0 {
-		return cmd()
-	}
-	switch args[0] {
-	case "run", "replay", "sweep", "serve":
-	default:
+	path := profilePath(args, os.Getenv("MOCKER_CPUPROFILE"), os.Getpid())
+	if path == "" {
 		return cmd()
 	}
 	stop, err := startCPUProfile(path)
@@ -59,6 +52,25 @@ func profiled(args []string, cmd func() int) int {
 	}
 	defer stop()
 	return cmd()
+}
+
+// profilePath is where command args writes its CPU profile given
+// MOCKER_CPUPROFILE=path, or "" for none. The commands that run in one
+// process write to path; `mocker worker` to path.worker-PID, since the
+// workers of a distributed run (local mode's, a benchmark's) inherit the
+// environment of the process that started them and would otherwise
+// write over its file and each other's.
+func profilePath(args []string, path string, pid int) string {
+	if path == "" || len(args) == 0 {
+		return ""
+	}
+	switch args[0] {
+	case "run", "replay", "sweep", "serve":
+		return path
+	case "worker":
+		return fmt.Sprintf("%s.worker-%d", path, pid)
+	}
+	return ""
 }
 
 func dispatch(args []string, stdout, stderr io.Writer) int {

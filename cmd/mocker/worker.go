@@ -51,6 +51,9 @@ Flags:
       --max-rooms N        transfer rooms a prefill worker keeps open at once;
                            a handoff past it fails its request (default 4096)
       --seed N             output-token seed (default 0)
+      --no-event-plane     publish no KV events or load on Dynamo's event plane
+                           (namespace.NS.…): for a NATS no Dynamo tool reads;
+                           mocker's router takes them from the worker's frames
       --drain-timeout D    on SIGTERM/SIGINT, how long to let work in flight
                            finish before leaving (default 30s); with --count
                            every worker drains, and the process exits when
@@ -101,6 +104,7 @@ func workerCmd(args []string, stderr io.Writer) int {
 	fs.StringVar(&cfg.AdvertiseHost, "advertise-host", "", "")
 	fs.IntVar(&cfg.MaxRooms, "max-rooms", 0, "")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "")
+	fs.BoolVar(&cfg.NoEventPlane, "no-event-plane", false, "")
 	fs.DurationVar(&cfg.DrainTimeout, "drain-timeout", 30*time.Second, "")
 	fs.StringVar(&level, "log-level", "info", "")
 	fs.StringVar(&cfg.NATSAuth.User, "nats-user", "", "")

@@ -61,6 +61,12 @@ type Config struct {
 	// handoff past it ends its request with an error naming the bound.
 	// 0 means bootstrap.DefaultMaxRooms.
 	MaxRooms int
+	// NoEventPlane leaves Dynamo's event plane (KV events and load on
+	// namespace.{ns}.…) unpublished: for a worker whose NATS nobody else
+	// can read, such as local mode's, whose server takes only the run's
+	// own random credentials. mocker's router reads none of it (it takes
+	// the same events from the frames).
+	NoEventPlane bool
 	// Seed drives the engine's output tokens.
 	Seed   uint64
 	Logger *slog.Logger
@@ -1033,6 +1039,9 @@ func (l *workerLoop) awaitBound() time.Duration {
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	l.owned.output(out)
 	l.items = append(l.items, plane.Item{Output: plane.OutputOf(out)})
+	if l.cfg.NoEventPlane {
+		return
+	}
 	now := time.Now()
 	worker := uint64(l.id)
 	for _, ev := range out.KVEvents {

@@ -114,11 +114,31 @@ func DecodeCommands(body []byte, dst []Command) ([]Command, error) {
 	}
 }
 
-// EncodeFrame is f's body on the wire.
-func EncodeFrame(f *Frame) ([]byte, error) { return appendBody(nil, f) }
+// EncodeFrame is f's body on the wire (framecodec.go).
+func EncodeFrame(f *Frame) ([]byte, error) {
+	c := coders.Get().(*coder)
+	defer coders.Put(c)
+	c.buf.Reset()
+	if err := encodeFrame(c.enc, f); err != nil {
+		return nil, err
+	}
+	return bytes.Clone(c.buf.Bytes()), nil
+}
 
-// DecodeFrame reads a frame's body.
-func DecodeFrame(body []byte, f *Frame) error { return decodeBody(body, f) }
+// DecodeFrame reads a frame's body (framecodec.go).
+func DecodeFrame(body []byte, f *Frame) error {
+	c := coders.Get().(*coder)
+	defer coders.Put(c)
+	c.rd.Reset(body)
+	c.dec.Reset(&c.rd)
+	if err := decodeFrame(c.dec, f); err != nil {
+		return err
+	}
+	if c.rd.Len() != 0 {
+		return fmt.Errorf("%d bytes after the message", c.rd.Len())
+	}
+	return nil
+}
 
 // commandFields is the length of Command's array on the wire.
 const commandFields = 20
