@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/kvstrand/mocker/kv"
@@ -174,5 +175,66 @@ func TestKVView_JumpsEndWhereARunIsCut(t *testing.T) {
 	}
 	if got := view.Depth(seqs, false); got != 1 {
 		t.Fatalf("depth %d after the middle block's eviction, want 1", got)
+	}
+}
+
+// BenchmarkKVView_DepthLongPrompts asks a pool of 16,384 blocks how deep
+// Mooncake-shaped prompts go (about 480 blocks of 16 tokens, 15 trace
+// blocks of 512 tokens; runs of 32 alike), as a router asks each prefill
+// worker at every arrival: a walk from block to block (walk) against one
+// that jumps along runs where an earlier walk went (jump). The prompts
+// share a system prompt and their conversations' histories; the pool's
+// slots are scattered, as evictions leave them.
+func BenchmarkKVView_DepthLongPrompts(b *testing.B) {
+	const (
+		total  = 16384
+		bs     = 16
+		trace  = 512 / bs
+		convs  = 24
+		blocks = 15 * trace
+	)
+	rng := rand.New(rand.NewPCG(3, 5))
+	prompts := make([][]kv.SeqHash, convs)
+	for c := range prompts {
+		locals := make([]kv.LocalHash, 0, blocks)
+		for k := range blocks / trace {
+			id := kv.LocalHash(1000*(c+1) + k)
+			if k < 2 {
+				id = kv.LocalHash(k + 1) // the system prompt
+			}
+			for range trace {
+				locals = append(locals, id)
+			}
+		}
+		seqs := make([]kv.SeqHash, len(locals))
+		for i, l := range locals {
+			if i == 0 {
+				seqs[i] = kv.SeqHash(l)
+			} else {
+				seqs[i] = kv.ChainHash(seqs[i-1], l)
+			}
+		}
+		prompts[c] = seqs
+	}
+	for _, mode := range []string{"walk", "jump"} {
+		b.Run(mode, func(b *testing.B) {
+			p := newBlockPool(total, true)
+			if mode == "walk" {
+				p.jumpLen = 1 << 30
+			}
+			rng.Shuffle(len(p.free), func(i, j int) { p.free[i], p.free[j] = p.free[j], p.free[i] })
+			p.beginPass()
+			for _, seqs := range prompts {
+				slots := p.allocN(nil, len(seqs))
+				p.storeRun(slots, seqs, make([]kv.LocalHash, len(seqs)), 0, noSlot)
+			}
+			p.vl.end()
+			view := KVView{c: p}
+			n := 0
+			for b.Loop() {
+				n += view.Depth(prompts[rng.IntN(convs)], false)
+			}
+			b.ReportMetric(float64(n)/float64(b.N), "blocks/op")
+		})
 	}
 }
