@@ -199,11 +199,17 @@
 // Its first step is in: KVView's depth walks, which a router makes for
 // every prompt on every prefill worker, jump along a run 32 blocks at a
 // time where an earlier walk went (jumpTable; a jump holds while its two
-// blocks are unevicted and no run was cut in its middle since). Prefix
-// walks still read every block, as they hand each to the request; so do
-// allocation, store, hold and release. Those, and the copies of prompts
-// between a trace's reader, the cluster and the worker, are what the
-// extents are to take next.
+// blocks are unevicted and no run was cut in its middle since). Jumps
+// made by stores as well, so that a conversation's new turn jumps on its
+// first walk, cost more than they saved: a store read its run again to
+// make them, and most prompts' own blocks are never walked.
+// Prefix walks still read every block, as they hand each to the request;
+// so do allocation, store, hold and release. Those, and the copies of
+// prompts between a trace's reader, the cluster and the worker, are what
+// the extents are to take next. Most of a walk's cost is its first touch
+// of each block (a cache miss in a pool of thousands): walks spared over
+// blocks a walk just read save little, so the gain is in reading fewer,
+// denser entries.
 //
 // # Two views of occupancy
 //
