@@ -191,9 +191,40 @@
 // that waits for blocks (admission, or a destination's reservation) is
 // walked through the prefix cache again only once as many blocks were
 // released as it lacked beyond those allocated, or a block of its prompt
-// stored, since it last lacked them. Neither changes
-// a result: tests run workers with and without them side by side and
-// compare every Output.
+// stored, since it last lacked them; and, either way, only once the walk
+// could go past the block where it last stopped or as many blocks are free
+// as it needs beyond the hits it had. Neither changes a result: tests
+// run workers with and without them side by side and compare every
+// Output.
+//
+// # Extents: the cost of long prompts
+//
+// The pool keeps one entry per 16-token block, so a trace's 512-token
+// hash block is 32 entries, and a Mooncake-shaped prompt (8k tokens) some
+// 500 that each walk, allocation, store, hold and release reads one by
+// one. The design that removes this keeps a trace block's run of blocks
+// as one extent: a range of slots with one index and LRU entry, matched
+// whole by its first block's sequence hash and the run's local hash
+// (sequence hashes chain, so the rest follow); references and holds per
+// extent, split where a hit or a hold ends inside one; eviction from an
+// extent's tail, which keeps today's tail-first LRU order; per-block
+// hashes only where KV events name them; and prompts kept as their hash
+// runs and a tail rather than copies of their tokens.
+//
+// Its first step is in: KVView's depth walks, which a router makes for
+// every prompt on every prefill worker, jump along a run 32 blocks at a
+// time where an earlier walk went (jumpTable; a jump holds while its two
+// blocks are unevicted and no run was cut in its middle since). Jumps
+// made by stores as well, so that a conversation's new turn jumps on its
+// first walk, cost more than they saved: a store read its run again to
+// make them, and most prompts' own blocks are never walked.
+// Prefix walks still read every block, as they hand each to the request;
+// so do allocation, store, hold and release. Those, and the copies of
+// prompts between a trace's reader, the cluster and the worker, are what
+// the extents are to take next. Most of a walk's cost is its first touch
+// of each block (a cache miss in a pool of thousands): walks spared over
+// blocks a walk just read save little, so the gain is in reading fewer,
+// denser entries.
 //
 // # Two views of occupancy
 //

@@ -232,9 +232,12 @@ func (l *viewLog) goneHas(h kv.SeqHash) bool {
 }
 
 // depth is the vLLM pool's viewedCache.depth. It walks a run of blocks
-// without a call per block.
+// without a call per block, and jumps along it where it can (jumpTable).
 func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
-	l, blocks := &p.vl, p.blocks
+	if p.jumps == nil {
+		p.jumps = newJumpTable(len(p.blocks))
+	}
+	l, blocks, jumps, jumpN := &p.vl, p.blocks, p.jumps, p.jumpLen
 	prev := int32(noSlot)
 	for i := 0; i < len(seqs); {
 		s := p.step(prev, seqs[i])
@@ -248,8 +251,22 @@ func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
 		}
 		// Along the run, while the router holds each block: any other
 		// block goes back to the step above. A block in a run is hidden
-		// as the block before it is (audit checks it), so not here.
+		// as the block before it is (audit checks it), so not here. Nor
+		// is a block its pass's below a jump's end that is not the last
+		// pass's: a block is stored no earlier than the one it follows.
+		// From anchor, walked counts the blocks walked one by one.
+		anchor, walked := prev, 0
 		for i < len(seqs) {
+			if walked == 0 {
+				if j, ok := jumps.from(prev); ok {
+					if e := i - 1 + int(j.n); e < len(seqs) && blocks[j.to].hash == seqs[e] &&
+						!(inFlight && blocks[j.to].pass() == l.pass) {
+						prev, anchor, i = j.to, j.to, e+1
+						jumps.taken++
+						continue
+					}
+				}
+			}
 			n := blocks[prev].next1 - 1
 			if n == noSlot || blocks[n].hash != seqs[i] {
 				break
@@ -259,6 +276,10 @@ func (p *blockPool) depth(seqs []kv.SeqHash, inFlight bool) int {
 			}
 			prev = n
 			i++
+			if walked++; walked == jumpN {
+				jumps.set(anchor, prev, walked)
+				anchor, walked = prev, 0
+			}
 		}
 	}
 	return len(seqs)

@@ -151,6 +151,11 @@ type blockPool struct {
 	// block, by their parent hash's forkBucket. A counter that reaches
 	// forkFull stays there, and its bucket is probed for good.
 	forks [forkBuckets]uint16
+
+	// jumps are depth's jumps along runs, nil until it is first asked;
+	// jumpLen is how many blocks one crosses (jumpLen, less in tests).
+	jumps   *jumpTable
+	jumpLen int
 }
 
 // forkBuckets is how many counters blockPool.forks has. At a kilobyte the
@@ -187,6 +192,7 @@ func newBlockPool(total int, announce bool) *blockPool {
 		ev:      kvRecorder{emit: announce},
 		vl:      newViewLog(),
 		viewed:  announce,
+		jumpLen: jumpLen,
 	}
 	// Hand out low slots first; purely cosmetic but keeps dumps readable.
 	for i := range p.free {
@@ -271,6 +277,9 @@ func (p *blockPool) unlink(s int32) {
 		p.blocks[b.follows()].next1 = 0
 	}
 	if b.next1 != 0 {
+		if p.jumps != nil {
+			p.jumps.cuts++
+		}
 		n := b.next1 - 1
 		p.addHead(n, p.blocks[n].hash, b.hash, true)
 	}
@@ -444,6 +453,12 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	// Most evicted blocks end their run (a child leaves the LRU no later
 	// than its parent): the block before them then does. The others wait
 	// for unlink, after the loop.
+	if p.jumps != nil {
+		gen := p.jumps.gen
+		for _, s := range evicted {
+			gen[s]++
+		}
+	}
 	slow := slices.Grow(p.slow[:0], n)
 	for _, s := range evicted {
 		if b := &blocks[s]; b.run > 0 && b.next1 == 0 {

@@ -1170,7 +1170,7 @@ func (v *VLLM) admit(now float64, out *Output) {
 				return
 			}
 		} else if lack := blocks - activeHits - (v.total - v.pool.active); lack > 0 {
-			v.lacked(&v.admitLack, s, lack)
+			v.lacked(&v.admitLack, s, blocks, lack)
 			return
 		}
 		v.unlack(&v.admitLack)
@@ -1211,7 +1211,7 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 	// As for any admission, only active prefix hits are credited: the
 	// allocation below may evict inactive ones.
 	if lack := blocks - activeHits - (v.total - v.pool.active); !v.noEvict && lack > 0 {
-		v.lacked(&v.reserveLack, s, lack)
+		v.lacked(&v.reserveLack, s, blocks, lack)
 		return false
 	}
 	v.unlack(&v.reserveLack)

@@ -19,11 +19,31 @@ package engine
 // time; from then on the pool filters them (watch), counting only those
 // that may be of its prompt: a request that waits long is walked again
 // only when it may fit.
+//
+// Releases and stores come often on a busy pool, and a long prompt's
+// store sets many bits of the filter, so the counts alone would have a
+// request that waits for hundreds of blocks walked after every request
+// that ends. A second bound needs no history. The walk stopped at the
+// prompt's block hits (a miss, or the last block a hit may be): while it
+// still would, the request has hits active hits at most, and lacks
+//
+//	blocks - hits - (total - active)
+//
+// blocks at least, which the pool's count of active blocks gives as it is
+// now. The walk still stops there while block hits is not indexed after
+// the indexed copy of block hits-1, the block the walk ended on (parent):
+// a hash has one indexed copy, so while parent is still it, one step from
+// it answers. Where parent no longer holds that hash (it was evicted, and
+// maybe stored again elsewhere), the walk is made.
 type lackWatch struct {
 	s                           *seq
 	lack                        uint64 // blocks lacked at the last walk, ≥ 1
 	released, allocated, stores uint64
 	filtered                    bool
+	// blocks is the blocks the request needs, hits the prefix hits the
+	// walk found, parent the last of them (noSlot for none).
+	blocks, hits int
+	parent       int32
 }
 
 // stillLacks says w's request is s, which lacks blocks as when w saw it.
@@ -33,16 +53,47 @@ func (v *VLLM) stillLacks(w *lackWatch, s *seq) bool {
 	if w.filtered {
 		stores = p.watchStores
 	}
+	if w.s != s || v.walkAlways {
+		return false
+	}
 	// Allocations may outnumber releases: the difference is signed.
-	if w.s == s && int64(p.released-w.released)-int64(p.allocated-w.allocated) < int64(w.lack) && stores == w.stores && !v.walkAlways {
+	if int64(p.released-w.released)-int64(p.allocated-w.allocated) < int64(w.lack) && stores == w.stores {
+		v.sparedWalks++
+		return true
+	}
+	if w.blocks-w.hits-(v.total-p.active) > 0 && v.hitsEndAt(w, s) {
 		v.sparedWalks++
 		return true
 	}
 	return false
 }
 
-// lacked has w remember that s lacks lack blocks (≥ 1).
-func (v *VLLM) lacked(w *lackWatch, s *seq, lack int) {
+// hitsEndAt reports whether a walk of s's prefix would stop at w.hits
+// hits or before: the prefix's block w.hits is not indexed after the
+// indexed copy of block w.hits-1, which is still block w.parent. It
+// answers false where it cannot tell without the walk.
+func (v *VLLM) hitsEndAt(w *lackWatch, s *seq) bool {
+	limit := (s.length - 1) / v.bs
+	if !v.caching || w.hits >= limit {
+		return true // no more blocks may hit
+	}
+	p := v.pool
+	if w.hits == 0 {
+		return p.step(noSlot, s.hashes[0]) == noSlot
+	}
+	if b := &p.blocks[w.parent]; !b.indexed() || b.hash != s.hashes[w.hits-1] {
+		return false
+	}
+	return p.step(w.parent, s.hashes[w.hits]) == noSlot
+}
+
+// lacked has w remember that s, which needs blocks blocks and whose
+// prefix walk found v.hitSlots, lacks lack blocks (≥ 1).
+func (v *VLLM) lacked(w *lackWatch, s *seq, blocks, lack int) {
+	w.blocks, w.hits, w.parent = blocks, len(v.hitSlots), noSlot
+	if w.hits > 0 {
+		w.parent = v.hitSlots[w.hits-1]
+	}
 	w.lack = uint64(lack)
 	switch {
 	case w.s != s:

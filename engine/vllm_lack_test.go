@@ -3,6 +3,7 @@ package engine
 import (
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -65,4 +66,29 @@ func TestVLLM_ShortcutsChangeNothing(t *testing.T) {
 	})
 	require.Positive(t, spared, "the lack watch never spared a walk")
 	require.Positive(t, coasted, "no request ever coasted")
+}
+
+// TestVLLM_LackingDestinationNotWalkedAfterAStore has a decode worker
+// store the prompt of a request it runs while a destination that shares
+// none of it waits for more blocks than are free: the store cannot
+// lengthen the destination's prefix hits, and fewer blocks are free than
+// it needs, so it is not walked again (the walk would find it lacking).
+// The counts alone would have walked it: the store is its first since.
+func TestVLLM_LackingDestinationNotWalkedAfterAStore(t *testing.T) {
+	w := newWorker(t, decodeArgs(20))
+	v := w.Scheduler().(*VLLM)
+	var r record
+	require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: seqTokens(100, 24), MaxTokens: 40}))
+	require.NoError(t, w.Reserve(0, Request{ID: 2, Tokens: seqTokens(200, 40), MaxTokens: 3}))
+	require.NoError(t, w.Reserve(0, Request{ID: 3, Tokens: seqTokens(300, 32), MaxTokens: 3}))
+	drive(t, w, &r, 0)
+	require.Equal(t, 1, w.Metrics().Waiting, "the third destination waits for blocks")
+	stores, spared := v.pool.stores, v.sparedWalks
+
+	require.True(t, w.Activate(1, 1))
+	step(t, w, &r, 1)
+	require.Greater(t, v.pool.stores, stores, "the first pass stores the activated prompt")
+	assert.Greater(t, v.sparedWalks, spared, "the waiting destination is not walked after the store")
+	assert.Equal(t, 1, w.Metrics().Waiting)
+	checkWorker(t, w)
 }

@@ -113,19 +113,24 @@ func (m *RunMemo) chain(l LocalHash, n int, locals []LocalHash, seqs []SeqHash) 
 		return locals, seqs
 	}
 	rest := int32(n - 1)
-	if e := m.runs.Lookup(h); e != nil && e.local == l && e.n >= rest {
-		return locals, append(seqs, m.arena[e.off:e.off+rest]...)
+	// A run is kept the second time it is seen: most are a request's own,
+	// seen once, and keeping them would cost more than it saves. A run
+	// whose key's bit is clear was never seen, so is not kept: the lookup,
+	// a cache miss in a table of thousands of runs, is spared.
+	key := h
+	w, bit := uint64(key)>>(64-seenBits)/64, uint64(1)<<(uint64(key)>>(64-seenBits)%64)
+	seen := m.seen[w]&bit != 0
+	if seen {
+		if e := m.runs.Lookup(h); e != nil && e.local == l && e.n >= rest {
+			return locals, append(seqs, m.arena[e.off:e.off+rest]...)
+		}
 	}
 	start := len(seqs)
 	for range rest {
 		h = ChainHash(h, l)
 		seqs = append(seqs, h)
 	}
-	// A run is kept the second time it is seen: most are a request's own,
-	// seen once, and keeping them would cost more than it saves.
-	key := seqs[start-1]
-	w, bit := uint64(key)>>(64-seenBits)/64, uint64(1)<<(uint64(key)>>(64-seenBits)%64)
-	if m.seen[w]&bit == 0 {
+	if !seen {
 		m.seen[w] |= bit
 		return locals, seqs
 	}
@@ -135,6 +140,7 @@ func (m *RunMemo) chain(l LocalHash, n int, locals []LocalHash, seqs []SeqHash) 
 		}
 		m.keys, m.arena = m.keys[:0], m.arena[:0]
 		m.seen = [1 << seenBits / 64]uint64{}
+		m.seen[w] |= bit // the run kept below
 	}
 	if int(rest) > RunMemoBlocks {
 		return locals, seqs
