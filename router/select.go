@@ -162,12 +162,16 @@ func compareLoad(a, b *worker) int {
 //	cost           = weight × prefill_blocks + decode_blocks
 //	               + decode_active_request_weight × requests in flight
 //
-// and breaks ties by the smaller indexed tree, then at random. Under
+// where the prompt tokens cached are (overlap + tier credit) × block size,
+// the tier credit being the weighed blocks its tiers hold past its GPU
+// overlap (tierCredits; 0 without tiers, when the cost is the classic
+// one exactly). It breaks ties by the smaller indexed tree, then at
+// random. Under
 // dynamo_compat it applies Dynamo main's instead, which differs only where
 // the overlap exceeds the raw prefill (it clamps the difference at 0) and
 // in the tie-break (uniform at random):
 //
-//	prefill_blocks = max((pending prefill tokens + prompt tokens) / block size − overlap blocks, 0)
+//	prefill_blocks = max((pending prefill tokens + prompt tokens) / block size − overlap blocks − tier credit, 0)
 func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
 	for _, w := range cands {
 		w.shared = 0
