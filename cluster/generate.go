@@ -592,7 +592,9 @@ func (c *Cluster) onOutput(wi int, out *engine.Output) {
 		if c.opts.kvTap != nil {
 			c.opts.kvTap(w.id, ev)
 		}
-		if !w.viewed {
+		// A viewed worker's view answers for its GPU pool, not for the
+		// tiers below it, whose events the router indexes.
+		if !w.viewed || ev.Medium != kv.MediumGPU {
 			c.router.KVEvent(w.id, ev)
 		}
 	}

@@ -54,10 +54,12 @@ func (k kvView) Blocks() int { return k.view.Blocks(k.v.InFlight(k.idx)) }
 // viewKV has the router read in-process worker n (the loop's worker idx)
 // through its KV view, when it offers one and the router's index is fed by
 // KV events: the router then gets the answers the index would give without
-// the per-block work of replaying every event into it. The events no
-// longer go to the router, so the worker omits them (unless a test taps
-// them); its Outputs reach the loop as they did with them, each with the
-// load report that goes with it.
+// the per-block work of replaying every event into it. The GPU pool's
+// events no longer go to the router, so the worker omits them (unless a
+// test taps them); its Outputs reach the loop as they did with them, each
+// with the load report that goes with it. The events of its tiers below
+// the GPU pool, which the view does not answer for, still go to the
+// router's index.
 func (c *Cluster) viewKV(n *workerNode, idx int) error {
 	if c.opts.kvEvents || !c.router.Config().UseKVEvents {
 		return nil

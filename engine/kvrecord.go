@@ -13,10 +13,11 @@ import (
 // vLLM's pool does. A recorder built with emit false records nothing, so a
 // worker that never announces pays only a branch.
 //
-// A recorder told to omit (Worker.OmitKVEvents) records nothing either,
-// but notes that a pass had events to announce, so that its Output, with
-// no events in it, is still not empty and reaches its driver when it
-// would have with them.
+// A recorder told to omit (Worker.OmitKVEvents) records none of the GPU
+// pool's events, but notes that a pass had some to announce, so that its
+// Output, without them, is still not empty and reaches its driver when it
+// would have with them. It still records the events of the tiers below
+// the GPU pool, which a worker's KV view does not answer for.
 type kvRecorder struct {
 	emit    bool
 	omit    bool
@@ -164,8 +165,7 @@ func (r *kvRecorder) removed(h kv.SeqHash) {
 // hashes, as vLLM announces the blocks its CPU offloading stores: a router
 // does not index them.
 func (r *kvRecorder) storedTier(m kv.Medium, h kv.SeqHash) {
-	if !r.emit {
-		r.dropped = true
+	if !r.emit && !r.omit {
 		return
 	}
 	if n := len(r.recs); n > 0 {
@@ -186,8 +186,7 @@ func (r *kvRecorder) storedTier(m kv.Medium, h kv.SeqHash) {
 // with sequence hash h. Consecutive ones of a medium share one Removed
 // event.
 func (r *kvRecorder) removedTier(m kv.Medium, h kv.SeqHash) {
-	if !r.emit {
-		r.dropped = true
+	if !r.emit && !r.omit {
 		return
 	}
 	if n := len(r.recs); n > 0 {

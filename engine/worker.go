@@ -78,12 +78,13 @@ func (w *Worker) ReportFirstTokensOnly() {
 	w.tout.firstTokens = true
 }
 
-// OmitKVEvents makes w's outputs carry no KV events, for a driver that
-// reads the worker's cache through its KVView instead and would drop
-// them: the cache then spends nothing on recording them. An Output whose
-// pass changed the cache is still not empty, so a driver delivers it
-// when it would have with its events. A worker that announces no blocks
-// is left as it is.
+// OmitKVEvents makes w's outputs carry none of its GPU pool's KV events,
+// for a driver that reads the pool through its KVView instead and would
+// drop them: the cache then spends nothing on recording them. An Output
+// whose pass changed the cache is still not empty, so a driver delivers it
+// when it would have with its events. The events of the tiers below the
+// GPU pool (kv.MediumCPU and below), which the view does not answer for,
+// still come. A worker that announces no blocks is left as it is.
 func (w *Worker) OmitKVEvents() {
 	switch s := w.sched.(type) {
 	case *VLLM:

@@ -86,6 +86,16 @@ type Config struct {
 	// default breaks ties by the smaller indexed tree first, as the
 	// classic router and its e2e test do.
 	DynamoCompat bool `json:"dynamo_compat"`
+	// HostCacheHitWeight is what a block counts in kv mode's overlap when
+	// a worker holds it on its host tier (KV events of medium CPU),
+	// continuing the prefix it holds on the GPU: a request routed there
+	// copies it back instead of computing it. Dynamo's default, 0.75.
+	HostCacheHitWeight float64 `json:"host_cache_hit_weight"`
+	// DiskCacheHitWeight is the same for a block on the disk tier (DISK)
+	// or in object storage (EXTERNAL), continuing the host tier's run.
+	// Dynamo's default, 0.25. Both at 0 make a tier hit count for nothing,
+	// as before tiers were indexed.
+	DiskCacheHitWeight float64 `json:"disk_cache_hit_weight"`
 	// ActiveDecodeBlocksThreshold, when set, marks a worker busy while its
 	// active blocks (reported or predicted) exceed this fraction of its
 	// total blocks. Nil disables the check.
@@ -116,6 +126,10 @@ type Config struct {
 // Defaults, in one place.
 const (
 	DefaultOverlapScoreWeight = 1.0
+	// DefaultHostCacheHitWeight and DefaultDiskCacheHitWeight are
+	// Dynamo's host_cache_hit_weight and disk_cache_hit_weight.
+	DefaultHostCacheHitWeight = 0.75
+	DefaultDiskCacheHitWeight = 0.25
 	DefaultRouterTTLSecs      = 120.0
 	DefaultRouterMaxTreeSize  = 1 << 20
 	// DefaultRouterPruneTargetRatio is Dynamo's router_prune_target_ratio.
@@ -143,6 +157,9 @@ func DefaultConfig() Config {
 		RouterPruneTargetRatio: DefaultRouterPruneTargetRatio,
 
 		RouterRequestTTLSecs: DefaultRouterRequestTTLSecs,
+
+		HostCacheHitWeight: DefaultHostCacheHitWeight,
+		DiskCacheHitWeight: DefaultDiskCacheHitWeight,
 	}
 }
 
@@ -212,6 +229,12 @@ func (c Config) Validate() error {
 	}
 	if w := c.DecodeActiveRequestWeight; !finite(w) || w < 0 {
 		return fmt.Errorf("router config: decode_active_request_weight %v must be a finite number >= 0", w)
+	}
+	if w := c.HostCacheHitWeight; !finite(w) || w < 0 {
+		return fmt.Errorf("router config: host_cache_hit_weight %v must be a finite number >= 0 (default %v)", w, DefaultHostCacheHitWeight)
+	}
+	if w := c.DiskCacheHitWeight; !finite(w) || w < 0 {
+		return fmt.Errorf("router config: disk_cache_hit_weight %v must be a finite number >= 0 (default %v)", w, DefaultDiskCacheHitWeight)
 	}
 	if t := c.ActiveDecodeBlocksThreshold; t != nil && (!finite(*t) || *t <= 0 || *t > 1) {
 		return fmt.Errorf("router config: active_decode_blocks_threshold %v must be a fraction in (0, 1], or absent to disable", *t)

@@ -24,10 +24,19 @@
 // For each free worker w and a request of isl prompt tokens in n blocks of
 // size bs:
 //
-//	overlap        = leading request blocks w holds, from the radix index
+//	overlap        = leading request blocks w holds, from the radix index,
+//	                 + host_cache_hit_weight × the blocks w's host tier holds next
+//	                 + disk_cache_hit_weight × those its disk and object tiers hold after
 //	prefill_blocks = (pending_prefill_tokens(w) + max(isl − overlap·bs, 0)) / bs
 //	decode_blocks  = active_blocks(w) + request blocks not already active on w
 //	cost           = overlap_score_weight · prefill_blocks + decode_blocks
+//
+// The tier terms are Dynamo's weighting of a prefix hit by the tier holding
+// it (0.75 for the host tier, 0.25 for disk and object storage, by
+// default): the index keeps each worker's tier blocks from the KV events
+// of those media (kv.MediumCPU and below) and continues a worker's GPU
+// prefix into its host tier, then its disk tier, then object storage, one
+// run each. Without tier events they are 0 and the cost is the classic one.
 //
 // Lower wins. pending_prefill_tokens and active_blocks are the router's own
 // prediction, updated as it routes: a routed request charges its uncached

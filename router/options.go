@@ -12,7 +12,8 @@ import (
 var optionKeys = []string{
 	"active_decode_blocks_threshold", "active_prefill_tokens_threshold",
 	"active_prefill_tokens_threshold_frac", "block_size",
-	"decode_active_request_weight", "dynamo_compat", "overlap_score_weight",
+	"decode_active_request_weight", "disk_cache_hit_weight", "dynamo_compat",
+	"host_cache_hit_weight", "overlap_score_weight",
 	"prefill_load_scale", "router_max_tree_size", "router_mode",
 	"router_prune_target_ratio", "router_request_ttl_secs",
 	"router_temperature", "router_ttl_secs", "seed", "use_kv_events",
@@ -81,6 +82,10 @@ func (c *Config) SetOption(field, key string, v any) error {
 		c.PrefillLoadScale = &f
 	case "decode_active_request_weight":
 		c.DecodeActiveRequestWeight, err = jsonval.Float(field, v, 0, math.Inf(1))
+	case "host_cache_hit_weight":
+		c.HostCacheHitWeight, err = jsonval.Float(field, v, 0, math.Inf(1))
+	case "disk_cache_hit_weight":
+		c.DiskCacheHitWeight, err = jsonval.Float(field, v, 0, math.Inf(1))
 	case "dynamo_compat":
 		c.DynamoCompat, err = boolOption(field, v)
 	default:

@@ -44,12 +44,12 @@ func (r *Router) pick(cands []*worker, req *Request, weight float64, reuse, matc
 			r.overlaps(cands, req)
 		} else {
 			for _, c := range cands {
-				c.overlap = 0
+				c.overlap, c.tier = 0, 0
 			}
 		}
 		return r.kvPick(cands, req, weight, reuse)
 	}
-	w.overlap = 0
+	w.overlap, w.tier = 0, 0
 	if match {
 		w.overlap = r.overlap(w, req)
 	}
@@ -95,6 +95,30 @@ func (r *Router) overlaps(cands []*worker, req *Request) {
 			w.overlap = w.view.Depth(req.LocalHashes, req.SeqHashes)
 		}
 	}
+	r.tierCredits(cands, req)
+}
+
+// tierCredits sets each candidate's tier credit: the blocks its tiers
+// below the GPU pool hold continuing its GPU overlap, weighed by the tier
+// holding them, as Dynamo's kv router weighs them. The host tier's run
+// comes first from where the GPU overlap stops, then the disk tier's,
+// then object storage's (indexer.TierRun). With no tier block indexed,
+// as in every run without tiers, it asks nothing.
+func (r *Router) tierCredits(cands []*worker, req *Request) {
+	for _, w := range cands {
+		w.tier = 0
+	}
+	hw, dw := r.cfg.HostCacheHitWeight, r.cfg.DiskCacheHitWeight
+	if !r.index.HasTiers() || hw == 0 && dw == 0 {
+		return
+	}
+	for _, w := range cands {
+		if w.overlap >= len(req.SeqHashes) {
+			continue
+		}
+		run := r.index.TierRun(w.info.ID, req.SeqHashes, w.overlap)
+		w.tier = hw*float64(run[0]) + dw*float64(run[1]+run[2])
+	}
 }
 
 // treeSize is how many blocks the index holds for w, or w's view says the
@@ -138,12 +162,16 @@ func compareLoad(a, b *worker) int {
 //	cost           = weight × prefill_blocks + decode_blocks
 //	               + decode_active_request_weight × requests in flight
 //
-// and breaks ties by the smaller indexed tree, then at random. Under
+// where the prompt tokens cached are (overlap + tier credit) × block size,
+// the tier credit being the weighed blocks its tiers hold past its GPU
+// overlap (tierCredits; 0 without tiers, when the cost is the classic
+// one exactly). It breaks ties by the smaller indexed tree, then at
+// random. Under
 // dynamo_compat it applies Dynamo main's instead, which differs only where
 // the overlap exceeds the raw prefill (it clamps the difference at 0) and
 // in the tie-break (uniform at random):
 //
-//	prefill_blocks = max((pending prefill tokens + prompt tokens) / block size − overlap blocks, 0)
+//	prefill_blocks = max((pending prefill tokens + prompt tokens) / block size − overlap blocks − tier credit, 0)
 func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse bool) *worker {
 	for _, w := range cands {
 		w.shared = 0
@@ -170,10 +198,16 @@ func (r *Router) kvPick(cands []*worker, req *Request, weight float64, reuse boo
 	compat := r.cfg.DynamoCompat
 	for _, w := range cands {
 		var prefill float64
-		if compat {
+		switch {
+		case compat:
 			raw := float64(w.prefill+req.PromptTokens) / bs
-			prefill = max(raw-float64(w.overlap), 0)
-		} else {
+			prefill = max(raw-float64(w.overlap)-w.tier, 0)
+		case w.tier > 0:
+			// Tier hits are weighed blocks, so the cached part of the
+			// prompt is no longer a whole number of blocks.
+			cached := (float64(w.overlap) + w.tier) * bs
+			prefill = (float64(w.prefill) + max(float64(req.PromptTokens)-cached, 0)) / bs
+		default:
 			prefill = float64(w.prefill+uncached(req, w.overlap, r.cfg.BlockSize)) / bs
 		}
 		decode := float64(w.active + n - w.shared)

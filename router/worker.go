@@ -116,8 +116,12 @@ type worker struct {
 	view KVView
 	// per-decision scratch
 	overlap int
-	shared  int
-	cost    float64
+	// tier is the weighted count of blocks the worker's lower tiers hold
+	// continuing its GPU overlap (host_cache_hit_weight per host block,
+	// disk_cache_hit_weight per disk or object one); kv mode only.
+	tier   float64
+	shared int
+	cost   float64
 }
 
 // holder is one worker's reference count on a shared block. It names the

@@ -180,6 +180,10 @@ declare module 'k6/x/mocker' {
     decode_active_request_weight?: number;
     /** Dynamo main's kv cost formula and random tie-break. */
     dynamo_compat?: boolean;
+    /** What a prompt block on a worker's host tier, continuing its GPU prefix, counts in kv mode's overlap (Dynamo's default 0.75). */
+    host_cache_hit_weight?: number;
+    /** The same for a block on its disk tier or in object storage (Dynamo's default 0.25). */
+    disk_cache_hit_weight?: number;
     seed?: number;
   }
 

@@ -1046,8 +1046,10 @@ func (l *workerLoop) onOutput(_ int, out *engine.Output) {
 	worker := uint64(l.id)
 	for _, ev := range out.KVEvents {
 		if ev.Medium != kv.MediumGPU {
-			// Dynamo's router events have no medium: the router indexes
-			// GPU blocks, so the host tier's events stay off its subject.
+			// Dynamo's router indexes a lower tier's block under its
+			// parent and tokens hash, which the engine's tier events do
+			// not carry: they stay off its subject, whose events are all
+			// storage_tier "device". mocker's router gets them in frames.
 			continue
 		}
 		l.publish(l.kvSubj, l.events.Envelope(plane.TopicKVEvents, plane.RouterEvent(worker, ev), now))

@@ -16,6 +16,11 @@
 // per dp rank. The rank is not part of the tree key: the router gives each
 // (worker, rank) pair its own worker id, so blocks are kept per pair.
 //
+// Events of the tiers below a worker's GPU pool (kv.MediumCPU and below)
+// do not touch the tree: each worker keeps a set of block keys per tier,
+// and TierRun continues a worker's GPU match into its host tier, then its
+// disk tier, then object storage, as Dynamo's router walks them.
+//
 // Approx wraps an Indexer for workers that publish no events: the router
 // inserts each routed prompt for the chosen worker with a TTL.
 package indexer

@@ -163,6 +163,11 @@ type workerState struct {
 	last0 uint64
 	seen0 bool
 	ranks map[uint32]uint64
+	// tiers holds, per medium below the GPU pool (tiers[m-1] for medium
+	// m), the blocks the worker's events say that tier holds, by
+	// sequence hash; nil until the tier's first Stored event, so a worker
+	// with no tier costs nothing here.
+	tiers [kv.NumMedia - 1]*kv.Index[struct{}]
 }
 
 // maxTrackedRanks bounds the dp ranks tracked for gap detection per
@@ -191,6 +196,8 @@ type Stats struct {
 	DroppedEvents  uint64 // events dropped entirely
 	UnknownEvents  uint64 // events of an unknown kind
 	RemovedWorkers uint64 // RemoveWorker calls that found the worker
+	TierEvents     uint64 // events of a tier below the GPU pool applied
+	TierBlocks     int    // (worker, medium, block) triples held on tiers below the GPU pool
 }
 
 // Indexer is a radix tree of the blocks each worker holds, keyed by local
@@ -265,16 +272,12 @@ func (x *Indexer) worker(id uint64) *workerState {
 
 // Apply applies one event from worker id. A worker the index has not seen
 // is added. An event of a tier below the GPU pool (kv.MediumCPU and
-// below) is ignored. The returned error (ErrUnknownParent or ErrBlockNotFound, with
-// context) reports a partial or dropped event; the index is consistent
-// either way.
+// below) goes to that tier's blocks (see TierRun), not to the tree. The
+// returned error (ErrUnknownParent or ErrBlockNotFound, with context)
+// reports a partial or dropped event; the index is consistent either way.
 func (x *Indexer) Apply(id uint64, ev kv.Event) error {
 	if ev.Medium != kv.MediumGPU {
-		// The index models GPU-resident blocks: a block on a lower tier
-		// is not a prefix hit a request routed there gets without
-		// copying it back, so its events change nothing here (not even
-		// the gap check: each medium numbers its events apart).
-		return nil
+		return x.applyTier(id, ev)
 	}
 	ws := x.worker(id)
 	x.checkGap(ws, ev)
@@ -460,6 +463,123 @@ func (x *Indexer) clearWorker(ws *workerState) {
 	ws.blocks.Clear()
 }
 
+// applyTier applies an event of the tier below the GPU pool that
+// ev.Medium names. A tier's blocks are kept as a set of sequence hashes,
+// not in the tree: a sequence hash names a block's whole prefix, so
+// whether a tier holds the block a prompt's walk reaches next is one
+// lookup, and a tier's blocks need no parent the index knows (a host tier
+// takes in the tails of chains whose heads stay on the GPU). Its events
+// are not checked for gaps: each medium numbers its events apart.
+func (x *Indexer) applyTier(id uint64, ev kv.Event) error {
+	m := int(ev.Medium) - 1
+	if m < 0 || m >= kv.NumMedia-1 {
+		x.stats.UnknownEvents++
+		return fmt.Errorf("worker %d event %d: unknown medium %d", id, ev.ID, ev.Medium)
+	}
+	switch ev.Kind {
+	case kv.Stored:
+		ws := x.worker(id)
+		t := ws.tiers[m]
+		if t == nil {
+			t = new(kv.Index[struct{}])
+			*t = kv.NewSparseIndex[struct{}](0)
+			ws.tiers[m] = t
+		}
+		for _, b := range ev.Blocks {
+			if _, added := t.Ref(b.Hash); added {
+				x.stats.TierBlocks++
+			}
+		}
+	case kv.Removed:
+		ws := x.workers[id]
+		var t *kv.Index[struct{}]
+		if ws != nil {
+			t = ws.tiers[m]
+		}
+		missing := 0
+		for _, h := range ev.RemovedHashes {
+			if t == nil {
+				missing++
+				continue
+			}
+			if _, ok := t.Delete(h); ok {
+				x.stats.TierBlocks--
+			} else {
+				missing++
+			}
+		}
+		x.stats.TierEvents++
+		if missing > 0 {
+			x.stats.MissingBlocks += uint64(missing)
+			return fmt.Errorf("worker %d %s tier: %d of %d blocks: %w", id, ev.Medium, missing, len(ev.RemovedHashes), ErrBlockNotFound)
+		}
+		return nil
+	case kv.Cleared:
+		if ws := x.workers[id]; ws != nil {
+			x.clearTier(ws, m)
+		}
+	default:
+		x.stats.UnknownEvents++
+		return fmt.Errorf("worker %d event %d: unknown kind %d", id, ev.ID, ev.Kind)
+	}
+	x.stats.TierEvents++
+	return nil
+}
+
+func (x *Indexer) clearTier(ws *workerState, m int) {
+	if t := ws.tiers[m]; t != nil {
+		x.stats.TierBlocks -= t.Len()
+		ws.tiers[m] = nil
+	}
+}
+
+// TierSize returns how many blocks the index holds for worker id on the
+// tier of medium m (kv.MediumCPU or below).
+func (x *Indexer) TierSize(id uint64, m kv.Medium) int {
+	ws := x.workers[id]
+	if ws == nil || m == kv.MediumGPU || int(m) > len(ws.tiers) {
+		return 0
+	}
+	if t := ws.tiers[m-1]; t != nil {
+		return t.Len()
+	}
+	return 0
+}
+
+// HasTiers reports whether the index holds any block on a tier below the
+// GPU pool, for any worker: when it does not, TierRun is 0 for everyone
+// and a router need not ask.
+func (x *Indexer) HasTiers() bool { return x.stats.TierBlocks > 0 }
+
+// TierRun is how worker id's tiers below the GPU pool continue a prompt
+// whose first from blocks it holds on the GPU: seqs are the prompt's
+// blocks by sequence hash. The walk takes one run from each tier in turn,
+// as Dynamo's kv router does: run[0] blocks on the host tier (CPU) from
+// block from on, then run[1] on disk (DISK) from where that stopped,
+// then run[2] on object storage (EXTERNAL). A tier holding nothing at the
+// walk's position adds nothing and leaves it where it was.
+func (x *Indexer) TierRun(id uint64, seqs []kv.SeqHash, from int) (run [kv.NumMedia - 1]int) {
+	ws := x.workers[id]
+	if ws == nil {
+		return run
+	}
+	pos := from
+	for m, t := range ws.tiers {
+		if t == nil || t.Len() == 0 {
+			continue
+		}
+		start := pos
+		for pos < len(seqs) {
+			if t.Lookup(seqs[pos]) == nil {
+				break
+			}
+			pos++
+		}
+		run[m] = pos - start
+	}
+	return run
+}
+
 // RemoveWorker drops every block of worker id and forgets the worker. It
 // reports whether the worker was known.
 func (x *Indexer) RemoveWorker(id uint64) bool {
@@ -468,6 +588,9 @@ func (x *Indexer) RemoveWorker(id uint64) bool {
 		return false
 	}
 	x.clearWorker(ws)
+	for m := range ws.tiers {
+		x.clearTier(ws, m)
+	}
 	delete(x.workers, id)
 	if x.last == ws {
 		x.last = nil

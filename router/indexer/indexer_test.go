@@ -463,38 +463,178 @@ func rangeInts(lo, hi int) []int {
 	return out
 }
 
-// TestIndexer_LowerTierEventsIgnored: the index models GPU-resident blocks.
-// A worker's host tier (CPU medium) storing or dropping blocks changes no
-// match, no tree size and no event count, and its event ids, numbered apart
-// from the GPU pool's, are no gap in them.
-func TestIndexer_LowerTierEventsIgnored(t *testing.T) {
+// TestIndexer_TierEventsKeepToTheirTier: an event of a tier below the GPU
+// pool changes no match, no tree size and no GPU event count, and its event
+// ids, numbered apart from the GPU pool's, are no gap in them. It goes to
+// that tier's blocks, which continue the GPU match in TierRun.
+func TestIndexer_TierEventsKeepToTheirTier(t *testing.T) {
 	t.Parallel()
-	cpu := func(ev kv.Event, id uint64) kv.Event {
-		ev.Medium, ev.ID = kv.MediumCPU, id
+	on := func(m kv.Medium, ev kv.Event, id uint64) kv.Event {
+		ev.Medium, ev.ID = m, id
 		return ev
 	}
-	gpu := func(ev kv.Event, id uint64) kv.Event {
-		ev.ID = id
-		return ev
-	}
-	full := chain(A, B, C)
+	full := chain(A, B, C, D)
+	seqs := []kv.SeqHash{full[0].Hash, full[1].Hash, full[2].Hash, full[3].Hash}
 	x := New()
-	require.NoError(t, x.Apply(1, gpu(stored(full), 0)))
+	require.NoError(t, x.Apply(1, on(kv.MediumGPU, stored(full[:2]), 0)))
 	before := x.Stats()
 
-	// Worker 1's tail moves to its host tier; worker 2 has only CPU blocks.
-	require.NoError(t, x.Apply(1, cpu(stored(full[2:]), 0)))
-	require.NoError(t, x.Apply(2, cpu(stored(full), 0)))
-	require.NoError(t, x.Apply(2, cpu(removed(full[0]), 1)))
-	require.NoError(t, x.Apply(1, cpu(removed(full[2]), 1)))
-	assert.Equal(t, map[uint64]int{1: 3}, depths(x, A, B, C), "CPU events change no match")
-	assert.Equal(t, 3, x.TreeSize(1))
+	// Worker 1's tail went to its host tier (no parent, no token hashes,
+	// as an engine announces it); worker 2 has blocks on its tiers only.
+	tail := []kv.Block{{Hash: full[2].Hash}}
+	require.NoError(t, x.Apply(1, on(kv.MediumCPU, stored(tail), 0)))
+	require.NoError(t, x.Apply(1, on(kv.MediumDisk, stored([]kv.Block{{Hash: full[3].Hash}}), 0)))
+	require.NoError(t, x.Apply(2, on(kv.MediumCPU, stored(full[:1]), 0)))
+	require.NoError(t, x.Apply(2, on(kv.MediumExternal, stored(full[1:]), 0)))
+	assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, B, C, D), "tier events change no GPU match")
+	assert.Equal(t, 2, x.TreeSize(1))
 	assert.Equal(t, 0, x.TreeSize(2))
-	assert.Equal(t, before, x.Stats(), "CPU events are not counted")
+	after := x.Stats()
+	assert.Equal(t, before.Events, after.Events, "tier events are not GPU events")
+	assert.Equal(t, before.IndexedBlocks, after.IndexedBlocks)
+	assert.Equal(t, uint64(4), after.TierEvents)
+	assert.Equal(t, 6, after.TierBlocks)
+	assert.True(t, x.HasTiers())
 
-	// The GPU removal is what takes the tail away, and its id follows the
-	// GPU store's: no gap.
-	require.NoError(t, x.Apply(1, gpu(removed(full[2]), 1)))
-	assert.Equal(t, map[uint64]int{1: 2}, depths(x, A, B, C))
+	// Worker 1: host block 2 continues its GPU blocks 0-1, disk block 3
+	// continues the host run. Worker 2: host block 0 from the root, and
+	// object storage takes over where the host run stops (no disk blocks).
+	assert.Equal(t, [3]int{1, 1, 0}, x.TierRun(1, seqs, 2))
+	assert.Equal(t, [3]int{1, 0, 3}, x.TierRun(2, seqs, 0))
+	// A tier run must continue the GPU match: worker 1's host block 2 is
+	// no continuation of a walk that stops at block 1.
+	assert.Equal(t, [3]int{0, 0, 0}, x.TierRun(1, seqs, 1))
+	assert.Equal(t, [3]int{0, 0, 0}, x.TierRun(3, seqs, 0), "unknown worker")
+
+	// Removals take a tier's blocks away; its ids are its own.
+	require.NoError(t, x.Apply(2, on(kv.MediumCPU, removed(full[0]), 1)))
+	assert.Equal(t, [3]int{0, 0, 0}, x.TierRun(2, seqs, 0), "the walk starts at block 0, which no tier holds now")
+	require.ErrorIs(t, x.Apply(2, on(kv.MediumCPU, removed(full[0]), 2)), ErrBlockNotFound)
+
+	// The GPU removal is what takes a GPU block away, and its id follows
+	// the GPU store's: no gap.
+	require.NoError(t, x.Apply(1, on(kv.MediumGPU, removed(full[1]), 1)))
+	assert.Equal(t, map[uint64]int{1: 1}, depths(x, A, B, C, D))
 	assert.Zero(t, x.Stats().EventGaps)
+
+	// Cleared on a tier empties that tier only; RemoveWorker empties all.
+	require.NoError(t, x.Apply(1, kv.Event{Kind: kv.Cleared, Medium: kv.MediumDisk, ID: 1}))
+	assert.Equal(t, 0, x.TierSize(1, kv.MediumDisk))
+	assert.Equal(t, 1, x.TierSize(1, kv.MediumCPU))
+	assert.Equal(t, 1, x.TreeSize(1))
+	require.True(t, x.RemoveWorker(2))
+	assert.Equal(t, 1, x.Stats().TierBlocks)
+	require.True(t, x.RemoveWorker(1))
+	assert.Zero(t, x.Stats().TierBlocks)
+	assert.False(t, x.HasTiers())
+}
+
+// TestIndexer_TierConservation: over random Stored, Removed and Cleared
+// events on every medium, each worker's tier holds exactly the blocks its
+// events stored and did not remove, per medium; the counts in Stats add
+// up; the GPU tree is what the GPU events alone build; and an index
+// rebuilt from each tier's surviving blocks answers every TierRun the
+// same.
+func TestIndexer_TierConservation(t *testing.T) {
+	t.Parallel()
+	rapid.Check(t, func(t *rapid.T) {
+		const nBlocks = 12
+		locals := make([]kv.LocalHash, nBlocks)
+		for i := range locals {
+			locals[i] = A + kv.LocalHash(i)
+		}
+		full := chain(locals...)
+		seqs := make([]kv.SeqHash, nBlocks)
+		for i, b := range full {
+			seqs[i] = b.Hash
+		}
+		type key struct {
+			w uint64
+			m kv.Medium
+		}
+		model := map[key]map[kv.SeqHash]bool{}
+		x, gpuOnly := New(), New()
+		ids := map[key]uint64{}
+		for range rapid.IntRange(0, 60).Draw(t, "events") {
+			w := rapid.Uint64Range(1, 3).Draw(t, "worker")
+			m := kv.Medium(rapid.IntRange(0, int(kv.NumMedia)-1).Draw(t, "medium"))
+			k := key{w, m}
+			lo := rapid.IntRange(0, nBlocks-1).Draw(t, "lo")
+			hi := rapid.IntRange(lo+1, nBlocks).Draw(t, "hi")
+			var ev kv.Event
+			switch rapid.IntRange(0, 5).Draw(t, "kind") {
+			case 0, 1, 2:
+				if m == kv.MediumGPU {
+					ev = stored(full[lo:hi])
+					if lo > 0 {
+						ev = storedAfter(full[lo-1], full[lo:hi])
+					}
+				} else {
+					ev = stored(full[lo:hi])
+				}
+			case 3, 4:
+				ev = removed(full[lo:hi]...)
+			default:
+				ev = kv.Event{Kind: kv.Cleared}
+			}
+			ev.Medium, ev.ID = m, ids[k]
+			ids[k]++
+			err := x.Apply(w, ev)
+			if m == kv.MediumGPU {
+				_ = gpuOnly.Apply(w, ev)
+				continue
+			}
+			if err != nil {
+				assert.ErrorIs(t, err, ErrBlockNotFound)
+			}
+			set := model[k]
+			if set == nil {
+				set = map[kv.SeqHash]bool{}
+				model[k] = set
+			}
+			switch ev.Kind {
+			case kv.Stored:
+				for _, b := range ev.Blocks {
+					set[b.Hash] = true
+				}
+			case kv.Removed:
+				for _, h := range ev.RemovedHashes {
+					delete(set, h)
+				}
+			case kv.Cleared:
+				clear(set)
+			}
+		}
+		total := 0
+		rebuilt := New()
+		for k, set := range model {
+			require.Equal(t, len(set), x.TierSize(k.w, k.m), "worker %d medium %s", k.w, k.m)
+			total += len(set)
+			var blocks []kv.Block
+			for _, b := range full {
+				if set[b.Hash] {
+					blocks = append(blocks, kv.Block{Hash: b.Hash})
+				}
+			}
+			if len(blocks) > 0 {
+				require.NoError(t, rebuilt.Apply(k.w, kv.Event{Kind: kv.Stored, Medium: k.m, Blocks: blocks}))
+			}
+		}
+		st := x.Stats()
+		require.Equal(t, total, st.TierBlocks)
+		require.Equal(t, total > 0, x.HasTiers())
+		g := gpuOnly.Stats()
+		require.Equal(t, g.IndexedBlocks, st.IndexedBlocks, "tier events leave the GPU tree alone")
+		require.Equal(t, g.Nodes, st.Nodes)
+		require.Equal(t, depths(gpuOnly, locals...), depths(x, locals...))
+		for w := uint64(1); w <= 3; w++ {
+			for from := 0; from <= nBlocks; from++ {
+				require.Equal(t, rebuilt.TierRun(w, seqs, from), x.TierRun(w, seqs, from), "worker %d from %d", w, from)
+			}
+		}
+		for w := uint64(1); w <= 3; w++ {
+			x.RemoveWorker(w)
+		}
+		require.Zero(t, x.Stats().TierBlocks, "RemoveWorker drops every tier block")
+	})
 }

@@ -38,7 +38,7 @@ func TestCodec_RoundTrips(t *testing.T) {
 				Rejections:  []engine.Rejection{{RequestID: 3, At: 1, Code: 1, Reason: "full"}},
 				Events:      []engine.Event{{Kind: engine.EventHoldStarted, At: 1, RequestID: 1, Blocks: 4, DurationMs: 2, TransferTokens: 5, DelayMs: 1, MissingTokens: 2}},
 				KVEvents: []kv.Event{{ID: 8, DPRank: 1, Kind: kv.Stored, Parent: 77, HasParent: true, Blocks: []kv.Block{{Hash: 1, TokensHash: 2}}},
-					{ID: 9, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{5, 6}}},
+					{ID: 9, Kind: kv.Removed, RemovedHashes: []kv.SeqHash{5, 6}, Medium: kv.MediumCPU}},
 				Metrics: engine.Metrics{TotalBlocks: 100, ActiveBlocks: 3, HeldBlocks: 2, Running: 1, Preemptions: 4}}},
 			{Input: &WireInput{At: 1, Cmd: Command{Op: OpReserve, ID: 3}, OK: true, DelayMs: 2, Err: "no"}},
 			{Room: &WireRoom{TID: 1, Params: []byte(`{"p":2}`), Err: "e"}},
