@@ -23,8 +23,9 @@ import (
 // sealed message. Version 1 was JSON bodies, one message per command;
 // version 2 MessagePack, one message per command; version 3 carries the
 // commands a router sends one worker in one loop turn as one message, its
-// body the commands back to back (AppendCommand, DecodeCommands).
-const WireVersion = 3
+// body the commands back to back (AppendCommand, DecodeCommands); version
+// 4 adds the disk and object-storage tiers' figures to a frame's metrics.
+const WireVersion = 4
 
 // VersionError is a sealed message of another wire version: a router and
 // a worker of different mocker releases.
