@@ -4,7 +4,8 @@
 // router's modeled clock: a coupled session), registered in etcd under a
 // 10 s lease that it renews; should the lease be lost (revoked, or
 // expired while etcd was out of reach), it ends the sessions it carried
-// and registers again under a new one. It takes its routers' commands on NATS,
+// and registers again under a new one, off its loop (etcd out of reach
+// holds up nothing else it does). It takes its routers' commands on NATS,
 // applies each session's once and in order, and publishes its frames
 // (pass outputs, input replies, transfer steps) numbered and kept for
 // resending. A prefill worker runs a transfer server on its advertised

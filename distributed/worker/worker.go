@@ -246,11 +246,13 @@ func Run(ctx context.Context, cfg Config) error {
 }
 
 // registration is the etcd lease a worker is registered under, whose id
-// is its instance id (as in Dynamo), and the command subscription that
-// goes with it.
+// is its instance id (as in Dynamo), the subjects that go with it and
+// its command subscription.
 type registration struct {
-	lease clientv3.LeaseID
-	sub   *nats.Subscription
+	lease            clientv3.LeaseID
+	id               int64
+	cmdSubj, outSubj string
+	sub              *nats.Subscription
 	// stop ends the lease's keep-alive; lost closes when the keep-alive
 	// ends: stopped, or the lease revoked or expired (etcd out of reach
 	// for longer than its TTL).
@@ -258,41 +260,62 @@ type registration struct {
 	lost chan struct{}
 }
 
-// join registers the worker under a new lease: the instance id, and with
-// it the subjects, are the lease's. It undoes what it did when a step
-// fails.
-func (l *workerLoop) join(ctx context.Context) (err error) {
+// join registers the worker under a new lease, before its loop runs.
+func (l *workerLoop) join(ctx context.Context) error {
+	reg, err := l.enroll(ctx, func(*registration) bool { return true })
+	if err != nil {
+		return err
+	}
+	l.adopt(reg)
+	l.reg = reg
+	return nil
+}
+
+// adopt makes reg's instance id and subjects the worker's.
+func (l *workerLoop) adopt(reg *registration) {
+	l.id, l.cmdSubj, l.outSubj = reg.id, reg.cmdSubj, reg.outSubj
+}
+
+// enroll registers the worker under a new lease: the instance id, and
+// with it the subjects, are the lease's. It touches none of the loop's
+// state, so it may run off the loop: once the lease is granted, its
+// command subscription made and its keep-alive running, and before the
+// keys that let a router find it are written, it hands the registration
+// to subjects (the loop must know the new command subject before any
+// command can come on it); subjects returns false when nobody takes it
+// any more. It undoes what it did when a step fails.
+func (l *workerLoop) enroll(ctx context.Context, subjects func(*registration) bool) (reg *registration, err error) {
 	cfg := l.cfg
 	gctx, cancel := context.WithTimeout(ctx, plane.DialTimeout)
 	lease, err := l.ec.Grant(gctx, plane.LeaseTTLSeconds)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("etcd %s: lease: %w", plane.RedactedURLs(cfg.Etcd), err)
+		return nil, fmt.Errorf("etcd %s: lease: %w", plane.RedactedURLs(cfg.Etcd), err)
 	}
-	reg := &registration{lease: lease.ID, lost: make(chan struct{})}
+	id := int64(lease.ID)
+	reg = &registration{lease: lease.ID, id: id, cmdSubj: plane.CmdSubject(cfg.Namespace, id),
+		outSubj: plane.OutSubject(cfg.Namespace, id), lost: make(chan struct{})}
 	defer func() {
 		if err != nil {
 			l.drop(reg, true)
 		}
 	}()
-	id := int64(lease.ID)
-	cmdSubj := plane.CmdSubject(cfg.Namespace, id)
-	reg.sub, err = l.nc.Subscribe(cmdSubj, func(m *nats.Msg) {
+	reg.sub, err = l.nc.Subscribe(reg.cmdSubj, func(m *nats.Msg) {
 		// Checked on the loop, which holds the session keys (gate.go).
 		l.post(workerMsg{sealed: m.Data, subject: m.Subject})
 	})
 	if err != nil {
-		return fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
+		return nil, fmt.Errorf("nats %s: subscribe: %w", cluster.RedactURL(cfg.NATS), err)
 	}
 	if err := l.nc.Flush(); err != nil {
-		return fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
+		return nil, fmt.Errorf("nats %s: %w", cluster.RedactURL(cfg.NATS), err)
 	}
 	kaCtx, kaStop := context.WithCancel(context.Background())
 	reg.stop = kaStop
 	ka, err := l.ec.KeepAlive(kaCtx, lease.ID)
 	if err != nil {
 		close(reg.lost)
-		return fmt.Errorf("etcd %s: keep-alive: %w", plane.RedactedURLs(cfg.Etcd), err)
+		return nil, fmt.Errorf("etcd %s: keep-alive: %w", plane.RedactedURLs(cfg.Etcd), err)
 	}
 	l.wg.Add(1)
 	go func() {
@@ -301,13 +324,14 @@ func (l *workerLoop) join(ctx context.Context) (err error) {
 		}
 		close(reg.lost)
 	}()
-	l.id, l.cmdSubj, l.outSubj = id, cmdSubj, plane.OutSubject(cfg.Namespace, id)
-	if err := l.register(ctx, l.ec, lease.ID); err != nil {
-		return err
+	if !subjects(reg) {
+		return nil, context.Canceled
 	}
-	l.reg = reg
+	if err := l.register(ctx, l.ec, reg); err != nil {
+		return nil, err
+	}
 	l.log.Info("worker registered", "instance_id", fmt.Sprintf("%x", id), "role", cfg.Role, "transfer_addr", l.transferAddr())
-	return nil
+	return reg, nil
 }
 
 // drop ends reg: its subscription and keep-alive, and with revoke its
@@ -335,15 +359,29 @@ func (l *workerLoop) leave() {
 	}
 }
 
-// rejoinEvery spaces the attempts of a worker whose lease was lost to
-// register again.
-const rejoinEvery = time.Second
+// The attempts of a worker whose lease was lost to register again are
+// spaced rejoinFirst apart, twice as far after each failure up to
+// rejoinMost, each wait moved by up to a quarter either way so that
+// workers cut off together do not come back in step.
+const (
+	rejoinFirst = 500 * time.Millisecond
+	rejoinMost  = 8 * time.Second
+)
+
+// rejoinNote is what a re-registration tells the loop: the new
+// registration's subjects before its keys are written, then, done, the
+// registration itself, which the loop owns from then on.
+type rejoinNote struct {
+	reg  *registration
+	done bool
+}
 
 // leaseLost ends what the lost registration carried: every router
 // session (bound to the old instance id: its router already ends its
 // requests, having seen the key go) is told, forgotten and withdrawn, so
-// none keeps KV for nobody. The worker then registers again (run).
-func (l *workerLoop) leaseLost() {
+// none keeps KV for nobody. It returns the lost registration, which the
+// re-registration revokes (rejoin).
+func (l *workerLoop) leaseLost() *registration {
 	old := l.reg
 	l.reg = nil
 	l.log.Warn("etcd lease lost (revoked, or etcd out of reach past its TTL); registering again under a new lease",
@@ -356,9 +394,55 @@ func (l *workerLoop) leaseLost() {
 		l.withdraw(session)
 		l.uncouple(session)
 	}
-	// Revoked too, in case it still lives: its keys must go before the
-	// new ones come, for a router that watches them.
+	// Commands still on their way to the old subject are not taken.
+	l.cmdSubj = ""
+	return old
+}
+
+// rejoin runs off the loop, so that etcd out of reach holds up no
+// request the worker runs: it revokes the lost registration old, in
+// case it still lives (its keys must go before the new ones come, for a
+// router that watches them), then registers again until it succeeds or
+// ctx ends, one attempt at a time, and tells the loop on notes. Whatever
+// the loop did not take is undone.
+func (l *workerLoop) rejoin(ctx context.Context, old *registration, notes chan<- rejoinNote) {
+	defer l.wg.Done()
 	l.drop(old, true)
+	tell := func(n rejoinNote) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		select {
+		case notes <- n:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	jitter := rand.New(rand.NewPCG(l.cfg.Seed, uint64(old.lease)))
+	wait := rejoinFirst
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		reg, err := l.enroll(ctx, func(reg *registration) bool { return tell(rejoinNote{reg: reg}) })
+		if err == nil {
+			if !tell(rejoinNote{reg: reg, done: true}) {
+				l.drop(reg, true)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d := time.Duration(float64(wait) * (0.75 + 0.5*jitter.Float64()))
+		l.log.Warn("not registered again yet; trying again", "attempt", attempt, "in", d.Round(time.Millisecond), "err", err)
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		wait = min(2*wait, rejoinMost)
+	}
 }
 
 // workerMsg is what reaches the worker's loop: a command, a transfer
@@ -463,14 +547,15 @@ func (l *workerLoop) transferAddr() string {
 	return l.server.AdvertisedAddr()
 }
 
-func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, lease clientv3.LeaseID) error {
-	ns, role, id := l.cfg.Namespace, l.cfg.Role, l.id
+// register writes the keys that make reg's instance known.
+func (l *workerLoop) register(ctx context.Context, ec *clientv3.Client, r *registration) error {
+	ns, role, id, lease := l.cfg.Namespace, l.cfg.Role, r.id, r.lease
 	argsJSON, err := json.Marshal(l.args)
 	if err != nil {
 		return err
 	}
 	reg := plane.Registration{InstanceID: id, Name: l.cfg.Name, Role: role, Engine: l.cfg.Engine, Namespace: ns, Args: argsJSON,
-		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: plane.CmdSubject(ns, id), OutSubject: l.outSubj,
+		EpochUnixNano: l.pace.Start().UnixNano(), CmdSubject: r.cmdSubj, OutSubject: r.outSubj,
 		TransferAddr: l.transferAddr(), PID: os.Getpid(), PlaneKey: l.plane.Public()}
 	regJSON, err := json.Marshal(reg)
 	if err != nil {
@@ -540,7 +625,11 @@ func (l *workerLoop) run(ctx context.Context) error {
 	l.ackTimer = time.NewTimer(time.Hour)
 	l.ackTimer.Stop()
 	defer l.ackTimer.Stop()
-	var rejoin <-chan time.Time
+	// While the worker registers again (rejoin, off the loop), notes
+	// brings what it did and stopRejoin ends it.
+	var notes chan rejoinNote
+	stopRejoin := func() {}
+	defer func() { stopRejoin() }()
 	for {
 		var lost <-chan struct{}
 		if l.reg != nil {
@@ -602,6 +691,9 @@ func (l *workerLoop) run(ctx context.Context) error {
 		case <-stop:
 			timer.Stop()
 			stop = nil
+			// A draining worker does not register again.
+			stopRejoin()
+			notes = nil
 			l.draining = true
 			l.log.Info("worker draining", "timeout", l.cfg.DrainTimeout)
 			t := time.NewTimer(l.cfg.DrainTimeout)
@@ -612,19 +704,23 @@ func (l *workerLoop) run(ctx context.Context) error {
 			l.log.Warn("drain timed out; leaving with work in flight", "running", m.Running, "waiting", m.Waiting, "held", m.HeldRequests)
 			return nil
 		case <-lost:
-			l.leaseLost()
+			old := l.leaseLost()
 			l.flush()
+			// ctx ended for a draining worker: the old lease is revoked,
+			// and that is all.
+			rctx, cancel := context.WithCancel(ctx)
+			stopRejoin = cancel
 			if !l.draining {
-				rejoin = time.After(0)
+				notes = make(chan rejoinNote)
 			}
-		case <-rejoin:
-			rejoin = nil
-			if l.draining {
-				break
-			}
-			if err := l.join(ctx); err != nil {
-				l.log.Warn("not registered again yet; trying again", "in", rejoinEvery, "err", err)
-				rejoin = time.After(rejoinEvery)
+			l.wg.Add(1)
+			go l.rejoin(rctx, old, notes)
+		case n := <-notes:
+			l.adopt(n.reg)
+			if n.done {
+				l.reg = n.reg
+				stopRejoin()
+				stopRejoin, notes = func() {}, nil
 			}
 		}
 	}
