@@ -76,7 +76,8 @@ func TestSeal_AnotherVersionIsNamed(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"version 1":  {1, 0, 0, '{', '}'},
 		"version 2":  {2, 0, 0},
-		"version 4":  {4, 0, 0},
+		"version 3":  {3, 0, 0},
+		"version 5":  {5, 0, 0},
 		"plain JSON": []byte(`{"seq":0,"leave":"x"}`),
 	} {
 		_, _, err := Unseal(data)
