@@ -687,7 +687,7 @@ func decodeKvEvent(d *mp.Decoder, x *kv.Event) error {
 }
 
 func decodeEngineMetrics(d *mp.Decoder, x *engine.Metrics) error {
-	if ok, err := fieldsOf(d, 19); !ok {
+	if ok, err := fieldsOf(d, 25); !ok {
 		*x = engine.Metrics{}
 		return err
 	}
@@ -766,6 +766,30 @@ func decodeEngineMetrics(d *mp.Decoder, x *engine.Metrics) error {
 	}
 	// G2Onboarded
 	if x.G2Onboarded, err = d.DecodeUint64(); err != nil {
+		return err
+	}
+	// G3Blocks
+	if x.G3Blocks, err = d.DecodeInt(); err != nil {
+		return err
+	}
+	// G3Capacity
+	if x.G3Capacity, err = d.DecodeInt(); err != nil {
+		return err
+	}
+	// G3Offloaded
+	if x.G3Offloaded, err = d.DecodeUint64(); err != nil {
+		return err
+	}
+	// G3Onboarded
+	if x.G3Onboarded, err = d.DecodeUint64(); err != nil {
+		return err
+	}
+	// G4Blocks
+	if x.G4Blocks, err = d.DecodeInt(); err != nil {
+		return err
+	}
+	// G4Onboarded
+	if x.G4Onboarded, err = d.DecodeUint64(); err != nil {
 		return err
 	}
 	return nil
@@ -1231,7 +1255,7 @@ func encodeKvEvent(e *mp.Encoder, x *kv.Event) error {
 }
 
 func encodeEngineMetrics(e *mp.Encoder, x *engine.Metrics) error {
-	if err := e.EncodeArrayLen(19); err != nil {
+	if err := e.EncodeArrayLen(25); err != nil {
 		return err
 	}
 	if err := e.EncodeInt(int64(x.TotalBlocks)); err != nil {
@@ -1289,6 +1313,24 @@ func encodeEngineMetrics(e *mp.Encoder, x *engine.Metrics) error {
 		return err
 	}
 	if err := e.EncodeUint64(x.G2Onboarded); err != nil {
+		return err
+	}
+	if err := e.EncodeInt(int64(x.G3Blocks)); err != nil {
+		return err
+	}
+	if err := e.EncodeInt(int64(x.G3Capacity)); err != nil {
+		return err
+	}
+	if err := e.EncodeUint64(x.G3Offloaded); err != nil {
+		return err
+	}
+	if err := e.EncodeUint64(x.G3Onboarded); err != nil {
+		return err
+	}
+	if err := e.EncodeInt(int64(x.G4Blocks)); err != nil {
+		return err
+	}
+	if err := e.EncodeUint64(x.G4Onboarded); err != nil {
 		return err
 	}
 	return nil
