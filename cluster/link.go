@@ -58,6 +58,7 @@ type exchangeState struct {
 	t1, t2               engine.Ticket
 	t1Open, t2Open       bool
 	arrived, got, closed bool
+	early                bool                   // status came before the loop closed the room: see sourceClosed
 	status               handoff.TransferStatus // the reply onStatus delivers
 	cues                 int                    // callbacks queued
 }
@@ -123,6 +124,14 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 		return
 	}
 	x.closed = true
+	if x.early {
+		// The source closed the room itself and its answer to the decode
+		// came first: it takes the close's place, as the in-memory room's.
+		x.early = false
+		x.cues++
+		c.v.FillCall(c.v.Ticket(c.v.Now()), x.onStatus)
+		return
+	}
 	// The decode connected to the open room before this close, but its
 	// arrival is still on its way (over a socket, from another process;
 	// the in-memory room answers a connection at once): then the close
@@ -141,6 +150,44 @@ func (c *Cluster) closeRoom(r *request, transferred bool) {
 	if !later {
 		c.link.close(r, transferred)
 	}
+}
+
+// sourceClosed places a remote decode's ACK or ABORT where the in-memory
+// room would have it, and reports whether it did. A remote prefill closes
+// a room itself when its hold ends, so the decode's answer can reach the
+// loop before the loop has seen the hold end, or the close can reach the
+// prefill's server before the decode does (the server then answers from
+// the tombstone, with no arrival). The in-memory room sees the decode at
+// its connection and answers at the close: so an answer with no arrival
+// first delivers the arrival at the connection's place, and an answer
+// before the loop's close waits for the close (closeRoom). An Error is
+// the server refusing the decode on its own, and goes as it comes.
+func (c *Cluster) sourceClosed(x *exchange, st handoff.Status) bool {
+	if st != handoff.ACK && st != handoff.Abort {
+		return false
+	}
+	if !x.arrived {
+		if !x.t1Open || (x.closed && !x.t2Open) {
+			// A connection made after the loop closed the room: the
+			// in-memory room answers it at once too.
+			return false
+		}
+		x.arrived, x.t1Open = true, false
+		x.cues++
+		c.v.FillCall(x.t1, x.onArrived)
+	}
+	switch {
+	case x.t2Open:
+		x.t2Open = false
+		x.cues++
+		c.v.FillCall(x.t2, x.onStatus)
+	case x.closed:
+		x.cues++
+		c.v.Call(c.v.Now(), x.onStatus)
+	default:
+		x.early = true
+	}
+	return true
 }
 
 // onLinkMsg places a link reply in the event queue.
@@ -166,6 +213,9 @@ func (c *Cluster) onLinkMsg(m linkMsg) {
 	}
 	x.got = true
 	x.status = handoff.TransferStatus{Status: m.status.status, Err: m.status.err}
+	if c.remote != nil && c.sourceClosed(x, m.status.status) {
+		return
+	}
 	x.cues++
 	switch {
 	case x.t1Open:

@@ -79,8 +79,6 @@ type RemoteWorker interface {
 	// transfer server; the worker answers with a RemoteRoom item carrying
 	// the handoff params the decode needs.
 	OpenRoom(tid, reqID uint64)
-	// CloseRoom tells the worker's transfer server how tid's hold ended.
-	CloseRoom(tid uint64, transferred bool)
 	// Connect makes the worker (a decode) connect to the transfer room
 	// params name and report the answer as a RemoteStatus item.
 	Connect(tid, reqID uint64, params []byte)
@@ -288,12 +286,6 @@ func (h *remoteHandle) Metrics() engine.Metrics { return h.n.last }
 func (h *remoteHandle) openRoom(tid, reqID uint64) {
 	h.c.turn(h.n)
 	h.rw.OpenRoom(tid, reqID)
-	h.given()
-}
-
-func (h *remoteHandle) closeRoom(tid uint64, transferred bool) {
-	h.c.turn(h.n)
-	h.rw.CloseRoom(tid, transferred)
 	h.given()
 }
 
@@ -719,6 +711,13 @@ func (c *Cluster) onRemoteLink(tid, reqID uint64, arrived bool, st linkStatus) {
 		return
 	}
 	x.got = true
+	if !x.closed && (st.status == handoff.ACK || st.status == handoff.Abort) {
+		// The prefill closed the room itself and the decode's answer came
+		// before its report of the hold's end: the answer waits for the
+		// close (closeRoom), as it follows it on one worker.
+		x.status, x.early = handoff.TransferStatus{Status: st.status, Err: st.err}, true
+		return
+	}
 	c.exch.Delete(tid)
 	c.feed(x.id, handoff.TransferStatus{Status: st.status, Err: st.err})
 }
@@ -740,12 +739,10 @@ func (l *remoteLink) open(r *request) {
 	r.prefill.handle.(*remoteHandle).openRoom(r.tid, r.id)
 }
 
-func (l *remoteLink) close(r *request, transferred bool) {
-	p, tid := r.prefill, r.tid
-	if !p.gone {
-		p.handle.(*remoteHandle).closeRoom(tid, transferred)
-	}
-}
+// close sends nothing: a remote prefill closes a room itself when the
+// hold ends, at the engine's instant, and the loop learns of it from the
+// hold's end in the prefill's frame.
+func (l *remoteLink) close(*request, bool) {}
 
 func (l *remoteLink) connect(r *request) {
 	tid, reqID := r.tid, r.id

@@ -232,7 +232,7 @@ func TestRemote_SendsATurnsCommandsAsOneMessage(t *testing.T) {
 
 	w.Apply(engine.Cancel{ID: 1})
 	w.OpenRoom(7, 2)
-	w.CloseRoom(6, true)
+	w.OpenRoom(6, 3)
 	assert.Empty(t, messages, "nothing goes before the turn ends")
 	w.Flush()
 	require.Len(t, messages, 1, "the turn's commands in one message")
@@ -243,7 +243,7 @@ func TestRemote_SendsATurnsCommandsAsOneMessage(t *testing.T) {
 		assert.EqualValues(t, 9, c.Session)
 	}
 	assert.Equal(t, []uint64{1, 2, 3}, seqs)
-	assert.Equal(t, []string{plane.OpCancel, plane.OpOpenRoom, plane.OpCloseRoom}, []string{messages[0][0].Op, messages[0][1].Op, messages[0][2].Op})
+	assert.Equal(t, []string{plane.OpCancel, plane.OpOpenRoom, plane.OpOpenRoom}, []string{messages[0][0].Op, messages[0][1].Op, messages[0][2].Op})
 	w.Flush()
 	assert.Len(t, messages, 1, "an empty turn sends nothing")
 

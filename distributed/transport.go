@@ -945,11 +945,6 @@ func (w *remote) OpenRoom(tid, reqID uint64) {
 	w.send(plane.Command{Op: plane.OpOpenRoom, TID: tid, ID: reqID})
 }
 
-// CloseRoom tells the prefill how the hold ended.
-func (w *remote) CloseRoom(tid uint64, transferred bool) {
-	w.send(plane.Command{Op: plane.OpCloseRoom, TID: tid, Transferred: transferred})
-}
-
 // Connect makes the decode dial the source's transfer room.
 func (w *remote) Connect(tid, reqID uint64, params []byte) {
 	w.send(plane.Command{Op: plane.OpConnect, TID: tid, ID: reqID, Params: params})

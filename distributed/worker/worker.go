@@ -181,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 	l := &workerLoop{cfg: cfg, args: args, log: log, nc: nc, in: in,
 		events: plane.EventPublisher{ID: rand.Uint64(), LastLoad: -1},
 		kvSubj: plane.KvEventsSubject(cfg.Namespace, cfg.Role), loadSubj: plane.MetricsSubject(cfg.Namespace, cfg.Role),
-		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: planeKey, routers: map[int64]string{}, prefills: map[int64]string{}, rooms: sessionRooms{}}
+		seq: 1, inbox: newInbox(), sent: frameBuffer{next: 1}, plane: planeKey, routers: map[int64]string{}, prefills: map[int64]string{}, rooms: sessionRooms{}, holds: newHoldRooms()}
 	l.newEngine = func() (*engine.Worker, error) { return engine.New(args, model, cfg.Seed) }
 	l.setEngine(ew, 0)
 	if cfg.Role == engine.WorkerPrefill {
@@ -509,6 +509,7 @@ type workerLoop struct {
 	kvSubj    string
 	loadSubj  string
 	rooms     sessionRooms // the prefill's open rooms, by session
+	holds     holdRooms    // the prefill's holds and their rooms, by request
 	// plane is the worker's key pair, routers the public keys of the
 	// namespace's registered routers by lease id, rejected what the
 	// worker dropped (gate.go).
@@ -920,15 +921,9 @@ func (l *workerLoop) command(c plane.Command) {
 	case plane.OpOpenRoom:
 		if l.openRoom(c.TID, c.ID) {
 			l.rooms.opened(c.Session, c.TID)
-		}
-		return
-	case plane.OpCloseRoom:
-		if l.server == nil {
-			return
-		}
-		l.rooms.closed(c.Session, c.TID)
-		if err := transfer.Close(l.server, c.TID, c.Transferred); err != nil {
-			l.log.Warn("transfer outcome not delivered", "transfer_id", c.TID, "err", err)
+			l.roomOpened(c.Session, c.TID, c.ID)
+		} else {
+			delete(l.holds.ended, c.ID)
 		}
 		return
 	case plane.OpConnect:
@@ -999,6 +994,7 @@ func (l *workerLoop) couple(c plane.Command) {
 				// cluster in process does.
 				l.server.Reset()
 				l.rooms = sessionRooms{}
+				l.holds = newHoldRooms()
 			}
 			l.coupled, l.turn, l.answered = c.Session, c.Turn, 0
 			l.log.Info("running on a router's clock", "session", c.Session, "at_ms", c.At)
@@ -1133,6 +1129,9 @@ func (l *workerLoop) awaitBound() time.Duration {
 }
 
 func (l *workerLoop) onOutput(_ int, out *engine.Output) {
+	if l.server != nil {
+		l.holdsEnded(out)
+	}
 	l.owned.output(out)
 	l.items = append(l.items, plane.Item{Output: plane.OutputOf(out)})
 	if l.cfg.NoEventPlane {

@@ -24,7 +24,9 @@ import (
 // version 2 MessagePack, one message per command; version 3 carries the
 // commands a router sends one worker in one loop turn as one message, its
 // body the commands back to back (AppendCommand, DecodeCommands); version
-// 4 adds the disk and object-storage tiers' figures to a frame's metrics.
+// 4 has no close_room command (a prefill closes a transfer room itself
+// when its hold ends) and adds the disk and object-storage tiers' figures
+// to a frame's metrics.
 const WireVersion = 4
 
 // VersionError is a sealed message of another wire version: a router and
@@ -142,7 +144,7 @@ func DecodeFrame(body []byte, f *Frame) error {
 }
 
 // commandFields is the length of Command's array on the wire.
-const commandFields = 20
+const commandFields = 19
 
 // EncodeMsgpack writes c as its array of fields, in declaration order,
 // its tokens as one binary field of 4 little-endian bytes each: a
@@ -164,7 +166,6 @@ func (c *Command) EncodeMsgpack(e *mp.Encoder) error {
 		e.EncodeUint(uint64(c.Outcome)),
 		e.EncodeInt(int64(c.N)),
 		e.EncodeUint(c.TID),
-		e.EncodeBool(c.Transferred),
 		e.EncodeBytes(c.Params),
 		e.EncodeBool(c.Coupled),
 		e.EncodeFloat64(c.At),
@@ -201,7 +202,6 @@ func (c *Command) DecodeMsgpack(d *mp.Decoder) error {
 		func() (err error) { outcome, err = d.DecodeUint64(); return },
 		func() (err error) { nTokens, err = d.DecodeInt64(); return },
 		func() (err error) { c.TID, err = d.DecodeUint64(); return },
-		func() (err error) { c.Transferred, err = d.DecodeBool(); return },
 		func() (err error) { params, err = d.DecodeBytes(); return },
 		func() (err error) { c.Coupled, err = d.DecodeBool(); return },
 		func() (err error) { c.At, err = d.DecodeFloat64(); return },

@@ -18,7 +18,7 @@ func TestCodec_RoundTrips(t *testing.T) {
 	t.Parallel()
 	next := 12.5
 	c := Command{Op: OpSubmit, Session: 1 << 60, Seq: 7, Router: -3, Ack: 9, From: 4, ID: 42, Tokens: []uint32{1, 2, 1 << 31},
-		MaxTokens: 128, Priority: -2, Hold: true, Outcome: 3, N: 17, TID: 99, Transferred: true, Params: []byte(`{"a":1}`),
+		MaxTokens: 128, Priority: -2, Hold: true, Outcome: 3, N: 17, TID: 99, Params: []byte(`{"a":1}`),
 		Coupled: true, At: 1.25, Until: 2.5, Turn: 11}
 	body, err := EncodeCommand(&c)
 	require.NoError(t, err)

@@ -76,6 +76,7 @@ func TestSeal_AnotherVersionIsNamed(t *testing.T) {
 	for name, data := range map[string][]byte{
 		"version 1":   {1, 0, 0, '{', '}'},
 		"version 2":   {2, 0, 0},
+		"version 3":   {3, 0, 0},
 		"a later one": {WireVersion + 1, 0, 0},
 		"plain JSON":  []byte(`{"seq":0,"leave":"x"}`),
 	} {

@@ -95,7 +95,6 @@ const (
 	OpCancelDestination = "cancel_destination"
 	opDestinationReady  = "destination_ready"
 	OpOpenRoom          = "open_room"
-	OpCloseRoom         = "close_room"
 	OpConnect           = "connect"
 	// Control commands: not numbered, never acknowledged.
 	OpAck    = "ack"    // carries only Ack
@@ -128,9 +127,8 @@ type Command struct {
 	Outcome   uint8 // release_held
 	N         int   // start_transfer, destination_ready: tokens
 	// Transfer-room steps.
-	TID         uint64
-	Transferred bool
-	Params      json.RawMessage
+	TID    uint64
+	Params json.RawMessage
 	// Coupled sessions: Coupled (hello) asks the worker to run on the
 	// router's clock; At is the modeled instant a command takes effect
 	// (hello: where the fresh engine's clock starts), Until how far
@@ -189,7 +187,7 @@ func (c Command) Input() (engine.Input, error) {
 		return engine.CancelDestination{ID: c.ID}, nil
 	case opDestinationReady:
 		return engine.DestinationReady{ID: c.ID, Tokens: c.N}, nil
-	case OpOpenRoom, OpCloseRoom, OpConnect, OpAck, OpResend, OpBye, OpHello, OpRun:
+	case OpOpenRoom, OpConnect, OpAck, OpResend, OpBye, OpHello, OpRun:
 		return nil, nil
 	}
 	return nil, fmt.Errorf("unknown command op %q", c.Op)
