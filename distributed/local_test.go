@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -215,4 +216,34 @@ func TestLocal_NoEventPlane(t *testing.T) {
 	require.NoError(t, nc.Flush())
 	assert.Positive(t, frames.Load(), "the subscription saw the request plane")
 	assert.Zero(t, events.Load(), "event-plane messages")
+}
+
+// TestLocal_LoadOnlyPassesShareFrames: a worker on its own clock does not
+// send a frame per decode pass. A pass that reports only the worker's
+// load waits up to plane.AckDelay for company, so a long decode's passes
+// go several to a frame, while its first token, KV events and completion
+// still go at once.
+func TestLocal_LoadOnlyPassesShareFrames(t *testing.T) {
+	const maxTokens = 256
+	c, err := cluster.New(cluster.Config{Name: "passes", Workers: 1, Args: map[string]any{"speedup_ratio": 5},
+		Transport: &cluster.TransportConfig{Local: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	ls := c.Transport().(*transport).local
+	published := func() (n int64) {
+		cz, err := ls.nats.Connz(&natsserver.ConnzOptions{})
+		require.NoError(t, err)
+		for _, conn := range cz.Conns {
+			if conn.Name != "mocker-router" {
+				n += conn.InMsgs
+			}
+		}
+		return n
+	}
+	before := published()
+	r := c.Generate(context.Background(), cluster.Request{PromptTokens: 64, MaxTokens: maxTokens})
+	require.Equal(t, cluster.OutcomeCompleted, r.Outcome, r.Error)
+	frames := published() - before
+	t.Logf("%d frames for %d decode passes (%.0f modeled ms)", frames, maxTokens, r.E2EMs)
+	assert.Less(t, frames, int64(maxTokens/4), "frames for one request's passes")
 }

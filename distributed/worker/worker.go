@@ -382,6 +382,7 @@ type rejoinNote struct {
 // none keeps KV for nobody. It returns the lost registration, which the
 // re-registration revokes (rejoin).
 func (l *workerLoop) leaseLost() *registration {
+	l.sendWaiting()
 	old := l.reg
 	l.reg = nil
 	l.log.Warn("etcd lease lost (revoked, or etcd out of reach past its TTL); registering again under a new lease",
@@ -520,8 +521,9 @@ type workerLoop struct {
 	// (prefills.go).
 	prefills map[int64]string
 	rejected plane.Rejections
-	// ackTimer runs while acks wait for a frame to carry them (flush):
-	// when it fires first they go in a control frame of their own.
+	// ackTimer runs while acks, or outputs that report only a load, wait
+	// for a frame to carry them (flush): when it fires first they go in a
+	// frame of their own.
 	ackTimer *time.Timer
 	ackArmed bool
 	// batch is the buffer a command message is decoded into (gate.go).
@@ -637,6 +639,7 @@ func (l *workerLoop) run(ctx context.Context) error {
 			lost = l.reg.lost
 		}
 		if l.draining && l.idle() {
+			l.sendWaiting()
 			l.log.Info("worker drained")
 			return nil
 		}
@@ -660,7 +663,9 @@ func (l *workerLoop) run(ctx context.Context) error {
 		select {
 		case <-ackDue:
 			l.ackArmed = false
-			if acks := l.inbox.acks(); len(acks) > 0 {
+			if len(l.items) > 0 {
+				l.send()
+			} else if acks := l.inbox.acks(); len(acks) > 0 {
 				l.control(plane.Frame{Acks: acks})
 			}
 		case m := <-l.in:
@@ -988,6 +993,7 @@ func (l *workerLoop) couple(c plane.Command) {
 		if err != nil {
 			reason = "its engine could not start: " + err.Error()
 		} else {
+			l.sendWaiting() // the last engine's
 			l.setEngine(ew, c.At)
 			if l.server != nil {
 				// The session numbers its transfers from 1, as a
@@ -1175,16 +1181,41 @@ func (l *workerLoop) onInput(r engine.InputResult) {
 // flush publishes what the loop produced as one numbered frame, kept for
 // resending, with the acks due. Acks with nothing to carry them wait up
 // to plane.AckDelay for a frame that does, and then go alone in a control
-// frame.
+// frame. So, on the worker's own clock, do passes that report only its
+// load (most of a decode's): a frame per pass would be most of the
+// plane's traffic, and the router learns nothing from them but a load
+// a few wall milliseconds sooner. A coupled worker answers every turn.
 func (l *workerLoop) flush() {
 	answer := l.coupled != 0 && l.turn > l.answered
-	if len(l.items) == 0 && !answer {
-		if !l.ackArmed && l.inbox.ackDue() {
+	if !answer && (len(l.items) == 0 || (l.coupled == 0 && loadOnly(l.items))) {
+		if !l.ackArmed && (len(l.items) > 0 || l.inbox.ackDue()) {
 			l.ackTimer.Reset(plane.AckDelay)
 			l.ackArmed = true
 		}
 		return
 	}
+	l.send()
+}
+
+// loadOnly reports whether items are all outputs that report only a load.
+func loadOnly(items []plane.Item) bool {
+	for _, it := range items {
+		if it.Output == nil || !it.Output.LoadOnly() {
+			return false
+		}
+	}
+	return true
+}
+
+// sendWaiting sends the outputs that wait for company (flush) now.
+func (l *workerLoop) sendWaiting() {
+	if len(l.items) > 0 {
+		l.send()
+	}
+}
+
+// send publishes the items and the acks due as one numbered frame.
+func (l *workerLoop) send() {
 	acks := l.inbox.acks()
 	if l.ackArmed {
 		l.ackTimer.Stop()

@@ -20,6 +20,8 @@ const (
 	AckEvery = 200 * time.Millisecond
 	// AckDelay is how long a worker lets acks wait for a frame to carry
 	// them before it sends them alone: a small part of RetransmitAfter.
+	// A worker on its own clock lets the outputs that report nothing but
+	// its load (WireOutput.LoadOnly) wait as long for company too.
 	AckDelay = 20 * time.Millisecond
 	// HeartbeatEvery is how often a worker whose routers lag behind its
 	// frames tells them its Head.

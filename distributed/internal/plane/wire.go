@@ -300,6 +300,16 @@ type WireStatus struct {
 	Err    string
 }
 
+// LoadOnly reports whether w tells the router nothing but the worker's
+// load after a pass: no first token, completion, refusal, request event
+// or KV event. A mid-stream decode pass is one. The router only records
+// it (Metrics, the series), so on a worker's own clock it can wait for
+// the next frame that has something to say.
+func (w *WireOutput) LoadOnly() bool {
+	return len(w.FirstTokens) == 0 && len(w.Completions) == 0 && len(w.Rejections) == 0 &&
+		len(w.Events) == 0 && len(w.KVEvents) == 0
+}
+
 // OutputOf copies what the router needs of out (which the engine reuses).
 func OutputOf(out *engine.Output) *WireOutput {
 	w := &WireOutput{Start: out.Start, End: out.End, Ran: out.Ran, Metrics: out.Metrics}
