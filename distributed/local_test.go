@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -246,4 +247,30 @@ func TestLocal_LoadOnlyPassesShareFrames(t *testing.T) {
 	frames := published() - before
 	t.Logf("%d frames for %d decode passes (%.0f modeled ms)", frames, maxTokens, r.E2EMs)
 	assert.Less(t, frames, int64(maxTokens/4), "frames for one request's passes")
+}
+
+// TestLocal_WorkersRunOnOneP: local mode starts its workers with
+// GOMAXPROCS=1 (a worker's loop is one goroutine; more Ps only spin),
+// unless the run's environment sets GOMAXPROCS, which they then inherit.
+func TestLocal_WorkersRunOnOneP(t *testing.T) {
+	want := "GOMAXPROCS=1"
+	if v, set := os.LookupEnv("GOMAXPROCS"); set {
+		want = "GOMAXPROCS=" + v
+	}
+	c, err := cluster.New(cluster.Config{Name: "onep", Workers: 1, Transport: &cluster.TransportConfig{Local: true}})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, c.Close()) }()
+	ls := c.Transport().(*transport).local
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	require.NotEmpty(t, ls.children)
+	for _, ch := range ls.children {
+		var got []string
+		for _, kv := range ch.cmd.Env {
+			if strings.HasPrefix(kv, "GOMAXPROCS=") {
+				got = append(got, kv)
+			}
+		}
+		assert.Equal(t, []string{want}, got, ch.name)
+	}
 }
