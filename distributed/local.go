@@ -268,7 +268,7 @@ func (ls *localServices) spawn(bin, name string, argv []string) error {
 	if _, set := os.LookupEnv("GOMAXPROCS"); !set {
 		// A worker's loop is one goroutine, and the rest of it waits on
 		// sockets: a second P only spins looking for work, which costs a
-		// local worker about a fifth of its CPU (docs/scale.md).
+		// local worker about a sixth of its CPU (docs/scale.md).
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=1")
 	}
 	ch := &child{name: name, cmd: cmd, stderr: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
