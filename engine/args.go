@@ -160,6 +160,14 @@ type Args struct {
 	// DefaultBandwidthG2ToG1. 0, or kv_bytes_per_token unset: onboarding
 	// takes no modeled time.
 	BandwidthG2ToG1 *float64 `json:"bandwidth_g2_to_g1_gbps,omitempty"`
+	// BandwidthG1ToG2 in GB/s times the copy of an evicted block into the
+	// host tier: block_size × kv_bytes_per_token / bandwidth, the batches
+	// under way sharing it. Nil: DefaultBandwidthG1ToG2. 0, or
+	// kv_bytes_per_token unset: an evicted block is in the tier at once.
+	BandwidthG1ToG2 *float64 `json:"bandwidth_g1_to_g2_gbps,omitempty"`
+	// OffloadBatchSize is the most blocks one offload transfer carries,
+	// and the most transfers under way at once. 0: DefaultOffloadBatchSize.
+	OffloadBatchSize int `json:"offload_batch_size,omitempty"`
 	// NumG3Blocks sizes the disk (G3) tier below the host tier: each block
 	// the host tier takes in from the GPU pool is copied on to it, an LRU
 	// of this many blocks, and a prefix hit past the host tier's is staged
@@ -290,6 +298,21 @@ func (a Args) TransferDelayMs(tokens int) float64 {
 // when kv_bytes_per_token is unset or the bandwidth is 0.
 func (a Args) OnboardMsPerBlock() float64 {
 	return a.blockCopyMs(a.BandwidthG2ToG1, DefaultBandwidthG2ToG1)
+}
+
+// OffloadMsPerBlock is the modeled time to copy one evicted block into the
+// host tier at the link's full bandwidth, as OnboardMsPerBlock at
+// bandwidth_g1_to_g2_gbps (DefaultBandwidthG1ToG2 when unset).
+func (a Args) OffloadMsPerBlock() float64 {
+	return a.blockCopyMs(a.BandwidthG1ToG2, DefaultBandwidthG1ToG2)
+}
+
+// offloadBatch is OffloadBatchSize, DefaultOffloadBatchSize when 0.
+func (a Args) offloadBatch() int {
+	if a.OffloadBatchSize > 0 {
+		return a.OffloadBatchSize
+	}
+	return DefaultOffloadBatchSize
 }
 
 // StageG3MsPerBlock is the modeled time to stage one block from the disk

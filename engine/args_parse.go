@@ -131,9 +131,9 @@ func argErr(field, format string, a ...any) *ArgError {
 // (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
-// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
-// bandwidth_g1_to_g2_gbps, bandwidth_g2_to_g3_gbps and
-// bandwidth_g2_to_g4_gbps (offloading takes no modeled time), and
+// aic_nextn_accept_rates, aic_mtp_seed, bandwidth_g2_to_g3_gbps and
+// bandwidth_g2_to_g4_gbps (copies to the disk tier and object storage take
+// no modeled time), and
 // g1_backend. The legacy booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
@@ -357,6 +357,25 @@ var modeledArgKeys = []argKeySpec{
 		p.a.BandwidthG2ToG1 = &f
 		return nil
 	}},
+	{"bandwidth_g1_to_g2_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g1_to_g2_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG1ToG2 = &f
+		return nil
+	}},
+	{"offload_batch_size", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("offload_batch_size", v, argWantNonNegative)
+		if err != nil {
+			return err
+		}
+		if n < 0 || n > math.MaxInt32 {
+			return argErr("offload_batch_size", "want %s up to %d, got %d", argWantNonNegative, math.MaxInt32, n)
+		}
+		p.a.OffloadBatchSize = n
+		return nil
+	}},
 	{"num_g3_blocks", func(p *argParser, _ string, v any) error {
 		n, err := argIntValue("num_g3_blocks", v, argWantNonNegative)
 		if err != nil {
@@ -485,8 +504,6 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreString("aic_comm_dtype"),
 	argIgnoreString("aic_nextn_accept_rates"),
 	argIgnoreInt("aic_mtp_seed", 0, math.MaxInt),
-	argIgnoreInt("offload_batch_size", 0, math.MaxInt),
-	argIgnoreNumber("bandwidth_g1_to_g2_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
 	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
 	{"g1_backend", func(_ *argParser, _ string, v any) error {
@@ -1076,12 +1093,19 @@ func (a Args) Validate() error {
 				return argErr("num_g2_blocks", "the host offload tier is modeled for the vllm and trtllm engines only; remove it or set it to 0 for sglang")
 			}
 			for _, b := range []struct {
-				key string
-				bw  *float64
-			}{{"bandwidth_g3_to_g2_gbps", a.BandwidthG3ToG2}, {"bandwidth_g4_to_g2_gbps", a.BandwidthG4ToG2}} {
+				key, what string
+				bw        *float64
+			}{
+				{"bandwidth_g3_to_g2_gbps", "staging", a.BandwidthG3ToG2},
+				{"bandwidth_g4_to_g2_gbps", "staging", a.BandwidthG4ToG2},
+				{"bandwidth_g1_to_g2_gbps", "offloading", a.BandwidthG1ToG2},
+			} {
 				if b.bw != nil && (math.IsNaN(*b.bw) || math.IsInf(*b.bw, 0) || *b.bw < 0) {
-					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes staging take no time), got %g", *b.bw)
+					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes %s take no time), got %g", b.what, *b.bw)
 				}
+			}
+			if a.OffloadBatchSize < 0 || a.OffloadBatchSize > math.MaxInt32 {
+				return argErr("offload_batch_size", "must be between 0 and %d, got %d", math.MaxInt32, a.OffloadBatchSize)
 			}
 			if a.NumG3Blocks < 0 || a.NumG3Blocks > math.MaxInt32 {
 				return argErr("num_g3_blocks", "must be between 0 and %d, got %d", math.MaxInt32, a.NumG3Blocks)

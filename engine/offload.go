@@ -83,11 +83,20 @@ func (t *hostTier) append(s int32) {
 // one, the hash it dropped. A full tier whose every block is pinned takes
 // nothing in.
 func (t *hostTier) put(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
-	if s, ok := t.slots[h]; ok {
-		t.touchSlot(s)
+	if t.refresh(h) {
 		return false, 0, false
 	}
 	return t.insert(h)
+}
+
+// refresh marks h, if the tier holds it, the most recently used block, and
+// reports whether it does.
+func (t *hostTier) refresh(h kv.SeqHash) bool {
+	s, ok := t.slots[h]
+	if ok {
+		t.touchSlot(s)
+	}
+	return ok
 }
 
 // offer files h as the most recently used block unless the tier holds it
@@ -252,18 +261,58 @@ func (t *hostTier) audit() error {
 	return nil
 }
 
-// offload moves the evicted blocks into the host tier. Each block it takes
-// in is announced stored on the CPU medium, after the block it dropped to
-// make room, if any, is announced removed from it: the GPU Removed event
-// the pool recorded and these make the move G1 to G2. The blocks the host
-// tier took in are then copied on to the disk tier, if any, and to object
-// storage, if on (KVBM's G2 to G3 and G2 to G4 pipelines, which follow its
-// G1 to G2 offload), each announced on its own medium; a block one of them
-// holds already is not copied again.
+// offload hands the evicted blocks to the host tier. Without a timed
+// copy (no link) they are filed at once; with one, a block the tier holds
+// already is refreshed there at once, one already on its way is left to
+// its copy, and the others are sent over the link, to be filed when their
+// batch lands (landOffloads).
 func (p *blockPool) offload(blocks []pblock, evicted []int32) {
-	added := p.tierAdded[:0]
+	hs := p.tierEvicted[:0]
 	for _, s := range evicted {
-		h := blocks[s].hash
+		hs = append(hs, blocks[s].hash)
+	}
+	p.tierEvicted = hs
+	if p.link == nil {
+		p.file(hs)
+		return
+	}
+	send := hs[:0]
+	for _, h := range hs {
+		if _, ok := p.link.inflight[h]; ok || p.g2.refresh(h) {
+			continue
+		}
+		send = append(send, h)
+	}
+	p.link.send(p.clock, send)
+}
+
+// landOffloads files the blocks whose copy to the host tier has landed by
+// now, in the order they landed. A pass calls it first, so that its prefix
+// walks and its KV events see them.
+func (p *blockPool) landOffloads(now float64) {
+	l := p.link
+	l.advance(now)
+	if len(l.ready) == 0 {
+		return
+	}
+	for _, h := range l.ready {
+		delete(l.inflight, h)
+	}
+	p.file(l.ready)
+	l.ready = l.ready[:0]
+}
+
+// file moves blocks evicted from the GPU pool into the host tier. Each
+// block it takes in is announced stored on the CPU medium, after the block
+// it dropped to make room, if any, is announced removed from it: the GPU
+// Removed event the pool recorded and these make the move G1 to G2. The
+// blocks the host tier took in are then copied on to the disk tier, if
+// any, and to object storage, if on (KVBM's G2 to G3 and G2 to G4
+// pipelines, which follow its G1 to G2 offload), each announced on its own
+// medium; a block one of them holds already is not copied again.
+func (p *blockPool) file(hs []kv.SeqHash) {
+	added := p.tierAdded[:0]
+	for _, h := range hs {
 		in, dropped, didDrop := p.g2.put(h)
 		if didDrop {
 			p.ev.removedTier(kv.MediumCPU, dropped)

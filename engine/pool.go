@@ -146,6 +146,13 @@ type blockPool struct {
 	g3        *hostTier
 	g4        *objectTier
 	tierAdded []kv.SeqHash
+	// link times the copy of evicted blocks into g2, nil when it takes no
+	// time (no tier, kv_bytes_per_token unset or bandwidth_g1_to_g2_gbps
+	// 0): they are filed as they are evicted. clock is the time the
+	// pool's allocations happen at, for the link; tierEvicted is scratch.
+	link        *offloadLink
+	clock       float64
+	tierEvicted []kv.SeqHash
 
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
@@ -753,6 +760,11 @@ func (p *blockPool) audit() error {
 	}
 	if p.g2 != nil {
 		if err := p.g2.audit(); err != nil {
+			return err
+		}
+	}
+	if p.link != nil {
+		if err := p.link.audit(); err != nil {
 			return err
 		}
 	}

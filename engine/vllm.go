@@ -249,6 +249,9 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if args.NumG2Blocks > 0 && v.caching {
 		v.pool.g2 = newHostTier(args.NumG2Blocks)
 		v.onboardPerBlock = args.OnboardMsPerBlock()
+		if ms := args.OffloadMsPerBlock(); ms > 0 {
+			v.pool.link = newOffloadLink(ms, args.offloadBatch())
+		}
 		if args.NumG3Blocks > 0 {
 			v.pool.g3 = newHostTier(args.NumG3Blocks)
 			v.stageG3PerBlock = args.StageG3MsPerBlock()
@@ -417,6 +420,9 @@ func (v *VLLM) reservePending(now float64, events *[]Event) bool {
 		return false
 	}
 	at := max(now, v.passEnd)
+	if v.pool.link != nil {
+		v.pool.clock = at
+	}
 	any := false
 	for v.pending.len() > 0 {
 		if !v.reserve(v.pending.front(), at, events) {
@@ -944,6 +950,10 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 func (v *VLLM) pass(now float64, out *Output) PassResult {
 	v.pool.ev.reset()
+	if v.pool.link != nil {
+		v.pool.clock = now
+		v.pool.landOffloads(now)
+	}
 	v.passID++
 	v.budget = v.maxBatched
 	v.preempted = false
