@@ -159,9 +159,13 @@
 // A request scheduled with nothing computed onboards the run of its
 // prompt's blocks past its GPU hits that the tiers hold (host, then disk,
 // then object storage), staging the lower tiers' blocks through the host
-// tier, and its pass is charged the copies at the tiers' bandwidths. Each
-// worker has its own tiers, and copying a block down takes no modeled
-// time; docs/fidelity.md, item 15, says where that differs from Dynamo.
+// tier, and its pass is charged the copies at the tiers' bandwidths. An
+// evicted block reaches the host tier when its offload batch lands
+// (offload_batch_size blocks a batch, the batches under way sharing
+// bandwidth_g1_to_g2_gbps); the passes are not slowed by it. Each worker
+// has its own tiers, and copying a block on to disk or object storage
+// takes no modeled time; docs/fidelity.md, item 15, says where that
+// differs from Dynamo.
 // KV events name the tier each block is in (kv.Medium).
 //
 // # Modeled time and wall time
