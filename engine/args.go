@@ -183,6 +183,14 @@ type Args struct {
 	// DefaultBandwidthG4ToG2. 0, or kv_bytes_per_token unset: no time.
 	BandwidthG3ToG2 *float64 `json:"bandwidth_g3_to_g2_gbps,omitempty"`
 	BandwidthG4ToG2 *float64 `json:"bandwidth_g4_to_g2_gbps,omitempty"`
+	// BandwidthG2ToG3 and BandwidthG2ToG4 in GB/s time the copy of a block
+	// the host tier took in on to disk or object storage, as
+	// BandwidthG1ToG2 times its way into the host tier (the disk link
+	// carries one batch at a time). Nil: DefaultBandwidthG2ToG3,
+	// DefaultBandwidthG2ToG4. 0, or kv_bytes_per_token unset: the copy is
+	// there at once.
+	BandwidthG2ToG3 *float64 `json:"bandwidth_g2_to_g3_gbps,omitempty"`
+	BandwidthG2ToG4 *float64 `json:"bandwidth_g2_to_g4_gbps,omitempty"`
 	// KVTransferTimingMode says which prompt tokens a transfer is charged for.
 	KVTransferTimingMode TransferTimingMode `json:"kv_transfer_timing_mode"`
 	// KVTransferAbortTimeoutMs ends a source hold that no decode claimed

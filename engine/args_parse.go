@@ -131,9 +131,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
-// aic_nextn_accept_rates, aic_mtp_seed, bandwidth_g2_to_g3_gbps and
-// bandwidth_g2_to_g4_gbps (copies to the disk tier and object storage take
-// no modeled time), and
+// aic_nextn_accept_rates, aic_mtp_seed, and
 // g1_backend. The legacy booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
@@ -365,6 +363,22 @@ var modeledArgKeys = []argKeySpec{
 		p.a.BandwidthG1ToG2 = &f
 		return nil
 	}},
+	{"bandwidth_g2_to_g3_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g2_to_g3_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG2ToG3 = &f
+		return nil
+	}},
+	{"bandwidth_g2_to_g4_gbps", func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue("bandwidth_g2_to_g4_gbps", v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		p.a.BandwidthG2ToG4 = &f
+		return nil
+	}},
 	{"offload_batch_size", func(p *argParser, _ string, v any) error {
 		n, err := argIntValue("offload_batch_size", v, argWantNonNegative)
 		if err != nil {
@@ -504,8 +518,6 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreString("aic_comm_dtype"),
 	argIgnoreString("aic_nextn_accept_rates"),
 	argIgnoreInt("aic_mtp_seed", 0, math.MaxInt),
-	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
 	{"g1_backend", func(_ *argParser, _ string, v any) error {
 		_, err := argEnumValue("g1_backend", v, "kvbm", "native")
 		return err
@@ -1099,6 +1111,8 @@ func (a Args) Validate() error {
 				{"bandwidth_g3_to_g2_gbps", "staging", a.BandwidthG3ToG2},
 				{"bandwidth_g4_to_g2_gbps", "staging", a.BandwidthG4ToG2},
 				{"bandwidth_g1_to_g2_gbps", "offloading", a.BandwidthG1ToG2},
+				{"bandwidth_g2_to_g3_gbps", "offloading", a.BandwidthG2ToG3},
+				{"bandwidth_g2_to_g4_gbps", "offloading", a.BandwidthG2ToG4},
 			} {
 				if b.bw != nil && (math.IsNaN(*b.bw) || math.IsInf(*b.bw, 0) || *b.bw < 0) {
 					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes %s take no time), got %g", b.what, *b.bw)

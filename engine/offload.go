@@ -99,6 +99,12 @@ func (t *hostTier) refresh(h kv.SeqHash) bool {
 	return ok
 }
 
+// holds reports whether the tier holds h, changing nothing.
+func (t *hostTier) holds(h kv.SeqHash) bool {
+	_, ok := t.slots[h]
+	return ok
+}
+
 // offer files h as the most recently used block unless the tier holds it
 // already, which it leaves where it is (KVBM's presence filter: a block
 // already held is not copied again). It reports as put does.
@@ -212,6 +218,12 @@ func newObjectTier() *objectTier {
 	return &objectTier{held: make(map[kv.SeqHash]struct{})}
 }
 
+// holds reports whether the tier holds h.
+func (t *objectTier) holds(h kv.SeqHash) bool {
+	_, ok := t.held[h]
+	return ok
+}
+
 // offer stores h unless held already, and reports whether it was new.
 func (t *objectTier) offer(h kv.SeqHash) bool {
 	if _, ok := t.held[h]; ok {
@@ -273,44 +285,42 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 	}
 	p.tierEvicted = hs
 	if p.link == nil {
-		p.file(hs)
+		p.file(p.clock, hs)
 		return
 	}
-	send := hs[:0]
-	for _, h := range hs {
-		if _, ok := p.link.inflight[h]; ok || p.g2.refresh(h) {
-			continue
-		}
-		send = append(send, h)
-	}
-	p.link.send(p.clock, send)
+	p.link.sendNew(p.clock, hs, p.g2.refresh)
 }
 
-// landOffloads files the blocks whose copy to the host tier has landed by
-// now, in the order they landed. A pass calls it first, so that its prefix
-// walks and its KV events see them.
+// landOffloads files the blocks whose copy down a tier has landed by now,
+// each link's in the order they landed: the host tier's first, whose
+// blocks go on down to the disk tier and object storage from when they
+// landed. A pass calls it first, so that its prefix walks and its KV events
+// see them.
 func (p *blockPool) landOffloads(now float64) {
-	l := p.link
-	l.advance(now)
-	if len(l.ready) == 0 {
-		return
+	if l := p.link; l != nil {
+		l.advance(now)
+		l.take(p.file)
 	}
-	for _, h := range l.ready {
-		delete(l.inflight, h)
+	if l := p.link3; l != nil {
+		l.advance(now)
+		l.take(p.fileG3)
 	}
-	p.file(l.ready)
-	l.ready = l.ready[:0]
+	if l := p.link4; l != nil {
+		l.advance(now)
+		l.take(p.fileG4)
+	}
 }
 
-// file moves blocks evicted from the GPU pool into the host tier. Each
-// block it takes in is announced stored on the CPU medium, after the block
-// it dropped to make room, if any, is announced removed from it: the GPU
-// Removed event the pool recorded and these make the move G1 to G2. The
-// blocks the host tier took in are then copied on to the disk tier, if
-// any, and to object storage, if on (KVBM's G2 to G3 and G2 to G4
-// pipelines, which follow its G1 to G2 offload), each announced on its own
-// medium; a block one of them holds already is not copied again.
-func (p *blockPool) file(hs []kv.SeqHash) {
+// file moves blocks evicted from the GPU pool into the host tier at time
+// at. Each block it takes in is announced stored on the CPU medium, after
+// the block it dropped to make room, if any, is announced removed from it:
+// the GPU Removed event the pool recorded and these make the move G1 to
+// G2. The blocks the host tier took in are then copied on to the disk
+// tier, if any, and to object storage, if on (KVBM's G2 to G3 and G2 to G4
+// pipelines, which follow its G1 to G2 offload), at once or over their
+// links; a block one of them holds already, or has on its way, is not
+// copied again.
+func (p *blockPool) file(at float64, hs []kv.SeqHash) {
 	added := p.tierAdded[:0]
 	for _, h := range hs {
 		in, dropped, didDrop := p.g2.put(h)
@@ -324,21 +334,41 @@ func (p *blockPool) file(hs []kv.SeqHash) {
 	}
 	p.tierAdded = added
 	if p.g3 != nil {
-		for _, h := range added {
-			in, dropped, didDrop := p.g3.offer(h)
-			if didDrop {
-				p.ev.removedTier(kv.MediumDisk, dropped)
-			}
-			if in {
-				p.ev.storedTier(kv.MediumDisk, h)
-			}
+		if p.link3 != nil {
+			p.link3.sendNew(at, added, p.g3.holds)
+		} else {
+			p.fileG3(at, added)
 		}
 	}
 	if p.g4 != nil {
-		for _, h := range added {
-			if p.g4.offer(h) {
-				p.ev.storedTier(kv.MediumExternal, h)
-			}
+		if p.link4 != nil {
+			p.link4.sendNew(at, added, p.g4.holds)
+		} else {
+			p.fileG4(at, added)
+		}
+	}
+}
+
+// fileG3 copies blocks into the disk tier, announcing each it takes in
+// stored on the DISK medium after the block it dropped, if any, removed.
+func (p *blockPool) fileG3(_ float64, hs []kv.SeqHash) {
+	for _, h := range hs {
+		in, dropped, didDrop := p.g3.offer(h)
+		if didDrop {
+			p.ev.removedTier(kv.MediumDisk, dropped)
+		}
+		if in {
+			p.ev.storedTier(kv.MediumDisk, h)
+		}
+	}
+}
+
+// fileG4 copies blocks into object storage, announcing each it takes in
+// stored on the EXTERNAL medium.
+func (p *blockPool) fileG4(_ float64, hs []kv.SeqHash) {
+	for _, h := range hs {
+		if p.g4.offer(h) {
+			p.ev.storedTier(kv.MediumExternal, h)
 		}
 	}
 }

@@ -10,27 +10,35 @@ import (
 // unset or 0, as in Dynamo's mocker.
 const DefaultOffloadBatchSize = 32
 
-// DefaultBandwidthG1ToG2 is the GPU-to-host bandwidth in GB/s that times
-// offloading when bandwidth_g1_to_g2_gbps is unset, as in Dynamo's mocker.
-const DefaultBandwidthG1ToG2 = 14.0
+// DefaultBandwidthG1ToG2, DefaultBandwidthG2ToG3 and DefaultBandwidthG2ToG4
+// are the GPU-to-host, host-to-disk and host-to-object-storage bandwidths
+// in GB/s that time the copies down when bandwidth_g1_to_g2_gbps,
+// bandwidth_g2_to_g3_gbps or bandwidth_g2_to_g4_gbps is unset, as in
+// Dynamo's mocker.
+const (
+	DefaultBandwidthG1ToG2 = 14.0
+	DefaultBandwidthG2ToG3 = 7.0
+	DefaultBandwidthG2ToG4 = 4.0
+)
 
-// offloadLink is the copy of evicted blocks from the GPU pool to the host
-// tier when it takes time, KVBM's G1 to G2 pipeline as Dynamo's mocker
-// drives it: the blocks one eviction hands over are cut into batches of at
-// most batch blocks, each batch is one transfer, at most batch transfers
-// are under way at once (the rest wait in order), and the transfers under
-// way share the link's bandwidth equally (processor sharing). A block is
-// in the host tier only when its batch has landed; until then it is in
-// flight, in neither the GPU pool nor the tier.
+// offloadLink is a timed copy of blocks down one tier, one of KVBM's
+// offload pipelines as Dynamo's mocker drives them (G1 to G2, G2 to G3, G2
+// to G4): the blocks handed over at once are cut into batches of at most
+// batch blocks, each batch is one transfer, at most slots transfers are
+// under way at once (the rest wait in order), and the transfers under way
+// share the link's bandwidth equally (processor sharing). A block is in
+// the tier below only when its batch has landed; until then it is in
+// flight.
 //
-// The link is advanced lazily, to the time a pass starts or an eviction
-// happens: processor sharing gives the same completion times however
-// often it is advanced. Batches that complete wait in ready, in completion
-// order, for the pool to file them at its next pass.
+// The link is advanced lazily, to the time a pass starts or blocks are
+// sent: processor sharing gives the same completion times however often it
+// is advanced. Batches that complete wait in ready, in completion order,
+// with the time each landed, for the pool to file them at its next pass.
 type offloadLink struct {
 	// perBlock is one block's copy in ms at the link's full bandwidth.
 	perBlock float64
 	batch    int
+	slots    int
 	// at is the time active's left figures hold at.
 	at     float64
 	active []offloadBatch
@@ -41,7 +49,14 @@ type offloadLink struct {
 	// a block already on its way sends it no second time (KVBM's pending
 	// tracker).
 	inflight map[kv.SeqHash]struct{}
-	ready    []kv.SeqHash
+	ready    []landedBatch
+	scratch  []kv.SeqHash
+}
+
+// landedBatch is a batch that landed at at.
+type landedBatch struct {
+	at     float64
+	hashes []kv.SeqHash
 }
 
 // offloadBatch is one transfer: its blocks and the ms of copying it has
@@ -51,8 +66,8 @@ type offloadBatch struct {
 	left   float64
 }
 
-func newOffloadLink(perBlock float64, batch int) *offloadLink {
-	return &offloadLink{perBlock: perBlock, batch: batch, inflight: make(map[kv.SeqHash]struct{})}
+func newOffloadLink(perBlock float64, batch, slots int) *offloadLink {
+	return &offloadLink{perBlock: perBlock, batch: batch, slots: slots, inflight: make(map[kv.SeqHash]struct{})}
 }
 
 // send starts copying hs at now, in batches.
@@ -73,7 +88,7 @@ func (l *offloadLink) send(now float64, hs []kv.SeqHash) {
 
 // start moves waiting batches under way while there is room.
 func (l *offloadLink) start() {
-	for len(l.active) < l.batch && l.queuedHead < len(l.queued) {
+	for len(l.active) < l.slots && l.queuedHead < len(l.queued) {
 		l.active = append(l.active, l.queued[l.queuedHead])
 		l.queued[l.queuedHead] = offloadBatch{}
 		l.queuedHead++
@@ -83,9 +98,9 @@ func (l *offloadLink) start() {
 	}
 }
 
-// advance runs the link to now: the batches that complete by then move
-// their blocks to ready, in the order they complete (batches completing
-// together in the order they started).
+// advance runs the link to now: the batches that complete by then move to
+// ready, in the order they complete (batches completing together in the
+// order they started).
 func (l *offloadLink) advance(now float64) {
 	for len(l.active) > 0 {
 		n := float64(len(l.active))
@@ -108,7 +123,7 @@ func (l *offloadLink) advance(now float64) {
 		keep := l.active[:0]
 		for _, b := range l.active {
 			if b.left -= least; b.left <= 1e-12 {
-				l.ready = append(l.ready, b.hashes...)
+				l.ready = append(l.ready, landedBatch{at: end, hashes: b.hashes})
 				continue
 			}
 			keep = append(keep, b)
@@ -120,14 +135,40 @@ func (l *offloadLink) advance(now float64) {
 	l.at = max(l.at, now)
 }
 
-// pending counts the blocks in flight.
-func (l *offloadLink) pending() int { return len(l.inflight) }
+// sendNew sends, at now, the blocks of hs neither in flight on l nor held
+// below (held), in order.
+func (l *offloadLink) sendNew(now float64, hs []kv.SeqHash, held func(kv.SeqHash) bool) {
+	send := l.scratch[:0]
+	for _, h := range hs {
+		if _, ok := l.inflight[h]; !ok && !held(h) {
+			send = append(send, h)
+		}
+	}
+	l.scratch = send
+	l.send(now, send)
+}
+
+// take hands each landed batch, in order, to file, and forgets its blocks
+// as in flight.
+func (l *offloadLink) take(file func(at float64, hs []kv.SeqHash)) {
+	for i, b := range l.ready {
+		for _, h := range b.hashes {
+			delete(l.inflight, h)
+		}
+		file(b.at, b.hashes)
+		l.ready[i] = landedBatch{}
+	}
+	l.ready = l.ready[:0]
+}
 
 // audit checks that the blocks in flight are those of the batches under
 // way, waiting or landed, once each, and that no batch waits while there
 // is room.
 func (l *offloadLink) audit() error {
-	n := len(l.ready)
+	n := 0
+	for _, b := range l.ready {
+		n += len(b.hashes)
+	}
 	for _, b := range l.active {
 		n += len(b.hashes)
 	}
@@ -137,8 +178,8 @@ func (l *offloadLink) audit() error {
 	if n != len(l.inflight) {
 		return fmt.Errorf("offload link: %d blocks in its batches, %d in flight", n, len(l.inflight))
 	}
-	if len(l.active) > l.batch || (len(l.active) < l.batch && l.queuedHead < len(l.queued)) {
-		return fmt.Errorf("offload link: %d batches under way (at most %d), %d waiting", len(l.active), l.batch, len(l.queued)-l.queuedHead)
+	if len(l.active) > l.slots || (len(l.active) < l.slots && l.queuedHead < len(l.queued)) {
+		return fmt.Errorf("offload link: %d batches under way (at most %d), %d waiting", len(l.active), l.slots, len(l.queued)-l.queuedHead)
 	}
 	return nil
 }

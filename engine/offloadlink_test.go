@@ -22,27 +22,37 @@ func landedAt(l *offloadLink, at ...float64) []int {
 	out := make([]int, len(at))
 	for i, t := range at {
 		l.advance(t)
-		out[i] = len(l.ready)
+		out[i] = len(readyHashes(l))
 	}
 	return out
 }
 
+// readyHashes is the blocks of l's landed batches, in order.
+func readyHashes(l *offloadLink) []kv.SeqHash {
+	var hs []kv.SeqHash
+	for _, b := range l.ready {
+		hs = append(hs, b.hashes...)
+	}
+	return hs
+}
+
 func TestOffloadLink_BatchesShareBandwidth(t *testing.T) {
 	// 8 blocks at 1 ms each. One batch of 32: all land together at 8 ms.
-	l := newOffloadLink(1, 32)
+	l := newOffloadLink(1, 32, 32)
 	l.send(0, hashes(1, 8))
 	assert.Equal(t, []int{0, 0, 8}, landedAt(l, 4, 7.99, 8))
 	require.NoError(t, l.audit())
 
 	// Batches of 1, one under way at a time: one block a ms, in order.
-	l = newOffloadLink(1, 1)
+	l = newOffloadLink(1, 1, 1)
 	l.send(0, hashes(1, 8))
 	assert.Equal(t, []int{1, 4, 4, 8}, landedAt(l, 1, 4, 4.5, 8))
-	assert.Equal(t, hashes(1, 8), l.ready)
+	assert.Equal(t, hashes(1, 8), readyHashes(l))
+	assert.InDelta(t, 8.0, l.ready[7].at, 1e-9, "each batch lands at its own time")
 
 	// Batches of 2, two under way sharing the link: each pair takes 4 ms
 	// at half the bandwidth.
-	l = newOffloadLink(1, 2)
+	l = newOffloadLink(1, 2, 2)
 	l.send(0, hashes(1, 8))
 	assert.Equal(t, []int{0, 4, 4, 8}, landedAt(l, 3.99, 4, 7.99, 8))
 
@@ -50,7 +60,7 @@ func TestOffloadLink_BatchesShareBandwidth(t *testing.T) {
 	// land: the first 4 blocks (two batches of 2, under way together)
 	// land at 4 ms, the batch sent at 2 ms starts then, alone, and lands
 	// at 6 ms.
-	l = newOffloadLink(1, 2)
+	l = newOffloadLink(1, 2, 2)
 	l.send(0, hashes(1, 4))
 	l.send(2, hashes(10, 2))
 	require.NoError(t, l.audit())
@@ -59,14 +69,19 @@ func TestOffloadLink_BatchesShareBandwidth(t *testing.T) {
 	// A batch sent while another is under way, with room, shares the link
 	// from then: the first (2 blocks, 1 done alone by 1 ms) and the second
 	// (1 block) go at half speed; both land at 3 ms.
-	l = newOffloadLink(1, 2)
+	l = newOffloadLink(1, 2, 2)
 	l.send(0, hashes(1, 2))
 	l.send(1, hashes(10, 1))
 	assert.Equal(t, []int{0, 3}, landedAt(l, 2.99, 3))
-	assert.Equal(t, []kv.SeqHash{1, 2, 10}, l.ready)
+	assert.Equal(t, []kv.SeqHash{1, 2, 10}, readyHashes(l))
 
-	// A block in flight is in inflight until filed.
-	assert.Equal(t, 3, l.pending())
+	// A block is in flight until taken.
+	assert.Len(t, l.inflight, 3)
+	require.NoError(t, l.audit())
+	var took []float64
+	l.take(func(at float64, _ []kv.SeqHash) { took = append(took, at) })
+	assert.Equal(t, []float64{3, 3}, took)
+	assert.Empty(t, l.inflight)
 	require.NoError(t, l.audit())
 }
 
@@ -139,4 +154,35 @@ func TestVLLM_OffloadBatchSizeDelaysVisibility(t *testing.T) {
 	// Batches of 4, two under way sharing the link: both land at 32 s.
 	c, _ = returnAfterEviction(t, slowOffload(4), 20_000)
 	assert.Equal(t, 0, c.CachedTokens)
+}
+
+func TestVLLM_LowerTierCopyTimeDelaysHits(t *testing.T) {
+	// A 2-block host tier, filled at once, keeps the first two of P's
+	// blocks; the other two are found on disk or in object storage only
+	// once their copy from the host tier has landed. At 0.001 GB/s a 4 MB
+	// block takes 4 s: P, back a few ms later, finds the host tier's two.
+	for _, tc := range []struct {
+		name string
+		set  func(a *Args, bw float64)
+	}{
+		{"disk", func(a *Args, bw float64) { a.NumG3Blocks, a.BandwidthG2ToG3 = 32, new(bw) }},
+		{"object", func(a *Args, bw float64) { a.EnableG4Storage, a.BandwidthG2ToG4 = true, new(bw) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := g2Args(2, 1)
+			a.BandwidthG1ToG2 = new(0.0)
+			tc.set(&a, 0)
+			_, c, _ := evictThenReturn(t, a)
+			assert.Equal(t, 16, c.CachedTokens, "copied down at once")
+
+			a = g2Args(2, 1)
+			a.BandwidthG1ToG2 = new(0.0)
+			tc.set(&a, 0.001)
+			_, c, w := evictThenReturn(t, a)
+			assert.Equal(t, 8, c.CachedTokens, "the copies below the host tier are still on their way")
+			m := w.Metrics()
+			assert.Zero(t, m.G3Onboarded+m.G4Onboarded)
+			checkWorker(t, w)
+		})
+	}
 }
