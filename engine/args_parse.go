@@ -347,38 +347,10 @@ var modeledArgKeys = []argKeySpec{
 		p.a.NumG2Blocks = n
 		return nil
 	}},
-	{"bandwidth_g2_to_g1_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g2_to_g1_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG2ToG1 = &f
-		return nil
-	}},
-	{"bandwidth_g1_to_g2_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g1_to_g2_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG1ToG2 = &f
-		return nil
-	}},
-	{"bandwidth_g2_to_g3_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g2_to_g3_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG2ToG3 = &f
-		return nil
-	}},
-	{"bandwidth_g2_to_g4_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g2_to_g4_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG2ToG4 = &f
-		return nil
-	}},
+	argGbps("bandwidth_g2_to_g1_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG1 }),
+	argGbps("bandwidth_g1_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG1ToG2 }),
+	argGbps("bandwidth_g2_to_g3_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG3 }),
+	argGbps("bandwidth_g2_to_g4_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG4 }),
 	{"offload_batch_size", func(p *argParser, _ string, v any) error {
 		n, err := argIntValue("offload_batch_size", v, argWantNonNegative)
 		if err != nil {
@@ -409,22 +381,8 @@ var modeledArgKeys = []argKeySpec{
 		p.a.EnableG4Storage = b
 		return nil
 	}},
-	{"bandwidth_g3_to_g2_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g3_to_g2_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG3ToG2 = &f
-		return nil
-	}},
-	{"bandwidth_g4_to_g2_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g4_to_g2_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG4ToG2 = &f
-		return nil
-	}},
+	argGbps("bandwidth_g3_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG3ToG2 }),
+	argGbps("bandwidth_g4_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG4ToG2 }),
 	{"kv_transfer_timing_mode", func(p *argParser, _ string, v any) error {
 		s, err := argEnumValue("kv_transfer_timing_mode", v, "full_prompt", "destination_missing")
 		if err != nil {
@@ -967,6 +925,19 @@ func argIgnoreInt(key string, lo, hi int64) argKeySpec {
 		if n < lo || n > hi {
 			return argErr(key, "want %s, got %d", want, n)
 		}
+		return nil
+	}}
+}
+
+// argGbps is a bandwidth key in GB/s, a number ≥ 0, stored in the field
+// field picks.
+func argGbps(key string, field func(*Args) **float64) argKeySpec {
+	return argKeySpec{key, func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue(key, v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		*field(&p.a) = &f
 		return nil
 	}}
 }

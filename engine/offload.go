@@ -321,17 +321,7 @@ func (p *blockPool) landOffloads(now float64) {
 // links; a block one of them holds already, or has on its way, is not
 // copied again.
 func (p *blockPool) file(at float64, hs []kv.SeqHash) {
-	added := p.tierAdded[:0]
-	for _, h := range hs {
-		in, dropped, didDrop := p.g2.put(h)
-		if didDrop {
-			p.ev.removedTier(kv.MediumCPU, dropped)
-		}
-		if in {
-			p.ev.storedTier(kv.MediumCPU, h)
-			added = append(added, h)
-		}
-	}
+	added := p.fileTier(p.g2.put, kv.MediumCPU, hs, p.tierAdded[:0], true)
 	p.tierAdded = added
 	if p.g3 != nil {
 		if p.link3 != nil {
@@ -349,18 +339,29 @@ func (p *blockPool) file(at float64, hs []kv.SeqHash) {
 	}
 }
 
-// fileG3 copies blocks into the disk tier, announcing each it takes in
-// stored on the DISK medium after the block it dropped, if any, removed.
-func (p *blockPool) fileG3(_ float64, hs []kv.SeqHash) {
+// fileTier stores hs in a bounded tier with store (its put or offer),
+// announcing on m each block it takes in, after the block it dropped to
+// make room, if any, removed. With collect it appends those it took in to
+// added, and returns it.
+func (p *blockPool) fileTier(store func(kv.SeqHash) (bool, kv.SeqHash, bool), m kv.Medium, hs, added []kv.SeqHash, collect bool) []kv.SeqHash {
 	for _, h := range hs {
-		in, dropped, didDrop := p.g3.offer(h)
+		in, dropped, didDrop := store(h)
 		if didDrop {
-			p.ev.removedTier(kv.MediumDisk, dropped)
+			p.ev.removedTier(m, dropped)
 		}
 		if in {
-			p.ev.storedTier(kv.MediumDisk, h)
+			p.ev.storedTier(m, h)
+			if collect {
+				added = append(added, h)
+			}
 		}
 	}
+	return added
+}
+
+// fileG3 copies blocks into the disk tier, announced on the DISK medium.
+func (p *blockPool) fileG3(_ float64, hs []kv.SeqHash) {
+	p.fileTier(p.g3.offer, kv.MediumDisk, hs, nil, false)
 }
 
 // fileG4 copies blocks into object storage, announcing each it takes in
