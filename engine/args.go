@@ -160,6 +160,14 @@ type Args struct {
 	// DefaultBandwidthG2ToG1. 0, or kv_bytes_per_token unset: onboarding
 	// takes no modeled time.
 	BandwidthG2ToG1 *float64 `json:"bandwidth_g2_to_g1_gbps,omitempty"`
+	// BandwidthG1ToG2 in GB/s times the copy of an evicted block into the
+	// host tier: block_size × kv_bytes_per_token / bandwidth, the batches
+	// under way sharing it. Nil: DefaultBandwidthG1ToG2. 0, or
+	// kv_bytes_per_token unset: an evicted block is in the tier at once.
+	BandwidthG1ToG2 *float64 `json:"bandwidth_g1_to_g2_gbps,omitempty"`
+	// OffloadBatchSize is the most blocks one offload transfer carries,
+	// and the most transfers under way at once. 0: DefaultOffloadBatchSize.
+	OffloadBatchSize int `json:"offload_batch_size,omitempty"`
 	// NumG3Blocks sizes the disk (G3) tier below the host tier: each block
 	// the host tier takes in from the GPU pool is copied on to it, an LRU
 	// of this many blocks, and a prefix hit past the host tier's is staged
@@ -175,6 +183,14 @@ type Args struct {
 	// DefaultBandwidthG4ToG2. 0, or kv_bytes_per_token unset: no time.
 	BandwidthG3ToG2 *float64 `json:"bandwidth_g3_to_g2_gbps,omitempty"`
 	BandwidthG4ToG2 *float64 `json:"bandwidth_g4_to_g2_gbps,omitempty"`
+	// BandwidthG2ToG3 and BandwidthG2ToG4 in GB/s time the copy of a block
+	// the host tier took in on to disk or object storage, as
+	// BandwidthG1ToG2 times its way into the host tier (the disk link
+	// carries one batch at a time). Nil: DefaultBandwidthG2ToG3,
+	// DefaultBandwidthG2ToG4. 0, or kv_bytes_per_token unset: the copy is
+	// there at once.
+	BandwidthG2ToG3 *float64 `json:"bandwidth_g2_to_g3_gbps,omitempty"`
+	BandwidthG2ToG4 *float64 `json:"bandwidth_g2_to_g4_gbps,omitempty"`
 	// KVTransferTimingMode says which prompt tokens a transfer is charged for.
 	KVTransferTimingMode TransferTimingMode `json:"kv_transfer_timing_mode"`
 	// KVTransferAbortTimeoutMs ends a source hold that no decode claimed
@@ -290,6 +306,21 @@ func (a Args) TransferDelayMs(tokens int) float64 {
 // when kv_bytes_per_token is unset or the bandwidth is 0.
 func (a Args) OnboardMsPerBlock() float64 {
 	return a.blockCopyMs(a.BandwidthG2ToG1, DefaultBandwidthG2ToG1)
+}
+
+// OffloadMsPerBlock is the modeled time to copy one evicted block into the
+// host tier at the link's full bandwidth, as OnboardMsPerBlock at
+// bandwidth_g1_to_g2_gbps (DefaultBandwidthG1ToG2 when unset).
+func (a Args) OffloadMsPerBlock() float64 {
+	return a.blockCopyMs(a.BandwidthG1ToG2, DefaultBandwidthG1ToG2)
+}
+
+// offloadBatch is OffloadBatchSize, DefaultOffloadBatchSize when 0.
+func (a Args) offloadBatch() int {
+	if a.OffloadBatchSize > 0 {
+		return a.OffloadBatchSize
+	}
+	return DefaultOffloadBatchSize
 }
 
 // StageG3MsPerBlock is the modeled time to stage one block from the disk

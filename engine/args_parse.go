@@ -131,9 +131,7 @@ func argErr(field, format string, a ...any) *ArgError {
 // (only used to estimate num_gpu_blocks), aic_system, aic_systems_path,
 // aic_backend_version, aic_model_path, aic_tp_size, aic_moe_tp_size,
 // aic_moe_ep_size, aic_attention_dp_size, aic_*_dtype,
-// aic_nextn_accept_rates, aic_mtp_seed, offload_batch_size,
-// bandwidth_g1_to_g2_gbps, bandwidth_g2_to_g3_gbps and
-// bandwidth_g2_to_g4_gbps (offloading takes no modeled time), and
+// aic_nextn_accept_rates, aic_mtp_seed, and
 // g1_backend. The legacy booleans is_prefill and is_decode select worker_type; both true is an
 // error, and a true one that contradicts an explicit worker_type is too.
 //
@@ -349,12 +347,19 @@ var modeledArgKeys = []argKeySpec{
 		p.a.NumG2Blocks = n
 		return nil
 	}},
-	{"bandwidth_g2_to_g1_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g2_to_g1_gbps", v, argWantNonNegativeNumber)
+	argGbps("bandwidth_g2_to_g1_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG1 }),
+	argGbps("bandwidth_g1_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG1ToG2 }),
+	argGbps("bandwidth_g2_to_g3_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG3 }),
+	argGbps("bandwidth_g2_to_g4_gbps", func(a *Args) **float64 { return &a.BandwidthG2ToG4 }),
+	{"offload_batch_size", func(p *argParser, _ string, v any) error {
+		n, err := argIntValue("offload_batch_size", v, argWantNonNegative)
 		if err != nil {
 			return err
 		}
-		p.a.BandwidthG2ToG1 = &f
+		if n < 0 || n > math.MaxInt32 {
+			return argErr("offload_batch_size", "want %s up to %d, got %d", argWantNonNegative, math.MaxInt32, n)
+		}
+		p.a.OffloadBatchSize = n
 		return nil
 	}},
 	{"num_g3_blocks", func(p *argParser, _ string, v any) error {
@@ -376,22 +381,8 @@ var modeledArgKeys = []argKeySpec{
 		p.a.EnableG4Storage = b
 		return nil
 	}},
-	{"bandwidth_g3_to_g2_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g3_to_g2_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG3ToG2 = &f
-		return nil
-	}},
-	{"bandwidth_g4_to_g2_gbps", func(p *argParser, _ string, v any) error {
-		f, err := argFloatValue("bandwidth_g4_to_g2_gbps", v, argWantNonNegativeNumber)
-		if err != nil {
-			return err
-		}
-		p.a.BandwidthG4ToG2 = &f
-		return nil
-	}},
+	argGbps("bandwidth_g3_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG3ToG2 }),
+	argGbps("bandwidth_g4_to_g2_gbps", func(a *Args) **float64 { return &a.BandwidthG4ToG2 }),
 	{"kv_transfer_timing_mode", func(p *argParser, _ string, v any) error {
 		s, err := argEnumValue("kv_transfer_timing_mode", v, "full_prompt", "destination_missing")
 		if err != nil {
@@ -485,10 +476,6 @@ var dynamoArgKeys = []argKeySpec{
 	argIgnoreString("aic_comm_dtype"),
 	argIgnoreString("aic_nextn_accept_rates"),
 	argIgnoreInt("aic_mtp_seed", 0, math.MaxInt),
-	argIgnoreInt("offload_batch_size", 0, math.MaxInt),
-	argIgnoreNumber("bandwidth_g1_to_g2_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g2_to_g3_gbps", 0, math.Inf(1)),
-	argIgnoreNumber("bandwidth_g2_to_g4_gbps", 0, math.Inf(1)),
 	{"g1_backend", func(_ *argParser, _ string, v any) error {
 		_, err := argEnumValue("g1_backend", v, "kvbm", "native")
 		return err
@@ -942,6 +929,19 @@ func argIgnoreInt(key string, lo, hi int64) argKeySpec {
 	}}
 }
 
+// argGbps is a bandwidth key in GB/s, a number ≥ 0, stored in the field
+// field picks.
+func argGbps(key string, field func(*Args) **float64) argKeySpec {
+	return argKeySpec{key, func(p *argParser, _ string, v any) error {
+		f, err := argFloatValue(key, v, argWantNonNegativeNumber)
+		if err != nil {
+			return err
+		}
+		*field(&p.a) = &f
+		return nil
+	}}
+}
+
 func argIgnoreNumber(key string, lo, hi float64) argKeySpec {
 	want := fmt.Sprintf("a number in [%g, %g]", lo, hi)
 	if math.IsInf(hi, 1) {
@@ -1076,12 +1076,21 @@ func (a Args) Validate() error {
 				return argErr("num_g2_blocks", "the host offload tier is modeled for the vllm and trtllm engines only; remove it or set it to 0 for sglang")
 			}
 			for _, b := range []struct {
-				key string
-				bw  *float64
-			}{{"bandwidth_g3_to_g2_gbps", a.BandwidthG3ToG2}, {"bandwidth_g4_to_g2_gbps", a.BandwidthG4ToG2}} {
+				key, what string
+				bw        *float64
+			}{
+				{"bandwidth_g3_to_g2_gbps", "staging", a.BandwidthG3ToG2},
+				{"bandwidth_g4_to_g2_gbps", "staging", a.BandwidthG4ToG2},
+				{"bandwidth_g1_to_g2_gbps", "offloading", a.BandwidthG1ToG2},
+				{"bandwidth_g2_to_g3_gbps", "offloading", a.BandwidthG2ToG3},
+				{"bandwidth_g2_to_g4_gbps", "offloading", a.BandwidthG2ToG4},
+			} {
 				if b.bw != nil && (math.IsNaN(*b.bw) || math.IsInf(*b.bw, 0) || *b.bw < 0) {
-					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes staging take no time), got %g", *b.bw)
+					return argErr(b.key, "must be a finite number of GB/s ≥ 0 (0 makes %s take no time), got %g", b.what, *b.bw)
 				}
+			}
+			if a.OffloadBatchSize < 0 || a.OffloadBatchSize > math.MaxInt32 {
+				return argErr("offload_batch_size", "must be between 0 and %d, got %d", math.MaxInt32, a.OffloadBatchSize)
 			}
 			if a.NumG3Blocks < 0 || a.NumG3Blocks > math.MaxInt32 {
 				return argErr("num_g3_blocks", "must be between 0 and %d, got %d", math.MaxInt32, a.NumG3Blocks)

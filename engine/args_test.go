@@ -420,8 +420,10 @@ func TestParseArgs_DynamoOnlyKeysAccepted(t *testing.T) {
 	// Without a host tier (num_g2_blocks 0) the bandwidths are kept but
 	// time nothing.
 	want := DefaultArgs()
-	want.BandwidthG2ToG1 = new(50.0)
+	want.BandwidthG2ToG1, want.BandwidthG1ToG2 = new(50.0), new(50.0)
 	want.BandwidthG3ToG2, want.BandwidthG4ToG2 = new(10.0), new(1.0)
+	want.BandwidthG2ToG3, want.BandwidthG2ToG4 = new(10.0), new(1.0)
+	want.OffloadBatchSize = 32
 	assert.Equal(t, want, a)
 }
 

@@ -159,9 +159,14 @@
 // A request scheduled with nothing computed onboards the run of its
 // prompt's blocks past its GPU hits that the tiers hold (host, then disk,
 // then object storage), staging the lower tiers' blocks through the host
-// tier, and its pass is charged the copies at the tiers' bandwidths. Each
-// worker has its own tiers, and copying a block down takes no modeled
-// time; docs/fidelity.md, item 15, says where that differs from Dynamo.
+// tier, and its pass is charged the copies at the tiers' bandwidths. An
+// evicted block reaches the host tier when its offload batch lands
+// (offload_batch_size blocks a batch, the batches under way sharing
+// bandwidth_g1_to_g2_gbps), and on to disk or object storage when its
+// copy from the host tier lands (bandwidth_g2_to_g3_gbps,
+// bandwidth_g2_to_g4_gbps); the passes are not slowed by them. Each
+// worker has its own tiers; docs/fidelity.md, item 15, says where that
+// differs from Dynamo.
 // KV events name the tier each block is in (kv.Medium).
 //
 // # Modeled time and wall time

@@ -83,11 +83,26 @@ func (t *hostTier) append(s int32) {
 // one, the hash it dropped. A full tier whose every block is pinned takes
 // nothing in.
 func (t *hostTier) put(h kv.SeqHash) (added bool, dropped kv.SeqHash, didDrop bool) {
-	if s, ok := t.slots[h]; ok {
-		t.touchSlot(s)
+	if t.refresh(h) {
 		return false, 0, false
 	}
 	return t.insert(h)
+}
+
+// refresh marks h, if the tier holds it, the most recently used block, and
+// reports whether it does.
+func (t *hostTier) refresh(h kv.SeqHash) bool {
+	s, ok := t.slots[h]
+	if ok {
+		t.touchSlot(s)
+	}
+	return ok
+}
+
+// holds reports whether the tier holds h, changing nothing.
+func (t *hostTier) holds(h kv.SeqHash) bool {
+	_, ok := t.slots[h]
+	return ok
 }
 
 // offer files h as the most recently used block unless the tier holds it
@@ -203,6 +218,12 @@ func newObjectTier() *objectTier {
 	return &objectTier{held: make(map[kv.SeqHash]struct{})}
 }
 
+// holds reports whether the tier holds h.
+func (t *objectTier) holds(h kv.SeqHash) bool {
+	_, ok := t.held[h]
+	return ok
+}
+
 // offer stores h unless held already, and reports whether it was new.
 func (t *objectTier) offer(h kv.SeqHash) bool {
 	if _, ok := t.held[h]; ok {
@@ -252,44 +273,103 @@ func (t *hostTier) audit() error {
 	return nil
 }
 
-// offload moves the evicted blocks into the host tier. Each block it takes
-// in is announced stored on the CPU medium, after the block it dropped to
-// make room, if any, is announced removed from it: the GPU Removed event
-// the pool recorded and these make the move G1 to G2. The blocks the host
-// tier took in are then copied on to the disk tier, if any, and to object
-// storage, if on (KVBM's G2 to G3 and G2 to G4 pipelines, which follow its
-// G1 to G2 offload), each announced on its own medium; a block one of them
-// holds already is not copied again.
+// offload hands the evicted blocks to the host tier. Without a timed
+// copy (no link) they are filed at once; with one, a block the tier holds
+// already is refreshed there at once, one already on its way is left to
+// its copy, and the others are sent over the link, to be filed when their
+// batch lands (landOffloads).
 func (p *blockPool) offload(blocks []pblock, evicted []int32) {
-	added := p.tierAdded[:0]
+	hs := p.tierEvicted[:0]
 	for _, s := range evicted {
-		h := blocks[s].hash
-		in, dropped, didDrop := p.g2.put(h)
-		if didDrop {
-			p.ev.removedTier(kv.MediumCPU, dropped)
-		}
-		if in {
-			p.ev.storedTier(kv.MediumCPU, h)
-			added = append(added, h)
-		}
+		hs = append(hs, blocks[s].hash)
 	}
+	p.tierEvicted = hs
+	if p.link == nil {
+		p.file(p.clock, hs)
+		return
+	}
+	p.link.sendNew(p.clock, hs, p.g2.refresh)
+}
+
+// landOffloads files the blocks whose copy down a tier has landed by now,
+// each link's in the order they landed: the host tier's first, whose
+// blocks go on down to the disk tier and object storage from when they
+// landed. A pass calls it first, so that its prefix walks and its KV events
+// see them.
+func (p *blockPool) landOffloads(now float64) {
+	if l := p.link; l != nil {
+		l.advance(now)
+		l.take(p.file)
+	}
+	if l := p.link3; l != nil {
+		l.advance(now)
+		l.take(p.fileG3)
+	}
+	if l := p.link4; l != nil {
+		l.advance(now)
+		l.take(p.fileG4)
+	}
+}
+
+// file moves blocks evicted from the GPU pool into the host tier at time
+// at. Each block it takes in is announced stored on the CPU medium, after
+// the block it dropped to make room, if any, is announced removed from it:
+// the GPU Removed event the pool recorded and these make the move G1 to
+// G2. The blocks the host tier took in are then copied on to the disk
+// tier, if any, and to object storage, if on (KVBM's G2 to G3 and G2 to G4
+// pipelines, which follow its G1 to G2 offload), at once or over their
+// links; a block one of them holds already, or has on its way, is not
+// copied again.
+func (p *blockPool) file(at float64, hs []kv.SeqHash) {
+	added := p.fileTier(p.g2.put, kv.MediumCPU, hs, p.tierAdded[:0], true)
 	p.tierAdded = added
 	if p.g3 != nil {
-		for _, h := range added {
-			in, dropped, didDrop := p.g3.offer(h)
-			if didDrop {
-				p.ev.removedTier(kv.MediumDisk, dropped)
-			}
-			if in {
-				p.ev.storedTier(kv.MediumDisk, h)
-			}
+		if p.link3 != nil {
+			p.link3.sendNew(at, added, p.g3.holds)
+		} else {
+			p.fileG3(at, added)
 		}
 	}
 	if p.g4 != nil {
-		for _, h := range added {
-			if p.g4.offer(h) {
-				p.ev.storedTier(kv.MediumExternal, h)
+		if p.link4 != nil {
+			p.link4.sendNew(at, added, p.g4.holds)
+		} else {
+			p.fileG4(at, added)
+		}
+	}
+}
+
+// fileTier stores hs in a bounded tier with store (its put or offer),
+// announcing on m each block it takes in, after the block it dropped to
+// make room, if any, removed. With collect it appends those it took in to
+// added, and returns it.
+func (p *blockPool) fileTier(store func(kv.SeqHash) (bool, kv.SeqHash, bool), m kv.Medium, hs, added []kv.SeqHash, collect bool) []kv.SeqHash {
+	for _, h := range hs {
+		in, dropped, didDrop := store(h)
+		if didDrop {
+			p.ev.removedTier(m, dropped)
+		}
+		if in {
+			p.ev.storedTier(m, h)
+			if collect {
+				added = append(added, h)
 			}
+		}
+	}
+	return added
+}
+
+// fileG3 copies blocks into the disk tier, announced on the DISK medium.
+func (p *blockPool) fileG3(_ float64, hs []kv.SeqHash) {
+	p.fileTier(p.g3.offer, kv.MediumDisk, hs, nil, false)
+}
+
+// fileG4 copies blocks into object storage, announcing each it takes in
+// stored on the EXTERNAL medium.
+func (p *blockPool) fileG4(_ float64, hs []kv.SeqHash) {
+	for _, h := range hs {
+		if p.g4.offer(h) {
+			p.ev.storedTier(kv.MediumExternal, h)
 		}
 	}
 }

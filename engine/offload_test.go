@@ -209,6 +209,7 @@ func TestVLLM_TierKVEventsPerMedium(t *testing.T) {
 		{"G2 and G3", tierArgs(4, 24, false)},
 		{"G2, G3 and G4", tierArgs(4, 12, true)},
 		{"G2 and G4", tierArgs(4, 0, true)},
+		{"G2, G3 and G4, copies timed", timedTierArgs(tierArgs(4, 12, true))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkTierEvents(t, tc.args)
@@ -222,6 +223,15 @@ func tierArgs(g2, g3 int, g4 bool) Args {
 	a := g2Args(g2, 8)
 	a.NumG3Blocks, a.EnableG4Storage = g3, g4
 	a.BandwidthG3ToG2, a.BandwidthG4ToG2 = new(2.0), new(2.0)
+	return a
+}
+
+// timedTierArgs is a with slow copies down the tiers, in batches of 2: 8 ms
+// a 4 MB block into the host tier, 16 ms on to disk or object storage.
+func timedTierArgs(a Args) Args {
+	a.BandwidthG1ToG2 = new(0.5)
+	a.BandwidthG2ToG3, a.BandwidthG2ToG4 = new(0.25), new(0.25)
+	a.OffloadBatchSize = 2
 	return a
 }
 

@@ -146,6 +146,16 @@ type blockPool struct {
 	g3        *hostTier
 	g4        *objectTier
 	tierAdded []kv.SeqHash
+	// link times the copy of evicted blocks into g2, nil when it takes no
+	// time (no tier, kv_bytes_per_token unset or bandwidth_g1_to_g2_gbps
+	// 0): they are filed as they are evicted. link3 and link4 time the
+	// copies on from g2 into g3 and g4 alike. timed says one of them is
+	// set. clock is the time the pool's allocations happen at, for the
+	// links; tierEvicted is scratch.
+	link, link3, link4 *offloadLink
+	timed              bool
+	clock              float64
+	tierEvicted        []kv.SeqHash
 
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
@@ -753,6 +763,14 @@ func (p *blockPool) audit() error {
 	}
 	if p.g2 != nil {
 		if err := p.g2.audit(); err != nil {
+			return err
+		}
+	}
+	for _, l := range []*offloadLink{p.link, p.link3, p.link4} {
+		if l == nil {
+			continue
+		}
+		if err := l.audit(); err != nil {
 			return err
 		}
 	}

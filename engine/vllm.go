@@ -249,14 +249,26 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 	if args.NumG2Blocks > 0 && v.caching {
 		v.pool.g2 = newHostTier(args.NumG2Blocks)
 		v.onboardPerBlock = args.OnboardMsPerBlock()
+		batch := args.offloadBatch()
+		if ms := args.OffloadMsPerBlock(); ms > 0 {
+			v.pool.link = newOffloadLink(ms, batch, batch)
+		}
 		if args.NumG3Blocks > 0 {
 			v.pool.g3 = newHostTier(args.NumG3Blocks)
 			v.stageG3PerBlock = args.StageG3MsPerBlock()
+			// KVBM's G2 to G3 pipeline runs one batch at a time.
+			if ms := args.blockCopyMs(args.BandwidthG2ToG3, DefaultBandwidthG2ToG3); ms > 0 {
+				v.pool.link3 = newOffloadLink(ms, batch, 1)
+			}
 		}
 		if args.EnableG4Storage {
 			v.pool.g4 = newObjectTier()
 			v.stageG4PerBlock = args.StageG4MsPerBlock()
+			if ms := args.blockCopyMs(args.BandwidthG2ToG4, DefaultBandwidthG2ToG4); ms > 0 {
+				v.pool.link4 = newOffloadLink(ms, batch, batch)
+			}
 		}
+		v.pool.timed = v.pool.link != nil || v.pool.link3 != nil || v.pool.link4 != nil
 	}
 	v.setup(args, v)
 	return v, nil
@@ -417,6 +429,9 @@ func (v *VLLM) reservePending(now float64, events *[]Event) bool {
 		return false
 	}
 	at := max(now, v.passEnd)
+	if v.pool.timed {
+		v.pool.clock = at
+	}
 	any := false
 	for v.pending.len() > 0 {
 		if !v.reserve(v.pending.front(), at, events) {
@@ -944,6 +959,10 @@ func (v *VLLM) Pass(now float64, out *Output) PassResult {
 
 func (v *VLLM) pass(now float64, out *Output) PassResult {
 	v.pool.ev.reset()
+	if v.pool.timed {
+		v.pool.clock = now
+		v.pool.landOffloads(now)
+	}
 	v.passID++
 	v.budget = v.maxBatched
 	v.preempted = false
