@@ -2,7 +2,6 @@ package engine
 
 import (
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,36 +52,25 @@ func TestRequestSkip_SameOutputsWithoutTheCoveredTokens(t *testing.T) {
 					reqF := Request{ID: id, Tokens: p, Hashes: h, MaxTokens: 1 + rng.IntN(20)}
 					reqS := reqF
 					reqS.Tokens, reqS.Skip = p[k:], k
+					for _, x := range []struct {
+						w   *Worker
+						req Request
+					}{{full, reqF}, {skip, reqS}} {
+						if decode {
+							require.NoError(t, x.w.Reserve(now, x.req))
+						} else {
+							require.NoError(t, x.w.Submit(now, x.req, Release))
+						}
+					}
+					if decode || id%3 == 0 {
+						now = drivePair(t, full, skip, &rf, &rs, now) + 1
+					}
 					if decode {
-						require.NoError(t, full.Reserve(now, reqF))
-						require.NoError(t, skip.Reserve(now, reqS))
-						n1 := drive(t, full, &rf, now)
-						n2 := drive(t, skip, &rs, now)
-						require.Equal(t, n1, n2)
-						now = n1 + 1
-						full.Activate(now, id)
-						skip.Activate(now, id)
-					} else {
-						require.NoError(t, full.Submit(now, reqF, Release))
-						require.NoError(t, skip.Submit(now, reqS, Release))
-					}
-					if id%3 == 0 {
-						n1 := drive(t, full, &rf, now)
-						n2 := drive(t, skip, &rs, now)
-						require.Equal(t, n1, n2)
-						now = n1 + 1
+						require.Equal(t, full.Activate(now, id), skip.Activate(now, id))
 					}
 				}
-				drive(t, full, &rf, now)
-				drive(t, skip, &rs, now)
-				var sf, ss strings.Builder
-				for i := range rf.outs {
-					serialize(&sf, 0, &rf.outs[i])
-				}
-				for i := range rs.outs {
-					serialize(&ss, 0, &rs.outs[i])
-				}
-				require.Equal(t, sf.String(), ss.String(), "leaving out the covered tokens changes nothing")
+				drivePair(t, full, skip, &rf, &rs, now)
+				requireSameOutputs(t, &rf, &rs, "leaving out the covered tokens changes nothing")
 				require.NotEmpty(t, rf.completions)
 				require.Positive(t, skipped)
 			})
