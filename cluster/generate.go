@@ -301,12 +301,17 @@ func (c *Cluster) arrive(h *call) {
 	var buf *promptBuf // the request's own prompt storage, if it needs any
 	var prefix *prefixEntry
 	bs := c.res.router.BlockSize // every pool's block size
-	tokens := h.req.Tokens
+	tokens, skip := h.req.Tokens, 0
 	if !c.opts.shareTokens || len(tokens) == 0 {
 		buf = c.prompts.take(c.v.Now())
-		buf.tokens, prefix = c.prefixes.prompt(buf.tokens[:0], h.req, c.cfg.Seed, id, bs)
+		if skip = c.skippable(h); skip > 0 {
+			buf.tokens = append(buf.tokens[:0], tokens[skip:]...)
+		} else {
+			buf.tokens, prefix = c.prefixes.prompt(buf.tokens[:0], h.req, c.cfg.Seed, id, bs)
+		}
 		tokens = buf.tokens
 	}
+	prompt := skip + len(tokens)
 	r := c.newRequest()
 	*r = request{id: id, h: h}
 	h.r = r
@@ -317,7 +322,7 @@ func (c *Cluster) arrive(h *call) {
 		}
 		hs = &buf.hashes
 		hs.BlockSize = bs
-		if given := h.req.Hashes; len(h.req.Tokens) > 0 && given.Covers(len(tokens), bs) {
+		if given := h.req.Hashes; len(h.req.Tokens) > 0 && given.Covers(prompt, bs) {
 			hs.Locals, hs.Seqs = append(hs.Locals, given.Locals...), append(hs.Seqs, given.Seqs...)
 		} else {
 			if prefix != nil {
@@ -327,8 +332,8 @@ func (c *Cluster) arrive(h *call) {
 		}
 	}
 	r.prompt = buf
-	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs}
-	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, MaxTokens: h.req.MaxTokens, Hashes: hs}}
+	rreq := &router.Request{ID: c.names.name(id), Tokens: tokens, LocalHashes: hs.Locals, SeqHashes: hs.Seqs, PromptTokens: prompt}
+	spec := handoff.Spec{Request: engine.Request{ID: id, Tokens: tokens, Skip: skip, MaxTokens: h.req.MaxTokens, Hashes: hs}}
 	switch {
 	case h.pd != nil:
 		c.placeOn(r, h, tokens, &spec)
@@ -450,6 +455,20 @@ func (c *Cluster) finish(r *request, phase handoff.Phase, err string) {
 	c.router.FreeLease(r.lease)
 	c.active--
 	c.reply(r, res)
+}
+
+// skippable is how many of h's prompt tokens the cluster need not keep
+// (engine.Request.Skip): those of the complete blocks whose hashes h's
+// request carries (every pool hashes blocks of the router's size), when
+// no worker reads them. Workers reporting the token ids of the blocks
+// they store (for a KV-events listener), remote workers and a placed
+// call get every token.
+func (c *Cluster) skippable(h *call) int {
+	bs := c.res.router.BlockSize
+	if h.pd != nil || c.remote != nil || c.cfg.OnKVEvents != nil || !h.req.Hashes.Covers(len(h.req.Tokens), bs) {
+		return 0
+	}
+	return len(h.req.Hashes.Seqs) * bs
 }
 
 func (c *Cluster) reply(r *request, res Result) {

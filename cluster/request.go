@@ -34,7 +34,10 @@ type Request struct {
 	// them: a caller that has them (a trace replay builds them from its
 	// hash ids) spares the cluster hashing the prompt. They are copied at
 	// arrival, and ignored unless they cover Tokens in that block size.
-	// Hashes that are not those of Tokens give wrong prefix-cache hits.
+	// When they cover them, a cluster that copies prompts keeps only the
+	// tokens past the complete blocks, unless a KV-events listener
+	// (OnKVEvents) or a remote worker needs every id. Hashes that are not
+	// those of Tokens give wrong prefix-cache hits.
 	Hashes *kv.Hashes `json:"-"`
 	// OnToken, when set, hears each output token of the request as the
 	// loop delivers the pass that produced it: index from 0 and the pass's

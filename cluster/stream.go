@@ -69,7 +69,9 @@ func (p Plan) RunStream(src StreamSource, opts StreamOptions) (StreamRun, error)
 		return StreamRun{}, errors.New("RunStream: StreamOptions.OnResult is required")
 	}
 	// The source may reuse token storage, which an address-keyed memo of
-	// hashes would confuse: the cluster copies each prompt instead.
+	// hashes would confuse: the cluster copies each prompt instead (only
+	// its tokens past the complete blocks when the arrival carries their
+	// hashes).
 	c, err := newCluster(p, options{virtual: true, batch: true, memory: !opts.TCP, keepEvents: opts.EventLog})
 	if err != nil {
 		return StreamRun{}, err

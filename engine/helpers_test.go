@@ -212,6 +212,29 @@ func serialize(sb *strings.Builder, worker int, out *Output) {
 	fmt.Fprintf(sb, " m %+v\n", out.Metrics)
 }
 
+// drivePair drives a and b, recording into ra and rb, from now until they
+// park, which must be at the same instant; it returns that instant.
+func drivePair(t tb, a, b *Worker, ra, rb *record, now float64) float64 {
+	t.Helper()
+	na, nb := drive(t, a, ra, now), drive(t, b, rb, now)
+	require.Equal(t, na, nb, "the two workers park at different instants")
+	return na
+}
+
+// requireSameOutputs fails unless ra and rb recorded the same outputs,
+// byte for byte as serialize writes them.
+func requireSameOutputs(t tb, ra, rb *record, msg string) {
+	t.Helper()
+	var sa, sb strings.Builder
+	for i := range ra.outs {
+		serialize(&sa, 0, &ra.outs[i])
+	}
+	for i := range rb.outs {
+		serialize(&sb, 0, &rb.outs[i])
+	}
+	require.Equal(t, sa.String(), sb.String(), msg)
+}
+
 // req is the live request id, nil when there is none.
 func (g *SGLang) req(id uint64) *sgReq { r, _ := g.byID.Get(id); return r }
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"math/rand/v2"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -41,22 +40,11 @@ func TestRecordKVTokens_IdsOfTheStoredBlocks(t *testing.T) {
 				require.NoError(t, plain.Submit(now, req, Release))
 				require.NoError(t, with.Submit(now, req, Release))
 				if id%3 == 0 {
-					n1 := drive(t, plain, &rp, now)
-					n2 := drive(t, with, &rw, now)
-					require.Equal(t, n1, n2)
-					now = n1 + 1
+					now = drivePair(t, plain, with, &rp, &rw, now) + 1
 				}
 			}
-			drive(t, plain, &rp, now)
-			drive(t, with, &rw, now)
-			var sp, sw strings.Builder
-			for i := range rp.outs {
-				serialize(&sp, 0, &rp.outs[i])
-			}
-			for i := range rw.outs {
-				serialize(&sw, 0, &rw.outs[i])
-			}
-			require.Equal(t, sp.String(), sw.String(), "recording token ids changes nothing else")
+			drivePair(t, plain, with, &rp, &rw, now)
+			requireSameOutputs(t, &rp, &rw, "recording token ids changes nothing else")
 			assert.Empty(t, rp.kvTokens, "a worker not told records none")
 
 			// Each request's whole sequence: its prompt, then the ids it

@@ -58,13 +58,24 @@ type reqCore struct {
 }
 
 // checkNew reports why req cannot join a worker whose live requests are
-// byID: an empty prompt, or an id already in use.
-func checkNew[T any](req Request, byID *idtab.Table[T]) error {
-	if len(req.Tokens) == 0 {
+// byID, which hashes blocks of hashBlock tokens (0: none) and keeps whole
+// prompts when keepPrompt: an empty prompt, an id already in use, or
+// tokens left out (Request.Skip) that the worker would read.
+func checkNew[T any](req Request, byID *idtab.Table[T], hashBlock int, keepPrompt bool) error {
+	if req.PromptLen() == 0 {
 		return fmt.Errorf("request %d: empty prompt; send at least one token", req.ID)
 	}
 	if byID.Has(req.ID) {
 		return fmt.Errorf("request %d: id already in use on this worker", req.ID)
+	}
+	if req.Skip < 0 {
+		return fmt.Errorf("request %d: negative skip %d", req.ID, req.Skip)
+	}
+	if req.Skip > 0 && hashBlock > 0 {
+		if h := req.Hashes; keepPrompt || !h.Covers(req.PromptLen(), hashBlock) || req.Skip > len(h.Seqs)*hashBlock {
+			return fmt.Errorf("request %d: the prompt's first %d tokens are left out, but this worker reads them "+
+				"(it hashes blocks of %d tokens, or reports block token ids)", req.ID, req.Skip, hashBlock)
+		}
 	}
 	return nil
 }
@@ -88,7 +99,7 @@ func errPrefillDestination(id uint64) error {
 // token ids of the blocks it stores (Worker.RecordKVTokens).
 func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefillOnly bool, hashBlock, maxLen int, arenas *hashArenas, tokSeed uint64, keepPrompt bool) {
 	c.id = req.ID
-	c.prompt = len(req.Tokens)
+	c.prompt = req.PromptLen()
 	c.length = c.prompt
 	c.maxOut = max(1, req.MaxTokens)
 	if prefillOnly {
@@ -118,7 +129,7 @@ func (c *reqCore) fill(now float64, req Request, policy CompletionPolicy, prefil
 	if want := longest - c.tailAt; cap(c.tail) < want {
 		c.tail = make([]uint32, 0, want)
 	}
-	c.tail = append(c.tail[:0], req.Tokens[c.tailAt:]...)
+	c.tail = append(c.tail[:0], req.Tokens[c.tailAt-req.Skip:]...)
 	c.policy = policy
 	c.priority = req.Priority
 	c.arrival = now

@@ -254,7 +254,7 @@ func (g *SGLang) Submit(now float64, req Request, policy CompletionPolicy) error
 
 // enqueue validates req and builds its request, not yet queued.
 func (g *SGLang) enqueue(now float64, req Request, policy CompletionPolicy) (*sgReq, error) {
-	if err := checkNew(req, &g.byID); err != nil {
+	if err := checkNew(req, &g.byID, g.hashBlock(), g.cache.ev.withTokens); err != nil {
 		return nil, err
 	}
 	r := g.newReq()

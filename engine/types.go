@@ -9,8 +9,20 @@ type Request struct {
 	// ID names the request in every output; it must be unique among the
 	// requests a worker currently knows (waiting, running or held).
 	ID uint64
-	// Tokens is the prompt. It must not be empty.
+	// Tokens is the prompt, from token Skip on. The prompt must not be
+	// empty.
 	Tokens []uint32
+	// Skip, when above 0, is how many of the prompt's first tokens Tokens
+	// leaves out: the prompt is Skip+len(Tokens) tokens long. A worker
+	// reads no token of a complete block whose hash it is given, so a
+	// caller that gives Hashes of every complete block may leave out
+	// those blocks' tokens (Skip at most len(Hashes.Seqs) ×
+	// Hashes.BlockSize) and keep only the rest: a long prompt then costs
+	// its hashes and its last partial block, not a copy of every token. A
+	// worker that would hash the prompt itself (prefix caching on with
+	// another block size) or report the token ids of the blocks it stores
+	// (Worker.RecordKVTokens) refuses such a request.
+	Skip int
 	// Hashes, when given, are the hashes of the prompt's complete blocks. A
 	// caller that hashed the prompt already (to route it) passes them on,
 	// so that a worker whose block size is Hashes.BlockSize need not hash
@@ -30,6 +42,10 @@ type Request struct {
 	// direction), arrival order among equals. Otherwise it is ignored.
 	Priority int
 }
+
+// PromptLen is the prompt's length in tokens, those Skip leaves out
+// included.
+func (r *Request) PromptLen() int { return r.Skip + len(r.Tokens) }
 
 // CompletionPolicy says what happens to a request's KV blocks when it
 // finishes.

@@ -324,7 +324,7 @@ func (v *VLLM) Submit(now float64, req Request, policy CompletionPolicy) error {
 
 // enqueue validates req and appends it to the waiting queue in state st.
 func (v *VLLM) enqueue(now float64, req Request, policy CompletionPolicy, st seqState) (*seq, error) {
-	if err := checkNew(req, &v.byID); err != nil {
+	if err := checkNew(req, &v.byID, v.hashBlock(), v.pool.ev.withTokens); err != nil {
 		return nil, err
 	}
 	s := v.newSeq()

@@ -511,7 +511,7 @@ func (m *Machine) transferTokens() int {
 	if m.missingOnly {
 		mode = engine.TransferDestinationMissing
 	}
-	return engine.TransferTokens(mode, len(m.req().Tokens), int(m.rec.Missing))
+	return engine.TransferTokens(mode, m.req().PromptLen(), int(m.rec.Missing))
 }
 
 // cleanup withdraws the request from both workers: a prefill that holds KV
