@@ -130,3 +130,18 @@ func TestCodec_Tokens(t *testing.T) {
 	require.NoError(t, DecodeCommand(body, &got))
 	assert.Nil(t, got.Tokens, "no tokens stay nil")
 }
+
+// TestCommandOf_RefusesAPromptWithTokensLeftOut: a request that leaves
+// covered tokens out (engine.Request.Skip) would reach a remote worker
+// short of its prompt, so turning it into a command panics, naming it; a
+// whole prompt crosses unchanged.
+func TestCommandOf_RefusesAPromptWithTokensLeftOut(t *testing.T) {
+	t.Parallel()
+	whole := engine.Request{ID: 7, Tokens: []uint32{1, 2, 3}, MaxTokens: 2}
+	c := CommandOf(&engine.Submit{Request: whole})
+	assert.Equal(t, whole.Tokens, c.Tokens)
+	skipped := engine.Request{ID: 8, Tokens: []uint32{3}, MaxTokens: 2, Skip: 16}
+	assert.PanicsWithValue(t, "plane: request 8 leaves out 16 prompt tokens (Request.Skip); a remote worker needs them all",
+		func() { CommandOf(&engine.Submit{Request: skipped}) })
+	assert.Panics(t, func() { CommandOf(&engine.Reserve{Request: skipped}) })
+}

@@ -139,13 +139,19 @@ type Command struct {
 	Turn    uint64
 }
 
+// CommandOf is the command carrying an engine input to a remote worker.
+// The wire carries a request's whole prompt: a request that leaves tokens
+// out (engine.Request.Skip) cannot cross a process, and passing one is a
+// bug of the caller's, so it panics rather than lose the tokens.
 func CommandOf(in engine.Input) Command {
 	switch in := in.(type) {
 	case *engine.Submit:
 		r := in.Request
+		mustCarryWholePrompt(r)
 		return Command{Op: OpSubmit, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority, Hold: in.Policy == engine.Hold}
 	case *engine.Reserve:
 		r := in.Request
+		mustCarryWholePrompt(r)
 		return Command{Op: OpReserve, ID: r.ID, Tokens: r.Tokens, MaxTokens: r.MaxTokens, Priority: r.Priority}
 	case engine.ReleaseHeld:
 		return Command{Op: OpReleaseHeld, ID: in.ID, Outcome: uint8(in.Outcome)}
@@ -161,6 +167,12 @@ func CommandOf(in engine.Input) Command {
 		return Command{Op: opDestinationReady, ID: in.ID, N: in.Tokens}
 	}
 	return Command{}
+}
+
+func mustCarryWholePrompt(r engine.Request) {
+	if r.Skip != 0 {
+		panic(fmt.Sprintf("plane: request %d leaves out %d prompt tokens (Request.Skip); a remote worker needs them all", r.ID, r.Skip))
+	}
 }
 
 // Input is the engine input a command carries; nil for a room step.
