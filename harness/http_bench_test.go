@@ -204,10 +204,10 @@ func joinGroup(name string, size int) *streamGroup {
 // delays before it, so the streams last N*D unless this host falls
 // behind, and a reader that falls behind finds its events queued. It
 // takes the connection over and writes each event as one chunk, in one
-// write, straight to the socket: the server's CPU per event is little
-// more than the kernel's (net/http's response writer, with its
-// buffering, chunk header and flush per event, takes half as much
-// again), and the client reads what any HTTP/1.1 server sends.
+// write, straight to the socket, so that the server's CPU per event is
+// little more than the kernel's (net/http's response writer adds its
+// buffering and a flush to each event); the client reads what any
+// HTTP/1.1 server sends.
 func streamEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	n, _ := strconv.Atoi(q.Get("n"))
