@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,8 +28,8 @@ import (
 // its own, so that the benchmark's CPU time is the client's alone.
 const benchServerEnv = "MOCKER_HARNESS_BENCH_SERVER"
 
-// serveForBenchmarks serves /get (a small body) and /stream?n=N&gap=D (N
-// SSE events D apart) on a loopback port it prints, until stdin closes.
+// serveForBenchmarks serves /get (a small body), /stream (SSE events)
+// and /stats on a loopback port it prints, until stdin closes.
 func serveForBenchmarks() int {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -37,31 +39,15 @@ func serveForBenchmarks() int {
 	mux := http.NewServeMux()
 	body := strings.Repeat("x", 128)
 	mux.HandleFunc("/get", func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, body) })
-	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
-		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
-		gap, _ := time.ParseDuration(r.URL.Query().Get("gap"))
-		w.Header().Set("Content-Type", "text/event-stream")
-		fl := w.(http.Flusher)
-		// Event i goes out at start + (i+1)*gap whatever the delays
-		// before it, so a stream lasts n*gap unless the reader (or this
-		// host) falls behind, and its duration measures that.
-		start := time.Now()
-		timer := time.NewTimer(gap)
-		defer timer.Stop()
-		for i := range n {
-			select {
-			case <-r.Context().Done():
-				return
-			case <-timer.C:
-			}
-			fmt.Fprintf(w, "id: %d\ndata: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n", i)
-			fl.Flush()
-			timer.Reset(time.Until(start.Add(time.Duration(i+2) * gap)))
-		}
-	})
-	// /cpu is the server process's CPU time so far, in microseconds.
-	mux.HandleFunc("/cpu", func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprint(w, cputime.Self().Microseconds())
+	mux.HandleFunc("/stream", streamEvents)
+	// /stats is the server's CPU time so far in microseconds, the events
+	// its streams have sent, and when the last group of streams was let
+	// go (Unix nanoseconds; see streamEvents).
+	mux.HandleFunc("/stats", func(w http.ResponseWriter, r *http.Request) {
+		streams.mu.Lock()
+		released := streams.released
+		streams.mu.Unlock()
+		fmt.Fprint(w, cputime.Self().Microseconds(), " ", streams.sent.Load(), " ", released)
 	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
@@ -173,78 +159,229 @@ export default function () { http.get(__ENV.BASE_URL + '/get'); }`
 	}
 }
 
+// streams is what streamEvents keeps across requests.
+var streams struct {
+	sent     atomic.Int64 // events sent
+	mu       sync.Mutex
+	waiting  map[string]*streamGroup // groups not yet let go, by name
+	released int64                   // when the last group was let go, Unix ns
+}
+
+// streamGroup is a group of streams that begin together.
+type streamGroup struct {
+	left    int           // streams yet to arrive
+	release chan struct{} // closed when the last one has
+	start   time.Time
+}
+
+// joinGroup adds a stream to the group name of size streams and returns
+// it; the group's release closes once the last of them has arrived.
+func joinGroup(name string, size int) *streamGroup {
+	streams.mu.Lock()
+	defer streams.mu.Unlock()
+	if streams.waiting == nil {
+		streams.waiting = map[string]*streamGroup{}
+	}
+	g := streams.waiting[name]
+	if g == nil {
+		g = &streamGroup{left: size, release: make(chan struct{})}
+		streams.waiting[name] = g
+	}
+	if g.left--; g.left == 0 {
+		g.start = time.Now()
+		streams.released = g.start.UnixNano()
+		delete(streams.waiting, name)
+		close(g.release)
+	}
+	return g
+}
+
+// streamEvents is /stream?n=N&gap=D&group=G&of=M: N events D apart, in
+// HTTP/1.1 chunks, as an LLM server streams tokens, the M streams of
+// group G beginning together once the last of them has arrived (so that
+// a client's start, its connections set up, is apart from its steady
+// state). Event i of a stream goes out at start + (i+1)*D whatever the
+// delays before it, so the streams last N*D unless this host falls
+// behind, and a reader that falls behind finds its events queued. It
+// takes the connection over and writes each event as one chunk, in one
+// write, straight to the socket, so that the server's CPU per event is
+// little more than the kernel's (net/http's response writer adds its
+// buffering and a flush to each event); the client reads what any
+// HTTP/1.1 server sends.
+func streamEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n, _ := strconv.Atoi(q.Get("n"))
+	gap, _ := time.ParseDuration(q.Get("gap"))
+	of, _ := strconv.Atoi(q.Get("of"))
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	defer func() { _ = conn.Close() }()
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"+
+		"Connection: close\r\nTransfer-Encoding: chunked\r\n\r\n"); err != nil {
+		return
+	}
+	g := joinGroup(q.Get("group"), max(of, 1))
+	<-g.release
+	buf := make([]byte, 0, 128)
+	for i := range n {
+		time.Sleep(time.Until(g.start.Add(time.Duration(i+1) * gap)))
+		ev := fmt.Appendf(nil, "id: %d\ndata: {\"choices\":[{\"delta\":{\"content\":\"tok\"}}]}\n\n", i)
+		buf = strconv.AppendInt(buf[:0], int64(len(ev)), 16)
+		buf = append(append(append(buf, "\r\n"...), ev...), "\r\n"...)
+		if _, err := conn.Write(buf); err != nil {
+			return
+		}
+		streams.sent.Add(1)
+	}
+	_, _ = io.WriteString(conn, "0\r\n\r\n")
+}
+
 // BenchmarkSSEStreams runs 1,000 VUs, each reading one stream of 100
-// events/s for 2 s (100,000 events/s in all) from a server in another
-// process. It reports the harness's CPU time per event and what that
-// makes of a core at 100,000 events/s, the server's CPU per event beside
-// it (both share this host's cores), and whether the streams were
-// sustained: the mean stream lasted 2,000 ms and the mean gap between a
-// stream's events was 10 ms when the reading kept up, and delivered/sent
-// is the event rate the streams achieved over the rate sent (1 when
-// sustained; a loaded host shows less).
+// events/s for 10 s (100,000 events/s in all, a million events) from a
+// server in another process, with mocker's garbage-collector setting
+// (GOGC=400). The streams begin together once all 1,000 are connected,
+// so that the VUs' start is measured apart. It reports:
+//   - startup-cpu-ms: the harness's CPU time until every stream was
+//     connected (1,000 JavaScript runtimes, their connections);
+//   - cpu-µs/event: its CPU per event after that (to the end of the
+//     run), and cores@100k/s, what that makes of a core at 100,000
+//     events/s;
+//   - server-cpu-µs/event: the server's over the same time (it shares
+//     this host's cores), and both-cores@100k/s, the cores client and
+//     server took together at 100,000 events/s;
+//   - delivered/sent: the event rate the streams achieved over the rate
+//     sent, 10 s over the time from the streams' start to the end of
+//     the slowest (its last event read): 1 when they were
+//     sustained, less when this host was too slow to run client and
+//     server together on time; interval-ms is the mean gap between a
+//     stream's events (10 ms when sustained).
 func BenchmarkSSEStreams(b *testing.B) {
-	const streams, perStream, gap = 1000, 200, 10 * time.Millisecond
+	const vus, perStream, gap = 1000, 1000, 10 * time.Millisecond
+	defer debug.SetGCPercent(debug.SetGCPercent(400)) // as cmd/mocker runs
 	base := startBenchServer(b)
-	script := filepath.Join(b.TempDir(), "sse.js")
-	src := fmt.Sprintf(`import sse from 'k6/x/sse';
+	for run := range b.N {
+		script := filepath.Join(b.TempDir(), "sse.js")
+		src := fmt.Sprintf(`import sse from 'k6/x/sse';
 export const options = { scenarios: { s: { executor: 'per-vu-iterations', vus: %d, iterations: 1, maxDuration: '120s' } } };
 export default function () {
-  sse.open(__ENV.BASE_URL + '/stream?n=%d&gap=%s', {}, (c) => { c.on('event', (e) => {}); });
-}`, streams, perStream, gap)
-	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
-		b.Fatal(err)
-	}
-	for range b.N {
+  sse.open(__ENV.BASE_URL + '/stream?n=%d&gap=%s&group=%d&of=%d', {}, (c) => { c.on('event', (e) => {}); });
+}`, vus, perStream, gap, run, vus)
+		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+			b.Fatal(err)
+		}
 		export := filepath.Join(b.TempDir(), "summary.json")
+		var end time.Time // when the last stream ended (before the summary)
 		cfg := Config{
 			Script: script, Quiet: true, Stdout: io.Discard, Stderr: io.Discard, Clock: ClockWall,
 			Env: map[string]string{"BASE_URL": base}, SummaryExport: export,
+			observeRun: func(time.Duration) { end = time.Now() },
 		}
-		srv0 := serverCPU(b, base)
+		runtime.GC()
+		srv0 := mustStreamStats(b, base)
 		cpu0 := cputime.Self()
+		watch := watchStreams(base, srv0)
 		var err error
 		peak := peakHeap(func() { err = Run(context.Background(), cfg) })
 		if err != nil {
 			b.Fatal(err)
 		}
-		cpu := cputime.Self() - cpu0
-		srv := serverCPU(b, base) - srv0
-		b.ReportMetric(float64(peak)/streams/1024, "peak-heap-KiB/VU")
+		cpu1 := cputime.Self()
+		cpuBegun, srvBegun, ok := watch()
+		srv1 := mustStreamStats(b, base)
 		raw, err := os.ReadFile(export)
 		if err != nil {
 			b.Fatal(err)
 		}
 		f := sseFigures(raw)
-		if f.events != streams*perStream {
-			b.Fatalf("got %v events, want %d", f.events, streams*perStream)
+		const events = vus * perStream
+		if sent := srv1.sent - srv0.sent; f.events != events || sent != events || !ok {
+			b.Fatalf("got %v events of %d sent, want %d (streams let go: %v)", f.events, sent, events, ok)
 		}
-		perEvent := float64(cpu.Microseconds()) / f.events
-		b.ReportMetric(perEvent, "cpu-µs/event")
-		b.ReportMetric(perEvent*1e5/1e6, "cores@100k/s")
-		b.ReportMetric(float64(srv.Microseconds())/f.events, "server-cpu-µs/event")
+		steady := float64(events - (srvBegun.sent - srv0.sent)) // sent after the watch saw the start
+		client := float64((cpu1 - cpuBegun).Microseconds()) / steady
+		server := float64((srv1.cpu - srvBegun.cpu).Microseconds()) / steady
+		b.ReportMetric(float64((cpuBegun - cpu0).Milliseconds()), "startup-cpu-ms")
+		b.ReportMetric(client, "cpu-µs/event")
+		b.ReportMetric(client*1e5/1e6, "cores@100k/s")
+		b.ReportMetric(server, "server-cpu-µs/event")
+		b.ReportMetric((client+server)*1e5/1e6, "both-cores@100k/s")
+		b.ReportMetric(float64(perStream*gap)/float64(end.Sub(time.Unix(0, srv1.released))), "delivered/sent")
 		b.ReportMetric(f.gap, "interval-ms")
-		b.ReportMetric(f.stream, "stream-ms")
-		b.ReportMetric(float64(perStream)*float64(gap.Milliseconds())/f.stream, "delivered/sent")
+		b.ReportMetric(float64(peak)/vus/1024, "peak-heap-KiB/VU")
 	}
 }
 
-// serverCPU reads the bench server's CPU time (its /cpu).
-func serverCPU(b *testing.B, base string) time.Duration {
-	b.Helper()
-	resp, err := http.Get(base + "/cpu")
+// streamCounts are the bench server's /stats.
+type streamCounts struct {
+	cpu      time.Duration
+	sent     int64
+	released int64 // Unix ns
+}
+
+func readStreamStats(base string) (streamCounts, error) {
+	var c streamCounts
+	resp, err := http.Get(base + "/stats")
 	if err != nil {
-		b.Fatal(err)
+		return c, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
+		return c, err
+	}
+	var us int64
+	if _, err := fmt.Sscan(string(raw), &us, &c.sent, &c.released); err != nil {
+		return c, fmt.Errorf("the bench server's /stats said %q: %w", raw, err)
+	}
+	c.cpu = time.Duration(us) * time.Microsecond
+	return c, nil
+}
+
+func mustStreamStats(b *testing.B, base string) streamCounts {
+	b.Helper()
+	c, err := readStreamStats(base)
+	if err != nil {
 		b.Fatal(err)
 	}
-	us, err := strconv.ParseInt(string(raw), 10, 64)
-	if err != nil {
-		b.Fatalf("the bench server's /cpu said %q: %v", raw, err)
+	return c
+}
+
+// watchStreams reads the server's /stats every 10 ms until it lets a
+// new group of streams go (at0: the stats before the run); the returned
+// func stops it and returns this process's CPU time and the server's
+// stats at that moment (ok false if it never came). Each look is one
+// small request of this process's.
+func watchStreams(base string, at0 streamCounts) func() (cpu time.Duration, srv streamCounts, ok bool) {
+	type seen struct {
+		cpu time.Duration
+		srv streamCounts
+		ok  bool
 	}
-	return time.Duration(us) * time.Microsecond
+	stop, out := make(chan struct{}), make(chan seen, 1)
+	go func() {
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				out <- seen{}
+				return
+			case <-tick.C:
+			}
+			if s, err := readStreamStats(base); err == nil && s.released != at0.released {
+				out <- seen{cputime.Self(), s, true}
+				return
+			}
+		}
+	}()
+	return func() (time.Duration, streamCounts, bool) {
+		close(stop)
+		s := <-out
+		return s.cpu, s.srv, s.ok
+	}
 }
 
 // peakHeap runs f and returns the largest heap in use seen while it ran
@@ -277,7 +414,6 @@ func peakHeap(f func()) uint64 {
 type sseStats struct {
 	events float64 // sse_event count
 	gap    float64 // mean sse_event_interval, ms
-	stream float64 // mean http_req_duration (the streams'), ms
 }
 
 func sseFigures(export []byte) sseStats {
@@ -290,6 +426,5 @@ func sseFigures(export []byte) sseStats {
 	return sseStats{
 		events: s.Metrics["sse_event"]["count"],
 		gap:    s.Metrics["sse_event_interval"]["avg"],
-		stream: s.Metrics["http_req_duration"]["avg"],
 	}
 }

@@ -136,16 +136,15 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 		c.throw("sse.open: the last argument must be a function that receives the client")
 	}
 	req := c.parse(call.Argument(0), params)
-	handlers := map[string][]sobek.Callable{}
+	var on handlers
 	closed := false
 	client := c.rt.NewObject()
 	_ = client.Set("on", func(name string, fn sobek.Callable) {
-		switch name {
-		case "open", "event", "error":
-		default:
+		list := on.named(name)
+		if list == nil {
 			c.throw("client.on: unknown event %q (open, event, error)", name)
 		}
-		handlers[name] = append(handlers[name], fn)
+		*list = append(*list, fn)
 	})
 	_ = client.Set("close", func() { closed = true })
 	if _, err := setup(sobek.Undefined(), client); err != nil {
@@ -163,19 +162,12 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	_ = res.Set("status", 0)
 	_ = res.Set("error", "")
 	_ = res.Set("url", req.url)
-	fire := func(name string, arg sobek.Value) {
-		for _, fn := range handlers[name] {
-			if _, err := fn(sobek.Undefined(), arg); err != nil {
-				panic(err)
-			}
-		}
-	}
 	fail := func(err error) {
 		msg := err.Error()
 		_ = res.Set("error", msg)
 		e := c.rt.NewObject()
 		_ = e.Set("error", func() string { return msg })
-		fire("error", e)
+		fire(on.error, e)
 	}
 	tags := c.tags(req)
 	c.samples = c.samples[:0]
@@ -203,7 +195,7 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 			_ = h.Set(k, strings.Join(v, ", "))
 		}
 		_ = res.Set("headers", h)
-		fire("open", sobek.Undefined())
+		fire(on.open, sobek.Undefined())
 		if closed {
 			break
 		}
@@ -213,7 +205,7 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 			break
 		}
 		counted.r = resp.Body
-		c.stream(ctx, newEventReader(counted), tags, start, fire, fail, &closed)
+		c.stream(ctx, newEventReader(counted), tags, start, &on, fail, &closed)
 	}
 	now := c.vu.Now()
 	reqTags := tags.With("status", strconv.Itoa(status))
@@ -227,6 +219,34 @@ func (c *Client) open(call sobek.FunctionCall) sobek.Value {
 	return res
 }
 
+// handlers are a stream's handlers, by the event they run on; a handler
+// may add others, which run from the next event on.
+type handlers struct{ open, event, error []sobek.Callable }
+
+// named is the list of the handlers of the event name; nil for a name
+// the client has no event of.
+func (h *handlers) named(name string) *[]sobek.Callable {
+	switch name {
+	case "open":
+		return &h.open
+	case "event":
+		return &h.event
+	case "error":
+		return &h.error
+	}
+	return nil
+}
+
+// fire runs the handlers in list with arg, one after the other; a
+// handler's exception ends the stream (and the iteration).
+func fire(list []sobek.Callable, arg sobek.Value) {
+	for _, fn := range list {
+		if _, err := fn(sobek.Undefined(), arg); err != nil {
+			panic(err)
+		}
+	}
+}
+
 // emitEvery is how many event samples a VU gathers before it hands
 // them to the collector.
 const emitEvery = 64
@@ -234,7 +254,7 @@ const emitEvery = 64
 // stream runs the event handlers for each event of er until the stream
 // ends, fails or a handler calls close() (*closed).
 func (c *Client) stream(ctx context.Context, er *eventReader, tags metrics.Tags, start time.Time,
-	fire func(string, sobek.Value), fail func(error), closed *bool,
+	on *handlers, fail func(error), closed *bool,
 ) {
 	var (
 		ev    Event
@@ -269,7 +289,7 @@ func (c *Client) stream(ctx context.Context, er *eventReader, tags metrics.Tags,
 			c.vu.Emit(c.samples)
 			c.samples = c.samples[:0]
 		}
-		fire("event", c.rt.NewDynamicObject(&eventObject{c: c, ev: ev}))
+		fire(on.event, c.rt.NewDynamicObject(&eventObject{c: c, ev: ev}))
 	}
 }
 
