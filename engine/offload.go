@@ -265,11 +265,7 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 	for _, s := range evicted {
 		h := blocks[s].hash
 		in, dropped, didDrop := p.g2.put(h)
-		if didDrop {
-			p.ev.removedTier(kv.MediumCPU, dropped)
-		}
-		if in {
-			p.ev.storedTier(kv.MediumCPU, h)
+		if p.announceIntake(kv.MediumCPU, h, in, dropped, didDrop) {
 			added = append(added, h)
 		}
 	}
@@ -277,12 +273,7 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 	if p.g3 != nil {
 		for _, h := range added {
 			in, dropped, didDrop := p.g3.offer(h)
-			if didDrop {
-				p.ev.removedTier(kv.MediumDisk, dropped)
-			}
-			if in {
-				p.ev.storedTier(kv.MediumDisk, h)
-			}
+			p.announceIntake(kv.MediumDisk, h, in, dropped, didDrop)
 		}
 	}
 	if p.g4 != nil {
@@ -292,6 +283,19 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 			}
 		}
 	}
+}
+
+// announceIntake announces a host or disk tier's answer to taking in h
+// (put or offer): the block it dropped to make room, if any, removed from
+// medium m, then h stored on it if it took h in, which it reports.
+func (p *blockPool) announceIntake(m kv.Medium, h kv.SeqHash, in bool, dropped kv.SeqHash, didDrop bool) bool {
+	if didDrop {
+		p.ev.removedTier(m, dropped)
+	}
+	if in {
+		p.ev.storedTier(m, h)
+	}
+	return in
 }
 
 // tierRun is where a prompt's blocks past its GPU hits are found in the
@@ -349,11 +353,6 @@ func (p *blockPool) onboardTiers(hs []kv.SeqHash, r tierRun) {
 	}
 	for _, h := range staged {
 		in, dropped, didDrop := p.g2.put(h)
-		if didDrop {
-			p.ev.removedTier(kv.MediumCPU, dropped)
-		}
-		if in {
-			p.ev.storedTier(kv.MediumCPU, h)
-		}
+		p.announceIntake(kv.MediumCPU, h, in, dropped, didDrop)
 	}
 }
