@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/kvstrand/mocker/engine"
 )
 
 // Stats is the cluster's state now and its counters since New.
@@ -46,25 +48,56 @@ type Stats struct {
 	ReservedBlocks int `json:"reserved_blocks"`
 	ActiveBlocks   int `json:"active_blocks"`
 	PeakHeldBlocks int `json:"peak_held_blocks"`
-	// G2Blocks and G2Capacity sum the workers' host (G2) offload tiers,
-	// occupied and in all (num_g2_blocks); G2Onboarded counts the blocks
-	// copied back from them on prefix hits. All 0 without a tier.
+	// TierStats sums the workers' KV tiers below their GPU pools.
+	TierStats
+	// NowMs is the cluster's modeled time.
+	NowMs   float64       `json:"now_ms"`
+	Workers []WorkerStats `json:"workers"`
+}
+
+// TierStats are the KV tiers below a GPU pool, one rank's or summed over
+// a cluster's: the host (G2) offload tier (num_g2_blocks), the disk (G3)
+// tier (num_g3_blocks) and object storage (G4, enable_g4_storage). Stats,
+// WorkerStats and the script's summary data embed it, so a tier figure
+// added here reaches their JSON and the script under one name.
+type TierStats struct {
+	// G2Blocks and G2Capacity are the host tier's blocks occupied and in
+	// all; G2Onboarded counts the blocks prefix hits found there and
+	// copied back instead of recomputing them. All 0 without a tier.
 	G2Blocks    int    `json:"g2_blocks,omitempty"`
 	G2Capacity  int    `json:"g2_capacity,omitempty"`
 	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
-	// G3Blocks and G3Capacity sum the workers' disk (G3) tiers
-	// (num_g3_blocks), G3Onboarded the blocks prefix hits found there;
-	// G4Blocks sums their object storage (enable_g4_storage), G4Onboarded
-	// the blocks prefix hits found there. G2Onboarded counts only the
-	// hits found in the host tiers themselves. All 0 without the tier.
+	// G3Blocks, G3Capacity and G3Onboarded are the same for the disk
+	// tier, G4Blocks and G4Onboarded for object storage (which has no
+	// bound): the blocks prefix hits found there, past the tiers above,
+	// staged back through the host tier. G2Onboarded counts only the hits
+	// found in the host tier itself. 0 without the tier.
 	G3Blocks    int    `json:"g3_blocks,omitempty"`
 	G3Capacity  int    `json:"g3_capacity,omitempty"`
 	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
 	G4Blocks    int    `json:"g4_blocks,omitempty"`
 	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
-	// NowMs is the cluster's modeled time.
-	NowMs   float64       `json:"now_ms"`
-	Workers []WorkerStats `json:"workers"`
+}
+
+// tierStats reads a rank's tiers from its metrics.
+func tierStats(m engine.Metrics) TierStats {
+	return TierStats{
+		G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity, G2Onboarded: m.G2Onboarded,
+		G3Blocks: m.G3Blocks, G3Capacity: m.G3Capacity, G3Onboarded: m.G3Onboarded,
+		G4Blocks: m.G4Blocks, G4Onboarded: m.G4Onboarded,
+	}
+}
+
+// add sums o into t.
+func (t *TierStats) add(o TierStats) {
+	t.G2Blocks += o.G2Blocks
+	t.G2Capacity += o.G2Capacity
+	t.G2Onboarded += o.G2Onboarded
+	t.G3Blocks += o.G3Blocks
+	t.G3Capacity += o.G3Capacity
+	t.G3Onboarded += o.G3Onboarded
+	t.G4Blocks += o.G4Blocks
+	t.G4Onboarded += o.G4Onboarded
 }
 
 // WorkerStats is one worker's occupancy, in blocks and requests.
@@ -84,24 +117,13 @@ type WorkerStats struct {
 	Waiting        int    `json:"waiting"`
 	HeldRequests   int    `json:"held_requests"`
 	Passes         uint64 `json:"passes"`
-	// G2Blocks and G2Capacity are the rank's host (G2) offload tier,
-	// occupied and in all; G2Offloaded counts the blocks its GPU pool
-	// evicted into the tier, G2Onboarded those copied back from it. All 0
-	// without one.
-	G2Blocks    int    `json:"g2_blocks,omitempty"`
-	G2Capacity  int    `json:"g2_capacity,omitempty"`
+	// TierStats are the rank's KV tiers below its GPU pool.
+	TierStats
+	// G2Offloaded counts the blocks the rank's GPU pool evicted into its
+	// host tier, G3Offloaded those the host tier copied on to disk. 0
+	// without the tier.
 	G2Offloaded uint64 `json:"g2_offloaded,omitempty"`
-	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
-	// G3Blocks and G3Capacity are its disk (G3) tier, G4Blocks its object
-	// storage (G4); G3Offloaded counts the blocks copied to disk, and
-	// G3Onboarded and G4Onboarded the prefix hits found there. 0 without
-	// them.
-	G3Blocks    int    `json:"g3_blocks,omitempty"`
-	G3Capacity  int    `json:"g3_capacity,omitempty"`
 	G3Offloaded uint64 `json:"g3_offloaded,omitempty"`
-	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
-	G4Blocks    int    `json:"g4_blocks,omitempty"`
-	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
 	// Preemptions counts the requests the rank's scheduler preempted
 	// (SGLang: retracted) since start, for serve's metrics; kept out of
 	// the JSON, whose keys scripts and recorded runs already read.
@@ -143,9 +165,7 @@ func (c *Cluster) statsNow() Stats {
 			TotalBlocks: m.TotalBlocks, ActiveBlocks: m.ActiveBlocks, InactiveBlocks: m.InactiveBlocks,
 			FreeBlocks: m.FreeBlocks, HeldBlocks: m.HeldBlocks, ReservedBlocks: m.ReservedBlocks,
 			Running: m.Running, Waiting: m.Waiting, HeldRequests: m.HeldRequests, Passes: m.Passes,
-			G2Blocks: m.G2Blocks, G2Capacity: m.G2Capacity, G2Offloaded: m.G2Offloaded, G2Onboarded: m.G2Onboarded,
-			G3Blocks: m.G3Blocks, G3Capacity: m.G3Capacity, G3Offloaded: m.G3Offloaded, G3Onboarded: m.G3Onboarded,
-			G4Blocks: m.G4Blocks, G4Onboarded: m.G4Onboarded,
+			TierStats: tierStats(m), G2Offloaded: m.G2Offloaded, G3Offloaded: m.G3Offloaded,
 			Preemptions: m.Preemptions,
 		}
 		if w.server != nil {
@@ -156,14 +176,7 @@ func (c *Cluster) statsNow() Stats {
 		s.HeldBlocks += m.HeldBlocks
 		s.ReservedBlocks += m.ReservedBlocks
 		s.ActiveBlocks += m.ActiveBlocks
-		s.G2Blocks += m.G2Blocks
-		s.G2Capacity += m.G2Capacity
-		s.G2Onboarded += m.G2Onboarded
-		s.G3Blocks += m.G3Blocks
-		s.G3Capacity += m.G3Capacity
-		s.G3Onboarded += m.G3Onboarded
-		s.G4Blocks += m.G4Blocks
-		s.G4Onboarded += m.G4Onboarded
+		s.add(s.Workers[i].TierStats)
 	}
 	return s
 }

@@ -427,13 +427,5 @@ func (p *blockPool) onboardTiers(hs []kv.SeqHash, r tierRun) {
 	if r.g4 > 0 {
 		p.g4.onboarded += uint64(r.g4)
 	}
-	for _, h := range staged {
-		in, dropped, didDrop := p.g2.put(h)
-		if didDrop {
-			p.ev.removedTier(kv.MediumCPU, dropped)
-		}
-		if in {
-			p.ev.storedTier(kv.MediumCPU, h)
-		}
-	}
+	p.fileTier(p.g2.put, kv.MediumCPU, staged, nil, false)
 }

@@ -6,9 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -38,12 +39,7 @@ func readNPZ(data []byte) (npzArrays, error) {
 func (a npzArrays) array(name string, dims int) ([]float64, []int, error) {
 	f, ok := a[name]
 	if !ok {
-		have := make([]string, 0, len(a))
-		for k := range a {
-			have = append(have, k)
-		}
-		sort.Strings(have)
-		return nil, nil, fmt.Errorf("NPZ has no array %q (it has %s)", name, strings.Join(have, ", "))
+		return nil, nil, fmt.Errorf("NPZ has no array %q (it has %s)", name, strings.Join(slices.Sorted(maps.Keys(a)), ", "))
 	}
 	rc, err := f.Open()
 	if err != nil {

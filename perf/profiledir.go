@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -38,12 +39,7 @@ type jsonArrays map[string]json.RawMessage
 func (a jsonArrays) vector(name string) ([]float64, error) {
 	raw, ok := a[name]
 	if !ok {
-		have := make([]string, 0, len(a))
-		for k := range a {
-			have = append(have, k)
-		}
-		slices.Sort(have)
-		return nil, fmt.Errorf("JSON has no array %q (it has %s)", name, strings.Join(have, ", "))
+		return nil, fmt.Errorf("JSON has no array %q (it has %s)", name, strings.Join(slices.Sorted(maps.Keys(a)), ", "))
 	}
 	var v []float64
 	if err := json.Unmarshal(raw, &v); err == nil {

@@ -190,8 +190,10 @@ func BenchmarkServeLatency(b *testing.B) {
 // BenchmarkServeStreams holds 2,000 streams open at once (256 tokens each)
 // on eight workers paced at speedup 10, and reports the paced loop's peak
 // lag behind the wall clock as a fraction of the run (lag_frac; the
-// cluster falls behind when the host cannot keep up), the CPU per
-// streamed token, and the cores the run needs to keep pace (cpu_frac).
+// cluster falls behind when the host cannot keep up), how late the
+// client's tokens came against their modeled instants (late_mean_ms,
+// late_p99_ms), the CPU per streamed token, and the cores the run needs
+// to keep pace (cpu_frac).
 // In process, the CPU is the client's and the server's; with the server
 // in a child process (server-child), the server's alone, on the
 // benchmark's Ps (-cpu 1: one P).
@@ -233,7 +235,11 @@ func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
 	hc := &http.Client{Transport: tr}
 	var run time.Duration
 	var failed atomic.Int64
-	sent := make([]time.Duration, streams) // the last run's, from its start
+	// The last run's, from its start: when each stream was sent, and when
+	// each of its tokens (a chunk each) reached the client.
+	sent := make([]time.Duration, streams)
+	arrived := make([][]time.Duration, streams)
+	first := uint64(0) // the last run's first prompt: each run's are fresh
 	cpu0 := cpu()
 	for b.Loop() {
 		start := time.Now()
@@ -242,12 +248,18 @@ func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
 			go func() {
 				defer func() { done <- struct{}{} }()
 				sent[i] = time.Since(start)
-				resp, err := hc.Post(base+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(uint64(i), tokens, true)))
+				arrived[i] = arrived[i][:0]
+				resp, err := hc.Post(base+"/v1/completions", "application/json", bytes.NewReader(benchPrompt(first+uint64(i), tokens, true)))
 				if err != nil {
 					failed.Add(1)
 					return
 				}
-				_, _ = io.Copy(io.Discard, resp.Body)
+				sc := bufio.NewScanner(resp.Body)
+				for sc.Scan() {
+					if bytes.HasPrefix(sc.Bytes(), []byte("data: {")) {
+						arrived[i] = append(arrived[i], time.Since(start))
+					}
+				}
 				resp.Body.Close()
 				if resp.StatusCode != http.StatusOK {
 					failed.Add(1)
@@ -258,7 +270,9 @@ func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
 			<-done
 		}
 		run += time.Since(start)
+		first += streams
 	}
+	first -= streams
 	used := cpu() - cpu0
 	if n := failed.Load(); n > 0 {
 		b.Fatalf("%d streams failed", n)
@@ -276,15 +290,13 @@ func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
 	arrivals := make([]cluster.Arrival, streams)
 	for i := range arrivals {
 		ids := make([]uint32, 128)
-		ids[0] = uint32(i)
+		ids[0] = uint32(first + uint64(i))
 		for k := 1; k < len(ids); k++ {
 			ids[k] = 17
 		}
 		arrivals[i] = cluster.Arrival{AtMs: sent[i].Seconds() * 1e3 * speedup, Request: cluster.Request{Tokens: ids, MaxTokens: tokens}}
 	}
-	vcfg := streamsConfig()
-	vcfg.StreamTokens = false
-	v, err := cluster.RunVirtual(vcfg, arrivals, cluster.VirtualOptions{})
+	v, err := cluster.RunVirtual(streamsConfig(), arrivals, cluster.VirtualOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -292,6 +304,33 @@ func streamsRun(b *testing.B, base string, cpu, lag func() time.Duration) {
 	for i, r := range v.Results {
 		span = max(span, arrivals[i].AtMs+r.E2EMs)
 	}
+	// What a client sees: how much later than its modeled instant over
+	// the speedup each token of the last run reached the client (the
+	// loop's lag, the pacing grain, the writes and the reads), mean and
+	// p99 over all tokens. A token's modeled instant is its request's
+	// arrival plus its TTFT for the first, its E2E for the last, and
+	// evenly spaced between (the request's mean ITL apart).
+	late := make([]float64, 0, streams*tokens)
+	for i, r := range v.Results {
+		if r.OutputTokens < 1 || len(arrived[i]) < r.OutputTokens {
+			b.Fatalf("stream %d: %d chunks, %d tokens modeled", i, len(arrived[i]), r.OutputTokens)
+		}
+		itl := 0.0
+		if r.OutputTokens > 1 {
+			itl = (r.E2EMs - r.TTFTMs) / float64(r.OutputTokens-1)
+		}
+		for k := range r.OutputTokens {
+			at := arrivals[i].AtMs + r.TTFTMs + float64(k)*itl
+			late = append(late, float64(arrived[i][k].Microseconds())/1e3-at/speedup)
+		}
+	}
+	slices.Sort(late)
+	mean := 0.0
+	for _, l := range late {
+		mean += l / float64(len(late))
+	}
+	b.ReportMetric(mean, "late_mean_ms")
+	b.ReportMetric(late[len(late)*99/100], "late_p99_ms")
 	paced := span / 1e3 / speedup
 	b.ReportMetric(paced, "paced_s/run")
 	b.ReportMetric(used.Seconds()/float64(b.N)/paced, "cpu_frac")

@@ -355,6 +355,24 @@ func TestMetrics_TRTLLMNames(t *testing.T) {
 	}
 }
 
+// sendPromptsTwice sends n prompts of 128 distinct token ids (8 blocks of
+// 16) to base's completions, one at a time, and then the same n again:
+// prompts a small GPU pool evicts before they come back.
+func sendPromptsTwice(t *testing.T, hc *http.Client, base string, n int) {
+	t.Helper()
+	for round := range 2 {
+		for i := range n {
+			ids := make([]string, 128)
+			for j := range ids {
+				ids[j] = fmt.Sprint(1 + i*1000 + j)
+			}
+			a := send(hc, base+"/v1/completions", fmt.Sprintf(`{"prompt": [%s], "max_tokens": 2}`, strings.Join(ids, ",")))
+			require.NoError(t, a.err)
+			require.Equal(t, http.StatusOK, a.status, "round %d prompt %d: %s", round, i, a.raw)
+		}
+	}
+}
+
 // TestMetrics_HostTier: a worker with a host tier shows its occupancy,
 // size, and the blocks offloaded into it and onboarded from it, under
 // tier G2 and medium CPU, equal to the cluster's own figures; TRT-LLM's
@@ -376,17 +394,7 @@ func TestMetrics_HostTier(t *testing.T) {
 			// Ten prompts of 8 blocks each, twice over, five to each
 			// worker: its GPU pool of 24 blocks evicts the first ones into
 			// the tier before they come back.
-			for round := range 2 {
-				for i := range 10 {
-					ids := make([]string, 128)
-					for j := range ids {
-						ids[j] = fmt.Sprint(1 + i*1000 + j)
-					}
-					a := send(hc, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": [%s], "max_tokens": 2}`, strings.Join(ids, ",")))
-					require.NoError(t, a.err)
-					require.Equal(t, http.StatusOK, a.status, "round %d prompt %d: %s", round, i, a.raw)
-				}
-			}
+			sendPromptsTwice(t, hc, ts.URL, 10)
 			f := scrape(t, hc, ts.URL)
 			st := s.Cluster().Stats()
 			var offloaded uint64
@@ -422,17 +430,7 @@ func TestMetrics_HostTier(t *testing.T) {
 			"num_g2_blocks": 8, "num_g3_blocks": 40, "enable_g4_storage": true}
 		s, ts := startServer(t, cluster.Config{Workers: 1, Args: args}, Options{})
 		hc := client(ts)
-		for round := range 2 {
-			for i := range 5 {
-				ids := make([]string, 128)
-				for j := range ids {
-					ids[j] = fmt.Sprint(1 + i*1000 + j)
-				}
-				a := send(hc, ts.URL+"/v1/completions", fmt.Sprintf(`{"prompt": [%s], "max_tokens": 2}`, strings.Join(ids, ",")))
-				require.NoError(t, a.err)
-				require.Equal(t, http.StatusOK, a.status, "round %d prompt %d: %s", round, i, a.raw)
-			}
-		}
+		sendPromptsTwice(t, hc, ts.URL, 5)
 		f := scrape(t, hc, ts.URL)
 		st := s.Cluster().Stats()
 		w := st.Workers[0]

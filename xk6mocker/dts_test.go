@@ -122,22 +122,18 @@ func dtsSplit(body string) []string {
 	return out
 }
 
-// jsonNames lists a struct type's JSON field names.
+// jsonNames lists a struct type's JSON field names, an embedded struct's
+// among them.
 func jsonNames(t reflect.Type) []string {
 	var out []string
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+		switch name, ok := jsonName(t.Field(i)); {
+		case !ok:
+		case name == "":
+			out = append(out, jsonNames(t.Field(i).Type)...)
+		default:
+			out = append(out, name)
 		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if name == "-" {
-			continue
-		}
-		if name == "" {
-			name = snake(f.Name)
-		}
-		out = append(out, name)
 	}
 	return out
 }

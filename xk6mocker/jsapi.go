@@ -837,25 +837,42 @@ func statsObject(rt *sobek.Runtime, st cluster.Stats, drained bool, errMsg strin
 // list.
 func structObject(rt *sobek.Runtime, v reflect.Value) *sobek.Object {
 	o := rt.NewObject()
+	setFields(rt, o, v)
+	return o
+}
+
+// setFields sets the fields of the struct v on o by their JSON names; an
+// embedded struct's fields are v's own, as in encoding/json.
+func setFields(rt *sobek.Runtime, o *sobek.Object, v reflect.Value) {
 	t := v.Type()
 	for i := range t.NumField() {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
+		switch name, ok := jsonName(t.Field(i)); {
+		case !ok:
+		case name == "":
+			setFields(rt, o, v.Field(i))
+		default:
+			must(o.Set(name, jsValue(rt, v.Field(i))))
 		}
-		name := snake(f.Name)
-		if tag, ok := f.Tag.Lookup("json"); ok {
-			n, _, _ := strings.Cut(tag, ",")
-			if n == "-" {
-				continue
-			}
-			if n != "" {
-				name = n
-			}
-		}
-		must(o.Set(name, jsValue(rt, v.Field(i))))
 	}
-	return o
+}
+
+// jsonName is a struct field's key in JSON and in the script: its JSON
+// tag's name, or its Go name in snake_case. It is "" for an embedded
+// struct without a tag, whose fields encoding/json puts in their parent,
+// and ok is false for a field left out.
+func jsonName(f reflect.StructField) (name string, ok bool) {
+	tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	switch {
+	case tag == "-":
+		return "", false
+	case f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct:
+		return "", true
+	case !f.IsExported():
+		return "", false
+	case tag != "":
+		return tag, true
+	}
+	return snake(f.Name), true
 }
 
 func jsValue(rt *sobek.Runtime, v reflect.Value) any {

@@ -42,22 +42,9 @@ type ClusterSummary struct {
 	// PrefillRefusals counts requests refused because every prefill worker
 	// was busy: the cascade.
 	PrefillRefusals uint64 `json:"prefill_refusals"`
-	// G2Blocks and G2Capacity are the workers' host (G2) offload tiers,
-	// occupied at the end and in all; G2Onboarded counts the blocks copied
-	// back from them on prefix hits. Absent without a tier.
-	G2Blocks    int    `json:"g2_blocks,omitempty"`
-	G2Capacity  int    `json:"g2_capacity,omitempty"`
-	G2Onboarded uint64 `json:"g2_onboarded,omitempty"`
-	// G3Blocks, G3Capacity and G3Onboarded are the same for the disk (G3)
-	// tiers, G4Blocks and G4Onboarded for object storage (G4): the blocks
-	// prefix hits found there, staged back through the host tier.
-	// G2Onboarded counts the hits found in the host tiers themselves.
-	// Absent without the tier.
-	G3Blocks    int    `json:"g3_blocks,omitempty"`
-	G3Capacity  int    `json:"g3_capacity,omitempty"`
-	G3Onboarded uint64 `json:"g3_onboarded,omitempty"`
-	G4Blocks    int    `json:"g4_blocks,omitempty"`
-	G4Onboarded uint64 `json:"g4_onboarded,omitempty"`
+	// TierStats are the workers' KV tiers below their GPU pools summed,
+	// at the end: each figure absent without its tier.
+	cluster.TierStats
 	// LongestHolds are the longest ended holds, longest first.
 	LongestHolds []cluster.Hold `json:"longest_holds"`
 	// ClockLagPeakMs is the most wall time the cluster's loop ran behind
@@ -150,9 +137,7 @@ func (e *entry) summary() ClusterSummary {
 	}
 	s.PeakHeldBlocks = st.PeakHeldBlocks
 	s.PrefillRefusals = st.PrefillRejections
-	s.G2Blocks, s.G2Capacity, s.G2Onboarded = st.G2Blocks, st.G2Capacity, st.G2Onboarded
-	s.G3Blocks, s.G3Capacity, s.G3Onboarded = st.G3Blocks, st.G3Capacity, st.G3Onboarded
-	s.G4Blocks, s.G4Onboarded = st.G4Blocks, st.G4Onboarded
+	s.TierStats = st.TierStats
 	s.LongestHolds = longestHolds(e.holds(), longestShown)
 	lag := e.lag()
 	s.ClockLagPeakMs = lag.PeakMs
