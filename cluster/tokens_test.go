@@ -74,3 +74,16 @@ func TestOnToken_FirstTokenOnlyWithoutStreamTokens(t *testing.T) {
 	require.Equal(t, OutcomeCompleted, r.Outcome, r.Error)
 	assert.Equal(t, []int{0}, h.index)
 }
+
+// TestRunVirtual_RefusesOnToken: RunVirtual never calls OnToken, so an
+// arrival asking for its tokens is refused before anything runs rather
+// than left unheard.
+func TestRunVirtual_RefusesOnToken(t *testing.T) {
+	t.Parallel()
+	arrivals := []Arrival{
+		{AtMs: 0, Request: Request{PromptTokens: 32, MaxTokens: 4}},
+		{AtMs: 5, Request: Request{PromptTokens: 32, MaxTokens: 4, OnToken: func(int, float64) {}}},
+	}
+	_, err := RunVirtual(Config{}, arrivals, VirtualOptions{})
+	require.ErrorContains(t, err, "arrivals[1]: RunVirtual reports results, not tokens")
+}

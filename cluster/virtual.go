@@ -116,7 +116,8 @@ type VirtualRun struct {
 // doing. The arrivals are read as they reach the cluster, and an arrival's
 // Tokens, when given, are used as they are: none may change during the
 // run. Config errors and invalid arrivals (a negative
-// or non-finite time) are returned before anything runs; a bad request is
+// or non-finite time, an OnToken, which RunVirtual does not call) are
+// returned before anything runs; a bad request is
 // an "error" Result, as from Generate.
 func RunVirtual(cfg Config, arrivals []Arrival, opts VirtualOptions) (VirtualRun, error) {
 	return runArrivals(cfg, arrivals, options{virtual: true, memory: !opts.TCP, keepEvents: opts.EventLog, shareTokens: true})
@@ -128,6 +129,10 @@ func runArrivals(cfg Config, arrivals []Arrival, opts options) (VirtualRun, erro
 	for i, a := range arrivals {
 		if !(a.AtMs >= 0) || a.AtMs > maxModeledMs {
 			return VirtualRun{}, fmt.Errorf("arrivals[%d].at_ms: want a finite number of modeled ms in [0, %g], got %g", i, maxModeledMs, a.AtMs)
+		}
+		if a.Request.OnToken != nil {
+			return VirtualRun{}, fmt.Errorf("arrivals[%d]: RunVirtual reports results, not tokens, and would never call OnToken; "+
+				"a cluster driven on virtual time by NewStepped calls it", i)
 		}
 	}
 	p, err := cfg.Plan()
