@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -143,20 +144,23 @@ func dynamoDecodeArgs() Args {
 
 // destination_transfer_footprint_excludes_decode_headroom: a 10-token
 // prompt reserves a transfer footprint of 12 tokens (3 blocks of 4),
-// whatever its max output (1 or 128).
+// whatever its max output (1 or 128), under either setting.
 func TestDynamo_DestinationTransferFootprintExcludesDecodeHeadroom(t *testing.T) {
 	for _, maxOut := range []int{1, 128} {
-		w := newWorker(t, dynamoDecodeArgs())
-		var r record
-		tokens := make([]uint32, 10)
-		for i := range tokens {
-			tokens[i] = uint32(i)
-		}
-		require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: tokens, MaxTokens: maxOut}))
-		drive(t, w, &r, 0)
-		res := r.eventsFor(EventDecodeReserved, 1)
-		require.Len(t, res, 1, "reserved at once")
-		assert.Equal(t, 12, res[0].MissingTokens, "max output %d", maxOut)
+		t.Run(fmt.Sprintf("max_tokens %d", maxOut), func(t *testing.T) {
+			eachVLLMCompat(t, dynamoDecodeArgs(), func(t *testing.T, _ bool, w *Worker) {
+				var r record
+				tokens := make([]uint32, 10)
+				for i := range tokens {
+					tokens[i] = uint32(i)
+				}
+				require.NoError(t, w.Reserve(0, Request{ID: 1, Tokens: tokens, MaxTokens: maxOut}))
+				drive(t, w, &r, 0)
+				res := r.eventsFor(EventDecodeReserved, 1)
+				require.Len(t, res, 1, "reserved at once")
+				assert.Equal(t, 12, res[0].MissingTokens)
+			})
+		})
 	}
 }
 
@@ -167,9 +171,12 @@ func TestDynamo_DestinationTransferFootprintExcludesDecodeHeadroom(t *testing.T)
 // cached from an earlier request). A second blocker is admitted while the
 // reservation is held; the activated request waits, keeping its blocks,
 // until that blocker completes, then runs and completes, leaving no active
-// block.
+// block. The same under mocker's default and under dynamo_compat.
 func TestDynamo_HandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission(t *testing.T) {
-	w := newWorker(t, dynamoDecodeArgs())
+	eachVLLMCompat(t, dynamoDecodeArgs(), handoffOwnsKVUntilNormalAdmission)
+}
+
+func handoffOwnsKVUntilNormalAdmission(t *testing.T, _ bool, w *Worker) {
 	var r record
 	seq := func(from, n uint32) []uint32 {
 		out := make([]uint32, n)
