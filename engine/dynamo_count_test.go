@@ -272,7 +272,7 @@ var dynamoLedger = []dynamoCount{
 	{areaTRT, "enqueue_clamps_excess_output_to_capacity", 3, 3, 3, 3, "TestDynamo_TRTLLMClampsExcessOutputToCapacity"},
 
 	// lib/kv-router/src/approx.rs
-	{areaApprox, "test_prune_manager_expiry", 7, 0, 0, 0, ""},
+	{areaApprox, "test_prune_manager_expiry", 7, 7, 7, 7, "TestDynamo_PruneManagerExpiry"},
 	// Not mirrored: the refreshed expiry instant.
 	{areaApprox, "test_prune_manager_update_resets_ttl", 3, 2, 2, 2, "TestDynamo_PruneManagerUpdateResetsTTL"},
 	{areaApprox, "test_approx_kv_indexer_basic_flow", 3, 3, 3, 3, "TestDynamo_ApproxKvIndexerBasicFlow"},
@@ -281,7 +281,7 @@ var dynamoLedger = []dynamoCount{
 	// Not mirrored: the wait for the first sequence's own score.
 	{areaApprox, "test_common_prefix_overlap", 2, 1, 1, 1, "TestDynamo_CommonPrefixOverlap"},
 	{areaApprox, "test_multiple_workers_same_block", 3, 3, 3, 3, "TestDynamo_MultipleWorkersSameBlock"},
-	{areaApprox, "test_prune_manager_no_prune_when_within_bounds", 51, 0, 0, 0, ""},
+	{areaApprox, "test_prune_manager_no_prune_when_within_bounds", 51, 51, 51, 51, "TestDynamo_PruneManagerNoPruneWhenWithinBounds"},
 	{areaApprox, "test_prune_manager_prune_removes_oldest_first", 16, 0, 0, 0, ""},
 	{areaApprox, "test_prune_manager_prune_fails_without_config", 2, 0, 0, 0, ""},
 	{areaApprox, "test_block_entry_ordering", 1, 0, 0, 0, ""},

@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -56,6 +57,54 @@ func TestDynamo_PruneManagerUpdateResetsTTL(t *testing.T) {
 	assert.Equal(t, map[uint64]int{0: 1}, scores(a, tokens), "not expired prematurely despite the refresh")
 	a.Expire(t0.Add(85 * time.Millisecond))
 	assert.Empty(t, scores(a, tokens))
+}
+
+// held reports which of the blocks of tokens routed to worker hold a TTL
+// (Dynamo's prune manager's get_expiry(key).is_some(), key by key).
+func held(a *Approx, worker uint64, tokens []uint32) []bool {
+	_, ss := kv.BlockHashes(tokens, mirrorBS, nil, nil)
+	out := make([]bool, len(ss))
+	for i, s := range ss {
+		_, out[i] = a.expiry[approxKey{worker, s}]
+	}
+	return out
+}
+
+// test_prune_manager_expiry: TTL 50 ms, no size bound; three keys inserted
+// together (here one request of three blocks) each hold a TTL; 70 ms later
+// all three expire and none holds one.
+func TestDynamo_PruneManagerExpiry(t *testing.T) {
+	t.Parallel()
+	a, err := NewApprox(50*time.Millisecond, math.MaxInt)
+	require.NoError(t, err)
+	require.NoError(t, a.SetPruneTargetRatio(0.5))
+	tokens := []uint32{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	route(a, 0, tokens, t0)
+	assert.Equal(t, []bool{true, true, true}, held(a, 0, tokens))
+	before := a.Len()
+	a.Expire(t0.Add(70 * time.Millisecond))
+	assert.Equal(t, 3, before-a.Len(), "expired")
+	assert.Equal(t, []bool{false, false, false}, held(a, 0, tokens))
+	assert.Empty(t, scores(a, tokens))
+}
+
+// test_prune_manager_no_prune_when_within_bounds: size bound 100, prune
+// target ratio 0.5; 50 keys inserted together (one request of 50 blocks)
+// prune nothing, and all 50 still hold a TTL.
+func TestDynamo_PruneManagerNoPruneWhenWithinBounds(t *testing.T) {
+	t.Parallel()
+	a, err := NewApprox(10*time.Second, 100)
+	require.NoError(t, err)
+	require.NoError(t, a.SetPruneTargetRatio(0.5))
+	tokens := make([]uint32, 50*mirrorBS)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	route(a, 0, tokens, t0)
+	assert.Equal(t, 50, a.Len(), "nothing pruned")
+	for i, h := range held(a, 0, tokens) {
+		assert.True(t, h, "key %d still present", i)
+	}
 }
 
 // test_remove_worker and test_remove_worker_preserves_other_workers:
