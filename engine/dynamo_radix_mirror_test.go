@@ -494,6 +494,113 @@ func TestDynamo_DuplicateLogicalBlocksPublishOnceAndRemoveOnce(t *testing.T) {
 	assert.Len(t, ev[0].RemovedHashes, 3)
 }
 
+// test_duplicate_completion_releases_unretained_indices_and_removes_on_eviction:
+// two requests take pages for [1, 2, 3] before either is cached (94 of 100
+// left). Dynamo announces the 3 blocks, once, at the allocation; mocker
+// when the first request completes and caches them. The first completion
+// keeps its pages and removes nothing; the second, a duplicate, announces
+// and removes nothing and returns its 3 pages (97 free). The router then
+// holds all 3 blocks; evicting them is one Removed event of 3, and the
+// router holds none.
+func TestDynamo_DuplicateCompletionReleasesUnretainedIndicesAndRemovesOnEviction(t *testing.T) {
+	m := newMirrorRadix(t, 100, 1)
+	chain := newEventChain(t)
+	tokens := toks(1, 2, 3)
+	r1, ok := m.alloc(tokens)
+	require.True(t, ok)
+	r2, ok := m.alloc(tokens)
+	require.True(t, ok)
+	assert.Len(t, m.c.free, 94, "both allocate before either is cached")
+	alloc := m.events()
+	assert.Zero(t, storedEventCount(alloc), "nothing announced at allocation (Dynamo: 1)")
+
+	m.finish(r1)
+	first := m.events()
+	assert.Equal(t, 1, storedEventCount(first), "the blocks are announced when cached (Dynamo: 0, announced before)")
+	assert.Zero(t, removedEventCount(first))
+	assert.Len(t, m.c.free, 94, "the first completion keeps its pages")
+	query := storedHashes(first)
+	require.Len(t, query, len(tokens))
+	chain.apply(first)
+
+	m.finish(r2)
+	second := m.events()
+	assert.Zero(t, storedEventCount(second))
+	assert.Zero(t, removedEventCount(second))
+	assert.Len(t, m.c.free, 97, "the duplicate's pages return to the pool")
+	chain.apply(second)
+	assert.Equal(t, 3, chain.overlap(query))
+
+	m.evict(len(tokens))
+	evicted := m.events()
+	require.Equal(t, 1, removedEventCount(evicted))
+	assert.Len(t, evicted[0].RemovedHashes, 3)
+	chain.apply(evicted)
+	assert.Zero(t, chain.overlap(query))
+}
+
+// unfinished_duplicate_canonicalization_prevents_missing_parent: pages of
+// 4 in a pool of 32 tokens. [1..4] is cached; two requests for [1..8]
+// match it and take distinct private pages for the second page. Caching
+// both moves the duplicate onto the tree's page (one path for both) and
+// frees its own: 24 tokens free, its old page no longer its. With the
+// duplicate retracted, the first finished and both pages evicted, [1..4]
+// is cached again, and [1..12] then announces its two missing pages in one
+// Stored event chained to [1..4], which the router accepts (no block left
+// behind by the duplicate suppresses the second page). Dynamo announces
+// that event at the allocation, mocker when the pages are cached. Not
+// mirrored: the results of the retraction and of the final abort.
+func TestDynamo_UnfinishedDuplicateCanonicalizationPreventsMissingParent(t *testing.T) {
+	m := newMirrorRadix(t, 32, 4)
+	chain := newEventChain(t)
+	seed := toks(1, 2, 3, 4)
+	l, ok := m.alloc(seed)
+	require.True(t, ok)
+	m.finish(l)
+	chain.apply(m.events())
+
+	shared := toks(1, 2, 3, 4, 5, 6, 7, 8)
+	first, ok := m.alloc(shared)
+	require.True(t, ok)
+	dup, ok := m.alloc(shared)
+	require.True(t, ok)
+	require.Len(t, first.pages, 1)
+	require.Len(t, dup.pages, 1)
+	dupPage := dup.pages[0]
+	assert.NotEqual(t, first.pages, dup.pages, "distinct private pages for the same block")
+	chain.apply(m.events())
+
+	m.cache(first)
+	m.cache(dup)
+	assert.Equal(t, first.last, dup.last, "the duplicate now ends on the tree's page")
+	assert.Equal(t, 24, len(m.c.free)*4)
+	assert.Empty(t, dup.pages)
+	assert.Contains(t, m.c.free, dupPage, "its own page was returned")
+	chain.apply(m.events())
+
+	m.retract(dup)
+	m.finish(first)
+	m.evict(len(seed))
+	m.evict(len(seed))
+	chain.apply(m.events())
+	assert.Len(t, m.c.free, 8)
+
+	restored, ok := m.alloc(seed)
+	require.True(t, ok)
+	m.finish(restored)
+	chain.apply(m.events())
+
+	extended, ok := m.alloc(toks(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12))
+	require.True(t, ok)
+	assert.Zero(t, storedEventCount(m.events()), "nothing announced at allocation (Dynamo: 1)")
+	m.cache(extended)
+	ext := m.events()
+	require.Equal(t, 1, storedEventCount(ext))
+	assert.Len(t, ext[0].Blocks, 2, "both missing pages announced")
+	chain.apply(ext)
+	m.retract(extended)
+}
+
 // retained_tail_eviction_preserves_page_granular_prefix_reuse: 8 tokens
 // cached in a pool of 8 (2 pages, both announced); evicting 4 tokens
 // removes one block, the tail, and the first page still matches.

@@ -79,10 +79,14 @@ func nthStoredHashes(events []kv.Event, n int) []kv.SeqHash {
 	return nil
 }
 
-func removedEventCount(events []kv.Event) int {
+func removedEventCount(events []kv.Event) int { return eventCount(events, kv.Removed) }
+
+func storedEventCount(events []kv.Event) int { return eventCount(events, kv.Stored) }
+
+func eventCount(events []kv.Event, kind kv.EventKind) int {
 	n := 0
 	for _, e := range events {
-		if e.Kind == kv.Removed {
+		if e.Kind == kind {
 			n++
 		}
 	}
