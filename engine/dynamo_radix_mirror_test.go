@@ -601,6 +601,47 @@ func TestDynamo_UnfinishedDuplicateCanonicalizationPreventsMissingParent(t *test
 	m.retract(extended)
 }
 
+// retained_tail_split_releases_leases_before_eviction: pages of 4 in a
+// pool of 16 tokens. A request caches [1..4], grows to [1..8] (its second
+// page fits) and caches that; a second request for [1..4, 9..12] matches
+// the first page and caches its own second page. Once the first finishes
+// and the second is retracted, nothing is protected and all 12 cached
+// tokens are evictable; evicting 12 frees the whole pool and leaves the
+// tree empty, and the router accepts every event on the way. Not mirrored:
+// the node counts and deepest nodes of Dynamo's compressed tree (mocker's
+// has a node per page) and retract's result.
+func TestDynamo_RetainedTailSplitReleasesLeasesBeforeEviction(t *testing.T) {
+	m := newMirrorRadix(t, 16, 4)
+	chain := newEventChain(t)
+	firstTokens := toks(1, 2, 3, 4, 5, 6, 7, 8)
+	first, ok := m.alloc(firstTokens[:4])
+	require.True(t, ok)
+	m.cache(first)
+	s, ok := m.c.alloc()
+	assert.True(t, ok, "the second page fits")
+	first.tokens, first.pages = firstTokens, append(first.pages, s)
+	m.cache(first)
+	chain.apply(m.events())
+
+	second, ok := m.alloc(toks(1, 2, 3, 4, 9, 10, 11, 12))
+	require.True(t, ok)
+	assert.Equal(t, 4, second.prefix*4)
+	m.cache(second)
+	chain.apply(m.events())
+
+	m.finish(first)
+	m.retract(second)
+	assert.Zero(t, m.c.protected())
+	assert.Equal(t, 12, m.c.evictable*4)
+
+	assert.Equal(t, 12, m.evict(12))
+	chain.apply(m.events())
+	assert.Equal(t, 16, len(m.c.free)*4)
+	assert.Zero(t, m.c.protected())
+	assert.Zero(t, m.c.evictable)
+	assert.Zero(t, m.c.inTree, "only the root is left")
+}
+
 // retained_tail_eviction_preserves_page_granular_prefix_reuse: 8 tokens
 // cached in a pool of 8 (2 pages, both announced); evicting 4 tokens
 // removes one block, the tail, and the first page still matches.
