@@ -126,7 +126,11 @@ var dynamoLedger = []dynamoCount{
 	{areaSGHolds, "ordinary_completion_keeps_default_cleanup", 2, 2, 1, 2, "TestDynamo_SGLangOrdinaryCompletionKeepsDefaultCleanup"},
 	{areaSGHolds, "active_request_id_is_rejected_before_source_hold_registration", 4, 4, 4, 4, "TestDynamo_SGLangActiveRequestIDIsRejectedBeforeSourceHoldRegistration"},
 
-	{areaSGDest, "handoff_prefill_to_reserved_decode_owns_kv_until_prebuilt_admission", 36, 0, 0, 0, ""},
+	// Differs in both: Dynamo's decode worker announces the transferred
+	// pages at activation. Not mirrored: the blocked pass's three checks
+	// (mocker's reservation pass is that pass), the page ids at activation
+	// and admission, and the admission's reused input tokens.
+	{areaSGDest, "handoff_prefill_to_reserved_decode_owns_kv_until_prebuilt_admission", 36, 30, 29, 29, "TestDynamo_SGLangHandoffPrefillToReservedDecodeOwnsKVUntilPrebuiltAdmission"},
 
 	// lib/mocker/src/cache/radix_cache.rs
 	// Not mirrored: the pool's 10 before any allocation.

@@ -886,6 +886,101 @@ func TestDynamo_SGLangDestinationCancelReachesActivatedRequestExactlyOnce(t *tes
 	})
 }
 
+// handoff_prefill_to_reserved_decode_owns_kv_until_prebuilt_admission:
+// on a decode worker of 16 pages of 4 with one running slot, [0..3] is
+// cached by a finished request and a blocker ([100..103] for 3 tokens)
+// runs. A prefill worker holds the source of [0..7]. The destination for
+// it is reserved while the blocker keeps the slot: it takes KV (the pages
+// in use grow), announces nothing, and nothing else runs. Activated, it
+// keeps its blocks and waits; the source is released and its worker is
+// left empty. The blocker's last pass does not admit it; the next pass
+// does, and the one after completes it, leaving the decode worker empty,
+// with no reservation and no active block.
+//
+// mocker reserves a destination in a pass, so the reservation is driven
+// first; that pass is the blocker's second, so there is no pass between
+// the activation and the blocker's last (Dynamo's "blocked" pass: its
+// three checks are not mirrored). The destination asks for 3 tokens where
+// Dynamo's asks for 2: mocker counts the prefill side's token in
+// MaxTokens. Differs in both: Dynamo's destination announces the
+// transferred pages when it is activated; mocker's decode workers publish
+// no KV events. Not mirrored either: the request's page ids at activation
+// and admission, and the admission's reused input tokens, which mocker
+// does not record.
+func TestDynamo_SGLangHandoffPrefillToReservedDecodeOwnsKVUntilPrebuiltAdmission(t *testing.T) {
+	eachSGLangCompat(t, dynamoSGLangDestArgs(16, 1, 16), func(t *testing.T, compat bool, w *Worker) {
+		var r record
+		const logical, first, blocker = 20001, 20003, 20004
+		require.NoError(t, w.Submit(0, Request{ID: first, Tokens: seqTokens(0, 4), MaxTokens: 1}, Release))
+		now := drive(t, w, &r, 0)
+		assert.False(t, w.Scheduler().HasWork(), "the first request is done")
+
+		require.NoError(t, w.Submit(now, Request{ID: blocker, Tokens: seqTokens(100, 4), MaxTokens: 3}, Release))
+		now = stepOnce(t, w, &r, now).End
+		assert.Equal(t, 1, w.Metrics().Running)
+
+		// The source side, on its own prefill worker.
+		srcArgs := dynamoSGLangSourceArgs()
+		srcArgs.DynamoCompat = compat
+		src := newWorker(t, srcArgs)
+		var sr record
+		assert.NoError(t, src.Submit(0, Request{ID: logical, Tokens: seqTokens(0, 8), MaxTokens: 3}, Hold))
+		srcNow := drive(t, src, &sr, 0)
+		m := src.Metrics()
+		assert.Zero(t, m.Running+m.Waiting, "the source ran to completion")
+		assert.Equal(t, 1, m.HeldRequests, "its KV is held")
+		assert.Positive(t, m.HeldBlocks, "not drained")
+
+		before := occupiedPages(w)
+		require.NoError(t, w.Reserve(now, Request{ID: logical, Tokens: seqTokens(0, 8), MaxTokens: 3}))
+		out := stepOnce(t, w, &r, now)
+		now = out.End
+		res := r.eventsFor(EventDecodeReserved, logical)
+		require.Len(t, res, 1, "reserved while the blocker keeps the slot")
+		m = w.Metrics()
+		assert.Equal(t, 1, m.ReservedRequests)
+		assert.Positive(t, m.ReservedBlocks, "not drained")
+		assert.Equal(t, 1, m.Running)
+		assert.Greater(t, occupiedPages(w), before)
+		assert.Zero(t, storedEventCount(out.KVEvents), "nothing announced at the reservation")
+		assert.Positive(t, res[0].Blocks)
+
+		active := m.ActiveBlocks
+		assert.True(t, w.Activate(now, logical))
+		m = w.Metrics()
+		assert.Equal(t, 1, m.Running)
+		assert.GreaterOrEqual(t, m.ActiveBlocks, active, "the activated request keeps its blocks")
+
+		assert.True(t, src.ReleaseHeld(srcNow, logical, Transferred))
+		m = src.Metrics()
+		assert.Zero(t, m.Running+m.Waiting)
+		assert.Zero(t, m.HeldRequests+m.ActiveBlocks, "drained")
+
+		// The activation's events, if any, leave with the next pass.
+		out = stepOnce(t, w, &r, now)
+		now = out.End
+		assert.Empty(t, storedHashes(out.KVEvents), "nothing announced at the activation (Dynamo: the transferred pages)")
+		assert.NotContains(t, tokenIDs(out), uint64(logical), "not admitted in the blocker's last pass")
+		_, done := r.completion(blocker)
+		assert.True(t, done)
+		assert.Equal(t, 1, w.Metrics().Waiting, "still waiting for the slot")
+
+		out = stepOnce(t, w, &r, now)
+		now = out.End
+		assert.Equal(t, []uint64{logical}, tokenIDs(out), "admitted")
+		assert.Zero(t, storedEventCount(out.KVEvents), "nothing announced again")
+
+		stepOnce(t, w, &r, now)
+		_, done = r.completion(logical)
+		assert.True(t, done, "completed the pass after its admission")
+		assert.False(t, w.Scheduler().HasWork())
+		m = w.Metrics()
+		assert.Zero(t, m.ActiveBlocks, "drained")
+		assert.Zero(t, m.ReservedRequests)
+		assert.Zero(t, m.HeldBlocks+m.ReservedBlocks)
+	})
+}
+
 // kv_blocked_live_scheduler_waits_and_cancel_wakes_it: on a decode worker
 // of 2 pages, an 8-token reservation takes both; a 4-token request queued
 // behind it cannot run, and the worker parks without running empty passes
