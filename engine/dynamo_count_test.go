@@ -210,10 +210,7 @@ var dynamoLedger = []dynamoCount{
 	// Differs in both: mocker never reserves the destination, so its
 	// activation is refused.
 	{areaVDest, "materialized_prompt_above_max_model_len_is_rejected", 4, 4, 2, 2, "TestDynamo_VLLMMaterializedPromptAboveMaxModelLenIsRejected"},
-	// The mirror follows the test's earlier workload (a blocker on the
-	// decode side); it checks the reservation, its blocks, the activation
-	// taking no more, and the end state. Not mirrored: the source side.
-	{areaVDest, "handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission", 14, 6, 6, 6, "TestDynamo_HandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission"},
+	{areaVDest, "handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission", 14, 14, 14, 14, "TestDynamo_VLLMHandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission"},
 	// waiting_requests leaves reservations out by default (3 checks). Not
 	// mirrored: the 11 forward-pass queue figures.
 	{areaVDest, "destination_lifecycle_is_counted_once_as_queued_decode", 21, 10, 7, 10, "TestDynamo_DestinationLifecycleCountedOnceAsWaiting"},
@@ -307,13 +304,14 @@ var dynamoLedger = []dynamoCount{
 // dynamoUncounted are mirrors of Dynamo tests outside the versions
 // counted: Dynamo test → mirror.
 var dynamoUncounted = map[string]string{
-	"cancellation_releases_noncanonical_cached_prefix_indices":             "TestDynamo_CancellationReleasesNoncanonicalCachedPrefixIndices",
-	"test_chunked_prefill_admits_next_chunk_when_full_prompt_does_not_fit": "TestDynamo_ChunkedPrefillAdmitsNextChunkWhenFullPromptDoesNotFit",
-	"destination_lifecycle_is_counted_once_as_queued_decode (SGLang)":      "TestDynamo_SGLangDestinationLifecycleIsCountedOnceAsQueuedDecode",
-	"destination_transfer_footprint_excludes_decode_headroom (SGLang)":     "TestDynamo_SGLangDestinationTransferFootprintExcludesDecodeHeadroom",
-	"destination_cancel_reaches_activated_request_exactly_once (SGLang)":   "TestDynamo_SGLangDestinationCancelReachesActivatedRequestExactlyOnce",
-	"kv_blocked_live_scheduler_waits_and_cancel_wakes_it":                  "TestDynamo_SGLangKVBlockedLiveSchedulerWaitsAndCancelWakesIt",
-	"test_native_destination_cancel_preserves_tail_first_eviction":         "TestDynamo_VLLMNativeDestinationCancelPreservesTailFirstEviction",
+	"cancellation_releases_noncanonical_cached_prefix_indices":                         "TestDynamo_CancellationReleasesNoncanonicalCachedPrefixIndices",
+	"test_chunked_prefill_admits_next_chunk_when_full_prompt_does_not_fit":             "TestDynamo_ChunkedPrefillAdmitsNextChunkWhenFullPromptDoesNotFit",
+	"destination_lifecycle_is_counted_once_as_queued_decode (SGLang)":                  "TestDynamo_SGLangDestinationLifecycleIsCountedOnceAsQueuedDecode",
+	"destination_transfer_footprint_excludes_decode_headroom (SGLang)":                 "TestDynamo_SGLangDestinationTransferFootprintExcludesDecodeHeadroom",
+	"destination_cancel_reaches_activated_request_exactly_once (SGLang)":               "TestDynamo_SGLangDestinationCancelReachesActivatedRequestExactlyOnce",
+	"kv_blocked_live_scheduler_waits_and_cancel_wakes_it":                              "TestDynamo_SGLangKVBlockedLiveSchedulerWaitsAndCancelWakesIt",
+	"test_native_destination_cancel_preserves_tail_first_eviction":                     "TestDynamo_VLLMNativeDestinationCancelPreservesTailFirstEviction",
+	"handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission (earlier form)": "TestDynamo_HandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission",
 }
 
 // mirrorDocs maps each TestDynamo_ function of the mirror files to its doc

@@ -164,7 +164,57 @@ func TestDynamo_DestinationTransferFootprintExcludesDecodeHeadroom(t *testing.T)
 	}
 }
 
-// handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission: a
+// handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission, the
+// form counted: a prefill worker runs tokens 0..7 for 2 tokens to a hold
+// (nothing left to run, its KV held). The destination for it on an idle
+// decode worker is reserved at once, its blocks the only active ones;
+// activation takes no more; the first pass runs it, and the worker ends
+// empty with no active block. Releasing the source drains its worker. The
+// same under mocker's default and under dynamo_compat.
+func TestDynamo_VLLMHandoffPrefillToReservedDecodeOwnsKVUntilNormalAdmission(t *testing.T) {
+	eachVLLMCompat(t, dynamoDecodeArgs(), func(t *testing.T, compat bool, w *Worker) {
+		const id = 10001
+		tokens := seqTokens(0, 8)
+		srcArgs := prefillArgs(12, func(a *Args) {
+			a.MaxNumBatchedTokens = intp(16)
+			a.MaxNumSeqs = intp(1)
+			a.DynamoCompat = compat
+		})
+		src := newWorker(t, srcArgs)
+		var sr record
+		assert.NoError(t, src.Submit(0, Request{ID: id, Tokens: tokens, MaxTokens: 2}, Hold))
+		srcNow := drive(t, src, &sr, 0)
+		m := src.Metrics()
+		assert.Zero(t, m.Running+m.Waiting, "the source ran to completion")
+		assert.Equal(t, 1, m.HeldRequests, "its KV is held")
+		assert.Positive(t, m.HeldBlocks, "not drained")
+
+		var r record
+		require.NoError(t, w.Reserve(0, Request{ID: id, Tokens: tokens, MaxTokens: 2}))
+		now := drive(t, w, &r, 0)
+		res := r.eventsFor(EventDecodeReserved, id)
+		assert.Len(t, res, 1, "reserved at once")
+		require.NotEmpty(t, res)
+		reserved := res[0].Blocks
+		assert.Positive(t, reserved)
+		assert.Equal(t, reserved, w.Metrics().ActiveBlocks)
+
+		assert.True(t, w.Activate(now, id))
+		assert.Equal(t, reserved, w.Metrics().ActiveBlocks, "activation takes no more")
+		out := stepOnce(t, w, &r, now)
+		assert.Contains(t, tokenIDs(out), uint64(id), "admitted in the first pass")
+
+		driveAll(t, w, &r, out.End)
+		assert.False(t, w.Scheduler().HasWork())
+		assert.Zero(t, w.Metrics().ActiveBlocks)
+		assert.True(t, src.ReleaseHeld(srcNow, id, Transferred))
+		m = src.Metrics()
+		assert.Zero(t, m.HeldRequests+m.ActiveBlocks, "drained")
+	})
+}
+
+// handoff_prefill_to_reserved_decode_owns_kv_until_normal_admission, in
+// an earlier form than the one counted: a
 // destination for tokens 0..7 arrives while a blocker holds the one
 // running slot: it is not reserved (no event, no blocks) until the blocker
 // completes; then it reserves with 4 transferable tokens (block 0..3 is
