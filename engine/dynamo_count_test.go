@@ -248,8 +248,11 @@ var dynamoLedger = []dynamoCount{
 	{areaVFPM, "test_fpm_var_prefill_length_with_multiple_requests", 2, 0, 0, 0, ""},
 	{areaVFPM, "test_fpm_chunked_prefill_reports_chunk_not_full_prompt", 8, 4, 4, 4, "TestDynamo_VLLMFPMChunkedPrefillReportsChunkNotFullPrompt"},
 	{areaVFPM, "test_fpm_preemption_creates_queued_decode", 2, 0, 0, 0, ""},
-	{areaVFPM, "test_first_signal_carries_admission_cache_truth", 4, 0, 0, 0, ""},
-	{areaVFPM, "test_preempted_request_keeps_original_admission_cache_truth", 6, 0, 0, 0, ""},
+	// Not mirrored here and in the next: that only the first output
+	// signal carries the cached-token figure (mocker's is on the
+	// Completion).
+	{areaVFPM, "test_first_signal_carries_admission_cache_truth", 4, 2, 2, 2, "TestDynamo_VLLMFirstSignalCarriesAdmissionCacheTruth"},
+	{areaVFPM, "test_preempted_request_keeps_original_admission_cache_truth", 6, 5, 5, 5, "TestDynamo_VLLMPreemptedRequestKeepsOriginalAdmissionCacheTruth"},
 
 	// Not mirrored: the pass-start visibility flag and the worker id.
 	{areaVEvents, "test_vllm_pass_visibility_is_pass_start", 4, 2, 2, 2, "TestDynamo_VLLMPassVisibilityIsPassStart"},

@@ -619,3 +619,74 @@ func TestDynamo_VLLMFPMQueuedRequests(t *testing.T) {
 		assert.GreaterOrEqual(t, out.PrefillTokens+out.DecodeTokens, 1)
 	})
 }
+
+// test_first_signal_carries_admission_cache_truth: on 16 blocks of 4, a
+// 9-token prompt (two full blocks and a partial one) for 3 tokens reports
+// no cached tokens at its admission; the same prompt again reports its two
+// full blocks, 8 tokens. Dynamo puts the figure on a request's first
+// output signal, mocker on its Completion (CachedTokens, the prefix
+// credited at the first admission); not mirrored: that the later signals
+// carry none.
+func TestDynamo_VLLMFirstSignalCarriesAdmissionCacheTruth(t *testing.T) {
+	args := smallArgs(16, func(a *Args) {
+		a.MaxNumBatchedTokens = intp(16)
+		a.MaxNumSeqs = intp(3)
+	})
+	eachVLLMCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 90, Tokens: seqTokens(0, 9), MaxTokens: 3}, Release))
+		now := drive(t, w, &r, 0)
+		cold, ok := r.completion(90)
+		require.True(t, ok)
+		assert.Zero(t, cold.CachedTokens, "cold")
+
+		require.NoError(t, w.Submit(now, Request{ID: 91, Tokens: seqTokens(0, 9), MaxTokens: 3}, Release))
+		drive(t, w, &r, now)
+		warm, ok := r.completion(91)
+		require.True(t, ok)
+		assert.Equal(t, 8, warm.CachedTokens, "the two full blocks")
+	})
+}
+
+// test_preempted_request_keeps_original_admission_cache_truth: on 6
+// blocks of 4 with two running slots, [0..3] is cached by a finished
+// request; a filler ([100..107] for 8 tokens) and a victim ([0..3] and
+// [200..211] for 4) follow. The victim, newest, is preempted once before
+// its first token, completes after its readmission, and reports the 4
+// tokens cached at its first admission, not what a later probe found.
+// Not mirrored: that its later signals carry no figure (mocker's is on
+// the Completion).
+func TestDynamo_VLLMPreemptedRequestKeepsOriginalAdmissionCacheTruth(t *testing.T) {
+	args := smallArgs(6, func(a *Args) {
+		a.MaxNumBatchedTokens = intp(16)
+		a.MaxNumSeqs = intp(2)
+		a.PreemptionMode = PreemptLIFO
+	})
+	eachVLLMCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 70, Tokens: seqTokens(0, 4), MaxTokens: 1}, Release))
+		now := drive(t, w, &r, 0)
+		const filler, victim = 71, 72
+		require.NoError(t, w.Submit(now, Request{ID: filler, Tokens: seqTokens(100, 8), MaxTokens: 8}, Release))
+		require.NoError(t, w.Submit(now, Request{ID: victim, Tokens: append(seqTokens(0, 4), seqTokens(200, 12)...), MaxTokens: 4}, Release))
+		preempted := false
+		for i := 0; w.Scheduler().HasWork(); i++ {
+			require.Less(t, i, 64)
+			out := stepOnce(t, w, &r, now)
+			now = out.End
+			if !preempted && len(r.eventsFor(EventPreempted, victim)) > 0 {
+				preempted = true
+				var before []uint64
+				for _, tk := range r.tokens {
+					before = append(before, tk.RequestID)
+				}
+				assert.NotContains(t, before, uint64(victim), "preempted before its first token")
+			}
+		}
+		assert.True(t, preempted)
+		c, ok := r.completion(victim)
+		assert.True(t, ok, "completed after its readmission")
+		assert.Equal(t, 1, c.Preemptions)
+		assert.Equal(t, 4, c.CachedTokens, "the first admission's figure")
+	})
+}
