@@ -111,6 +111,8 @@
 //   - An extend pass costs the prefill of its batch plus one decode step
 //     over the prompts it completes, which samples their first tokens (as
 //     Dynamo times it), so time to first token is prefill plus one step.
+//     Running requests decode in the next pass, as in SGLang; Dynamo's
+//     step covers them too (item 12).
 //     On a prefill worker only the prefill is charged, as for vLLM.
 //   - Retraction takes the running request with the fewest output tokens,
 //     the longer prompt among equals (SGLang's tie-break), or a request mid

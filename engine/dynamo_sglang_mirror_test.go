@@ -625,6 +625,43 @@ func TestDynamo_FPMChunkedPrefillReportsChunkNotFullPrompt(t *testing.T) {
 	})
 }
 
+// test_fpm_single_prefill_request: on 16 pages of 4 with a 16-token chunk,
+// an 8-token prompt for 1 token is prefilled (8 tokens) in a pass of
+// positive length that also samples its first token (Dynamo's decode step
+// of the same pass, with the request in it), leaving nothing queued,
+// prefill or decode. Not mirrored: the prefill-request count.
+func TestDynamo_SGLangFPMSinglePrefillRequest(t *testing.T) {
+	args := dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
+	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(0, 8), MaxTokens: 1}, Release))
+		out := stepOnce(t, w, &r, 0)
+		assert.Equal(t, 8, out.PrefillTokens)
+		assert.Equal(t, []uint64{1}, tokenIDs(out), "its first token is sampled in the same pass")
+		assert.Zero(t, w.Metrics().Waiting, "nothing queued")
+		assert.Positive(t, out.Duration())
+	})
+}
+
+// test_fpm_prefill_and_decode_mixed_batch: a 4-token prompt for 3 tokens
+// is prefilled; a second arrives, and Dynamo's next pass prefills it and
+// then runs one decode step over both (2 decode requests). mocker's, by
+// default and under dynamo_compat, is an extend pass, as SGLang's: it
+// prefills the second and samples its first token while the first waits,
+// so only the second gets a token. Not mirrored: the prefill-request
+// counts and the decode KV context.
+func TestDynamo_SGLangFPMPrefillAndDecodeMixedBatch(t *testing.T) {
+	args := dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
+	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: 3}, Release))
+		p1 := stepOnce(t, w, &r, 0)
+		require.NoError(t, w.Submit(p1.End, Request{ID: 2, Tokens: seqTokens(100, 4), MaxTokens: 3}, Release))
+		p2 := stepOnce(t, w, &r, p1.End)
+		assert.Equal(t, []uint64{2}, tokenIDs(p2), "the running request waits out the extend pass (Dynamo: both decode)")
+	})
+}
+
 // test_fpm_queued_requests: two 8-token prompts on 4 pages of 4 with an
 // 8-token chunk budget: one is scheduled, the other queued.
 func TestDynamo_FPMQueuedRequests(t *testing.T) {
