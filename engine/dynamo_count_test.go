@@ -78,7 +78,9 @@ var dynamoLedger = []dynamoCount{
 	// lib/mocker/src/scheduler/sglang/tests.rs
 	{areaSGScheduling, "test_sglang_scheduler_fifo_ordering", 1, 1, 1, 1, "TestDynamo_SGLangSchedulerFIFOOrdering"},
 	{areaSGScheduling, "test_lpm_reorders_by_current_sequence_prefix_match", 2, 2, 2, 2, "TestDynamo_LPMReordersByCurrentSequencePrefixMatch"},
-	{areaSGScheduling, "test_lpm_deprioritizes_duplicate_short_prefixes", 1, 0, 0, 0, ""},
+	// Differs in both: mocker's lpm does not move requests sharing an
+	// uncached prefix behind the rest (item 12).
+	{areaSGScheduling, "test_lpm_deprioritizes_duplicate_short_prefixes", 1, 1, 0, 0, "TestDynamo_LPMDeprioritizesDuplicateShortPrefixes"},
 
 	{areaSGCore, "test_chunked_prefill_budget_is_page_aware", 3, 3, 3, 3, "TestDynamo_ChunkedPrefillBudgetIsPageAware"},
 	{areaSGCore, "test_chunked_prefill_subpage_budget_defers_next_request", 4, 4, 4, 4, "TestDynamo_ChunkedPrefillSubpageBudgetDefersNextRequest"},

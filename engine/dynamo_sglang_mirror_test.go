@@ -188,6 +188,31 @@ func TestDynamo_LPMReordersByCurrentSequencePrefixMatch(t *testing.T) {
 	})
 }
 
+// test_lpm_deprioritizes_duplicate_short_prefixes: 33 requests of one
+// 32-token prompt and a unique 32-token one behind them, lpm, pages of 1,
+// nothing cached. Dynamo, like SGLang, moves the requests that share an
+// uncached prefix with one already placed behind the rest, so the unique
+// one comes second; mocker orders by cached prefix only (item 12), so the
+// queue stays in arrival order. A chunk budget of 64 tokens admits the
+// first two of the order in the first pass: Dynamo's a duplicate and the
+// unique one, mocker's two duplicates, by default and under dynamo_compat.
+func TestDynamo_LPMDeprioritizesDuplicateShortPrefixes(t *testing.T) {
+	args := dynamoSGLangArgs(1000, 1, 64, func(a *Args) {
+		a.SGLang.SchedulePolicy = SGLangPolicyLPM
+		a.MaxNumSeqs = intp(64)
+	})
+	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+		var r record
+		for id := range uint64(33) {
+			require.NoError(t, w.Submit(0, Request{ID: id + 1, Tokens: seqTokens(0, 32), MaxTokens: 1}, Release))
+		}
+		const unique = 100
+		require.NoError(t, w.Submit(0, Request{ID: unique, Tokens: seqTokens(100, 32), MaxTokens: 1}, Release))
+		out := stepOnce(t, w, &r, 0)
+		assert.Equal(t, []uint64{1, 2}, tokenIDs(out), "arrival order (Dynamo: a duplicate, then the unique one)")
+	})
+}
+
 // --- core behaviour ---
 
 // cancellation_releases_noncanonical_cached_prefix_indices: after a seed
