@@ -81,6 +81,28 @@ func (m *mirrorRadix) cache(l *lease) {
 	require.NoError(m.t, m.c.audit())
 }
 
+// grow is extend_allocation by one page: the lease now covers tokens, its
+// new page taken fresh. It reports whether the page could be had.
+func (m *mirrorRadix) grow(l *lease, tokens []uint32) bool {
+	s, ok := m.c.alloc()
+	if ok {
+		l.tokens, l.pages = tokens, append(l.pages, s)
+	}
+	return ok
+}
+
+// chunked is a request for tokens (two pages) whose first page is
+// allocated and cached before it grows to the second, as a chunked
+// prefill's lease does.
+func (m *mirrorRadix) chunked(tokens []uint32) *lease {
+	m.t.Helper()
+	l, ok := m.alloc(tokens[:m.page])
+	require.True(m.t, ok)
+	m.cache(l)
+	require.True(m.t, m.grow(l, tokens), "the second page fits")
+	return l
+}
+
 // finish is cache_finished_req: cache the full pages, free a partial last
 // page, and unlock.
 func (m *mirrorRadix) finish(l *lease) {
@@ -613,13 +635,7 @@ func TestDynamo_UnfinishedDuplicateCanonicalizationPreventsMissingParent(t *test
 func TestDynamo_RetainedTailSplitReleasesLeasesBeforeEviction(t *testing.T) {
 	m := newMirrorRadix(t, 16, 4)
 	chain := newEventChain(t)
-	firstTokens := toks(1, 2, 3, 4, 5, 6, 7, 8)
-	first, ok := m.alloc(firstTokens[:4])
-	require.True(t, ok)
-	m.cache(first)
-	s, ok := m.c.alloc()
-	assert.True(t, ok, "the second page fits")
-	first.tokens, first.pages = firstTokens, append(first.pages, s)
+	first := m.chunked(toks(1, 2, 3, 4, 5, 6, 7, 8))
 	m.cache(first)
 	chain.apply(m.events())
 
@@ -649,13 +665,7 @@ func TestDynamo_RetainedTailEvictionPreservesPageGranularPrefixReuse(t *testing.
 	m := newMirrorRadix(t, 8, 4)
 	chain := newEventChain(t)
 	tokens := toks(1, 2, 3, 4, 5, 6, 7, 8)
-	l, ok := m.alloc(tokens[:4])
-	require.True(t, ok)
-	m.cache(l)
-	s, ok := m.c.alloc()
-	require.True(t, ok)
-	l.tokens, l.pages = tokens, append(l.pages, s)
-	m.finish(l)
+	m.finish(m.chunked(tokens))
 	stored := m.events()
 	query := storedHashes(stored)
 	require.Len(t, query, 2)

@@ -164,17 +164,22 @@ func TestDynamo_SGLangSchedulerFIFOOrdering(t *testing.T) {
 	})
 }
 
+// dynamoLPMArgs is the lpm tests' worker: 1000 pages of 1 token under lpm,
+// with the given chunk budget and running slots.
+func dynamoLPMArgs(chunk, seqs int) Args {
+	return dynamoSGLangArgs(1000, 1, chunk, func(a *Args) {
+		a.SGLang.SchedulePolicy = SGLangPolicyLPM
+		a.MaxNumSeqs = intp(seqs)
+	})
+}
+
 // test_lpm_reorders_by_current_sequence_prefix_match: with [1..5] cached
 // (page size 1), lpm puts the request whose sequence starts with it ahead
 // of one that matches nothing. Dynamo's matching request is a retracted
 // one, prompt [1..5] and outputs [6, 7]; here its whole sequence is the
 // prompt. One running slot, so the first pass shows the order.
 func TestDynamo_LPMReordersByCurrentSequencePrefixMatch(t *testing.T) {
-	args := dynamoSGLangArgs(1000, 1, 8192, func(a *Args) {
-		a.SGLang.SchedulePolicy = SGLangPolicyLPM
-		a.MaxNumSeqs = intp(1)
-	})
-	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+	eachSGLangCompat(t, dynamoLPMArgs(8192, 1), func(t *testing.T, _ bool, w *Worker) {
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: []uint32{1, 2, 3, 4, 5}, MaxTokens: 1}, Release))
 		now := driveAll(t, w, &r, 0)
@@ -197,11 +202,7 @@ func TestDynamo_LPMReordersByCurrentSequencePrefixMatch(t *testing.T) {
 // first two of the order in the first pass: Dynamo's a duplicate and the
 // unique one, mocker's two duplicates, by default and under dynamo_compat.
 func TestDynamo_LPMDeprioritizesDuplicateShortPrefixes(t *testing.T) {
-	args := dynamoSGLangArgs(1000, 1, 64, func(a *Args) {
-		a.SGLang.SchedulePolicy = SGLangPolicyLPM
-		a.MaxNumSeqs = intp(64)
-	})
-	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+	eachSGLangCompat(t, dynamoLPMArgs(64, 64), func(t *testing.T, _ bool, w *Worker) {
 		var r record
 		for id := range uint64(33) {
 			require.NoError(t, w.Submit(0, Request{ID: id + 1, Tokens: seqTokens(0, 32), MaxTokens: 1}, Release))
@@ -650,14 +651,19 @@ func TestDynamo_FPMChunkedPrefillReportsChunkNotFullPrompt(t *testing.T) {
 	})
 }
 
+// dynamoSGLangFPMArgs is Dynamo's fpm_args: 16 pages of 4, a chunk budget
+// of 16, four running slots.
+func dynamoSGLangFPMArgs() Args {
+	return dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
+}
+
 // test_fpm_single_prefill_request: on 16 pages of 4 with a 16-token chunk,
 // an 8-token prompt for 1 token is prefilled (8 tokens) in a pass of
 // positive length that also samples its first token (Dynamo's decode step
 // of the same pass, with the request in it), leaving nothing queued,
 // prefill or decode. Not mirrored: the prefill-request count.
 func TestDynamo_SGLangFPMSinglePrefillRequest(t *testing.T) {
-	args := dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
-	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+	eachSGLangCompat(t, dynamoSGLangFPMArgs(), func(t *testing.T, _ bool, w *Worker) {
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(0, 8), MaxTokens: 1}, Release))
 		out := stepOnce(t, w, &r, 0)
@@ -676,8 +682,7 @@ func TestDynamo_SGLangFPMSinglePrefillRequest(t *testing.T) {
 // so only the second gets a token. Not mirrored: the prefill-request
 // counts and the decode KV context.
 func TestDynamo_SGLangFPMPrefillAndDecodeMixedBatch(t *testing.T) {
-	args := dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
-	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+	eachSGLangCompat(t, dynamoSGLangFPMArgs(), func(t *testing.T, _ bool, w *Worker) {
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(0, 4), MaxTokens: 3}, Release))
 		p1 := stepOnce(t, w, &r, 0)
@@ -705,8 +710,7 @@ func TestDynamo_FPMQueuedRequests(t *testing.T) {
 // nothing; the same prompt submitted while the first runs hits its cached
 // pages, no more than its length.
 func TestDynamo_MockerMetricsReportsPrefixCacheReuse(t *testing.T) {
-	args := dynamoSGLangArgs(16, 4, 16, func(a *Args) { a.MaxNumSeqs = intp(4) })
-	eachSGLangCompat(t, args, func(t *testing.T, _ bool, w *Worker) {
+	eachSGLangCompat(t, dynamoSGLangFPMArgs(), func(t *testing.T, _ bool, w *Worker) {
 		var r record
 		require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: seqTokens(0, 8), MaxTokens: 2}, Release))
 		p1 := stepOnce(t, w, &r, 0)
