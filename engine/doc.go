@@ -9,8 +9,9 @@
 // StartTransfer, Reserve, Activate, CancelDestination, DestinationReady),
 // each with the
 // modeled time `now`, calls Step(now) to run a forward pass, and asks
-// NextWake when the worker next needs attention: the end of a pass, or a
-// handoff deadline. Step returns an Output: the tokens, the
+// NextWake when the worker next needs attention: the end of a pass, a
+// handoff deadline, or the landing of a copy to the host tier whose GPU
+// slots a request waits for. Step returns an Output: the tokens, the
 // completions, rejections, lifecycle events and KV events of the pass, its
 // modeled duration and the worker's metrics after it. Everything in it is
 // stamped in modeled time; tokens carry the end of the pass that produced
@@ -166,7 +167,10 @@
 // (offload_batch_size blocks a batch, the batches under way sharing
 // bandwidth_g1_to_g2_gbps), and on to disk or object storage when its
 // copy from the host tier lands (bandwidth_g2_to_g3_gbps,
-// bandwidth_g2_to_g4_gbps); the passes are not slowed by them. Each
+// bandwidth_g2_to_g4_gbps); the passes are not slowed by them. Until its
+// batch lands, the block keeps its GPU slot: an allocation that evicts
+// it stops short, its request waits, and the worker wakes at the landing
+// (NextWake). Each
 // worker has its own tiers; docs/fidelity.md, item 15, says where that
 // differs from Dynamo.
 // KV events name the tier each block is in (kv.Medium).

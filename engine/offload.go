@@ -277,7 +277,7 @@ func (t *hostTier) audit() error {
 // copy (no link) they are filed at once; with one, a block the tier holds
 // already is refreshed there at once, one already on its way is left to
 // its copy, and the others are sent over the link, to be filed when their
-// batch lands (landOffloads).
+// batch lands (landOffloads), their GPU slots lent to the copy until then.
 func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 	hs := p.tierEvicted[:0]
 	for _, s := range evicted {
@@ -288,7 +288,109 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 		p.file(p.clock, hs)
 		return
 	}
-	p.link.sendNew(p.clock, hs, p.g2.refresh)
+	sent := p.link.sendNew(p.clock, hs, p.g2.refresh)
+	// The blocks sent keep their slots until their batch lands (lend);
+	// sent is hs's subsequence, so one walk pairs each with its slot.
+	j := 0
+	for i, s := range evicted {
+		if j < len(sent) && hs[i] == sent[j] {
+			p.lent[sent[j]] = s
+			p.lentSlot[s] = true
+			j++
+		}
+	}
+}
+
+// timeOffload times the copies into the host tier: each block takes ms
+// over the link, batches are at most batch blocks, as many under way at
+// once. The slots of the blocks sent are lent to their copies.
+func (p *blockPool) timeOffload(ms float64, batch int) {
+	p.link = newOffloadLink(ms, batch, batch)
+	p.lent = make(map[kv.SeqHash]int32)
+	p.lentSlot = make([]bool, len(p.blocks))
+}
+
+// withhold drops from dst[from:], the slots allocN has just evicted, those
+// lent to a copy in flight, and returns it: the allocation stops short of
+// them, as KVBM's does when the slot it would take is the source of a copy
+// not yet landed. withheld counts the slots it dropped.
+func (p *blockPool) withhold(dst []int32, from int) []int32 {
+	keep := dst[:from]
+	for _, s := range dst[from:] {
+		if !p.lentSlot[s] {
+			keep = append(keep, s)
+		}
+	}
+	p.withheld = len(dst) - len(keep)
+	return keep
+}
+
+// reclaim frees the slots lent to the copies of hs, which have landed:
+// they go back to the free list, released.
+func (p *blockPool) reclaim(hs []kv.SeqHash) {
+	for _, h := range hs {
+		s := p.lent[h]
+		delete(p.lent, h)
+		p.lentSlot[s] = false
+		p.blocks[s] = pblock{}
+		p.free = append(p.free, s)
+	}
+	p.active -= len(hs)
+	p.released += uint64(len(hs))
+}
+
+// auditLent checks that the slots lent are those of the blocks in flight
+// on link, one each, marked, and taken by nothing else: one reference,
+// no hash indexed, out of the LRU.
+func (p *blockPool) auditLent() error {
+	if len(p.lent) != len(p.link.inflight) {
+		return fmt.Errorf("%d GPU slots lent, %d blocks in flight to the host tier", len(p.lent), len(p.link.inflight))
+	}
+	marked := 0
+	for _, m := range p.lentSlot {
+		if m {
+			marked++
+		}
+	}
+	if marked != len(p.lent) {
+		return fmt.Errorf("%d GPU slots marked lent, %d lent", marked, len(p.lent))
+	}
+	for h, s := range p.lent {
+		if _, ok := p.link.inflight[h]; !ok || !p.lentSlot[s] {
+			return fmt.Errorf("GPU slot %d lent to block %x, not in flight or not marked", s, uint64(h))
+		}
+		if b := &p.blocks[s]; b.ref != 1 || b.held != 0 || b.indexed() || b.lruPos != 0 {
+			return fmt.Errorf("GPU slot %d lent with ref %d held %d indexed %v", s, b.ref, b.held, b.indexed())
+		}
+	}
+	return nil
+}
+
+// land files a batch of the host tier's link that landed at at, first
+// freeing the GPU slots its blocks held.
+func (p *blockPool) land(at float64, hs []kv.SeqHash) {
+	p.reclaim(hs)
+	p.file(at, hs)
+}
+
+// nextLanding is when the next batch holding GPU slots lands, if any: a
+// worker whose requests wait for those slots wakes then.
+func (p *blockPool) nextLanding() (float64, bool) {
+	if len(p.lent) == 0 {
+		return 0, false
+	}
+	return p.link.nextLanding()
+}
+
+// landingDue runs the host tier's link to now and reports whether a batch
+// holding GPU slots landed by then: the next pass files it and frees them.
+func (p *blockPool) landingDue(now float64) bool {
+	if len(p.lent) == 0 {
+		return false
+	}
+	n := len(p.link.ready)
+	p.link.advance(now)
+	return len(p.link.ready) > n
 }
 
 // landOffloads files the blocks whose copy down a tier has landed by now,
@@ -299,7 +401,7 @@ func (p *blockPool) offload(blocks []pblock, evicted []int32) {
 func (p *blockPool) landOffloads(now float64) {
 	if l := p.link; l != nil {
 		l.advance(now)
-		l.take(p.file)
+		l.take(p.land)
 	}
 	if l := p.link3; l != nil {
 		l.advance(now)

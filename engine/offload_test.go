@@ -13,11 +13,15 @@ import (
 
 // g2Args is smallArgs(8) with a host tier of g2 blocks, 1 MB of KV per
 // token and bw GB/s back to the GPU: a 4-token block onboards in 4/bw ms.
+// The copy down takes no time (bandwidth_g1_to_g2_gbps 0), so an evicted
+// block is in the tier at once and its GPU slot free: the timed copy, and
+// the slot it holds, are offloadlink_test.go's.
 func g2Args(g2 int, bw float64) Args {
 	return smallArgs(8, func(a *Args) {
 		a.NumG2Blocks = g2
 		a.KVBytesPerToken = intp(1_000_000)
 		a.BandwidthG2ToG1 = new(bw)
+		a.BandwidthG1ToG2 = new(0.0)
 	})
 }
 

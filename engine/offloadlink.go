@@ -104,10 +104,7 @@ func (l *offloadLink) start() {
 func (l *offloadLink) advance(now float64) {
 	for len(l.active) > 0 {
 		n := float64(len(l.active))
-		least := l.active[0].left
-		for _, b := range l.active[1:] {
-			least = min(least, b.left)
-		}
+		least := l.least()
 		end := l.at + least*n
 		if end > now {
 			if now > l.at {
@@ -136,8 +133,9 @@ func (l *offloadLink) advance(now float64) {
 }
 
 // sendNew sends, at now, the blocks of hs neither in flight on l nor held
-// below (held), in order.
-func (l *offloadLink) sendNew(now float64, hs []kv.SeqHash, held func(kv.SeqHash) bool) {
+// below (held), in order, and returns them (scratch, valid until the next
+// call).
+func (l *offloadLink) sendNew(now float64, hs []kv.SeqHash, held func(kv.SeqHash) bool) []kv.SeqHash {
 	send := l.scratch[:0]
 	for _, h := range hs {
 		if _, ok := l.inflight[h]; !ok && !held(h) {
@@ -146,6 +144,26 @@ func (l *offloadLink) sendNew(now float64, hs []kv.SeqHash, held func(kv.SeqHash
 	}
 	l.scratch = send
 	l.send(now, send)
+	return send
+}
+
+// nextLanding is when the first batch under way lands, if no more is sent;
+// ok is false when none is under way.
+func (l *offloadLink) nextLanding() (at float64, ok bool) {
+	if len(l.active) == 0 {
+		return 0, false
+	}
+	return l.at + l.least()*float64(len(l.active)), true
+}
+
+// least is the least copying left, at full bandwidth, of the batches
+// under way, of which there must be one.
+func (l *offloadLink) least() float64 {
+	least := l.active[0].left
+	for _, b := range l.active[1:] {
+		least = min(least, b.left)
+	}
+	return least
 }
 
 // take hands each landed batch, in order, to file, and forgets its blocks

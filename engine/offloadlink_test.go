@@ -85,30 +85,42 @@ func TestOffloadLink_BatchesShareBandwidth(t *testing.T) {
 	require.NoError(t, l.audit())
 }
 
-// returnAfterEviction runs P1 then P2 (4 full blocks and a token each) on
-// a 12-block pool, then a prompt that takes the whole pool, evicting P1's
-// and P2's 8 blocks in one allocation (P1's first: it is the least recently
-// used), and submits P1 again after wait ms. It returns P1's second
-// completion and the worker.
-func returnAfterEviction(t *testing.T, a Args, wait float64) (Completion, *Worker) {
+// evictAll runs P1 then P2 (4 full blocks and a token each) on a 12-block
+// pool, then submits at evictAt a prompt that takes the whole pool (request
+// 3), and steps the worker once at evictAt: request 3's allocation evicts
+// P1's and P2's 8 blocks (P1's first: it is the least recently used).
+func evictAll(t *testing.T, a Args) (w *Worker, r *record, evictAt float64) {
 	t.Helper()
-	w := newWorker(t, a)
-	var r record
+	w = newWorker(t, a)
+	r = &record{}
 	p1, p2 := seqTokens(100, 17), seqTokens(300, 17)
 	require.NoError(t, w.Submit(0, Request{ID: 1, Tokens: p1, MaxTokens: 2}, Release))
-	now := drive(t, w, &r, 0)
+	now := drive(t, w, r, 0)
 	require.NoError(t, w.Submit(now, Request{ID: 2, Tokens: p2, MaxTokens: 2}, Release))
-	now = drive(t, w, &r, now)
-	evictAt := now
+	evictAt = drive(t, w, r, now)
 	require.NoError(t, w.Submit(evictAt, Request{ID: 3, Tokens: seqTokens(5000, 45), MaxTokens: 2}, Release))
-	now = drive(t, w, &r, now)
-	require.Less(t, now, evictAt+wait, "the evicting request ends before P1 returns")
-	require.NoError(t, w.Submit(evictAt+wait, Request{ID: 4, Tokens: p1, MaxTokens: 2}, Release))
-	drive(t, w, &r, evictAt+wait)
+	if out := w.Step(evictAt); out != nil {
+		r.add(out)
+	}
 	checkWorker(t, w)
-	c, ok := r.completion(4)
+	return w, r, evictAt
+}
+
+// returnAfterEviction is evictAll, then P1 again after wait ms. It returns
+// P1's second completion, request 3's, and the worker.
+func returnAfterEviction(t *testing.T, a Args, wait float64) (p1, evicting Completion, _ *Worker) {
+	t.Helper()
+	w, r, evictAt := evictAll(t, a)
+	now := drive(t, w, r, evictAt)
+	back := max(now, evictAt+wait)
+	require.NoError(t, w.Submit(back, Request{ID: 4, Tokens: seqTokens(100, 17), MaxTokens: 2}, Release))
+	drive(t, w, r, back)
+	checkWorker(t, w)
+	p1, ok := r.completion(4)
 	require.True(t, ok)
-	return c, w
+	evicting, ok = r.completion(3)
+	require.True(t, ok)
+	return p1, evicting, w
 }
 
 // slowOffload is a 12-block pool with a host tier, 1 MB of KV per token
@@ -124,36 +136,45 @@ func slowOffload(batch int) Args {
 	})
 }
 
-func TestVLLM_OffloadTimeDelaysG2Hit(t *testing.T) {
-	// Offloaded at once (bandwidth 0): P1's prefix is in the host tier
-	// however soon it comes back.
+func TestVLLM_OffloadHoldsGPUSlot(t *testing.T) {
+	// Offloaded at once (bandwidth 0): the evicted slots are free at
+	// once, and request 3 runs at evictAt.
 	instant := slowOffload(0)
 	instant.BandwidthG1ToG2 = new(0.0)
-	c, _ := returnAfterEviction(t, instant, 100)
-	assert.Equal(t, 16, c.CachedTokens)
+	c1, c3, _ := returnAfterEviction(t, instant, 100)
+	assert.Equal(t, 16, c1.CachedTokens)
 
-	// 8 blocks at 4 s each in one batch: nothing is in the tier before
-	// they all land at 32 s. P1 back after 20 s is recomputed; after 40 s
-	// it is served from the tier.
-	c, w := returnAfterEviction(t, slowOffload(0), 20_000)
-	assert.Equal(t, 0, c.CachedTokens, "P1's blocks are still being copied")
-	assert.Zero(t, w.Metrics().G2Onboarded)
-	c, w = returnAfterEviction(t, slowOffload(0), 40_000)
-	assert.Equal(t, 16, c.CachedTokens)
+	// 8 blocks at 4 s each in one batch land together at 32 s: until
+	// then their slots stay taken, request 3 lacks them, and the worker,
+	// with nothing else to do, wakes at the landing.
+	w, _, evictAt := evictAll(t, slowOffload(0))
+	m := w.Metrics()
+	assert.Equal(t, 8, m.ActiveBlocks, "8 slots lent to the copy; request 3 gave back the 4 free ones it took")
+	at, ok := w.NextWake()
+	require.True(t, ok, "the worker waits for the copy to land")
+	assert.InDelta(t, evictAt+32_000, at, 1e-6)
+
+	// Request 3's first token comes later by the copy's 32 s. P1, back
+	// after 20 s, waits behind it and finds its blocks in the tier.
+	d1, d3, w := returnAfterEviction(t, slowOffload(0), 20_000)
+	ttft := func(c Completion) float64 { return c.FirstTokenAt - c.Arrival }
+	assert.InDelta(t, 32_000, ttft(d3)-ttft(c3), 1e-6)
+	assert.Equal(t, 16, d1.CachedTokens, "P1 waited for the copy that made room, then found its blocks")
 	assert.EqualValues(t, 4, w.Metrics().G2Onboarded)
 }
 
 func TestVLLM_OffloadBatchSizeDelaysVisibility(t *testing.T) {
 	// Batches of 1, one at a time: P1's 4 blocks, evicted first, land by
-	// 16 s, and P1 back at 20 s finds them. In one batch of 32 the 8
-	// blocks land together at 32 s: P1 is recomputed.
-	c, _ := returnAfterEviction(t, slowOffload(1), 20_000)
-	assert.Equal(t, 16, c.CachedTokens, "batches of 1 land one block each 4 s")
-	c, _ = returnAfterEviction(t, slowOffload(32), 20_000)
-	assert.Equal(t, 0, c.CachedTokens, "one batch of 8 lands at 32 s")
-	// Batches of 4, two under way sharing the link: both land at 32 s.
-	c, _ = returnAfterEviction(t, slowOffload(4), 20_000)
-	assert.Equal(t, 0, c.CachedTokens)
+	// 16 s. In one batch of 32 the 8 blocks land together at 32 s; so do
+	// two batches of 4 under way together, sharing the link.
+	for _, tc := range []struct {
+		batch int
+		want  []int
+	}{{1, []int{4, 8}}, {32, []int{0, 8}}, {4, []int{0, 8}}} {
+		w, _, evictAt := evictAll(t, slowOffload(tc.batch))
+		l := w.Scheduler().(*VLLM).pool.link
+		assert.Equal(t, tc.want, landedAt(l, evictAt+18_000, evictAt+32_000), "batch %d", tc.batch)
+	}
 }
 
 func TestVLLM_LowerTierCopyTimeDelaysHits(t *testing.T) {
@@ -185,4 +206,30 @@ func TestVLLM_LowerTierCopyTimeDelaysHits(t *testing.T) {
 			checkWorker(t, w)
 		})
 	}
+}
+
+// TestVirtual_WakesAtOffloadLanding: on a virtual clock, a worker whose
+// only request waits for slots lent to a copy has no pass and no input to
+// wake it but the copy's landing. The run neither stalls there nor skips
+// it: the request runs from the landing, and nothing stays lent.
+func TestVirtual_WakesAtOffloadLanding(t *testing.T) {
+	w := newWorker(t, slowOffload(0))
+	v := NewVirtual(w)
+	var r record
+	v.OnOutput = func(_ int, out *Output) {
+		r.add(out)
+		checkWorker(t, w)
+	}
+	v.Schedule(0, 0, &Submit{Request: Request{ID: 1, Tokens: seqTokens(100, 17), MaxTokens: 2}, Policy: Release})
+	v.Schedule(1000, 0, &Submit{Request: Request{ID: 2, Tokens: seqTokens(300, 17), MaxTokens: 2}, Policy: Release})
+	v.Schedule(2000, 0, &Submit{Request: Request{ID: 3, Tokens: seqTokens(5000, 45), MaxTokens: 2}, Policy: Release})
+	require.NoError(t, v.Run())
+	c, ok := r.completion(3)
+	require.True(t, ok, "request 3 ran")
+	// P1's and P2's 8 blocks, evicted at 2000 ms in one batch at 4 s a
+	// block, land at 34000 ms: request 3 is admitted then.
+	assert.GreaterOrEqual(t, c.FirstTokenAt, 34_000.0)
+	assert.Less(t, c.FirstTokenAt, 35_000.0)
+	assert.Zero(t, lentBlocks(w))
+	assert.EqualValues(t, 8, w.Metrics().G2Offloaded)
 }

@@ -156,6 +156,14 @@ type blockPool struct {
 	timed              bool
 	clock              float64
 	tierEvicted        []kv.SeqHash
+	// lent maps each block in flight on link to the GPU slot it still
+	// holds, lentSlot marks those slots, and withheld counts those allocN
+	// last held back from its caller: a slot evicted for a timed copy is
+	// taken (active, referenced by no request) until the copy lands. nil
+	// without link.
+	lent     map[kv.SeqHash]int32
+	lentSlot []bool
+	withheld int
 
 	// forks counts the heads of runs that are not a sequence's first
 	// block, by their parent hash's forkBucket. A counter that reaches
@@ -408,7 +416,8 @@ func (p *blockPool) acquire(s int32) {
 // allocN appends up to n fresh private blocks to dst, each with one
 // reference, and returns it: the blocks n calls of alloc would return, in
 // the same order, with the same evictions and Removed events. It stops
-// short only when every block is active.
+// short when every block is active, or when the slots of blocks it evicted
+// are lent to their copy to the host tier (withhold).
 //
 // Evictions take a stretch of the LRU from its head.
 func (p *blockPool) allocN(dst []int32, n int) []int32 {
@@ -416,6 +425,9 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	// compiler keeps their variables in registers.
 	dst = slices.Grow(dst, n)
 	blocks := p.blocks
+	if p.lent != nil {
+		p.withheld = 0
+	}
 	if k := min(n, len(p.free)); k > 0 {
 		top := len(p.free) - 1
 		for i := range k {
@@ -485,6 +497,9 @@ func (p *blockPool) allocN(dst []int32, n int) []int32 {
 	}
 	p.slow = slow
 	p.vl.changed()
+	if p.lent != nil {
+		dst = p.withhold(dst, start)
+	}
 	return dst
 }
 
@@ -771,6 +786,11 @@ func (p *blockPool) audit() error {
 			continue
 		}
 		if err := l.audit(); err != nil {
+			return err
+		}
+	}
+	if p.lent != nil {
+		if err := p.auditLent(); err != nil {
 			return err
 		}
 	}

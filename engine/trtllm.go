@@ -39,14 +39,16 @@ func (v *VLLM) tailOf(s *seq) int {
 }
 
 // noEvictRoom is the free room guaranteed_no_evict admits into: the
-// blocks neither active nor set aside for a request already taken in.
+// blocks neither active nor set aside for a request already taken in,
+// counting the slots lent to copies to the host tier as free (they come
+// back when the copies land, and a request short of them waits).
 // Only trtllm workers under that policy call it. The running set's part
 // is the sum runTail, kept as requests join the running set, take blocks
 // in a step and leave it (finished, held, cancelled or preempted), rather
 // than a walk over the running set on every admission; audit checks the
 // sum against the walk (runTailWalk).
 func (v *VLLM) noEvictRoom() int {
-	return v.total - v.pool.active - v.destTail - v.runTail
+	return v.total - (v.pool.active - len(v.pool.lent)) - v.destTail - v.runTail
 }
 
 // runTailWalk sums, by walking the running set, the blocks its requests

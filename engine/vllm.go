@@ -143,9 +143,12 @@ type VLLM struct {
 	noEvictShort uint64
 
 	// Pass accumulators.
-	passID      uint64
-	budget      int
-	preempted   bool
+	passID    uint64
+	budget    int
+	preempted bool
+	// waited says a running request waited for blocks in the pass
+	// rather than preempt (they were lent to copies to the host tier).
+	waited      bool
 	batch       int
 	sumISL      float64
 	sumPrefix   float64
@@ -251,7 +254,7 @@ func NewVLLM(args Args, model perf.Model, seed uint64) (*VLLM, error) {
 		v.onboardPerBlock = args.OnboardMsPerBlock()
 		batch := args.offloadBatch()
 		if ms := args.OffloadMsPerBlock(); ms > 0 {
-			v.pool.link = newOffloadLink(ms, batch, batch)
+			v.pool.timeOffload(ms, batch)
 		}
 		if args.NumG3Blocks > 0 {
 			v.pool.g3 = newHostTier(args.NumG3Blocks)
@@ -546,11 +549,30 @@ func (v *VLLM) Cancel(now float64, id uint64, events *[]Event) bool {
 
 // HasWork implements Scheduler. Destinations waiting for their reservation
 // are not work: they are retried when blocks or slots are freed, never by
-// polling (except under reserve_takes_slot, where passes reserve).
+// polling (except under reserve_takes_slot, where passes reserve), unless
+// GPU slots are lent to copies to the host tier: then the pass that takes
+// a copy in frees its slots, and retries them.
 func (v *VLLM) HasWork() bool {
 	return len(v.running) > 0 || v.waiting.len() > 0 || v.activated.len() > 0 || len(v.done) > 0 || len(v.rejected) > 0 ||
-		v.slotReserve && v.pending.len() > 0
+		v.pending.len() > 0 && (v.slotReserve || len(v.pool.lent) > 0)
 }
+
+// nextLanding implements slotWaiter: while requests wait or run, the
+// landing of the next copy to the host tier that holds GPU slots, which
+// a request short of blocks may be waiting for.
+func (v *VLLM) nextLanding() (float64, bool) {
+	if !v.HasWork() {
+		return 0, false
+	}
+	return v.pool.nextLanding()
+}
+
+// lendsSlots implements slotWaiter: the pool lends slots when the copy to
+// the host tier is timed.
+func (v *VLLM) lendsSlots() bool { return v.pool.lent != nil }
+
+// landingDue implements slotWaiter.
+func (v *VLLM) landingDue(now float64) bool { return v.pool.landingDue(now) }
 
 // Metrics implements Scheduler.
 func (v *VLLM) Metrics() Metrics {
@@ -783,10 +805,17 @@ func (v *VLLM) schedule(s *seq, now float64, canPreempt bool, out *Output) sched
 			v.freeBlocks(s)
 			return v.unscheduled(s, hits, tiers, schedNoMemory)
 		}
-		if v.noEvict {
-			// The policy's reservations make this unreachable; a running
-			// request keeps what it has and waits rather than evict one.
-			v.noEvictShort++
+		if v.pool.withheld > 0 || v.noEvict {
+			// The slots the allocation would take are lent to copies to
+			// the host tier: s keeps what it has and waits for them to
+			// land (KVBM blocks on the copy rather than preempt). The
+			// no-evict policy's reservations count lent slots as coming
+			// back, and make a shortfall unreachable otherwise; there too
+			// a running request keeps what it has and waits.
+			if v.noEvict && len(v.pool.lent) == 0 {
+				v.noEvictShort++
+			}
+			v.waited = true
 			return v.unscheduled(s, hits, tiers, schedNoMemory)
 		}
 		victim := v.victim()
@@ -965,7 +994,7 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	}
 	v.passID++
 	v.budget = v.maxBatched
-	v.preempted = false
+	v.preempted, v.waited = false, false
 	v.batch, v.sumISL, v.sumPrefix = 0, 0, 0
 	v.prefillToks, v.decodeToks = 0, 0
 	v.onboardMs = 0
@@ -1097,8 +1126,10 @@ func (v *VLLM) pass(now float64, out *Output) PassResult {
 	v.cpass++
 	// No request starts coasting in a pass that preempted: the preemption
 	// may have given back budget after a request before it was cut short
-	// (vllm_coast.go).
-	if v.canCoast && later && !v.preempted {
+	// (vllm_coast.go). Nor in one where a running request waited for
+	// blocks: it took none of the budget, and asks for more than a step
+	// when it runs again.
+	if v.canCoast && later && !v.preempted && !v.waited {
 		coasted := false
 		for _, s := range v.ready {
 			if s.state == stRunning && v.coast(s) {
@@ -1240,7 +1271,9 @@ func (v *VLLM) reserve(s *seq, now float64, events *[]Event) bool {
 		s.blocks = append(s.blocks, slot)
 	}
 	if s.blocks = v.pool.allocN(s.blocks, blocks-len(s.blocks)); len(s.blocks) < blocks {
-		// Unreachable given the check above; undo rather than corrupt.
+		// Short only of slots lent to copies to the host tier (those it
+		// evicted, or, under guaranteed_no_evict, those the check counts
+		// as coming back): give back what it took and wait for them.
 		v.freeBlocks(s)
 		return false
 	}

@@ -21,8 +21,10 @@ package engine
 // sequence is computed) or has left; requests join the running set at its
 // end. A preemption breaks the first link: it gives back the steps its
 // request was given in the pass, so a request after one the budget cut
-// short may still get its step. No request starts coasting in a pass that
-// preempted. By induction, while a request coasts, every request before it asks
+// short may still get its step. So does a running request that waits for
+// blocks lent to copies to the host tier (offload.go), taking none of the
+// budget. No request starts coasting in a pass that preempted, or in one
+// where a request waited so. By induction, while a request coasts, every request before it asks
 // for one step, all of them fit, and the order of the charges decides
 // nothing; what the budget leaves for the requests after the last coasting
 // one is what the running order would have left them.

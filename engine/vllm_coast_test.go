@@ -226,8 +226,8 @@ type shortcutPair struct {
 // drawShortcutVariant puts a's worker on the trtllm engine's no-evict
 // admission on a quarter of runs, and gives a worker with a prefix cache
 // a host offload tier on a third (onboarding must take the same path
-// with the shortcut as without), with a disk tier below it on half of
-// those and object storage on half.
+// with the shortcut as without), its copies timed or not, with a disk
+// tier below it on half of those and object storage on half.
 func drawShortcutVariant(rt *rapid.T, a *Args) {
 	if rapid.IntRange(0, 3).Draw(rt, "engine") == 0 {
 		a.EngineType = EngineTRTLLM
@@ -237,6 +237,9 @@ func drawShortcutVariant(rt *rapid.T, a *Args) {
 	if a.EnablePrefixCaching && rapid.IntRange(0, 2).Draw(rt, "g2") == 0 {
 		a.NumG2Blocks = rapid.IntRange(1, 64).Draw(rt, "g2_blocks")
 		a.KVBytesPerToken = intp(100_000)
+		// The copy down at once, or timed, its GPU slots lent until it
+		// lands: a 400 kB block takes 8 or 0.03 ms.
+		a.BandwidthG1ToG2 = new(rapid.SampledFrom([]float64{0.05, 14, 0}).Draw(rt, "g1_to_g2_gbps"))
 		if rapid.Bool().Draw(rt, "g3") {
 			a.NumG3Blocks = rapid.IntRange(1, 96).Draw(rt, "g3_blocks")
 		}

@@ -51,9 +51,10 @@ type Scheduler interface {
 // for concurrent use; drivers own it from one goroutine.
 type Worker struct {
 	sched Scheduler
-	hs    Handoffs // nil when the scheduler takes no part in handoffs
-	out   Output   // the last pass; kept intact by Steps before its End
-	tout  Output   // events flushed while a pass is in flight
+	hs    Handoffs   // nil when the scheduler takes no part in handoffs
+	sw    slotWaiter // nil when its pool lends no slots
+	out   Output     // the last pass; kept intact by Steps before its End
+	tout  Output     // events flushed while a pass is in flight
 	// pending are events caused by inputs and fired deadlines, in time
 	// order, flushed by the next Step.
 	pending   []Event
@@ -62,10 +63,29 @@ type Worker struct {
 	passes    uint64
 }
 
+// slotWaiter is implemented by a scheduler whose pool lends slots to
+// timed copies (the vLLM model's, with a host tier the copies take time
+// to reach): a request short of blocks may wait for a copy to land and
+// give its slot back, with nothing else to wake the worker.
+type slotWaiter interface {
+	// lendsSlots reports whether the pool lends slots at all: a worker
+	// asks the others only of one that does.
+	lendsSlots() bool
+	// nextLanding is when the next copy holding slots lands, while the
+	// scheduler has work; ok is false otherwise.
+	nextLanding() (at float64, ok bool)
+	// landingDue reports whether a copy holding slots landed by now,
+	// which the next pass takes in.
+	landingDue(now float64) bool
+}
+
 // NewWorker builds a worker around a scheduler.
 func NewWorker(s Scheduler) *Worker {
 	w := &Worker{sched: s}
 	w.hs, _ = s.(Handoffs)
+	if sw, ok := s.(slotWaiter); ok && sw.lendsSlots() {
+		w.sw = sw
+	}
 	return w
 }
 
@@ -328,6 +348,9 @@ func (w *Worker) fire(now float64) {
 	if w.hs != nil && w.hs.FireDue(now, &w.pending) {
 		w.dirty = true
 	}
+	if w.sw != nil && w.sw.landingDue(now) {
+		w.dirty = true
+	}
 }
 
 // InputAt is the modeled time at which an input that targets a request
@@ -377,8 +400,9 @@ func (w *Worker) NextWake() (t float64, ok bool) {
 	return t, ok
 }
 
-// workWake is NextWake leaving deadlines out: when pending events or a
-// runnable pass next need a Step. Pending events are due at their own
+// workWake is NextWake leaving deadlines out: when pending events, a
+// runnable pass or a copy giving back the slots a request may wait for
+// next need a Step. Pending events are due at their own
 // times, which may lie ahead (an input during a pass is stamped at its End).
 func (w *Worker) workWake() (float64, bool) {
 	if len(w.pending) > 0 {
@@ -390,6 +414,11 @@ func (w *Worker) workWake() (float64, bool) {
 	}
 	if w.dirty && w.sched.HasWork() {
 		return w.busyUntil, true
+	}
+	if w.sw != nil {
+		if t, ok := w.sw.nextLanding(); ok {
+			return max(t, w.busyUntil), true
+		}
 	}
 	return 0, false
 }
